@@ -1,0 +1,24 @@
+# Two commands do all set-up on a fresh machine with only python3:
+#   make train   -- the main job (offline default: train on generated ListOps)
+#   make test    -- the test suite (8 fake CPU devices)
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+WORKDIR ?= runs/listops_default
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+install: $(VENV)/.installed
+
+train: install
+	$(PY) train.py --config configs/lra_listops.py --workdir $(WORKDIR)
+
+test: install
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -n 2 -q tests notebooks --nbmake
+
+.PHONY: install train test

@@ -1,0 +1,134 @@
+"""Shared building blocks: input checks, masks, MLP, DropPath, embeddings.
+
+Every sequence mixer in this package follows one interface (DESIGN.md):
+
+    mixer(x, mask=None, *, deterministic=True) -> y
+    x: [batch, length, dim], mask: [batch, length] bool (True = real token), y like x.
+
+`check_sequence_input` validates that contract while tracing, so bad shapes fail with one
+clear line before XLA ever sees them.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+Dtype = Any
+
+# A large negative used instead of -inf so that fully masked rows give finite values.
+NEG_INF = -1e9
+
+
+def check_sequence_input(x: Array, mask: Optional[Array], name: str) -> Array:
+  """Validates `x: [B, L, D]` and `mask: [B, L]`; returns a bool mask (all True if None)."""
+  if x.ndim != 3:
+    raise ValueError(
+        f'{name}: expected input of shape [batch, length, dim], got rank {x.ndim} '
+        f'shape {tuple(x.shape)}; reshape your tokens to [B, L, D].')
+  if mask is None:
+    return jnp.ones(x.shape[:2], dtype=bool)
+  if tuple(mask.shape) != tuple(x.shape[:2]):
+    raise ValueError(
+        f'{name}: mask shape {tuple(mask.shape)} does not match input [batch, length] = '
+        f'{tuple(x.shape[:2])}; pass a [B, L] bool mask (True = real token).')
+  return mask.astype(bool)
+
+
+def check_heads(dim: int, num_heads: int, name: str) -> int:
+  """Returns head_dim; raises if `num_heads` does not divide `dim`."""
+  if num_heads <= 0 or dim % num_heads:
+    raise ValueError(
+        f'{name}: num_heads={num_heads} does not divide the width dim={dim}; '
+        f'choose num_heads among the divisors of {dim}.')
+  return dim // num_heads
+
+
+def compute_dtype(dtype: Optional[Dtype], x: Array) -> Dtype:
+  """The dtype a layer computes in: its `dtype` attribute, else the input's dtype."""
+  return dtype if dtype is not None else x.dtype
+
+
+def attention_bias(mask: Array, causal: bool = False) -> Array:
+  """Additive bias [B, 1, Lq, Lk]: 0 where attention is allowed, NEG_INF elsewhere.
+
+  Keys at padded positions are blocked; with `causal`, keys after the query are blocked.
+  """
+  allowed = mask[:, None, None, :]
+  if causal:
+    length = mask.shape[-1]
+    allowed = allowed & jnp.tril(jnp.ones((length, length), dtype=bool))[None, None]
+  return jnp.where(allowed, 0.0, NEG_INF).astype(jnp.float32)
+
+
+def masked_mean(x: Array, mask: Array, axis: int = 1) -> Array:
+  """Mean of `x` over `axis` counting only positions where `mask` is True."""
+  m = mask.astype(x.dtype)
+  while m.ndim < x.ndim:
+    m = m[..., None]
+  total = jnp.sum(x * m, axis=axis)
+  count = jnp.maximum(jnp.sum(m, axis=axis), 1.0)
+  return total / count
+
+
+class MlpBlock(nn.Module):
+  """Transformer feed-forward block: Dense -> activation -> dropout -> Dense -> dropout."""
+  hidden_dim: int
+  out_dim: Optional[int] = None
+  activation: Callable[[Array], Array] = nn.gelu
+  dropout_rate: float = 0.0
+  dtype: Optional[Dtype] = None
+  kernel_init: Callable = nn.initializers.xavier_uniform()
+
+  @nn.compact
+  def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
+    dtype = compute_dtype(self.dtype, x)
+    out_dim = self.out_dim or x.shape[-1]
+    h = nn.Dense(self.hidden_dim, dtype=dtype, kernel_init=self.kernel_init, name='fc1')(x)
+    h = self.activation(h)
+    h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    h = nn.Dense(out_dim, dtype=dtype, kernel_init=self.kernel_init, name='fc2')(h)
+    return nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+
+
+class DropPath(nn.Module):
+  """Stochastic depth: drops the whole residual branch per example with probability `rate`."""
+  rate: float = 0.0
+
+  @nn.compact
+  def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
+    if deterministic or self.rate == 0.0:
+      return x
+    keep = 1.0 - self.rate
+    shape = (x.shape[0],) + (1,) * (x.ndim - 1)
+    rng = self.make_rng('dropout')
+    return x * jax.random.bernoulli(rng, keep, shape).astype(x.dtype) / keep
+
+
+class LearnedPositionEmbedding(nn.Module):
+  """Adds a learned [1, max_length, D] table (trunc-normal std 0.02) to `x: [B, L, D]`."""
+  max_length: int
+  std: float = 0.02
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    if x.shape[1] > self.max_length:
+      raise ValueError(
+          f'LearnedPositionEmbedding: sequence length {x.shape[1]} exceeds max_length '
+          f'{self.max_length}; raise the model max_length or truncate the inputs.')
+    table = self.param('pos_embedding', nn.initializers.truncated_normal(self.std),
+                       (1, self.max_length, x.shape[-1]))
+    return x + table[:, :x.shape[1]].astype(x.dtype)
+
+
+def sinusoidal_position_embedding(length: int, dim: int) -> Array:
+  """The fixed sine/cosine table of Vaswani et al. (2017), shape [length, dim]."""
+  pos = jnp.arange(length, dtype=jnp.float32)[:, None]
+  i = jnp.arange(dim // 2, dtype=jnp.float32)[None, :]
+  angle = pos / jnp.power(10000.0, 2 * i / dim)
+  table = jnp.zeros((length, dim), jnp.float32)
+  table = table.at[:, 0::2].set(jnp.sin(angle))
+  return table.at[:, 1::2].set(jnp.cos(angle[:, : dim - dim // 2]))

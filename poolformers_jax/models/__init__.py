@@ -1,0 +1,2 @@
+"""Backbones assembled from layers; each picks its token mixer by name."""
+from poolformers_jax.models.registry import MODELS, build_model, register_model

@@ -1,0 +1,101 @@
+"""Softmax and linear attention: numerics against plain numpy, padding, causality, jit, dtypes."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from poolformers_jax import testing as T
+from poolformers_jax.layers import LinearAttention, MultiHeadAttention, build_mixer
+
+
+def _dense(params, name, x):
+  p = params['params'][name]
+  return np.asarray(x) @ np.asarray(p['kernel']) + np.asarray(p['bias'])
+
+
+def _numpy_reference(params, x, mask, heads, causal, kind):
+  x = np.asarray(x, np.float64)
+  b, l, d = x.shape
+  q, k, v = (_dense(params, n, x).reshape(b, l, heads, d // heads) for n in ('query', 'key', 'value'))
+  out = np.zeros_like(q)
+  for bi in range(b):
+    for h in range(heads):
+      for i in range(l):
+        keys = [j for j in range(l) if mask[bi, j] and (not causal or j <= i)]
+        if kind == 'softmax':
+          s = np.array([q[bi, i, h] @ k[bi, j, h] for j in keys]) / np.sqrt(d // heads)
+          w = np.exp(s - s.max()); w /= w.sum()
+        else:
+          phi = lambda t: np.where(t > 0, t + 1.0, np.exp(t))
+          s = np.array([phi(q[bi, i, h]) @ phi(k[bi, j, h]) for j in keys])
+          w = s / s.sum()
+        out[bi, i, h] = sum(wj * v[bi, j, h] for wj, j in zip(w, keys))
+  return _dense(params, 'out', out.reshape(b, l, d))
+
+
+@pytest.mark.parametrize('cls,kind', [(MultiHeadAttention, 'softmax'), (LinearAttention, 'linear')])
+@pytest.mark.parametrize('causal', [False, True])
+def test_matches_numpy_loop(cls, kind, causal):
+  x, mask = T.random_inputs(0, 2, 7, 8, num_real=[7, 4])
+  module = cls(num_heads=2, causal=causal)
+  params, y = T.init_apply(module, x, mask)
+  ref = _numpy_reference(params, x, np.asarray(mask), 2, causal, kind)
+  m = np.asarray(mask)
+  np.testing.assert_allclose(np.asarray(y)[m], ref[m], atol=2e-5, rtol=2e-4)
+
+
+@pytest.mark.parametrize('cls', [MultiHeadAttention, LinearAttention])
+def test_padding_jit_grads(cls):
+  x, mask = T.random_inputs(1, 2, 12, 16, num_real=[12, 5])
+  module = cls(num_heads=4)
+  T.assert_padding_values_irrelevant(module, x, mask)
+  T.assert_padding_amount_irrelevant(module, x, mask)
+  T.assert_jit_matches(module, x, mask)
+  T.assert_finite_grads(module, x, mask)
+
+
+@pytest.mark.parametrize('cls', [MultiHeadAttention, LinearAttention])
+def test_causal(cls):
+  x, _ = T.random_inputs(2, 2, 10, 8)
+  T.assert_causal(cls(num_heads=2, causal=True), x, t=4)
+
+
+@pytest.mark.parametrize('cls', [MultiHeadAttention, LinearAttention])
+@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
+def test_shapes_and_dtypes(cls, dtype):
+  x, mask = T.random_inputs(3, 2, 6, 8, dtype=dtype)
+  _, y = T.init_apply(cls(num_heads=2), x, mask)
+  assert y.shape == x.shape and y.dtype == dtype
+  assert bool(jnp.all(jnp.isfinite(y.astype(jnp.float32))))
+
+
+def test_attention_weights_are_sown_and_masked():
+  x, mask = T.random_inputs(4, 1, 5, 8, num_real=[3])
+  module = MultiHeadAttention(num_heads=2)
+  params = module.init(jax.random.PRNGKey(0), x, mask)
+  _, state = module.apply(params, x, mask, mutable=['intermediates'])
+  (w,) = state['intermediates']['attention_weights']
+  assert w.shape == (1, 2, 5, 5)
+  np.testing.assert_allclose(np.asarray(w).sum(-1), 1.0, atol=1e-6)
+  assert float(jnp.max(w[..., 3:])) == 0.0
+
+
+def test_bad_input_messages():
+  x, mask = T.random_inputs(0, 2, 6, 8)
+  with pytest.raises(ValueError, match='does not divide the width'):
+    MultiHeadAttention(num_heads=3).init(jax.random.PRNGKey(0), x, mask)
+  with pytest.raises(ValueError, match=r'expected input of shape \[batch, length, dim\]'):
+    MultiHeadAttention(num_heads=2).init(jax.random.PRNGKey(0), x[0], None)
+  with pytest.raises(ValueError, match='mask shape'):
+    LinearAttention(num_heads=2).init(jax.random.PRNGKey(0), x, mask[:, :3])
+  with pytest.raises(ValueError, match='unknown feature_map'):
+    LinearAttention(num_heads=2, feature_map='tanh').init(jax.random.PRNGKey(0), x, mask)
+
+
+def test_registry_builds_and_rejects():
+  m = build_mixer('softmax', shared=dict(num_heads=2, causal=True, dropout_rate=0.1))
+  assert isinstance(m, MultiHeadAttention) and m.causal and m.num_heads == 2
+  with pytest.raises(ValueError, match='has no option'):
+    build_mixer('linear', shared=dict(num_heads=2), window=3)
+  with pytest.raises(ValueError, match='unknown mixer'):
+    build_mixer('nope')
