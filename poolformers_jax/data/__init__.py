@@ -1,0 +1,32 @@
+"""Datasets through tensorflow-datasets data sources and grain; no TensorFlow.
+
+    info = data.get_dataset_info(config)
+    it = data.make_train_iterator(config, seed=config.seed, process_index=..., process_count=...)
+    for batch in data.make_eval_iterator(config, 'validation', batch_size=..., ...): ...
+    config.data = data.get_data_config('listops')
+
+`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself).
+Nothing is downloaded at run time. Where each dataset's files must be:
+  listops         nothing (generated into data_dir on first use), or source='tsv':
+                  {tsv_dir}/basic_{train,val,test}.tsv of the LRA release
+  lra_text        TFDS imdb_reviews as array_record in data_dir   (tfds build ... --file_format=array_record)
+  lra_image       TFDS cifar10 as array_record in data_dir
+  cifar10/100     TFDS cifar10 / cifar100 as array_record in data_dir
+  imagenet2012    TFDS imagenet2012 as array_record in data_dir (manual download)
+  lra_retrieval   {tsv_dir}/new_aan_pairs.{train,eval,test}.tsv of the LRA release
+  lra_pathfinder  {pathfinder_dir}/{train,validation,test}.npz, or the LRA release folder (lra.py)
+  enwik8 / text8  {data_dir}/enwik8.zip / text8.zip (mattmahoney.net/dc)
+Missing files raise DataNotFoundError with one line: the path and what to do.
+With worker_count > 0 the iterator state has another format: resume with the same worker_count.
+"""
+from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo, DatasetSpec,
+                                       register_dataset)
+from poolformers_jax.data.configs import get_data_config
+from poolformers_jax.data.pipeline import (eval_num_batches, get_dataset_info, make_eval_iterator,
+                                           make_train_iterator)
+# Dataset files: importing each registers its names.
+from poolformers_jax.data import listops, lra, text_lm, vision  # noqa: F401  pylint: disable=g-bad-import-order
+
+__all__ = ['DATASETS', 'DataNotFoundError', 'DatasetInfo', 'DatasetSpec', 'register_dataset',
+           'get_data_config', 'get_dataset_info', 'make_train_iterator', 'make_eval_iterator',
+           'eval_num_batches']

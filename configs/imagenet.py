@@ -1,0 +1,164 @@
+r"""ImageNet-1k vision transformers: DeiT, HVT, ViT-B/16 and CP-ViT-B/16.
+
+Run (the argument picks the model; any key can be overridden, e.g. --config.model.image_size=224):
+  python train.py --config configs/imagenet.py:hvt_s_1 --workdir runs/imagenet_hvt_s_1
+  python -m poolformers_jax.summary --config configs/imagenet.py:hvt_s_4 --batch_size 2
+
+Paper numbers (params, "FLOPs" = MACs at the config's image size, ImageNet top-1 %):
+  HVT Table 1 / 4 (224^2, patch 16):
+    deit_ti    5.72M  1.25G  72.20      hvt_ti_1   5.74M  0.64G  69.64
+    deit_s    22.05M  4.60G  79.80      hvt_s_1   22.09M  2.40G  78.00
+    hvt_s_2    -      1.94G  77.36      hvt_s_3    -      1.62G  76.32
+    hvt_s_4 (= Scale HVT-Ti-4)  22.12M  1.39G  75.23
+  ContextPool Table 6 (384^2, patch 16):
+    vit_b16   86M  55.4G  77.9   cp_vit_b16 (12 layers) 88M  57.2G  79.2
+    cp_vit_b16_l10 (10 layers)   75M  48.7G  76.8
+Our counts (python -m poolformers_jax.summary) are checked against these in tests/models/test_vit.py.
+
+Recipes. DeiT / HVT (PAPER_NOTES "HVT"): AdamW, lr 5e-4 x batch / 512, cosine, 5 warmup
+epochs, weight decay 0.025 (HVT paper; DeiT uses 0.05), label smoothing 0.1, 300 epochs, batch
+1024, no gradient clipping, drop-path 0.1 (DeiT-Ti: 0.0 in DeiT; we keep 0.1 for HVT models as the
+HVT code does). ContextPool (Sec. 4.1): batch 1024, lr 1e-3, weight decay 0.05, cosine with 20
+warmup epochs, gradient clipping 1.0, 300 epochs at 224^2, then 30 epochs of fine-tuning at 384^2.
+Our vit_b16 / cp_vit_b16 configs are at 384^2 (the size Table 6 reports); for the paper's first
+phase pass --config.model.image_size=224. The DeiT augmentations (RandAugment m9, mixup 0.8,
+cutmix 1.0, random erasing 0.25, repeated augmentation) belong to the data pipeline and are not
+config keys here.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+from poolformers_jax.data import get_data_config
+
+IMAGENET_TRAIN_SIZE = 1_281_167
+
+
+def _epochs_to_steps(epochs: float, batch_size: int, train_size: int = IMAGENET_TRAIN_SIZE) -> int:
+  return int(epochs * train_size // batch_size)
+
+
+def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 16,
+         image_size: int = 224, classifier: str = 'token', mixer: str = 'softmax',
+         drop_path_rate: float = 0.1, num_classes: int = 1000) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      name='vit', num_classes=num_classes, image_size=image_size, patch_size=patch_size,
+      hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0,
+      classifier=classifier, mixer=mixer, mixer_kwargs=ml_collections.ConfigDict(),
+      dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=drop_path_rate,
+      dtype='float32'))
+
+
+def hvt_model(hidden_dim: int, num_heads: int, num_stages: int, *, pool_method: str = 'max',
+         pool_2d: bool = False, patch_size: int = 16, image_size: int = 224,
+         num_classes: int = 1000) -> ml_collections.ConfigDict:
+  c = vit_model(hidden_dim, 12, num_heads, patch_size=patch_size, image_size=image_size,
+                classifier='mean', num_classes=num_classes)
+  del c['classifier']   # HVT has no class token: the 'hvt' model always uses the mean head
+  c.name = 'hvt'
+  c.num_stages = num_stages
+  c.pool_method = pool_method
+  c.pool_kernel_size = 3
+  c.pool_stride = 2
+  c.pool_2d = pool_2d
+  return c
+
+
+def deit_recipe(config, weight_decay: float = 0.025, train_size: int = IMAGENET_TRAIN_SIZE) -> None:
+  """DeiT's recipe with HVT's weight decay (0.025; DeiT's own is 0.05)."""
+  opt = config.optimizer
+  opt.learning_rate = 5e-4 * config.batch_size / 512
+  opt.weight_decay = weight_decay
+  opt.schedule = 'cosine'
+  opt.warmup_steps = _epochs_to_steps(5, config.batch_size, train_size)
+  opt.grad_clip_norm = 0.0
+  config.label_smoothing = 0.1
+  config.num_train_steps = _epochs_to_steps(300, config.batch_size, train_size)
+
+
+def deit_recipe_wd05(config) -> None:
+  """DeiT's own recipe (weight decay 0.05), for the DeiT baselines."""
+  deit_recipe(config, weight_decay=0.05)
+
+
+def contextpool_recipe(config) -> None:
+  opt = config.optimizer
+  opt.learning_rate = 1e-3
+  opt.weight_decay = 0.05
+  opt.schedule = 'cosine'
+  opt.warmup_steps = _epochs_to_steps(20, config.batch_size)
+  opt.grad_clip_norm = 1.0
+  config.label_smoothing = 0.1
+  config.num_train_steps = _epochs_to_steps(300, config.batch_size)
+
+
+def _with(model_fn, recipe):
+  def fill(config):
+    config.model = model_fn()
+    recipe(config)
+  return fill
+
+
+# name -> function filling config.model and the recipe. Adding a model is one entry.
+MODELS = {
+    'deit_ti': _with(lambda: vit_model(192, 12, 3, drop_path_rate=0.0), deit_recipe_wd05),
+    'deit_s': _with(lambda: vit_model(384, 12, 6), deit_recipe_wd05),
+    'hvt_ti_1': _with(lambda: hvt_model(192, 3, 1), deit_recipe),
+    'hvt_s_1': _with(lambda: hvt_model(384, 6, 1), deit_recipe),
+    'hvt_s_2': _with(lambda: hvt_model(384, 6, 2), deit_recipe),
+    'hvt_s_3': _with(lambda: hvt_model(384, 6, 3), deit_recipe),
+    'hvt_s_4': _with(lambda: hvt_model(384, 6, 4), deit_recipe),   # = Scale HVT-Ti-4
+    'vit_b16': _with(lambda: vit_model(768, 12, 12, image_size=384), contextpool_recipe),
+    'cp_vit_b16': _with(lambda: vit_model(768, 12, 12, image_size=384, mixer='contextpool'),
+                        contextpool_recipe),
+    'cp_vit_b16_l10': _with(lambda: vit_model(768, 10, 12, image_size=384, mixer='contextpool'),
+                            contextpool_recipe),
+    # Swin-B, ContextPool Table 6: 88M, 15.4G, 83.5 (224^2); for 384^2 also set window_size=12.
+    'swin_b': _with(lambda: ml_collections.ConfigDict(dict(
+        name='swin', num_classes=1000, image_size=224, patch_size=4, embed_dim=128,
+        depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), window_size=7, mlp_ratio=4.0,
+        dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=0.5, context_pool=False,
+        cp_predictor_dim=8, cp_size_ratio=0.1, dtype='float32')), contextpool_recipe),
+    # CP-Swin-B, Table 6: 89M, 16.8G, 84.3 (224^2); 85.6 at 384^2 (ContextPool in every block).
+    'cp_swin_b': _with(lambda: ml_collections.ConfigDict(dict(
+        name='swin', num_classes=1000, image_size=224, patch_size=4, embed_dim=128,
+        depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), window_size=7, mlp_ratio=4.0,
+        dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=0.5, context_pool=True,
+        cp_predictor_dim=8, cp_size_ratio=0.1, dtype='float32')), contextpool_recipe),
+}
+
+
+def base_config(data_name: str = 'imagenet2012') -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.data = get_data_config(data_name)
+  config.model = ml_collections.ConfigDict()
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.05, schedule='cosine',
+      warmup_steps=0, grad_clip_norm=0.0, grad_accum_steps=1))
+  config.label_smoothing = 0.1
+  config.batch_size = 1024               # global, over all processes and devices
+  config.eval_batch_size = 1024
+  config.num_train_steps = 0
+  config.log_every_steps = 100
+  config.eval_every_steps = 5000
+  config.checkpoint_every_steps = 5000
+  config.keep_checkpoints = 2
+  config.best_metric = 'accuracy'
+  config.best_mode = 'max'
+  config.final_test = False              # ImageNet: the validation split is the reported number
+  config.num_devices = -1
+  config.progress_bar = True
+  return config
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  arg = arg or 'hvt_s_1'
+  if arg not in MODELS:
+    raise ValueError(f'configs/imagenet.py: unknown model {arg!r}; choose one of {sorted(MODELS)}.')
+  config = base_config('imagenet2012')
+  MODELS[arg](config)
+  # One image size: overriding --config.model.image_size also resizes the data.
+  config.data.image_size = config.model.get_ref('image_size')
+  config.lock()
+  return config

@@ -1,0 +1,149 @@
+"""The dataset registry and the small helpers every dataset file shares.
+
+A dataset is a `DatasetSpec`: how to describe it (`info`), where its raw records come from
+(`source`, any random-access sequence grain can read: a `tfds.data_source`, an index over a TSV
+file, ...) and how one raw record becomes one example (`preprocess`, given a numpy Generator at
+train time for augmentation and None at eval time). The pipeline (pipeline.py) does the rest,
+identically for every dataset. `config.data.name` picks the spec from `DATASETS`: a dict, no
+if/elif chain.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+Record = Any
+Example = dict[str, np.ndarray]
+
+TASKS = ('classification', 'retrieval', 'lm')
+SPLITS = ('train', 'validation', 'test')
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  """What the trainer and the model need to know about a dataset."""
+  name: str
+  task: str                      # 'classification' | 'retrieval' | 'lm'
+  num_classes: int               # classes; for 'lm' the vocabulary size (targets are tokens)
+  vocab_size: Optional[int]      # token vocabulary size incl. padding id 0; None for images
+  input_shape: tuple[int, ...]   # one example: (L,), (2, L) or (H, W, C)
+  split_sizes: Mapping[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  info: Callable[[Any], DatasetInfo]                 # config.data -> DatasetInfo
+  source: Callable[[Any, str], Sequence[Record]]      # (config.data, split) -> records
+  preprocess: Callable[[Record, Any, Optional[np.random.Generator]], Example]
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register_dataset(name: str, spec: DatasetSpec) -> None:
+  if name in DATASETS:
+    raise ValueError(f'dataset {name!r} is registered twice.')
+  DATASETS[name] = spec
+
+
+def get_spec(data_config) -> DatasetSpec:
+  name = data_config.name
+  if name not in DATASETS:
+    raise ValueError(f'config.data.name={name!r} is not a dataset; choose one of {sorted(DATASETS)}.')
+  return DATASETS[name]
+
+
+class DataNotFoundError(FileNotFoundError):
+  """Raised (with one line: the path and what to do) when a dataset's files are missing."""
+
+
+def require_file(path: str, what_to_do: str) -> str:
+  if not os.path.exists(path):
+    raise DataNotFoundError(f'{path} not found: {what_to_do}')
+  return path
+
+
+def check_split(split: str) -> str:
+  if split not in SPLITS:
+    raise ValueError(f'split={split!r} is not one of {SPLITS}.')
+  return split
+
+
+def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'sequence') -> np.ndarray:
+  """Pads `ids` (last axis) with 0 to `max_length`; longer inputs are cut or rejected.
+
+  too_long='truncate' keeps the first `max_length` tokens (what the LRA pipelines do);
+  too_long='error' raises, for runs that must see every token.
+  """
+  length = ids.shape[-1]
+  if length > max_length:
+    if too_long == 'error':
+      raise ValueError(f'{what} has {length} tokens > config.data.max_length={max_length}; '
+                       "raise max_length or set config.data.too_long='truncate'.")
+    if too_long != 'truncate':
+      raise ValueError(f"config.data.too_long={too_long!r} must be 'truncate' or 'error'.")
+    return np.asarray(ids[..., :max_length], np.int32)
+  pad = [(0, 0)] * (ids.ndim - 1) + [(0, max_length - length)]
+  return np.pad(np.asarray(ids, np.int32), pad)
+
+
+def expand_path(path: str) -> str:
+  return os.path.abspath(os.path.expanduser(path))
+
+
+class LineFile:
+  """Random access to the lines of a large text file (byte offsets indexed once, read lazily).
+
+  Picklable, thread-safe (every read opens the file), and cheap in memory: the LRA TSV files are
+  around a gigabyte, so we keep 16 bytes per line instead of the lines.
+  """
+
+  def __init__(self, path: str, skip_header: bool = False):
+    self.path = path
+    offsets = []
+    with open(path, 'rb') as f:
+      self.header = f.readline().rstrip(b'\r\n').decode('utf-8') if skip_header else None
+      position = f.tell()
+      for line in f:
+        if line.strip():
+          offsets.append((position, len(line)))
+        position += len(line)
+    self._offsets = np.asarray(offsets, np.int64).reshape(-1, 2)
+
+  def __len__(self) -> int:
+    return len(self._offsets)
+
+  def __getitem__(self, index: int) -> str:
+    start, size = self._offsets[index]
+    with open(self.path, 'rb') as f:
+      f.seek(int(start))
+      return f.read(int(size)).decode('utf-8').rstrip('\r\n')
+
+  def __repr__(self) -> str:
+    return f'LineFile({self.path!r}, {len(self)} lines)'
+
+
+def byte_ids(text) -> np.ndarray:
+  """Byte-level tokens: UTF-8 byte + 1, so that id 0 stays padding (vocabulary 257)."""
+  if isinstance(text, str):
+    text = text.encode('utf-8')
+  return np.frombuffer(bytes(text), np.uint8).astype(np.int32) + 1
+
+
+BYTE_VOCAB_SIZE = 257
+
+
+def tfds_source(name: str, split: str, data_dir: str):
+  """`tfds.data_source` of a prepared array_record dataset; one clear line if it is missing."""
+  import tensorflow_datasets as tfds
+  data_dir = expand_path(data_dir)
+  try:
+    return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
+  except (AssertionError, FileNotFoundError, NotImplementedError, ValueError) as e:
+    raise DataNotFoundError(
+        f'{data_dir}/{name} is not prepared as array_record ({type(e).__name__}); on a machine '
+        f'with network run `tfds build {name} --data_dir={data_dir} --file_format=array_record` '
+        'and copy the folder here.') from e

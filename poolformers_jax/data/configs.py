@@ -1,0 +1,136 @@
+"""Defaults for `config.data`, one function per dataset: `get_data_config(name)`.
+
+Fields every dataset has:
+  name          the dataset (a key of data.DATASETS)
+  data_dir      where TFDS array_record files live / are generated (env POOLFORMERS_DATA_DIR,
+                else ./data_cache, which git ignores); for enwik8/text8 the folder of the zip file
+  max_length    sequence length examples are padded (with id 0) or cut to; 0 for images
+  too_long      'truncate' (keep the first max_length tokens, as the LRA pipelines do) or
+                'error' (raise on any longer input)
+  tfds_splits   (TFDS datasets) our split name -> TFDS split name or slice
+  worker_count  grain worker processes; 0 = in-process (starting workers costs about 2 s)
+  read_threads  grain threads reading records ahead in the main process
+The returned ConfigDicts are not locked; the experiment config that embeds one locks it.
+"""
+from __future__ import annotations
+
+import os
+
+import ml_collections
+
+
+def _default_data_dir() -> str:
+  return os.environ.get('POOLFORMERS_DATA_DIR', 'data_cache')
+
+
+def _common(name: str, max_length: int) -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.name = name
+  c.data_dir = _default_data_dir()
+  c.max_length = max_length
+  c.too_long = 'truncate'
+  c.worker_count = 0
+  c.read_threads = 4
+  return c
+
+
+def listops() -> ml_collections.ConfigDict:
+  c = _common('listops', 2048)
+  c.source = 'generated'          # 'generated' (seeded, auto-prepared) | 'tsv' (LRA release files)
+  c.tsv_dir = os.path.join(_default_data_dir(), 'lra_release', 'listops-1000')
+  c.keep_parentheses = False      # the official strings' '(' ')' carry nothing beyond ']'
+  c.generator = ml_collections.ConfigDict(dict(
+      seed=0, min_tokens=500, max_tokens=2000, max_depth=10, max_args=10,
+      num_train=96000, num_validation=2000, num_test=2000))
+  return c
+
+
+def lra_text() -> ml_collections.ConfigDict:
+  c = _common('lra_text', 4096)  # PoNet uses 4096; the LRA paper / AdaMRA use 1024 (set max_length)
+  c.tfds_name = 'imdb_reviews/plain_text'
+  c.tfds_splits = dict(train='train', validation='test', test='test')  # as LRA: no IMDB val split
+  return c
+
+
+def lra_retrieval() -> ml_collections.ConfigDict:
+  c = _common('lra_retrieval', 4096)   # per document
+  c.tsv_dir = os.path.join(_default_data_dir(), 'lra_release', 'tsv_data')
+  return c
+
+
+def lra_image() -> ml_collections.ConfigDict:
+  c = _common('lra_image', 1024)
+  c.tfds_name = 'cifar10'
+  c.tfds_splits = dict(train='train', validation='test', test='test')  # as LRA
+  return c
+
+
+def lra_pathfinder() -> ml_collections.ConfigDict:
+  c = _common('lra_pathfinder', 1024)
+  c.format = 'npz'                # 'npz' (pathfinder{res}_{split}.npz) | 'lra_release' (PNGs)
+  c.resolution = 32
+  c.difficulty = 'curv_baseline'  # lra_release: curv_baseline | curv_contour_length_9 | ..._14
+  c.pathfinder_dir = os.path.join(_default_data_dir(), 'lra_release', 'pathfinder32')
+  return c
+
+
+def _vision(name: str, image_size: int, tfds_name: str) -> ml_collections.ConfigDict:
+  c = _common(name, 0)
+  c.tfds_name = tfds_name
+  c.image_size = image_size
+  # Train crop: 'pad_crop' (CIFAR: zero-pad crop_padding pixels, random image_size crop) or
+  # 'inception_crop' (ImageNet: random area 8-100 %, aspect 3/4-4/3, resized to image_size).
+  # Eval: resize the shorter side to image_size / eval_crop_fraction, center crop image_size.
+  small = image_size <= 64
+  c.train_crop = 'pad_crop' if small else 'inception_crop'
+  c.crop_padding = 4
+  c.eval_crop_fraction = 1.0 if small else 0.875
+  c.random_flip = True
+  # Per-channel mean/std of the training set (ImageNet values for ImageNet, CIFAR ones otherwise).
+  c.mean = (0.485, 0.456, 0.406) if name == 'imagenet2012' else (0.4914, 0.4822, 0.4465)
+  c.std = (0.229, 0.224, 0.225) if name == 'imagenet2012' else (0.2470, 0.2435, 0.2616)
+  # Our split name -> TFDS split (slices such as 'train[98%:]' work too). CIFAR has no validation
+  # split; ImageNet's labelled held-out set is 'validation'.
+  c.tfds_splits = (dict(train='train', validation='validation', test='validation')
+                   if name == 'imagenet2012' else dict(train='train', validation='test', test='test'))
+  return c
+
+
+def cifar10() -> ml_collections.ConfigDict:
+  return _vision('cifar10', 32, 'cifar10')
+
+
+def cifar100() -> ml_collections.ConfigDict:
+  return _vision('cifar100', 32, 'cifar100')
+
+
+def imagenet2012() -> ml_collections.ConfigDict:
+  return _vision('imagenet2012', 224, 'imagenet2012')
+
+
+def _char_lm(name: str) -> ml_collections.ConfigDict:
+  c = _common(name, 512)
+  c.data_dir = os.path.join(_default_data_dir(), name)   # holds enwik8.zip / text8.zip
+  c.split_sizes = (90_000_000, 5_000_000, 5_000_000)     # bytes (enwik8) / characters (text8)
+  return c
+
+
+def enwik8() -> ml_collections.ConfigDict:
+  return _char_lm('enwik8')
+
+
+def text8() -> ml_collections.ConfigDict:
+  return _char_lm('text8')
+
+
+DATA_CONFIGS = {
+    'listops': listops, 'lra_text': lra_text, 'lra_retrieval': lra_retrieval,
+    'lra_image': lra_image, 'lra_pathfinder': lra_pathfinder, 'cifar10': cifar10,
+    'cifar100': cifar100, 'imagenet2012': imagenet2012, 'enwik8': enwik8, 'text8': text8,
+}
+
+
+def get_data_config(name: str) -> ml_collections.ConfigDict:
+  if name not in DATA_CONFIGS:
+    raise ValueError(f'no data config named {name!r}; choose one of {sorted(DATA_CONFIGS)}.')
+  return DATA_CONFIGS[name]()

@@ -1,0 +1,357 @@
+"""ListOps (Nangia & Bowman 2018, as the Long Range Arena generates it): a seeded generator, a
+fixed vocabulary, a TFDS builder (array_record) and a reader for the official LRA TSV files.
+
+The official recipe (lra_benchmarks/data/listops.py): operators MIN, MAX, MED (median, floored),
+SM (sum mod 10) over digits 0-9. A node at depth < max_depth is a digit with probability 0.75,
+otherwise an operator with 2..max_args arguments (uniform), each one level deeper; the root has
+depth 1 and a node at max_depth is always a digit. A tree is kept when
+min_tokens < length < max_tokens (strict, as the official code), where length counts 2 per
+operator ('[OP' and ']') and 1 per digit. Examples are unique; train/validation/test are disjoint.
+
+The official files write a tree with the parentheses of its binary nesting,
+`[MAX 2 9 ]` -> `( ( ( [MAX 2 ) 9 ) ] )`, and tokens are whitespace-split.
+
+Decisions where the official code is loose:
+- The vocabulary is fixed here (the LRA code built it at run time from a Python set, so ids
+  changed between runs): pad=0, digits, '[MIN', '[MAX', '[MED', '[SM', ']', '(', ')'.
+- Parentheses carry no information beyond ']' and the official length budget (2000) ignores
+  them, so by default they are dropped when tokenising (config.data.keep_parentheses=False, as
+  in the Nystromformer LRA code that PoNet and AdaMRA use). The LRA Google code's tokenizer
+  dropped brackets and parentheses alike; we keep ']', which the task needs.
+- Our generator draws only `random.Random(seed).random()` (Mersenne Twister; Python guarantees
+  this stream for a seed across versions and platforms, and it is about 4x faster here than
+  numpy's scalar calls; integers are floor(u * n)), keeps the first unique trees in generation order
+  (train first, then validation, then test) instead of iterating a Python set, and stops
+  growing a tree as soon as it is too long (the accepted trees are distributed as in the
+  official rejection sampler; only the random stream differs).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import random
+import sys
+from typing import Optional, Sequence
+
+import numpy as np
+
+from poolformers_jax.data import base
+
+MIN, MAX, MED, SUM_MOD, END = '[MIN', '[MAX', '[MED', '[SM', ']'
+OPERATORS = (MIN, MAX, MED, SUM_MOD)
+PAD = '<pad>'
+VOCAB = (PAD,) + tuple(str(d) for d in range(10)) + OPERATORS + (END, '(', ')')
+TOKEN_TO_ID = {token: i for i, token in enumerate(VOCAB)}
+PAREN_IDS = (TOKEN_TO_ID['('], TOKEN_TO_ID[')'])
+NUM_CLASSES = 10
+DIGIT_PROBABILITY = 0.75   # the official VALUE_P = 0.25 is the operator probability
+
+TSV_FILES = {'train': 'basic_train.tsv', 'validation': 'basic_val.tsv', 'test': 'basic_test.tsv'}
+
+
+# --------------------------------------------------------------------------------------------
+# Trees: a digit is an int, an operator node is (op, [children]).
+
+class _TooLong(Exception):
+  pass
+
+
+def _below(rng: random.Random, n: int) -> int:
+  """Uniform integer in [0, n) from random() alone (its stream is the one Python guarantees)."""
+  return int(rng.random() * n)
+
+
+def generate_tree(rng: random.Random, max_depth: int = 10, max_args: int = 10,
+                  max_tokens: int = sys.maxsize):
+  """One random tree from the official recipe; raises _TooLong once it reaches max_tokens."""
+  length = 0
+
+  def node(depth):
+    nonlocal length
+    is_digit = depth >= max_depth or rng.random() < DIGIT_PROBABILITY
+    if is_digit:
+      length += 1
+      if length >= max_tokens:
+        raise _TooLong
+      return _below(rng, 10)
+    length += 2
+    if length >= max_tokens:
+      raise _TooLong
+    num_args = 2 + _below(rng, max_args - 1)
+    children = [node(depth + 1) for _ in range(num_args)]
+    return OPERATORS[_below(rng, len(OPERATORS))], children
+
+  tree = node(1)
+  return tree, length
+
+
+def evaluate(tree) -> int:
+  """The label: value of the tree (MED is the floored median, SM the sum mod 10)."""
+  if isinstance(tree, int):
+    return tree
+  op, children = tree
+  values = [evaluate(c) for c in children]
+  if op == MIN:
+    return min(values)
+  if op == MAX:
+    return max(values)
+  if op == MED:
+    return int(np.floor(np.median(values)))
+  if op == SUM_MOD:
+    return sum(values) % 10
+  raise ValueError(f'unknown operator {op!r}.')
+
+
+def to_tokens(tree, parentheses: bool = True) -> list[str]:
+  """The official string form, whitespace-split: `( ( ( [MAX 2 ) 9 ) ] )`."""
+  if isinstance(tree, int):
+    return [str(tree)]
+  op, children = tree
+  if not parentheses:
+    out = [op]
+    for c in children:
+      out += to_tokens(c, False)
+    return out + [END]
+  out = ['('] * (len(children) + 1) + [op] + to_tokens(children[0])
+  for c in children[1:]:
+    out += [')'] + to_tokens(c)
+  return out + [')', END, ')']
+
+
+def parse(text: str):
+  """Inverse of to_tokens, with or without parentheses: '[MAX 2 9 [MIN 4 7 ] 0 ]' -> tree."""
+  tokens = [t for t in text.split() if t not in ('(', ')')]
+  position = 0
+
+  def node():
+    nonlocal position
+    token = tokens[position]
+    position += 1
+    if token in OPERATORS:
+      children = []
+      while tokens[position] != END:
+        children.append(node())
+      position += 1
+      return token, children
+    if token.isdigit() and len(token) == 1:
+      return int(token)
+    raise ValueError(f'unexpected ListOps token {token!r} in {text[:60]!r}.')
+
+  tree = node()
+  if position != len(tokens):
+    raise ValueError(f'trailing tokens after a complete ListOps tree in {text[:60]!r}.')
+  return tree
+
+
+def encode(tokens: Sequence[str]) -> np.ndarray:
+  try:
+    return np.asarray([TOKEN_TO_ID[t] for t in tokens], np.uint8)
+  except KeyError as e:
+    raise ValueError(f'token {e.args[0]!r} is not in the ListOps vocabulary {VOCAB}.') from None
+
+
+def decode(ids) -> str:
+  return ' '.join(VOCAB[i] for i in np.asarray(ids) if i != 0)
+
+
+def generate_splits(seed: int, sizes: Sequence[int], min_tokens: int, max_tokens: int,
+                    max_depth: int = 10, max_args: int = 10):
+  """Unique (token ids with parentheses, label) lists, one per size, disjoint, from `seed`."""
+  if not 0 <= min_tokens < max_tokens - 1:
+    raise ValueError(f'ListOps needs 0 <= min_tokens < max_tokens - 1; got {min_tokens}, {max_tokens}.')
+  rng = random.Random(seed)
+  seen = set()
+  examples = []
+  total = sum(sizes)
+  attempts = 0
+  while len(examples) < total:
+    attempts += 1
+    if attempts > 1000 * total + 100000:
+      raise RuntimeError(f'ListOps: too few trees with {min_tokens} < length < {max_tokens}; '
+                         'widen the length range or raise max_depth.')
+    try:
+      tree, length = generate_tree(rng, max_depth, max_args, max_tokens)
+    except _TooLong:
+      continue
+    if length <= min_tokens:
+      continue
+    ids = encode(to_tokens(tree))
+    key = hashlib.blake2b(ids.tobytes(), digest_size=16).digest()  # 16 bytes, not the tree
+    if key in seen:
+      continue
+    seen.add(key)
+    examples.append((ids, evaluate(tree)))
+  out, start = [], 0
+  for size in sizes:
+    out.append(examples[start:start + size])
+    start += size
+  return out
+
+
+# --------------------------------------------------------------------------------------------
+# TFDS builder: one builder config per set of generation parameters.
+
+def _builder_class():
+  """Defined lazily so importing the package does not import tensorflow_datasets."""
+  global _BUILDER
+  if _BUILDER is not None:
+    return _BUILDER
+  import tensorflow_datasets as tfds
+
+  class PoolformersListopsConfig(tfds.core.BuilderConfig):
+
+    def __init__(self, *, seed, min_tokens, max_tokens, max_depth, max_args,
+                 num_train, num_validation, num_test):
+      self.seed, self.min_tokens, self.max_tokens = seed, min_tokens, max_tokens
+      self.max_depth, self.max_args = max_depth, max_args
+      self.sizes = {'train': num_train, 'validation': num_validation, 'test': num_test}
+      name = (f'seed{seed}_len{min_tokens}-{max_tokens}_depth{max_depth}_args{max_args}'
+              f'_n{num_train}-{num_validation}-{num_test}')
+      super().__init__(name=name, version='1.0.0',
+                       description='ListOps generated by poolformers_jax (official LRA recipe).')
+
+  class PoolformersListops(tfds.core.GeneratorBasedBuilder):
+    """ListOps from the official LRA recipe, seeded; tokens include the parentheses."""
+    VERSION = tfds.core.Version('1.0.0')
+    BUILDER_CONFIGS = []
+    # Nothing is downloaded, so no checksums file; without this TFDS resolves the package's
+    # resource path, which needs the optional importlib_resources package.
+    code_path = None
+
+    def _info(self):
+      features = tfds.features.FeaturesDict({
+          'tokens': tfds.features.Tensor(shape=(None,), dtype=np.uint8),
+          'label': tfds.features.ClassLabel(num_classes=NUM_CLASSES),
+      })
+      return tfds.core.DatasetInfo(builder=self, features=features,
+                                   description='ListOps, official LRA recipe, fixed vocabulary: '
+                                   + ' '.join(VOCAB))
+
+    def _split_generators(self, dl_manager):
+      del dl_manager
+      c = self.builder_config
+      names = list(c.sizes)
+      splits = generate_splits(c.seed, [c.sizes[n] for n in names], c.min_tokens, c.max_tokens,
+                               c.max_depth, c.max_args)
+      return {n: self._generate_examples(s) for n, s in zip(names, splits)}
+
+    def _generate_examples(self, examples):
+      for i, (ids, label) in enumerate(examples):
+        yield i, {'tokens': ids, 'label': label}
+
+  _BUILDER = (PoolformersListops, PoolformersListopsConfig)
+  return _BUILDER
+
+
+_BUILDER = None
+
+
+_GENERATOR_FIELDS = ('seed', 'min_tokens', 'max_tokens', 'max_depth', 'max_args', 'num_train',
+                     'num_validation', 'num_test')
+
+
+def prepare(data_config):
+  """Generates the array_record files under data_dir unless they exist; returns the builder."""
+  params = tuple(int(data_config.generator[k]) for k in _GENERATOR_FIELDS)
+  return _prepared_builder(base.expand_path(data_config.data_dir), params)
+
+
+@functools.lru_cache(maxsize=16)
+def _prepared_builder(data_dir: str, params: tuple[int, ...]):
+  from absl import logging
+  from tensorflow_datasets.core.utils import tqdm_utils
+  builder_cls, config_cls = _builder_class()
+  config = config_cls(**dict(zip(_GENERATOR_FIELDS, params)))
+  builder = builder_cls(data_dir=data_dir, config=config)
+  if not builder.is_prepared():
+    logging.info('Generating ListOps %s into %s (once).', config.name, data_dir)
+    shown = tqdm_utils._active  # pylint: disable=protected-access
+    tqdm_utils.display_progress_bar(False)
+    try:
+      builder.download_and_prepare(file_format='array_record')
+    except OSError:
+      # Several hosts preparing at once: TFDS writes to a temporary folder and renames it, so
+      # the loser's rename fails while the winner's files are complete and identical (seeded).
+      builder = builder_cls(data_dir=data_dir, config=config)
+      if not builder.is_prepared():
+        raise
+    finally:
+      tqdm_utils.display_progress_bar(shown)
+  return builder
+
+
+def generated_source(data_config, split: str):
+  """tfds data source (what `tfds.data_source` returns) of a split; generated on first use."""
+  return prepare(data_config).as_data_source(split=split)
+
+
+# --------------------------------------------------------------------------------------------
+# Official LRA TSV files (header `Source\tTarget`), read lazily from byte offsets.
+
+class TsvSource:
+  """Random access over a `Source\tTarget` TSV: records are {'tokens', 'label'}."""
+
+  def __init__(self, path: str):
+    self.lines = base.LineFile(path, skip_header=True)
+    if self.lines.header.split('\t')[:2] != ['Source', 'Target']:
+      raise ValueError(f'{path}: expected the header "Source<TAB>Target", '
+                       f'got {self.lines.header[:40]!r}.')
+
+  def __len__(self):
+    return len(self.lines)
+
+  def __getitem__(self, index):
+    source, target = self.lines[index].split('\t')[:2]
+    return {'tokens': encode(source.split()), 'label': int(target)}
+
+  def __repr__(self):
+    return f'TsvSource({self.lines.path!r}, {len(self)} examples)'
+
+
+def tsv_source(data_config, split: str):
+  path = os.path.join(base.expand_path(data_config.tsv_dir), TSV_FILES[split])
+  base.require_file(path, 'download the LRA release (lra_release.gz, listops-1000/) and set '
+                    "config.data.tsv_dir to its folder, or use config.data.source='generated'.")
+  return _cached_tsv(path)
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_tsv(path: str) -> TsvSource:
+  return TsvSource(path)
+
+
+# --------------------------------------------------------------------------------------------
+# The dataset spec.
+
+_SOURCES = {'generated': generated_source, 'tsv': tsv_source}
+
+
+def source(data_config, split: str):
+  base.check_split(split)
+  if data_config.source not in _SOURCES:
+    raise ValueError(f'config.data.source={data_config.source!r}; choose one of {sorted(_SOURCES)}.')
+  return _SOURCES[data_config.source](data_config, split)
+
+
+def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  del rng  # no augmentation
+  ids = np.asarray(record['tokens'])
+  if not data_config.keep_parentheses:
+    ids = ids[~np.isin(ids, PAREN_IDS)]
+  return {'inputs': base.fit_length(ids, data_config.max_length, data_config.too_long, 'ListOps example'),
+          'targets': np.int32(record['label'])}
+
+
+def info(data_config) -> base.DatasetInfo:
+  if data_config.source == 'generated':
+    g = data_config.generator
+    sizes = {'train': g.num_train, 'validation': g.num_validation, 'test': g.num_test}
+  else:
+    sizes = {split: len(tsv_source(data_config, split)) for split in base.SPLITS}
+  return base.DatasetInfo(name='listops', task='classification', num_classes=NUM_CLASSES,
+                          vocab_size=len(VOCAB), input_shape=(data_config.max_length,),
+                          split_sizes=sizes)
+
+
+base.register_dataset('listops', base.DatasetSpec(info=info, source=source, preprocess=preprocess))

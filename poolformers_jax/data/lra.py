@@ -1,0 +1,240 @@
+"""Long Range Arena tasks other than ListOps: Text, Retrieval, Image, Pathfinder.
+
+Tokens are bytes or pixel values shifted by one (id = value + 1), so that id 0 stays padding and
+the model's `mask = inputs != 0` is right even for black pixels or NUL bytes; vocabulary 257
+(the LRA table's 512 is just the embedding size the configs use).
+
+- lra_text: TFDS 'imdb_reviews/plain_text' (array_record in config.data.data_dir), UTF-8 bytes,
+  max_length 4096 (PoNet) or 1024 (LRA paper, AdaMRA). IMDB has no validation split: as in LRA,
+  'validation' reads the test split (config.data.tfds_splits).
+- lra_retrieval: the LRA release files new_aan_pairs.{train,eval,test}.tsv in config.data.tsv_dir
+  (no header; columns label, id1, id2, text1, text2, split on tabs only, as the LRA code reads
+  them); inputs [2, max_length] bytes of the two documents, target the float label as int.
+- lra_image: TFDS 'cifar10', grayscale with the ITU-R 601 weights that tf.image.rgb_to_grayscale
+  uses (0.2989, 0.5870, 0.1140), rounded half up, flattened row-major to 1024 pixel tokens.
+  'validation' is the test split (as in LRA).
+- lra_pathfinder, two layouts (config.data.format):
+  'npz':         {pathfinder_dir}/{train,validation,test}.npz, each with 'images' uint8
+                 [N, R, R] (or [N, R, R, 1]) and 'labels' int [N];
+  'lra_release': the LRA release folder {pathfinder_dir}/{difficulty}/ with metadata/*.npy
+                 (text, one line per image: `imgs/<k> sample_<i>.png <x> <label> ...`) and
+                 imgs/<k>/*.png. Examples are ordered by sorted metadata file then line, and split
+                 80/10/10 into train/validation/test (the LRA paper's 160k/20k/20k of 200k).
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+from typing import Optional
+
+import numpy as np
+
+from poolformers_jax.data import base
+
+GRAY_WEIGHTS = np.asarray([0.2989, 0.5870, 0.1140], np.float64)
+
+
+def _tfds_split(data_config, split: str) -> str:
+  return data_config.tfds_splits[base.check_split(split)]
+
+
+def _split_sizes(data_config, source_fn):
+  return {split: len(source_fn(data_config, split)) for split in base.SPLITS}
+
+
+# --------------------------------------------------------------------------------------------
+# Text classification (IMDB bytes).
+
+def text_source(data_config, split):
+  return base.tfds_source(data_config.tfds_name, _tfds_split(data_config, split),
+                          data_config.data_dir)
+
+
+def text_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  del rng
+  ids = base.byte_ids(record['text'])
+  return {'inputs': base.fit_length(ids, data_config.max_length, data_config.too_long, 'review'),
+          'targets': np.int32(record['label'])}
+
+
+def text_info(data_config):
+  return base.DatasetInfo(name='lra_text', task='classification', num_classes=2,
+                          vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
+                          split_sizes=_split_sizes(data_config, text_source))
+
+
+# --------------------------------------------------------------------------------------------
+# Retrieval (AAN document pairs, bytes).
+
+RETRIEVAL_FILES = {'train': 'new_aan_pairs.train.tsv', 'validation': 'new_aan_pairs.eval.tsv',
+                   'test': 'new_aan_pairs.test.tsv'}
+
+
+class RetrievalSource:
+  """Records {'label', 'text1', 'text2'} of a headerless `label id1 id2 text1 text2` TSV."""
+
+  def __init__(self, path: str):
+    self.lines = base.LineFile(path)
+
+  def __len__(self):
+    return len(self.lines)
+
+  def __getitem__(self, index):
+    fields = self.lines[index].split('\t')
+    if len(fields) < 5:
+      raise ValueError(f'{self.lines.path} line {index}: expected 5 tab-separated fields '
+                       f'(label, id1, id2, text1, text2), got {len(fields)}.')
+    return {'label': int(float(fields[0])), 'text1': fields[3], 'text2': fields[4]}
+
+
+@functools.lru_cache(maxsize=8)
+def _retrieval_file(path: str) -> RetrievalSource:
+  return RetrievalSource(path)
+
+
+def retrieval_source(data_config, split):
+  path = os.path.join(base.expand_path(data_config.tsv_dir), RETRIEVAL_FILES[base.check_split(split)])
+  base.require_file(path, 'download the LRA release (lra_release.gz, tsv_data/) and set '
+                    'config.data.tsv_dir to the folder holding new_aan_pairs.*.tsv.')
+  return _retrieval_file(path)
+
+
+def retrieval_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  del rng
+  docs = [base.fit_length(base.byte_ids(record[k]), data_config.max_length, data_config.too_long,
+                          'document') for k in ('text1', 'text2')]
+  return {'inputs': np.stack(docs), 'targets': np.int32(record['label'])}
+
+
+def retrieval_info(data_config):
+  return base.DatasetInfo(name='lra_retrieval', task='retrieval', num_classes=2,
+                          vocab_size=base.BYTE_VOCAB_SIZE,
+                          input_shape=(2, data_config.max_length),
+                          split_sizes=_split_sizes(data_config, retrieval_source))
+
+
+# --------------------------------------------------------------------------------------------
+# Image (CIFAR-10 grayscale pixels as tokens).
+
+def to_gray(image: np.ndarray) -> np.ndarray:
+  """[H, W, 3] uint8 -> [H, W] uint8 luma (tf.image.rgb_to_grayscale weights), rounded."""
+  if image.shape[-1] == 1:
+    return image[..., 0]
+  luma = image.astype(np.float64) @ GRAY_WEIGHTS
+  return np.clip(np.floor(luma + 0.5), 0, 255).astype(np.uint8)   # round half up
+
+
+def pixel_tokens(gray: np.ndarray, data_config, what: str) -> np.ndarray:
+  ids = gray.reshape(-1).astype(np.int32) + 1   # pixel value + 1: black pixels are not padding
+  return base.fit_length(ids, data_config.max_length, data_config.too_long, what)
+
+
+def image_source(data_config, split):
+  return base.tfds_source(data_config.tfds_name, _tfds_split(data_config, split),
+                          data_config.data_dir)
+
+
+def image_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  del rng
+  gray = to_gray(np.asarray(record['image']))
+  return {'inputs': pixel_tokens(gray, data_config, 'image'), 'targets': np.int32(record['label'])}
+
+
+def image_info(data_config):
+  return base.DatasetInfo(name='lra_image', task='classification', num_classes=10,
+                          vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
+                          split_sizes=_split_sizes(data_config, image_source))
+
+
+# --------------------------------------------------------------------------------------------
+# Pathfinder.
+
+class NpzSource:
+  def __init__(self, path: str):
+    with np.load(path) as f:
+      self.images, self.labels = np.asarray(f['images'], np.uint8), np.asarray(f['labels'])
+    if len(self.images) != len(self.labels):
+      raise ValueError(f'{path}: {len(self.images)} images but {len(self.labels)} labels.')
+
+  def __len__(self):
+    return len(self.labels)
+
+  def __getitem__(self, index):
+    return {'image': self.images[index], 'label': int(self.labels[index])}
+
+
+class PngSource:
+  """(png path, label) list from the LRA release metadata; images decoded on read (PIL)."""
+
+  def __init__(self, entries):
+    self.entries = entries
+
+  def __len__(self):
+    return len(self.entries)
+
+  def __getitem__(self, index):
+    from PIL import Image
+    path, label = self.entries[index]
+    with Image.open(path) as image:
+      return {'image': np.asarray(image.convert('L'), np.uint8), 'label': label}
+
+
+@functools.lru_cache(maxsize=8)
+def _npz(path: str) -> NpzSource:
+  return NpzSource(path)
+
+
+@functools.lru_cache(maxsize=8)
+def _release_entries(folder: str):
+  metadata = sorted(glob.glob(os.path.join(folder, 'metadata', '*.npy')))
+  if not metadata:
+    raise base.DataNotFoundError(
+        f'{folder}/metadata/*.npy not found: point config.data.pathfinder_dir at the LRA release '
+        "pathfinder32 folder (holding curv_baseline/ ...) or use config.data.format='npz'.")
+  entries = []
+  for meta in metadata:
+    with open(meta) as f:
+      for line in f:
+        fields = line.split()
+        if fields:
+          entries.append((os.path.join(folder, fields[0], fields[1]), int(fields[3])))
+  n = len(entries)
+  train_end, validation_end = int(0.8 * n), int(0.9 * n)
+  return {'train': entries[:train_end], 'validation': entries[train_end:validation_end],
+          'test': entries[validation_end:]}
+
+
+def pathfinder_source(data_config, split):
+  base.check_split(split)
+  root = base.expand_path(data_config.pathfinder_dir)
+  if data_config.format == 'npz':
+    path = os.path.join(root, f'{split}.npz')
+    base.require_file(path, "write train/validation/test .npz files ('images' uint8 [N, R, R], "
+                      "'labels' [N]) there or use config.data.format='lra_release'.")
+    return _npz(path)
+  if data_config.format == 'lra_release':
+    return PngSource(_release_entries(os.path.join(root, data_config.difficulty))[split])
+  raise ValueError(f"config.data.format={data_config.format!r}; choose 'npz' or 'lra_release'.")
+
+
+def pathfinder_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  del rng
+  image = np.asarray(record['image'])
+  gray = to_gray(image) if image.ndim == 3 else image
+  return {'inputs': pixel_tokens(gray, data_config, 'pathfinder image'),
+          'targets': np.int32(record['label'])}
+
+
+def pathfinder_info(data_config):
+  return base.DatasetInfo(name='lra_pathfinder', task='classification', num_classes=2,
+                          vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
+                          split_sizes=_split_sizes(data_config, pathfinder_source))
+
+
+base.register_dataset('lra_text', base.DatasetSpec(text_info, text_source, text_preprocess))
+base.register_dataset('lra_retrieval', base.DatasetSpec(retrieval_info, retrieval_source,
+                                                        retrieval_preprocess))
+base.register_dataset('lra_image', base.DatasetSpec(image_info, image_source, image_preprocess))
+base.register_dataset('lra_pathfinder', base.DatasetSpec(pathfinder_info, pathfinder_source,
+                                                         pathfinder_preprocess))

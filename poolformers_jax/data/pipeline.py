@@ -1,0 +1,113 @@
+"""grain pipelines shared by every dataset: the train iterator, the eval iterator, the info.
+
+Train: records -> this process's slice [process_index::process_count] -> shuffle (a new
+permutation every epoch, from the seed) -> repeat forever -> preprocess (with a per-example
+numpy Generator derived from the seed, for augmentation) -> batch(batch_size // process_count,
+drop_remainder). It is a grain `DatasetIterator`: `get_state()` / `set_state()` resume exactly,
+and orbax saves it with `grain.checkpoint.CheckpointSave`.
+
+Eval: every example of the split exactly once across processes: process p reads examples
+p, p + P, p + 2P, ...; all processes yield the same number of batches (collectives need that),
+the last ones filled with zero examples whose 'mask' is False.
+`batch_size` is GLOBAL (like config.batch_size); each process yields batch_size // P examples.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Optional
+
+import grain
+import numpy as np
+
+from poolformers_jax.data import base
+
+
+class _Preprocess:
+  """Picklable (for grain workers) `record[, rng] -> example` of one dataset."""
+
+  def __init__(self, data_config):
+    self.data_config = data_config
+
+  def __call__(self, record, rng: Optional[np.random.Generator] = None):
+    return base.get_spec(self.data_config).preprocess(record, self.data_config, rng)
+
+
+def _per_process(batch_size: int, process_count: int, what: str) -> int:
+  if batch_size % process_count:
+    raise ValueError(f'{what}={batch_size} is not divisible by process_count={process_count}.')
+  if batch_size < process_count:
+    raise ValueError(f'{what}={batch_size} is smaller than process_count={process_count}.')
+  return batch_size // process_count
+
+
+def _read_options(data_config) -> grain.ReadOptions:
+  threads = int(data_config.get('read_threads', 4))
+  return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=max(2 * threads, 1))
+
+
+def _to_iterator(ds: grain.MapDataset, data_config) -> grain.DatasetIterator:
+  it_ds = ds.to_iter_dataset(_read_options(data_config))
+  workers = int(data_config.get('worker_count', 0))
+  if workers > 0:
+    it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
+  return iter(it_ds)
+
+
+def get_dataset_info(config) -> base.DatasetInfo:
+  """DatasetInfo of config.data (raises DataNotFoundError if files are missing)."""
+  return base.get_spec(config.data).info(config.data)
+
+
+def make_train_iterator(config, seed: Optional[int] = None, process_index: int = 0,
+                        process_count: int = 1) -> grain.DatasetIterator:
+  """Infinite shuffled iterator of {'inputs', 'targets'} batches for this process."""
+  data_config = config.data
+  seed = int(config.seed if seed is None else seed)
+  batch = _per_process(config.batch_size, process_count, 'config.batch_size')
+  records = base.get_spec(data_config).source(data_config, 'train')
+  ds = grain.MapDataset.source(records)[process_index::process_count]
+  if len(ds) == 0:
+    raise ValueError(f'the train split of {data_config.name} has no examples for process '
+                     f'{process_index} of {process_count}.')
+  ds = ds.seed(seed).shuffle().repeat().random_map(_Preprocess(data_config))
+  return _to_iterator(ds.batch(batch, drop_remainder=True), data_config)
+
+
+class _EvalExample:
+  """Index i of the padded per-process range -> example (mask True) or zeros (mask False)."""
+
+  def __init__(self, records, data_config, process_index: int, process_count: int):
+    self.records, self.preprocess = records, _Preprocess(data_config)
+    self.process_index, self.process_count = process_index, process_count
+    self._padding = None
+
+  def __call__(self, i: int):
+    index = self.process_index + i * self.process_count
+    if index < len(self.records):
+      return dict(self.preprocess(self.records[index]), mask=np.bool_(True))
+    if self._padding is None:
+      example = self.preprocess(self.records[0])
+      self._padding = {k: np.zeros_like(v) for k, v in example.items()}
+    return dict(self._padding, mask=np.bool_(False))
+
+
+def eval_num_batches(num_examples: int, batch_size: int, process_count: int) -> int:
+  """Batches every process yields for a split of `num_examples` (global batch_size)."""
+  per_process = _per_process(batch_size, process_count, 'eval batch_size')
+  return math.ceil(math.ceil(num_examples / process_count) / per_process)
+
+
+def make_eval_iterator(config, split: str, batch_size: Optional[int] = None,
+                       process_index: int = 0, process_count: int = 1) -> Iterator[dict[str, Any]]:
+  """One pass over `split`: batches with 'mask' (False = padding) for this process."""
+  data_config = config.data
+  if batch_size is None:
+    batch_size = config.get('eval_batch_size', None) or config.batch_size
+  per_process = _per_process(batch_size, process_count, 'eval batch_size')
+  records = base.get_spec(data_config).source(data_config, base.check_split(split))
+  if len(records) == 0:
+    raise ValueError(f'split {split!r} of {data_config.name} is empty.')
+  num_batches = eval_num_batches(len(records), batch_size, process_count)
+  ds = grain.MapDataset.range(num_batches * per_process).map(
+      _EvalExample(records, data_config, process_index, process_count))
+  return _to_iterator(ds.batch(per_process), data_config)

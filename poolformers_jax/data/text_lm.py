@@ -1,0 +1,105 @@
+"""Character-level language modelling: enwik8 and text8 from their official zip files.
+
+Files: {config.data.data_dir}/enwik8.zip (member 'enwik8', 100M bytes of Wikipedia XML) and
+{config.data.data_dir}/text8.zip (member 'text8', 100M characters of a-z and space), as
+distributed at mattmahoney.net/dc. Nothing is downloaded at run time.
+
+Splits: the first 90M / next 5M / last 5M bytes (enwik8) or characters (text8)
+(config.data.split_sizes), the standard split of Al-Rfou et al. and Transformer-XL.
+Tokens: enwik8 byte + 1 (vocabulary 257, id 0 stays padding though a full-length window never
+pads); text8 ' ' -> 1, 'a'..'z' -> 2..27 (vocabulary 28).
+Examples: non-overlapping windows of max_length + 1 symbols, inputs = window[:-1],
+targets = window[1:] (int32 [L] each), so every symbol of a split except the first is predicted
+exactly once per epoch in eval; the trailing remainder shorter than a window is dropped.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import zipfile
+from typing import Optional
+
+import numpy as np
+
+from poolformers_jax.data import base
+
+
+def _enwik8_table():
+  return np.arange(256, dtype=np.int32) + 1
+
+
+def _text8_table():
+  table = np.full(256, -1, np.int32)
+  table[ord(' ')] = 1
+  table[ord('a'):ord('z') + 1] = np.arange(2, 28)
+  return table
+
+
+VOCABS = {'enwik8': (257, _enwik8_table()), 'text8': (28, _text8_table())}
+
+
+@functools.lru_cache(maxsize=4)
+def load_symbols(path: str, member: str) -> np.ndarray:
+  """All bytes of `member` inside the zip file at `path`, as uint8."""
+  with zipfile.ZipFile(path) as archive:
+    return np.frombuffer(archive.read(member), np.uint8)
+
+
+class WindowSource:
+  """Non-overlapping windows of `length + 1` symbols of a 1D uint8 array."""
+
+  def __init__(self, symbols: np.ndarray, length: int):
+    self.symbols, self.length = symbols, length
+
+  def __len__(self):
+    return max(0, (len(self.symbols) - 1) // self.length)
+
+  def __getitem__(self, index):
+    if not 0 <= index < len(self):
+      raise IndexError(index)
+    start = index * self.length
+    return self.symbols[start:start + self.length + 1]
+
+
+def _symbols(data_config) -> np.ndarray:
+  name = data_config.name
+  path = os.path.join(base.expand_path(data_config.data_dir), f'{name}.zip')
+  base.require_file(path, f'copy the official {name}.zip (mattmahoney.net/dc/{name}.zip) there '
+                    'or set config.data.data_dir to its folder.')
+  return load_symbols(path, name)
+
+
+def source(data_config, split):
+  symbols = _symbols(data_config)
+  train, validation, test = data_config.split_sizes
+  if train + validation + test > len(symbols):
+    raise ValueError(f'{data_config.name}: split_sizes {tuple(data_config.split_sizes)} need '
+                     f'{train + validation + test} symbols but the file has {len(symbols)}.')
+  bounds = {'train': (0, train), 'validation': (train, train + validation),
+            'test': (train + validation, train + validation + test)}
+  start, stop = bounds[base.check_split(split)]
+  return WindowSource(symbols[start:stop], data_config.max_length)
+
+
+def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  del rng
+  _, table = VOCABS[data_config.name]
+  ids = table[np.asarray(record)]
+  if (ids < 0).any():
+    bad = chr(int(np.asarray(record)[np.argmax(ids < 0)]))
+    raise ValueError(f'{data_config.name}: character {bad!r} is outside its vocabulary.')
+  return {'inputs': ids[:-1], 'targets': ids[1:]}
+
+
+def _info(name):
+  def info(data_config):
+    vocab_size, _ = VOCABS[name]
+    return base.DatasetInfo(
+        name=name, task='lm', num_classes=vocab_size, vocab_size=vocab_size,
+        input_shape=(data_config.max_length,),
+        split_sizes={split: len(source(data_config, split)) for split in base.SPLITS})
+  return info
+
+
+for _name in VOCABS:
+  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess))

@@ -1,0 +1,114 @@
+"""Image classification: CIFAR-10, CIFAR-100, ImageNet-2012 through `tfds.data_source`.
+
+Examples are float32 [H, W, C], normalised per channel with config.data.mean / std.
+Train: CIFAR pads 4 pixels of zeros and crops 32 x 32 at random; ImageNet takes an
+Inception-style random crop (8-100 % of the area, aspect ratio 3/4 to 4/3, 10 attempts, else
+the center crop) resized (bicubic) to image_size; both flip left-right with probability 1/2.
+Eval: resize the shorter side to image_size / eval_crop_fraction (ImageNet: 224 / 0.875 = 256),
+then center crop image_size x image_size (CIFAR: identity).
+
+Left out on purpose: DeiT's heavy augmentations (RandAugment, mixup, cutmix, random erasing,
+repeated augmentation). They belong to the papers' full recipes (HVT, ContextPool ViTs) but need
+batch-level mixing the trainer would have to own; they are not implemented here.
+TFDS datasets must be prepared as array_record beforehand (`tfds build <name>
+--file_format=array_record`; ImageNet needs its manual download).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import numpy as np
+
+from poolformers_jax.data import base
+
+NUM_CLASSES = {'cifar10': 10, 'cifar100': 100, 'imagenet2012': 1000}
+
+
+def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
+  from PIL import Image
+  if image.shape[:2] == (height, width):
+    return image
+  squeeze = image.shape[-1] == 1
+  pil = Image.fromarray(image[..., 0] if squeeze else image)
+  out = np.asarray(pil.resize((width, height), Image.BICUBIC))
+  return out[..., None] if squeeze else out
+
+
+def center_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.ndarray:
+  """Resize the shorter side to size / crop_fraction, then take the central size x size."""
+  height, width = image.shape[:2]
+  short = round(size / crop_fraction)
+  if min(height, width) != short:
+    scale = short / min(height, width)
+    image = _resize(image, max(short, round(height * scale)), max(short, round(width * scale)))
+    height, width = image.shape[:2]
+  top, left = (height - size) // 2, (width - size) // 2
+  return image[top:top + size, left:left + size]
+
+
+def pad_crop(image: np.ndarray, size: int, padding: int, rng: np.random.Generator) -> np.ndarray:
+  """Zero-pad `padding` pixels on each side, then a random size x size crop."""
+  padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)))
+  top = rng.integers(0, padded.shape[0] - size + 1)
+  left = rng.integers(0, padded.shape[1] - size + 1)
+  return padded[top:top + size, left:left + size]
+
+
+def inception_crop(image: np.ndarray, size: int, rng: np.random.Generator,
+                   area_range=(0.08, 1.0), ratio_range=(3 / 4, 4 / 3), attempts: int = 10):
+  height, width = image.shape[:2]
+  for _ in range(attempts):
+    area = height * width * rng.uniform(*area_range)
+    ratio = math.exp(rng.uniform(math.log(ratio_range[0]), math.log(ratio_range[1])))
+    crop_w, crop_h = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
+    if 0 < crop_w <= width and 0 < crop_h <= height:
+      top = rng.integers(0, height - crop_h + 1)
+      left = rng.integers(0, width - crop_w + 1)
+      return _resize(image[top:top + crop_h, left:left + crop_w], size, size)
+  return center_crop(image, size, 1.0)
+
+
+_TRAIN_CROPS = {
+    'pad_crop': lambda image, c, rng: pad_crop(image, c.image_size, c.crop_padding, rng),
+    'inception_crop': lambda image, c, rng: inception_crop(image, c.image_size, rng),
+}
+
+
+def normalize(image: np.ndarray, data_config) -> np.ndarray:
+  mean = np.asarray(data_config.mean, np.float32)
+  std = np.asarray(data_config.std, np.float32)
+  return (image.astype(np.float32) / 255.0 - mean) / std
+
+
+def source(data_config, split):
+  return base.tfds_source(data_config.tfds_name, data_config.tfds_splits[base.check_split(split)],
+                          data_config.data_dir)
+
+
+def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  image = np.asarray(record['image'], np.uint8)
+  if rng is None:
+    image = center_crop(image, data_config.image_size, data_config.eval_crop_fraction)
+  else:
+    if data_config.train_crop not in _TRAIN_CROPS:
+      raise ValueError(f'config.data.train_crop={data_config.train_crop!r}; choose one of '
+                       f'{sorted(_TRAIN_CROPS)}.')
+    image = _TRAIN_CROPS[data_config.train_crop](image, data_config, rng)
+    if data_config.random_flip and rng.random() < 0.5:
+      image = image[:, ::-1]
+  return {'inputs': normalize(image, data_config), 'targets': np.int32(record['label'])}
+
+
+def _info(name):
+  def info(data_config):
+    size = data_config.image_size
+    return base.DatasetInfo(
+        name=name, task='classification', num_classes=NUM_CLASSES[name], vocab_size=None,
+        input_shape=(size, size, 3),
+        split_sizes={split: len(source(data_config, split)) for split in base.SPLITS})
+  return info
+
+
+for _name in NUM_CLASSES:
+  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess))

@@ -1,0 +1,184 @@
+"""AdaMRA: Adaptive Multi-Resolution Attention (Zhang, Ma, Seidl and Tresp, 2021).
+
+Each of H attention heads sees the keys and values at its own resolution: head h replaces the n
+keys / values by m_h = n * c_h segment means (compression rate c_h). A router sends every query to
+one head (Eq. 6), and the head attends with kernel attention (Eq. 7), so memory and time are linear
+in n (phi(K)^T V is formed first; no [n, n] or [n, m] matrix in the kernel variants). Each head is
+split into S subheads (Eq. 8-9), and the routed heads are summed and projected by W^O (Eq. 8).
+
+What the paper leaves open, and what we decided (see also PAPER_NOTES.md "Open points"):
+- Heads and subheads. H, the number of resolution heads, is `len(compression_rates)` (Table 4 counts
+  heads that way). The field `num_heads` is the number of subheads S of every head, i.e. the usual
+  "head width = dim / num_heads" of every other mixer here, so the shared LRA setting "2 heads of 32"
+  means S = 2 subheads of width 32. Default rates (1/2, 1/8, 1/32): the best row of Table 4.
+- Projections. Eq. 1 projects X to Q, K, V (Dense layers `query`, `key`, `value`, as in
+  LinearAttention); the router reads Q (Eq. 6). Eq. 9 then projects the routed queries and the
+  compressed keys / values once more with per-head matrices W_hs (params `head_query`,
+  `head_key`, `head_value`, each [H, dim, dim] = S blocks of dim / S columns, no bias as written).
+  Keys / values are compressed first and projected after, which is cheaper (m_h rows, not n) and
+  equal because a segment mean commutes with a linear map. `per_head_projections=False` drops the
+  Eq. 9 matrices: subheads are then slices of Q, K, V (the usual reading of Eq. 5) and all heads
+  share them, differing only in resolution.
+- Segments. m_h = floor(n * c_h) contiguous segments of ceil(n / m_h) tokens; the sequence is
+  right-padded to m_h * ceil(n / m_h), and padded positions and masked tokens are left out of the
+  means. A segment without any real token is not a key. Segments are defined on the padded input
+  length, so the values, not the amount, of padding are irrelevant (DESIGN.md). n * c_h < 1 is an
+  error.
+- Routing. argmax of the router probability P has no gradient, so the routed head's output is
+  multiplied by its probability (Switch Transformer), and the router learns through that factor.
+  `routing='random'` (the "Rand" ablation of Table 5) sends each position to a head drawn once from
+  a fixed seed (content-independent, the same at training and evaluation, no gate);
+  `routing='none'` sends every query to every head with weight 1 (Eq. 8 without the router mask;
+  with one head and rate 1 this is plain linear attention).
+- Feature map. 'relu' (the paper's choice), 'elu+1' (Katharopoulos et al.) or 'softmax' (Table 5
+  "Softmax": exact softmax attention over the compressed keys, memory O(n * sum_h m_h)).
+- No causal form: the paper defines none (segment means mix future tokens), so there is no
+  `causal` field and the registry refuses to build AdaMRA for a language model.
+- Dropout (the paper is silent): on the summed heads before W^O, as MultiHeadAttention does.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from poolformers_jax.layers.attention import (FEATURE_MAPS, linear_attention, merge_heads,
+                                              softmax_attention, split_heads)
+from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_heads,
+                                           check_sequence_input, compute_dtype)
+from poolformers_jax.layers.registry import register_mixer
+
+ROUTINGS = ('learned', 'random', 'none')
+ATTENTIONS = tuple(sorted(FEATURE_MAPS)) + ('softmax',)
+RANDOM_ROUTING_SEED = 0
+
+
+def num_segments(length: int, rate: float, name: str = 'AdaMRA') -> int:
+  """m_h = floor(n * c_h), the number of landmarks of a head; raises if it is zero."""
+  if not 0.0 < rate <= 1.0:
+    raise ValueError(f'{name}: compression rate {rate} is not in (0, 1]; '
+                     f'use rates like 1/2, 1/8, 1/32.')
+  count = math.floor(length * rate + 1e-9)
+  if count < 1:
+    raise ValueError(f'{name}: compression rate {rate} leaves no segment at length {length} '
+                     f'(rate * length < 1); use a rate >= 1/{length} or a longer input.')
+  return count
+
+
+def segment_means(x: Array, mask: Array, count: int) -> tuple[Array, Array]:
+  """Means of `x: [B, n, F]` over `count` contiguous segments of ceil(n / count) tokens.
+
+  The input is right-padded to count * ceil(n / count); padded positions and tokens with
+  `mask` False are left out. Returns (means [B, count, F] in x.dtype, valid [B, count] bool),
+  valid = the segment holds at least one real token. Sums are taken in float32.
+  """
+  batch, length, features = x.shape
+  seg_len = -(-length // count)
+  pad = count * seg_len - length
+  real = jnp.pad(mask.astype(bool), ((0, 0), (0, pad)))
+  # jnp.where, not a product, so inf / nan in padding cannot leak into the means; XLA fuses the
+  # pad, where and float32 sum into one reduction, so no padded copy of x is materialised.
+  xs = jnp.where(real[..., None], jnp.pad(x, ((0, 0), (0, pad), (0, 0))), 0)
+  sums = xs.reshape(batch, count, seg_len, features).sum(axis=2, dtype=jnp.float32)
+  tokens = real.reshape(batch, count, seg_len).sum(axis=2)
+  means = sums / jnp.maximum(tokens, 1)[..., None].astype(jnp.float32)
+  return means.astype(x.dtype), tokens > 0
+
+
+def random_routes(length: int, num_routes: int) -> np.ndarray:
+  """The fixed, content-independent head of each position for `routing='random'`."""
+  return np.random.default_rng(RANDOM_ROUTING_SEED).integers(0, num_routes, size=length)
+
+
+class AdaMRA(nn.Module):
+  """Adaptive multi-resolution kernel attention; mixer interface of DESIGN.md.
+
+  Attributes:
+    num_heads: subheads S of every resolution head (head width dim / S); see the module docstring.
+    compression_rates: c_h of each head; H = len(compression_rates).
+    routing: 'learned' (Eq. 6, gated by the router probability), 'random' or 'none'.
+    feature_map: 'relu', 'elu+1' (kernel attention, Eq. 7) or 'softmax' (ablation).
+    per_head_projections: use the per-head matrices W_hs of Eq. 9.
+  """
+  num_heads: int
+  compression_rates: Sequence[float] = (1 / 2, 1 / 8, 1 / 32)
+  routing: str = 'learned'
+  feature_map: str = 'relu'
+  per_head_projections: bool = True
+  dropout_rate: float = 0.0
+  use_bias: bool = True
+  dtype: Optional[Dtype] = None
+
+  def _check_options(self, name: str) -> None:
+    if self.routing not in ROUTINGS:
+      raise ValueError(f'{name}: unknown routing {self.routing!r}; choose one of {ROUTINGS}.')
+    if self.feature_map not in ATTENTIONS:
+      raise ValueError(f'{name}: unknown feature_map {self.feature_map!r}; '
+                       f'choose one of {ATTENTIONS}.')
+    if len(self.compression_rates) == 0:
+      raise ValueError(f'{name}: compression_rates is empty; give one rate per head, '
+                       f'e.g. (1/2, 1/8, 1/32).')
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+               deterministic: bool = True) -> Array:
+    name = type(self).__name__
+    mask = check_sequence_input(x, mask, name)
+    self._check_options(name)
+    _, length, dim = x.shape
+    check_heads(dim, self.num_heads, name)
+    counts = [num_segments(length, float(r), name) for r in self.compression_rates]
+    dtype = compute_dtype(self.dtype, x)
+
+    dense = lambda n: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=n)
+    q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))  # Eq. 1
+    gates = self._gates(q, dtype)  # [B, n, H]
+
+    if self.per_head_projections:  # W_hs of Eq. 9, the S subheads side by side
+      init = nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
+      w_q, w_k, w_v = (self.param(p, init, (len(counts), dim, dim)).astype(dtype)
+                       for p in ('head_query', 'head_key', 'head_value'))
+
+    mixed = jnp.zeros_like(q)
+    for h, count in enumerate(counts):
+      (k_h, valid), (v_h, _) = segment_means(k, mask, count), segment_means(v, mask, count)
+      q_h = q
+      if self.per_head_projections:
+        q_h, k_h, v_h = q_h @ w_q[h], k_h @ w_k[h], v_h @ w_v[h]
+      q_h, k_h, v_h = (split_heads(t, self.num_heads) for t in (q_h, k_h, v_h))
+      head = merge_heads(self._attend(q_h, k_h, v_h, valid))  # Eq. 8: concat of subheads
+      mixed = mixed + gates[..., h:h + 1] * head  # Eq. 8: sum over heads of routed queries
+    mixed = nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
+    return dense('out')(mixed)  # W^O of Eq. 8
+
+  def _gates(self, q: Array, dtype: Dtype) -> Array:
+    """[B, n, H]: the weight of head h in the output of query i (zero unless routed there)."""
+    num_routes = len(self.compression_rates)
+    if self.routing == 'none':
+      return jnp.ones(q.shape[:2] + (num_routes,), dtype)
+    if self.routing == 'random':
+      chosen = jnp.broadcast_to(jnp.asarray(random_routes(q.shape[1], num_routes)), q.shape[:2])
+      self.sow('intermediates', 'routed_head', chosen)
+      return jax.nn.one_hot(chosen, num_routes, dtype=dtype)
+    logits = nn.Dense(num_routes, use_bias=False, dtype=dtype, name='router')(q)  # Eq. 6
+    probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
+    chosen = jnp.argmax(probs, axis=-1)
+    self.sow('intermediates', 'router_probs', probs)
+    self.sow('intermediates', 'routed_head', chosen)
+    # Switch-Transformer gate: the chosen head's output times its probability carries the gradient.
+    return (jax.nn.one_hot(chosen, num_routes, dtype=jnp.float32) * probs).astype(dtype)
+
+  def _attend(self, q: Array, k: Array, v: Array, valid: Array) -> Array:
+    """Attention of all queries [B, S, n, Dh] over the compressed keys [B, S, m, Dh]."""
+    if self.feature_map == 'softmax':
+      out, _ = softmax_attention(q, k, v, attention_bias(valid))
+      return out
+    phi = FEATURE_MAPS[self.feature_map]
+    return linear_attention(phi(q), phi(k), v, valid, causal=False)  # Eq. 7
+
+
+register_mixer('adamra', AdaMRA)

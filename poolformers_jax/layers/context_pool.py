@@ -1,0 +1,345 @@
+"""ContextPool (Huang et al., ICML 2022): learn to pool each token's context before attention.
+
+The paper (sec. 3.2) replaces every token x_i by a pooled feature of its neighbourhood,
+
+    y_i = sum_j x_j w_j g_ij / sum_j w_j g_ij,                                          (Eq. 4)
+
+with pooling weights w and pooling sizes s predicted together by a small network {w, s} = m(X),
+and a Gaussian mask g_ij = exp(-(i - j)^2 / (2 sigma_i^2)), sigma_i = r * n * s_i, r = 0.1.
+Attention then runs on the pooled tokens (Fig. 2c). Tables 1-3 ablate the weights, the locality
+prior and the predictor; every row is an option here.
+
+What the paper leaves open, and what we decided (PAPER_NOTES.md, "Open points"):
+- m(X) is two convolutions (kernel 3, GELU between), the second with 2 output channels (w, s).
+  The hidden width is not given; `predictor_dim` defaults to max(dim // 16, 8), which makes
+  12 layers of ViT-B (d = 768) add 1.3M parameters (86M -> 88M, Table 6) and Swin-B 1.3M
+  (88M -> 89M). Padded positions are zeroed before each convolution, so they act as the
+  convolution's own zero padding.
+- w is a softmax over the real tokens. In Eq. 4 the softmax normaliser cancels, so we add the
+  logits of w to log g_ij and take ONE softmax over j: the normaliser C(X) = sum_j w_j g_ij is
+  then computed in log space (max subtracted), so narrow Gaussians never underflow to 0 / 0.
+- s is squashed with a sigmoid, not the paper's softmax (a softmax over n tokens would make
+  every s_i ~ 1/n and every sigma ~ r). sigma is floored at 1e-2 (still an identity pooling).
+- n is the number of real tokens; in causal mode n_i is the number of real tokens at or before
+  i, so nothing about the future (not even its length) reaches position i. Causal pooling only
+  uses j <= i and left-pads the convolutions.
+- Ablations (Tables 1-3), our reading of one-line descriptions:
+  weights 'uniform' = no w (Gaussian-weighted average); 'unnormalized' = raw m(X) output as w,
+    normalised by sum_j g_ij only (a signed weighting; sum_j w_j g_ij could cross zero);
+    'nonlocal' = pairwise w_ij = softmax_j(theta(x_i) . phi(x_j) / sqrt(d)) (Eq. 3 with the
+    usual non-local normalisation over j; Eq. 3 as printed sums over i).
+  locality 'none' = g = 1; 'fixed_window' = a box of `window_size` tokens (looking back in causal
+    mode); 'adaptive_window' = a box of half-width sigma_i with soft edges (about one token wide,
+    so the size still gets a gradient); 'random_sparse' = each token pools itself and a fixed
+    pseudo-random subset of about `window_size` (2D: window_size^2) of the tokens it may see
+    (a hash of (i, j), so the pattern is the same in training and evaluation and does not depend
+    on the padded length).
+  predictor 'mlp' = per-token Dense-GELU-Dense; 'attention' = one single-head self-attention
+    layer (Table 3; the paper reports the same numbers for it as for NL weights).
+- ContextPoolAttention pools the mixer input and computes queries, keys AND values from the
+  pooled tokens: Fig. 2c passes the pooled features "for use in the next attention block".
+- ContextPool2D (the ConvNet form, sec. 4.2 / Table 3) replaces a stride-`stride` pooling layer:
+  output cell (u, v) sits at the centre of its stride x stride input cell, distances are in
+  pixels and sigma = r * max(H, W) * s (the image side plays the role of n).
+
+The pairwise logits are [batch, queries, keys] in float32: memory is quadratic in length, like the
+attention that follows.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from poolformers_jax.layers.attention import MultiHeadAttention
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias,
+                                           check_sequence_input, compute_dtype)
+from poolformers_jax.layers.registry import register_mixer
+
+WEIGHTS = ('learned', 'uniform', 'unnormalized', 'nonlocal')
+LOCALITIES = ('gaussian', 'none', 'fixed_window', 'adaptive_window', 'random_sparse')
+PREDICTORS = ('conv', 'mlp', 'attention')
+# Localities that need the predicted pooling size s.
+SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
+# Fields shared by every ContextPool form (forwarded by ContextPoolAttention).
+POOL_OPTIONS = ('weights', 'locality', 'predictor', 'size_ratio', 'predictor_dim', 'window_size')
+
+SIGMA_MIN = 1e-2      # sigma floor: keeps d log g / d sigma finite; still pools a single token
+WINDOW_EDGE = 4.0     # slope of the soft edges of the adaptive window (per token)
+
+
+def check_pool_options(owner: str, weights: str, locality: str, predictor: str,
+                       size_ratio: float, predictor_dim: Optional[int], window_size: int) -> None:
+  """Raises a one-line ValueError for an unknown option string or an invalid number."""
+  for field, value, choices in (('weights', weights, WEIGHTS), ('locality', locality, LOCALITIES),
+                                ('predictor', predictor, PREDICTORS)):
+    if value not in choices:
+      raise ValueError(f'{owner}: unknown {field} {value!r}; choose one of {list(choices)}.')
+  if size_ratio < 0:
+    raise ValueError(f'{owner}: size_ratio={size_ratio} is negative; use r >= 0 (paper: 0.1).')
+  if predictor_dim is not None and predictor_dim < 1:
+    raise ValueError(f'{owner}: predictor_dim={predictor_dim} must be >= 1 (or None for dim//16).')
+  if window_size < 1:
+    raise ValueError(f'{owner}: window_size={window_size} must be >= 1 token.')
+
+
+class PoolingPredictor(nn.Module):
+  """m(X): [B, *spatial, C] -> [B, *spatial, num_outputs] raw pooling logits (sec. 3.2).
+
+  Padded positions (mask False) are zeroed before every layer, so their values never matter and
+  appended padding looks exactly like the convolution's own zero padding.
+  """
+  kind: str
+  hidden_dim: int
+  num_outputs: int
+  causal: bool = False
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array) -> Array:
+    keep = mask[..., None].astype(x.dtype)
+    x = x * keep
+    return getattr(self, f'_{self.kind}')(x, mask, keep)
+
+  @nn.nowrap
+  def _conv(self, x, mask, keep):
+    spatial = x.ndim - 2
+    # Causal (1D only): a kernel-3 window covers positions i-2..i.
+    padding = [(2, 0)] if self.causal else 'SAME'
+    conv = lambda f, name: nn.Conv(f, (3,) * spatial, padding=padding, dtype=self.dtype, name=name)
+    h = nn.gelu(conv(self.hidden_dim, 'conv1')(x)) * keep
+    return conv(self.num_outputs, 'conv2')(h)
+
+  @nn.nowrap
+  def _mlp(self, x, mask, keep):
+    h = nn.gelu(nn.Dense(self.hidden_dim, dtype=self.dtype, name='fc1')(x))
+    return nn.Dense(self.num_outputs, dtype=self.dtype, name='fc2')(h)
+
+  @nn.nowrap
+  def _attention(self, x, mask, keep):
+    shape = x.shape
+    x = x.reshape(shape[0], -1, shape[-1])
+    q = nn.Dense(self.hidden_dim, dtype=self.dtype, name='query')(x)
+    k = nn.Dense(self.hidden_dim, dtype=self.dtype, name='key')(x)
+    v = nn.Dense(self.num_outputs, dtype=self.dtype, name='value')(x)
+    logits = jnp.einsum('bqd,bkd->bqk', q, k, preferred_element_type=jnp.float32)
+    logits = logits * self.hidden_dim ** -0.5 + attention_bias(mask.reshape(shape[0], -1),
+                                                               self.causal)[:, 0]
+    out = jnp.einsum('bqk,bko->bqo', jax.nn.softmax(logits, axis=-1), v.astype(jnp.float32))
+    return out.reshape(shape[:-1] + (self.num_outputs,))
+
+
+def _hash_uniform(i: Array, j: Array) -> Array:
+  """A fixed pseudo-random number in [0, 1) per (query, key) index pair (uint32 mixing)."""
+  u32 = lambda t, c: t.astype(jnp.uint32) * jnp.uint32(c)
+  h = u32(i, 0x9E3779B1) ^ u32(j, 0x85EBCA77)
+  for shift, mult in ((15, 0x2C1B3C6D), (12, 0x297A2D39), (15, 0x1B873593)):
+    h = (h ^ (h >> shift)) * jnp.uint32(mult)
+  return (h >> 8).astype(jnp.float32) / float(1 << 24)
+
+
+def _in_box(offset: Array, size) -> Array:
+  """offset [..., D] lies in the half-open box [-size/2, size/2)^D (a window of `size` cells)."""
+  return jnp.all((offset >= -size / 2) & (offset < size / 2), axis=-1)
+
+
+def context_pool(module, x: Array, query_x: Array, mask: Array, allowed: Array, n: Array,
+                 query_pos: Array, key_pos: Array, w_logit: Optional[Array],
+                 s_logit: Optional[Array], causal: bool, cell: int) -> Array:
+  """Eq. 4 for flattened positions. Called inside a module's compact __call__.
+
+  x [B, Lk, C] keys/values (zero at padding), query_x [B, Lq, C] features at the query positions,
+  mask [B, Lk], allowed [B, Lq, Lk] (padding, causality), n [B, Lq] tokens per query,
+  query_pos [Lq, D] / key_pos [Lk, D] coordinates, w_logit [B, Lk] / s_logit [B, Lq] float32
+  outputs of m(X) (None when the variant needs none), cell = the query's own stride cell
+  (always kept by random_sparse).
+  """
+  logits = jnp.zeros(allowed.shape, jnp.float32)
+  values = x
+  if module.weights in ('learned', 'unnormalized'):
+    if module.weights == 'learned':
+      # log w_j up to a constant, which cancels in the normaliser C(X) of Eq. 4.
+      logits = logits + w_logit[:, None, :]
+      module.sow('intermediates', 'pooling_weights',
+                 jax.nn.softmax(jnp.where(mask, w_logit, NEG_INF), axis=-1))
+    else:
+      values = x * w_logit[..., None].astype(x.dtype)
+      module.sow('intermediates', 'pooling_weights', w_logit)
+  elif module.weights == 'nonlocal':
+    dim = x.shape[-1]
+    theta = nn.Dense(dim, dtype=x.dtype, name='theta')(query_x)
+    phi = nn.Dense(dim, dtype=x.dtype, name='phi')(x)
+    nl = jnp.einsum('bqd,bkd->bqk', theta, phi, preferred_element_type=jnp.float32) * dim ** -0.5
+    nl = jnp.where(allowed, nl, NEG_INF)
+    module.sow('intermediates', 'pooling_weights', jax.nn.softmax(nl, axis=-1))   # Eq. 3
+    logits = logits + nl
+
+  offset = key_pos[None, :, :] - query_pos[:, None, :]          # [Lq, Lk, D], p_j - c_i
+  if module.locality in SIZED_LOCALITIES:
+    s = jax.nn.sigmoid(s_logit)                                 # s_i in [0, 1]
+    sigma = jnp.maximum(module.size_ratio * n * s, SIGMA_MIN)  # sigma_i = r n s_i
+    module.sow('intermediates', 'sigma', sigma)
+    if module.locality == 'gaussian':
+      # log g_ij of the Gaussian mask N(i, sigma_i^2).
+      logits = logits - jnp.sum(offset ** 2, -1)[None] / (2.0 * sigma[..., None] ** 2)
+    else:
+      # A box of half-width sigma_i per axis, soft over about one token.
+      edge = sigma[..., None, None] + 0.5 - jnp.abs(offset)[None]
+      logits = logits + jnp.sum(jax.nn.log_sigmoid(WINDOW_EDGE * edge), -1)
+  elif module.locality == 'fixed_window':
+    # Causal windows look back: centre shifted (window-1)/2 tokens into the past.
+    shift = (module.window_size - 1) / 2 if causal else 0.0
+    allowed = allowed & _in_box(offset + shift, module.window_size)[None]
+  elif module.locality == 'random_sparse':
+    q_idx = jnp.arange(query_pos.shape[0])[:, None]
+    k_idx = jnp.arange(key_pos.shape[0])[None, :]
+    # Keep about window_size^D of the keys each query may see (n_i tokens in 1D, H*W pixels).
+    visible = jnp.sum(allowed, axis=-1, keepdims=True).astype(jnp.float32)
+    sampled = _hash_uniform(q_idx, k_idx)[None] < module.window_size ** offset.shape[-1] / visible
+    allowed = allowed & (sampled | _in_box(offset, cell)[None])
+
+  # One masked softmax over j = w_j g_ij / sum_j w_j g_ij, max-subtracted (no underflow).
+  p = jax.nn.softmax(jnp.where(allowed, logits, NEG_INF), axis=-1)
+  y = jnp.einsum('bqk,bkc->bqc', p.astype(values.dtype), values,
+                 preferred_element_type=jnp.float32)
+  return y.astype(x.dtype)
+
+
+def predicted_channels(weights: str, locality: str) -> tuple[bool, bool]:
+  """Which of (w, s) the predictor m(X) must output for this variant."""
+  return weights in ('learned', 'unnormalized'), locality in SIZED_LOCALITIES
+
+
+def predictor_width(dim: int, predictor_dim: Optional[int]) -> int:
+  return predictor_dim if predictor_dim is not None else max(dim // 16, 8)
+
+
+class ContextPool(nn.Module):
+  """ContextPool on token sequences: [B, L, D] -> [B, L, D] (mixer interface, Eq. 3-4).
+
+  Sows 'pooling_weights' (w, softmax over real tokens) and 'sigma' (Gaussian widths).
+  """
+  causal: bool = False
+  weights: str = 'learned'            # learned | uniform | unnormalized | nonlocal (Table 1-2)
+  locality: str = 'gaussian'          # gaussian | none | fixed_window | adaptive_window |
+                                      # random_sparse (Table 1-2)
+  predictor: str = 'conv'             # conv | mlp | attention (Table 3)
+  size_ratio: float = 0.1             # r in sigma_i = r n s_i
+  predictor_dim: Optional[int] = None  # hidden width of m(X); None -> max(dim // 16, 8)
+  window_size: int = 5                # fixed_window size; random_sparse expected count
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+               deterministic: bool = True) -> Array:
+    name = type(self).__name__
+    mask = check_sequence_input(x, mask, name)
+    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    dtype = compute_dtype(self.dtype, x)
+    x = jnp.where(mask[..., None], x, 0).astype(dtype)
+    length, dim = x.shape[1:]
+    allowed = jnp.broadcast_to(mask[:, None, :], (x.shape[0], length, length))
+    if self.causal:
+      allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
+      n = jnp.cumsum(mask, axis=-1)                             # real tokens at or before i
+    else:
+      n = jnp.broadcast_to(jnp.sum(mask, -1, keepdims=True), mask.shape)
+    n = jnp.maximum(n, 1).astype(jnp.float32)
+    need_w, need_s = predicted_channels(self.weights, self.locality)
+    w_logit = s_logit = None
+    if need_w or need_s:
+      raw = PoolingPredictor(self.predictor, predictor_width(dim, self.predictor_dim),
+                             need_w + need_s, causal=self.causal, dtype=dtype,
+                             name='predictor')(x, mask).astype(jnp.float32)
+      w_logit = raw[..., 0] if need_w else None
+      s_logit = raw[..., -1] if need_s else None
+    pos = jnp.arange(length, dtype=jnp.float32)[:, None]
+    return context_pool(self, x, x, mask, allowed, n, pos, pos, w_logit, s_logit, self.causal,
+                        cell=1)
+
+
+class ContextPool2D(nn.Module):
+  """ContextPool in place of a stride-`stride` pooling layer: [B, H, W, C] -> [B, H/s, W/s, C].
+
+  Output (u, v) pools around the centre of its stride cell; w is predicted at every input pixel,
+  s at every output cell (the predictor's s logits averaged over the cell).
+  """
+  stride: int = 2
+  weights: str = 'learned'
+  locality: str = 'gaussian'
+  predictor: str = 'conv'
+  size_ratio: float = 0.1
+  predictor_dim: Optional[int] = None
+  window_size: int = 3
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
+    name = type(self).__name__
+    if x.ndim != 4:
+      raise ValueError(f'{name}: expected images [batch, height, width, channels], got shape '
+                       f'{tuple(x.shape)}.')
+    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    b, h, w, c = x.shape
+    s = self.stride
+    if s < 1 or h % s or w % s:
+      raise ValueError(f'{name}: image size {h}x{w} is not divisible by stride={s}; '
+                       f'pad or crop the feature map, or pick a stride that divides it.')
+    dtype = compute_dtype(self.dtype, x)
+    x = x.astype(dtype)
+    ho, wo = h // s, w // s
+    cells = lambda t: nn.avg_pool(t, (s, s), strides=(s, s))
+    query_x = cells(x).reshape(b, ho * wo, c)
+    need_w, need_s = predicted_channels(self.weights, self.locality)
+    w_logit = s_logit = None
+    if need_w or need_s:
+      raw = PoolingPredictor(self.predictor, predictor_width(c, self.predictor_dim),
+                             need_w + need_s, dtype=dtype,
+                             name='predictor')(x, jnp.ones((b, h, w), bool)).astype(jnp.float32)
+      # w lives at input pixels, s at output cells: average the s logits over each cell.
+      w_logit = raw[..., 0].reshape(b, h * w) if need_w else None
+      s_logit = cells(raw[..., -1:]).reshape(b, ho * wo) if need_s else None
+    grid = lambda size, step: jnp.arange(size, dtype=jnp.float32) * step + (step - 1) / 2
+    coords = lambda hh, ww, step: jnp.stack(jnp.meshgrid(grid(hh, step), grid(ww, step),
+                                                         indexing='ij'), -1).reshape(-1, 2)
+    n = jnp.full((b, ho * wo), float(max(h, w)))
+    allowed = jnp.ones((b, ho * wo, h * w), bool)
+    x_flat = x.reshape(b, h * w, c)
+    y = context_pool(self, x_flat, query_x, jnp.ones((b, h * w), bool), allowed, n,
+                     coords(ho, wo, s), coords(h, w, 1), w_logit, s_logit, False, cell=s)
+    return y.reshape(b, ho, wo, c)
+
+
+class ContextPoolAttention(nn.Module):
+  """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
+
+  Parameters: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out, as
+  MultiHeadAttention). Registered as mixer 'contextpool'.
+  """
+  num_heads: int
+  causal: bool = False
+  dropout_rate: float = 0.0
+  use_bias: bool = True
+  weights: str = 'learned'
+  locality: str = 'gaussian'
+  predictor: str = 'conv'
+  size_ratio: float = 0.1
+  predictor_dim: Optional[int] = None
+  window_size: int = 5
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+               deterministic: bool = True) -> Array:
+    options = {f: getattr(self, f) for f in POOL_OPTIONS}
+    pooled = ContextPool(causal=self.causal, dtype=self.dtype, name='context_pool',
+                         **options)(x, mask)
+    attention = MultiHeadAttention(self.num_heads, causal=self.causal,
+                                   dropout_rate=self.dropout_rate, use_bias=self.use_bias,
+                                   dtype=self.dtype, name='attention')
+    return attention(pooled, mask, deterministic=deterministic)
+
+
+register_mixer('contextpool', ContextPoolAttention)

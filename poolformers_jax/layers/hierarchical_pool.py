@@ -1,0 +1,106 @@
+"""HVT hierarchical token pooling (Pan et al., ICCV 2021, "Scalable Vision Transformers with
+Hierarchical Pooling"), Sec. 3.2.1.
+
+After the first block of every stage the token sequence is downsampled, Eq. (5):
+
+    X_hat = MaxPool1D(X) + E_stage
+
+`HierarchicalPool` is the pooling part, `[B, N, D] -> [B, N', D]`; the new position embedding
+E_stage is added by the model (a `LearnedPositionEmbedding` of the pooled length). It is not a
+token mixer (it changes the length), so it returns the pooled mask as well.
+
+What the paper fixes: 1D max pooling, kernel 3, stride 2 (grid search on CIFAR-100), so
+196 -> 97 -> 48 -> 23 -> 11 tokens; average pooling and a strided convolution as ablations
+(Table 3; the convolution there is Conv1d(D, D, k, s) with bias: 23.54M - 21.77M = 4 x 442,752
+parameters); 2D pooling on the patch grid as an exploration (Table 9).
+What it leaves open, and what we decided:
+- No padding (as the official code's `nn.MaxPool1d(3, 2)`): N' = floor((N - k) / s) + 1.
+- 2D pooling uses the same kernel and stride on both grid axes, no padding, on the row-major
+  [h, w] patch grid; the caller says the grid with `grid=(h, w)`.
+- Masks (not needed for images, where every patch is real, but part of the interface): a pooled
+  token is real when at least one token of its window is real. Padded tokens never contribute:
+  they lose every max, are left out of averages, and are zeroed before the convolution.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from poolformers_jax.layers.common import NEG_INF, Array, Dtype, check_sequence_input, compute_dtype
+
+POOL_METHODS = ('max', 'avg', 'conv')
+
+
+def pooled_length(length: int, kernel_size: int = 3, stride: int = 2) -> int:
+  """Tokens left after one pooling without padding: floor((N - k) / s) + 1."""
+  return (length - kernel_size) // stride + 1
+
+
+class HierarchicalPool(nn.Module):
+  """Pools tokens `[B, N, D] -> [B, N', D]` and the mask `[B, N] -> [B, N']`.
+
+  method: 'max' (the paper's default), 'avg' or 'conv' (Table 3).
+  grid: None for 1D pooling over the token axis; (h, w) to pool 2D on the patch grid
+    (tokens in row-major order, N = h * w).
+  Returns `(pooled_tokens, pooled_mask)`.
+  """
+  method: str = 'max'
+  kernel_size: int = 3
+  stride: int = 2
+  grid: Optional[tuple[int, int]] = None
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None) -> tuple[Array, Array]:
+    name = type(self).__name__
+    mask = check_sequence_input(x, mask, name)
+    if self.method not in POOL_METHODS:
+      raise ValueError(f'{name}: unknown method {self.method!r}; choose one of {POOL_METHODS}.')
+    if self.kernel_size < 1 or self.stride < 1:
+      raise ValueError(f'{name}: kernel_size={self.kernel_size} and stride={self.stride} '
+                       f'must both be >= 1.')
+    batch, length, dim = x.shape
+    if self.grid is None:
+      spatial = (length,)
+    else:
+      spatial = tuple(self.grid)
+      if len(spatial) != 2 or spatial[0] * spatial[1] != length:
+        raise ValueError(f'{name}: grid={self.grid} does not hold the {length} tokens; pass '
+                         f'grid=(h, w) with h * w == {length}, or grid=None for 1D pooling.')
+    if min(spatial) < self.kernel_size:
+      raise ValueError(f'{name}: kernel_size={self.kernel_size} is larger than the input '
+                       f'{"length" if self.grid is None else "grid"} {spatial}; use fewer pooling '
+                       f'stages, a smaller kernel, or a larger image / smaller patch size.')
+
+    window = (self.kernel_size,) * len(spatial)
+    strides = (self.stride,) * len(spatial)
+    dtype = compute_dtype(self.dtype, x)
+    x = x.astype(dtype).reshape(batch, *spatial, dim)
+    m = mask.reshape(batch, *spatial, 1)
+
+    if self.method == 'max':
+      # Padded tokens never win the max.
+      y = nn.max_pool(jnp.where(m, x, jnp.asarray(NEG_INF, dtype)), window, strides, 'VALID')
+    elif self.method == 'avg':
+      # Average over the real tokens of each window, accumulated in float32.
+      m32 = m.astype(jnp.float32)
+      total = nn.avg_pool(x.astype(jnp.float32) * m32, window, strides, 'VALID')
+      count = nn.avg_pool(m32, window, strides, 'VALID')
+      y = (total / jnp.maximum(count, 1e-9)).astype(dtype)
+    else:
+      y = nn.Conv(dim, window, strides, padding='VALID', dtype=dtype,
+                  kernel_init=nn.initializers.truncated_normal(0.02), name='conv')(
+                      jnp.where(m, x, jnp.zeros((), dtype)))
+
+    # A pooled token is real when any token of its window is real.
+    pooled_mask = nn.max_pool(m.astype(jnp.float32), window, strides, 'VALID') > 0
+    new_length = 1
+    for n in y.shape[1:-1]:
+      new_length *= n
+    y = y.reshape(batch, new_length, dim)
+    pooled_mask = pooled_mask.reshape(batch, new_length)
+    # Where no token of the window is real, return zeros rather than the NEG_INF sentinel.
+    y = jnp.where(pooled_mask[..., None], y, jnp.zeros((), y.dtype))
+    return y, pooled_mask

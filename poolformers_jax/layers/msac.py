@@ -1,0 +1,320 @@
+"""2D self-attention, Self-Attentive Convolutions (SAC) and Multiscale SAC (Barkan).
+
+Paper: "Multiscale Self Attentive Convolutions for Vision and Language Modeling"
+(papers/msac_barkan.txt).
+
+* `SelfAttention2D` (Sec. 2, Eqs. 1-4): every pixel attends every pixel, with a learned bias
+  b[|Δrow|, |Δcol|] added to the scaled scores. Params query/key/value/out are Dense layers named as
+  in `MultiHeadAttention`, so without the bias it IS softmax attention on the flattened image.
+* `SAC` (Sec. 3): the query/key/value 1×1 filters become n×m convolutions, so each position stands
+  for the n×m patch around it, and patches attend all other patches (global attention, not attention
+  restricted to a window). Optionally a regular n×m convolution runs in parallel and the two are
+  fused by a 1×1 convolution.
+* `MSAC` (Sec. 4): several SACs with different windows in parallel, concatenated, 1×1 reduce.
+* Language form (Sec. 5): the same classes take [B, N, D] as a 1×N image with 1×m windows.
+* `CrossAttentiveInput` (Sec. 6.1): two images side by side, t = [x, z], with segment augmentation.
+
+What the paper leaves open, and what we decided:
+* Def. 1 writes the window as offsets k - [n/2], k = 1..n. Lemma 1's proof needs [1/2] = 1, so
+  [.] is a ceiling; the window is then [i - ceil(n/2) + 1, i + n - ceil(n/2)], which is exactly
+  XLA's 'SAME' padding at stride 1 (even windows reach one step further forward). We use 'SAME',
+  zeros outside the signal as Def. 1 says.
+* Causal language form (PAPER_NOTES): windows look only back, [t - m + 1, t] (left padding m - 1),
+  and attention is causal, so position t never sees > t.
+* Masks (language form): padded tokens are zeroed before the convolutions, i.e. they are treated as
+  the zeros outside the signal of Def. 1, and they are removed from the keys. Hence their values
+  never matter and appending padding changes nothing at real positions.
+* Relative bias b (Eq. 3): one table per head (the paper defines it for one head). The paper sizes
+  b as N×M; our params cannot depend on the input size, so the table is max_distance × max_distance
+  (1 × max_distance in the language form) and larger distances share the last entry (as T5 clips).
+  With max_distance >= the grid size this is exactly Eq. 3. Init: truncated normal, std 0.02.
+  The bias is on the grid the attention runs on (the output grid of a strided SAC).
+* d_a = d_o = `features` (default: the input width); heads split it evenly (Sec. 2.1).
+* Sec. 2.1 and Sec. 3 both call their 1×1 reduction H_Y. We keep two: `out` merges the heads
+  (Sec. 2.1, as in MultiHeadAttention) and `fuse` merges [y, y'] when the regular convolution is on.
+* Sec. 4 lists the regular convolution H_R^l in every scale of MSAC, so `MSAC.regular_conv`
+  defaults to True; Sec. 3 calls it optional, so `SAC.regular_conv` defaults to False.
+* Dropout acts on the attention output before `out`, as in MultiHeadAttention.
+* Identity (tested): SAC with window 1×1, no regular conv, equals SelfAttention2D with the same
+  weights, the conv kernels [1, 1, d, f] being the Dense kernels [d, f] reshaped (Lemma 1); the
+  relative bias table has the same name and shape in both, so the identity holds with the bias on.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+
+from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
+from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_heads,
+                                           check_sequence_input, compute_dtype)
+from poolformers_jax.layers.registry import register_mixer
+
+Window = Union[int, Sequence[int]]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared pieces
+# ---------------------------------------------------------------------------------------------
+
+def relative_distance_indices(rows: int, cols: int, table_rows: int,
+                              table_cols: int) -> tuple[np.ndarray, np.ndarray]:
+  """Indices [rows*cols, rows*cols] of b_{|i-r|, |j-t|} (Eq. 3), clipped to the table size."""
+  r, c = np.arange(rows), np.arange(cols)
+  d_row = np.minimum(np.abs(r[:, None] - r[None, :]), table_rows - 1)   # [N, N]
+  d_col = np.minimum(np.abs(c[:, None] - c[None, :]), table_cols - 1)   # [M, M]
+  # Query (i, j) is row i*cols + j, key (r, t) is column r*cols + t.
+  d_row = np.broadcast_to(d_row[:, None, :, None], (rows, cols, rows, cols))
+  d_col = np.broadcast_to(d_col[None, :, None, :], (rows, cols, rows, cols))
+  n = rows * cols
+  return d_row.reshape(n, n), d_col.reshape(n, n)
+
+
+def relative_position_bias(table: Array, rows: int, cols: int) -> Array:
+  """table [heads, R, C] -> additive bias [1, heads, rows*cols, rows*cols] (float32)."""
+  d_row, d_col = relative_distance_indices(rows, cols, table.shape[1], table.shape[2])
+  return table[:, d_row, d_col][None].astype(jnp.float32)
+
+
+def attention_on_grid(q: Array, k: Array, v: Array, num_heads: int,
+                      bias: Array) -> tuple[Array, Array]:
+  """Multi-head attention of every grid position over every grid position (Eqs. 2-4).
+
+  q, k, v: [B, N, M, F] (the outputs of the query/key/value filters, Eq. 1); bias broadcastable to
+  [B, heads, NM, NM]. Returns the merged heads y* [B, N, M, F] (Sec. 2.1) and the weights a.
+  """
+  b, rows, cols, _ = q.shape
+  flat = lambda t: split_heads(t.reshape(b, rows * cols, t.shape[-1]), num_heads)
+  out, weights = softmax_attention(flat(q), flat(k), flat(v), bias)  # Eqs. 2-4, softmax in f32
+  return merge_heads(out).reshape(b, rows, cols, -1), weights
+
+
+def _relative_bias_param(module: nn.Module, num_heads: int, table_rows: int,
+                         table_cols: int) -> Array:
+  """The 'relative_bias' table [heads, R, C]; same name in SelfAttention2D and SAC."""
+  return module.param('relative_bias', nn.initializers.truncated_normal(0.02),
+                      (num_heads, table_rows, table_cols))
+
+
+# ---------------------------------------------------------------------------------------------
+# 2D self-attention (Sec. 2)
+# ---------------------------------------------------------------------------------------------
+
+class SelfAttention2D(nn.Module):
+  """Multi-head 2D self-attention on images [B, H, W, C] -> [B, H, W, C] (Sec. 2, Eqs. 1-4).
+
+  `relative_bias=False` gives exactly MultiHeadAttention on the image flattened to [B, H*W, C]
+  with the same parameters.
+  """
+  num_heads: int
+  relative_bias: bool = True
+  max_distance: int = 64
+  dropout_rate: float = 0.0
+  use_bias: bool = True
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
+    name = type(self).__name__
+    if x.ndim != 4:
+      raise ValueError(f'{name}: expected an image [batch, height, width, channels], got rank '
+                       f'{x.ndim} shape {tuple(x.shape)}; for tokens [B, L, D] use '
+                       f'MultiHeadAttention.')
+    dim = x.shape[-1]
+    check_heads(dim, self.num_heads, name)
+    dtype = compute_dtype(self.dtype, x)
+    dense = lambda n: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=n)
+    q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))            # Eq. 1 (1×1 filters)
+    bias = jnp.zeros((), jnp.float32)
+    if self.relative_bias:                                                 # b of Eq. 3
+      table = _relative_bias_param(self, self.num_heads, self.max_distance, self.max_distance)
+      bias = relative_position_bias(table, x.shape[1], x.shape[2])
+    y, weights = attention_on_grid(q, k, v, self.num_heads, bias)          # Eqs. 2-4
+    self.sow('intermediates', 'attention_weights', weights)
+    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    return dense('out')(y)                                                 # H_Y, Sec. 2.1
+
+
+# ---------------------------------------------------------------------------------------------
+# Self-attentive convolutions (Sec. 3) and their multiscale version (Sec. 4)
+# ---------------------------------------------------------------------------------------------
+
+def window_shape(window: Window, language: bool, name: str) -> tuple[int, int]:
+  """int w -> (1, w) for language, (w, w) for images; (n, m) kept. Validates positivity."""
+  if isinstance(window, (int, np.integer)):
+    shape = (1, int(window)) if language else (int(window), int(window))
+  else:
+    shape = tuple(int(w) for w in window)
+  if len(shape) != 2 or min(shape) < 1:
+    raise ValueError(f'{name}: window {window!r} must be a positive int or a pair (n, m) of '
+                     f'positive ints.')
+  if language and shape[0] != 1:
+    raise ValueError(f'{name}: window {shape[0]}×{shape[1]} has n={shape[0]} rows, but the '
+                     f'language form is a 1×N image; use a window of 1×m (an int m).')
+  return shape
+
+
+def split_forms(x: Array, mask: Optional[Array], causal: bool, strides: int,
+                name: str) -> tuple[Array, Optional[Array], bool]:
+  """Validates a SAC/MSAC input; returns (image [B, N, M, D], key mask or None, is_language)."""
+  if x.ndim == 3:
+    mask = check_sequence_input(x, mask, name)
+    if strides != 1:
+      raise ValueError(f'{name}: strides={strides} is not supported in the language form '
+                       f'[B, L, D] (the output must keep one vector per token); use strides=1.')
+    x = jnp.where(mask[..., None], x, jnp.zeros((), x.dtype))  # padding = zeros outside the signal
+    return x[:, None], mask, True
+  if x.ndim == 4:
+    if mask is not None:
+      raise ValueError(f'{name}: masks are only supported in the language form [B, L, D]; '
+                       f'got an image of shape {tuple(x.shape)} with a mask; pass mask=None.')
+    if causal:
+      raise ValueError(f'{name}: causal=True is only defined for the language form [B, L, D]; '
+                       f'got an image of shape {tuple(x.shape)}.')
+    return x, None, False
+  raise ValueError(f'{name}: expected [batch, length, dim] (language) or [batch, height, width, '
+                   f'channels] (vision), got rank {x.ndim} shape {tuple(x.shape)}.')
+
+
+class SAC(nn.Module):
+  """Self-Attentive Convolution (Sec. 3): 2D self-attention between n×m patches.
+
+  Vision: [B, H, W, C] -> [B, H', W', features]  (H' = ceil(H / strides)).
+  Language: [B, L, D] (+ mask [B, L]) -> [B, L, features], a 1×L image with 1×m windows.
+  `window`: int w (1×w for language, w×w for images) or a pair (n, m).
+  """
+  num_heads: int
+  window: Window = 1
+  features: Optional[int] = None
+  strides: int = 1
+  regular_conv: bool = False
+  relative_bias: bool = True
+  max_distance: int = 64
+  causal: bool = False
+  dropout_rate: float = 0.0
+  use_bias: bool = True
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+               deterministic: bool = True) -> Array:
+    name = type(self).__name__
+    image, key_mask, language = split_forms(x, mask, self.causal, self.strides, name)
+    n, m = window_shape(self.window, language, name)
+    rows, cols = image.shape[1:3]
+    if n > rows or m > cols:
+      raise ValueError(f'{name}: window {n}×{m} is larger than the input {rows}×{cols}; '
+                       f'use a smaller window or a larger input.')
+    features = self.features or x.shape[-1]
+    check_heads(features, self.num_heads, name)
+    dtype = compute_dtype(self.dtype, x)
+    # Def. 1 'same' padding; causal windows [t-m+1, t] look only back.
+    padding = ((0, 0), (m - 1, 0)) if self.causal else 'SAME'
+
+    def conv(feat, kernel, label):
+      return nn.Conv(feat, kernel, strides=self.strides, padding=padding, use_bias=self.use_bias,
+                     dtype=dtype, name=label)
+
+    q, k, v = (conv(features, (n, m), label)(image) for label in ('query', 'key', 'value'))  # Eq. 1
+    out_rows, out_cols = q.shape[1:3]
+    bias = jnp.zeros((), jnp.float32)
+    if key_mask is not None:
+      bias = attention_bias(key_mask, self.causal)           # padded keys, and causality
+    if self.relative_bias:                                    # b of Eq. 3 on the output grid
+      table_rows = 1 if language else self.max_distance
+      table = _relative_bias_param(self, self.num_heads, table_rows, self.max_distance)
+      bias = bias + relative_position_bias(table, out_rows, out_cols)
+    y, weights = attention_on_grid(q, k, v, self.num_heads, bias)   # Eqs. 2-4 between patches
+    self.sow('intermediates', 'attention_weights', weights)
+    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    y = nn.Dense(features, use_bias=self.use_bias, dtype=dtype, name='out')(y)  # Sec. 2.1
+    if self.regular_conv:
+      # Sec. 3: y' = x ⋆ H_R in parallel; γ = [y, y'] ⋆ H_Y (a 1×1 convolution).
+      y_regular = conv(features, (n, m), 'regular_conv')(image)
+      y = nn.Dense(features, use_bias=self.use_bias, dtype=dtype, name='fuse')(
+          jnp.concatenate([y, y_regular], axis=-1))
+    return y[:, 0] if language else y
+
+
+class MSAC(nn.Module):
+  """Multiscale SAC (Sec. 4): SACs with different windows in parallel, ψ = [γ^1..γ^L], φ = ψ ⋆ H_φ.
+
+  Same forms as SAC. `windows`: one entry per scale, each an int or an (n, m) pair; the default
+  (1, 2, 3) is the paper's language example (1×1, 1×2 and 1×3 SACs).
+  """
+  num_heads: int
+  windows: Sequence[Window] = (1, 2, 3)
+  features: Optional[int] = None
+  strides: int = 1
+  regular_conv: bool = True
+  relative_bias: bool = True
+  max_distance: int = 64
+  causal: bool = False
+  dropout_rate: float = 0.0
+  use_bias: bool = True
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+               deterministic: bool = True) -> Array:
+    name = type(self).__name__
+    if not len(self.windows):
+      raise ValueError(f'{name}: windows is empty; give at least one window, e.g. (1, 3).')
+    features = self.features or x.shape[-1]
+    scales = [
+        SAC(num_heads=self.num_heads, window=w, features=features, strides=self.strides,
+            regular_conv=self.regular_conv, relative_bias=self.relative_bias,
+            max_distance=self.max_distance, causal=self.causal, dropout_rate=self.dropout_rate,
+            use_bias=self.use_bias, dtype=self.dtype, name=f'sac_{i}')(
+                x, mask, deterministic=deterministic)
+        for i, w in enumerate(self.windows)]
+    psi = jnp.concatenate(scales, axis=-1)                          # ψ, the super-tensor
+    return nn.Dense(features, use_bias=self.use_bias, dtype=compute_dtype(self.dtype, x),
+                    name='reduce')(psi)                             # φ = ψ ⋆ H_φ
+
+
+# ---------------------------------------------------------------------------------------------
+# Cross-attentive image similarity input (Sec. 6.1)
+# ---------------------------------------------------------------------------------------------
+
+SEGMENT_MODES = ('add', 'concat', 'none')
+
+
+class CrossAttentiveInput(nn.Module):
+  """t = [x, z] side by side ([B, N, M, d] twice -> [B, N, 2M, d']) with segment augmentation.
+
+  segment='add': learned x_seg, z_seg [N, M, d] added to x and z (d' = d).
+  segment='concat': learned x_seg, z_seg [N, M, segment_dim] appended as channels
+  (d' = d + segment_dim).
+  segment='none': plain concatenation.
+  """
+  segment: str = 'add'
+  segment_dim: int = 4
+  std: float = 0.02
+
+  @nn.compact
+  def __call__(self, x: Array, z: Array) -> Array:
+    name = type(self).__name__
+    if self.segment not in SEGMENT_MODES:
+      raise ValueError(f'{name}: unknown segment {self.segment!r}; choose one of {SEGMENT_MODES}.')
+    if x.ndim != 4 or x.shape != z.shape:
+      raise ValueError(f'{name}: expected two images [batch, height, width, channels] of the same '
+                       f'shape, got {tuple(x.shape)} and {tuple(z.shape)}.')
+    init = nn.initializers.truncated_normal(self.std)
+    if self.segment != 'none':
+      seg_channels = x.shape[-1] if self.segment == 'add' else self.segment_dim
+      shape = x.shape[1:3] + (seg_channels,)
+      batch_shape = x.shape[:3] + (seg_channels,)
+      x_seg = jnp.broadcast_to(self.param('x_segment', init, shape).astype(x.dtype), batch_shape)
+      z_seg = jnp.broadcast_to(self.param('z_segment', init, shape).astype(z.dtype), batch_shape)
+      if self.segment == 'add':
+        x, z = x + x_seg, z + z_seg
+      else:
+        x, z = jnp.concatenate([x, x_seg], -1), jnp.concatenate([z, z_seg], -1)
+    return jnp.concatenate([x, z], axis=2)   # t = [x, z] ∈ R^{N × 2M × d'}
+
+
+register_mixer('sac', SAC)
+register_mixer('msac', MSAC)

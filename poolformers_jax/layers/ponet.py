@@ -1,0 +1,172 @@
+"""PoNet: Pooling Network for efficient token mixing in long sequences (Tan et al., ICLR 2022).
+
+The slides give the four parts of the multi-granularity pooling block:
+  GA   g = mean_n H_Q[n];  g' = Attention(g, H_K, H_V)                 (slide "Global Aggregation")
+  SMP  s^k = max over the tokens of segment k of H_S                   (slide "Segment Max-pooling")
+  LMP  L = max-pool of H_L over overlapping windows                    (slide "Local Max-pooling")
+  PF   G_n = g' * H_O[n],  S'_n = S_k(n) * H_O[n],  P = G + S' + L     (slide "Pooling Fusion")
+
+What the slides leave open, pinned down by the authors' code (lxchtan/PoNet; PAPER_NOTES.md):
+- Projections Q, K, O ("V" in the LRA code; only the fusion gate), local and segment, each
+  dim -> dim with bias, then an output projection. The GA value is K itself (no V_g).
+- GA runs per head: g is the masked mean of Q over real tokens, scores g . K_i / sqrt(head_dim)
+  with a softmax over real tokens, g' = sum_i softmax_i K_i.
+- Padding is set to a large negative before both max-poolings, so it never wins; padded rows
+  of the fused output are zeroed; there is no sigmoid and no activation anywhere.
+- LRA segments are contiguous chunks of the PADDED length: seg_len = L // segment_num + 1,
+  segment = position // seg_len. So the amount of padding changes the segments (DESIGN.md
+  allows this for PoNet); the values at padded positions never matter. Explicit `segment_ids`
+  (sentences, BERT style) override `segment_num`; then padding is fully irrelevant.
+- BERT version ("clsgsepg", on in the released checkpoint): with `boundary_mask` ([CLS]/[SEP]
+  tokens) the boundary tokens are kept out of every local window and get no SMP/LMP term.
+- The official mixer has no dropout inside; `dropout_rate` is accepted for interface parity
+  and unused (the surrounding block applies dropout to the mixer output).
+
+Ablations of the paper's Table "Ablation Analysis" are switches: `use_ga=False` (w/o GA),
+`use_ga_cross_attention=False` (w/o SS-GA: g' = g), `use_smp=False`, `use_lmp=False`
+(both False = w/o SMP & LMP). A removed term creates no parameters.
+
+The pooling steps are pure functions below so they can be tested alone.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, check_heads,
+                                           check_sequence_input, compute_dtype)
+from poolformers_jax.layers.registry import register_mixer
+
+
+def global_aggregation(q: Array, k: Array, mask: Array, *,
+                       cross_attention: bool = True) -> tuple[Array, Optional[Array]]:
+  """GA on per-head projections `q, k: [B, L, H, Dh]`; `mask: [B, L]`.
+
+  Returns g' [B, H, Dh] in float32 and the cross-attention weights [B, H, L] (None without
+  the second stage, where g' = g).
+  """
+  q32, k32 = q.astype(jnp.float32), k.astype(jnp.float32)
+  real = mask[:, :, None, None]
+  count = jnp.maximum(jnp.sum(mask, axis=1).astype(jnp.float32), 1.0)
+  g = jnp.sum(jnp.where(real, q32, 0.0), axis=1) / count[:, None, None]  # first stage: average
+  if not cross_attention:
+    return g, None
+  scores = jnp.einsum('bhd,blhd->bhl', g, k32) / jnp.sqrt(jnp.float32(q.shape[-1]))
+  weights = jax.nn.softmax(jnp.where(mask[:, None, :], scores, NEG_INF), axis=-1)
+  return jnp.einsum('bhl,blhd->bhd', weights, k32), weights  # second stage: value = K
+
+
+def _padding_never_wins(x: Array, mask: Array) -> Array:
+  return jnp.where(mask[..., None], x, jnp.asarray(NEG_INF, x.dtype))
+
+
+def segment_max_pool(x: Array, mask: Array, segment_ids: Array) -> Array:
+  """SMP with explicit ids: every real token gets the max of H_S over the real tokens of its
+  segment. `x: [B, L, D]`, `segment_ids: [B, L]` int in [0, L) (need not be contiguous).
+  Padded rows are 0."""
+  b, l, d = x.shape
+  ids = jnp.clip(segment_ids.astype(jnp.int32), 0, l - 1) + l * jnp.arange(b)[:, None]
+  flat_ids = ids.reshape(-1)
+  pooled = jax.ops.segment_max(_padding_never_wins(x, mask).reshape(b * l, d), flat_ids,
+                               num_segments=b * l)
+  return jnp.where(mask[..., None], pooled[flat_ids].reshape(b, l, d), 0)
+
+
+def chunk_segment_ids(length: int, segment_num: int) -> Array:
+  """The LRA segments of the official code: seg_len = L // segment_num + 1, id = pos // seg_len."""
+  return jnp.arange(length) // (length // segment_num + 1)
+
+
+def chunk_max_pool(x: Array, mask: Array, segment_num: int) -> Array:
+  """SMP over the LRA chunks (`chunk_segment_ids`); equal to `segment_max_pool` with those ids,
+  computed with a reshape instead of a scatter."""
+  b, l, d = x.shape
+  seg_len = l // segment_num + 1
+  num_chunks = -(-l // seg_len)
+  padded = jnp.pad(_padding_never_wins(x, mask), ((0, 0), (0, num_chunks * seg_len - l), (0, 0)),
+                   constant_values=NEG_INF)
+  pooled = jnp.max(padded.reshape(b, num_chunks, seg_len, d), axis=2)
+  return jnp.where(mask[..., None], jnp.repeat(pooled, seg_len, axis=1)[:, :l], 0)
+
+
+def local_max_pool(x: Array, mask: Array, window: int = 3) -> Array:
+  """LMP: max over the window of `window` tokens centred on each token (stride 1, same length),
+  counting only tokens where `mask` is True. Rows where `mask` is False are 0."""
+  pooled = nn.max_pool(_padding_never_wins(x, mask), (window,), strides=(1,), padding='SAME')
+  return jnp.where(mask[..., None], pooled, 0)
+
+
+class PoNet(nn.Module):
+  """The PoNet token mixer: multi-granularity pooling (GA + SMP + LMP) and pooling fusion."""
+  num_heads: int
+  segment_num: int  # LRA: ListOps 64, Text 4096, Retrieval 64, Image 32, Pathfinder 1
+  local_window: int = 3
+  use_ga: bool = True
+  use_ga_cross_attention: bool = True
+  use_smp: bool = True
+  use_lmp: bool = True
+  dropout_rate: float = 0.0  # unused: the official mixer has no dropout (see module docstring)
+  dtype: Optional[Dtype] = None
+
+  def _check(self, x: Array, segment_ids: Optional[Array], boundary_mask: Optional[Array]) -> None:
+    name, length = type(self).__name__, x.shape[1]
+    if not (self.use_ga or self.use_smp or self.use_lmp):
+      raise ValueError(f'{name}: use_ga, use_smp and use_lmp are all False, nothing mixes the '
+                       f'tokens; keep at least one pooling.')
+    if self.segment_num < 1:
+      raise ValueError(f'{name}: segment_num={self.segment_num} must be >= 1 '
+                       f'(1 = one segment, a global max).')
+    if self.use_lmp and (self.local_window < 1 or self.local_window % 2 == 0):
+      raise ValueError(f'{name}: local_window={self.local_window} must be a positive odd number '
+                       f'so the pooled sequence keeps its length; use 3 as the paper does.')
+    if self.use_lmp and self.local_window > length:
+      raise ValueError(f'{name}: local_window={self.local_window} is larger than the input length '
+                       f'{length}; use a smaller window or a longer input.')
+    for arg, value in (('segment_ids', segment_ids), ('boundary_mask', boundary_mask)):
+      if value is not None and tuple(value.shape) != tuple(x.shape[:2]):
+        raise ValueError(f'{name}: {arg} shape {tuple(value.shape)} does not match input '
+                         f'[batch, length] = {tuple(x.shape[:2])}; pass a [B, L] array.')
+    if segment_ids is not None and not jnp.issubdtype(segment_ids.dtype, jnp.integer):
+      raise ValueError(f'{name}: segment_ids must be integers in [0, length), got dtype '
+                       f'{segment_ids.dtype}; cast them with .astype(jnp.int32).')
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+               segment_ids: Optional[Array] = None, boundary_mask: Optional[Array] = None,
+               deterministic: bool = True) -> Array:
+    del deterministic  # no dropout inside the mixer
+    name = type(self).__name__
+    mask = check_sequence_input(x, mask, name)
+    batch, length, dim = x.shape
+    head_dim = check_heads(dim, self.num_heads, name)
+    self._check(x, segment_ids, boundary_mask)
+    dtype = compute_dtype(self.dtype, x)
+    dense = lambda n: nn.Dense(dim, dtype=dtype, name=n)
+    not_boundary = mask if boundary_mask is None else mask & ~boundary_mask.astype(bool)
+
+    gated = jnp.zeros((batch, length, dim), dtype)   # (g' + s), multiplied by the gate H_O
+    if self.use_ga:
+      heads = lambda n: dense(n)(x).reshape(batch, length, self.num_heads, head_dim)
+      g, weights = global_aggregation(heads('query'), heads('key'), mask,
+                                      cross_attention=self.use_ga_cross_attention)
+      if weights is not None:
+        self.sow('intermediates', 'ga_weights', weights)
+      gated = gated + g.reshape(batch, 1, dim).astype(dtype)  # head h of g' meets head h of O
+    if self.use_smp:
+      h_s = dense('segment')(x)
+      if segment_ids is None:
+        s = chunk_max_pool(h_s, mask, self.segment_num)
+      else:
+        s = segment_max_pool(h_s, mask, segment_ids)
+      gated = gated + jnp.where(not_boundary[..., None], s, 0)
+    fused = gated * dense('gate')(x) if (self.use_ga or self.use_smp) else gated
+    if self.use_lmp:
+      fused = fused + local_max_pool(dense('local')(x), not_boundary, self.local_window)
+    fused = jnp.where(mask[..., None], fused, 0)
+    return dense('out')(fused)
+
+
+register_mixer('ponet', PoNet)

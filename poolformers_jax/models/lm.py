@@ -1,0 +1,146 @@
+"""Strictly causal character-level language model (enwik8 / text8), ContextPool paper Table 5.
+
+Architecture (Huang et al. 2022, Sec. 4.1: "the same 12-layer model architecture as Longformer
+(Beltagy et al. 2020)"): 12 layers, width 512, 8 heads of 64, feed-forward 2048, pre-LN blocks, a
+final LayerNorm and a projection onto the byte vocabulary. CP-Transformer (L) swaps the softmax
+mixer of every layer for 'contextpool' (ContextPool, then softmax attention); the MSAC LM swaps it
+for 'msac'. Any registered causal mixer works: the mixer is picked by name through `build_mixer`.
+
+What the paper leaves open, and what we decided:
+- Positions. Longformer (and Transformer-XL, whose 12-layer enwik8 model is the same size) use
+  relative position attention; the paper's mixers ('softmax', 'contextpool', ...) are plain
+  content attention, so we add fixed sinusoidal positions to the embeddings (no parameters;
+  defined at any length, which the staged 2048 -> 4096 -> 8192 training and the 32k-context
+  evaluation need). `position_embedding='learned'` is the alternative (a max_length x d table).
+  This choice is also what the parameter counts of Table 5 point to: CP-Transformer (12) has 39M
+  parameters, fewer than Longformer's 41M, which the relative-position projections
+  (12 x 512 x 512 = 3.1M) of the latter explain (see tests/models/test_lm.py).
+- Output layer: tied to the input embedding (as in Transformer-XL's enwik8 model); embeddings
+  are initialised with std d^-1/2 and scaled by sqrt(d) on input (Vaswani et al. 2017), so
+  tokens and sinusoids have the same scale. `tie_embeddings=False` gives a separate Dense.
+- Feed-forward activation: ReLU (Transformer-XL / Longformer); configurable.
+- Dropout 0.2 everywhere the paper says "dropout rates 0.2": embeddings, residual branches,
+  feed-forward hidden layer and attention weights.
+
+Conventions (see `lm_inputs_targets`): logits[:, t] predict token t + 1. Token id 0 is padding;
+the model derives `mask = inputs != 0` and never lets a position see a later one.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from poolformers_jax.layers import build_mixer
+from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, MlpBlock,
+                                           sinusoidal_position_embedding)
+from poolformers_jax.models.registry import register_model
+
+ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu}
+POSITION_EMBEDDINGS = ('sinusoidal', 'learned')
+
+
+def lm_inputs_targets(tokens: Array) -> tuple[Array, Array]:
+  """Splits windows of L + 1 characters into model inputs x[:, :-1] and targets x[:, 1:].
+
+  The data pipeline already yields {'inputs', 'targets'} in this convention; this helper is for
+  raw windows (evaluation over a long text, sampling).
+  """
+  return tokens[:, :-1], tokens[:, 1:]
+
+
+class DecoderBlock(nn.Module):
+  """Pre-LN block: x + Drop(mixer(LN(x))); x + MLP(LN(x)). The mixer always runs causally."""
+  mixer: str
+  num_heads: int
+  mlp_dim: int
+  mixer_kwargs: Optional[Mapping[str, Any]] = None
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  activation: str = 'relu'
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array, *, deterministic: bool = True) -> Array:
+    shared = dict(num_heads=self.num_heads, causal=True,
+                  dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
+    mixer = build_mixer(self.mixer, shared=shared, **dict(self.mixer_kwargs or {}))
+    mixer = mixer.clone(parent=self, name='mixer')  # a stable parameter name for every mixer
+    y = nn.LayerNorm(dtype=self.dtype, name='ln_mixer')(x)
+    y = mixer(y, mask, deterministic=deterministic)
+    x = x + nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
+    y = nn.LayerNorm(dtype=self.dtype, name='ln_mlp')(x)
+    y = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
+                 dropout_rate=self.dropout_rate, dtype=self.dtype, name='mlp')(
+                     y, deterministic=deterministic)
+    return x + y
+
+
+class CharTransformerLM(nn.Module):
+  """Decoder-only character LM: int32 tokens [B, L] -> float32 logits [B, L, vocab_size]."""
+  vocab_size: int
+  num_layers: int = 12
+  emb_dim: int = 512
+  num_heads: int = 8
+  mlp_dim: int = 2048
+  mixer: str = 'softmax'
+  mixer_kwargs: Optional[Mapping[str, Any]] = None
+  dropout_rate: float = 0.2
+  attention_dropout_rate: float = 0.2
+  activation: str = 'relu'
+  position_embedding: str = 'sinusoidal'
+  max_length: Optional[int] = None  # table size of position_embedding='learned'
+  tie_embeddings: bool = True
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
+    name = type(self).__name__
+    if inputs.ndim != 2 or not jnp.issubdtype(inputs.dtype, jnp.integer):
+      raise ValueError(f'{name}: expected int tokens of shape [batch, length], got '
+                       f'{inputs.dtype} shape {tuple(inputs.shape)}.')
+    if self.position_embedding not in POSITION_EMBEDDINGS:
+      raise ValueError(f'{name}: unknown position_embedding {self.position_embedding!r}; '
+                       f'choose one of {POSITION_EMBEDDINGS}.')
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f'{name}: unknown activation {self.activation!r}; '
+                       f'choose one of {sorted(ACTIVATIONS)}.')
+    dtype = self.dtype if self.dtype is not None else jnp.float32
+    mask = inputs != 0
+    embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=dtype, name='embed',
+                     embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
+    x = embed(inputs) * jnp.asarray(self.emb_dim ** 0.5, dtype)
+    if self.position_embedding == 'sinusoidal':
+      x = x + sinusoidal_position_embedding(inputs.shape[1], self.emb_dim)[None].astype(dtype)
+    elif self.max_length is None:
+      raise ValueError(f"{name}: position_embedding='learned' needs max_length (the longest "
+                       f'sequence, e.g. 8192); set config.model.max_length.')
+    else:
+      x = LearnedPositionEmbedding(self.max_length, name='pos_embed')(x)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    for i in range(self.num_layers):
+      x = DecoderBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
+                       self.dropout_rate, self.attention_dropout_rate, self.activation,
+                       self.dtype, name=f'block_{i}')(x, mask, deterministic=deterministic)
+    x = nn.LayerNorm(dtype=self.dtype, name='ln_final')(x)
+    if self.tie_embeddings:
+      logits = embed.attend(x)
+    else:
+      logits = nn.Dense(self.vocab_size, dtype=dtype, name='logits')(x)
+    return logits.astype(jnp.float32)
+
+
+def _config_kwargs(cfg) -> dict[str, Any]:
+  kwargs = cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg)
+  kwargs.pop('name')
+  if kwargs.get('dtype') is not None:
+    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  return kwargs
+
+
+@register_model('char_lm')
+def build_char_lm(cfg) -> CharTransformerLM:
+  """`config.model` -> CharTransformerLM; every key except `name` is a field (unknown keys fail)."""
+  return CharTransformerLM(**_config_kwargs(cfg))

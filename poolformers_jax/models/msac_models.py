@@ -1,0 +1,197 @@
+"""Models built on MSAC (Barkan): an MSAC ResNet and the cross-attentive image-similarity model.
+
+The paper proposes (Sec. 6) to put MSAC in place of the regular convolutions of a ResNet, in the
+later stages where the grid is already small (1×1 SACs "might contribute" there, not in the first
+layers), and (Sec. 6.1) to feed two images side by side to such a network so that the patches of
+one attend the patches of the other. It gives no architecture or numbers; our decisions:
+
+* Backbone: the CIFAR ResNet of He et al. (2016, Sec. 4.2): a 3×3 stem, stages of basic blocks
+  (two 3×3 conv-BN, ReLU, identity shortcut or 1×1 strided projection), the first block of every
+  stage but the first with stride 2, global average pooling, Dense head. ResNet-20 by default
+  (widths 16/32/64, 3 blocks per stage).
+* In the stages listed in `msac_stages` (default: the last two), BOTH 3×3 convolutions of every
+  block are MSACs (the strided one is a strided MSAC: its query/key/value/regular filters are
+  strided, so attention runs on the reduced grid; Sec. 3 allows strided SACs). MSAC windows
+  default to (1, 3): a 1×1 SAC (= 2D self-attention) and a 3×3 SAC, each with its regular
+  convolution fused in, as in Sec. 4. Memory: the attention maps of an MSAC on a 16×16 grid are
+  [B, heads, 256, 256] per scale; with batch 128 a training step keeps a few GB.
+* BatchNorm (momentum 0.9, eps 1e-5) after every conv/MSAC, `batch_stats` collection; running
+  averages when deterministic=True.
+* Similarity model: CrossAttentiveInput (segment augmentation 'add' by default) then the MSAC
+  ResNet on the N × 2M image t = [x, z], logits [B, num_classes] (2: same / different).
+
+Config fields of `config.model` for 'msac_resnet' (all required; `msac_resnet_config()` gives the
+defaults, unknown fields fail):
+  num_classes      int
+  stage_widths     sequence of ints, channels per stage, e.g. (16, 32, 64)
+  stage_blocks     sequence of ints, basic blocks per stage, e.g. (3, 3, 3) (ResNet-20)
+  msac_stages      sequence of 0-based stage indices whose 3×3 convs are MSACs, e.g. (1, 2)
+  num_heads        int, heads of every SAC; must divide the widths of the MSAC stages
+  windows          sequence of MSAC windows (int w = w×w, or (n, m)), e.g. (1, 3)
+  regular_conv     bool, fuse a regular n×m conv into every SAC (Sec. 3-4)
+  relative_bias    bool, learned bias b[|Δrow|, |Δcol|] in the attention (Eq. 3)
+  max_distance     int, size of the relative bias table per axis (>= the grid size = exact Eq. 3)
+  dtype            'float32' | 'bfloat16', compute dtype (params stay float32; logits float32)
+'cross_attentive_similarity' takes the same fields plus:
+  segment          'add' | 'concat' | 'none', the segment augmentation of Sec. 6.1
+  segment_dim      int, channels of the segment tensors when segment='concat'
+and its inputs are image pairs [B, 2, H, W, C] (inputs[:, 0] = x, inputs[:, 1] = z).
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+import ml_collections
+
+from poolformers_jax.layers.common import Array, Dtype
+from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, Window
+from poolformers_jax.models.registry import register_model
+
+
+class BasicBlock(nn.Module):
+  """Two 3×3 conv-BN (or MSAC-BN) with a shortcut (He et al. 2016)."""
+  width: int
+  strides: int
+  use_msac: bool
+  num_heads: int
+  windows: Sequence[Window]
+  regular_conv: bool
+  relative_bias: bool
+  max_distance: int
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, *, deterministic: bool) -> Array:
+    norm = lambda name: nn.BatchNorm(use_running_average=deterministic, momentum=0.9,
+                                     epsilon=1e-5, dtype=self.dtype, name=name)
+
+    def mixer(strides: int, name: str):
+      if self.use_msac:   # Sec. 6: MSAC in place of the 3×3 convolution
+        return MSAC(num_heads=self.num_heads, windows=self.windows, features=self.width,
+                    strides=strides, regular_conv=self.regular_conv,
+                    relative_bias=self.relative_bias, max_distance=self.max_distance,
+                    dtype=self.dtype, name=name)
+      return nn.Conv(self.width, (3, 3), strides=strides, padding='SAME', use_bias=False,
+                     dtype=self.dtype, name=name)
+
+    y = nn.relu(norm('bn1')(mixer(self.strides, 'conv1')(x)))
+    y = norm('bn2')(mixer(1, 'conv2')(y))
+    if self.strides != 1 or x.shape[-1] != self.width:
+      x = nn.Conv(self.width, (1, 1), strides=self.strides, use_bias=False, dtype=self.dtype,
+                  name='shortcut')(x)
+      x = norm('shortcut_bn')(x)
+    return nn.relu(x + y)
+
+
+class MSACResNet(nn.Module):
+  """CIFAR ResNet, MSAC in place of the 3×3 convs of `msac_stages`: [B, H, W, C] -> logits."""
+  num_classes: int
+  stage_widths: Sequence[int] = (16, 32, 64)
+  stage_blocks: Sequence[int] = (3, 3, 3)
+  msac_stages: Sequence[int] = (1, 2)
+  num_heads: int = 4
+  windows: Sequence[Window] = (1, 3)
+  regular_conv: bool = True
+  relative_bias: bool = True
+  max_distance: int = 32
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
+    name = type(self).__name__
+    if inputs.ndim != 4:
+      raise ValueError(f'{name}: expected images [batch, height, width, channels], got shape '
+                       f'{tuple(inputs.shape)}.')
+    if len(self.stage_widths) != len(self.stage_blocks):
+      raise ValueError(f'{name}: stage_widths {tuple(self.stage_widths)} and stage_blocks '
+                       f'{tuple(self.stage_blocks)} must have the same length.')
+    bad = sorted(set(self.msac_stages) - set(range(len(self.stage_widths))))
+    if bad:
+      raise ValueError(f'{name}: msac_stages {bad} are not stage indices 0..'
+                       f'{len(self.stage_widths) - 1}.')
+    x = inputs.astype(self.dtype or jnp.float32)
+    x = nn.Conv(self.stage_widths[0], (3, 3), padding='SAME', use_bias=False, dtype=self.dtype,
+                name='stem')(x)
+    x = nn.relu(nn.BatchNorm(use_running_average=deterministic, momentum=0.9, epsilon=1e-5,
+                             dtype=self.dtype, name='stem_bn')(x))
+    for stage, (width, blocks) in enumerate(zip(self.stage_widths, self.stage_blocks)):
+      for block in range(blocks):
+        x = BasicBlock(width=width, strides=2 if stage > 0 and block == 0 else 1,
+                       use_msac=stage in self.msac_stages, num_heads=self.num_heads,
+                       windows=tuple(self.windows), regular_conv=self.regular_conv,
+                       relative_bias=self.relative_bias, max_distance=self.max_distance,
+                       dtype=self.dtype, name=f'stage{stage}_block{block}')(
+                           x, deterministic=deterministic)
+    x = jnp.mean(x.astype(jnp.float32), axis=(1, 2))
+    return nn.Dense(self.num_classes, name='head')(x).astype(jnp.float32)
+
+
+class CrossAttentiveSimilarity(nn.Module):
+  """Sec. 6.1: image pairs [B, 2, H, W, C] -> t = [x, z] with segments -> MSAC ResNet -> logits."""
+  backbone: MSACResNet
+  segment: str = 'add'
+  segment_dim: int = 4
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
+    if inputs.ndim != 5 or inputs.shape[1] != 2:
+      raise ValueError(f'{type(self).__name__}: expected image pairs [batch, 2, height, width, '
+                       f'channels], got shape {tuple(inputs.shape)}.')
+    t = CrossAttentiveInput(segment=self.segment, segment_dim=self.segment_dim,
+                            name='cross_input')(inputs[:, 0], inputs[:, 1])
+    return self.backbone(t, deterministic=deterministic)
+
+
+# --------------------------------------------------------------------------- registry
+
+def msac_resnet_config(num_classes: int = 10) -> ml_collections.ConfigDict:
+  """Default `config.model` for 'msac_resnet' (ResNet-20 widths, MSAC in stages 1 and 2)."""
+  return ml_collections.ConfigDict(dict(
+      name='msac_resnet', num_classes=num_classes, stage_widths=(16, 32, 64),
+      stage_blocks=(3, 3, 3), msac_stages=(1, 2), num_heads=4, windows=(1, 3),
+      regular_conv=True, relative_bias=True, max_distance=32, dtype='float32'))
+
+
+def cross_attentive_similarity_config(num_classes: int = 2) -> ml_collections.ConfigDict:
+  """Default `config.model` for 'cross_attentive_similarity' (the backbone fields + segments).
+
+  max_distance 64 covers the 2M-wide side-by-side image of two 32×32 images exactly."""
+  cfg = msac_resnet_config(num_classes)
+  cfg.name = 'cross_attentive_similarity'
+  cfg.max_distance = 64
+  cfg.segment = 'add'
+  cfg.segment_dim = 4
+  return cfg
+
+
+def _check_fields(cfg, expected: ml_collections.ConfigDict) -> None:
+  keys, wanted = set(cfg.keys()), set(expected.keys())
+  if keys != wanted:
+    raise ValueError(f'{expected.name}: config.model is missing {sorted(wanted - keys)} and has '
+                     f'unknown {sorted(keys - wanted)}; start from '
+                     f'poolformers_jax.models.msac_models.{expected.name}_config().')
+
+
+def _resnet_from(cfg) -> MSACResNet:
+  return MSACResNet(
+      num_classes=int(cfg.num_classes), stage_widths=tuple(cfg.stage_widths),
+      stage_blocks=tuple(cfg.stage_blocks), msac_stages=tuple(cfg.msac_stages),
+      num_heads=int(cfg.num_heads),
+      windows=tuple(tuple(w) if isinstance(w, (list, tuple)) else int(w) for w in cfg.windows),
+      regular_conv=bool(cfg.regular_conv), relative_bias=bool(cfg.relative_bias),
+      max_distance=int(cfg.max_distance), dtype=jnp.dtype(cfg.dtype))
+
+
+@register_model('msac_resnet')
+def build_msac_resnet(cfg) -> MSACResNet:
+  _check_fields(cfg, msac_resnet_config())
+  return _resnet_from(cfg)
+
+
+@register_model('cross_attentive_similarity')
+def build_cross_attentive_similarity(cfg) -> CrossAttentiveSimilarity:
+  _check_fields(cfg, cross_attentive_similarity_config())
+  return CrossAttentiveSimilarity(backbone=_resnet_from(cfg), segment=cfg.segment,
+                                  segment_dim=int(cfg.segment_dim))

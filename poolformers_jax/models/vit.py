@@ -1,0 +1,233 @@
+"""Vision transformers: ViT / DeiT (Dosovitskiy et al. 2021; Touvron et al. 2021), CP-ViT
+(ContextPool, Huang et al. 2022) and HVT (Pan et al. 2021), one backbone with a mixer by name.
+
+    X_0 = [x_cls; x_p^1 W; ...; x_p^N W] + E                         HVT Eq. (1)
+    X'  = X + MSA(LN(X)),  X_l = X' + MLP(LN(X'))                    HVT Eqs. (2)-(3)
+    y   = FC(LN(X_L^0))            class-token head                  HVT Eq. (4)
+    X^  = Pool(X_{b_m}) + E_{b_m}  after the first block of stage m  HVT Eq. (5)
+    y   = FC(AvgPool(LN(X_L)))     no-class-token head               HVT Eq. (6)
+
+- 'vit' is ViT / DeiT (classifier 'token' or 'mean') with any registered token mixer
+  (`mixer: 'softmax'` for ViT / DeiT, `'contextpool'` for CP-ViT: ContextPool then attention).
+- 'hvt' is the same backbone with `num_stages` (M) pooling stages and the mean head.
+  M = 0 is DeiT without a class token (HVT Table 4).
+
+What the papers leave open and what we decided (PAPER_NOTES "HVT" pins most of it):
+- Blocks are split into M stages of equal width depth / M (depth must divide); pooling follows
+  blocks 0, w, 2w, ... (official code), each followed by a new learned position embedding of the
+  pooled length (trunc-normal 0.02; parameter name `pos_embedding`, like the input one, so an
+  optimizer can exclude every position embedding from weight decay by name).
+- Layers follow timm / the authors' code: LayerNorm eps 1e-6, exact (erf) GELU, qkv bias,
+  Linear kernels trunc-normal 0.02 (the softmax mixer keeps its own initializer), drop-path
+  rate rising linearly from 0 to `drop_path_rate` over the blocks.
+- A class token and pooling do not mix (pooling would blend the class token into patches):
+  'hvt' always uses the mean head.
+- 2D pooling (HVT Table 9) pools the patch grid with the same kernel / stride; the paper's
+  per-stage head and block counts for it are unspecified, so we keep one width for all stages.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Optional, Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from poolformers_jax.layers import build_mixer
+from poolformers_jax.layers.common import (Array, Dtype, DropPath, LearnedPositionEmbedding,
+                                           MlpBlock, masked_mean)
+from poolformers_jax.layers.hierarchical_pool import HierarchicalPool, pooled_length
+from poolformers_jax.models.registry import register_model
+
+LAYER_NORM_EPS = 1e-6
+dense_init = nn.initializers.truncated_normal(0.02)
+exact_gelu = functools.partial(nn.gelu, approximate=False)
+CLASSIFIERS = ('token', 'mean')
+
+
+class EncoderBlock(nn.Module):
+  """Pre-LN transformer block, Eqs. (2)-(3), with the token mixer built by name."""
+  mixer: str
+  num_heads: int
+  mlp_ratio: float = 4.0
+  mixer_kwargs: Any = None
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array, *, deterministic: bool = True) -> Array:
+    dim = x.shape[-1]
+    mixer = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads, causal=False,
+                                                dropout_rate=self.attention_dropout_rate),
+                        **dict(self.mixer_kwargs or {}))
+    h = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=self.dtype, name='norm1')(x)
+    h = mixer(h, mask, deterministic=deterministic)
+    x = x + DropPath(self.drop_path_rate)(h, deterministic=deterministic)
+    h = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=self.dtype, name='norm2')(x)
+    h = MlpBlock(int(dim * self.mlp_ratio), activation=exact_gelu, dropout_rate=self.dropout_rate,
+                 dtype=self.dtype, kernel_init=dense_init, name='mlp')(h, deterministic=deterministic)
+    return x + DropPath(self.drop_path_rate)(h, deterministic=deterministic)
+
+
+class VisionTransformer(nn.Module):
+  """ViT / DeiT / CP-ViT / HVT on images `[B, H, W, C]` -> logits `[B, num_classes]` (float32)."""
+  num_classes: int
+  image_size: int = 224
+  patch_size: int = 16
+  hidden_dim: int = 384
+  depth: int = 12
+  num_heads: int = 6
+  mlp_ratio: float = 4.0
+  mixer: str = 'softmax'
+  mixer_kwargs: Any = None
+  classifier: str = 'token'          # 'token' (ViT / DeiT) or 'mean' (HVT Eq. 6)
+  num_stages: int = 0                # M, HVT pooling stages
+  pool_method: str = 'max'
+  pool_kernel_size: int = 3
+  pool_stride: int = 2
+  pool_2d: bool = False
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
+  dtype: Optional[Dtype] = None
+
+  # ---- static structure (no parameters needed) ----
+  def input_shape(self) -> tuple[int, int, int]:
+    """One example's shape: an RGB image of the configured size."""
+    return (self.image_size, self.image_size, 3)
+
+  def grid_size(self) -> int:
+    return self.image_size // self.patch_size
+
+  def pool_after_blocks(self) -> tuple[int, ...]:
+    """Indices b_m of the blocks followed by pooling: 0, w, 2w, ... with w = depth / M."""
+    if self.num_stages == 0:
+      return ()
+    width = self.depth // self.num_stages
+    return tuple(m * width for m in range(self.num_stages))
+
+  def stage_grids(self) -> list[tuple[int, ...]]:
+    """Token layout of every stage: (h, w) grids for 2D pooling, (length,) otherwise."""
+    g = self.grid_size()
+    layout = (g, g) if self.pool_2d else (g * g,)
+    layouts = [layout]
+    for _ in range(self.num_stages):
+      layout = tuple(pooled_length(n, self.pool_kernel_size, self.pool_stride) for n in layout)
+      layouts.append(layout)
+    return layouts
+
+  def stage_lengths(self) -> list[int]:
+    """Sequence length in every stage (class token included), e.g. 196, 97, 48, 23, 11."""
+    extra = 1 if self.classifier == 'token' else 0
+    return [math.prod(l) + extra for l in self.stage_grids()]
+
+  def _check(self, images: Array) -> None:
+    name = type(self).__name__
+    if images.ndim != 4 or tuple(images.shape[1:3]) != (self.image_size, self.image_size):
+      raise ValueError(
+          f'{name}: expected images [batch, {self.image_size}, {self.image_size}, channels], got '
+          f'shape {tuple(images.shape)}; resize the images or set config.model.image_size.')
+    if self.image_size % self.patch_size:
+      raise ValueError(f'{name}: image_size={self.image_size} is not a multiple of '
+                       f'patch_size={self.patch_size}; pick sizes that tile the image.')
+    if self.classifier not in CLASSIFIERS:
+      raise ValueError(f'{name}: classifier={self.classifier!r}; choose one of {CLASSIFIERS}.')
+    if self.num_stages:
+      if self.classifier != 'mean':
+        raise ValueError(f"{name}: pooling stages need classifier='mean' (HVT drops the class "
+                         f'token); got {self.classifier!r}.')
+      if self.depth % self.num_stages:
+        raise ValueError(f'{name}: num_stages={self.num_stages} does not divide depth='
+                         f'{self.depth}; HVT splits the blocks into stages of equal width.')
+      smallest = min(min(l) for l in self.stage_grids()[:-1])
+      if smallest < self.pool_kernel_size or min(self.stage_grids()[-1]) < 1:
+        raise ValueError(f'{name}: {self.num_stages} pooling stages with kernel '
+                         f'{self.pool_kernel_size} do not fit the {self.stage_grids()[0]} patch '
+                         f'tokens; use fewer stages or a larger image / smaller patch size.')
+
+  @nn.compact
+  def __call__(self, images: Array, *, deterministic: bool = True) -> Array:
+    self._check(images)
+    dtype = self.dtype or images.dtype
+    x = nn.Conv(self.hidden_dim, (self.patch_size,) * 2, strides=(self.patch_size,) * 2,
+                padding='VALID', dtype=dtype, name='patch_embed')(images)
+    batch = x.shape[0]
+    x = x.reshape(batch, -1, self.hidden_dim)
+    if self.classifier == 'token':
+      cls = self.param('cls_token', nn.initializers.truncated_normal(0.02), (1, 1, self.hidden_dim))
+      x = jnp.concatenate([jnp.broadcast_to(cls, (batch, 1, self.hidden_dim)).astype(x.dtype), x],
+                          axis=1)
+    x = LearnedPositionEmbedding(x.shape[1], name='pos_embed')(x)            # Eq. (1)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
+    mask = jnp.ones(x.shape[:2], bool)
+
+    grids = self.stage_grids()
+    pool_after = self.pool_after_blocks()
+    block_args = dict(mixer=self.mixer, num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
+                      mixer_kwargs=self.mixer_kwargs, dropout_rate=self.dropout_rate,
+                      attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
+    for i in range(self.depth):
+      rate = self.drop_path_rate * i / max(self.depth - 1, 1)
+      x = EncoderBlock(drop_path_rate=rate, name=f'block{i}', **block_args)(
+          x, mask, deterministic=deterministic)
+      if i in pool_after:                                                    # Eq. (5)
+        stage = pool_after.index(i)
+        grid = grids[stage] if self.pool_2d else None
+        x, mask = HierarchicalPool(self.pool_method, self.pool_kernel_size, self.pool_stride,
+                                   grid=grid, dtype=self.dtype, name=f'pool{stage}')(x, mask)
+        x = LearnedPositionEmbedding(x.shape[1], name=f'pos_embed_stage{stage + 1}')(x)
+        self.sow('intermediates', 'stage_tokens', x)
+
+    x = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=self.dtype, name='norm')(x)
+    if self.classifier == 'token':
+      features = x[:, 0]                                                     # Eq. (4)
+    else:
+      features = masked_mean(x, mask, axis=1)                                # Eq. (6)
+    logits = nn.Dense(self.num_classes, kernel_init=dense_init, dtype=self.dtype, name='head')(
+        features)
+    return logits.astype(jnp.float32)
+
+
+# ---- registry: config.model (a locked ConfigDict) -> module ----
+
+_COMMON_KEYS = ('name', 'num_classes', 'image_size', 'patch_size', 'hidden_dim', 'depth',
+                'num_heads', 'mlp_ratio', 'mixer', 'mixer_kwargs', 'dropout_rate',
+                'attention_dropout_rate', 'drop_path_rate', 'dtype')
+_HVT_KEYS = ('num_stages', 'pool_method', 'pool_kernel_size', 'pool_stride', 'pool_2d')
+
+
+def _kwargs(cfg, required: Sequence[str], optional: Sequence[str]) -> dict[str, Any]:
+  """Reads `cfg` into module kwargs; unknown keys fail loudly, missing required keys too."""
+  keys = set(cfg.keys())
+  unknown = sorted(keys - set(required) - set(optional) - {'name'})
+  if unknown:
+    raise ValueError(f'model {cfg.name!r}: unknown config.model key(s) {unknown}; valid keys: '
+                     f'{sorted(set(required) | set(optional))}.')
+  missing = sorted(set(required) - keys)
+  if missing:
+    raise ValueError(f'model {cfg.name!r}: config.model is missing {missing}.')
+  out = {k: cfg[k] for k in keys if k != 'name'}
+  if out.get('mixer_kwargs') is not None:
+    out['mixer_kwargs'] = dict(out['mixer_kwargs'])
+  if isinstance(out.get('dtype'), str):
+    out['dtype'] = jnp.dtype(out['dtype'])
+  return out
+
+
+_REQUIRED = ('num_classes', 'hidden_dim', 'depth', 'num_heads')
+
+
+@register_model('vit')
+def build_vit(cfg) -> VisionTransformer:
+  """ViT / DeiT / CP-ViT: `classifier` 'token' (default) or 'mean'; mixer by name."""
+  return VisionTransformer(**_kwargs(cfg, _REQUIRED, _COMMON_KEYS + ('classifier',)))
+
+
+@register_model('hvt')
+def build_hvt(cfg) -> VisionTransformer:
+  """HVT: `num_stages` (M) pooling stages and the mean head (no class token)."""
+  return VisionTransformer(classifier='mean',
+                           **_kwargs(cfg, _REQUIRED + ('num_stages',), _COMMON_KEYS + _HVT_KEYS))

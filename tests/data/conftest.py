@@ -1,0 +1,31 @@
+"""Shared fixtures for the data tests: a tiny generated ListOps config."""
+import ml_collections
+import pytest
+
+from poolformers_jax import data
+
+
+def listops_config(data_dir, *, seed=0, num_train=60, num_validation=11, num_test=13,
+                   min_tokens=10, max_tokens=60, max_length=64, batch_size=8):
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.batch_size = batch_size
+  config.data = data.get_data_config('listops')
+  config.data.data_dir = str(data_dir)
+  config.data.max_length = max_length
+  config.data.generator.update(seed=seed, min_tokens=min_tokens, max_tokens=max_tokens,
+                               num_train=num_train, num_validation=num_validation,
+                               num_test=num_test)
+  return config
+
+
+@pytest.fixture(scope='session')
+def small_listops(tmp_path_factory):
+  """A generated ListOps config (prepared once per session)."""
+  return listops_config(tmp_path_factory.mktemp('listops'))
+
+
+@pytest.fixture(scope='session')
+def make_listops_config():
+  """The factory above, for tests that need their own parameters."""
+  return listops_config

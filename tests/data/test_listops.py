@@ -1,0 +1,211 @@
+"""ListOps: evaluator, official string format, seeded generator, TFDS builder, TSV reader."""
+import os
+import random
+
+import numpy as np
+import pytest
+
+from poolformers_jax import data
+from poolformers_jax.data import listops
+
+# The vocabulary is part of the checkpoint contract: written out here, not imported.
+EXPECTED_VOCAB = ['<pad>', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9',
+                  '[MIN', '[MAX', '[MED', '[SM', ']', '(', ')']
+
+
+def reference_value(text):
+  """Independent evaluator: a stack machine over whitespace tokens (parentheses ignored)."""
+  stack = []
+  for token in text.split():
+    if token in '()':
+      continue
+    if token == ']':
+      args = []
+      while not isinstance(stack[-1], str):
+        args.append(stack.pop())
+      op = stack.pop()
+      args = sorted(args)
+      value = {'[MIN': args[0], '[MAX': args[-1], '[SM': sum(args) % 10,
+               # floored median: mean of the two middle values, rounded down
+               '[MED': (args[(len(args) - 1) // 2] + args[len(args) // 2]) // 2}[op]
+      stack.append(value)
+    elif token.startswith('['):
+      stack.append(token)
+    else:
+      stack.append(int(token))
+  assert len(stack) == 1
+  return stack[0]
+
+
+@pytest.mark.parametrize('text, value', [
+    ('[MAX 2 9 [MIN 4 7 ] 0 ]', 9),
+    ('[SM 5 6 ]', 1),
+    ('[MED 1 2 3 4 ]', 2),
+    ('[MED 3 9 1 ]', 3),
+    ('[MIN [SM 9 9 9 ] [MAX 1 8 ] ]', 7),
+    ('[MED [MED 0 1 ] 5 [SM 4 4 ] 9 ]', 6),
+    ('7', 7),
+])
+def test_evaluate_hand_written_trees(text, value):
+  assert listops.evaluate(listops.parse(text)) == value
+  assert reference_value(text) == value
+
+
+def test_vocabulary_is_fixed():
+  assert list(listops.VOCAB) == EXPECTED_VOCAB
+  assert listops.VOCAB[0] == '<pad>'  # id 0 is padding; digit '0' is a real token
+
+
+def test_official_string_format():
+  tree = ('[MAX', [2, 9])
+  assert ' '.join(listops.to_tokens(tree)) == '( ( ( [MAX 2 ) 9 ) ] )'
+  nested = ('[MIN', [3, ('[SM', [1, 2]), 5])
+  assert ' '.join(listops.to_tokens(nested)) == (
+      '( ( ( ( [MIN 3 ) ( ( ( [SM 1 ) 2 ) ] ) ) 5 ) ] )')
+  assert ' '.join(listops.to_tokens(nested, parentheses=False)) == '[MIN 3 [SM 1 2 ] 5 ]'
+  assert listops.parse(' '.join(listops.to_tokens(nested))) == nested
+
+
+def test_generator_recipe_and_determinism():
+  sizes = [150, 20, 25]
+  splits = listops.generate_splits(3, sizes, min_tokens=20, max_tokens=80, max_depth=6)
+  again = listops.generate_splits(3, sizes, min_tokens=20, max_tokens=80, max_depth=6)
+  other = listops.generate_splits(4, sizes, min_tokens=20, max_tokens=80, max_depth=6)
+  assert [len(s) for s in splits] == sizes
+  flat = [(ids.tobytes(), label) for split in splits for ids, label in split]
+  assert flat == [(ids.tobytes(), label) for split in again for ids, label in split]
+  assert flat != [(ids.tobytes(), label) for split in other for ids, label in split]
+  assert len({key for key, _ in flat}) == sum(sizes)  # unique, so the splits are disjoint
+  arities, depths = [], []
+  for key, label in flat:
+    text = listops.decode(np.frombuffer(key, np.uint8))
+    bare = [t for t in text.split() if t not in '()']
+    assert 20 < len(bare) < 80  # official length: 2 per operator + 1 per digit, strict bounds
+    assert label == reference_value(text)
+    depth, max_depth, counts = 0, 0, []
+    for t in bare:  # arity of every operator and the depth of every digit
+      if t.startswith('['):
+        depth += 1
+        counts.append(0)
+      elif t == ']':
+        depth -= 1
+        arities.append(counts.pop())
+      else:
+        if counts:
+          counts[-1] += 1
+        max_depth = max(max_depth, depth + 1)
+      if t == ']' and counts:
+        counts[-1] += 1
+    depths.append(max_depth)
+  assert min(arities) >= 2 and max(arities) <= 10 and len(set(arities)) == 9
+  assert max(depths) <= 6
+  labels = [label for _, label in flat]
+  assert set(labels) <= set(range(10)) and len(set(labels)) >= 5
+
+
+def test_generated_tree_depth_and_digit_probability():
+  rng = random.Random(0)
+  roots_digit = sum(isinstance(listops.generate_tree(rng, 10, 10)[0], int) for _ in range(4000))
+  assert abs(roots_digit / 4000 - 0.75) < 0.03
+
+
+def _record_files(root):
+  out = {}
+  for dirpath, _, names in os.walk(root):
+    for name in names:
+      if 'array_record' in name:
+        with open(os.path.join(dirpath, name), 'rb') as f:
+          out[os.path.relpath(os.path.join(dirpath, name), root)] = f.read()
+  return out
+
+
+def test_tfds_builder_same_seed_byte_identical(tmp_path, make_listops_config):
+  a = make_listops_config(tmp_path / 'a', seed=5, num_train=40, num_validation=7, num_test=9)
+  b = make_listops_config(tmp_path / 'b', seed=5, num_train=40, num_validation=7, num_test=9)
+  c = make_listops_config(tmp_path / 'b', seed=6, num_train=40, num_validation=7, num_test=9)
+  for config in (a, b, c):
+    listops.prepare(config.data)
+  files_a, files_b = _record_files(tmp_path / 'a'), _record_files(tmp_path / 'b')
+  assert len(files_a) == 3 and set(files_a) < set(files_b)  # seed 6 got its own folder
+  for name, content in files_a.items():
+    assert content == files_b[name]
+  assert len(files_b) == 6
+  # Records: label = value of the tree; splits disjoint; sizes as configured.
+  seen = set()
+  for split, size in (('train', 40), ('validation', 7), ('test', 9)):
+    source = listops.source(a.data, split)
+    assert len(source) == size
+    for i in range(size):
+      record = source[i]
+      text = ' '.join(EXPECTED_VOCAB[t] for t in record['tokens'])
+      assert record['label'] == reference_value(text)
+      seen.add(text)
+  assert len(seen) == 56
+
+
+def _write_tsv(path, rows):
+  with open(path, 'w') as f:
+    f.write('Source\tTarget\n')
+    for source, target in rows:
+      f.write(f'{source}\t{target}\n')
+
+
+def test_tsv_reader_uses_the_same_vocabulary(tmp_path, small_listops):
+  rows = [('( ( ( [MAX 2 ) 9 ) ] )', 9), ('( ( ( [SM 5 ) 6 ) ] )', 1),
+          ('( ( ( ( [MIN 3 ) ( ( ( [SM 1 ) 2 ) ] ) ) 5 ) ] )', 3)]
+  for name in ('basic_train.tsv', 'basic_val.tsv', 'basic_test.tsv'):
+    _write_tsv(tmp_path / name, rows)
+  config = small_listops.copy_and_resolve_references()
+  config.data.source, config.data.tsv_dir, config.data.max_length = 'tsv', str(tmp_path), 12
+  info = data.get_dataset_info(config)
+  assert info.split_sizes == {'train': 3, 'validation': 3, 'test': 3}
+  batch = next(iter(data.make_eval_iterator(config, 'validation', batch_size=4)))
+  # Parentheses dropped by default; ids written out from EXPECTED_VOCAB.
+  expected = [[12, 3, 10, 15], [14, 6, 7, 15], [11, 4, 14, 2, 3, 15, 6, 15]]
+  for row, ids in enumerate(expected):
+    np.testing.assert_array_equal(batch['inputs'][row], ids + [0] * (12 - len(ids)))
+  np.testing.assert_array_equal(batch['targets'][:3], [9, 1, 3])
+  np.testing.assert_array_equal(batch['mask'], [True, True, True, False])
+  config.data.keep_parentheses = True
+  batch = next(iter(data.make_eval_iterator(config, 'test', batch_size=4)))
+  np.testing.assert_array_equal(batch['inputs'][0, :10], [16, 16, 16, 12, 3, 17, 10, 17, 15, 17])
+
+
+def test_generated_and_tsv_sources_agree(tmp_path, small_listops):
+  """The generated split written as an official TSV reads back to the same batches."""
+  config = small_listops.copy_and_resolve_references()
+  source = listops.source(config.data, 'test')
+  rows = [(' '.join(EXPECTED_VOCAB[t] for t in source[i]['tokens']), source[i]['label'])
+          for i in range(len(source))]
+  for name in ('basic_train.tsv', 'basic_val.tsv', 'basic_test.tsv'):
+    _write_tsv(tmp_path / name, rows)
+  generated = list(data.make_eval_iterator(config, 'test', batch_size=4))
+  config.data.source, config.data.tsv_dir = 'tsv', str(tmp_path)
+  from_tsv = list(data.make_eval_iterator(config, 'test', batch_size=4))
+  assert len(generated) == len(from_tsv) == 4
+  for g, t in zip(generated, from_tsv):
+    for key in ('inputs', 'targets', 'mask'):
+      np.testing.assert_array_equal(g[key], t[key])
+
+
+def test_missing_tsv_is_one_clear_line(tmp_path, small_listops):
+  config = small_listops.copy_and_resolve_references()
+  config.data.source, config.data.tsv_dir = 'tsv', str(tmp_path / 'nowhere')
+  with pytest.raises(data.DataNotFoundError) as error:
+    data.get_dataset_info(config)
+  message = str(error.value)
+  assert '\n' not in message
+  assert os.path.join(str(tmp_path / 'nowhere'), 'basic_train.tsv') in message
+  assert 'tsv_dir' in message
+
+
+def test_too_long_truncates_or_raises(small_listops):
+  config = small_listops.copy_and_resolve_references()
+  config.data.max_length = 8
+  full = listops.source(config.data, 'validation')[0]['tokens']
+  bare = full[~np.isin(full, [16, 17])]
+  batch = next(iter(data.make_eval_iterator(config, 'validation', batch_size=2)))
+  np.testing.assert_array_equal(batch['inputs'][0], bare[:8])
+  config.data.too_long = 'error'
+  with pytest.raises(ValueError, match='max_length=8'):
+    next(iter(data.make_eval_iterator(config, 'validation', batch_size=2)))

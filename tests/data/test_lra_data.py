@@ -1,0 +1,149 @@
+"""LRA Text / Retrieval / Image / Pathfinder loaders on mock TFDS data and tiny generated files."""
+import os
+
+import ml_collections
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from poolformers_jax import data
+
+
+def _config(name, batch_size=4, **data_fields):
+  config = ml_collections.ConfigDict()
+  config.seed, config.batch_size = 0, batch_size
+  config.data = data.get_data_config(name)
+  config.data.update(data_fields)
+  return config
+
+
+def _all_eval_rows(config, split, batch_size):
+  rows, targets = [], []
+  for batch in data.make_eval_iterator(config, split, batch_size=batch_size):
+    rows += list(batch['inputs'][batch['mask']])
+    targets += list(batch['targets'][batch['mask']])
+  return rows, targets
+
+
+def _bytes_plus_one(text, length):
+  raw = text.encode('utf-8') if isinstance(text, str) else bytes(text)
+  ids = [b + 1 for b in raw][:length]
+  return ids + [0] * (length - len(ids))
+
+
+def test_lra_text_bytes_on_mock_imdb(tmp_path):
+  config = _config('lra_text', data_dir=str(tmp_path), max_length=24)
+  with tfds.testing.mock_data(num_examples=5):
+    raw = tfds.data_source('imdb_reviews/plain_text', split='test', data_dir=str(tmp_path))
+    expected = [(_bytes_plus_one(raw[i]['text'], 24), int(raw[i]['label'])) for i in range(5)]
+    info = data.get_dataset_info(config)
+    rows, targets = _all_eval_rows(config, 'validation', 2)  # validation reads the test split
+    train = next(data.make_train_iterator(config, seed=0))
+  assert info.task == 'classification' and info.num_classes == 2 and info.vocab_size == 257
+  assert info.input_shape == (24,) and info.split_sizes['validation'] == 5
+  assert [list(r) for r in rows] == [e[0] for e in expected]
+  assert targets == [e[1] for e in expected]
+  assert train['inputs'].shape == (4, 24) and train['inputs'].dtype == np.int32
+
+
+def test_lra_image_grayscale_pixel_tokens_on_mock_cifar(tmp_path):
+  config = _config('lra_image', data_dir=str(tmp_path))
+  with tfds.testing.mock_data(num_examples=3):
+    raw = tfds.data_source('cifar10', split='test', data_dir=str(tmp_path))
+    images = [np.asarray(raw[i]['image'], np.float64) for i in range(3)]
+    labels = [int(raw[i]['label']) for i in range(3)]
+    rows, targets = _all_eval_rows(config, 'test', 2)
+  for image, row in zip(images, rows):
+    gray = np.floor(0.2989 * image[..., 0] + 0.5870 * image[..., 1] + 0.1140 * image[..., 2] + 0.5)
+    np.testing.assert_array_equal(row, gray.reshape(-1) + 1)
+  assert targets == labels and rows[0].shape == (1024,)
+  from poolformers_jax.data import lra
+  corners = np.asarray([[[0, 0, 0], [255, 255, 255]]], np.uint8)
+  np.testing.assert_array_equal(lra.to_gray(corners), [[0, 255]])  # black -> token 1, not padding
+
+
+def _write_aan(path, rows):
+  with open(path, 'w') as f:
+    for label, text1, text2 in rows:
+      f.write(f'{label}\tid_a\tid_b\t{text1}\t{text2}\n')
+
+
+def test_lra_retrieval_pairs_from_tsv(tmp_path):
+  rows = [('1.0', 'graph neural nets', 'pooling "quotes"'), ('0.0', 'été', 'x' * 30),
+          ('1.0', 'abc', 'def')]
+  for split in ('train', 'eval', 'test'):
+    _write_aan(tmp_path / f'new_aan_pairs.{split}.tsv', rows)
+  config = _config('lra_retrieval', tsv_dir=str(tmp_path), max_length=20)
+  info = data.get_dataset_info(config)
+  assert info.task == 'retrieval' and info.input_shape == (2, 20)
+  assert info.split_sizes == {'train': 3, 'validation': 3, 'test': 3}
+  got, targets = _all_eval_rows(config, 'validation', 2)
+  assert targets == [1, 0, 1]
+  for (_, text1, text2), pair in zip(rows, got):
+    assert pair.shape == (2, 20)
+    assert list(pair[0]) == _bytes_plus_one(text1, 20)
+    assert list(pair[1]) == _bytes_plus_one(text2, 20)
+  batch = next(data.make_train_iterator(config, seed=0))
+  assert batch['inputs'].shape == (4, 2, 20)
+
+
+def test_lra_retrieval_missing_files(tmp_path):
+  config = _config('lra_retrieval', tsv_dir=str(tmp_path))
+  with pytest.raises(data.DataNotFoundError, match='new_aan_pairs.train.tsv not found') as e:
+    data.get_dataset_info(config)
+  assert '\n' not in str(e.value)
+
+
+def _random_images(seed, n, size):
+  return np.random.default_rng(seed).integers(0, 256, (n, size, size), dtype=np.uint8)
+
+
+def test_lra_pathfinder_npz(tmp_path):
+  sizes = {'train': 6, 'validation': 3, 'test': 5}
+  saved = {}
+  for i, (split, n) in enumerate(sizes.items()):
+    images, labels = _random_images(i, n, 8), np.arange(n) % 2
+    np.savez(tmp_path / f'{split}.npz', images=images, labels=labels)
+    saved[split] = (images, labels)
+  config = _config('lra_pathfinder', pathfinder_dir=str(tmp_path), max_length=64)
+  assert data.get_dataset_info(config).split_sizes == sizes
+  rows, targets = _all_eval_rows(config, 'test', 2)
+  images, labels = saved['test']
+  np.testing.assert_array_equal(np.stack(rows), images.reshape(5, 64).astype(np.int32) + 1)
+  assert targets == list(labels)
+
+
+def test_lra_pathfinder_release_layout(tmp_path):
+  """curv_baseline/metadata/*.npy text lines + imgs/<k>/sample_<i>.png, split 80/10/10."""
+  folder = tmp_path / 'curv_baseline'
+  images = _random_images(7, 20, 8)
+  expected = []
+  for meta_index in range(2):  # two metadata files of 10 images each
+    os.makedirs(folder / 'imgs' / str(meta_index))
+    os.makedirs(folder / 'metadata', exist_ok=True)
+    lines = []
+    for i in range(10):
+      image = images[meta_index * 10 + i]
+      label = (i * 7 + meta_index) % 2
+      Image.fromarray(image).save(folder / 'imgs' / str(meta_index) / f'sample_{i}.png')
+      lines.append(f'imgs/{meta_index} sample_{i}.png {i} {label} 0.5 1\n')
+      expected.append((image, label))
+    (folder / 'metadata' / f'{meta_index}.npy').write_text(''.join(lines))
+  config = _config('lra_pathfinder', pathfinder_dir=str(tmp_path), format='lra_release',
+                   difficulty='curv_baseline', max_length=64)
+  assert data.get_dataset_info(config).split_sizes == {'train': 16, 'validation': 2, 'test': 2}
+  rows, targets = _all_eval_rows(config, 'test', 2)
+  for (image, label), row, target in zip(expected[18:], rows, targets):
+    np.testing.assert_array_equal(row, image.reshape(-1).astype(np.int32) + 1)
+    assert target == label
+  config.data.difficulty = 'curv_contour_length_14'
+  with pytest.raises(data.DataNotFoundError, match='curv_contour_length_14/metadata'):
+    data.get_dataset_info(config)
+
+
+def test_missing_tfds_dataset_is_one_clear_line(tmp_path):
+  config = _config('lra_text', data_dir=str(tmp_path / 'empty'))
+  with pytest.raises(data.DataNotFoundError, match='tfds build imdb_reviews') as e:
+    data.get_dataset_info(config)
+  assert '\n' not in str(e.value) and str(tmp_path / 'empty') in str(e.value)

@@ -1,0 +1,170 @@
+"""AdaMRA: identity to linear attention, segment means and routing vs numpy loops, properties."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from poolformers_jax import testing as T
+from poolformers_jax.layers import AdaMRA, LinearAttention, build_mixer
+from poolformers_jax.layers.adamra import random_routes, segment_means
+
+RATES = (1 / 2, 1 / 3, 1 / 5)  # at length 10: 5, 3 (10 is not divisible by 3) and 2 segments
+
+
+@pytest.mark.parametrize('per_head_projections', [False, True])
+@pytest.mark.parametrize('routing', ['none', 'learned'])  # one learned head: probability 1
+def test_one_head_rate_one_is_linear_attention(per_head_projections, routing):
+  x, mask = T.random_inputs(0, 2, 9, 8, num_real=[9, 5])
+  linear = LinearAttention(num_heads=2, feature_map='relu')
+  lin_vars, y_linear = T.init_apply(linear, x, mask)
+  module = AdaMRA(num_heads=2, compression_rates=(1.0,), routing=routing,
+                  per_head_projections=per_head_projections)
+  params = dict(module.init(jax.random.PRNGKey(1), x, mask)['params'])
+  for name in ('query', 'key', 'value', 'out'):  # Eq. 1 and W^O are LinearAttention's layers
+    params[name] = lin_vars['params'][name]
+  if per_head_projections:  # Eq. 9 matrices set to the identity
+    for name in ('head_query', 'head_key', 'head_value'):
+      params[name] = jnp.eye(8)[None]
+  y = module.apply({'params': params}, x, mask)
+  np.testing.assert_allclose(np.asarray(y), np.asarray(y_linear), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize('length,count', [(12, 4), (10, 4), (5, 4), (7, 7)])
+def test_segment_means_match_numpy_loop(length, count):
+  # (10, 4): segments of 3, padded to 12; (5, 4): segments of 2, the last one only padding.
+  x, mask = T.random_inputs(1, 2, length, 3, num_real=[length, length - 3])
+  means, valid = segment_means(x, mask, count)
+  x, mask = np.asarray(x, np.float64), np.asarray(mask)
+  seg = math.ceil(length / count)
+  for b in range(2):
+    for j in range(count):
+      real = [t for t in range(j * seg, min((j + 1) * seg, length)) if mask[b, t]]
+      assert bool(valid[b, j]) == bool(real)
+      expected = x[b, real].mean(axis=0) if real else np.zeros(3)
+      np.testing.assert_allclose(np.asarray(means[b, j]), expected, atol=1e-6)
+
+
+def _numpy_adamra(variables, x, mask, rates, subheads, feature_map, routing, per_head):
+  """Eq. 1, 6-9 token by token: each query attends only in the head it is routed to."""
+  p = jax.tree_util.tree_map(lambda a: np.asarray(a, np.float64), variables['params'])
+  x = np.asarray(x, np.float64)
+  batch, length, dim = x.shape
+  dk = dim // subheads
+  dense = lambda name, t: t @ p[name]['kernel'] + p[name]['bias']
+  q_all, k_all, v_all = dense('query', x), dense('key', x), dense('value', x)
+  if routing == 'learned':
+    logits = q_all @ p['router']['kernel']
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    chosen = probs.argmax(-1)
+    gate = np.take_along_axis(probs, chosen[..., None], -1)[..., 0]
+  else:  # 'random': the fixed position -> head table, gate 1
+    chosen = np.broadcast_to(random_routes(length, len(rates)), (batch, length))
+    gate = np.ones((batch, length))
+  phi = {'relu': lambda t: np.maximum(t, 0), 'elu+1': lambda t: np.where(t > 0, t + 1, np.exp(t))}
+  mixed = np.zeros_like(x)
+  for b in range(batch):
+    for i in range(length):
+      h = chosen[b, i]
+      count = math.floor(length * rates[h] + 1e-9)
+      seg = math.ceil(length / count)
+      segments = [[t for t in range(j * seg, min((j + 1) * seg, length)) if mask[b, t]]
+                  for j in range(count)]
+      keys = np.stack([k_all[b, s].mean(0) for s in segments if s])
+      values = np.stack([v_all[b, s].mean(0) for s in segments if s])
+      query = q_all[b, i]
+      if per_head:
+        query, keys, values = (query @ p['head_query'][h], keys @ p['head_key'][h],
+                               values @ p['head_value'][h])
+      for s in range(subheads):
+        cols = slice(s * dk, (s + 1) * dk)
+        if feature_map == 'softmax':
+          scores = keys[:, cols] @ query[cols] / np.sqrt(dk)
+          weights = np.exp(scores - scores.max())
+          weights /= weights.sum()
+        else:
+          sim = phi[feature_map](keys[:, cols]) @ phi[feature_map](query[cols])
+          weights = sim / (sim.sum() + 1e-6)
+        mixed[b, i, cols] = gate[b, i] * (weights @ values[:, cols])
+  return dense('out', mixed), chosen
+
+
+@pytest.mark.parametrize('feature_map,routing,per_head', [
+    ('relu', 'learned', True), ('elu+1', 'learned', False), ('softmax', 'random', True)])
+def test_matches_numpy_routing_reference(feature_map, routing, per_head):
+  x, mask = T.random_inputs(2, 2, 10, 8, num_real=[10, 6])
+  module = AdaMRA(num_heads=2, compression_rates=RATES, routing=routing,
+                  feature_map=feature_map, per_head_projections=per_head)
+  variables = module.init(jax.random.PRNGKey(3), x, mask)
+  y, state = module.apply(variables, x, mask, mutable=['intermediates'])
+  ref, chosen = _numpy_adamra(variables, x, np.asarray(mask), RATES, 2, feature_map, routing,
+                              per_head)
+  assert len(np.unique(chosen)) == len(RATES), 'every head must be used, else the test is weak'
+  np.testing.assert_array_equal(np.asarray(state['intermediates']['routed_head'][0]), chosen)
+  np.testing.assert_allclose(np.asarray(y), ref, atol=2e-5, rtol=2e-4)
+
+
+def test_sown_routing_is_a_distribution_and_its_argmax():
+  x, mask = T.random_inputs(4, 2, 16, 8)
+  module = AdaMRA(num_heads=2, compression_rates=(1 / 2, 1 / 4, 1 / 8))
+  variables = module.init(jax.random.PRNGKey(0), x, mask)
+  _, state = module.apply(variables, x, mask, mutable=['intermediates'])
+  (probs,), (chosen,) = state['intermediates']['router_probs'], state['intermediates']['routed_head']
+  assert probs.shape == (2, 16, 3) and probs.dtype == jnp.float32 and chosen.shape == (2, 16)
+  np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, atol=1e-6)
+  np.testing.assert_array_equal(np.asarray(chosen), np.asarray(probs).argmax(-1))
+
+
+def test_padding_jit_and_grads_reach_the_router():
+  x, mask = T.random_inputs(5, 2, 16, 8, num_real=[16, 7])
+  module = AdaMRA(num_heads=2, compression_rates=(1 / 2, 1 / 4, 1 / 8))
+  variables = module.init(jax.random.PRNGKey(0), x, mask)
+  T.assert_padding_values_irrelevant(module, x, mask, variables=variables)
+  T.assert_jit_matches(module, x, mask, variables=variables)
+  T.assert_finite_grads(module, x, mask, variables=variables)
+  loss = lambda v: jnp.sum(jnp.square(module.apply(v, x, mask)))
+  router_grad = jax.grad(loss)(variables)['params']['router']['kernel']
+  assert np.all(np.isfinite(router_grad)) and float(jnp.max(jnp.abs(router_grad))) > 0.0
+
+
+@pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize('feature_map', ['relu', 'softmax'])
+def test_shapes_and_dtypes(dtype, feature_map):
+  x, mask = T.random_inputs(6, 2, 12, 8, num_real=[12, 9], dtype=dtype)
+  variables, y = T.init_apply(AdaMRA(num_heads=2, compression_rates=(1 / 2, 1 / 4),
+                                     feature_map=feature_map), x, mask)
+  assert y.shape == x.shape and y.dtype == dtype
+  assert bool(jnp.all(jnp.isfinite(y.astype(jnp.float32))))
+  assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(variables))
+
+
+def test_bad_input_messages():
+  x, mask = T.random_inputs(0, 1, 16, 8)
+  init = lambda m, xx=x: m.init(jax.random.PRNGKey(0), xx, mask if xx is x else None)
+  with pytest.raises(ValueError, match='leaves no segment at length 16'):
+    init(AdaMRA(num_heads=2, compression_rates=(1 / 2, 1 / 32)))
+  with pytest.raises(ValueError, match=r'is not in \(0, 1\]'):
+    init(AdaMRA(num_heads=2, compression_rates=(2.0,)))
+  with pytest.raises(ValueError, match='does not divide the width'):
+    init(AdaMRA(num_heads=3))
+  with pytest.raises(ValueError, match='unknown routing'):
+    init(AdaMRA(num_heads=2, compression_rates=(1 / 2,), routing='topk'))
+  with pytest.raises(ValueError, match='unknown feature_map'):
+    init(AdaMRA(num_heads=2, compression_rates=(1 / 2,), feature_map='tanh'))
+  with pytest.raises(ValueError, match=r'expected input of shape \[batch, length, dim\]'):
+    init(AdaMRA(num_heads=2), x[0])
+
+
+def test_registry_and_dropout():
+  m = build_mixer('adamra', shared=dict(num_heads=2, causal=False, dropout_rate=0.5),
+                  compression_rates=(1 / 2, 1 / 4))
+  assert isinstance(m, AdaMRA) and m.num_heads == 2 and m.dropout_rate == 0.5
+  with pytest.raises(ValueError, match='cannot run causally'):
+    build_mixer('adamra', shared=dict(num_heads=2, causal=True))
+  x, mask = T.random_inputs(7, 1, 8, 8)
+  variables = m.init(jax.random.PRNGKey(0), x, mask)
+  y_eval = m.apply(variables, x, mask)
+  y_train = m.apply(variables, x, mask, deterministic=False, rngs={'dropout': jax.random.PRNGKey(1)})
+  assert np.all(np.isfinite(y_train)) and not np.allclose(y_eval, y_train)
