@@ -1,10 +1,13 @@
 """grain pipelines shared by every dataset: the train iterator, the eval iterator, the info.
 
-Train: records -> this process's slice [process_index::process_count] -> shuffle (a new
-permutation every epoch, from the seed) -> repeat forever -> preprocess (with a per-example
-numpy Generator derived from the seed, for augmentation) -> batch(batch_size // process_count,
-drop_remainder). It is a grain `DatasetIterator`: `get_state()` / `set_state()` resume exactly,
-and orbax saves it with `grain.checkpoint.CheckpointSave`.
+Train: all records of the split -> shuffle (one global permutation, new every epoch, from the
+seed) -> repeat forever -> preprocess (with a numpy Generator derived from the seed and the
+example's GLOBAL position, for augmentation) -> chunks of b = batch_size // process_count ->
+process p keeps chunks p, p + P, p + 2P, ..., i.e. rows [p*b, (p+1)*b) of every global batch.
+So the global batch k (and its augmentation) is the same whatever the process count, and since
+grain MapDatasets are lazy, each process reads and preprocesses only its own rows.
+It is a grain `DatasetIterator`: `get_state()` / `set_state()` resume exactly, and orbax saves
+it with `grain.checkpoint.CheckpointSave`.
 
 Eval: every example of the split exactly once across processes: process p reads examples
 p, p + P, p + 2P, ...; all processes yield the same number of batches (collectives need that),
@@ -60,17 +63,18 @@ def get_dataset_info(config) -> base.DatasetInfo:
 
 def make_train_iterator(config, seed: Optional[int] = None, process_index: int = 0,
                         process_count: int = 1) -> grain.DatasetIterator:
-  """Infinite shuffled iterator of {'inputs', 'targets'} batches for this process."""
+  """Infinite shuffled iterator of this process's rows of the global training batches."""
   data_config = config.data
   seed = int(config.seed if seed is None else seed)
   batch = _per_process(config.batch_size, process_count, 'config.batch_size')
   records = base.get_spec(data_config).source(data_config, 'train')
-  ds = grain.MapDataset.source(records)[process_index::process_count]
-  if len(ds) == 0:
-    raise ValueError(f'the train split of {data_config.name} has no examples for process '
-                     f'{process_index} of {process_count}.')
-  ds = ds.seed(seed).shuffle().repeat().random_map(_Preprocess(data_config))
-  return _to_iterator(ds.batch(batch, drop_remainder=True), data_config)
+  if len(records) == 0:
+    raise ValueError(f'the train split of {data_config.name} is empty.')
+  examples = (grain.MapDataset.source(records).seed(seed).shuffle().repeat()
+              .random_map(_Preprocess(data_config)))
+  # Chunk c of b examples is rows [p*b, (p+1)*b) of global batch c // P, with p = c % P.
+  chunks = examples.batch(batch, drop_remainder=True)
+  return _to_iterator(chunks[process_index::process_count], data_config)
 
 
 class _EvalExample:

@@ -48,11 +48,14 @@ def center_crop(image: np.ndarray, size: int, crop_fraction: float) -> np.ndarra
 
 
 def pad_crop(image: np.ndarray, size: int, padding: int, rng: np.random.Generator) -> np.ndarray:
-  """Zero-pad `padding` pixels on each side, then a random size x size crop."""
+  """Zero-pad `padding` pixels on each side, take a random crop of the image's own size, then
+  resize to size x size if that differs (HVT trains CIFAR at 224^2)."""
+  height, width = image.shape[:2]
   padded = np.pad(image, ((padding, padding), (padding, padding), (0, 0)))
-  top = rng.integers(0, padded.shape[0] - size + 1)
-  left = rng.integers(0, padded.shape[1] - size + 1)
-  return padded[top:top + size, left:left + size]
+  top = rng.integers(0, padded.shape[0] - height + 1)
+  left = rng.integers(0, padded.shape[1] - width + 1)
+  crop = padded[top:top + height, left:left + width]
+  return crop if (height, width) == (size, size) else _resize(crop, size, size)
 
 
 def inception_crop(image: np.ndarray, size: int, rng: np.random.Generator,

@@ -1,12 +1,15 @@
-"""grain pipelines: exact resume, per-process sharding, eval coverage with padding and mask."""
+"""grain pipelines: exact resume, global batches independent of the process count, eval coverage
+with padding and mask."""
 import collections
 
 import grain
+import ml_collections
 import numpy as np
 import pytest
+import tensorflow_datasets as tfds
 
 from poolformers_jax import data
-from poolformers_jax.data import listops
+from poolformers_jax.data import listops, pipeline
 
 
 def _take(iterator, n):
@@ -70,7 +73,7 @@ def test_train_shards_are_disjoint_across_processes(small_listops):
   seen = []
   for process_index in range(2):
     it = data.make_train_iterator(config, seed=0, process_index=process_index, process_count=2)
-    batches = _take(it, 7)  # 28 of the 30 examples of this process's shard
+    batches = _take(it, 7)  # 7 global batches of 8 cover 56 of the 60 examples
     assert batches[0]['inputs'].shape == (4, config.data.max_length)
     seen.append({_key(r) for b in batches for r in b['inputs']})
   assert not seen[0] & seen[1]
@@ -120,3 +123,52 @@ def test_batch_size_must_divide_by_process_count(small_listops):
   config.batch_size = 9
   with pytest.raises(ValueError, match='not divisible by process_count=2'):
     data.make_train_iterator(config, seed=0, process_index=0, process_count=2)
+
+
+def _global_batches_by_process(config, process_count, steps):
+  """Each process's `steps` batches, joined row-wise: the global batches they made together."""
+  per_process = [_take(data.make_train_iterator(config, seed=5, process_index=p,
+                                                process_count=process_count), steps)
+                 for p in range(process_count)]
+  return [{key: np.concatenate([batches[step][key] for batches in per_process])
+           for key in ('inputs', 'targets')} for step in range(steps)]
+
+
+@pytest.mark.parametrize('process_count', [2, 4])
+def test_global_batches_do_not_depend_on_process_count(small_listops, process_count):
+  # 10 steps of 8 > 60 examples: crosses an epoch boundary (a new permutation).
+  expected = _global_batches_by_process(small_listops, 1, 10)
+  got = _global_batches_by_process(small_listops, process_count, 10)
+  for want, have in zip(expected, got):
+    for key in ('inputs', 'targets'):
+      np.testing.assert_array_equal(want[key], have[key])
+
+
+def test_augmented_global_batches_do_not_depend_on_process_count(tmp_path):
+  """Augmentation (CIFAR random crop + flip) draws from the example's global position."""
+  config = ml_collections.ConfigDict(dict(seed=0, batch_size=4))
+  config.data = data.get_data_config('cifar10')
+  config.data.data_dir = str(tmp_path)
+  with tfds.testing.mock_data(num_examples=6):
+    # 4 steps of 4 > 6 examples: two epoch boundaries.
+    expected = _global_batches_by_process(config, 1, 4)
+    for process_count in (2, 4):
+      for want, have in zip(expected, _global_batches_by_process(config, process_count, 4)):
+        np.testing.assert_array_equal(want['inputs'], have['inputs'])
+
+
+def test_each_process_preprocesses_only_its_own_rows(small_listops, monkeypatch):
+  calls = []
+  real_call = pipeline._Preprocess.__call__
+
+  def counting_call(self, record, rng=None):
+    calls.append(record)
+    return real_call(self, record, rng)
+
+  monkeypatch.setattr(pipeline._Preprocess, '__call__', counting_call)
+  config = small_listops.copy_and_resolve_references()
+  config.data.read_threads = 0  # no threads: grain reads at most one batch ahead
+  rows = config.batch_size // 4
+  _take(data.make_train_iterator(config, seed=0, process_index=1, process_count=4), 3)
+  # Decoding the global batches and then slicing would take 3 * 8 = 24 calls.
+  assert 3 * rows <= len(calls) <= 4 * rows

@@ -67,3 +67,18 @@ def test_imagenet_eval_center_crop_and_train_inception_crop(tmp_path):
   flat = np.full((40, 25, 3), 77, np.uint8)
   crop = vision.inception_crop(flat, 16, np.random.default_rng(0))
   assert crop.shape == (16, 16, 3) and (crop == 77).all()
+
+
+def test_cifar_resized_to_model_image_size(tmp_path):
+  """HVT trains CIFAR at 224^2: train crops and eval images are resized to config.data.image_size,
+  and a resized eval image equals PIL's bicubic resize of the raw image."""
+  from PIL import Image
+  config = _config('cifar10', data_dir=str(tmp_path), image_size=48)
+  with tfds.testing.mock_data(num_examples=4):
+    raw = np.asarray(tfds.data_source('cifar10', split='test', data_dir=str(tmp_path))[0]['image'])
+    train = next(data.make_train_iterator(config, seed=0))
+    evals = next(iter(data.make_eval_iterator(config, 'validation', batch_size=4)))
+  assert train['inputs'].shape == (4, 48, 48, 3) and evals['inputs'].shape == (4, 48, 48, 3)
+  expected = np.asarray(Image.fromarray(raw).resize((48, 48), Image.BICUBIC))
+  got = np.rint(_unnormalize(evals['inputs'][0], config.data))
+  np.testing.assert_allclose(got, expected, atol=1.0)

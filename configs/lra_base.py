@@ -1,0 +1,107 @@
+"""The common Long Range Arena config: every LRA task file builds on `get_lra_config`.
+
+Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
+PAPER_NOTES): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1, mean
+pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping, no
+weight decay, one-cycle linear schedule. Each task file sets its batch size, learning rate, warmup
+and steps from the table in PAPER_NOTES.
+
+The argument string of a task config is `family[,size]` (also `size` alone):
+  family: transformer | linear | ponet | adamra | contextpool | msac  (the token mixer)
+  size:   full (the paper's setting) | small (CPU-sized) | runlocal (a smoke test, seconds)
+"""
+from __future__ import annotations
+
+import ml_collections
+from ml_collections import config_dict
+
+# model family -> (registered mixer name, per-family mixer options)
+FAMILIES = {
+    'transformer': ('softmax', {}),
+    'linear': ('linear', {}),
+    'ponet': ('ponet', {'segment_num': 64}),
+    'adamra': ('adamra', {}),
+    'contextpool': ('contextpool', {}),
+    'msac': ('msac', {}),
+}
+SIZES = ('full', 'small', 'runlocal')
+
+
+def parse_arg(arg: str | None, default_family: str = 'transformer',
+              default_size: str = 'full') -> tuple[str, str]:
+  """'ponet,small' -> ('ponet', 'small'); unknown words fail with the valid choices."""
+  family, size = default_family, default_size
+  for word in filter(None, (arg or '').replace(' ', '').split(',')):
+    if word in FAMILIES:
+      family = word
+    elif word in SIZES:
+      size = word
+    else:
+      raise ValueError(f'config argument {word!r} is neither a model family {sorted(FAMILIES)} '
+                       f'nor a size {list(SIZES)}; e.g. configs/lra_listops.py:ponet,small.')
+  return family, size
+
+
+def model_config(family: str, *, retrieval: bool = False) -> ml_collections.ConfigDict:
+  mixer, mixer_kwargs = FAMILIES[family]
+  return ml_collections.ConfigDict(dict(
+      name='lra_dual_encoder' if retrieval else 'lra_encoder',
+      mixer=mixer,
+      mixer_kwargs=ml_collections.ConfigDict(dict(mixer_kwargs)),
+      dim=64, num_layers=2, num_heads=2, mlp_dim=128, head_hidden_dim=128,
+      dropout_rate=0.1, attention_dropout_rate=0.1, pooling='mean',
+      dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
+      # Filled from the dataset (data.get_dataset_info) when left unset:
+      vocab_size=config_dict.placeholder(int),
+      max_length=config_dict.placeholder(int),
+      num_classes=config_dict.placeholder(int),
+  ))
+
+
+def optimizer_config() -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      learning_rate=1e-4,
+      b1=0.9, b2=0.999, eps=1e-6,
+      weight_decay=0.0,          # masked off biases, norms and position embeddings
+      schedule='one_cycle',      # constant | cosine | linear | one_cycle
+      warmup_steps=1000,
+      grad_clip_norm=0.0,        # 0 = no clipping
+      grad_accum_steps=1,        # optax.MultiSteps; num_train_steps counts micro-batches
+  ))
+
+
+def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
+                   retrieval: bool = False) -> ml_collections.ConfigDict:
+  """Everything but the task's numbers; the task file fills those in and locks the config."""
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.data = data_config
+  config.model = model_config(family, retrieval=retrieval)
+  config.optimizer = optimizer_config()
+  config.label_smoothing = 0.0
+  config.batch_size = 32                 # global, over all processes and devices
+  config.eval_batch_size = 64
+  config.num_train_steps = 5000
+  config.log_every_steps = 50
+  config.eval_every_steps = 500          # on validation; the best checkpoint is kept
+  config.checkpoint_every_steps = 500
+  config.keep_checkpoints = 2            # latest checkpoints kept (the best is kept apart)
+  config.best_metric = 'accuracy'
+  config.best_mode = 'max'
+  config.final_test = True               # evaluate the best checkpoint on test at the end
+  config.num_devices = -1                # -1 = all local devices
+  config.progress_bar = True
+  return config
+
+
+def shrink_for_cpu(config: ml_collections.ConfigDict, size: str) -> None:
+  """Sizes other than 'full': fewer steps and a smaller model for a laptop CPU."""
+  if size == 'runlocal':
+    config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
+    config.batch_size = 8
+    config.eval_batch_size = 16
+    config.num_train_steps = 20
+    config.optimizer.warmup_steps = 2
+    config.log_every_steps = 5
+    config.eval_every_steps = 10
+    config.checkpoint_every_steps = 10

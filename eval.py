@@ -1,0 +1,32 @@
+r"""Evaluate a checkpoint: prints one JSON line of metrics and writes DIR/eval/<split>.json.
+
+python eval.py --config configs/<task>.py[:arg] --workdir DIR [--checkpoint best|latest|STEP]
+               [--split validation|test] [--batch_size N] [--config.k=v ...]
+"""
+import json
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from poolformers_jax.train import cli, evaluate, sharding
+
+_CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
+_WORKDIR = flags.DEFINE_string('workdir', None, 'The training run directory.')
+_CHECKPOINT = flags.DEFINE_string('checkpoint', 'best', "'best', 'latest' or a step number.")
+_SPLIT = flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Split to evaluate.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', None, 'Global eval batch size (default: config).')
+flags.mark_flags_as_required(['config', 'workdir'])
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  cli.quiet_library_logs()
+  sharding.maybe_initialize_distributed()
+  metrics = evaluate(_CONFIG.value, _WORKDIR.value, checkpoint=_CHECKPOINT.value,
+                     split=_SPLIT.value, batch_size=_BATCH_SIZE.value)
+  print(json.dumps(metrics, sort_keys=True), flush=True)
+
+
+if __name__ == '__main__':
+  app.run(main, flags_parser=cli.parse_flags)

@@ -1,0 +1,166 @@
+"""Pre-LN sequence encoder and classifier heads for Long Range Arena (LRA).
+
+The LRA setting used by PoNet and AdaMRA (Nystromformer's PyTorch LRA code, PAPER_NOTES):
+token embedding + learned position embedding, pre-LN blocks `x + Mixer(LN(x))`, `x + MLP(LN(x))`,
+a final LayerNorm, MEAN pooling over real tokens and the head Linear(dim, 128)-ReLU-Linear(128, C).
+For retrieval one encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
+
+Any registered token mixer can be used: the block builds it with `build_mixer(cfg.mixer, ...)`.
+
+Decisions where the references are silent:
+- `pooling='cls'` prepends one learned vector (not a vocabulary token), always unmasked.
+- `cfg.dtype='bfloat16'` casts the embeddings, so every block computes in bf16 while parameters
+  stay float32; the head returns float32 logits.
+- Dropout after the embeddings and inside the MLP uses `dropout_rate`; the mixer gets
+  `attention_dropout_rate` as its own `dropout_rate`.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from poolformers_jax.layers.common import LearnedPositionEmbedding, MlpBlock, masked_mean
+from poolformers_jax.layers.registry import build_mixer
+from poolformers_jax.models.registry import register_model
+
+Array = jax.Array
+
+
+class EncoderBlock(nn.Module):
+  """Pre-LN block: x + Mixer(LN(x)), then x + MLP(LN(x))."""
+  mixer: str
+  num_heads: int
+  mlp_dim: int
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  mixer_kwargs: Optional[dict[str, Any]] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Array, *, deterministic: bool = True) -> Array:
+    mixer = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads, causal=False,
+                                                dropout_rate=self.attention_dropout_rate),
+                        **(self.mixer_kwargs or {}))
+    h = mixer(nn.LayerNorm(dtype=x.dtype, name='ln_mixer')(x), mask, deterministic=deterministic)
+    x = x + nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    h = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate, name='mlp')(
+        nn.LayerNorm(dtype=x.dtype, name='ln_mlp')(x), deterministic=deterministic)
+    return x + h
+
+
+def mean_pool(x: Array, mask: Array) -> Array:
+  return masked_mean(x, mask, axis=1)
+
+
+def first_token_pool(x: Array, mask: Array) -> Array:
+  del mask
+  return x[:, 0]
+
+
+POOLINGS: dict[str, Callable[[Array, Array], Array]] = {'mean': mean_pool, 'cls': first_token_pool}
+
+
+class SequenceEncoder(nn.Module):
+  """Token ids [B, L] (0 = padding) -> pooled features [B, dim] in float32."""
+  vocab_size: int
+  max_length: int
+  dim: int = 64
+  num_layers: int = 2
+  num_heads: int = 2
+  mlp_dim: int = 128
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  mixer: str = 'softmax'
+  mixer_kwargs: Optional[dict[str, Any]] = None
+  pooling: str = 'mean'
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, tokens: Array, *, deterministic: bool = True) -> Array:
+    if tokens.ndim != 2:
+      raise ValueError(f'SequenceEncoder: expected token ids [batch, length], got shape '
+                       f'{tuple(tokens.shape)}.')
+    if self.pooling not in POOLINGS:
+      raise ValueError(f'SequenceEncoder: unknown pooling {self.pooling!r}; '
+                       f'choose one of {sorted(POOLINGS)}.')
+    mask = tokens != 0
+    x = nn.Embed(self.vocab_size, self.dim, embedding_init=nn.initializers.normal(0.02),
+                 name='token_embedding')(tokens)
+    if self.pooling == 'cls':
+      cls = self.param('cls', nn.initializers.zeros, (1, 1, self.dim))
+      x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, self.dim)), x], axis=1)
+      mask = jnp.concatenate([jnp.ones((x.shape[0], 1), bool), mask], axis=1)
+    x = LearnedPositionEmbedding(self.max_length + (self.pooling == 'cls'),
+                                 name='position_embedding')(x)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic).astype(self.dtype)
+    for i in range(self.num_layers):
+      x = EncoderBlock(self.mixer, self.num_heads, self.mlp_dim, self.dropout_rate,
+                       self.attention_dropout_rate, self.mixer_kwargs, name=f'block_{i}')(
+                           x, mask, deterministic=deterministic)
+    x = nn.LayerNorm(dtype=jnp.float32, name='final_norm')(x)
+    pooled = POOLINGS[self.pooling](x, mask)
+    self.sow('intermediates', 'pooled', pooled)
+    return pooled
+
+
+class ClassifierHead(nn.Module):
+  """Linear(., hidden)-ReLU-Linear(hidden, C), float32."""
+  num_classes: int
+  hidden_dim: int = 128
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    x = nn.relu(nn.Dense(self.hidden_dim, dtype=jnp.float32, name='hidden')(x))
+    return nn.Dense(self.num_classes, dtype=jnp.float32, name='logits')(x)
+
+
+class LraEncoder(nn.Module):
+  """Classification: tokens [B, L] -> logits [B, C]."""
+  encoder: SequenceEncoder
+  num_classes: int
+  head_hidden_dim: int = 128
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
+    pooled = self.encoder(inputs, deterministic=deterministic)
+    return ClassifierHead(self.num_classes, self.head_hidden_dim, name='head')(pooled)
+
+
+class LraDualEncoder(nn.Module):
+  """Retrieval: token pairs [B, 2, L] -> logits [B, C]; one shared encoder for both documents."""
+  encoder: SequenceEncoder
+  num_classes: int
+  head_hidden_dim: int = 128
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
+    if inputs.ndim != 3 or inputs.shape[1] != 2:
+      raise ValueError(f'LraDualEncoder: expected token pairs [batch, 2, length], got shape '
+                       f'{tuple(inputs.shape)}.')
+    b, _, length = inputs.shape
+    pooled = self.encoder(inputs.reshape(2 * b, length), deterministic=deterministic)
+    x0, x1 = pooled.reshape(b, 2, -1)[:, 0], pooled.reshape(b, 2, -1)[:, 1]
+    features = jnp.concatenate([x0, x1, x0 * x1, x0 - x1], axis=-1)
+    return ClassifierHead(self.num_classes, self.head_hidden_dim, name='head')(features)
+
+
+def _sequence_encoder(cfg) -> SequenceEncoder:
+  return SequenceEncoder(
+      vocab_size=cfg.vocab_size, max_length=cfg.max_length, dim=cfg.dim,
+      num_layers=cfg.num_layers, num_heads=cfg.num_heads, mlp_dim=cfg.mlp_dim,
+      dropout_rate=cfg.dropout_rate, attention_dropout_rate=cfg.attention_dropout_rate,
+      mixer=cfg.mixer, mixer_kwargs=dict(cfg.get('mixer_kwargs', None) or {}),
+      pooling=cfg.pooling, dtype=jnp.dtype(cfg.get('dtype', None) or 'float32'),
+      name='encoder')
+
+
+@register_model('lra_encoder')
+def build_lra_encoder(cfg) -> LraEncoder:
+  return LraEncoder(_sequence_encoder(cfg), cfg.num_classes, cfg.head_hidden_dim)
+
+
+@register_model('lra_dual_encoder')
+def build_lra_dual_encoder(cfg) -> LraDualEncoder:
+  return LraDualEncoder(_sequence_encoder(cfg), cfg.num_classes, cfg.head_hidden_dim)

@@ -1,0 +1,78 @@
+"""Exact evaluation: padded, masked batches summed on the host; `evaluate` for eval.py.
+
+The data layer pads the last batch with examples whose `mask` is False; the task sums weight
+them by 0, and the sums are divided once at the end. So the numbers depend neither on the batch
+size nor on the number of devices or processes.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional, Union
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from poolformers_jax import data
+from poolformers_jax.train import checkpoint as checkpoint_lib
+from poolformers_jax.train import sharding
+from poolformers_jax.train.setup import Setup, make_setup, process_slice, variables_of
+
+
+def make_eval_step(setup: Setup):
+  model, task = setup.model, setup.task
+
+  def eval_step(state, batch):
+    logits = model.apply(variables_of(state), batch['inputs'], deterministic=True)
+    return task.sums(logits, batch['targets'], batch['mask'].astype(jnp.float32))
+
+  return jax.jit(eval_step, in_shardings=(setup.state_shardings, sharding.batch_sharded(setup.mesh)),
+                 out_shardings=sharding.replicated(setup.mesh))
+
+
+def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional[int] = None,
+                   eval_step=None) -> dict[str, float]:
+  """Metrics of `state` on every example of `split` (exact; see the module docstring)."""
+  config = setup.config
+  batch_size = batch_size or config.eval_batch_size
+  sharding.check_batch_size(batch_size, setup.mesh, 'eval_batch_size')
+  eval_step = eval_step or make_eval_step(setup)
+  totals: dict[str, float] = {}
+  # batch_size is global; each process yields its batch_size // process_count share.
+  for batch in data.make_eval_iterator(config, split, batch_size=batch_size, **process_slice()):
+    sums = jax.device_get(eval_step(state, sharding.global_batch(batch, setup.mesh)))
+    for key, value in sums.items():
+      totals[key] = totals.get(key, 0.0) + float(np.float64(value))
+  if not totals:
+    raise ValueError(f'split {split!r} of {config.data.name!r} is empty.')
+  return setup.task.summary(totals)
+
+
+def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:
+  path = os.path.join(workdir, 'eval', f'{split}.json')
+  if jax.process_index() == 0:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as f:
+      f.write(json.dumps(metrics, sort_keys=True) + '\n')
+  return path
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+             checkpoint: Union[str, int] = 'best', split: str = 'test',
+             batch_size: Optional[int] = None) -> dict[str, Any]:
+  """Restores `checkpoint` ('best' | 'latest' | step) from `workdir` and evaluates on `split`.
+
+  Returns the metrics (plus 'step', 'checkpoint' and 'split') and writes them to
+  DIR/eval/<split>.json.
+  """
+  setup = make_setup(config)
+  checkpointer = checkpoint_lib.Checkpointer(workdir, best_metric=config.best_metric,
+                                             best_mode=config.best_mode, read_only=True)
+  state, step = checkpointer.restore_state(checkpoint, setup.abstract_state)
+  metrics = evaluate_state(setup, state, split, batch_size=batch_size)
+  metrics = {**metrics, 'step': int(step), 'checkpoint': str(checkpoint), 'split': split}
+  write_eval_json(workdir, split, metrics)
+  checkpointer.close()
+  return metrics

@@ -1,0 +1,70 @@
+"""Where metrics go: DIR/metrics.jsonl (one JSON object per line), TensorBoard event files
+(tensorboardX) and a tqdm progress bar with rate and ETA. Only process 0 writes."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Optional
+
+import jax
+import numpy as np
+
+
+def _plain(value: Any) -> Any:
+  if isinstance(value, (np.generic, np.ndarray, jax.Array)):
+    return np.asarray(value).item()
+  return value
+
+
+class MetricWriter:
+  def __init__(self, workdir: str, *, total_steps: int, initial_step: int = 0,
+               progress_bar: bool = True):
+    self.enabled = jax.process_index() == 0
+    self.path = os.path.join(workdir, 'metrics.jsonl')
+    self._tb = None
+    self._bar = None
+    if not self.enabled:
+      return
+    os.makedirs(workdir, exist_ok=True)
+    from tensorboardX import SummaryWriter
+    self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+    if progress_bar:
+      from tqdm.auto import tqdm
+      self._bar = tqdm(total=total_steps, initial=initial_step, unit='step', dynamic_ncols=True)
+
+  def write(self, step: int, split: str, metrics: dict[str, Any]) -> None:
+    if not self.enabled:
+      return
+    record = {'step': int(step), 'split': split, 'time': time.time(),
+              **{k: _plain(v) for k, v in metrics.items()}}
+    with open(self.path, 'a') as f:
+      f.write(json.dumps(record) + '\n')
+    for key, value in record.items():
+      if key not in ('step', 'split', 'time') and isinstance(value, (int, float)):
+        self._tb.add_scalar(f'{split}/{key}', value, int(step))
+    if self._bar is not None and split != 'train':
+      self._bar.write(f'step {step} {split}: ' + ' '.join(
+          f'{k}={v:.4g}' for k, v in metrics.items() if isinstance(_plain(v), float)))
+
+  def progress(self, steps: int = 1, **postfix: Any) -> None:
+    if self._bar is not None:
+      self._bar.update(steps)
+      if postfix:
+        self._bar.set_postfix({k: f'{_plain(v):.4g}' for k, v in postfix.items()}, refresh=False)
+
+  def close(self) -> None:
+    if self._bar is not None:
+      self._bar.close()
+    if self._tb is not None:
+      self._tb.close()
+
+
+def read_metrics(workdir: str, split: Optional[str] = None) -> list[dict[str, Any]]:
+  """The records of DIR/metrics.jsonl, optionally of one split ('train', 'validation', 'test')."""
+  path = os.path.join(workdir, 'metrics.jsonl')
+  if not os.path.exists(path):
+    return []
+  with open(path) as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  return [r for r in records if split is None or r['split'] == split]

@@ -1,0 +1,73 @@
+"""The optimizer factory: AdamW + warmup/decay schedule + clipping + masked weight decay.
+
+Everything comes from `config.optimizer` (see configs/lra_base.py). The schedule counts optimizer
+updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the run makes
+`num_train_steps // k` updates, and warmup is given in micro-batch steps like everything else.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import flax
+import jax
+import optax
+
+# Parameters never decayed: biases, normalisation scales and position embeddings (PAPER_NOTES:
+# HVT excludes position embeddings; the usual practice for biases and norms).
+NO_DECAY_NAMES = ('bias', 'scale', 'pos_embedding', 'cls')
+
+
+def weight_decay_mask(params: Any) -> Any:
+  """True where weight decay applies: kernels and embeddings, never biases/norms/positions."""
+  flat = flax.traverse_util.flatten_dict(params)
+  mask = {path: not any(name in NO_DECAY_NAMES for name in path) and value.ndim > 1
+          for path, value in flat.items()}
+  return flax.traverse_util.unflatten_dict(mask)
+
+
+def _one_cycle(peak: float, warmup: int, total: int) -> optax.Schedule:
+  # PyTorch OneCycleLR, two linear phases (Nystromformer's LRA code): peak/25 -> peak over the
+  # warmup, then -> (peak/25)/1e4 at the end. optax divides the *peak* by final_div_factor.
+  return optax.linear_onecycle_schedule(
+      transition_steps=max(total, 1), peak_value=peak,
+      pct_start=min(max(warmup, 1) / max(total, 1), 0.99), pct_final=1.0,
+      div_factor=25.0, final_div_factor=25.0 * 1e4)
+
+
+def _with_warmup(decay: Callable[[float, int], optax.Schedule]):
+  def build(peak: float, warmup: int, total: int) -> optax.Schedule:
+    after = decay(peak, max(total - warmup, 1))
+    if warmup <= 0:
+      return after
+    return optax.join_schedules([optax.linear_schedule(0.0, peak, warmup), after], [warmup])
+  return build
+
+
+SCHEDULES: dict[str, Callable[[float, int, int], optax.Schedule]] = {
+    'constant': _with_warmup(lambda peak, n: optax.constant_schedule(peak)),
+    'cosine': _with_warmup(lambda peak, n: optax.cosine_decay_schedule(peak, n)),
+    'linear': _with_warmup(lambda peak, n: optax.linear_schedule(peak, 0.0, n)),
+    'one_cycle': _one_cycle,
+}
+
+
+def make_schedule(config) -> optax.Schedule:
+  opt = config.optimizer
+  if opt.schedule not in SCHEDULES:
+    raise ValueError(f'config.optimizer.schedule={opt.schedule!r}; choose one of {sorted(SCHEDULES)}.')
+  accum = max(int(opt.grad_accum_steps), 1)
+  return SCHEDULES[opt.schedule](opt.learning_rate, opt.warmup_steps // accum,
+                                 config.num_train_steps // accum)
+
+
+def make_optimizer(config) -> optax.GradientTransformation:
+  opt = config.optimizer
+  chain = []
+  if opt.grad_clip_norm and opt.grad_clip_norm > 0:
+    chain.append(optax.clip_by_global_norm(opt.grad_clip_norm))
+  chain.append(optax.adamw(make_schedule(config), b1=opt.b1, b2=opt.b2, eps=opt.eps,
+                           weight_decay=opt.weight_decay, mask=weight_decay_mask))
+  tx = optax.chain(*chain)
+  if opt.grad_accum_steps > 1:
+    tx = optax.MultiSteps(tx, every_k_schedule=int(opt.grad_accum_steps))
+  return tx

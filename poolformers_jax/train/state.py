@@ -1,0 +1,50 @@
+"""TrainState (Flax) with an optional `batch_stats` collection, created directly sharded."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax.training import train_state
+from jax.sharding import Mesh
+
+from poolformers_jax.train import sharding as sharding_lib
+
+
+class TrainState(train_state.TrainState):
+  batch_stats: Optional[Any] = None   # BatchNorm running averages (models with BatchNorm only)
+
+
+def dummy_inputs(info) -> jax.ShapeDtypeStruct:
+  """One example batch of the dataset's input shape: token ids (int32) or images (float32)."""
+  dtype = jnp.int32 if info.vocab_size is not None else jnp.float32
+  return jnp.zeros((1,) + tuple(info.input_shape), dtype)
+
+
+def _create(model: nn.Module, tx: optax.GradientTransformation, info, rng: jax.Array) -> TrainState:
+  variables = model.init({'params': rng, 'dropout': rng}, dummy_inputs(info), deterministic=True)
+  state = TrainState.create(apply_fn=model.apply, params=variables['params'], tx=tx,
+                            batch_stats=variables.get('batch_stats'))
+  # TrainState.create leaves `step` a Python int; an array has a sharding and a checkpoint dtype.
+  return state.replace(step=jnp.asarray(0, jnp.int32))
+
+
+def state_shardings(model, tx, info, mesh: Mesh) -> tuple[Any, Any]:
+  """(abstract state with shardings, sharding tree): replicated over the mesh."""
+  abstract = jax.eval_shape(lambda r: _create(model, tx, info, r), jax.random.PRNGKey(0))
+  shardings = jax.tree.map(lambda _: sharding_lib.replicated(mesh), abstract)
+  abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+                          abstract, shardings)
+  return abstract, shardings
+
+
+def create_train_state(model, tx, info, rng: jax.Array, mesh: Mesh) -> TrainState:
+  _, shardings = state_shardings(model, tx, info, mesh)
+  return jax.jit(lambda r: _create(model, tx, info, r), out_shardings=shardings)(rng)
+
+
+def param_count(params: Any) -> int:
+  return int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))

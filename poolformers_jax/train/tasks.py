@@ -1,0 +1,72 @@
+"""Loss and metrics per task: a dict from `DatasetInfo.task` to a `Task`. No if/elif chains.
+
+Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
+examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
+over batches and divided once at the end are exact whatever the batch size or device count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+Array = jax.Array
+Sums = dict[str, Array]
+
+
+def _cross_entropy(logits: Array, targets: Array, num_classes: int, label_smoothing: float) -> Array:
+  labels = jax.nn.one_hot(targets, num_classes, dtype=jnp.float32)
+  if label_smoothing:
+    labels = optax.smooth_labels(labels, label_smoothing)
+  return optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
+
+
+def classification_sums(logits: Array, targets: Array, weights: Array,
+                        label_smoothing: float = 0.0) -> Sums:
+  """logits [B, C], targets [B], weights [B] -> summed loss, correct and count."""
+  loss = _cross_entropy(logits, targets, logits.shape[-1], label_smoothing)
+  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  return {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
+          'count': jnp.sum(weights)}
+
+
+def lm_sums(logits: Array, targets: Array, weights: Array, label_smoothing: float = 0.0) -> Sums:
+  """logits [B, L, V], targets [B, L]; every token of a real example counts."""
+  token_weights = jnp.broadcast_to(weights[:, None], targets.shape)
+  return classification_sums(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                             token_weights.reshape(-1), label_smoothing)
+
+
+def classification_summary(sums: dict[str, float]) -> dict[str, float]:
+  count = max(sums['count'], 1.0)
+  return {'loss': sums['loss'] / count, 'accuracy': sums['correct'] / count,
+          'count': sums['count']}
+
+
+def lm_summary(sums: dict[str, float]) -> dict[str, float]:
+  out = classification_summary(sums)
+  out['bits_per_token'] = out['loss'] / math.log(2.0)
+  return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
+  summary: Callable[[dict[str, float]], dict[str, float]]
+
+
+TASKS: dict[str, Task] = {
+    'classification': Task(classification_sums, classification_summary),
+    'retrieval': Task(classification_sums, classification_summary),   # the model takes the pair
+    'lm': Task(lm_sums, lm_summary),
+}
+
+
+def get_task(name: str) -> Task:
+  if name not in TASKS:
+    raise ValueError(f'unknown task {name!r}; choose one of {sorted(TASKS)}.')
+  return TASKS[name]

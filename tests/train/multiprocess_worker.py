@@ -1,0 +1,30 @@
+"""One process of the two-process test: python multiprocess_worker.py DATA_DIR WORKDIR.
+
+The coordinator settings come from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID,
+exactly as a user would launch train.py; train_and_evaluate starts jax.distributed itself.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from absl import flags  # noqa: E402
+
+flags.FLAGS.mark_as_parsed()
+
+import jax  # noqa: E402
+
+from conftest import tiny_config  # noqa: E402
+from poolformers_jax.train import train_and_evaluate  # noqa: E402
+
+
+def main(data_dir, workdir):
+  config = tiny_config(data_dir, num_train_steps=3, eval_every_steps=3, checkpoint_every_steps=3)
+  result = train_and_evaluate(config, workdir)
+  print(json.dumps({'process_index': jax.process_index(), 'process_count': jax.process_count(),
+                    'devices': jax.device_count(), 'validation': result.validation,
+                    'test': result.test}), flush=True)
+
+
+if __name__ == '__main__':
+  main(*sys.argv[1:3])
