@@ -12,8 +12,13 @@ The argument string of a task config is `family[,size]` (also `size` alone):
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable
+
 import ml_collections
 from ml_collections import config_dict
+
+from poolformers_jax.data import get_data_config
 
 # model family -> (registered mixer name, per-family mixer options)
 FAMILIES = {
@@ -91,6 +96,52 @@ def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
   config.final_test = True               # evaluate the best checkpoint on test at the end
   config.num_devices = -1                # -1 = all local devices
   config.progress_bar = True
+  return config
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One row of the LRA table in PAPER_NOTES, plus the lengths of the CPU-sized variants."""
+  data: str                  # data.get_data_config name
+  length: int                # paper's sequence length (per document for retrieval)
+  batch_size: int
+  warmup_steps: int
+  num_train_steps: int
+  segment_num: int           # PoNet's LRA segment count at `length`
+  small_length: int
+  runlocal_length: int
+  eval_every_steps: int = 1000
+  retrieval: bool = False
+
+
+def task_config(task: Task, arg: str | None,
+                size_overrides: dict[str, Callable[[ml_collections.ConfigDict], None]] | None = None
+                ) -> ml_collections.ConfigDict:
+  """The locked config of `task` for `arg` = 'family[,size]' (no argument: transformer,small).
+
+  `small` keeps the model and shortens sequences, steps and batch for a CPU; `runlocal` also
+  shrinks the model (a smoke test). PoNet's segment count scales with the length. A task file
+  can change more per size with `size_overrides[size](config)`.
+  """
+  family, size = parse_arg(arg, default_size='full' if arg else 'small')
+  config = get_lra_config(get_data_config(task.data), family, retrieval=task.retrieval)
+  length = {'full': task.length, 'small': task.small_length, 'runlocal': task.runlocal_length}[size]
+  config.data.max_length = length
+  config.batch_size = config.eval_batch_size = task.batch_size
+  config.optimizer.warmup_steps = task.warmup_steps
+  config.num_train_steps = task.num_train_steps
+  config.eval_every_steps = config.checkpoint_every_steps = task.eval_every_steps
+  if family == 'ponet':
+    config.model.mixer_kwargs.segment_num = max(task.segment_num * length // task.length, 1)
+  if size == 'small':
+    config.batch_size = config.eval_batch_size = 32
+    config.optimizer.learning_rate = 1e-3
+    config.optimizer.warmup_steps = 100
+    config.num_train_steps = 2000
+    config.eval_every_steps = config.checkpoint_every_steps = 500
+  shrink_for_cpu(config, size)
+  (size_overrides or {}).get(size, lambda c: None)(config)
+  config.lock()
   return config
 
 

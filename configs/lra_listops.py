@@ -21,44 +21,28 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from lra_base import get_lra_config, parse_arg, shrink_for_cpu  # noqa: E402
-from poolformers_jax.data import get_data_config  # noqa: E402
+from lra_base import Task, task_config  # noqa: E402
+
+TASK = Task('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
+            segment_num=64, small_length=128, runlocal_length=48, eval_every_steps=500)
+
+
+def _small(config):
+  # Short trees (20-100 tokens) so a 2-layer model learns the task in minutes on 2 cores.
+  g = config.data.generator
+  g.min_tokens, g.max_tokens = 20, 100
+  g.num_train, g.num_validation, g.num_test = 20000, 1000, 2000
+  config.batch_size, config.eval_batch_size = 64, 200
+  config.num_train_steps = 1500
+  config.eval_every_steps = 250
+
+
+def _runlocal(config):
+  g = config.data.generator
+  g.min_tokens, g.max_tokens = 10, 40
+  g.num_train, g.num_validation, g.num_test = 256, 64, 64
 
 
 def get_config(arg: str | None = None):
-  # No argument = the CPU-sized offline default.
-  family, size = parse_arg(arg, default_size='full' if arg else 'small')
-  config = get_lra_config(get_data_config('listops'), family)
-  config.data.max_length = 2048
-  config.batch_size = 32
-  config.optimizer.learning_rate = 1e-4
-  config.optimizer.warmup_steps = 1000
-  config.num_train_steps = 5000
-  if family == 'ponet':
-    config.model.mixer_kwargs.segment_num = 64
-  if size == 'small':
-    # Short trees (20-100 tokens) so a 2-layer model learns the task in minutes on 2 cores.
-    g = config.data.generator
-    g.min_tokens, g.max_tokens = 20, 100
-    g.num_train, g.num_validation, g.num_test = 20000, 1000, 2000
-    config.data.max_length = 128
-    if family == 'ponet':
-      config.model.mixer_kwargs.segment_num = 8
-    config.batch_size = 64
-    config.eval_batch_size = 200
-    config.optimizer.learning_rate = 1e-3
-    config.optimizer.warmup_steps = 100
-    config.num_train_steps = 1500
-    config.log_every_steps = 50
-    config.eval_every_steps = 250
-    config.checkpoint_every_steps = 500
-  elif size == 'runlocal':
-    g = config.data.generator
-    g.min_tokens, g.max_tokens = 10, 40
-    g.num_train, g.num_validation, g.num_test = 256, 64, 64
-    config.data.max_length = 48
-    if family == 'ponet':
-      config.model.mixer_kwargs.segment_num = 4
-    shrink_for_cpu(config, size)
-  config.lock()
-  return config
+  """No argument = the CPU-sized offline default (`transformer,small`)."""
+  return task_config(TASK, arg, {'small': _small, 'runlocal': _runlocal})

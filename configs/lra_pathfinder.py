@@ -20,35 +20,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from lra_base import get_lra_config, parse_arg, shrink_for_cpu  # noqa: E402
-from poolformers_jax.data import get_data_config  # noqa: E402
+from lra_base import Task, task_config  # noqa: E402
+
+TASK = Task('lra_pathfinder', length=1024, batch_size=256, warmup_steps=312,
+            num_train_steps=62400, segment_num=1, small_length=1024, runlocal_length=1024)
 
 
 def get_config(arg: str | None = None):
-  family, size = parse_arg(arg, default_size='full' if arg else 'small')
-  config = get_lra_config(get_data_config('lra_pathfinder'), family)
-  config.data.max_length = 1024
-  config.batch_size = 256
-  config.eval_batch_size = 256
-  config.optimizer.learning_rate = 1e-4
-  config.optimizer.warmup_steps = 312
-  config.num_train_steps = 62400
-  config.eval_every_steps = config.checkpoint_every_steps = 1000
-  if family == 'ponet':
-    config.model.mixer_kwargs.segment_num = 1
-  if size == 'small':
-    config.data.max_length = 1024
-    if family == 'ponet':
-      config.model.mixer_kwargs.segment_num = max(1 * 1024 // 1024, 1)
-    config.batch_size = config.eval_batch_size = 32
-    config.optimizer.learning_rate = 1e-3
-    config.optimizer.warmup_steps = 100
-    config.num_train_steps = 2000
-    config.eval_every_steps = config.checkpoint_every_steps = 500
-  elif size == 'runlocal':
-    config.data.max_length = 1024
-    if family == 'ponet':
-      config.model.mixer_kwargs.segment_num = max(1 * 1024 // 1024, 1)
-    shrink_for_cpu(config, size)
-  config.lock()
-  return config
+  return task_config(TASK, arg)

@@ -20,35 +20,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from lra_base import get_lra_config, parse_arg, shrink_for_cpu  # noqa: E402
-from poolformers_jax.data import get_data_config  # noqa: E402
+from lra_base import Task, task_config  # noqa: E402
+
+TASK = Task('lra_text', length=4096, batch_size=32, warmup_steps=8000, num_train_steps=20000,
+            segment_num=4096, small_length=512, runlocal_length=64)
 
 
 def get_config(arg: str | None = None):
-  family, size = parse_arg(arg, default_size='full' if arg else 'small')
-  config = get_lra_config(get_data_config('lra_text'), family)
-  config.data.max_length = 4096
-  config.batch_size = 32
-  config.eval_batch_size = 32
-  config.optimizer.learning_rate = 1e-4
-  config.optimizer.warmup_steps = 8000
-  config.num_train_steps = 20000
-  config.eval_every_steps = config.checkpoint_every_steps = 1000
-  if family == 'ponet':
-    config.model.mixer_kwargs.segment_num = 4096
-  if size == 'small':
-    config.data.max_length = 512
-    if family == 'ponet':
-      config.model.mixer_kwargs.segment_num = max(4096 * 512 // 4096, 1)
-    config.batch_size = config.eval_batch_size = 32
-    config.optimizer.learning_rate = 1e-3
-    config.optimizer.warmup_steps = 100
-    config.num_train_steps = 2000
-    config.eval_every_steps = config.checkpoint_every_steps = 500
-  elif size == 'runlocal':
-    config.data.max_length = 64
-    if family == 'ponet':
-      config.model.mixer_kwargs.segment_num = max(4096 * 64 // 4096, 1)
-    shrink_for_cpu(config, size)
-  config.lock()
-  return config
+  return task_config(TASK, arg)
