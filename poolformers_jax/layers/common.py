@@ -38,6 +38,13 @@ def check_sequence_input(x: Array, mask: Optional[Array], name: str) -> Array:
   return mask.astype(bool)
 
 
+def check_image_input(x: Array, name: str) -> None:
+  """Validates `x: [B, H, W, C]` (images and feature maps)."""
+  if x.ndim != 4:
+    raise ValueError(f'{name}: expected images [batch, height, width, channels], got shape '
+                     f'{tuple(x.shape)}.')
+
+
 def check_heads(dim: int, num_heads: int, name: str) -> int:
   """Returns head_dim; raises if `num_heads` does not divide `dim`."""
   if num_heads <= 0 or dim % num_heads:

@@ -55,7 +55,8 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.attention import MultiHeadAttention
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias,
-                                           check_sequence_input, compute_dtype)
+                                           check_image_input, check_sequence_input,
+                                           compute_dtype)
 from poolformers_jax.layers.registry import register_mixer
 
 WEIGHTS = ('learned', 'uniform', 'unnormalized', 'nonlocal')
@@ -278,9 +279,7 @@ class ContextPool2D(nn.Module):
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
     name = type(self).__name__
-    if x.ndim != 4:
-      raise ValueError(f'{name}: expected images [batch, height, width, channels], got shape '
-                       f'{tuple(x.shape)}.')
+    check_image_input(x, name)
     check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
     b, h, w, c = x.shape
     s = self.stride

@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import Array
+from poolformers_jax.layers.common import Array, check_image_input
 from poolformers_jax.layers.context_pool import ContextPool2D
 from poolformers_jax.models.registry import register_model
 
@@ -61,9 +61,7 @@ class CPConvNet(nn.Module):
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
     if self.pool not in POOLS:
       raise ValueError(f'CPConvNet: unknown pool {self.pool!r}; choose one of {sorted(POOLS)}.')
-    if inputs.ndim != 4:
-      raise ValueError(f'CPConvNet: expected images [batch, height, width, channels], got shape '
-                       f'{tuple(inputs.shape)}.')
+    check_image_input(inputs, 'CPConvNet')
     x = inputs.astype(jnp.float32)
     for stage, width in enumerate(self.widths):
       for i in range(self.convs_per_stage):

@@ -45,9 +45,15 @@ import flax.linen as nn
 import jax.numpy as jnp
 import ml_collections
 
-from poolformers_jax.layers.common import Array, Dtype
+from poolformers_jax.layers.common import Array, Dtype, check_image_input
 from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, Window
 from poolformers_jax.models.registry import register_model
+
+
+def batch_norm(deterministic: bool, dtype: Optional[Dtype], name: str) -> nn.BatchNorm:
+  """The BatchNorm after every conv / MSAC (momentum 0.9, eps 1e-5)."""
+  return nn.BatchNorm(use_running_average=deterministic, momentum=0.9, epsilon=1e-5, dtype=dtype,
+                      name=name)
 
 
 class BasicBlock(nn.Module):
@@ -64,8 +70,7 @@ class BasicBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool) -> Array:
-    norm = lambda name: nn.BatchNorm(use_running_average=deterministic, momentum=0.9,
-                                     epsilon=1e-5, dtype=self.dtype, name=name)
+    norm = lambda name: batch_norm(deterministic, self.dtype, name)
 
     def mixer(strides: int, name: str):
       if self.use_msac:   # Sec. 6: MSAC in place of the 3×3 convolution
@@ -101,9 +106,7 @@ class MSACResNet(nn.Module):
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
     name = type(self).__name__
-    if inputs.ndim != 4:
-      raise ValueError(f'{name}: expected images [batch, height, width, channels], got shape '
-                       f'{tuple(inputs.shape)}.')
+    check_image_input(inputs, name)
     if len(self.stage_widths) != len(self.stage_blocks):
       raise ValueError(f'{name}: stage_widths {tuple(self.stage_widths)} and stage_blocks '
                        f'{tuple(self.stage_blocks)} must have the same length.')
@@ -114,8 +117,7 @@ class MSACResNet(nn.Module):
     x = inputs.astype(self.dtype or jnp.float32)
     x = nn.Conv(self.stage_widths[0], (3, 3), padding='SAME', use_bias=False, dtype=self.dtype,
                 name='stem')(x)
-    x = nn.relu(nn.BatchNorm(use_running_average=deterministic, momentum=0.9, epsilon=1e-5,
-                             dtype=self.dtype, name='stem_bn')(x))
+    x = nn.relu(batch_norm(deterministic, self.dtype, 'stem_bn')(x))
     for stage, (width, blocks) in enumerate(zip(self.stage_widths, self.stage_blocks)):
       for block in range(blocks):
         x = BasicBlock(width=width, strides=2 if stage > 0 and block == 0 else 1,

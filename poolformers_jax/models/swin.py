@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, DropPath, MlpBlock,
-                                           compute_dtype)
+                                           check_image_input, compute_dtype)
 from poolformers_jax.layers.context_pool import (POOL_OPTIONS, PoolingPredictor,
                                                  check_pool_options, context_pool,
                                                  predicted_channels)
@@ -273,9 +273,7 @@ class SwinTransformer(nn.Module):
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
     name = type(self).__name__
-    if inputs.ndim != 4:
-      raise ValueError(f'{name}: expected images [batch, height, width, channels], got shape '
-                       f'{tuple(inputs.shape)}.')
+    check_image_input(inputs, name)
     if len(self.depths) != len(self.num_heads):
       raise ValueError(f'{name}: depths {tuple(self.depths)} and num_heads '
                        f'{tuple(self.num_heads)} must have one entry per stage.')
