@@ -33,7 +33,7 @@ def _small(config):
   g.min_tokens, g.max_tokens = 20, 100
   g.num_train, g.num_validation, g.num_test = 20000, 1000, 2000
   config.batch_size, config.eval_batch_size = 64, 200
-  config.num_train_steps = 1500
+  config.num_train_steps = 4000
   config.eval_every_steps = 250
 
 
