@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from typing import Any, Optional
@@ -43,9 +44,12 @@ class MetricWriter:
     for key, value in record.items():
       if key not in ('step', 'split', 'time') and isinstance(value, (int, float)):
         self._tb.add_scalar(f'{split}/{key}', value, int(step))
-    if self._bar is not None and split != 'train':
-      self._bar.write(f'step {step} {split}: ' + ' '.join(
-          f'{k}={v:.4g}' for k, v in metrics.items() if isinstance(_plain(v), float)))
+    line = f'step {step} {split}: ' + ' '.join(
+        f'{k}={v:.4g}' for k, v in metrics.items() if isinstance(_plain(v), float))
+    if self._bar is None:          # no bar (logs of batch jobs): every record as a log line
+      logging.info(line)
+    elif split != 'train':         # with a bar, train metrics are its postfix
+      self._bar.write(line)
 
   def progress(self, steps: int = 1, **postfix: Any) -> None:
     if self._bar is not None:
