@@ -21,9 +21,9 @@ epochs, weight decay 0.025 (HVT paper; DeiT uses 0.05), label smoothing 0.1, 300
 HVT code does). ContextPool (Sec. 4.1): batch 1024, lr 1e-3, weight decay 0.05, cosine with 20
 warmup epochs, gradient clipping 1.0, 300 epochs at 224^2, then 30 epochs of fine-tuning at 384^2.
 Our vit_b16 / cp_vit_b16 configs are at 384^2 (the size Table 6 reports); for the paper's first
-phase pass --config.model.image_size=224. The DeiT augmentations (RandAugment m9, mixup 0.8,
-cutmix 1.0, random erasing 0.25, repeated augmentation) belong to the data pipeline and are not
-config keys here.
+phase pass --config.model.image_size=224. DeiT's augmentations in deit_recipe: mixup 0.8 /
+cutmix 1.0 (config.mixup, mixed in the train step) and random erasing 0.25
+(config.data.random_erasing); RandAugment m9 and repeated augmentation are not implemented.
 """
 from __future__ import annotations
 
@@ -74,6 +74,9 @@ def deit_recipe(config, weight_decay: float = 0.025, train_size: int = IMAGENET_
   opt.grad_clip_norm = 0.0
   config.label_smoothing = 0.1
   config.num_train_steps = _epochs_to_steps(300, config.batch_size, train_size)
+  # DeiT's augmentations (train/mixing.py, data/vision.py); RandAugment is not implemented.
+  config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5))
+  config.data.random_erasing = 0.25
 
 
 def deit_recipe_wd05(config) -> None:

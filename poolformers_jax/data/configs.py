@@ -86,6 +86,7 @@ def _vision(name: str, image_size: int, tfds_name: str) -> ml_collections.Config
   c.crop_padding = 4
   c.eval_crop_fraction = 1.0 if small else 0.875
   c.random_flip = True
+  c.random_erasing = 0.0   # probability of timm RandomErasing per train image (DeiT: 0.25)
   # Per-channel mean/std of the training set (ImageNet values for ImageNet, CIFAR ones otherwise).
   c.mean = (0.485, 0.456, 0.406) if name == 'imagenet2012' else (0.4914, 0.4822, 0.4465)
   c.std = (0.229, 0.224, 0.225) if name == 'imagenet2012' else (0.2470, 0.2435, 0.2616)

@@ -7,9 +7,12 @@ the center crop) resized (bicubic) to image_size; both flip left-right with prob
 Eval: resize the shorter side to image_size / eval_crop_fraction (ImageNet: 224 / 0.875 = 256),
 then center crop image_size x image_size (CIFAR: identity).
 
-Left out on purpose: DeiT's heavy augmentations (RandAugment, mixup, cutmix, random erasing,
-repeated augmentation). They belong to the papers' full recipes (HVT, ContextPool ViTs) but need
-batch-level mixing the trainer would have to own; they are not implemented here.
+Random erasing (DeiT; timm `RandomErasing` mode 'pixel'): with probability
+config.data.random_erasing (default 0), one rectangle of 2-33 % of the normalised train image,
+aspect ratio 0.3-3.3 (log-uniform, 10 attempts to fit), is replaced by N(0, 1) noise. It draws from
+the example's own rng, so it is deterministic and independent of the process count.
+Mixup / cutmix mix whole batches: the trainer owns them (train/mixing.py, config.mixup).
+Left out on purpose: RandAugment and repeated augmentation.
 TFDS datasets must be prepared as array_record beforehand (`tfds build <name>
 --file_format=array_record`; ImageNet needs its manual download).
 """
@@ -84,6 +87,27 @@ def normalize(image: np.ndarray, data_config) -> np.ndarray:
   return (image.astype(np.float32) / 255.0 - mean) / std
 
 
+def random_erase(image: np.ndarray, probability: float, rng: np.random.Generator,
+                 area_range=(0.02, 1 / 3), aspect_range=(0.3, 1 / 0.3),
+                 attempts: int = 10) -> np.ndarray:
+  """timm RandomErasing (mode 'pixel', one box) on a normalised float image [H, W, C]."""
+  if rng.random() >= probability:
+    return image
+  height, width = image.shape[:2]
+  for _ in range(attempts):
+    area = height * width * rng.uniform(*area_range)
+    ratio = math.exp(rng.uniform(math.log(aspect_range[0]), math.log(aspect_range[1])))
+    box_h, box_w = round(math.sqrt(area * ratio)), round(math.sqrt(area / ratio))
+    if box_w < width and box_h < height:
+      top = rng.integers(0, height - box_h + 1)
+      left = rng.integers(0, width - box_w + 1)
+      image = image.copy()
+      image[top:top + box_h, left:left + box_w] = rng.standard_normal(
+          (box_h, box_w, image.shape[-1]), dtype=np.float32)
+      return image
+  return image
+
+
 def source(data_config, split):
   return base.tfds_source(data_config.tfds_name, data_config.tfds_splits[base.check_split(split)],
                           data_config.data_dir)
@@ -100,7 +124,11 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
     image = _TRAIN_CROPS[data_config.train_crop](image, data_config, rng)
     if data_config.random_flip and rng.random() < 0.5:
       image = image[:, ::-1]
-  return {'inputs': normalize(image, data_config), 'targets': np.int32(record['label'])}
+  image = normalize(image, data_config)
+  erasing = data_config.get('random_erasing', 0.0)
+  if rng is not None and erasing > 0:   # after normalisation, as in timm (noise is N(0, 1))
+    image = random_erase(image, erasing, rng)
+  return {'inputs': image, 'targets': np.int32(record['label'])}
 
 
 def _info(name):

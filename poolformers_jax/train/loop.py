@@ -25,7 +25,7 @@ import optax
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, sharding
+from poolformers_jax.train import config_utils, mixing, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train.evaluate import evaluate_state, make_eval_step, write_eval_json
 from poolformers_jax.train.metrics import MetricWriter
@@ -46,21 +46,43 @@ class TrainResult:
   data_state: Any                              # the train iterator's state at the end
 
 
+_MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
+
+
+def _mixing_kwargs(setup: Setup) -> dict[str, Any]:
+  """mix_batch's keyword arguments from config.mixup, or {} when there is nothing to mix."""
+  mixup = setup.config.get('mixup', None)
+  if mixup is None or (mixup.mixup_alpha <= 0 and mixup.cutmix_alpha <= 0):
+    return {}
+  if setup.info.task != 'classification' or len(setup.info.input_shape) != 3:
+    raise ValueError(f'config.mixup is for image classification; dataset {setup.info.name!r} is '
+                     f'{setup.info.task!r} with inputs {setup.info.input_shape}: remove '
+                     'config.mixup.')
+  return dict(mixup_alpha=float(mixup.mixup_alpha), cutmix_alpha=float(mixup.cutmix_alpha),
+              switch_prob=float(mixup.get('switch_prob', 0.5)),
+              label_smoothing=float(setup.config.label_smoothing))
+
+
 def make_train_step(setup: Setup):
   model, task, schedule = setup.model, setup.task, setup.schedule
   label_smoothing = float(setup.config.label_smoothing)
   accum = max(int(setup.config.optimizer.grad_accum_steps), 1)
+  mix = _mixing_kwargs(setup)
 
   def train_step(state, batch, rng):
     rng = jax.random.fold_in(rng, state.step)
     mutable = ['batch_stats'] if state.batch_stats is not None else False
+    inputs, targets = batch['inputs'], batch['targets']
+    if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
+      inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
+                                         setup.info.num_classes, **mix)
 
     def loss_fn(params):
-      out = model.apply({**variables_of(state), 'params': params}, batch['inputs'],
+      out = model.apply({**variables_of(state), 'params': params}, inputs,
                         deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
-      weights = jnp.ones(batch['targets'].shape[:1], jnp.float32)
-      sums = task.sums(logits, batch['targets'], weights, label_smoothing)
+      weights = jnp.ones(targets.shape[:1], jnp.float32)
+      sums = task.sums(logits, targets, weights, label_smoothing)
       return sums['loss'] / sums['count'], (sums, updates)
 
     (_, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)

@@ -18,18 +18,29 @@ Array = jax.Array
 Sums = dict[str, Array]
 
 
+def _is_soft(logits: Array, targets: Array) -> bool:
+  """Soft targets [B, C] (mixup / cutmix, already smoothed) rather than class ids [B]."""
+  return targets.shape == logits.shape
+
+
 def _cross_entropy(logits: Array, targets: Array, num_classes: int, label_smoothing: float) -> Array:
-  labels = jax.nn.one_hot(targets, num_classes, dtype=jnp.float32)
-  if label_smoothing:
-    labels = optax.smooth_labels(labels, label_smoothing)
+  if _is_soft(logits, targets):
+    labels = targets.astype(jnp.float32)
+  else:
+    labels = jax.nn.one_hot(targets, num_classes, dtype=jnp.float32)
+    if label_smoothing:
+      labels = optax.smooth_labels(labels, label_smoothing)
   return optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
 
 
 def classification_sums(logits: Array, targets: Array, weights: Array,
                         label_smoothing: float = 0.0) -> Sums:
-  """logits [B, C], targets [B], weights [B] -> summed loss, correct and count."""
+  """logits [B, C], targets [B] (or soft targets [B, C]), weights [B] -> summed loss, correct
+  and count. Soft targets are used as given (label_smoothing ignored); correct = the argmax of
+  the logits is the argmax of the soft target (the majority class of a mixed example)."""
   loss = _cross_entropy(logits, targets, logits.shape[-1], label_smoothing)
-  correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
+  classes = jnp.argmax(targets, -1) if _is_soft(logits, targets) else targets
+  correct = (jnp.argmax(logits, -1) == classes).astype(jnp.float32)
   return {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
           'count': jnp.sum(weights)}
 

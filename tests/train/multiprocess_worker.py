@@ -14,7 +14,7 @@ flags.FLAGS.mark_as_parsed()
 
 import jax  # noqa: E402
 
-from conftest import tiny_config  # noqa: E402
+from tiny_runs import tiny_config  # noqa: E402
 from poolformers_jax.train import train_and_evaluate  # noqa: E402
 
 

@@ -8,7 +8,7 @@ import ml_collections
 import pytest
 
 import lra_base
-from conftest import REPO
+from tiny_runs import REPO
 from poolformers_jax.layers import MIXERS
 from poolformers_jax.layers.registry import mixer_fields
 from poolformers_jax.train import config_utils

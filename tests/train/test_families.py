@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import lra_base
-from conftest import tiny_config
+from tiny_runs import tiny_config
 from poolformers_jax.layers import MIXERS
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.metrics import read_metrics

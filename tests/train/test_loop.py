@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import REPO, tiny_config, tiny_overrides
+from tiny_runs import REPO, tiny_config, tiny_overrides
 from poolformers_jax import data
 from poolformers_jax.train import NonFiniteLossError, evaluate, train_and_evaluate
 from poolformers_jax.train.metrics import read_metrics

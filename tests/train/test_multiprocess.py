@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from conftest import tiny_config
+from tiny_runs import tiny_config
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.metrics import read_metrics
 

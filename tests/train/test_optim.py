@@ -7,7 +7,7 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import tiny_config
+from tiny_runs import tiny_config
 from poolformers_jax.train import config_utils, optim, tasks
 
 
