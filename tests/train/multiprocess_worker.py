@@ -17,6 +17,10 @@ import jax  # noqa: E402
 from tiny_runs import tiny_config  # noqa: E402
 from poolformers_jax.train import train_and_evaluate  # noqa: E402
 
+# No persistent compilation cache here: both processes compile the same programs at the same
+# moment, and one could read a cache entry while the other is still writing it.
+jax.config.update('jax_enable_compilation_cache', False)
+
 
 def main(data_dir, workdir):
   config = tiny_config(data_dir, num_train_steps=3, eval_every_steps=3, checkpoint_every_steps=3)
