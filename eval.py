@@ -26,6 +26,7 @@ def main(argv):
   metrics = evaluate(_CONFIG.value, _WORKDIR.value, checkpoint=_CHECKPOINT.value,
                      split=_SPLIT.value, batch_size=_BATCH_SIZE.value)
   print(json.dumps(metrics, sort_keys=True), flush=True)
+  sharding.shutdown_distributed()
 
 
 if __name__ == '__main__':

@@ -24,6 +24,7 @@ def main(argv):
   result = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   logging.info('%s at step %d; validation %s; test %s', result.status, result.step,
                result.validation, result.test)
+  sharding.shutdown_distributed()
 
 
 if __name__ == '__main__':

@@ -48,6 +48,14 @@ def maybe_initialize_distributed(coordinator_address: Optional[str] = None,
   return True
 
 
+def shutdown_distributed() -> None:
+  """Leaves a multi-process run right after its last collective, while every process is at the
+  same point. Left to interpreter exit, the shutdown barrier (300 s) can time out when one
+  process is slow to exit (joining library threads), which aborts the other processes."""
+  if jax.distributed.is_initialized():
+    jax.distributed.shutdown()
+
+
 def make_mesh(num_devices: int = -1) -> Mesh:
   """A 1-D 'data' mesh over all devices (or the first `num_devices` of this single process)."""
   devices = jax.devices()

@@ -15,7 +15,7 @@ flags.FLAGS.mark_as_parsed()
 import jax  # noqa: E402
 
 from tiny_runs import tiny_config  # noqa: E402
-from poolformers_jax.train import train_and_evaluate  # noqa: E402
+from poolformers_jax.train import sharding, train_and_evaluate  # noqa: E402
 
 # No persistent compilation cache here: both processes compile the same programs at the same
 # moment, and one could read a cache entry while the other is still writing it.
@@ -28,6 +28,7 @@ def main(data_dir, workdir):
   print(json.dumps({'process_index': jax.process_index(), 'process_count': jax.process_count(),
                     'devices': jax.device_count(), 'validation': result.validation,
                     'test': result.test}), flush=True)
+  sharding.shutdown_distributed()
 
 
 if __name__ == '__main__':
