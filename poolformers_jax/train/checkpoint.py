@@ -15,6 +15,7 @@ import os
 from typing import Any, Optional, Union
 
 import grain
+import jax
 import orbax.checkpoint as ocp
 
 LATEST_DIR = 'checkpoints'
@@ -46,6 +47,18 @@ class IteratorState(grain.DatasetIterator):
     pass
 
 
+def _multiprocess_options(name: str) -> dict:
+  """The two managers (latest, best) save at the same steps: with several processes their orbax
+  barriers need distinct keys, or one manager's barrier can release the other's finalize before
+  every process has written (seen: "ArrayMetadata Store contains metadata from just one
+  process"). Multi-process saves are also synchronous, the simplest orbax path."""
+  if jax.process_count() == 1:
+    return {}
+  return dict(enable_async_checkpointing=False,
+              multiprocessing_options=ocp.options.MultiprocessingOptions(
+                  barrier_sync_key_prefix=name))
+
+
 class Checkpointer:
   """Owns the two orbax managers of a workdir."""
 
@@ -56,14 +69,15 @@ class Checkpointer:
         os.path.join(workdir, LATEST_DIR),
         options=ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep,
                                              create=not read_only,
-                                             read_only=read_only))
+                                             read_only=read_only, **_multiprocess_options('latest')))
     self.best_metric = best_metric
     self.best = ocp.CheckpointManager(
         os.path.join(workdir, BEST_DIR),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=None if read_only else 1,
             best_fn=lambda metrics: metrics[best_metric], best_mode=best_mode,
-            keep_checkpoints_without_metrics=False, create=not read_only, read_only=read_only))
+            keep_checkpoints_without_metrics=False, create=not read_only, read_only=read_only,
+            **_multiprocess_options('best')))
 
   # -- saving -----------------------------------------------------------------------------------
   def save_latest(self, step: int, state: Any, data_iterator: Any, force: bool = False) -> None:
