@@ -28,7 +28,11 @@ ContextPool's predictor m(X) has hidden width 64 (d/8; its default d/16 gives 38
 From the paper (Sec. 4.1): three stages of increasing sequence length 2048 / 4096 / 8192 with
 batch sizes 32 / 32 / 16, 530k steps in total, linear warmup, dropout 0.2, weight decay 0.01.
 Paper's evaluation: overlapping 32k-character windows with step 512, BPC of the last 512
-characters of each (Longformer's protocol); BPC = loss in nats / ln 2.
+characters of each (Longformer's protocol); BPC = loss in nats / ln 2. That is
+  python eval.py --config configs/enwik8.py:cp_transformer_l12 --workdir runs/enwik8_cp12 \
+      --split test --batch_size 8 --config.data.eval_protocol=sliding
+(config.data.eval_context 32768 and eval_step 512 by default; exact over the whole split, see
+poolformers_jax/data/text_lm.py). Validation during training uses non-overlapping windows.
 Not in the paper, our decisions: Adam(W) b1 0.9, b2 0.999, eps 1e-8; peak learning rate 2.5e-4
 (Longformer-small's), 10k warmup steps, then constant, halved at each later stage; gradient
 clipping at norm 0.25 (Longformer / Transformer-XL); stages end at steps 250k / 430k / 530k.

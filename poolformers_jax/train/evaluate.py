@@ -26,7 +26,10 @@ def make_eval_step(setup: Setup):
 
   def eval_step(state, batch):
     logits = model.apply(variables_of(state), batch['inputs'], deterministic=True)
-    return task.sums(logits, batch['targets'], batch['mask'].astype(jnp.float32))
+    weights = batch['mask'].astype(jnp.float32)
+    if 'weights' in batch:   # per-token weights (sliding LM evaluation, data/text_lm.py)
+      weights = weights[:, None] * batch['weights']
+    return task.sums(logits, batch['targets'], weights)
 
   return jax.jit(eval_step, in_shardings=(setup.state_shardings, sharding.batch_sharded(setup.mesh)),
                  out_shardings=sharding.replicated(setup.mesh))

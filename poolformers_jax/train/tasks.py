@@ -46,8 +46,10 @@ def classification_sums(logits: Array, targets: Array, weights: Array,
 
 
 def lm_sums(logits: Array, targets: Array, weights: Array, label_smoothing: float = 0.0) -> Sums:
-  """logits [B, L, V], targets [B, L]; every token of a real example counts."""
-  token_weights = jnp.broadcast_to(weights[:, None], targets.shape)
+  """logits [B, L, V], targets [B, L]; weights [B] (every token of a real example counts) or
+  per token [B, L] (sliding evaluation scores only a window's new tokens)."""
+  token_weights = jnp.broadcast_to(weights if weights.ndim == 2 else weights[:, None],
+                                   targets.shape)
   return classification_sums(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                              token_weights.reshape(-1), label_smoothing)
 
