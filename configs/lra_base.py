@@ -94,6 +94,8 @@ def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
   config.best_metric = 'accuracy'
   config.best_mode = 'max'
   config.final_test = True               # evaluate the best checkpoint on test at the end
+  config.init_from = ''                  # workdir / checkpoint: start from its parameters
+  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
   config.num_devices = -1                # -1 = all local devices
   config.progress_bar = True
   return config
