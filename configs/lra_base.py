@@ -26,7 +26,7 @@ FAMILIES = {
     'linear': ('linear', {}),
     'ponet': ('ponet', {'segment_num': 64}),
     'adamra': ('adamra', {}),
-    'contextpool': ('contextpool', {}),
+    'contextpool': ('contextpool', {'placement': 'mixer_input'}),   # or 'block_output' (README)
     'msac': ('msac', {}),
 }
 SIZES = ('full', 'small', 'runlocal')

@@ -380,11 +380,23 @@ class ContextPool2D(nn.Module):
     return y.reshape(b, ho, wo, c)
 
 
+PLACEMENTS = ('mixer_input', 'block_output')
+
+
 class ContextPoolAttention(nn.Module):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
 
-  Parameters: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out, as
-  MultiHeadAttention). Registered as mixer 'contextpool'.
+  Where the pooling sits (`placement`; both readings of the paper, compared in the README):
+  - 'mixer_input' (default): the block's normalised input LN(X) is pooled inside the residual
+    branch, attention runs on the pooled tokens, and the residual stream itself is never pooled
+    (§1: "pool neighboring features for each token at every attention layer before computing
+    full attention").
+  - 'block_output': Fig. 2c / §3.2 word for word, "placed after each attention block, whose
+    output token features are pooled ... for use in the next attention block": this mixer is
+    plain attention, and `TransformerBlock` replaces its output X_l by ContextPool(X_l)
+    (`pool_block_output`), so the residual stream the next block reads is the pooled one.
+  Parameters either way: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out,
+  as MultiHeadAttention). Registered as mixer 'contextpool'.
   """
   num_heads: int
   causal: bool = False
@@ -398,19 +410,29 @@ class ContextPoolAttention(nn.Module):
   window_size: int = 5
   query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
   implementation: str = 'explicit'             # the attention's (MultiHeadAttention)
+  placement: str = 'mixer_input'               # or 'block_output' (see above)
   dtype: Optional[Dtype] = None
 
-  @nn.compact
+  def setup(self):
+    if self.placement not in PLACEMENTS:
+      raise ValueError(f'ContextPoolAttention: unknown placement {self.placement!r}; choose one '
+                       f'of {list(PLACEMENTS)}.')
+    options = {f: getattr(self, f) for f in POOL_OPTIONS}
+    self.context_pool = ContextPool(causal=self.causal, dtype=self.dtype,
+                                    query_block=self.query_block, **options)
+    self.attention = MultiHeadAttention(self.num_heads, causal=self.causal,
+                                        dropout_rate=self.dropout_rate, use_bias=self.use_bias,
+                                        implementation=self.implementation, dtype=self.dtype)
+
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                deterministic: bool = True) -> Array:
-    options = {f: getattr(self, f) for f in POOL_OPTIONS}
-    pooled = ContextPool(causal=self.causal, dtype=self.dtype, name='context_pool',
-                         query_block=self.query_block, **options)(x, mask)
-    attention = MultiHeadAttention(self.num_heads, causal=self.causal,
-                                   dropout_rate=self.dropout_rate, use_bias=self.use_bias,
-                                   implementation=self.implementation, dtype=self.dtype,
-                                   name='attention')
-    return attention(pooled, mask, deterministic=deterministic)
+    if self.placement == 'mixer_input':
+      x = self.context_pool(x, mask)
+    return self.attention(x, mask, deterministic=deterministic)
+
+  def pool_block_output(self, x: Array, mask: Optional[Array] = None) -> Array:
+    """ContextPool of a block's output (placement 'block_output'; called by TransformerBlock)."""
+    return self.context_pool(x, mask)
 
 
 register_mixer('contextpool', ContextPoolAttention)

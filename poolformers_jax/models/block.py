@@ -86,8 +86,12 @@ class TransformerBlock(nn.Module):
     mlp = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
                    dropout_rate=self.dropout_rate, dtype=self.dtype, kernel_init=self.kernel_init,
                    name='mlp')
-    return PreNormResidual(norm('norm2'), mlp, 0.0, self.drop_path_rate)(
+    x = PreNormResidual(norm('norm2'), mlp, 0.0, self.drop_path_rate)(
         x, deterministic=deterministic)
+    if getattr(mixer, 'placement', None) == 'block_output':
+      # ContextPool Fig. 2c: the block's output tokens are pooled for the next block.
+      x = mixer.pool_block_output(x, mask)
+    return x
 
 
 def _plain(value: Any) -> Any:
