@@ -27,7 +27,7 @@ FAMILIES = {
     'ponet': ('ponet', {'segment_num': 64}),
     'adamra': ('adamra', {}),
     'contextpool': ('contextpool', {'placement': 'mixer_input'}),   # or 'block_output' (README)
-    'msac': ('msac', {}),
+    'msac': ('msac', {'heads': 'full'}),   # MSAC Sec. 2.1 heads, or 'split'
 }
 SIZES = ('full', 'small', 'runlocal')
 
