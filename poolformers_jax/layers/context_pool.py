@@ -297,6 +297,12 @@ class ContextPool(nn.Module):
   window_size: int = 5                # fixed_window size; random_sparse expected count
   # Queries pooled at a time (memory linear in length, context_pool); None = [L, L] at once.
   query_block: Optional[int] = QUERY_BLOCK
+  # Image tokens (CP-ViT, Fig. 3): `prefix_tokens` (the class token) then a raster token_grid
+  # (h, w) of patches. The patches pool each other with a 2D Gaussian on the grid, distances and
+  # sigma = r * max(h, w) * s in patch units (as CP-Swin); prefix tokens are neither pooled nor
+  # pooled from. None = a 1D sequence.
+  token_grid: Optional[tuple[int, int]] = None
+  prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -304,6 +310,8 @@ class ContextPool(nn.Module):
                deterministic: bool = True) -> Array:
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
+    if self.token_grid is not None:
+      return self._pool_grid(x, mask)
     check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
     if self.query_block is not None and self.query_block < 1:
       raise ValueError(f'{name}: query_block={self.query_block} must be >= 1 (or None for the '
@@ -328,6 +336,36 @@ class ContextPool(nn.Module):
     # allowed=None: padding (and causality) are applied block by block, never as [B, L, L].
     return context_pool(self, x, x, mask, None, n, pos, pos, w_logit, s_logit, self.causal,
                         cell=1, query_block=self.query_block)
+
+  @nn.nowrap
+  def _pool_grid(self, x: Array, mask: Array) -> Array:
+    """[prefix tokens; h * w raster patches] -> prefix unchanged, patches pooled on the grid."""
+    name = type(self).__name__
+    h, w = (int(v) for v in self.token_grid)
+    p = int(self.prefix_tokens)
+    if self.causal or x.shape[1] != p + h * w:
+      raise ValueError(f'{name}: token_grid={self.token_grid} with prefix_tokens={p} needs '
+                       f'{p + h * w} non-causal tokens, got {x.shape[1]} (causal={self.causal}); '
+                       'set the grid of the image (image_size / patch_size) or token_grid=None.')
+    dtype = compute_dtype(self.dtype, x)
+    patches, patch_mask = x[:, p:], mask[:, p:]
+    patches = jnp.where(patch_mask[..., None], patches, 0).astype(dtype)
+    need_w, need_s = predicted_channels(self.weights, self.locality)
+    w_logit = s_logit = None
+    if need_w or need_s:
+      # m(X) runs along the raster sequence (the same parameters as the 1D form).
+      raw = PoolingPredictor(self.predictor, predictor_width(x.shape[-1], self.predictor_dim),
+                             need_w + need_s, dtype=dtype, name='predictor')(
+                                 patches, patch_mask).astype(jnp.float32)
+      w_logit = raw[..., 0] if need_w else None
+      s_logit = raw[..., -1] if need_s else None
+    rows, cols = jnp.meshgrid(jnp.arange(h, dtype=jnp.float32), jnp.arange(w, dtype=jnp.float32),
+                              indexing='ij')
+    pos = jnp.stack([rows.reshape(-1), cols.reshape(-1)], -1)       # [h * w, 2] patch coordinates
+    n = jnp.full(patch_mask.shape, float(max(h, w)))
+    y = context_pool(self, patches, patches, patch_mask, None, n, pos, pos, w_logit, s_logit,
+                     False, cell=1, query_block=self.query_block)
+    return jnp.concatenate([x[:, :p].astype(y.dtype), y], axis=1)
 
 
 class ContextPool2D(nn.Module):
@@ -411,6 +449,8 @@ class ContextPoolAttention(nn.Module):
   query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
   implementation: str = 'explicit'             # the attention's (MultiHeadAttention)
   placement: str = 'mixer_input'               # or 'block_output' (see above)
+  token_grid: Optional[tuple[int, int]] = None  # ContextPool's (CP-ViT: set by the backbone)
+  prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
   def setup(self):
@@ -419,7 +459,8 @@ class ContextPoolAttention(nn.Module):
                        f'of {list(PLACEMENTS)}.')
     options = {f: getattr(self, f) for f in POOL_OPTIONS}
     self.context_pool = ContextPool(causal=self.causal, dtype=self.dtype,
-                                    query_block=self.query_block, **options)
+                                    query_block=self.query_block, token_grid=self.token_grid,
+                                    prefix_tokens=self.prefix_tokens, **options)
     self.attention = MultiHeadAttention(self.num_heads, causal=self.causal,
                                         dropout_rate=self.dropout_rate, use_bias=self.use_bias,
                                         implementation=self.implementation, dtype=self.dtype)

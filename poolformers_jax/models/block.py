@@ -68,6 +68,10 @@ class TransformerBlock(nn.Module):
   activation: str = 'gelu'
   layer_norm_epsilon: float = 1e-6
   kernel_init: Callable = nn.initializers.xavier_uniform()   # the MLP's Dense kernels
+  # Image tokens: [prefix_tokens; raster token_grid (h, w)], passed to mixers that take them
+  # (ContextPool pools on the grid, CP-ViT); None for sequences.
+  token_grid: Optional[tuple[int, int]] = None
+  prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -77,9 +81,11 @@ class TransformerBlock(nn.Module):
       raise ValueError(f'TransformerBlock: unknown activation {self.activation!r}; '
                        f'choose one of {sorted(ACTIVATIONS)}.')
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
-    mixer = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads, causal=self.causal,
-                                                dropout_rate=self.attention_dropout_rate,
-                                                dtype=self.dtype),
+    shared = dict(num_heads=self.num_heads, causal=self.causal,
+                  dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
+    if self.token_grid is not None:
+      shared.update(token_grid=tuple(self.token_grid), prefix_tokens=self.prefix_tokens)
+    mixer = build_mixer(self.mixer, shared=shared,
                         **dict(self.mixer_kwargs or {}))
     x = PreNormResidual(norm('norm1'), mixer, self.dropout_rate, self.drop_path_rate)(
         x, mask, deterministic=deterministic)

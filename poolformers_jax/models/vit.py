@@ -142,13 +142,18 @@ class VisionTransformer(nn.Module):
                       dropout_rate=self.dropout_rate,
                       attention_dropout_rate=self.attention_dropout_rate, activation='gelu_exact',
                       layer_norm_epsilon=LAYER_NORM_EPS, kernel_init=dense_init, dtype=self.dtype)
+    # Mixers that use the image layout (ContextPool, Fig. 3) get the patch grid behind the class
+    # token; after 1D pooling the tokens are a sequence again.
+    token_grid = (self.grid_size(),) * 2
+    prefix_tokens = 1 if self.classifier == 'token' else 0
     for i in range(self.depth):                                              # Eqs. (2)-(3)
       rate = self.drop_path_rate * i / max(self.depth - 1, 1)
-      x = TransformerBlock(drop_path_rate=rate, name=f'block{i}', **block_args)(
-          x, mask, deterministic=deterministic)
+      x = TransformerBlock(drop_path_rate=rate, token_grid=token_grid, prefix_tokens=prefix_tokens,
+                           name=f'block{i}', **block_args)(x, mask, deterministic=deterministic)
       if i in pool_after:                                                    # Eq. (5)
         stage = pool_after.index(i)
         grid = grids[stage] if self.pool_2d else None
+        token_grid = grids[stage + 1] if self.pool_2d else None
         x, mask = HierarchicalPool(self.pool_method, self.pool_kernel_size, self.pool_stride,
                                    grid=grid, dtype=self.dtype, name=f'pool{stage}')(x, mask)
         x = LearnedPositionEmbedding(x.shape[1], name=f'pos_embed_stage{stage + 1}')(x)
