@@ -44,7 +44,9 @@ def _tfds_split(data_config, split: str) -> str:
   return data_config.tfds_splits[base.check_split(split)]
 
 
-def _split_sizes(data_config, source_fn):
+def _split_sizes(data_config, source_fn, known=None):
+  if known is not None:
+    return known
   return {split: len(source_fn(data_config, split)) for split in base.SPLITS}
 
 
@@ -69,10 +71,10 @@ def text_preprocess(record, data_config, rng: Optional[np.random.Generator] = No
           'targets': np.int32(record['label'])}
 
 
-def text_info(data_config):
+def text_info(data_config, split_sizes=None):
   return base.DatasetInfo(name='lra_text', task='classification', num_classes=2,
                           vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=_split_sizes(data_config, text_source))
+                          split_sizes=_split_sizes(data_config, text_source, split_sizes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,11 +119,11 @@ def retrieval_preprocess(record, data_config, rng: Optional[np.random.Generator]
   return {'inputs': np.stack(docs), 'targets': np.int32(record['label'])}
 
 
-def retrieval_info(data_config):
+def retrieval_info(data_config, split_sizes=None):
   return base.DatasetInfo(name='lra_retrieval', task='retrieval', num_classes=2,
                           vocab_size=base.BYTE_VOCAB_SIZE,
                           input_shape=(2, data_config.max_length),
-                          split_sizes=_split_sizes(data_config, retrieval_source))
+                          split_sizes=_split_sizes(data_config, retrieval_source, split_sizes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,10 +153,10 @@ def image_preprocess(record, data_config, rng: Optional[np.random.Generator] = N
   return {'inputs': pixel_tokens(gray, data_config, 'image'), 'targets': np.int32(record['label'])}
 
 
-def image_info(data_config):
+def image_info(data_config, split_sizes=None):
   return base.DatasetInfo(name='lra_image', task='classification', num_classes=10,
                           vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=_split_sizes(data_config, image_source))
+                          split_sizes=_split_sizes(data_config, image_source, split_sizes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,15 +238,20 @@ def pathfinder_preprocess(record, data_config, rng: Optional[np.random.Generator
           'targets': np.int32(record['label'])}
 
 
-def pathfinder_info(data_config):
+def pathfinder_info(data_config, split_sizes=None):
   return base.DatasetInfo(name='lra_pathfinder', task='classification', num_classes=2,
                           vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=_split_sizes(data_config, pathfinder_source))
+                          split_sizes=_split_sizes(data_config, pathfinder_source, split_sizes))
 
 
-base.register_dataset('lra_text', base.DatasetSpec(text_info, text_source, text_preprocess))
-base.register_dataset('lra_retrieval', base.DatasetSpec(retrieval_info, retrieval_source,
-                                                        retrieval_preprocess))
-base.register_dataset('lra_image', base.DatasetSpec(image_info, image_source, image_preprocess))
-base.register_dataset('lra_pathfinder', base.DatasetSpec(pathfinder_info, pathfinder_source,
-                                                         pathfinder_preprocess))
+def _spec(info, source, preprocess) -> base.DatasetSpec:
+  """`shapes`: the same info without files (vocabulary, classes and lengths are constants)."""
+  return base.DatasetSpec(info, source, preprocess,
+                          shapes=functools.partial(info, split_sizes={}))
+
+
+base.register_dataset('lra_text', _spec(text_info, text_source, text_preprocess))
+base.register_dataset('lra_retrieval', _spec(retrieval_info, retrieval_source, retrieval_preprocess))
+base.register_dataset('lra_image', _spec(image_info, image_source, image_preprocess))
+base.register_dataset('lra_pathfinder', _spec(pathfinder_info, pathfinder_source,
+                                              pathfinder_preprocess))

@@ -56,9 +56,17 @@ def _to_iterator(ds: grain.MapDataset, data_config) -> grain.DatasetIterator:
   return iter(it_ds)
 
 
-def get_dataset_info(config) -> base.DatasetInfo:
-  """DatasetInfo of config.data (raises DataNotFoundError if files are missing)."""
-  return base.get_spec(config.data).info(config.data)
+def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
+  """DatasetInfo of config.data (raises DataNotFoundError if files are missing). With
+  need_files=False missing files give the info from the dataset's known constants instead
+  (input shape, vocabulary, classes), where the dataset has them."""
+  spec = base.get_spec(config.data)
+  try:
+    return spec.info(config.data)
+  except base.DataNotFoundError:
+    if need_files or spec.shapes is None:
+      raise
+    return spec.shapes(config.data)
 
 
 def make_train_iterator(config, seed: Optional[int] = None, process_index: int = 0,
