@@ -96,6 +96,8 @@ def _vision(name: str, image_size: int, tfds_name: str) -> ml_collections.Config
   c.eval_crop_fraction = 1.0 if small else 0.875
   c.random_flip = True
   c.random_erasing = 0.0   # probability of timm RandomErasing per train image (DeiT: 0.25)
+  c.rand_augment = ''      # timm RandAugment policy, '' = off (DeiT: 'rand-m9-mstd0.5-inc1')
+  c.repeated_augmentation = 1   # each train image shown this many times in a row (DeiT: 3)
   # Per-channel mean/std of the training set (ImageNet values for ImageNet, CIFAR ones otherwise).
   c.mean = (0.485, 0.456, 0.406) if name == 'imagenet2012' else (0.4914, 0.4822, 0.4465)
   c.std = (0.229, 0.224, 0.225) if name == 'imagenet2012' else (0.2470, 0.2435, 0.2616)
