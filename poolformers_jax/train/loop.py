@@ -81,15 +81,15 @@ def make_train_step(setup: Setup):
       out = model.apply({**variables_of(state), 'params': params}, inputs,
                         deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
-      weights = jnp.ones(targets.shape[:1], jnp.float32)
+      weights = jnp.ones(inputs.shape[:1], jnp.float32)
       sums = task.sums(logits, targets, weights, label_smoothing)
-      return sums['loss'] / sums['count'], (sums, updates)
+      return task.objective(sums), (sums, updates)
 
-    (_, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (objective, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     new_state = state.apply_gradients(grads=grads)
     if updates:
       new_state = new_state.replace(batch_stats=updates['batch_stats'])
-    metrics = {**sums, 'grad_norm': optax.global_norm(grads),
+    metrics = {**sums, 'objective': objective, 'grad_norm': optax.global_norm(grads),
                'learning_rate': schedule(state.step // accum)}
     return new_state, metrics
 
@@ -133,8 +133,12 @@ def _due(step: int, every: int) -> bool:
   return every > 0 and step % every == 0
 
 
+_NOT_SUMS = ('objective', 'grad_norm', 'learning_rate')   # per-step values in the train metrics
+
+
 def _summarize_train(setup: Setup, window: list[dict[str, float]], seconds: float) -> dict[str, float]:
-  totals = {k: sum(m[k] for m in window) for k in ('loss', 'correct', 'count')}
+  totals = {k: sum(np.asarray(m[k], np.float64) for m in window)
+            for k in window[0] if k not in _NOT_SUMS}
   out = setup.task.summary(totals)
   out.pop('count', None)
   out['grad_norm'] = float(np.mean([m['grad_norm'] for m in window]))
@@ -184,8 +188,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         batch = sharding.global_batch(next(train_iter), setup.mesh)
         state, metrics = train_step(state, batch, dropout_rng)
         step += 1
-        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        loss = metrics['loss'] / max(metrics['count'], 1.0)
+        metrics = jax.device_get(metrics)      # numpy; sums may be arrays (a confusion matrix)
+        loss = float(metrics['objective'])
         if not np.isfinite(loss):
           checkpointer.wait()
           raise NonFiniteLossError(

@@ -3,16 +3,21 @@
 Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
 examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
 over batches and divided once at the end are exact whatever the batch size or device count.
+Sums may be arrays (a confusion matrix); the training objective of a batch is
+`task.objective(sums)` (default: summed loss / count). A metric that is no function of sums
+(Spearman's rank correlation) reads per-example `rows` that evaluation gathers once per split.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import optax
+
+from poolformers_jax.train import text_tasks
 
 Array = jax.Array
 Sums = dict[str, Array]
@@ -84,10 +89,16 @@ def lm_summary(sums: dict[str, float]) -> dict[str, float]:
   return out
 
 
+def mean_loss(sums: Sums) -> Array:
+  return sums['loss'] / jnp.maximum(sums['count'], 1.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
   sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
-  summary: Callable[[dict[str, float]], dict[str, float]]
+  summary: Callable[..., dict[str, float]]            # (totals[, rows=...]) -> metrics
+  objective: Callable[[Sums], Array] = mean_loss      # what a train step minimises
+  rows: Optional[Callable[[Any, Any], dict[str, Array]]] = None   # (outputs, targets) -> [B] each
 
 
 TASKS: dict[str, Task] = {
@@ -95,6 +106,17 @@ TASKS: dict[str, Task] = {
     'retrieval': Task(classification_sums, classification_summary),   # the model takes the pair
     'lm': Task(lm_sums, lm_summary),
 }
+
+
+# PoNet's transfer experiments (text_tasks.py): MLM + SSO/NSP pre-training; GLUE and long-text
+# classification (accuracy, F1, Matthews from one confusion matrix); STS-B regression.
+TASKS.update({
+    'pretraining': Task(text_tasks.pretraining_sums, text_tasks.pretraining_summary,
+                        objective=text_tasks.pretraining_objective),
+    'text_classification': Task(text_tasks.confusion_sums, text_tasks.confusion_summary),
+    'regression': Task(text_tasks.regression_sums, text_tasks.regression_summary,
+                       rows=text_tasks.regression_rows),
+})
 
 
 def get_task(name: str) -> Task:
