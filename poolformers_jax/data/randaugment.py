@@ -71,6 +71,15 @@ def _affine(img: Image.Image, matrix, fill) -> Image.Image:
   return img.transform(img.size, Image.AFFINE, matrix, resample=Image.BICUBIC, fillcolor=fill)
 
 
+def _posterize(img: Image.Image, bits: int) -> Image.Image:
+  """Keep the top `bits` bits. PIL >= 10 refuses bits = 0, which PosterizeIncreasing reaches at
+  magnitude 10 (and Posterize at 0); older PIL, which DeiT ran, gave black: so do we."""
+  if bits >= 8:
+    return img
+  mask = ~(2 ** (8 - bits) - 1) & 0xFF
+  return img.point([i & mask for i in range(256)] * len(img.getbands()))
+
+
 def _solarize_add(img: Image.Image, add: int, threshold: int = 128) -> Image.Image:
   lut = [min(255, i + add) if i < threshold else i for i in range(256)]
   return img.point(lut * len(img.getbands()))
@@ -85,7 +94,7 @@ _OPS: dict[str, Callable] = {
     'Equalize': lambda img, _, fill: ImageOps.equalize(img),
     'Invert': lambda img, _, fill: ImageOps.invert(img),
     'Rotate': lambda img, deg, fill: img.rotate(deg, resample=Image.BICUBIC, fillcolor=fill),
-    'Posterize': lambda img, bits, fill: img if bits >= 8 else ImageOps.posterize(img, bits),
+    'Posterize': lambda img, bits, fill: _posterize(img, bits),
     'Solarize': lambda img, threshold, fill: ImageOps.solarize(img, threshold),
     'SolarizeAdd': lambda img, add, fill: _solarize_add(img, add),
     'ShearX': lambda img, s, fill: _affine(img, (1, s, 0, 0, 1, 0), fill),

@@ -1,5 +1,7 @@
 """RandAugment (timm 'rand-m9-mstd0.5-inc1') op by op on a known image, against hand-computed
 pixels or PIL's own call with the hand-computed argument; determinism per seed; the pipeline."""
+import os
+
 import ml_collections
 import numpy as np
 import pytest
@@ -40,6 +42,10 @@ def test_pixel_ops_match_hand_computed_values():
   img = _image().astype(np.int32)
   np.testing.assert_array_equal(ra.apply_op('Invert', _image(), None), 255 - img)
   np.testing.assert_array_equal(ra.apply_op('PosterizeIncreasing', _image(), 1), img & 0x80)
+  np.testing.assert_array_equal(ra.apply_op('Posterize', _image(), 3), img & 0xE0)
+  # Magnitude 10 keeps 0 bits: black (PIL >= 10 raises there; the PIL DeiT used gave black).
+  assert ra.level('PosterizeIncreasing', 10.0) == 0
+  np.testing.assert_array_equal(ra.apply_op('PosterizeIncreasing', _image(), 0), 0 * img)
   np.testing.assert_array_equal(ra.apply_op('SolarizeIncreasing', _image(), 26),
                                 np.where(img >= 26, 255 - img, img))
   np.testing.assert_array_equal(ra.apply_op('SolarizeAdd', _image(), 99),
@@ -151,3 +157,15 @@ def test_repeated_augmentation_order_and_sharding(make_listops_config, tmp_path,
   joined = np.concatenate([np.concatenate([batches[s]['inputs'] for batches in per_process])
                            for s in range(20)])
   np.testing.assert_array_equal(joined, single)
+
+
+def test_every_op_matches_timm_at_magnitude_9_both_signs():
+  """Against outputs of timm 1.0.15's own AugmentOp (fixtures/make_timm_randaugment_fixture.py)."""
+  fixture = np.load(os.path.join(os.path.dirname(__file__), 'fixtures', 'timm_randaugment_m9.npz'))
+  names = [str(n) for n in fixture['names']]
+  assert len(names) == 2 * len(set(ra.RAND_TRANSFORMS) | set(ra.RAND_INCREASING_TRANSFORMS))
+  for key, expected in zip(names, fixture['outputs']):
+    name, sign = key.split('/')
+    out = ra.apply_op(name, fixture['image'], ra.level(name, 9.0, -1.0 if sign == 'neg' else 1.0),
+                      FILL)
+    np.testing.assert_array_equal(out, expected, err_msg=key)
