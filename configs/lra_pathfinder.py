@@ -4,7 +4,9 @@ Run:  python train.py --config configs/lra_pathfinder.py:ponet --workdir runs/lr
       python eval.py  --config configs/lra_pathfinder.py:ponet --workdir runs/lra_pathfinder_ponet --split test
 Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,runlocal` to
 shrink for a CPU. No argument = `transformer,small`.
-Data: pathfinder32 npz files or the LRA release PNGs (config.data.pathfinder_dir).
+Data: pathfinder32 npz files or the LRA release PNGs (config.data.pathfinder_dir), or images
+generated offline (`--config.data.format=generated`, poolformers_jax/data/pathfinder_gen.py: the
+LRA layout, made once under data_dir). `small` and `runlocal` use generated images.
 
 Test accuracy to expect at the paper setting (%):
   transformer 71.40 (LRA) / 74.16 (Nystromformer setting);
@@ -26,5 +28,16 @@ TASK = Task('lra_pathfinder', length=1024, batch_size=256, warmup_steps=312,
             num_train_steps=62400, segment_num=1, small_length=1024, runlocal_length=1024)
 
 
+def _small(config):
+  # 20 000 generated curv_baseline images (16k/2k/2k), made once offline.
+  config.data.format = 'generated'
+  config.data.generator.num_examples = 20000
+
+
+def _runlocal(config):
+  config.data.format = 'generated'
+  config.data.generator.update(num_examples=200, images_per_file=100)
+
+
 def get_config(arg: str | None = None):
-  return task_config(TASK, arg)
+  return task_config(TASK, arg, {'small': _small, 'runlocal': _runlocal})
