@@ -210,7 +210,7 @@ def _batch_rng(seed: int, style: Style, batch: int) -> random.Random:
 def _png(image: np.ndarray) -> bytes:
   from PIL import Image
   out = io.BytesIO()
-  Image.fromarray(image, mode='L').save(out, format='PNG')
+  Image.fromarray(image).save(out, format='PNG')
   return out.getvalue()
 
 
@@ -286,7 +286,7 @@ def sample_grid(path: str, *, seed: int = 0, resolution: int = 32, per_row: int 
   gap = np.full((2, rows[0].shape[1]), 90, np.uint8)
   grid = np.concatenate([x for row in rows for x in (row, gap)][:-1], axis=0)
   grid = np.kron(grid, np.ones((scale, scale), np.uint8))
-  Image.fromarray(grid, mode='L').save(path, optimize=True)
+  Image.fromarray(grid).save(path, optimize=True)
 
 
 def main(argv=None) -> None:
