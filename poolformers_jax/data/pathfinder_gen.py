@@ -130,7 +130,7 @@ def _linked(a, b) -> bool:
 
 
 def _contour(canvas: _Canvas, rng: random.Random, style: Style, owner: int, dashes: int,
-             discs: tuple[bool, bool], tries: int = 30) -> bool:
+             discs: tuple[bool, bool], tries: int = 30, budget_per_dash: int = 30) -> bool:
   """Draws one contour (discs at its start / end as asked) into `canvas`; False if no room.
 
   Grown dash by dash, each turning by a uniform angle in [-max_turn, max_turn]; a dash that
@@ -151,7 +151,7 @@ def _contour(canvas: _Canvas, rng: random.Random, style: Style, owner: int, dash
         continue
       base.append((disc, 0, 255))
     path = [(start, heading)]                          # (next dash start, heading) per dash
-    placed, failures, budget = [], [0] * (dashes + 1), 30 * dashes
+    placed, failures, budget = [], [0] * (dashes + 1), budget_per_dash * dashes
     current = canvas.copy()
     for stroke in base:
       current.draw(stroke[0], owner, stroke[1], stroke[2])
