@@ -76,10 +76,12 @@ def lra_image() -> ml_collections.ConfigDict:
 
 def lra_pathfinder() -> ml_collections.ConfigDict:
   c = _common('lra_pathfinder', 1024)
-  c.format = 'npz'                # 'npz' (pathfinder{res}_{split}.npz) | 'lra_release' (PNGs)
-  c.resolution = 32
-  c.difficulty = 'curv_baseline'  # lra_release: curv_baseline | curv_contour_length_9 | ..._14
+  c.format = 'npz'                # 'npz' | 'lra_release' (PNGs) | 'generated' (pathfinder_gen.py)
+  c.resolution = 32               # 'generated': 32 (Pathfinder) or 128 (Path-X, max_length 16384)
+  c.difficulty = 'curv_baseline'  # curv_baseline | curv_contour_length_9 | ..._14
   c.pathfinder_dir = os.path.join(_default_data_dir(), 'lra_release', 'pathfinder32')
+  # format='generated': made once into {data_dir}/pathfinder_gen/ in the LRA release layout.
+  c.generator = ml_collections.ConfigDict(dict(seed=0, num_examples=200000, images_per_file=1000))
   return c
 
 
