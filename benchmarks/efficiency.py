@@ -79,6 +79,7 @@ flags.DEFINE_float('memory_budget_gb', 8.0, 'CPU: points whose compiled temp + a
                    'exceed this are reported as out of memory and not run.')
 flags.DEFINE_enum('isolate', 'auto', ['auto', 'yes', 'no'], 'One subprocess per point (auto: on '
                   'GPU, where the peak device memory of a process is the measurement).')
+flags.DEFINE_float('point_timeout_s', 600.0, 'Isolated points: kill a point after this long.')
 flags.DEFINE_string('point', None, 'Internal: measure ENTRY@LENGTH alone and print its JSON.')
 flags.DEFINE_bool('quick', False, 'Smoke test: softmax/explicit, ponet and none (unless '
                   '--mixers), length 32 (+64 for the linear-memory ones), batch 2, one '
@@ -253,7 +254,10 @@ def measure_point_subprocess(entry, length) -> dict:
   argv = [sys.executable, os.path.abspath(__file__), f'--point={entry}@{length}'] + [
       f'--{name}={FLAGS[name].value}' for name in
       ('batch', 'dtype', 'repeats', 'point_budget_s', 'memory_budget_gb')]
-  proc = subprocess.run(argv, capture_output=True, text=True)
+  try:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=FLAGS.point_timeout_s)
+  except subprocess.TimeoutExpired:
+    return {'status': f'error: no result in {FLAGS.point_timeout_s:.0f} s'}
   lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
   if proc.returncode == 0 and lines:
     return json.loads(lines[-1])
@@ -337,6 +341,7 @@ def plot(results: dict, lengths: list[int], path: str, title: str) -> None:
   fig.suptitle(title + '   (x: out of memory)', fontsize='small')
   fig.tight_layout()
   fig.savefig(path, dpi=80)
+  plt.close(fig)
 
 
 def run_train(argv_command: str) -> None:
@@ -369,6 +374,11 @@ def run_train(argv_command: str) -> None:
       results[e][str(length)] = point
       print(f'[{time.time() - start:6.0f}s] {e:18s} L={length:6d} {point["status"]:14s} '
             f'step_ms={point.get("step_ms")} mem={point.get("memory_bytes")}', flush=True)
+    # Written after every length, so a run cut short still leaves its points.
+    write_report(results, lengths, long_lengths, isolate, argv_command)
+
+
+def write_report(results, lengths, long_lengths, isolate, argv_command) -> None:
   add_ratios(results)
   report = {'setup': dict(mode='train', batch=FLAGS.batch, dtype=FLAGS.dtype,
                           repeats=FLAGS.repeats, point_budget_s=FLAGS.point_budget_s,
