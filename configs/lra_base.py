@@ -96,6 +96,7 @@ def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
   config.final_test = True               # evaluate the best checkpoint on test at the end
   config.num_devices = -1                # -1 = all local devices
   config.progress_bar = True
+  config.profile_steps = ()              # (first, last): jax.profiler trace in DIR/profile
   return config
 
 

@@ -1,16 +1,46 @@
-"""What train.py and eval.py share: the --config flag parser with close-key suggestions."""
+"""What train.py and eval.py share: the --config flag parser with close-key suggestions, and the
+one-line error report: a bad config, dataset or checkpoint ends as ONE stderr line,
+`error: <what is wrong>; <what to do>`, with exit code 2 (`--verbose_errors` for a traceback)."""
 from __future__ import annotations
 
 import importlib.util
 import logging
 import os
+import functools
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
 from absl import flags
 from absl import logging as absl_logging
 
 from poolformers_jax.train import config_utils
+
+VERBOSE_ERRORS = flags.DEFINE_bool('verbose_errors', False,
+                                   'Show the traceback of an error instead of its one line.')
+# Problems of the input (config, data, checkpoint): exit code 2. NonFiniteLossError (a
+# FloatingPointError) is a failure of the run: one line too, exit code 1.
+INPUT_ERRORS = (ValueError, FileNotFoundError, config_utils.ConfigKeyError)
+
+
+def _fail(message: str, code: int) -> None:
+  sys.stderr.write('error: ' + ' '.join(message.split()) + '\n')
+  sys.stderr.flush()
+  sys.exit(code)
+
+
+def one_line_errors(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
+  """Wraps an absl main: input errors -> one stderr line + exit 2; a diverged run -> exit 1."""
+
+  @functools.wraps(main)
+  def wrapped(argv):
+    try:
+      return main(argv)
+    except (*INPUT_ERRORS, FloatingPointError) as error:
+      if flags.FLAGS.is_parsed() and VERBOSE_ERRORS.value:
+        raise
+      _fail(str(error), 1 if isinstance(error, FloatingPointError) else 2)
+
+  return wrapped
 
 
 def load_config_file(spec: str):
@@ -43,11 +73,11 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
       try:
         config_utils.check_keys(load_config_file(spec), keys)
       except config_utils.ConfigKeyError as key_error:
-        sys.stderr.write(f'FATAL Flags parsing error: {key_error}\n')
-        sys.exit(2)
-    if isinstance(error, flags.Error):
-      sys.stderr.write(f'FATAL Flags parsing error: {error}\n')
-      sys.exit(2)
+        _fail(str(key_error), 2)
+      except Exception as config_error:  # pylint: disable=broad-except  (the config file itself)
+        _fail(f'{spec}: {type(config_error).__name__}: {config_error}', 2)
+    if isinstance(error, (flags.Error, ValueError)):
+      _fail(f'{error}; see --helpfull for the flags', 2)
     raise
 
 
