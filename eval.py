@@ -26,7 +26,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   cli.quiet_library_logs()
   sharding.maybe_initialize_distributed()
-  metrics = evaluate(_CONFIG.value, _WORKDIR.value, checkpoint=_CHECKPOINT.value,
+  metrics = evaluate(cli.config_value(_CONFIG), _WORKDIR.value, checkpoint=_CHECKPOINT.value,
                      split=_SPLIT.value, batch_size=_BATCH_SIZE.value)
   print(json.dumps(metrics, sort_keys=True), flush=True)
   sharding.shutdown_distributed()

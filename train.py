@@ -26,7 +26,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   cli.quiet_library_logs()
   sharding.maybe_initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
-  result = train_and_evaluate(_CONFIG.value, _WORKDIR.value, start_over=_START_OVER.value)
+  result = train_and_evaluate(cli.config_value(_CONFIG), _WORKDIR.value, start_over=_START_OVER.value)
   logging.info('%s at step %d; validation %s; test %s', result.status, result.step,
                result.validation, result.test)
   sharding.shutdown_distributed()

@@ -22,10 +22,30 @@ VERBOSE_ERRORS = flags.DEFINE_bool('verbose_errors', False,
 INPUT_ERRORS = (ValueError, FileNotFoundError, config_utils.ConfigKeyError)
 
 
+def _one_line(message: str) -> str:
+  """A message as one line; one that embeds a traceback (config_flags does) -> its last line."""
+  lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+  if len(lines) > 1 and ('Traceback (most recent call last)' in message or '[Errno' in lines[-1]):
+    return lines[-1]
+  return ' '.join(' '.join(lines).split())
+
+
 def _fail(message: str, code: int) -> None:
-  sys.stderr.write('error: ' + ' '.join(message.split()) + '\n')
+  sys.stderr.write('error: ' + _one_line(message) + '\n')
   sys.stderr.flush()
   sys.exit(code)
+
+
+def config_value(holder):
+  """The --config value; config_flags loads the file at first use and fails with an OSError."""
+  try:
+    config = holder.value
+    config.keys()     # a lazy stand-in until touched
+    return config
+  except OSError as error:
+    cause = error.__cause__ or error.__context__ or error
+    raise ValueError(f'cannot load the --config file: {_one_line(str(cause))}; check its path '
+                     '(e.g. configs/lra_listops.py)') from None
 
 
 def one_line_errors(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
@@ -35,10 +55,13 @@ def one_line_errors(main: Callable[[list[str]], None]) -> Callable[[list[str]], 
   def wrapped(argv):
     try:
       return main(argv)
-    except (*INPUT_ERRORS, FloatingPointError) as error:
+    except (*INPUT_ERRORS, flags.Error, FloatingPointError) as error:
       if flags.FLAGS.is_parsed() and VERBOSE_ERRORS.value:
         raise
-      _fail(str(error), 1 if isinstance(error, FloatingPointError) else 2)
+      message = str(error)
+      if isinstance(error, flags.Error):  # --config files load lazily, at first use
+        message = f'{_one_line(message)}; check the --config file and its argument'
+      _fail(message, 1 if isinstance(error, FloatingPointError) else 2)
 
   return wrapped
 
@@ -77,15 +100,19 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
       except Exception as config_error:  # pylint: disable=broad-except  (the config file itself)
         _fail(f'{spec}: {type(config_error).__name__}: {config_error}', 2)
     if isinstance(error, (flags.Error, ValueError)):
-      _fail(f'{error}; see --helpfull for the flags', 2)
+      _fail(f'{_one_line(str(error))}; see --helpfull for the flags', 2)
     raise
 
 
 class _LibraryInfoFilter(logging.Filter):
-  """Drops INFO chatter of orbax / grain / tfds (one line per checkpoint phase) from the console."""
+  """Drops INFO chatter of orbax / grain / tfds (one line per checkpoint phase) from the console,
+  and orbax's warnings that a read-only manager (eval.py) is read-only."""
   NOISY = (os.sep + 'orbax' + os.sep, os.sep + 'grain' + os.sep, os.sep + 'tensorflow_datasets' + os.sep)
+  EXPECTED = ('CheckpointManagerOptions.read_only=True', 'Given directory is read only')
 
   def filter(self, record: logging.LogRecord) -> bool:
+    if any(record.getMessage().startswith(e) for e in self.EXPECTED):
+      return False
     return record.levelno >= logging.WARNING or not any(n in record.pathname for n in self.NOISY)
 
 

@@ -72,6 +72,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   setup = make_setup(config)
   validate.check_eval_batch_size(batch_size, setup.mesh)
   data.base.check_split(split)
+  if not os.path.isdir(os.path.join(workdir, checkpoint_lib.LATEST_DIR)):
+    raise checkpoint_lib.CheckpointError(f'{workdir} holds no training run (no '
+                                         f'{checkpoint_lib.LATEST_DIR}/); pass the --workdir of '
+                                         'a train.py run')
   checkpointer = checkpoint_lib.Checkpointer(workdir, best_metric=config.best_metric,
                                              best_mode=config.best_mode, read_only=True)
   try:

@@ -51,14 +51,11 @@ _MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout
 
 
 def _mixing_kwargs(setup: Setup) -> dict[str, Any]:
-  """mix_batch's keyword arguments from config.mixup, or {} when there is nothing to mix."""
+  """mix_batch's keyword arguments from config.mixup, or {} when there is nothing to mix
+  (validate.py has checked that the data are images to classify)."""
   mixup = setup.config.get('mixup', None)
   if mixup is None or (mixup.mixup_alpha <= 0 and mixup.cutmix_alpha <= 0):
     return {}
-  if setup.info.task != 'classification' or len(setup.info.input_shape) != 3:
-    raise ValueError(f'config.mixup is for image classification; dataset {setup.info.name!r} is '
-                     f'{setup.info.task!r} with inputs {setup.info.input_shape}: remove '
-                     'config.mixup.')
   return dict(mixup_alpha=float(mixup.mixup_alpha), cutmix_alpha=float(mixup.cutmix_alpha),
               switch_prob=float(mixup.get('switch_prob', 0.5)),
               label_smoothing=float(setup.config.label_smoothing))

@@ -131,6 +131,12 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
   ls = config.get('label_smoothing', 0.0)
   _require(isinstance(ls, numbers.Real) and 0 <= ls < 1,
            f'config.label_smoothing={ls!r} must be in [0, 1)', 'e.g. 0.1, or 0 for none')
+  mixup = config.get('mixup')
+  if mixup is not None and (mixup.mixup_alpha > 0 or mixup.cutmix_alpha > 0):
+    _require(info.task == 'classification' and len(info.input_shape) == 3,
+             f'config.mixup is for image classification but {info.name} is {info.task} of '
+             f'inputs {tuple(info.input_shape)}', 'set config.mixup.mixup_alpha and cutmix_alpha '
+             'to 0')
   _check_model(config.model, info)
   _check_optimizer(config.optimizer)
   _check_profile_steps(config.get('profile_steps'))
