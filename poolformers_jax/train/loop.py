@@ -292,7 +292,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
             batch = next_batch()
             continue
 
-        if _due(step, config.log_every_steps) or step == total_steps or stop:
+        if _due(step, config.log_every_steps) or step == total_steps:
           fetched = jax.device_get(acc)
           check_finite(fetched)
           metrics = _summarize_train(setup, fetched, time.time() - window_start, tokens)
@@ -302,7 +302,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           writer.progress(0, loss=metrics['loss'])
           acc, window_start = new_accumulator(setup.mesh), time.time()
         else:
-          check_finite()
+          check_finite()             # one scalar: nothing non-finite may be evaluated or saved
         sync_started = time.time()   # eval / checkpoint time is left out of the train rates
         if _due(step, config.eval_every_steps) or step == total_steps:
           validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)
