@@ -26,7 +26,7 @@ import optax
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, mixing, sharding
+from poolformers_jax.train import config_utils, init_from, mixing, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train.evaluate import evaluate_state, make_eval_step, write_eval_json
 from poolformers_jax.train.metrics import MetricWriter
@@ -67,13 +67,20 @@ def _all_finite(tree: Any) -> jax.Array:
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
-def new_accumulator(mesh) -> dict[str, jax.Array]:
+def accumulator_shapes(setup: Setup, state: Any, batch: dict[str, Any]) -> Any:
+  """Shapes of the task's sums for this batch (they may be arrays: a confusion matrix)."""
+  def sums(state, batch):
+    logits = setup.model.apply(variables_of(state), batch['inputs'], deterministic=True)
+    return setup.task.sums(logits, batch['targets'], jnp.ones(batch['inputs'].shape[:1]), 0.0)
+  return jax.eval_shape(sums, state, batch)
+
+
+def new_accumulator(mesh, sums_shapes: Any) -> dict[str, Any]:
   """Train metrics summed on device between log steps (fetched only there) and the NaN guard:
-  `first_bad_step` is 0 until a step produces a non-finite loss or state, then that step."""
-  zeros = dict(loss=0.0, correct=0.0, count=0.0, grad_norm=0.0, steps=0.0, learning_rate=0.0,
-               bad_loss=0.0)
-  acc = {k: np.float32(v) for k, v in zeros.items()}
-  acc['first_bad_step'] = np.int32(0)
+  `first_bad_step` is 0 until a step produces a non-finite objective or state, then that step."""
+  acc = dict(sums=jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), sums_shapes),
+             grad_norm=np.float32(0), steps=np.float32(0), learning_rate=np.float32(0),
+             bad_loss=np.float32(0), first_bad_step=np.int32(0))
   return jax.device_put(acc, sharding.replicated(mesh))
 
 
@@ -101,22 +108,24 @@ def make_train_step(setup: Setup):
       out = model.apply({**variables_of(state), 'params': params}, inputs,
                         deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
-      weights = jnp.ones(targets.shape[:1], jnp.float32)
+      weights = jnp.ones(inputs.shape[:1], jnp.float32)
       sums = task.sums(logits, targets, weights, label_smoothing)
-      return sums['loss'] / sums['count'], (sums, updates)
+      return task.objective(sums), (sums, updates)
 
-    (loss, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (objective, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     new_state = state.apply_gradients(grads=grads)
     if updates:
       new_state = new_state.replace(batch_stats=updates['batch_stats'])
-    finite = jnp.isfinite(loss) & _all_finite(new_state)
+    finite = jnp.isfinite(objective) & _all_finite(new_state)
     new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
     first_bad = (acc['first_bad_step'] == 0) & ~finite
-    step_sums = {**sums, 'grad_norm': optax.global_norm(grads), 'steps': jnp.float32(1)}
-    acc = {**{k: acc[k] + jnp.where(finite, v, 0.0) for k, v in step_sums.items()},
+    add = lambda total, value: total + jnp.where(finite, value, jnp.zeros_like(value))
+    acc = {'sums': jax.tree.map(add, acc['sums'], sums),
+           'grad_norm': add(acc['grad_norm'], optax.global_norm(grads)),
+           'steps': add(acc['steps'], jnp.float32(1)),
            'learning_rate': jnp.asarray(schedule(state.step // accum), jnp.float32),
            'first_bad_step': jnp.where(first_bad, state.step + 1, acc['first_bad_step']),
-           'bad_loss': jnp.where(first_bad, loss, acc['bad_loss'])}
+           'bad_loss': jnp.where(first_bad, objective.astype(jnp.float32), acc['bad_loss'])}
     return new_state, acc
 
   replicated = sharding.replicated(setup.mesh)
@@ -163,12 +172,11 @@ def _due(step: int, every: int) -> bool:
 def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
                      tokens_per_example: int) -> dict[str, float]:
   """The window's metrics from the fetched accumulator; rates exclude compilation (done before)."""
-  acc = {k: float(v) for k, v in acc.items()}
-  out = setup.task.summary({k: acc[k] for k in ('loss', 'correct', 'count')})
+  out = setup.task.summary({k: np.asarray(v, np.float64) for k, v in acc['sums'].items()})
   out.pop('count', None)
-  steps, seconds = max(acc['steps'], 1.0), max(seconds, 1e-9)
-  out['grad_norm'] = acc['grad_norm'] / steps
-  out['learning_rate'] = acc['learning_rate']
+  steps, seconds = max(float(acc['steps']), 1.0), max(seconds, 1e-9)
+  out['grad_norm'] = float(acc['grad_norm']) / steps
+  out['learning_rate'] = float(acc['learning_rate'])
   out['steps_per_second'] = steps / seconds
   out['examples_per_second'] = steps * int(setup.config.batch_size) / seconds
   if tokens_per_example:
@@ -250,6 +258,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   else:
     state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh)
     step, resumed_from = 0, None
+    if config.get('init_from'):   # fine-tuning: parameters only, fresh optimizer and step
+      state = init_from.init_state_from(state, config.init_from, config.get('init_from_fresh', ''))
   logging.info('model %s: %d parameters', config.model.name, state_lib.param_count(state.params))
 
   tokens = int(np.prod(setup.info.input_shape)) if setup.info.vocab_size is not None else 0
@@ -260,9 +270,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
   status, validation, compile_seconds = 'finished', None, None
   try:
-    acc = new_accumulator(setup.mesh)
     if step < total_steps:
       batch = next_batch()
+      sums_shapes = accumulator_shapes(setup, state, batch)
+      acc = new_accumulator(setup.mesh, sums_shapes)
       started = time.time()
       train_step = make_train_step(setup).lower(state, acc, batch, dropout_rng).compile()
       compile_seconds = time.time() - started
@@ -300,7 +311,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
             metrics['compile_seconds'], compile_seconds = compile_seconds, None
           writer.write(step, 'train', metrics)
           writer.progress(0, loss=metrics['loss'])
-          acc, window_start = new_accumulator(setup.mesh), time.time()
+          acc, window_start = new_accumulator(setup.mesh, sums_shapes), time.time()
         else:
           check_finite()             # one scalar: nothing non-finite may be evaluated or saved
         sync_started = time.time()   # eval / checkpoint time is left out of the train rates

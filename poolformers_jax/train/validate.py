@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any
+from typing import Any, Optional
 
 import ml_collections
 from jax.sharding import Mesh
@@ -110,6 +110,17 @@ def _check_profile_steps(steps: Any) -> None:
            "e.g. --config.profile_steps='(10, 20)', or () for no trace")
 
 
+def _metric_names(info) -> Optional[list[str]]:
+  """The validation metrics of a classification-like task (None for tasks with other sums)."""
+  sums = {'loss': 1.0, 'correct': 1.0, 'count': 1.0}
+  if info.task in ('classification', 'retrieval') and (info.num_classes or 0) >= tasks.TOP_K:
+    sums[f'correct_top{tasks.TOP_K}'] = 1.0
+  try:
+    return sorted(tasks.get_task(info.task).summary(sums))
+  except (KeyError, TypeError, ValueError):
+    return None
+
+
 def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
   """Raises ConfigError for the first problem of a (completed) run config; nothing is compiled."""
   _positive_int(config, 'num_train_steps')
@@ -122,8 +133,8 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
              f'set --config.{key} (0 or less = only at the end)')
   if 'keep_checkpoints' in config:
     _positive_int(config, 'keep_checkpoints')
-  produced = sorted(tasks.get_task(info.task).summary({'loss': 1.0, 'correct': 1.0, 'count': 1.0}))
-  _require(config.best_metric in produced,
+  produced = _metric_names(info)
+  _require(produced is None or config.best_metric in produced,
            f'config.best_metric={config.best_metric!r} is not a validation metric of this '
            f'{info.task} task', f'choose one of {produced}')
   _require(config.best_mode in ('max', 'min'), f"config.best_mode={config.best_mode!r} must be "

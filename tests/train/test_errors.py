@@ -27,7 +27,7 @@ BAD = {   # override -> what the line must say
     'batch_size=-8': ({'batch_size': -8}, r'config.batch_size=-8 must be a positive integer'),
     'best_metric=acc': ({'best_metric': 'acc'},
                         r"config.best_metric='acc' is not a validation metric of this classification "
-                        r"task; choose one of \['accuracy', 'count', 'loss'\]"),
+                        r"task; choose one of \['accuracy', 'accuracy_top5', 'count', 'loss'\]"),
     'best_mode=maximum': ({'best_mode': 'maximum'}, r"config.best_mode='maximum' must be 'max' or 'min'"),
     'num_train_steps=-5': ({'num_train_steps': -5},
                            r'config.num_train_steps=-5 must be a positive integer; set '

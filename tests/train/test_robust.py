@@ -229,11 +229,12 @@ def test_guard_keeps_the_previous_state_and_records_the_first_bad_step(data_dir)
                                        setup.mesh)
   step_fn = loop.make_train_step(setup)
   it = data.make_train_iterator(config)
-  acc = loop.new_accumulator(setup.mesh)
+  batches = [jax.device_put(next(it)) for _ in range(4)]
+  acc = loop.new_accumulator(setup.mesh, loop.accumulator_shapes(setup, state, batches[0]))
   before = None
-  for _ in range(4):
+  for batch in batches:
     before = jax.device_get(state)
-    state, acc = step_fn(state, acc, jax.device_put(next(it)), jax.random.PRNGKey(1))
+    state, acc = step_fn(state, acc, batch, jax.random.PRNGKey(1))
     if int(acc['first_bad_step']):
       break
   bad = int(acc['first_bad_step'])
