@@ -361,10 +361,15 @@ def _cached_tsv(path: str) -> TsvSource:
 _SOURCES = {'generated': generated_source, 'tsv': tsv_source}
 
 
+def _check_source(data_config) -> None:
+  if data_config.source not in _SOURCES:
+    raise ValueError(f'config.data.source={data_config.source!r} is not a ListOps source; '
+                     f'choose one of {sorted(_SOURCES)}.')
+
+
 def source(data_config, split: str):
   base.check_split(split)
-  if data_config.source not in _SOURCES:
-    raise ValueError(f'config.data.source={data_config.source!r}; choose one of {sorted(_SOURCES)}.')
+  _check_source(data_config)
   return _SOURCES[data_config.source](data_config, split)
 
 
@@ -378,6 +383,7 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
 
 
 def info(data_config) -> base.DatasetInfo:
+  _check_source(data_config)
   if data_config.source == 'generated':
     g = data_config.generator
     sizes = {'train': g.num_train, 'validation': g.num_validation, 'test': g.num_test}
