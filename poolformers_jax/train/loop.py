@@ -25,7 +25,7 @@ import optax
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, mixing, sharding
+from poolformers_jax.train import config_utils, init_from, mixing, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train.evaluate import evaluate_state, make_eval_step, write_eval_json
 from poolformers_jax.train.metrics import MetricWriter
@@ -173,6 +173,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   else:
     state, step = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng,
                                                setup.mesh), 0
+    if config.get('init_from'):   # fine-tuning: parameters only, fresh optimizer and step
+      state = init_from.init_state_from(state, config.init_from, config.get('init_from_fresh', ''))
   logging.info('model %s: %d parameters', config.model.name, state_lib.param_count(state.params))
 
   train_step = make_train_step(setup)

@@ -38,29 +38,49 @@ def _cross_entropy(logits: Array, targets: Array, num_classes: int, label_smooth
   return optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
 
 
+TOP_K = 5   # every ImageNet table reports top-1 and top-5
+
+
+def _rank(logits: Array, classes: Array) -> Array:
+  """Position of the target class in the logits sorted descending, ties broken by lower class
+  index first (as argmax and lax.top_k do): top-k correct <=> rank < k."""
+  target = jnp.take_along_axis(logits, classes[:, None], axis=-1)
+  ahead = (logits > target) | ((logits == target)
+                               & (jnp.arange(logits.shape[-1]) < classes[:, None]))
+  return jnp.sum(ahead, axis=-1)
+
+
 def classification_sums(logits: Array, targets: Array, weights: Array,
-                        label_smoothing: float = 0.0) -> Sums:
+                        label_smoothing: float = 0.0, top_k: bool = True) -> Sums:
   """logits [B, C], targets [B] (or soft targets [B, C]), weights [B] -> summed loss, correct
-  and count. Soft targets are used as given (label_smoothing ignored); correct = the argmax of
-  the logits is the argmax of the soft target (the majority class of a mixed example)."""
+  and count, and `correct_top5` when C >= 5 (and `top_k`). Soft targets are used as given
+  (label_smoothing ignored); correct = the argmax of the logits is the argmax of the soft target
+  (the majority class of a mixed example)."""
   loss = _cross_entropy(logits, targets, logits.shape[-1], label_smoothing)
   classes = jnp.argmax(targets, -1) if _is_soft(logits, targets) else targets
   correct = (jnp.argmax(logits, -1) == classes).astype(jnp.float32)
-  return {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
+  sums = {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
           'count': jnp.sum(weights)}
+  if top_k and logits.shape[-1] >= TOP_K:
+    in_top = (_rank(logits, classes) < TOP_K).astype(jnp.float32)
+    sums[f'correct_top{TOP_K}'] = jnp.sum(in_top * weights)
+  return sums
 
 
 def lm_sums(logits: Array, targets: Array, weights: Array, label_smoothing: float = 0.0) -> Sums:
   """logits [B, L, V], targets [B, L]; every token of a real example counts."""
   token_weights = jnp.broadcast_to(weights[:, None], targets.shape)
   return classification_sums(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                             token_weights.reshape(-1), label_smoothing)
+                             token_weights.reshape(-1), label_smoothing, top_k=False)
 
 
 def classification_summary(sums: dict[str, float]) -> dict[str, float]:
   count = max(sums['count'], 1.0)
-  return {'loss': sums['loss'] / count, 'accuracy': sums['correct'] / count,
-          'count': sums['count']}
+  out = {'loss': sums['loss'] / count, 'accuracy': sums['correct'] / count,
+         'count': sums['count']}
+  if f'correct_top{TOP_K}' in sums:
+    out[f'accuracy_top{TOP_K}'] = sums[f'correct_top{TOP_K}'] / count
+  return out
 
 
 def lm_summary(sums: dict[str, float]) -> dict[str, float]:
