@@ -23,16 +23,16 @@ from flax import traverse_util
 
 # Official name (after the 'ponet.' prefix) -> our parameter path, for one BERT layer i.
 _LAYER = {
-    'attention.self.dense_q': ('mixer', 'query'),
-    'attention.self.dense_k': ('mixer', 'key'),
-    'attention.self.dense_o': ('mixer', 'gate'),       # the fusion gate H_O
-    'attention.self.dense_local': ('mixer', 'local'),
-    'attention.self.dense_segment': ('mixer', 'segment'),
-    'attention.output.dense': ('mixer', 'out'),
-    'attention.output.LayerNorm': ('mixer_norm',),
-    'intermediate.dense': ('fc1',),
-    'output.dense': ('fc2',),
-    'output.LayerNorm': ('mlp_norm',),
+    'attention.self.dense_q': ('PoNet_0', 'query'),
+    'attention.self.dense_k': ('PoNet_0', 'key'),
+    'attention.self.dense_o': ('PoNet_0', 'gate'),       # the fusion gate H_O
+    'attention.self.dense_local': ('PoNet_0', 'local'),
+    'attention.self.dense_segment': ('PoNet_0', 'segment'),
+    'attention.output.dense': ('PoNet_0', 'out'),
+    'attention.output.LayerNorm': ('norm1',),            # post-LN TransformerBlock
+    'intermediate.dense': ('mlp', 'fc1'),
+    'output.dense': ('mlp', 'fc2'),
+    'output.LayerNorm': ('norm2',),
 }
 _TOP = {
     'embeddings.word_embeddings': ('token_embed',),
