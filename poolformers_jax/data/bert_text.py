@@ -179,6 +179,8 @@ def pretraining_source(data_config, split):
                                                 bool(data_config.lowercase),
                                                 data_config.sentence_split))
   if data_config.source == 'tfds':
+    if data_config.tfds_name.startswith('wikipedia'):
+      _register_tfds_builder('tensorflow_datasets.text.wikipedia')
     return DocumentRecords(TfdsDocuments(
         base.tfds_source(data_config.tfds_name, data_config.tfds_splits[split], data_config.data_dir),
         vocab, data_config.sentence_split))
@@ -317,8 +319,15 @@ def _glue_task(data_config):
   return GLUE_TASKS[data_config.task]
 
 
+def _register_tfds_builder(module: str) -> None:
+  """Old-style TFDS builders (glue, wikipedia) register on import of their module only."""
+  import importlib
+  importlib.import_module(module)
+
+
 def glue_source(data_config, split):
   _glue_task(data_config)
+  _register_tfds_builder('tensorflow_datasets.text.glue')
   return base.tfds_source(f'glue/{data_config.task}', data_config.tfds_splits[base.check_split(split)],
                           data_config.data_dir)
 

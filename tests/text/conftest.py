@@ -16,6 +16,12 @@ sys.path.insert(0, os.path.join(REPO, 'configs'))
 sys.path.insert(0, os.path.join(REPO, 'tests', 'train'))
 
 import tiny_runs  # noqa: E402,F401  (the persistent compilation cache of the trainer tests)
+import jax  # noqa: E402
+
+import ponet_pretrain  # noqa: E402
+from poolformers_jax.train import config_utils, setup as setup_lib, state as state_lib  # noqa: E402
+from poolformers_jax.train import train_and_evaluate  # noqa: E402
+from poolformers_jax.train.evaluate import evaluate_state  # noqa: E402
 
 SPECIALS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
 TOPICS = 6
@@ -48,3 +54,30 @@ def text_dir(tmp_path_factory):
   return {'root': str(root), 'vocab': vocab,
           'train': write_corpus(str(root / 'train'), 240, 0),
           'validation': write_corpus(str(root / 'validation'), 96, 1)}
+
+
+def pretraining_config(text_dir, objective='sso', **updates):
+  """configs/ponet_pretrain.py:<objective>,tiny on the synthetic corpus (16 tokens)."""
+  base = {'data.vocab_file': text_dir['vocab'], 'data.files.train': text_dir['train'],
+          'data.files.validation': text_dir['validation'], 'data.files.test': text_dir['validation'],
+          'data.max_length': 16, 'data.short_seq_prob': 0.0, 'model.max_length': 16,
+          'progress_bar': False}
+  base.update(updates)
+  return config_utils.override(ponet_pretrain.get_config(f'{objective},tiny'), **base)
+
+
+@pytest.fixture(scope='session')
+def pretrained(text_dir):
+  """One tiny MLM + SSO pre-training run (train_and_evaluate), and its untrained metrics."""
+  config = pretraining_config(text_dir, **{
+      'num_train_steps': 120, 'eval_every_steps': 120, 'checkpoint_every_steps': 120,
+      'log_every_steps': 40, 'batch_size': 16, 'eval_batch_size': 32, 'final_test': False,
+      'optimizer.learning_rate': 3e-3, 'optimizer.warmup_steps': 10, 'model.dropout_rate': 0.0,
+      'num_devices': 1})
+  setup = setup_lib.make_setup(config)
+  untrained = state_lib.create_train_state(setup.model, setup.tx, setup.info,
+                                           jax.random.PRNGKey(0), setup.mesh)
+  before = evaluate_state(setup, untrained, 'validation')
+  workdir = os.path.join(text_dir['root'], 'pretrain')
+  return {'before': before, 'result': train_and_evaluate(config, workdir), 'workdir': workdir,
+          'vocab_size': setup.info.vocab_size}

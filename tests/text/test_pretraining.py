@@ -2,29 +2,16 @@
 a tiny run on the synthetic corpus that learns MLM and SSO from chance."""
 import collections
 
-import jax
 import numpy as np
 import pytest
 
-import ponet_pretrain
-from conftest import SPECIALS, WORDS
+from conftest import SPECIALS, WORDS, pretraining_config as _config
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
-from poolformers_jax.train import config_utils, setup as setup_lib, state as state_lib
-from poolformers_jax.train.evaluate import evaluate_state
-from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.train import config_utils
 
 CLS, SEP, MASK = 2, 3, 4
 FIRST, SECOND = len(SPECIALS) + WORDS.index('first'), len(SPECIALS) + WORDS.index('second')
-
-
-def _config(text_dir, objective='sso', **updates):
-  base = {'data.vocab_file': text_dir['vocab'], 'data.files.train': text_dir['train'],
-          'data.files.validation': text_dir['validation'], 'data.files.test': text_dir['validation'],
-          'data.max_length': 16, 'data.short_seq_prob': 0.0, 'model.max_length': 16,
-          'progress_bar': False}
-  base.update(updates)
-  return config_utils.override(ponet_pretrain.get_config(f'{objective},tiny'), **base)
 
 
 def _topic(token):
@@ -112,19 +99,10 @@ def test_nsp_and_mlm_only_objectives(text_dir):
     data.get_dataset_info(config_utils.override(nsp, **{'data.objective': 'sop'}))
 
 
-def test_pretraining_learns_mlm_and_sso(text_dir, tmp_path):
-  config = _config(text_dir, **{'num_train_steps': 120, 'eval_every_steps': 120,
-                                'checkpoint_every_steps': 120, 'log_every_steps': 40,
-                                'batch_size': 16, 'eval_batch_size': 32, 'final_test': False,
-                                'optimizer.learning_rate': 3e-3, 'optimizer.warmup_steps': 10,
-                                'model.dropout_rate': 0.0, 'num_devices': 1})
-  setup = setup_lib.make_setup(config)
-  untrained = state_lib.create_train_state(setup.model, setup.tx, setup.info,
-                                           jax.random.PRNGKey(0), setup.mesh)
-  before = evaluate_state(setup, untrained, 'validation')
-  result = train_and_evaluate(config, str(tmp_path / 'pretrain'))
-  after = result.validation
-  vocab_chance = 1 / setup.info.vocab_size
+def test_pretraining_learns_mlm_and_sso(pretrained):
+  before, after = pretrained['before'], pretrained['result'].validation
+  vocab_chance = 1 / pretrained['vocab_size']
+  assert pretrained['result'].status == 'finished' and pretrained['result'].step == 120
   assert before['count'] == after['count'] == 96
   assert before['mlm_accuracy'] < 5 * vocab_chance and 0.2 < before['sso_accuracy'] < 0.47
   assert after['mlm_accuracy'] > 0.3, after          # chance 1/57
