@@ -18,6 +18,7 @@ code (`tile_positions`). Further rules are appended to `RESIZE_RULES`.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -98,6 +99,16 @@ RESIZE_RULES: list[tuple[str, ResizeFn]] = [
 
 # ---- reading a checkpoint ------------------------------------------------------------------------
 
+def _best_of(workdir: str) -> dict[str, str]:
+  """The run's best_metric / best_mode (its config.json), which orders its best checkpoints."""
+  try:
+    with open(os.path.join(workdir, 'config.json')) as f:
+      saved = json.load(f)
+    return {'best_metric': saved['best_metric'], 'best_mode': saved['best_mode']}
+  except (OSError, KeyError, ValueError):
+    return {}
+
+
 def checkpoint_dir(path: str) -> str:
   """The orbax PyTree directory behind `path`: a workdir (its best checkpoint, else the latest),
   a step directory (DIR/checkpoints/<step>) or the PyTree directory itself."""
@@ -108,7 +119,7 @@ def checkpoint_dir(path: str) -> str:
     return path
   if any(os.path.isdir(os.path.join(path, d))
          for d in (checkpoint_lib.BEST_DIR, checkpoint_lib.LATEST_DIR)):
-    checkpointer = checkpoint_lib.Checkpointer(path, read_only=True)
+    checkpointer = checkpoint_lib.Checkpointer(path, read_only=True, **_best_of(path))
     try:
       manager, step = checkpointer.resolve(
           'best' if checkpointer.best.best_step() is not None else 'latest')
