@@ -108,3 +108,28 @@ def test_pretraining_learns_mlm_and_sso(pretrained):
   assert after['mlm_accuracy'] > 0.3, after          # chance 1/57
   assert after['sso_accuracy'] > 0.7, after          # chance 1/3
   assert after['loss'] < before['loss'] - 1.0
+
+
+def test_wikipedia_through_tfds_data_source(text_dir, tmp_path):
+  import tensorflow_datasets as tfds
+  from conftest import document
+  articles = [{'title': f'a{i}'.encode(),
+               'text': document(i % 6).replace('\n', '. ').encode() + b'. the cat.'}
+              for i in range(5)]
+
+  def as_data_source(builder, split, **kwargs):
+    del builder, kwargs
+    assert split in ('train[20000:]', 'train[:10000]')
+    return articles
+
+  config = _config(text_dir, **{'data.source': 'tfds', 'data.sentence_split': 'regex',
+                                'data.data_dir': str(tmp_path), 'data.max_length': 32,
+                                'data.mask_probability': 0.0})
+  with tfds.testing.mock_data(as_data_source_fn=as_data_source):
+    records = data.DATASETS['text_pretraining'].source(config.data, 'train')
+    assert len(records) == 5
+    # Article 0: "first ... ." / "second ... ." / "the cat ." are three sentences.
+    assert [len(s) for s in records.documents.sentences(0)] == [6, 6, 3]
+    ex = bert_text.pretraining_preprocess(records[0], config.data, np.random.default_rng(0))
+  ids, segments = ex['inputs']
+  assert ids[0] == CLS and (ids == SEP).sum() == 2 and segments.max() >= 4
