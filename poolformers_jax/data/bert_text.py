@@ -405,14 +405,18 @@ def long_text_source(data_config, split):
 
 
 def _label_key(value) -> Any:
-  value = _text(value) if isinstance(value, (bytes, np.bytes_, str)) else value
-  return value.item() if isinstance(value, np.generic) else value
+  """A label as a sortable key: integers (also '7' from CSV) as int, else the string."""
+  value = value.item() if isinstance(value, np.generic) else value
+  text = _text(value).strip()
+  return int(text) if text.lstrip('-').isdigit() else text
 
 
 @functools.lru_cache(maxsize=8)
 def _file_labels(path: str, label_field: str) -> tuple:
-  """The official label_list: the sorted distinct labels of the train split."""
-  return tuple(sorted({_label_key(r[label_field]) for r in _file_records(path)}, key=str))
+  """The official label_list: the sorted distinct labels of the train split (numbers sort as
+  numbers, so Arxiv-11's 0..10 keep their order)."""
+  keys = {_label_key(r[label_field]) for r in _file_records(path)}
+  return tuple(sorted(keys, key=lambda k: (isinstance(k, str), k)))
 
 
 def _labels(data_config) -> Optional[tuple]:

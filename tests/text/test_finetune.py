@@ -10,6 +10,7 @@ import numpy as np
 
 import long_text
 from conftest import SPECIALS, WORDS, document
+from poolformers_jax import data
 from poolformers_jax.data import bert_text
 from poolformers_jax.train import config_utils, init_from, setup as setup_lib, state as state_lib
 from poolformers_jax.train import train_and_evaluate
@@ -95,3 +96,18 @@ def test_finetune_restores_encoder_only_head_new(pretrained, text_dir, tmp_path)
   np.testing.assert_array_equal(tuned['classifier/kernel'],
                                 np.asarray(fresh.params['classifier']['kernel']))
   assert set(result.validation) >= {'accuracy', 'f1', 'macro_f1', 'matthews_corrcoef'}
+
+
+def test_long_text_csv_labels_sort_as_numbers(text_dir, tmp_path):
+  path = tmp_path / 'train.csv'
+  labels = [10, 2, 0, 1, 2, 10]
+  with open(path, 'w') as f:
+    f.write('label,text\n' + ''.join(f'{y},"the cat, tp0w{y % 8}. first"\n' for y in labels))
+  config = config_utils.override(long_text.get_config('arxiv11,tiny'), **{
+      'data.vocab_file': text_dir['vocab'], 'data.files.train': str(path),
+      'data.files.validation': str(path), 'data.files.test': str(path)})
+  info = data.get_dataset_info(config)
+  assert info.num_classes == 4 and info.split_sizes['train'] == 6
+  records = bert_text.long_text_source(config.data, 'train')
+  targets = [int(bert_text.long_text_preprocess(r, config.data)['targets']) for r in records]
+  assert targets == [3, 2, 0, 1, 2, 3]        # label_list [0, 1, 2, 10], not '10' < '2'
