@@ -34,7 +34,6 @@ import csv
 import functools
 import glob
 import json
-import os
 import re
 from typing import Any, Optional, Sequence
 

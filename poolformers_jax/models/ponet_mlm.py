@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 from flax.core import FrozenDict
 
