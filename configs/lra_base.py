@@ -100,6 +100,7 @@ def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
   config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
   config.num_devices = -1                # -1 = all local devices
   config.progress_bar = True
+  config.profile_steps = ()              # (first, last): jax.profiler trace in DIR/profile
   return config
 
 

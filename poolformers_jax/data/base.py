@@ -41,6 +41,9 @@ class DatasetSpec:
   info: Callable[[Any], DatasetInfo]                 # config.data -> DatasetInfo
   source: Callable[[Any, str], Sequence[Record]]      # (config.data, split) -> records
   preprocess: Callable[[Record, Any, Optional[np.random.Generator]], Example]
+  # The info from the dataset's known constants, reading no file (split sizes where known, else
+  # empty): enough to build the model when the data is absent (the summary tool).
+  shapes: Optional[Callable[[Any], DatasetInfo]] = None
 
 
 DATASETS: dict[str, DatasetSpec] = {}

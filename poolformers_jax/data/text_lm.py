@@ -144,15 +144,20 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
   return example
 
 
-def _info(name):
+def _info(name, from_files: bool = True):
   def info(data_config):
     vocab_size, _ = VOCABS[name]
+    if from_files:
+      sizes = {split: len(source(data_config, split)) for split in base.SPLITS}
+    else:   # the windows WindowSource makes of config.data.split_sizes symbols
+      sizes = {split: max(0, (n - 1) // data_config.max_length)
+               for split, n in zip(base.SPLITS, data_config.split_sizes)}
     return base.DatasetInfo(
         name=name, task='lm', num_classes=vocab_size, vocab_size=vocab_size,
-        input_shape=(data_config.max_length,),
-        split_sizes={split: len(source(data_config, split)) for split in base.SPLITS})
+        input_shape=(data_config.max_length,), split_sizes=sizes)
   return info
 
 
 for _name in VOCABS:
-  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess))
+  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess,
+                                                shapes=_info(_name, from_files=False)))
