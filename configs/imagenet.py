@@ -44,7 +44,10 @@ def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 
   return ml_collections.ConfigDict(dict(
       name='vit', num_classes=num_classes, image_size=image_size, patch_size=patch_size,
       hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0,
-      classifier=classifier, mixer=mixer, mixer_kwargs=ml_collections.ConfigDict(),
+      classifier=classifier, mixer=mixer,
+      # ContextPool placement: 'mixer_input' or 'block_output' (README, "Fidelity").
+      mixer_kwargs=ml_collections.ConfigDict(
+          {'placement': 'mixer_input'} if mixer == 'contextpool' else {}),
       dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=drop_path_rate,
       dtype='float32'))
 
