@@ -2,13 +2,14 @@ r"""Evaluate a checkpoint: prints one JSON line of metrics and writes DIR/eval/<
 
 python eval.py --config configs/<task>.py[:arg] --workdir DIR [--checkpoint best|latest|STEP]
                [--split validation|test] [--batch_size N] [--config.k=v ...]
+Multi-process flags as train.py (--distributed, --coordinator_address, ...).
 """
 import json
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from poolformers_jax.train import cli, evaluate, sharding
+from poolformers_jax.train import cli, evaluate
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'The training run directory.')
@@ -18,16 +19,11 @@ _BATCH_SIZE = flags.DEFINE_integer('batch_size', None, 'Global eval batch size (
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  cli.quiet_library_logs()
-  sharding.maybe_initialize_distributed()
+def _evaluate():
   metrics = evaluate(_CONFIG.value, _WORKDIR.value, checkpoint=_CHECKPOINT.value,
                      split=_SPLIT.value, batch_size=_BATCH_SIZE.value)
   print(json.dumps(metrics, sort_keys=True), flush=True)
-  sharding.shutdown_distributed()
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(lambda argv: cli.run(argv, _evaluate), flags_parser=cli.parse_flags)

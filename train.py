@@ -1,31 +1,25 @@
 r"""Train a model: `python train.py --config configs/<task>.py[:arg] --workdir DIR [--config.k=v]`.
 
-Resumes from the latest checkpoint in DIR. Multi-process: set JAX_COORDINATOR_ADDRESS,
-JAX_NUM_PROCESSES, JAX_PROCESS_ID (or the flags below) on every process, or run under SLURM.
+Resumes from the latest checkpoint in DIR. Multi-process (--distributed=auto, the default): under
+SLURM, Open MPI, a Cloud TPU pod or Kubernetes jax finds the processes itself; elsewhere set
+JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (or --coordinator_address,
+--num_processes, --process_id) on every process. --distributed=off forces one process.
 """
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from poolformers_jax.train import cli, sharding, train_and_evaluate
+from poolformers_jax.train import cli, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and config.json.')
-_COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'host:port of process 0.')
-_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Number of processes.')
-_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  cli.quiet_library_logs()
-  sharding.maybe_initialize_distributed(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+def _train():
   result = train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   logging.info('%s at step %d; validation %s; test %s', result.status, result.step,
                result.validation, result.test)
-  sharding.shutdown_distributed()
 
 
 if __name__ == '__main__':
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(lambda argv: cli.run(argv, _train), flags_parser=cli.parse_flags)

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_heads,
                                            check_sequence_input, compute_dtype)
+from poolformers_jax.layers.registry import register_mixer
 
 
 def split_heads(x: Array, num_heads: int) -> Array:
@@ -36,6 +37,7 @@ def softmax_attention(q: Array, k: Array, v: Array, bias: Array) -> tuple[Array,
   return out, weights
 
 
+@register_mixer('softmax')
 class MultiHeadAttention(nn.Module):
   """Softmax multi-head self-attention (Vaswani et al., 2017).
 
@@ -90,6 +92,7 @@ def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
   return (num / (den[..., None] + eps)).astype(v.dtype)
 
 
+@register_mixer('linear')
 class LinearAttention(nn.Module):
   """Linear attention with a positive feature map (`elu+1` or `relu`): memory linear in length."""
   num_heads: int

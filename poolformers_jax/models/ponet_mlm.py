@@ -29,6 +29,7 @@ from flax.core import FrozenDict
 from poolformers_jax.layers.common import Array, Dtype
 from poolformers_jax.layers.ponet import PoNet
 from poolformers_jax.layers.registry import mixer_fields
+from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.models.registry import register_model
 
 SSO_CLASSES = 3  # StructBERT: 0 = B follows A, 1 = B precedes A, 2 = B from another document
@@ -171,7 +172,10 @@ _OPTIONAL = ('type_vocab_size', 'dropout_rate', 'cls_id', 'sep_id', 'layer_norm_
 
 @register_model('ponet_mlm')
 def build(cfg) -> PoNetMLM:
-  """`cfg` = config.model with the keys of `_REQUIRED` (and optionally `_OPTIONAL`) plus 'name'."""
+  """`cfg` = config.model with the keys of `_REQUIRED` (and optionally `_OPTIONAL`) plus 'name'.
+
+  Nothing trains it yet: it waits for the PoNet pre-training task (MLM + SSO data and a config,
+  built on top of `mlm_loss`); the layer parity and the losses are tested here."""
   unknown = sorted(set(cfg.keys()) - set(_REQUIRED) - set(_OPTIONAL) - {'name', 'mixer'})
   if unknown:
     raise ValueError(f'ponet_mlm: unknown model config keys {unknown}; valid keys: '
@@ -182,7 +186,6 @@ def build(cfg) -> PoNetMLM:
   if cfg.get('mixer', 'ponet') != 'ponet':
     raise ValueError(f"ponet_mlm: mixer must be 'ponet' (it needs sentence segments), "
                      f"got {cfg.mixer!r}.")
-  kwargs = {k: cfg[k] for k in _REQUIRED + _OPTIONAL if k in cfg and k != 'mixer_kwargs'}
   mixer_kwargs = cfg.get('mixer_kwargs', None) or {}
   if hasattr(mixer_kwargs, 'to_dict'):
     mixer_kwargs = mixer_kwargs.to_dict()
@@ -191,6 +194,5 @@ def build(cfg) -> PoNetMLM:
   if bad:
     raise ValueError(f'ponet_mlm: mixer_kwargs {bad} are not PoNet options this model takes; '
                      f'valid: {sorted(allowed)}.')
-  if isinstance(kwargs.get('dtype'), str):
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  kwargs = model_kwargs(cfg, PoNetMLM, ignore=('mixer', 'mixer_kwargs'))
   return PoNetMLM(mixer_kwargs=FrozenDict(mixer_kwargs), **kwargs)

@@ -1,16 +1,25 @@
-"""What train.py and eval.py share: the --config flag parser with close-key suggestions."""
+"""What train.py and eval.py share: the --config flag parser with close-key suggestions, the
+multi-process flags, and `run`: logs, multi-process start and end around the work."""
 from __future__ import annotations
 
 import importlib.util
 import logging
 import os
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
 
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging
 
-from poolformers_jax.train import config_utils
+from poolformers_jax.train import config_utils, sharding
+
+_DISTRIBUTED = flags.DEFINE_enum(
+    'distributed', 'auto', list(sharding.DISTRIBUTED_MODES),
+    'Multi-process run: auto = when the flags below / JAX_* variables are set or jax detects a '
+    'cluster (SLURM, Open MPI, Cloud TPU, Kubernetes); on = always; off = one process.')
+_COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'host:port of process 0.')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Number of processes.')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
 
 
 def load_config_file(spec: str):
@@ -61,3 +70,14 @@ class _LibraryInfoFilter(logging.Filter):
 
 def quiet_library_logs() -> None:
   absl_logging.get_absl_handler().addFilter(_LibraryInfoFilter())
+
+
+def run(argv: Sequence[str], work: Callable[[], None]) -> None:
+  """The main() of train.py and eval.py: `work()` between the multi-process start and end."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  quiet_library_logs()
+  sharding.maybe_initialize_distributed(_DISTRIBUTED.value, _COORDINATOR.value,
+                                        _NUM_PROCESSES.value, _PROCESS_ID.value)
+  work()
+  sharding.shutdown_distributed()

@@ -1,4 +1,4 @@
-"""Loss and metrics per task: a dict from `DatasetInfo.task` to a `Task`. No if/elif chains.
+"""Loss and metrics per task: `TASKS` maps `DatasetInfo.task` to a `Task`. No if/elif chains.
 
 Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
 examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
@@ -13,6 +13,8 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 import optax
+
+from poolformers_jax.registry import TASKS, register_task
 
 Array = jax.Array
 Sums = dict[str, Array]
@@ -70,14 +72,10 @@ class Task:
   summary: Callable[[dict[str, float]], dict[str, float]]
 
 
-TASKS: dict[str, Task] = {
-    'classification': Task(classification_sums, classification_summary),
-    'retrieval': Task(classification_sums, classification_summary),   # the model takes the pair
-    'lm': Task(lm_sums, lm_summary),
-}
+register_task('classification', Task(classification_sums, classification_summary))
+register_task('retrieval', Task(classification_sums, classification_summary))  # model takes pairs
+register_task('lm', Task(lm_sums, lm_summary))
 
 
 def get_task(name: str) -> Task:
-  if name not in TASKS:
-    raise ValueError(f'unknown task {name!r}; choose one of {sorted(TASKS)}.')
   return TASKS[name]
