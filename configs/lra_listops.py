@@ -19,7 +19,8 @@ from __future__ import annotations
 from poolformers_jax.configs_lib import LraTask, task_config
 
 TASK = LraTask('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
-               segment_num=64, small_length=128, runlocal_length=48, eval_every_steps=500)
+               segment_num=64, small_length=128, runlocal_length=48,
+               eval_every_steps=50)   # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
 def _small(config):

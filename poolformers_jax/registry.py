@@ -27,7 +27,8 @@ MODULES: dict[str, tuple[str, ...]] = {
               'poolformers_jax.models.convnet', 'poolformers_jax.models.msac_models',
               'poolformers_jax.models.ponet_mlm'),
     'dataset': ('poolformers_jax.data.listops', 'poolformers_jax.data.lra',
-                'poolformers_jax.data.text_lm', 'poolformers_jax.data.vision'),
+                'poolformers_jax.data.text_lm', 'poolformers_jax.data.vision',
+                'poolformers_jax.data.bert_text'),
     'task': ('poolformers_jax.train.tasks',),
 }
 

@@ -2,10 +2,15 @@
 
 The LRA setting used by PoNet and AdaMRA (Nystromformer's PyTorch LRA code, PAPER_NOTES):
 token embedding + learned position embedding, pre-LN blocks `x + Mixer(LN(x))`, `x + MLP(LN(x))`,
-a final LayerNorm, MEAN pooling over real tokens and the head Linear(dim, 128)-ReLU-Linear(128, C).
+a final LayerNorm, MEAN pooling and the head Linear(dim, 128)-ReLU-Linear(128, C).
 For retrieval one encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
 
 Any registered token mixer can be used: the shared `TransformerBlock` (block.py) builds it by name.
+
+Pooling: the reference code averages `LN(x) * mask` over the *padded* length L (model.py then
+`inp.mean(dim=1)`), so its features shrink with the padding. `pooling='mean'` (default) is the
+masked mean over real tokens instead, independent of how much padding a batch carries;
+`pooling='mean_padded'` is the reference's, for exact reproduction.
 
 Decisions where the references are silent:
 - `pooling='cls'` prepends one learned vector (not a vocabulary token), always unmasked.
@@ -33,12 +38,18 @@ def mean_pool(x: Array, mask: Array) -> Array:
   return masked_mean(x, mask, axis=1)
 
 
+def mean_padded_pool(x: Array, mask: Array) -> Array:
+  """The Nystromformer / PoNet LRA code: sum over real tokens / padded length L."""
+  return jnp.mean(x * mask[..., None].astype(x.dtype), axis=1)
+
+
 def first_token_pool(x: Array, mask: Array) -> Array:
   del mask
   return x[:, 0]
 
 
-POOLINGS: dict[str, Callable[[Array, Array], Array]] = {'mean': mean_pool, 'cls': first_token_pool}
+POOLINGS: dict[str, Callable[[Array, Array], Array]] = {
+    'mean': mean_pool, 'mean_padded': mean_padded_pool, 'cls': first_token_pool}
 
 
 class SequenceEncoder(nn.Module):
