@@ -48,7 +48,9 @@ def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Option
   try:
     jax.distributed.initialize(coordinator_address, None if num is None else int(num),
                                None if pid is None else int(pid))
-  except ValueError as error:   # raised before any connection: no cluster, settings incomplete
+  except (ValueError, RuntimeError) as error:
+    # Raised before any connection: no cluster / incomplete settings (ValueError), or JAX already
+    # computed in this process (RuntimeError: a library call after other work is single-process).
     if mode == 'on' or explicit:
       raise ValueError(
           f'jax.distributed.initialize: {error} Give --coordinator_address, --num_processes and '
