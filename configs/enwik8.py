@@ -44,6 +44,7 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
+from poolformers_jax.configs_lib import parse_words
 from poolformers_jax.data import get_data_config
 
 # model -> (num_layers, mixer, mixer options)
@@ -67,21 +68,11 @@ STAGES = {
 
 def parse_arg(arg: str | None) -> tuple[str, bool, str, str]:
   """'cp_transformer_l14,text8,stage2' -> (model, tiny, dataset, stage); unknown words fail."""
-  model, tiny, dataset, stage = 'cp_transformer_l12', False, 'enwik8', 'stage1'
-  for word in filter(None, (arg or '').replace(' ', '').split(',')):
-    if word in MODELS:
-      model = word
-    elif word == 'tiny':
-      tiny = True
-    elif word in DATASETS:
-      dataset = word
-    elif word in STAGES:
-      stage = word
-    else:
-      raise ValueError(f'config argument {word!r} is not a model {sorted(MODELS)}, `tiny`, a '
-                       f'dataset {list(DATASETS)} or a stage {sorted(STAGES)}; '
-                       f'e.g. configs/enwik8.py:cp_transformer_l12,text8,stage2.')
-  return model, tiny, dataset, stage
+  words = parse_words(arg, {'model': ('a model', sorted(MODELS)), 'tiny': ('the flag', ('tiny',)),
+                            'dataset': ('a dataset', DATASETS), 'stage': ('a stage', sorted(STAGES))},
+                      example='configs/enwik8.py:cp_transformer_l12,text8,stage2')
+  return (words['model'] or 'cp_transformer_l12', words['tiny'] is not None,
+          words['dataset'] or 'enwik8', words['stage'] or 'stage1')
 
 
 def model_config(model: str) -> ml_collections.ConfigDict:

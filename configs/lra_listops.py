@@ -16,16 +16,11 @@ measured number and time.
 """
 from __future__ import annotations
 
-import os
-import sys
+from poolformers_jax.configs_lib import LraTask, task_config
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from lra_base import Task, task_config  # noqa: E402
-
-TASK = Task('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
-            segment_num=64, small_length=128, runlocal_length=48,
-            eval_every_steps=50)   # eval_frequency of PoNet's / Nystromformer's lra_config.py
+TASK = LraTask('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
+               segment_num=64, small_length=128, runlocal_length=48,
+               eval_every_steps=50)   # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
 def _small(config):

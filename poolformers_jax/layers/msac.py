@@ -48,6 +48,7 @@ What the paper leaves open, and what we decided:
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence, Union
 
 import flax.linen as nn
@@ -200,25 +201,30 @@ def split_forms(x: Array, mask: Optional[Array], causal: bool, strides: int,
                    f'channels] (vision), got rank {x.ndim} shape {tuple(x.shape)}.')
 
 
-class SAC(nn.Module):
+class SACOptions(nn.Module):
+  """The options SAC and MSAC share (one list; MSAC hands them to each of its SACs)."""
+  num_heads: int
+  features: Optional[int] = None      # output channels; None = the input's
+  heads: str = 'full'                 # Sec. 2.1: full-width filters per head; 'split': MHA
+  strides: int = 1
+  regular_conv: bool = False          # Sec. 3: fuse a regular n×m convolution in
+  relative_bias: bool = True          # b of Eq. 3
+  max_distance: int = 64              # relative bias table size per axis
+  causal: bool = False                # language form only
+  dropout_rate: float = 0.0           # on the attention output
+  use_bias: bool = True
+  dtype: Optional[Dtype] = None
+
+
+@register_mixer('sac')
+class SAC(SACOptions):
   """Self-Attentive Convolution (Sec. 3): 2D self-attention between n×m patches.
 
   Vision: [B, H, W, C] -> [B, H', W', features]  (H' = ceil(H / strides)).
   Language: [B, L, D] (+ mask [B, L]) -> [B, L, features], a 1×L image with 1×m windows.
   `window`: int w (1×w for language, w×w for images) or a pair (n, m).
   """
-  num_heads: int
   window: Window = 1
-  features: Optional[int] = None
-  heads: str = 'full'                # Sec. 2.1: full-width filters per head; 'split': MHA
-  strides: int = 1
-  regular_conv: bool = False
-  relative_bias: bool = True
-  max_distance: int = 64
-  causal: bool = False
-  dropout_rate: float = 0.0
-  use_bias: bool = True
-  dtype: Optional[Dtype] = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -261,24 +267,15 @@ class SAC(nn.Module):
     return y[:, 0] if language else y
 
 
-class MSAC(nn.Module):
+@register_mixer('msac')
+class MSAC(SACOptions):
   """Multiscale SAC (Sec. 4): SACs with different windows in parallel, ψ = [γ^1..γ^L], φ = ψ ⋆ H_φ.
 
   Same forms as SAC. `windows`: one entry per scale, each an int or an (n, m) pair; the default
   (1, 2, 3) is the paper's language example (1×1, 1×2 and 1×3 SACs).
   """
-  num_heads: int
   windows: Sequence[Window] = (1, 2, 3)
-  features: Optional[int] = None
-  heads: str = 'full'                # Sec. 2.1: full-width filters per head; 'split': MHA
-  strides: int = 1
   regular_conv: bool = True
-  relative_bias: bool = True
-  max_distance: int = 64
-  causal: bool = False
-  dropout_rate: float = 0.0
-  use_bias: bool = True
-  dtype: Optional[Dtype] = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -287,14 +284,11 @@ class MSAC(nn.Module):
     if not len(self.windows):
       raise ValueError(f'{name}: windows is empty; give at least one window, e.g. (1, 3).')
     features = self.features or x.shape[-1]
-    scales = [
-        SAC(num_heads=self.num_heads, window=w, features=features, heads=self.heads,
-            strides=self.strides,
-            regular_conv=self.regular_conv, relative_bias=self.relative_bias,
-            max_distance=self.max_distance, causal=self.causal, dropout_rate=self.dropout_rate,
-            use_bias=self.use_bias, dtype=self.dtype, name=f'sac_{i}')(
-                x, mask, deterministic=deterministic)
-        for i, w in enumerate(self.windows)]
+    options = {f.name: getattr(self, f.name) for f in dataclasses.fields(SACOptions)
+               if f.name not in ('parent', 'name')}
+    options['features'] = features
+    scales = [SAC(window=w, name=f'sac_{i}', **options)(x, mask, deterministic=deterministic)
+              for i, w in enumerate(self.windows)]
     psi = jnp.concatenate(scales, axis=-1)                          # ψ, the super-tensor
     return nn.Dense(features, use_bias=self.use_bias, dtype=compute_dtype(self.dtype, x),
                     name='reduce')(psi)                             # φ = ψ ⋆ H_φ
@@ -339,7 +333,3 @@ class CrossAttentiveInput(nn.Module):
       else:
         x, z = jnp.concatenate([x, x_seg], -1), jnp.concatenate([z, z_seg], -1)
     return jnp.concatenate([x, z], axis=2)   # t = [x, z] ∈ R^{N × 2M × d'}
-
-
-register_mixer('sac', SAC)
-register_mixer('msac', MSAC)

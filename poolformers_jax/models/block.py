@@ -139,7 +139,12 @@ def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (), ignore: tupl
   if missing:
     raise ValueError(f'model {name!r}: config.model is missing {missing}.')
   kwargs = {k: _plain(cfg[k]) for k in keys}
-  if isinstance(kwargs.get('dtype'), str):
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  if 'dtype' in kwargs:
+    kwargs['dtype'] = as_dtype(kwargs['dtype'])
   kwargs.update(overrides)
   return kwargs
+
+
+def as_dtype(value: Any) -> Any:
+  """A config's dtype ('bfloat16', 'float32', None) as a module's dtype field."""
+  return jnp.dtype(value) if isinstance(value, str) else value

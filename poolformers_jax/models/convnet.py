@@ -39,6 +39,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, check_image_input
 from poolformers_jax.layers.context_pool import ContextPool2D
+from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.models.registry import register_model
 
 POOL_STRIDE = 2
@@ -93,13 +94,5 @@ _REQUIRED = ('num_classes', 'widths', 'convs_per_stage', 'pool')
 
 @register_model('cp_convnet')
 def build(cfg) -> CPConvNet:
-  missing = [k for k in _REQUIRED if k not in cfg]
-  if missing:
-    raise ValueError(f'cp_convnet: config.model is missing {missing}; '
-                     f'it needs {list(_REQUIRED)} (and optionally pool_kwargs).')
-  pool_kwargs = cfg.get('pool_kwargs', None) or {}
-  if hasattr(pool_kwargs, 'to_dict'):
-    pool_kwargs = pool_kwargs.to_dict()
-  return CPConvNet(num_classes=int(cfg.num_classes), widths=tuple(cfg.widths),
-                   convs_per_stage=int(cfg.convs_per_stage), pool=cfg.pool,
-                   pool_kwargs=dict(pool_kwargs))
+  """`config.model` -> CPConvNet; needs `_REQUIRED` (and optionally pool_kwargs)."""
+  return CPConvNet(**model_kwargs(cfg, CPConvNet, required=_REQUIRED))

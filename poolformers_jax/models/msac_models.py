@@ -48,6 +48,7 @@ import ml_collections
 
 from poolformers_jax.layers.common import Array, Dtype, check_image_input
 from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, Window
+from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.models.registry import register_model
 
 
@@ -181,13 +182,7 @@ def _check_fields(cfg, expected: ml_collections.ConfigDict) -> None:
 
 
 def _resnet_from(cfg) -> MSACResNet:
-  return MSACResNet(
-      num_classes=int(cfg.num_classes), stage_widths=tuple(cfg.stage_widths),
-      stage_blocks=tuple(cfg.stage_blocks), msac_stages=tuple(cfg.msac_stages),
-      num_heads=int(cfg.num_heads), heads=str(cfg.heads),
-      windows=tuple(tuple(w) if isinstance(w, (list, tuple)) else int(w) for w in cfg.windows),
-      regular_conv=bool(cfg.regular_conv), relative_bias=bool(cfg.relative_bias),
-      max_distance=int(cfg.max_distance), dtype=jnp.dtype(cfg.dtype))
+  return MSACResNet(**model_kwargs(cfg, MSACResNet, ignore=('segment', 'segment_dim')))
 
 
 @register_model('msac_resnet')
@@ -198,6 +193,9 @@ def build_msac_resnet(cfg) -> MSACResNet:
 
 @register_model('cross_attentive_similarity')
 def build_cross_attentive_similarity(cfg) -> CrossAttentiveSimilarity:
+  """Sec. 6.1's image-pair model. Nothing trains it yet: it waits for an image-pair dataset
+  (`register_dataset` with inputs [2, H, W, C] and same / different labels) and a config; the
+  forward pass and its shapes are tested (tests/models/test_msac_models.py)."""
   _check_fields(cfg, cross_attentive_similarity_config())
   return CrossAttentiveSimilarity(backbone=_resnet_from(cfg), segment=cfg.segment,
                                   segment_dim=int(cfg.segment_dim))

@@ -1,24 +1,57 @@
-"""The common Long Range Arena config: every LRA task file builds on `get_lra_config`.
+"""What the config files share (big_vision's configs/common.py): they import it by module path.
 
+- `parse_words`: THE parser of config arguments (`configs/x.py:word,word`) for every config file.
+- Long Range Arena: `FAMILIES` (model family -> mixer), `LraTask` (one row of the LRA table) and
+  `task_config`, the locked config of a task for `family[,size]`.
+- Vision: `vision_base_config`, `vit_model` / `hvt_model` (config.model of the ViT family) and
+  `deit_recipe`.
+
+Configs hold numbers and names only: this file imports no model code.
+
+The argument string of an LRA task config is `family[,size]` (also `size` alone):
+  family: transformer | linear | ponet | adamra | contextpool | msac  (the token mixer)
+  size:   full (the paper's setting) | small (CPU-sized) | runlocal (a smoke test, seconds)
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 PAPER_NOTES): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1, mean
 pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping, no
 weight decay, one-cycle linear schedule. Each task file sets its batch size, learning rate, warmup
 and steps from the table in PAPER_NOTES.
-
-The argument string of a task config is `family[,size]` (also `size` alone):
-  family: transformer | linear | ponet | adamra | contextpool | msac  (the token mixer)
-  size:   full (the paper's setting) | small (CPU-sized) | runlocal (a smoke test, seconds)
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Callable, Mapping, Optional, Sequence
 
 import ml_collections
 from ml_collections import config_dict
 
 from poolformers_jax.data import get_data_config
+
+
+def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Sequence[str]]],
+                example: str) -> dict[str, Optional[str]]:
+  """'ponet,small' -> {'family': 'ponet', 'size': 'small'}: each comma-separated word fills the
+  slot whose choices hold it (later words win); unfilled slots are None.
+
+  slots: slot -> (what it is, its choices), e.g. {'size': ('a size', ('full', 'small'))}.
+  A word no slot holds fails with one line naming every slot's choices and an `example`.
+  """
+  filled: dict[str, Optional[str]] = dict.fromkeys(slots)
+  for word in filter(None, (arg or '').replace(' ', '').split(',')):
+    slot = next((s for s, (_, choices) in slots.items() if word in choices), None)
+    if slot is None:
+      what = [f'{desc} {list(choices)}' for desc, choices in slots.values()]
+      alternatives = (f'neither {what[0]} nor {what[1]}' if len(what) == 2 else
+                      'not ' + ', '.join(what[:-1]) + f' or {what[-1]}' if len(what) > 2 else
+                      f'not {what[0]}')
+      kinds = ' / '.join(desc.split(' ', 1)[-1] for desc, _ in slots.values())
+      raise ValueError(f'unknown {kinds} {word!r}: config argument {word!r} is {alternatives}; '
+                       f'e.g. {example}.')
+    filled[slot] = word
+  return filled
+
+
+# ----------------------------------------------------------------------------- Long Range Arena
 
 # model family -> (registered mixer name, per-family mixer options)
 FAMILIES = {
@@ -35,16 +68,10 @@ SIZES = ('full', 'small', 'runlocal')
 def parse_arg(arg: str | None, default_family: str = 'transformer',
               default_size: str = 'full') -> tuple[str, str]:
   """'ponet,small' -> ('ponet', 'small'); unknown words fail with the valid choices."""
-  family, size = default_family, default_size
-  for word in filter(None, (arg or '').replace(' ', '').split(',')):
-    if word in FAMILIES:
-      family = word
-    elif word in SIZES:
-      size = word
-    else:
-      raise ValueError(f'config argument {word!r} is neither a model family {sorted(FAMILIES)} '
-                       f'nor a size {list(SIZES)}; e.g. configs/lra_listops.py:ponet,small.')
-  return family, size
+  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)),
+                            'size': ('a size', SIZES)},
+                      example='configs/lra_listops.py:ponet,small')
+  return words['family'] or default_family, words['size'] or default_size
 
 
 def model_config(family: str, *, retrieval: bool = False) -> ml_collections.ConfigDict:
@@ -105,7 +132,7 @@ def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class LraTask:
   """One row of the LRA table in PAPER_NOTES, plus the lengths of the CPU-sized variants."""
   data: str                  # data.get_data_config name
   length: int                # paper's sequence length (per document for retrieval)
@@ -119,7 +146,7 @@ class Task:
   retrieval: bool = False
 
 
-def task_config(task: Task, arg: str | None,
+def task_config(task: LraTask, arg: str | None,
                 size_overrides: dict[str, Callable[[ml_collections.ConfigDict], None]] | None = None
                 ) -> ml_collections.ConfigDict:
   """The locked config of `task` for `arg` = 'family[,size]' (no argument: transformer,small).
@@ -161,3 +188,84 @@ def shrink_for_cpu(config: ml_collections.ConfigDict, size: str) -> None:
     config.log_every_steps = 5
     config.eval_every_steps = 10
     config.checkpoint_every_steps = 10
+
+
+# ----------------------------------------------------------------------------------- vision
+
+IMAGENET_TRAIN_SIZE = 1_281_167
+
+
+def epochs_to_steps(epochs: float, batch_size: int, train_size: int = IMAGENET_TRAIN_SIZE) -> int:
+  return int(epochs * train_size // batch_size)
+
+
+def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 16,
+         image_size: int = 224, classifier: str = 'token', mixer: str = 'softmax',
+         drop_path_rate: float = 0.1, num_classes: int = 1000) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      name='vit', num_classes=num_classes, image_size=image_size, patch_size=patch_size,
+      hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0,
+      classifier=classifier, mixer=mixer,
+      # ContextPool placement: 'mixer_input' or 'block_output' (README, "Fidelity").
+      mixer_kwargs=ml_collections.ConfigDict(
+          {'placement': 'mixer_input'} if mixer == 'contextpool' else {}),
+      dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=drop_path_rate,
+      dtype='float32'))
+
+
+def hvt_model(hidden_dim: int, num_heads: int, num_stages: int, *, pool_method: str = 'max',
+         pool_2d: bool = False, patch_size: int = 16, image_size: int = 224,
+         num_classes: int = 1000) -> ml_collections.ConfigDict:
+  c = vit_model(hidden_dim, 12, num_heads, patch_size=patch_size, image_size=image_size,
+                classifier='mean', num_classes=num_classes)
+  del c['classifier']   # HVT has no class token: the 'hvt' model always uses the mean head
+  c.name = 'hvt'
+  c.num_stages = num_stages
+  c.pool_method = pool_method
+  c.pool_kernel_size = 3
+  c.pool_stride = 2
+  c.pool_2d = pool_2d
+  return c
+
+
+def deit_recipe(config, weight_decay: float = 0.025, train_size: int = IMAGENET_TRAIN_SIZE) -> None:
+  """DeiT's recipe with HVT's weight decay (0.025; DeiT's own is 0.05)."""
+  opt = config.optimizer
+  opt.learning_rate = 5e-4 * config.batch_size / 512
+  opt.weight_decay = weight_decay
+  opt.schedule = 'cosine'
+  opt.warmup_steps = epochs_to_steps(5, config.batch_size, train_size)
+  opt.grad_clip_norm = 0.0
+  config.label_smoothing = 0.1
+  config.num_train_steps = epochs_to_steps(300, config.batch_size, train_size)
+  # DeiT's augmentations (train/mixing.py, data/vision.py, data/randaugment.py, data/pipeline.py).
+  config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5))
+  config.data.random_erasing = 0.25
+  config.data.rand_augment = 'rand-m9-mstd0.5-inc1'
+  config.data.repeated_augmentation = 3
+
+
+def vision_base_config(data_name: str = 'imagenet2012') -> ml_collections.ConfigDict:
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.data = get_data_config(data_name)
+  config.model = ml_collections.ConfigDict()
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.05, schedule='cosine',
+      warmup_steps=0, grad_clip_norm=0.0, grad_accum_steps=1))
+  config.label_smoothing = 0.1
+  config.batch_size = 1024               # global, over all processes and devices
+  config.eval_batch_size = 1024
+  config.num_train_steps = 0
+  config.log_every_steps = 100
+  config.eval_every_steps = 5000
+  config.checkpoint_every_steps = 5000
+  config.keep_checkpoints = 2
+  config.best_metric = 'accuracy'
+  config.best_mode = 'max'
+  config.final_test = False              # ImageNet: the validation split is the reported number
+  config.init_from = ''                  # workdir / checkpoint: start from its parameters
+  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
+  config.num_devices = -1
+  config.progress_bar = True
+  return config
