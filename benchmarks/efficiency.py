@@ -81,7 +81,7 @@ flags.DEFINE_enum('isolate', 'auto', ['auto', 'yes', 'no'], 'One subprocess per 
                   'GPU, where the peak device memory of a process is the measurement).')
 flags.DEFINE_float('point_timeout_s', 600.0, 'Isolated points: kill a point after this long.')
 flags.DEFINE_string('point', None, 'Internal: measure ENTRY@LENGTH alone and print its JSON.')
-flags.DEFINE_bool('quick', False, 'Smoke test: softmax/explicit, ponet and none (unless '
+flags.DEFINE_bool('quick', False, 'Smoke test: softmax/explicit and none (unless '
                   '--mixers), length 32 (+64 for the linear-memory ones), batch 2, one '
                   'repeat; every field is still written.')
 flags.DEFINE_integer('num_heads', 2, 'layer mode: heads.')
@@ -347,7 +347,7 @@ def plot(results: dict, lengths: list[int], path: str, title: str) -> None:
 def run_train(argv_command: str) -> None:
   if FLAGS.quick:
     FLAGS.lengths, FLAGS.long_lengths, FLAGS.batch, FLAGS.repeats = ['32'], ['64'], 2, 1
-    FLAGS.mixers = FLAGS.mixers or ['softmax/explicit', 'ponet', 'none']
+    FLAGS.mixers = FLAGS.mixers or ['softmax/explicit', 'none']
   opts = dict(batch=FLAGS.batch, dtype=FLAGS.dtype, repeats=FLAGS.repeats,
               point_budget_s=FLAGS.point_budget_s, budget=FLAGS.memory_budget_gb * 2**30)
   if FLAGS.point:
@@ -383,7 +383,8 @@ def write_report(results, lengths, long_lengths, isolate, argv_command) -> None:
   report = {'setup': dict(mode='train', batch=FLAGS.batch, dtype=FLAGS.dtype,
                           repeats=FLAGS.repeats, point_budget_s=FLAGS.point_budget_s,
                           memory_budget_gb=FLAGS.memory_budget_gb, lengths=lengths,
-                          long_lengths=long_lengths, all_lengths=lengths + long_lengths,
+                          long_lengths=long_lengths,
+                          all_lengths=sorted(set(lengths + long_lengths)),
                           isolated=isolate, backend=jax.default_backend(),
                           device=jax.devices()[0].device_kind, jax=jax.__version__,
                           cpu_count=os.cpu_count(), xla_flags=os.environ['XLA_FLAGS'],

@@ -4,8 +4,8 @@ A dataset is a `DatasetSpec`: how to describe it (`info`), where its raw records
 (`source`, any random-access sequence grain can read: a `tfds.data_source`, an index over a TSV
 file, ...) and how one raw record becomes one example (`preprocess`, given a numpy Generator at
 train time for augmentation and None at eval time). The pipeline (pipeline.py) does the rest,
-identically for every dataset. `config.data.name` picks the spec from `DATASETS`: a dict, no
-if/elif chain.
+identically for every dataset. `config.data.name` picks the spec from `DATASETS`, filled by
+`register_dataset(name, spec)` in the dataset files (listed in poolformers_jax/registry.py).
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
+
+from poolformers_jax.registry import DATASETS, register_dataset  # noqa: F401  (re-exported)
 
 Record = Any
 Example = dict[str, np.ndarray]
@@ -46,20 +48,8 @@ class DatasetSpec:
   shapes: Optional[Callable[[Any], DatasetInfo]] = None
 
 
-DATASETS: dict[str, DatasetSpec] = {}
-
-
-def register_dataset(name: str, spec: DatasetSpec) -> None:
-  if name in DATASETS:
-    raise ValueError(f'dataset {name!r} is registered twice.')
-  DATASETS[name] = spec
-
-
 def get_spec(data_config) -> DatasetSpec:
-  name = data_config.name
-  if name not in DATASETS:
-    raise ValueError(f'config.data.name={name!r} is not a dataset; choose one of {sorted(DATASETS)}.')
-  return DATASETS[name]
+  return DATASETS[data_config.name]
 
 
 class DataNotFoundError(FileNotFoundError):

@@ -126,6 +126,11 @@ def _char_lm(name: str) -> ml_collections.ConfigDict:
   c = _common(name, 512)
   c.data_dir = os.path.join(_default_data_dir(), name)   # holds enwik8.zip / text8.zip
   c.split_sizes = (90_000_000, 5_000_000, 5_000_000)     # bytes (enwik8) / characters (text8)
+  # Validation / test windows: 'windows' (non-overlapping, max_length) or 'sliding' (ContextPool
+  # Table 5 / Longformer: eval_context symbols every eval_step, the new ones scored; text_lm.py).
+  c.eval_protocol = 'windows'
+  c.eval_context = 32_768
+  c.eval_step = 512
   return c
 
 

@@ -75,6 +75,10 @@ class TransformerBlock(nn.Module):
   layer_norm_epsilon: float = 1e-6
   kernel_init: Callable = nn.initializers.xavier_uniform()   # the MLP's Dense kernels
   post_norm: bool = False
+  # Image tokens: [prefix_tokens; raster token_grid (h, w)], passed to mixers that take them
+  # (ContextPool pools on the grid, CP-ViT); None for sequences.
+  token_grid: Optional[tuple[int, int]] = None
+  prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -84,9 +88,11 @@ class TransformerBlock(nn.Module):
       raise ValueError(f'TransformerBlock: unknown activation {self.activation!r}; '
                        f'choose one of {sorted(ACTIVATIONS)}.')
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
-    mixer = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads, causal=self.causal,
-                                                dropout_rate=self.attention_dropout_rate,
-                                                dtype=self.dtype),
+    shared = dict(num_heads=self.num_heads, causal=self.causal,
+                  dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
+    if self.token_grid is not None:
+      shared.update(token_grid=tuple(self.token_grid), prefix_tokens=self.prefix_tokens)
+    mixer = build_mixer(self.mixer, shared=shared,
                         **dict(self.mixer_kwargs or {}))
     post = self.post_norm
     x = PreNormResidual(norm('norm1'), mixer, self.dropout_rate, self.drop_path_rate, post)(
@@ -94,8 +100,12 @@ class TransformerBlock(nn.Module):
     mlp = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
                    dropout_rate=0.0 if post else self.dropout_rate, dtype=self.dtype,
                    kernel_init=self.kernel_init, name='mlp')
-    return PreNormResidual(norm('norm2'), mlp, self.dropout_rate if post else 0.0,
-                           self.drop_path_rate, post)(x, deterministic=deterministic)
+    x = PreNormResidual(norm('norm2'), mlp, self.dropout_rate if post else 0.0,
+                        self.drop_path_rate, post)(x, deterministic=deterministic)
+    if getattr(mixer, 'placement', None) == 'block_output':
+      # ContextPool Fig. 2c: the block's output tokens are pooled for the next block.
+      x = mixer.pool_block_output(x, mask)
+    return x
 
 
 def _plain(value: Any) -> Any:
@@ -129,7 +139,12 @@ def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (), ignore: tupl
   if missing:
     raise ValueError(f'model {name!r}: config.model is missing {missing}.')
   kwargs = {k: _plain(cfg[k]) for k in keys}
-  if isinstance(kwargs.get('dtype'), str):
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  if 'dtype' in kwargs:
+    kwargs['dtype'] = as_dtype(kwargs['dtype'])
   kwargs.update(overrides)
   return kwargs
+
+
+def as_dtype(value: Any) -> Any:
+  """A config's dtype ('bfloat16', 'float32', None) as a module's dtype field."""
+  return jnp.dtype(value) if isinstance(value, str) else value

@@ -31,9 +31,8 @@ import jax.numpy as jnp
 from flax.core import FrozenDict
 
 from poolformers_jax.layers.common import Array, Dtype
-from poolformers_jax.layers.ponet import PoNet  # noqa: F401  (registers the 'ponet' mixer)
 from poolformers_jax.layers.registry import MIXERS, mixer_fields
-from poolformers_jax.models.block import TransformerBlock
+from poolformers_jax.models.block import TransformerBlock, as_dtype
 from poolformers_jax.models.registry import register_model
 
 SSO_CLASSES = 3  # StructBERT: 0 = B follows A, 1 = B precedes A, 2 = B from another document
@@ -225,8 +224,8 @@ def _kwargs(cfg, name: str, extra: tuple[str, ...]) -> dict[str, Any]:
   if bad:
     raise ValueError(f'{name}: mixer_kwargs {bad} are not {mixer} options this model takes; '
                      f'valid: {sorted(allowed)}.')
-  if isinstance(kwargs.get('dtype'), str):
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  if 'dtype' in kwargs:
+    kwargs['dtype'] = as_dtype(kwargs['dtype'])
   return dict(kwargs, mixer_kwargs=FrozenDict(mixer_kwargs))
 
 

@@ -1,5 +1,6 @@
-"""What train.py and eval.py share: the --config flag parser with close-key suggestions, and the
-one-line error report: a bad config, dataset or checkpoint ends as ONE stderr line,
+"""What train.py and eval.py share: the --config flag parser with close-key suggestions, the
+multi-process flags, `run` (logs, multi-process start and end around the work) and the one-line
+error report: a bad config, dataset or checkpoint ends as ONE stderr line,
 `error: <what is wrong>; <what to do>`, with exit code 2 (`--verbose_errors` for a traceback)."""
 from __future__ import annotations
 
@@ -10,10 +11,18 @@ import functools
 import sys
 from typing import Callable, Sequence
 
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging
 
-from poolformers_jax.train import config_utils
+from poolformers_jax.train import config_utils, sharding
+
+_DISTRIBUTED = flags.DEFINE_enum(
+    'distributed', 'auto', list(sharding.DISTRIBUTED_MODES),
+    'Multi-process run: auto = when the flags below / JAX_* variables are set or jax detects a '
+    'cluster (SLURM, Open MPI, Cloud TPU, Kubernetes); on = always; off = one process.')
+_COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'host:port of process 0.')
+_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Number of processes.')
+_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
 
 VERBOSE_ERRORS = flags.DEFINE_bool('verbose_errors', False,
                                    'Show the traceback of an error instead of its one line.')
@@ -118,3 +127,14 @@ class _LibraryInfoFilter(logging.Filter):
 
 def quiet_library_logs() -> None:
   absl_logging.get_absl_handler().addFilter(_LibraryInfoFilter())
+
+
+def run(argv: Sequence[str], work: Callable[[], None]) -> None:
+  """The main() of train.py and eval.py: `work()` between the multi-process start and end."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  quiet_library_logs()
+  sharding.maybe_initialize_distributed(_DISTRIBUTED.value, _COORDINATOR.value,
+                                        _NUM_PROCESSES.value, _PROCESS_ID.value)
+  work()
+  sharding.shutdown_distributed()

@@ -29,7 +29,10 @@ def make_eval_step(setup: Setup):
   def eval_step(state, batch):
     logits = model.apply(variables_of(state), batch['inputs'], deterministic=True)
     weights = batch['mask'].astype(jnp.float32)
-    sums = task.sums(logits, batch['targets'], weights)
+    token_weights = weights
+    if 'weights' in batch:   # per-token weights (sliding LM evaluation, data/text_lm.py)
+      token_weights = weights[:, None] * batch['weights']
+    sums = task.sums(logits, batch['targets'], token_weights)
     if task.rows is None:
       return sums, {}
     return sums, {**task.rows(logits, batch['targets']), 'weight': weights}
