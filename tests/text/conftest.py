@@ -70,7 +70,7 @@ def pretraining_config(text_dir, objective='sso', **updates):
 def pretrained(text_dir):
   """One tiny MLM + SSO pre-training run (train_and_evaluate), and its untrained metrics."""
   config = pretraining_config(text_dir, **{
-      'num_train_steps': 80, 'eval_every_steps': 80, 'checkpoint_every_steps': 80,
+      'num_train_steps': 120, 'eval_every_steps': 120, 'checkpoint_every_steps': 120,
       'log_every_steps': 40, 'batch_size': 16, 'eval_batch_size': 32, 'final_test': False,
       'optimizer.learning_rate': 3e-3, 'optimizer.warmup_steps': 10, 'model.dropout_rate': 0.0,
       'num_devices': 1})

@@ -102,10 +102,10 @@ def test_nsp_and_mlm_only_objectives(text_dir):
 def test_pretraining_learns_mlm_and_sso(pretrained):
   before, after = pretrained['before'], pretrained['result'].validation
   vocab_chance = 1 / pretrained['vocab_size']
-  assert pretrained['result'].status == 'finished' and pretrained['result'].step == 80
+  assert pretrained['result'].status == 'finished' and pretrained['result'].step == 120
   assert before['count'] == after['count'] == 96
   assert before['mlm_accuracy'] < 5 * vocab_chance and 0.2 < before['sso_accuracy'] < 0.47
-  assert after['mlm_accuracy'] > 0.25, after         # chance 1/57
+  assert after['mlm_accuracy'] > 0.3, after          # chance 1/57
   assert after['sso_accuracy'] > 0.7, after          # chance 1/3
   assert after['loss'] < before['loss'] - 1.0
 
