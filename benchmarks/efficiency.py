@@ -79,6 +79,8 @@ flags.DEFINE_float('memory_budget_gb', 8.0, 'CPU: points whose compiled temp + a
                    'exceed this are reported as out of memory and not run.')
 flags.DEFINE_enum('isolate', 'auto', ['auto', 'yes', 'no'], 'One subprocess per point (auto: on '
                   'GPU, where the peak device memory of a process is the measurement).')
+flags.DEFINE_string('resume_from', None, 'efficiency.json of an earlier run: its lengths are kept '
+                    'and not measured again.')
 flags.DEFINE_float('point_timeout_s', 600.0, 'Isolated points: kill a point after this long.')
 flags.DEFINE_string('point', None, 'Internal: measure ENTRY@LENGTH alone and print its JSON.')
 flags.DEFINE_bool('quick', False, 'Smoke test: softmax/explicit and none (unless '
@@ -266,6 +268,20 @@ def measure_point_subprocess(entry, length) -> dict:
   return {'status': status}
 
 
+def extrapolated_oom(per_length: dict, length: int, budget: float) -> Optional[dict]:
+  known = [(int(n), p['compiled_temp_bytes']) for n, p in per_length.items()
+           if p.get('compiled_temp_bytes') and int(n) < length]
+  if not known:
+    return None
+  n0, temp = max(known)
+  estimate = temp * (length / n0) ** 2
+  if estimate <= budget:
+    return None
+  return {'status': 'out of memory', 'memory_bytes': None, 'step_ms': None, 'steps_per_s': None,
+          'note': f'not compiled: {temp / 2**30:.2f} GB at {n0} x ({length}/{n0})^2 = '
+                  f'{estimate / 2**30:.1f} GB > budget'}
+
+
 def add_ratios(results: dict) -> None:
   for per_length in results.values():
     for length, point in per_length.items():
@@ -363,13 +379,26 @@ def run_train(argv_command: str) -> None:
   long_lengths = [int(n) for n in FLAGS.long_lengths]
   isolate = FLAGS.isolate == 'yes' or (FLAGS.isolate == 'auto' and on_gpu())
   results: dict = {e: {} for e in entries}
+  if FLAGS.resume_from:   # lengths already measured (each length is one process's work)
+    with open(FLAGS.resume_from) as f:
+      for e, per_length in json.load(f)['results'].items():
+        if e in results:
+          results[e].update(per_length)
   start = time.time()
   for length in lengths + long_lengths:
-    todo = [e for e in entries if length in lengths or e in FLAGS.linear_memory]
+    todo = [e for e in entries if (length in lengths or e in FLAGS.linear_memory)
+            and str(length) not in results[e]]
+    # A quadratic entry whose measured memory, scaled by (L / L0)^2, exceeds the budget is not
+    # compiled (XLA would constant-fold [L, L] index tables for minutes): out of memory.
+    skipped = {e: extrapolated_oom(results[e], length, opts['budget']) for e in todo
+               if e not in FLAGS.linear_memory}
+    skipped = {e: p for e, p in skipped.items() if p}
+    todo = [e for e in todo if e not in skipped]
     if isolate:
       points = {e: measure_point_subprocess(e, length) for e in todo}
     else:
       points = measure_length_in_process(todo, length, opts)
+    points.update(skipped)
     for e, point in points.items():
       results[e][str(length)] = point
       print(f'[{time.time() - start:6.0f}s] {e:18s} L={length:6d} {point["status"]:14s} '
