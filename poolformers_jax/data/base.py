@@ -4,8 +4,8 @@ A dataset is a `DatasetSpec`: how to describe it (`info`), where its raw records
 (`source`, any random-access sequence grain can read: a `tfds.data_source`, an index over a TSV
 file, ...) and how one raw record becomes one example (`preprocess`, given a numpy Generator at
 train time for augmentation and None at eval time). The pipeline (pipeline.py) does the rest,
-identically for every dataset. `config.data.name` picks the spec from `DATASETS`: a dict, no
-if/elif chain.
+identically for every dataset. `config.data.name` picks the spec from `DATASETS`, filled by
+`register_dataset(name, spec)` in the dataset files (listed in poolformers_jax/registry.py).
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
+
+from poolformers_jax.registry import DATASETS, register_dataset  # noqa: F401  (re-exported)
 
 Record = Any
 Example = dict[str, np.ndarray]
@@ -41,22 +43,13 @@ class DatasetSpec:
   info: Callable[[Any], DatasetInfo]                 # config.data -> DatasetInfo
   source: Callable[[Any, str], Sequence[Record]]      # (config.data, split) -> records
   preprocess: Callable[[Record, Any, Optional[np.random.Generator]], Example]
-
-
-DATASETS: dict[str, DatasetSpec] = {}
-
-
-def register_dataset(name: str, spec: DatasetSpec) -> None:
-  if name in DATASETS:
-    raise ValueError(f'dataset {name!r} is registered twice.')
-  DATASETS[name] = spec
+  # The info from the dataset's known constants, reading no file (split sizes where known, else
+  # empty): enough to build the model when the data is absent (the summary tool).
+  shapes: Optional[Callable[[Any], DatasetInfo]] = None
 
 
 def get_spec(data_config) -> DatasetSpec:
-  name = data_config.name
-  if name not in DATASETS:
-    raise ValueError(f'config.data.name={name!r} is not a dataset; choose one of {sorted(DATASETS)}.')
-  return DATASETS[name]
+  return DATASETS[data_config.name]
 
 
 class DataNotFoundError(FileNotFoundError):
