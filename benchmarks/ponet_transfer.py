@@ -4,7 +4,8 @@ One full pre-training step of `ponet_mlm` (embeddings, post-LN blocks, tied MLM 
 vocabulary, SSO head; MLM + SSO loss; AdamW update), jitted, for mixer 'ponet' and 'softmax'
 (BERT) at each length; both measured in the same process, so the ratios are what transfers
 between machines:
-- steps/s: 1 / median wall time of a step over `--repeats` runs after a warm-up;
+- steps/s: 1 / median wall time of a step over `--repeats` runs after a warm-up, the two
+  models' steps interleaved so that both see the same load of a shared machine;
 - memory: XLA's compiled temp bytes of the step (`memory_analysis()`), deterministic. As in
   benchmarks/efficiency.py, `--xla_cpu_experimental_ynn_fusion_type=-reduce` makes XLA:CPU count
   the scratch of fused softmax attention.
@@ -40,7 +41,7 @@ flags.DEFINE_integer('emb_dim', 256, 'Width (PoNet-Base: 768).')
 flags.DEFINE_integer('num_layers', 4, 'Layers (PoNet-Base: 12).')
 flags.DEFINE_integer('num_heads', 4, 'Heads (PoNet-Base: 12).')
 flags.DEFINE_integer('vocab_size', 8192, 'Vocabulary (BERT uncased: 30522).')
-flags.DEFINE_integer('repeats', 3, 'Timed steps per point (median reported).')
+flags.DEFINE_integer('repeats', 5, 'Timed steps per point (median reported).')
 flags.mark_flag_as_required('output_dir')
 
 FAMILIES = {'ponet': 'ponet', 'bert': 'softmax'}
@@ -55,7 +56,8 @@ def batch_of(length: int, batch: int, vocab: int):
   return jnp.asarray(ids), {'mlm': jnp.asarray(mlm), 'sso': jnp.zeros((batch,), jnp.int32)}
 
 
-def measure(family: str, length: int) -> dict:
+def compile_step(family: str, length: int):
+  """(compiled step, its arguments, result dict with memory and parameter count)."""
   model = build_model(ml_collections.ConfigDict(dict(
       name='ponet_mlm', mixer=FAMILIES[family], vocab_size=FLAGS.vocab_size,
       emb_dim=FLAGS.emb_dim, num_layers=FLAGS.num_layers, num_heads=FLAGS.num_heads,
@@ -65,7 +67,7 @@ def measure(family: str, length: int) -> dict:
   tx = optax.adamw(1e-4)
   opt_state = tx.init(params)
 
-  def step(params, opt_state, rng):
+  def step(params, opt_state, rng, inputs, targets):   # the batch as arguments: no constants
     def loss_fn(p):
       out = model.apply({'params': p}, inputs, deterministic=False, rngs={'dropout': rng})
       sums = text_tasks.pretraining_sums(out, targets, jnp.ones((FLAGS.batch,)))
@@ -74,35 +76,39 @@ def measure(family: str, length: int) -> dict:
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
 
-  compiled = jax.jit(step, donate_argnums=(0, 1)).lower(params, opt_state,
-                                                        jax.random.PRNGKey(1)).compile()
-  out = {'step_temp_bytes': int(compiled.memory_analysis().temp_size_in_bytes),
-         'params': int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))}
-  params, opt_state, loss = compiled(params, opt_state, jax.random.PRNGKey(1))   # warm-up
-  jax.block_until_ready(loss)
-  times = []
-  for i in range(FLAGS.repeats):
-    start = time.perf_counter()
-    params, opt_state, loss = compiled(params, opt_state, jax.random.PRNGKey(2 + i))
-    jax.block_until_ready(loss)
-    times.append(time.perf_counter() - start)
-  out['steps_per_second'] = 1.0 / statistics.median(times)
-  out['loss'] = float(loss)
-  return out
+  args = [params, opt_state, jax.random.PRNGKey(1), inputs, targets]
+  compiled = jax.jit(step).lower(*args).compile()
+  result = {'step_temp_bytes': int(compiled.memory_analysis().temp_size_in_bytes),
+            'params': int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))}
+  jax.block_until_ready(compiled(*args))   # warm-up
+  return compiled, args, result
+
+
+def timed(compiled, args) -> float:
+  start = time.perf_counter()
+  jax.block_until_ready(compiled(*args))
+  return time.perf_counter() - start
 
 
 def main(argv):
   del argv
-  results = {}
+  results = {family: {} for family in FAMILIES}
   for length in (int(n) for n in FLAGS.lengths):
-    for family in FAMILIES:
-      results.setdefault(family, {})[str(length)] = point = measure(family, length)
+    steps = {family: compile_step(family, length) for family in FAMILIES}
+    times = {family: [] for family in FAMILIES}
+    for _ in range(FLAGS.repeats):        # interleaved, so both see the same machine load
+      for family, (compiled, args, _) in steps.items():
+        times[family].append(timed(compiled, args))
+    for family, (_, _, point) in steps.items():
+      point['steps_per_second'] = 1.0 / statistics.median(times[family])
+      results[family][str(length)] = point
       print(f'{family:6s} L={length:5d} {point}', flush=True)
     ponet, bert = results['ponet'][str(length)], results['bert'][str(length)]
     ponet['speedup_vs_bert'] = ponet['steps_per_second'] / bert['steps_per_second']
     ponet['memory_ratio_to_bert'] = ponet['step_temp_bytes'] / bert['step_temp_bytes']
     print(f'L={length}: PoNet {ponet["speedup_vs_bert"]:.2f}x the steps/s of BERT, '
           f'{ponet["memory_ratio_to_bert"]:.3f}x its memory', flush=True)
+    del steps
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   report = {'setup': dict(batch=FLAGS.batch, emb_dim=FLAGS.emb_dim, num_layers=FLAGS.num_layers,
                           num_heads=FLAGS.num_heads, vocab_size=FLAGS.vocab_size,

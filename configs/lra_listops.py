@@ -40,5 +40,11 @@ def _runlocal(config):
 
 
 def get_config(arg: str | None = None):
-  """No argument = the CPU-sized offline default (`transformer,small`)."""
-  return task_config(TASK, arg, {'small': _small, 'runlocal': _runlocal})
+  """No argument = the CPU-sized offline default (`transformer,small`, 100 positions)."""
+  config = task_config(TASK, arg, {'small': _small, 'runlocal': _runlocal})
+  if arg is None:
+    # Without parentheses every small tree has < 100 tokens: 100 positions lose nothing and
+    # save ~30% of each step against 128 on 2 CPU cores (benchmarked in one process).
+    with config.unlocked():
+      config.data.max_length = 100
+  return config

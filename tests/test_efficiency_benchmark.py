@@ -19,10 +19,10 @@ def test_quick_training_step_benchmark_writes_every_field(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   report = json.loads((tmp_path / 'efficiency.json').read_text())
   results = report['results']
-  assert list(results) == ['softmax/explicit', 'ponet', 'none']
+  assert list(results) == ['softmax/explicit', 'none']
   # 32 for every entry; 64 (the long length) only for the linear-memory ones.
   assert {e: sorted(r) for e, r in results.items()} == {
-      'softmax/explicit': ['32'], 'ponet': ['32', '64'], 'none': ['32', '64']}
+      'softmax/explicit': ['32'], 'none': ['32', '64']}
   for entry, per_length in results.items():
     for length, point in per_length.items():
       assert set(FIELDS) <= set(point), (entry, length, sorted(set(FIELDS) - set(point)))
@@ -32,10 +32,11 @@ def test_quick_training_step_benchmark_writes_every_field(tmp_path):
       assert abs(point['steps_per_s'] * point['step_ms'] - 1000) < 1e-6
   assert results['softmax/explicit']['32']['time_ratio_to_softmax'] == 1.0
   assert results['none']['64']['time_ratio_to_lower_bound'] == 1.0
-  assert results['ponet']['64']['time_ratio_to_softmax'] is None       # softmax not run at 64
+  assert results['none']['64']['time_ratio_to_softmax'] is None        # softmax not run at 64
+  assert results['none']['32']['time_ratio_to_lower_bound'] == 1.0
   # The lower bound keeps attention's projections and skips the [L, L] part: fewer FLOPs.
   assert results['none']['32']['forward_gflops'] < results['softmax/explicit']['32'][
       'forward_gflops']
   table = (tmp_path / 'efficiency.md').read_text()
-  assert '| ponet |' in table and 'compiled temp bytes' in table
+  assert '| none |' in table and '| softmax/explicit |' in table and 'compiled temp' in table
   assert (tmp_path / 'efficiency.png').stat().st_size > 10_000

@@ -9,8 +9,8 @@ at one end of each main contour. Shorter distractor contours fill the rest. Diff
 contour length: 6 / 9 / 14 dashes for LRA's curv_baseline / curv_contour_length_9 /
 curv_contour_length_14; 32x32 is Pathfinder, 128x128 Path-X.
 
-The label is visible in the pixels alone: ink pixels (value > 0) closer than `LINK` (Chebyshev
-distance <= 2, i.e. across a dash gap of one or two pixels) belong together, and the generator
+The label is visible in the pixels alone: ink pixels (value > 0) at Chebyshev distance <= LINK
+= 2 (across a dash gap of one or two pixels) belong together, and the generator
 keeps every two contours more than LINK apart. So a flood fill over ink pixels linked within
 distance 2 joins the two discs exactly when the label is 1 (tests/data/test_pathfinder_gen.py).
 
@@ -125,6 +125,12 @@ def _disc_pixels(center, radius: float):
           if dy * dy + dx * dx <= radius * radius + 1e-9]
 
 
+def _clear_of_border(pixels, resolution: int) -> bool:
+  """Discs keep a 1-pixel border free, the start disc and the end disc alike (else a disc on the
+  border would give the label away)."""
+  return all(1 <= y < resolution - 1 and 1 <= x < resolution - 1 for y, x in pixels)
+
+
 def _linked(a, b) -> bool:
   return any(max(abs(y1 - y2), abs(x1 - x2)) <= LINK for y1, x1 in a for y2, x2 in b)
 
@@ -147,7 +153,7 @@ def _contour(canvas: _Canvas, rng: random.Random, style: Style, owner: int, dash
     base = []                                        # strokes: (pixels, dash index, value)
     if discs[0]:
       disc = _disc_pixels(start, style.disc_radius)
-      if not canvas.allowed(disc, owner, 0):
+      if not (_clear_of_border(disc, r) and canvas.allowed(disc, owner, 0)):
         continue
       base.append((disc, 0, 255))
     path = [(start, heading)]                          # (next dash start, heading) per dash
@@ -167,7 +173,7 @@ def _contour(canvas: _Canvas, rng: random.Random, style: Style, owner: int, dash
       end = (position[0] + style.dash * sin, position[1] + style.dash * cos)
       if ok and i == dashes - 1 and discs[1]:
         end_disc = _disc_pixels(end, style.disc_radius)
-        ok = current.allowed(end_disc, owner, i)
+        ok = _clear_of_border(end_disc, r) and current.allowed(end_disc, owner, i)
       if ok:
         placed.append((pixels, i, value))
         current.draw(pixels, owner, i, value)

@@ -110,10 +110,16 @@ class Checkpointer:
     self._write_records(manager)             # the previous save of `manager` has finished
     if manager.save(step, args=ocp.args.Composite(**args), **kwargs):
       self._pending.append((manager, step, leaves))
+      if jax.process_count() > 1:   # synchronous saves (_multiprocess_options): done already
+        self._write_records(manager)
 
-  def _write_records(self, manager: Optional[ocp.CheckpointManager] = None) -> None:
-    """Integrity records of finished saves: written only once orbax has committed the step."""
+  def _write_records(self, manager: Optional[ocp.CheckpointManager] = None,
+                     wait: bool = True) -> None:
+    """Integrity records of finished saves: written only once orbax has committed the step.
+    `wait=False` (every log step): only those whose save has finished, without waiting."""
     todo = [p for p in self._pending if manager is None or p[0] is manager]
+    if not wait:
+      todo = [p for p in todo if not p[0].is_saving_in_progress()]
     for m in {id(p[0]): p[0] for p in todo}.values():
       m.wait_until_finished()
     for m, step, leaves in todo:
@@ -140,6 +146,12 @@ class Checkpointer:
 
   def wait(self) -> None:
     self._write_records()
+
+  def poll(self) -> None:
+    """Writes the records of saves that have finished since; cheap, called at log steps, so a
+    kill -9 finds a record on every checkpoint but (at most) the one written last."""
+    if self._pending:
+      self._write_records(wait=False)
 
   def close(self) -> None:
     self.latest.close()

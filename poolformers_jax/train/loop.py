@@ -314,6 +314,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           acc, window_start = new_accumulator(setup.mesh, sums_shapes), time.time()
         else:
           check_finite()             # one scalar: nothing non-finite may be evaluated or saved
+        checkpointer.poll()          # integrity records of saves finished since
         sync_started = time.time()   # eval / checkpoint time is left out of the train rates
         if _due(step, config.eval_every_steps) or step == total_steps:
           validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)

@@ -123,7 +123,9 @@ def _metric_names(info) -> Optional[list[str]]:
 
 def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
   """Raises ConfigError for the first problem of a (completed) run config; nothing is compiled."""
-  _positive_int(config, 'num_train_steps')
+  steps = config.get('num_train_steps')     # 0: nothing to train (init_from, then evaluate)
+  _require(_is_int(steps) and steps >= 0, f'config.num_train_steps={steps!r} must be an integer '
+           '>= 0', 'set --config.num_train_steps to the number of steps to train')
   check_batch_size(config.batch_size, mesh, 'config.batch_size')
   if config.get('eval_batch_size') is not None:
     check_batch_size(config.eval_batch_size, mesh, 'config.eval_batch_size')

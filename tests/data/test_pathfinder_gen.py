@@ -66,6 +66,8 @@ def _component(image, start):
 def _connected(image):
   discs = _discs(image)
   assert len(discs) == 2, f'expected 2 marker discs, found {len(discs)}'
+  for blob in discs:   # a disc (3x3 core + rim) never touches the border, whatever the label
+    assert all(2 <= c <= image.shape[0] - 3 for pixel in blob for c in pixel)
   return discs[1][0] in _component(image, discs[0][0])
 
 

@@ -30,8 +30,8 @@ BAD = {   # override -> what the line must say
                         r"task; choose one of \['accuracy', 'accuracy_top5', 'count', 'loss'\]"),
     'best_mode=maximum': ({'best_mode': 'maximum'}, r"config.best_mode='maximum' must be 'max' or 'min'"),
     'num_train_steps=-5': ({'num_train_steps': -5},
-                           r'config.num_train_steps=-5 must be a positive integer; set '
-                           r'--config.num_train_steps to 1 or more'),
+                           r'config.num_train_steps=-5 must be an integer >= 0; set '
+                           r'--config.num_train_steps to the number of steps to train'),
     'model.dim=-32': ({'model.dim': -32}, r'config.model.dim=-32 must be positive'),
     'model.num_heads=0': ({'model.num_heads': 0}, r'config.model.num_heads=0 must be positive'),
     'model.dropout_rate=1.5': ({'model.dropout_rate': 1.5}, r'dropout_rate=1.5 must be in \[0, 1\)'),
