@@ -75,8 +75,8 @@ def _msac_resnet() -> ml_collections.ConfigDict:
   """ResNet-20 widths, MSAC (1x1 and 3x3 SACs) in stages 1 and 2 (models/msac_models.py)."""
   return ml_collections.ConfigDict(dict(
       name='msac_resnet', num_classes=100, stage_widths=(16, 32, 64), stage_blocks=(3, 3, 3),
-      msac_stages=(1, 2), num_heads=4, windows=(1, 3), regular_conv=True, relative_bias=True,
-      max_distance=32, dtype='float32'))
+      msac_stages=(1, 2), num_heads=4, heads='full', windows=(1, 3), regular_conv=True,
+      relative_bias=True, max_distance=32, dtype='float32'))   # heads: MSAC Sec. 2.1, or 'split'
 
 
 def convnet_recipe(config) -> None:
