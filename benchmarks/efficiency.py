@@ -79,6 +79,8 @@ flags.DEFINE_float('memory_budget_gb', 8.0, 'CPU: points whose compiled temp + a
                    'exceed this are reported as out of memory and not run.')
 flags.DEFINE_enum('isolate', 'auto', ['auto', 'yes', 'no'], 'One subprocess per point (auto: on '
                   'GPU, where the peak device memory of a process is the measurement).')
+flags.DEFINE_string('resume_from', None, 'efficiency.json of an earlier run: its lengths are kept '
+                    'and not measured again.')
 flags.DEFINE_float('point_timeout_s', 600.0, 'Isolated points: kill a point after this long.')
 flags.DEFINE_string('point', None, 'Internal: measure ENTRY@LENGTH alone and print its JSON.')
 flags.DEFINE_bool('quick', False, 'Smoke test: softmax/explicit and none (unless '
@@ -123,14 +125,14 @@ def default_entries(dtype: str) -> list[str]:
 
 def lra_text_config(entry: str, length: int, batch: int, dtype: str):
   """configs/lra_text.py at the paper setting, resized to `length`, with `entry`'s mixer."""
-  import lra_base  # pylint: disable=g-import-not-at-top
   import lra_text  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.configs_lib import FAMILIES  # pylint: disable=g-import-not-at-top
   mixer, _, impl = entry.partition('/')
-  family = next((f for f, (m, _) in lra_base.FAMILIES.items() if m == mixer), 'transformer')
+  family = next((f for f, (m, _) in FAMILIES.items() if m == mixer), 'transformer')
   config = lra_text.get_config(family).unlock()
   config.model.mixer = mixer
-  kwargs = dict(lra_base.FAMILIES[family][1]) if family != 'transformer' else {}
-  if mixer == 'ponet':   # PoNet's LRA-text segment count scales with the length (lra_base)
+  kwargs = dict(FAMILIES[family][1]) if family != 'transformer' else {}
+  if mixer == 'ponet':   # PoNet's LRA-text segment count scales with the length (configs_lib)
     kwargs['segment_num'] = max(lra_text.TASK.segment_num * length // lra_text.TASK.length, 1)
   if impl:
     kwargs['implementation'] = impl
@@ -181,7 +183,7 @@ def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float
            'compiled_temp_bytes': int(memory.temp_size_in_bytes),
            'argument_bytes': int(memory.argument_size_in_bytes),
            'memory_bytes': None, 'memory_kind': 'peak device bytes' if on_gpu()
-           else 'compiled temp bytes', 'compile_s': None}
+           else 'compiled temp bytes', 'first_step_s': None}
   if not on_gpu():
     point['memory_bytes'] = point['compiled_temp_bytes']
     if point['compiled_temp_bytes'] + point['argument_bytes'] > budget_bytes:
@@ -190,7 +192,7 @@ def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float
   start = time.perf_counter()
   state, loss = compiled(state, data)                           # warm-up (first run allocates)
   jax.block_until_ready(loss)
-  point['compile_s'] = round(time.perf_counter() - start, 3)    # first run, not compile
+  point['first_step_s'] = round(time.perf_counter() - start, 3)  # warm-up step
   return {'point': point, 'run': compiled, 'state': state, 'data': data, 'times': []}
 
 
@@ -264,6 +266,20 @@ def measure_point_subprocess(entry, length) -> dict:
   tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['no output']
   status = 'out of memory' if is_oom(Exception(proc.stderr)) else f'error: {tail[0][:300]}'
   return {'status': status}
+
+
+def extrapolated_oom(per_length: dict, length: int, budget: float) -> Optional[dict]:
+  known = [(int(n), p['compiled_temp_bytes']) for n, p in per_length.items()
+           if p.get('compiled_temp_bytes') and int(n) < length]
+  if not known:
+    return None
+  n0, temp = max(known)
+  estimate = temp * (length / n0) ** 2
+  if estimate <= budget:
+    return None
+  return {'status': 'out of memory', 'memory_bytes': None, 'step_ms': None, 'steps_per_s': None,
+          'note': f'not compiled: {temp / 2**30:.2f} GB at {n0} x ({length}/{n0})^2 = '
+                  f'{estimate / 2**30:.1f} GB > budget'}
 
 
 def add_ratios(results: dict) -> None:
@@ -363,13 +379,26 @@ def run_train(argv_command: str) -> None:
   long_lengths = [int(n) for n in FLAGS.long_lengths]
   isolate = FLAGS.isolate == 'yes' or (FLAGS.isolate == 'auto' and on_gpu())
   results: dict = {e: {} for e in entries}
+  if FLAGS.resume_from:   # lengths already measured (each length is one process's work)
+    with open(FLAGS.resume_from) as f:
+      for e, per_length in json.load(f)['results'].items():
+        if e in results:
+          results[e].update(per_length)
   start = time.time()
   for length in lengths + long_lengths:
-    todo = [e for e in entries if length in lengths or e in FLAGS.linear_memory]
+    todo = [e for e in entries if (length in lengths or e in FLAGS.linear_memory)
+            and str(length) not in results[e]]
+    # A quadratic entry whose measured memory, scaled by (L / L0)^2, exceeds the budget is not
+    # compiled (XLA would constant-fold [L, L] index tables for minutes): out of memory.
+    skipped = {e: extrapolated_oom(results[e], length, opts['budget']) for e in todo
+               if e not in FLAGS.linear_memory}
+    skipped = {e: p for e, p in skipped.items() if p}
+    todo = [e for e in todo if e not in skipped]
     if isolate:
       points = {e: measure_point_subprocess(e, length) for e in todo}
     else:
       points = measure_length_in_process(todo, length, opts)
+    points.update(skipped)
     for e, point in points.items():
       results[e][str(length)] = point
       print(f'[{time.time() - start:6.0f}s] {e:18s} L={length:6d} {point["status"]:14s} '
