@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 import long_text
-from conftest import SPECIALS, WORDS, document
+from text_corpus import SPECIALS, WORDS, document
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
 from poolformers_jax.train import config_utils, init_from, setup as setup_lib, state as state_lib

@@ -5,7 +5,7 @@ import collections
 import numpy as np
 import pytest
 
-from conftest import SPECIALS, WORDS, pretraining_config as _config
+from text_corpus import SPECIALS, WORDS, pretraining_config as _config
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
 from poolformers_jax.train import config_utils
@@ -112,7 +112,7 @@ def test_pretraining_learns_mlm_and_sso(pretrained):
 
 def test_wikipedia_through_tfds_data_source(text_dir, tmp_path):
   import tensorflow_datasets as tfds
-  from conftest import document
+  from text_corpus import document
   articles = [{'title': f'a{i}'.encode(),
                'text': document(i % 6).replace('\n', '. ').encode() + b'. the cat.'}
               for i in range(5)]

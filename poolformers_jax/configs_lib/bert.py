@@ -1,4 +1,4 @@
-"""What the PoNet transfer configs share (ponet_pretrain.py, glue.py, long_text.py).
+"""What the PoNet transfer configs share (configs/ponet_pretrain.py, glue.py, long_text.py).
 
 PoNet-Base = BERT-Base sizes (12 post-LN layers, width 768, 12 heads, FFN 3072, 512 positions,
 uncased WordPiece vocabulary of 30522). The optimizer follows the official code, which trains
@@ -15,21 +15,18 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
+from poolformers_jax import configs_lib
+
 SIZES = ('full', 'small', 'tiny')
 
 
 def parse_words(arg: str | None, choices: dict[str, tuple[str, ...]], usage: str) -> dict[str, str]:
-  """'sso,bert,tiny' -> {'objective': 'sso', 'family': 'bert', 'size': 'tiny'}; the first
-  choice of each group is its default; unknown words fail with the valid ones."""
-  choices = {'family': ('ponet', 'bert'), 'size': SIZES, **choices}
-  picked = {group: words[0] for group, words in choices.items()}
-  for word in filter(None, (arg or '').replace(' ', '').split(',')):
-    groups = [g for g, words in choices.items() if word in words]
-    if not groups:
-      valid = sorted(w for words in choices.values() for w in words)
-      raise ValueError(f'config argument {word!r} is not one of {valid}; e.g. {usage}.')
-    picked[groups[0]] = word
-  return picked
+  """'sso,bert,tiny' -> {'objective': 'sso', 'family': 'bert', 'size': 'tiny'} with the one
+  parser (configs_lib.parse_words); the first choice of each slot is its default."""
+  slots = {'family': ('a model family', ('ponet', 'bert')), 'size': ('a size', SIZES),
+           **{slot: (f'a {slot}', words) for slot, words in choices.items()}}
+  filled = configs_lib.parse_words(arg, slots, usage)
+  return {slot: filled[slot] or words[0] for slot, (_, words) in slots.items()}
 
 
 def model_config(name: str, family: str, max_length=None) -> ml_collections.ConfigDict:
