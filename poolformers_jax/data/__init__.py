@@ -16,6 +16,8 @@ Nothing is downloaded at run time. Where each dataset's files must be:
   lra_retrieval   {tsv_dir}/new_aan_pairs.{train,eval,test}.tsv of the LRA release
   lra_pathfinder  {pathfinder_dir}/{train,validation,test}.npz, or the LRA release folder (lra.py)
   enwik8 / text8  {data_dir}/enwik8.zip / text8.zip (mattmahoney.net/dc)
+  wmt14           TFDS wmt14_translate/{de-en,fr-en} as array_record in data_dir (or source='tsv':
+                  {tsv_dir}/{train,validation,test}.tsv); SentencePiece model trained beside it
 Missing files raise DataNotFoundError with one line: the path and what to do.
 With worker_count > 0 the iterator state has another format: resume with the same worker_count.
 """
@@ -25,7 +27,7 @@ from poolformers_jax.data.configs import get_data_config
 from poolformers_jax.data.pipeline import (eval_num_batches, get_dataset_info, make_eval_iterator,
                                            make_train_iterator)
 # Dataset files: importing each registers its names.
-from poolformers_jax.data import listops, lra, text_lm, vision  # noqa: F401  pylint: disable=g-bad-import-order
+from poolformers_jax.data import listops, lra, text_lm, translation, vision  # noqa: F401  pylint: disable=g-bad-import-order
 
 __all__ = ['DATASETS', 'DataNotFoundError', 'DatasetInfo', 'DatasetSpec', 'register_dataset',
            'get_data_config', 'get_dataset_info', 'make_train_iterator', 'make_eval_iterator',

@@ -11,8 +11,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_heads,
-                                           check_sequence_input, compute_dtype)
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_heads,
+                                           check_sequence_input, compute_dtype, segment_allowed)
 
 
 def split_heads(x: Array, num_heads: int) -> Array:
@@ -51,14 +51,18 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               deterministic: bool = True) -> Array:
+               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+    """`segment_ids` [B, L] (packed rows): tokens attend only within their own segment."""
     mask = check_sequence_input(x, mask, type(self).__name__)
     dim = x.shape[-1]
     check_heads(dim, self.num_heads, type(self).__name__)
     dtype = compute_dtype(self.dtype, x)
     dense = lambda name: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=name)
     q, k, v = (split_heads(dense(n)(x), self.num_heads) for n in ('query', 'key', 'value'))
-    out, weights = softmax_attention(q, k, v, attention_bias(mask, self.causal))
+    bias = attention_bias(mask, self.causal)
+    if segment_ids is not None:
+      bias = jnp.where(segment_allowed(segment_ids, mask)[:, None], bias, NEG_INF)
+    out, weights = softmax_attention(q, k, v, bias)
     self.sow('intermediates', 'attention_weights', weights)
     out = nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
     return dense('out')(merge_heads(out))

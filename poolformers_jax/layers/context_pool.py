@@ -56,7 +56,7 @@ import jax.numpy as jnp
 from poolformers_jax.layers.attention import MultiHeadAttention
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias,
                                            check_image_input, check_sequence_input,
-                                           compute_dtype)
+                                           compute_dtype, segment_allowed)
 from poolformers_jax.layers.registry import register_mixer
 
 WEIGHTS = ('learned', 'uniform', 'unnormalized', 'nonlocal')
@@ -99,27 +99,38 @@ class PoolingPredictor(nn.Module):
   dtype: Optional[Dtype] = None
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array) -> Array:
+  def __call__(self, x: Array, mask: Array, segment_ids: Optional[Array] = None) -> Array:
+    """`segment_ids` [B, L] (1D packed rows): no window reaches into another segment."""
     keep = mask[..., None].astype(x.dtype)
     x = x * keep
-    return getattr(self, f'_{self.kind}')(x, mask, keep)
+    if segment_ids is not None and self.kind == 'attention':
+      raise ValueError("PoolingPredictor: predictor='attention' does not take packed rows "
+                       "(segment_ids); use 'conv' or 'mlp', or unpacked data.")
+    return getattr(self, f'_{self.kind}')(x, mask, keep, segment_ids)
 
   @nn.nowrap
-  def _conv(self, x, mask, keep):
+  def _conv(self, x, mask, keep, segment_ids=None):
     spatial = x.ndim - 2
     # Causal (1D only): a kernel-3 window covers positions i-2..i.
     padding = [(2, 0)] if self.causal else 'SAME'
-    conv = lambda f, name: nn.Conv(f, (3,) * spatial, padding=padding, dtype=self.dtype, name=name)
+    if segment_ids is None:
+      conv = lambda f, name: nn.Conv(f, (3,) * spatial, padding=padding, dtype=self.dtype,
+                                     name=name)
+    else:   # the same kernel on each token's own window, neighbours of other segments zeroed
+      offsets = (-2, -1, 0) if self.causal else (-1, 0, 1)
+      conv = lambda f, name: lambda t: nn.Conv(f, (3,), padding='VALID', dtype=self.dtype,
+                                               name=name)(segment_windows(t, segment_ids, offsets)
+                                                          ).reshape(t.shape[:2] + (f,))
     h = nn.gelu(conv(self.hidden_dim, 'conv1')(x)) * keep
     return conv(self.num_outputs, 'conv2')(h)
 
   @nn.nowrap
-  def _mlp(self, x, mask, keep):
+  def _mlp(self, x, mask, keep, segment_ids=None):
     h = nn.gelu(nn.Dense(self.hidden_dim, dtype=self.dtype, name='fc1')(x))
     return nn.Dense(self.num_outputs, dtype=self.dtype, name='fc2')(h)
 
   @nn.nowrap
-  def _attention(self, x, mask, keep):
+  def _attention(self, x, mask, keep, segment_ids=None):
     shape = x.shape
     x = x.reshape(shape[0], -1, shape[-1])
     q = nn.Dense(self.hidden_dim, dtype=self.dtype, name='query')(x)
@@ -130,6 +141,21 @@ class PoolingPredictor(nn.Module):
                                                                self.causal)[:, 0]
     out = jnp.einsum('bqk,bko->bqo', jax.nn.softmax(logits, axis=-1), v.astype(jnp.float32))
     return out.reshape(shape[:-1] + (self.num_outputs,))
+
+
+def segment_windows(x: Array, segment_ids: Array, offsets: tuple[int, ...]) -> Array:
+  """[B, L, C] -> [B * L, K, C]: the K neighbours x_{i+o} of every token, zero where i + o is
+  outside the row or in another segment (so a VALID kernel-K conv on them is the segment-local
+  conv with zero padding)."""
+  b, length, c = x.shape
+  cols = []
+  for o in offsets:
+    idx = jnp.arange(length) + o
+    inside = (idx >= 0) & (idx < length)
+    idx = jnp.clip(idx, 0, length - 1)
+    same = inside[None] & (segment_ids[:, idx] == segment_ids)
+    cols.append(jnp.where(same[..., None], x[:, idx], 0))
+  return jnp.stack(cols, 2).reshape(b * length, len(offsets), c)
 
 
 def _hash_uniform(i: Array, j: Array) -> Array:
@@ -234,26 +260,35 @@ class ContextPool(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               deterministic: bool = True) -> Array:
+               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+    """`segment_ids` [B, L] (packed rows): every segment is pooled as if it were alone (its own
+    n, no pooling or predictor window across segments)."""
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
     check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    if segment_ids is not None and self.locality == 'random_sparse':
+      raise ValueError(f"{name}: locality='random_sparse' samples by row index and does not take "
+                       'packed rows (segment_ids); use unpacked data.')
     dtype = compute_dtype(self.dtype, x)
     x = jnp.where(mask[..., None], x, 0).astype(dtype)
     length, dim = x.shape[1:]
     allowed = jnp.broadcast_to(mask[:, None, :], (x.shape[0], length, length))
+    if segment_ids is not None:
+      allowed = segment_allowed(segment_ids, mask)
     if self.causal:
       allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
       n = jnp.cumsum(mask, axis=-1)                             # real tokens at or before i
     else:
       n = jnp.broadcast_to(jnp.sum(mask, -1, keepdims=True), mask.shape)
+    if segment_ids is not None:
+      n = jnp.sum(allowed, axis=-1)                             # the same, within the segment
     n = jnp.maximum(n, 1).astype(jnp.float32)
     need_w, need_s = predicted_channels(self.weights, self.locality)
     w_logit = s_logit = None
     if need_w or need_s:
       raw = PoolingPredictor(self.predictor, predictor_width(dim, self.predictor_dim),
                              need_w + need_s, causal=self.causal, dtype=dtype,
-                             name='predictor')(x, mask).astype(jnp.float32)
+                             name='predictor')(x, mask, segment_ids).astype(jnp.float32)
       w_logit = raw[..., 0] if need_w else None
       s_logit = raw[..., -1] if need_s else None
     pos = jnp.arange(length, dtype=jnp.float32)[:, None]
@@ -331,14 +366,14 @@ class ContextPoolAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               deterministic: bool = True) -> Array:
+               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
     options = {f: getattr(self, f) for f in POOL_OPTIONS}
     pooled = ContextPool(causal=self.causal, dtype=self.dtype, name='context_pool',
-                         **options)(x, mask)
+                         **options)(x, mask, segment_ids=segment_ids)
     attention = MultiHeadAttention(self.num_heads, causal=self.causal,
                                    dropout_rate=self.dropout_rate, use_bias=self.use_bias,
                                    dtype=self.dtype, name='attention')
-    return attention(pooled, mask, deterministic=deterministic)
+    return attention(pooled, mask, segment_ids=segment_ids, deterministic=deterministic)
 
 
 register_mixer('contextpool', ContextPoolAttention)

@@ -25,7 +25,7 @@ def make_eval_step(setup: Setup):
   model, task = setup.model, setup.task
 
   def eval_step(state, batch):
-    logits = model.apply(variables_of(state), batch['inputs'], deterministic=True)
+    logits = model.apply(variables_of(state), task.model_inputs(batch), deterministic=True)
     return task.sums(logits, batch['targets'], batch['mask'].astype(jnp.float32))
 
   return jax.jit(eval_step, in_shardings=(setup.state_shardings, sharding.batch_sharded(setup.mesh)),

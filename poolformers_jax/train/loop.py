@@ -72,7 +72,7 @@ def make_train_step(setup: Setup):
   def train_step(state, batch, rng):
     rng = jax.random.fold_in(rng, state.step)
     mutable = ['batch_stats'] if state.batch_stats is not None else False
-    inputs, targets = batch['inputs'], batch['targets']
+    inputs, targets = task.model_inputs(batch), batch['targets']
     if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
       inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
                                          setup.info.num_classes, **mix)

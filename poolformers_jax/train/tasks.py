@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -64,16 +64,51 @@ def lm_summary(sums: dict[str, float]) -> dict[str, float]:
   return out
 
 
+def seq2seq_sums(logits: Array, targets: Array, weights: Array,
+                 label_smoothing: float = 0.0) -> Sums:
+  """logits [B, L, V], targets [B, L] with 0 = padding (packed rows too): every real target
+  token of a real example counts once."""
+  token_weights = weights[:, None] * (targets > 0).astype(jnp.float32)
+  return classification_sums(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                             token_weights.reshape(-1), label_smoothing)
+
+
+def seq2seq_summary(sums: dict[str, float]) -> dict[str, float]:
+  out = classification_summary(sums)
+  out['perplexity'] = math.exp(min(out['loss'], 50.0))
+  return out
+
+
+def _inputs_only(batch: dict[str, Array]) -> Array:
+  return batch['inputs']
+
+
+def _all_but_mask(batch: dict[str, Array]) -> dict[str, Array]:
+  """The encoder-decoder reads the targets (teacher forcing) and the packing arrays."""
+  return {k: v for k, v in batch.items() if k != 'mask'}
+
+
+def _seq2seq_example(info) -> dict[str, Array]:
+  """One example batch for init: source and target ids of the dataset's row length."""
+  zeros = jnp.zeros((1,) + tuple(info.input_shape), jnp.int32)
+  return {'inputs': zeros, 'targets': zeros}
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
   sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
   summary: Callable[[dict[str, float]], dict[str, float]]
+  model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
+  example_inputs: Optional[Callable[[Any], Any]] = None   # DatasetInfo -> init input (default:
+                                                           # zeros of info.input_shape)
 
 
 TASKS: dict[str, Task] = {
     'classification': Task(classification_sums, classification_summary),
     'retrieval': Task(classification_sums, classification_summary),   # the model takes the pair
     'lm': Task(lm_sums, lm_summary),
+    'seq2seq': Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
+                    example_inputs=_seq2seq_example),
 }
 
 
