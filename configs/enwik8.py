@@ -122,6 +122,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.best_metric = 'loss'            # bits per character = loss / ln 2
   config.best_mode = 'min'
   config.final_test = True
+  config.init_from = ''                  # workdir / checkpoint: start from its parameters
+  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
   config.num_devices = -1
   config.progress_bar = True
   if tiny:

@@ -150,6 +150,8 @@ def base_config(data_name: str = 'imagenet2012') -> ml_collections.ConfigDict:
   config.best_metric = 'accuracy'
   config.best_mode = 'max'
   config.final_test = False              # ImageNet: the validation split is the reported number
+  config.init_from = ''                  # workdir / checkpoint: start from its parameters
+  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
   config.num_devices = -1
   config.progress_bar = True
   return config

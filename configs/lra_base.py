@@ -54,7 +54,8 @@ def model_config(family: str, *, retrieval: bool = False) -> ml_collections.Conf
       mixer=mixer,
       mixer_kwargs=ml_collections.ConfigDict(dict(mixer_kwargs)),
       dim=64, num_layers=2, num_heads=2, mlp_dim=128, head_hidden_dim=128,
-      dropout_rate=0.1, attention_dropout_rate=0.1, pooling='mean',
+      dropout_rate=0.1, attention_dropout_rate=0.1,
+      pooling='mean',                       # 'mean' (real tokens) | 'mean_padded' (reference) | 'cls'
       dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
       # Filled from the dataset (data.get_dataset_info) when left unset:
       vocab_size=config_dict.placeholder(int),
@@ -69,6 +70,7 @@ def optimizer_config() -> ml_collections.ConfigDict:
       b1=0.9, b2=0.999, eps=1e-6,
       weight_decay=0.0,          # masked off biases, norms and position embeddings
       schedule='one_cycle',      # constant | cosine | linear | one_cycle
+      cycle_momentum=False,      # one_cycle: beta1 0.95 -> 0.85 -> 0.95 (PyTorch OneCycleLR default)
       warmup_steps=1000,
       grad_clip_norm=0.0,        # 0 = no clipping
       grad_accum_steps=1,        # optax.MultiSteps; num_train_steps counts micro-batches
@@ -94,6 +96,8 @@ def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
   config.best_metric = 'accuracy'
   config.best_mode = 'max'
   config.final_test = True               # evaluate the best checkpoint on test at the end
+  config.init_from = ''                  # workdir / checkpoint: start from its parameters
+  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
   config.num_devices = -1                # -1 = all local devices
   config.progress_bar = True
   return config

@@ -24,7 +24,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lra_base import Task, task_config  # noqa: E402
 
 TASK = Task('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
-            segment_num=64, small_length=128, runlocal_length=48, eval_every_steps=500)
+            segment_num=64, small_length=128, runlocal_length=48,
+            eval_every_steps=50)   # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
 def _small(config):

@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from lra_base import Task, task_config  # noqa: E402
 
 TASK = Task('lra_pathfinder', length=1024, batch_size=256, warmup_steps=312,
-            num_train_steps=62400, segment_num=1, small_length=1024, runlocal_length=1024)
+            num_train_steps=62400, segment_num=1, small_length=1024, runlocal_length=1024,
+            eval_every_steps=312)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
 def get_config(arg: str | None = None):

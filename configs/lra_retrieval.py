@@ -24,8 +24,12 @@ from lra_base import Task, task_config  # noqa: E402
 
 TASK = Task('lra_retrieval', length=4096, batch_size=32, warmup_steps=800,
             num_train_steps=30000, segment_num=64, small_length=512, runlocal_length=64,
-            retrieval=True)
+            retrieval=True, eval_every_steps=300)  # eval_frequency of PoNet's lra_config.py
+
+
+def _full(config):
+  config.data.max_tokens = 4000   # PoNet / Nystromformer: 4000 bytes per document + 96 padding
 
 
 def get_config(arg: str | None = None):
-  return task_config(TASK, arg)
+  return task_config(TASK, arg, {'full': _full})

@@ -18,6 +18,10 @@ Nothing is downloaded at run time. Where each dataset's files must be:
   enwik8 / text8  {data_dir}/enwik8.zip / text8.zip (mattmahoney.net/dc)
   wmt14           TFDS wmt14_translate/{de-en,fr-en} as array_record in data_dir (or source='tsv':
                   {tsv_dir}/{train,validation,test}.tsv); SentencePiece model trained beside it
+  text_pretraining   {data_dir}/corpus/{train,validation}/*.txt (documents separated by blank
+                  lines) or TFDS wikipedia; a BERT vocab.txt (config.data.vocab_file)
+  glue            TFDS glue/<task> as array_record in data_dir; vocab.txt
+  text_classification  TFDS imdb_reviews, or JSONL / CSV files (HND, Yelp-5, Arxiv-11); vocab.txt
 Missing files raise DataNotFoundError with one line: the path and what to do.
 With worker_count > 0 the iterator state has another format: resume with the same worker_count.
 """
@@ -27,7 +31,7 @@ from poolformers_jax.data.configs import get_data_config
 from poolformers_jax.data.pipeline import (eval_num_batches, get_dataset_info, make_eval_iterator,
                                            make_train_iterator)
 # Dataset files: importing each registers its names.
-from poolformers_jax.data import listops, lra, text_lm, translation, vision  # noqa: F401  pylint: disable=g-bad-import-order
+from poolformers_jax.data import bert_text, listops, lra, text_lm, translation, vision  # noqa: F401  pylint: disable=g-bad-import-order
 
 __all__ = ['DATASETS', 'DataNotFoundError', 'DatasetInfo', 'DatasetSpec', 'register_dataset',
            'get_data_config', 'get_dataset_info', 'make_train_iterator', 'make_eval_iterator',

@@ -18,7 +18,8 @@ import numpy as np
 Record = Any
 Example = dict[str, np.ndarray]
 
-TASKS = ('classification', 'retrieval', 'lm', 'seq2seq')
+TASKS = ('classification', 'retrieval', 'lm', 'pretraining', 'text_classification', 'regression',
+         'seq2seq')
 SPLITS = ('train', 'validation', 'test')
 
 
@@ -31,6 +32,9 @@ class DatasetInfo:
   vocab_size: Optional[int]      # token vocabulary size incl. padding id 0; None for images
   input_shape: tuple[int, ...]   # one example: (L,), (2, L) or (H, W, C)
   split_sizes: Mapping[str, int]
+  # Model settings the data decides, filled into config.model where left unset (None), e.g.
+  # the [CLS] / [SEP] ids of a WordPiece vocabulary.
+  model_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,21 +5,26 @@ the model's `mask = inputs != 0` is right even for black pixels or NUL bytes; vo
 (the LRA table's 512 is just the embedding size the configs use).
 
 - lra_text: TFDS 'imdb_reviews/plain_text' (array_record in config.data.data_dir), UTF-8 bytes,
-  max_length 4096 (PoNet) or 1024 (LRA paper, AdaMRA). IMDB has no validation split: as in LRA,
-  'validation' reads the test split (config.data.tfds_splits).
+  max_length 4096 (PoNet: 4000 bytes + 96 padding, `max_tokens`; AdaMRA "4K") or 1000 / 1024
+  (LRA's and Nystromformer's code). IMDB has no validation split: as in LRA
+  (text_classification/input_pipeline.py), 'validation' reads the test split, so the best
+  checkpoint is chosen on test (config.data.tfds_splits changes that).
 - lra_retrieval: the LRA release files new_aan_pairs.{train,eval,test}.tsv in config.data.tsv_dir
   (no header; columns label, id1, id2, text1, text2, split on tabs only, as the LRA code reads
   them); inputs [2, max_length] bytes of the two documents, target the float label as int.
 - lra_image: TFDS 'cifar10', grayscale with the ITU-R 601 weights that tf.image.rgb_to_grayscale
   uses (0.2989, 0.5870, 0.1140), rounded half up, flattened row-major to 1024 pixel tokens.
-  'validation' is the test split (as in LRA).
+  Splits as LRA's image/input_pipeline.py: train[:90%] / train[90%:] / test (45k / 5k / 10k).
 - lra_pathfinder, two layouts (config.data.format):
   'npz':         {pathfinder_dir}/{train,validation,test}.npz, each with 'images' uint8
                  [N, R, R] (or [N, R, R, 1]) and 'labels' int [N];
   'lra_release': the LRA release folder {pathfinder_dir}/{difficulty}/ with metadata/*.npy
                  (text, one line per image: `imgs/<k> sample_<i>.png <x> <label> ...`) and
-                 imgs/<k>/*.png. Examples are ordered by sorted metadata file then line, and split
-                 80/10/10 into train/validation/test (the LRA paper's 160k/20k/20k of 200k).
+                 imgs/<k>/*.png. Empty PNGs are skipped (as LRA's TFDS pipeline and
+                 Nystromformer's script do); the rest, ordered by sorted metadata file then
+                 line, split 80/10/10 into train/validation/test (LRA: 160k/20k/20k of 200k;
+                 LRA cuts the same fractions of TFDS's hash order, Nystromformer of an unseeded
+                 shuffle, so the images in each split differ from theirs).
 """
 from __future__ import annotations
 
@@ -51,10 +56,16 @@ def text_source(data_config, split):
                           data_config.data_dir)
 
 
+def byte_tokens(text, data_config, what: str) -> np.ndarray:
+  """Byte ids cut to `max_tokens` (0 = max_length), then padded to `max_length`."""
+  keep = min(data_config.get('max_tokens', 0) or data_config.max_length, data_config.max_length)
+  ids = base.fit_length(base.byte_ids(text), keep, data_config.too_long, what)
+  return base.fit_length(ids, data_config.max_length, 'error', what)
+
+
 def text_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
   del rng
-  ids = base.byte_ids(record['text'])
-  return {'inputs': base.fit_length(ids, data_config.max_length, data_config.too_long, 'review'),
+  return {'inputs': byte_tokens(record['text'], data_config, 'review'),
           'targets': np.int32(record['label'])}
 
 
@@ -102,8 +113,7 @@ def retrieval_source(data_config, split):
 
 def retrieval_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
   del rng
-  docs = [base.fit_length(base.byte_ids(record[k]), data_config.max_length, data_config.too_long,
-                          'document') for k in ('text1', 'text2')]
+  docs = [byte_tokens(record[k], data_config, 'document') for k in ('text1', 'text2')]
   return {'inputs': np.stack(docs), 'targets': np.int32(record['label'])}
 
 
@@ -197,7 +207,7 @@ def _release_entries(folder: str):
     with open(meta) as f:
       for line in f:
         fields = line.split()
-        if fields:
+        if fields and os.path.getsize(os.path.join(folder, fields[0], fields[1])) > 0:
           entries.append((os.path.join(folder, fields[0], fields[1]), int(fields[3])))
   n = len(entries)
   train_end, validation_end = int(0.8 * n), int(0.9 * n)

@@ -22,6 +22,7 @@ import math
 from typing import Any, Iterator, Optional
 
 import grain
+import jax
 import numpy as np
 
 from poolformers_jax.data import base
@@ -101,7 +102,7 @@ class _EvalExample:
       return dict(self.preprocess(self.records[index]), mask=np.bool_(True))
     if self._padding is None:
       example = self.preprocess(self.records[0])
-      self._padding = {k: np.zeros_like(v) for k, v in example.items()}
+      self._padding = jax.tree.map(np.zeros_like, example)   # targets may be a dict
     return dict(self._padding, mask=np.bool_(False))
 
 

@@ -2,6 +2,15 @@
 
 Both follow the mixer interface `mixer(x, mask=None, *, deterministic=True) -> y` and take
 `causal=True` to forbid position t from seeing positions > t.
+
+Softmax attention has four implementations of the same function (`implementation=`):
+- 'explicit': einsum scores [B, H, L, L] in float32 (the papers' naive baseline); the only one
+  that can sow the attention weights.
+- 'xla': `jax.nn.dot_product_attention(implementation='xla')`; XLA's own fusion, still [L, L].
+- 'cudnn': cuDNN flash attention (NVIDIA GPU, bf16/fp16, head dim a multiple of 8): memory
+  linear in L. The padding mask reaches cuDNN as per-sequence lengths (mask.sum), which is
+  exact for right-padded masks (real tokens first, as every data pipeline here pads).
+- 'auto': 'cudnn' where it applies, else 'xla'.
 """
 from __future__ import annotations
 
@@ -36,36 +45,99 @@ def softmax_attention(q: Array, k: Array, v: Array, bias: Array) -> tuple[Array,
   return out, weights
 
 
+IMPLEMENTATIONS = ('explicit', 'xla', 'cudnn', 'auto')
+
+
+def cudnn_unavailable_reason(dtype: Dtype, head_dim: int) -> Optional[str]:
+  """Why cuDNN flash attention cannot run here (None if it can)."""
+  device = jax.devices()[0]
+  if device.platform != 'gpu' or 'cuda' not in str(device.client.platform_version).lower():
+    return f'it needs an NVIDIA GPU, this process runs on {device.platform} ({device.device_kind})'
+  if jnp.dtype(dtype) not in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)):
+    return f'it needs bfloat16/float16 inputs, got {jnp.dtype(dtype).name} (set dtype=bfloat16)'
+  if head_dim % 8 or head_dim > 128:
+    return f'it needs a head dim that is a multiple of 8 and <= 128, got {head_dim}'
+  return None
+
+
+def resolve_implementation(implementation: str, dtype: Dtype, head_dim: int, owner: str) -> str:
+  """'auto' -> 'cudnn' or 'xla'; a one-line ValueError for an unknown or impossible choice."""
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f'{owner}: unknown implementation {implementation!r}; '
+                     f'choose one of {list(IMPLEMENTATIONS)}.')
+  if implementation in ('cudnn', 'auto'):
+    reason = cudnn_unavailable_reason(dtype, head_dim)
+    if implementation == 'auto':
+      return 'xla' if reason else 'cudnn'
+    if reason:
+      raise ValueError(f"{owner}: implementation='cudnn' cannot run: {reason}; use 'auto', "
+                       f"'xla' or 'explicit'.")
+  return implementation
+
+
+def fused_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
+                    implementation: str) -> Array:
+  """jax.nn.dot_product_attention on [B, L, H, Dh] with key padding `mask: [B, L]` (or, 'xla'
+  only, an allowed matrix [B, L, L]: packed rows)."""
+  if implementation == 'cudnn':
+    # cuDNN takes padding as lengths (a dense mask would become an [L, L] bias).
+    lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32)
+    return jax.nn.dot_product_attention(q, k, v, is_causal=causal, query_seq_lengths=lengths,
+                                        key_value_seq_lengths=lengths, implementation='cudnn')
+  mask = mask[:, None, None, :] if mask.ndim == 2 else mask[:, None]
+  return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=causal,
+                                      implementation='xla')
+
+
 class MultiHeadAttention(nn.Module):
   """Softmax multi-head self-attention (Vaswani et al., 2017).
 
   Parameters are four Dense layers named query / key / value / out, each dim -> dim, so
   layers built on top of attention (SelfAttention2D, ContextPool + attention) can share
-  weights with it in identity tests.
+  weights with it in identity tests. `implementation` picks how the softmax is computed (module
+  docstring); only 'explicit' sows 'attention_weights'. Dropout acts on the attention output
+  (before the out projection) in every implementation.
   """
   num_heads: int
   causal: bool = False
   dropout_rate: float = 0.0
   use_bias: bool = True
   dtype: Optional[Dtype] = None
+  implementation: str = 'explicit'   # explicit | xla | cudnn | auto
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
     """`segment_ids` [B, L] (packed rows): tokens attend only within their own segment."""
-    mask = check_sequence_input(x, mask, type(self).__name__)
+    name = type(self).__name__
+    mask = check_sequence_input(x, mask, name)
     dim = x.shape[-1]
-    check_heads(dim, self.num_heads, type(self).__name__)
+    head_dim = check_heads(dim, self.num_heads, name)
     dtype = compute_dtype(self.dtype, x)
+    implementation = resolve_implementation(self.implementation, dtype, head_dim, name)
     dense = lambda name: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=name)
-    q, k, v = (split_heads(dense(n)(x), self.num_heads) for n in ('query', 'key', 'value'))
-    bias = attention_bias(mask, self.causal)
-    if segment_ids is not None:
-      bias = jnp.where(segment_allowed(segment_ids, mask)[:, None], bias, NEG_INF)
-    out, weights = softmax_attention(q, k, v, bias)
-    self.sow('intermediates', 'attention_weights', weights)
-    out = nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
-    return dense('out')(merge_heads(out))
+    q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))
+    dropout = nn.Dropout(self.dropout_rate)
+    allowed = None if segment_ids is None else segment_allowed(segment_ids, mask)   # [B, L, L]
+    if allowed is not None and implementation == 'cudnn':   # cuDNN takes lengths, not segments
+      if self.implementation != 'auto':
+        raise ValueError(f"{name}: implementation='cudnn' takes no packed rows (segment_ids); "
+                         "use 'auto', 'xla' or 'explicit'.")
+      implementation = 'xla'
+    if implementation == 'explicit':
+      q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))
+      bias = attention_bias(mask, self.causal)
+      if allowed is not None:
+        bias = jnp.where(allowed[:, None], bias, NEG_INF)
+      out, weights = softmax_attention(q, k, v, bias)
+      self.sow('intermediates', 'attention_weights', weights)
+      out = merge_heads(dropout(out, deterministic=deterministic))
+    else:
+      heads = lambda t: t.reshape(t.shape[:2] + (self.num_heads, head_dim))   # [B, L, H, Dh]
+      out = fused_attention(heads(q), heads(k), heads(v), mask if allowed is None else allowed,
+                            self.causal, implementation)
+      out = dropout(out.reshape(x.shape[:2] + (dim,)), deterministic=deterministic)
+    return dense('out')(out)
 
 
 FEATURE_MAPS: dict[str, Callable[[Array], Array]] = {

@@ -42,8 +42,12 @@ What the paper leaves open, and what we decided (PAPER_NOTES.md, "Open points"):
   output cell (u, v) sits at the centre of its stride x stride input cell, distances are in
   pixels and sigma = r * max(H, W) * s (the image side plays the role of n).
 
-The pairwise logits are [batch, queries, keys] in float32: memory is quadratic in length, like the
-attention that follows.
+The pairwise logits are [batch, queries, keys] in float32. ContextPool evaluates them
+`query_block` queries at a time under `jax.checkpoint` (each row of Eq. 4 needs only its own
+logits), so its memory is linear in length in the forward and the backward pass; the flops stay
+quadratic (sigma_i = r n s_i reaches 0.1 n, so a window of a few sigma is itself O(n) and
+truncating it would not make the work linear). The softmax attention that follows is quadratic
+unless its `implementation` is a flash one ('cudnn').
 """
 from __future__ import annotations
 
@@ -67,6 +71,9 @@ SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
 # Fields shared by every ContextPool form (forwarded by ContextPoolAttention).
 POOL_OPTIONS = ('weights', 'locality', 'predictor', 'size_ratio', 'predictor_dim', 'window_size')
 
+# Default ContextPool.query_block: 256 queries at a time keeps the logits of one block at
+# [B, 256, L] (benchmarks/efficiency.py measures the cost; README "Efficiency").
+QUERY_BLOCK = 256
 SIGMA_MIN = 1e-2      # sigma floor: keeps d log g / d sigma finite; still pools a single token
 WINDOW_EDGE = 4.0     # slope of the soft edges of the adaptive window (per token)
 
@@ -172,66 +179,124 @@ def _in_box(offset: Array, size) -> Array:
   return jnp.all((offset >= -size / 2) & (offset < size / 2), axis=-1)
 
 
-def context_pool(module, x: Array, query_x: Array, mask: Array, allowed: Array, n: Array,
-                 query_pos: Array, key_pos: Array, w_logit: Optional[Array],
-                 s_logit: Optional[Array], causal: bool, cell: int) -> Array:
+def context_pool(module, x: Array, query_x: Array, mask: Array, allowed: Optional[Array],
+                 n: Array, query_pos: Array, key_pos: Array, w_logit: Optional[Array],
+                 s_logit: Optional[Array], causal: bool, cell: int,
+                 query_block: Optional[int] = None) -> Array:
   """Eq. 4 for flattened positions. Called inside a module's compact __call__.
 
   x [B, Lk, C] keys/values (zero at padding), query_x [B, Lq, C] features at the query positions,
-  mask [B, Lk], allowed [B, Lq, Lk] (padding, causality), n [B, Lq] tokens per query,
-  query_pos [Lq, D] / key_pos [Lk, D] coordinates, w_logit [B, Lk] / s_logit [B, Lq] float32
-  outputs of m(X) (None when the variant needs none), cell = the query's own stride cell
-  (always kept by random_sparse).
+  mask [B, Lk], allowed [B, Lq, Lk] (padding, causality) or None (= the real keys, and j <= i
+  when `causal`, built block by block), n [B, Lq] tokens per query, query_pos [Lq, D] / key_pos
+  [Lk, D] coordinates, w_logit [B, Lk] / s_logit [B, Lq] float32 outputs of m(X) (None when the
+  variant needs none), cell = the query's own stride cell (always kept by random_sparse).
+
+  Every query row of Eq. 4 needs only its own row of logits. `query_block` pools that many
+  queries at a time: a `jax.lax.map` over blocks of a rematerialised (`jax.checkpoint`) block
+  function, so forward and backward hold [B, query_block, Lk] logits, never [B, Lq, Lk]
+  (memory linear in length; the flops are the same). None = all queries in one block.
   """
-  logits = jnp.zeros(allowed.shape, jnp.float32)
-  values = x
-  if module.weights in ('learned', 'unnormalized'):
-    if module.weights == 'learned':
-      # log w_j up to a constant, which cancels in the normaliser C(X) of Eq. 4.
-      logits = logits + w_logit[:, None, :]
-      module.sow('intermediates', 'pooling_weights',
-                 jax.nn.softmax(jnp.where(mask, w_logit, NEG_INF), axis=-1))
-    else:
-      values = x * w_logit[..., None].astype(x.dtype)
-      module.sow('intermediates', 'pooling_weights', w_logit)
+  lq = query_pos.shape[0]
+  # Per-key and per-query terms: linear in length, computed (and sown) once.
+  key_logit, values, theta, phi, sigma = None, x, None, None, None
+  if module.weights == 'learned':
+    # log w_j up to a constant, which cancels in the normaliser C(X) of Eq. 4.
+    key_logit = w_logit
+    module.sow('intermediates', 'pooling_weights',
+               jax.nn.softmax(jnp.where(mask, w_logit, NEG_INF), axis=-1))
+  elif module.weights == 'unnormalized':
+    values = x * w_logit[..., None].astype(x.dtype)
+    module.sow('intermediates', 'pooling_weights', w_logit)
   elif module.weights == 'nonlocal':
     dim = x.shape[-1]
     theta = nn.Dense(dim, dtype=x.dtype, name='theta')(query_x)
     phi = nn.Dense(dim, dtype=x.dtype, name='phi')(x)
-    nl = jnp.einsum('bqd,bkd->bqk', theta, phi, preferred_element_type=jnp.float32) * dim ** -0.5
-    nl = jnp.where(allowed, nl, NEG_INF)
-    module.sow('intermediates', 'pooling_weights', jax.nn.softmax(nl, axis=-1))   # Eq. 3
-    logits = logits + nl
-
-  offset = key_pos[None, :, :] - query_pos[:, None, :]          # [Lq, Lk, D], p_j - c_i
   if module.locality in SIZED_LOCALITIES:
     s = jax.nn.sigmoid(s_logit)                                 # s_i in [0, 1]
     sigma = jnp.maximum(module.size_ratio * n * s, SIGMA_MIN)  # sigma_i = r n s_i
     module.sow('intermediates', 'sigma', sigma)
+
+  def pool_rows(rows: dict) -> tuple[Array, Optional[Array]]:
+    """y for one block of queries (every per-query array in `rows` sliced to the block)."""
+    q_idx, q_pos = rows['index'], rows['pos']
+    if rows.get('allowed') is not None:
+      ok = rows['allowed']
+    else:
+      ok = jnp.broadcast_to(mask[:, None, :], (x.shape[0], q_idx.shape[0], x.shape[1]))
+      if causal:
+        ok = ok & (jnp.arange(x.shape[1])[None, :] <= q_idx[:, None])[None]
+    logits = jnp.zeros(ok.shape, jnp.float32)
+    nl_weights = None
+    if key_logit is not None:
+      logits = logits + key_logit[:, None, :]
+    if theta is not None:
+      nl = jnp.einsum('bqd,bkd->bqk', rows['theta'], phi,
+                      preferred_element_type=jnp.float32) * phi.shape[-1] ** -0.5
+      nl = jnp.where(ok, nl, NEG_INF)
+      nl_weights = jax.nn.softmax(nl, axis=-1)                  # Eq. 3
+      logits = logits + nl
+    offset = key_pos[None, :, :] - q_pos[:, None, :]            # [Lq, Lk, D], p_j - c_i
     if module.locality == 'gaussian':
       # log g_ij of the Gaussian mask N(i, sigma_i^2).
-      logits = logits - jnp.sum(offset ** 2, -1)[None] / (2.0 * sigma[..., None] ** 2)
-    else:
+      logits = logits - jnp.sum(offset ** 2, -1)[None] / (2.0 * rows['sigma'][..., None] ** 2)
+    elif module.locality == 'adaptive_window':
       # A box of half-width sigma_i per axis, soft over about one token.
-      edge = sigma[..., None, None] + 0.5 - jnp.abs(offset)[None]
+      edge = rows['sigma'][..., None, None] + 0.5 - jnp.abs(offset)[None]
       logits = logits + jnp.sum(jax.nn.log_sigmoid(WINDOW_EDGE * edge), -1)
-  elif module.locality == 'fixed_window':
-    # Causal windows look back: centre shifted (window-1)/2 tokens into the past.
-    shift = (module.window_size - 1) / 2 if causal else 0.0
-    allowed = allowed & _in_box(offset + shift, module.window_size)[None]
-  elif module.locality == 'random_sparse':
-    q_idx = jnp.arange(query_pos.shape[0])[:, None]
-    k_idx = jnp.arange(key_pos.shape[0])[None, :]
-    # Keep about window_size^D of the keys each query may see (n_i tokens in 1D, H*W pixels).
-    visible = jnp.sum(allowed, axis=-1, keepdims=True).astype(jnp.float32)
-    sampled = _hash_uniform(q_idx, k_idx)[None] < module.window_size ** offset.shape[-1] / visible
-    allowed = allowed & (sampled | _in_box(offset, cell)[None])
+    elif module.locality == 'fixed_window':
+      # Causal windows look back: centre shifted (window-1)/2 tokens into the past.
+      shift = (module.window_size - 1) / 2 if causal else 0.0
+      ok = ok & _in_box(offset + shift, module.window_size)[None]
+    elif module.locality == 'random_sparse':
+      k_idx = jnp.arange(key_pos.shape[0])[None, :]
+      # Keep about window_size^D of the keys each query may see (n_i tokens in 1D, H*W pixels).
+      visible = jnp.sum(ok, axis=-1, keepdims=True).astype(jnp.float32)
+      sampled = (_hash_uniform(q_idx[:, None], k_idx)[None]
+                 < module.window_size ** offset.shape[-1] / visible)
+      ok = ok & (sampled | _in_box(offset, cell)[None])
+    # One masked softmax over j = w_j g_ij / sum_j w_j g_ij, max-subtracted (no underflow).
+    p = jax.nn.softmax(jnp.where(ok, logits, NEG_INF), axis=-1)
+    y = jnp.einsum('bqk,bkc->bqc', p.astype(values.dtype), values,
+                   preferred_element_type=jnp.float32)
+    return y.astype(x.dtype), nl_weights
 
-  # One masked softmax over j = w_j g_ij / sum_j w_j g_ij, max-subtracted (no underflow).
-  p = jax.nn.softmax(jnp.where(allowed, logits, NEG_INF), axis=-1)
-  y = jnp.einsum('bqk,bkc->bqc', p.astype(values.dtype), values,
-                 preferred_element_type=jnp.float32)
-  return y.astype(x.dtype)
+  rows = {'index': jnp.arange(lq), 'pos': query_pos, 'allowed': allowed, 'sigma': sigma,
+          'theta': theta}
+  rows = {k: v for k, v in rows.items() if v is not None}
+  if query_block is None or query_block >= lq:
+    y, nl_weights = pool_rows(rows)
+  else:
+    y, nl_weights = _map_query_blocks(pool_rows, rows, lq, query_block)
+  if nl_weights is not None:
+    module.sow('intermediates', 'pooling_weights', nl_weights)
+  return y
+
+
+def _map_query_blocks(fn, rows: dict, length: int, block: int):
+  """fn over query blocks of `rows` (per-query arrays: [Lq, ...] or [B, Lq, ...]), rematerialised.
+
+  Queries are padded to a multiple of `block` (padded rows are computed and dropped); the block
+  axis leads for lax.map and the outputs [B, Lq, ...] are stitched back.
+  """
+  num = -(-length // block)
+  pad = num * block - length
+
+  def split(key, t):
+    axis = 0 if key in ('index', 'pos') else 1                 # batch-free or batch-first
+    widths = [(0, 0)] * t.ndim
+    widths[axis] = (0, pad)
+    fill = 1 if key == 'sigma' else 0                           # any finite sigma
+    t = jnp.pad(t, widths, constant_values=fill)
+    t = t.reshape(t.shape[:axis] + (num, block) + t.shape[axis + 1:])
+    return jnp.moveaxis(t, axis, 0)
+
+  blocks = {k: split(k, v) for k, v in rows.items()}
+  if 'index' in blocks:                                         # padded rows: indices >= length
+    blocks['index'] = jnp.arange(num * block).reshape(num, block)
+  outputs = jax.lax.map(jax.checkpoint(fn), blocks)
+  stitch = lambda t: jnp.moveaxis(t, 0, 1).reshape(
+      (t.shape[1], num * block) + t.shape[3:])[:, :length]
+  return jax.tree.map(stitch, outputs)
 
 
 def predicted_channels(weights: str, locality: str) -> tuple[bool, bool]:
@@ -256,6 +321,8 @@ class ContextPool(nn.Module):
   size_ratio: float = 0.1             # r in sigma_i = r n s_i
   predictor_dim: Optional[int] = None  # hidden width of m(X); None -> max(dim // 16, 8)
   window_size: int = 5                # fixed_window size; random_sparse expected count
+  # Queries pooled at a time (memory linear in length, context_pool); None = [L, L] at once.
+  query_block: Optional[int] = QUERY_BLOCK
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -266,21 +333,24 @@ class ContextPool(nn.Module):
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
     check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    if self.query_block is not None and self.query_block < 1:
+      raise ValueError(f'{name}: query_block={self.query_block} must be >= 1 (or None for the '
+                       f'[L, L] form).')
     if segment_ids is not None and self.locality == 'random_sparse':
       raise ValueError(f"{name}: locality='random_sparse' samples by row index and does not take "
                        'packed rows (segment_ids); use unpacked data.')
     dtype = compute_dtype(self.dtype, x)
     x = jnp.where(mask[..., None], x, 0).astype(dtype)
     length, dim = x.shape[1:]
-    allowed = jnp.broadcast_to(mask[:, None, :], (x.shape[0], length, length))
-    if segment_ids is not None:
-      allowed = segment_allowed(segment_ids, mask)
     if self.causal:
-      allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
       n = jnp.cumsum(mask, axis=-1)                             # real tokens at or before i
     else:
       n = jnp.broadcast_to(jnp.sum(mask, -1, keepdims=True), mask.shape)
-    if segment_ids is not None:
+    allowed = None
+    if segment_ids is not None:   # packed rows: an explicit [B, L, L] (split per query block)
+      allowed = segment_allowed(segment_ids, mask)
+      if self.causal:
+        allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
       n = jnp.sum(allowed, axis=-1)                             # the same, within the segment
     n = jnp.maximum(n, 1).astype(jnp.float32)
     need_w, need_s = predicted_channels(self.weights, self.locality)
@@ -292,8 +362,9 @@ class ContextPool(nn.Module):
       w_logit = raw[..., 0] if need_w else None
       s_logit = raw[..., -1] if need_s else None
     pos = jnp.arange(length, dtype=jnp.float32)[:, None]
+    # allowed=None: padding (and causality) are applied block by block, never as [B, L, L].
     return context_pool(self, x, x, mask, allowed, n, pos, pos, w_logit, s_logit, self.causal,
-                        cell=1)
+                        cell=1, query_block=self.query_block)
 
 
 class ContextPool2D(nn.Module):
@@ -362,6 +433,8 @@ class ContextPoolAttention(nn.Module):
   size_ratio: float = 0.1
   predictor_dim: Optional[int] = None
   window_size: int = 5
+  query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
+  implementation: str = 'explicit'             # the attention's (MultiHeadAttention)
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -369,10 +442,12 @@ class ContextPoolAttention(nn.Module):
                segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
     options = {f: getattr(self, f) for f in POOL_OPTIONS}
     pooled = ContextPool(causal=self.causal, dtype=self.dtype, name='context_pool',
-                         **options)(x, mask, segment_ids=segment_ids)
+                         query_block=self.query_block, **options)(x, mask,
+                                                                  segment_ids=segment_ids)
     attention = MultiHeadAttention(self.num_heads, causal=self.causal,
                                    dropout_rate=self.dropout_rate, use_bias=self.use_bias,
-                                   dtype=self.dtype, name='attention')
+                                   implementation=self.implementation, dtype=self.dtype,
+                                   name='attention')
     return attention(pooled, mask, segment_ids=segment_ids, deterministic=deterministic)
 
 

@@ -2,10 +2,15 @@
 
 The LRA setting used by PoNet and AdaMRA (Nystromformer's PyTorch LRA code, PAPER_NOTES):
 token embedding + learned position embedding, pre-LN blocks `x + Mixer(LN(x))`, `x + MLP(LN(x))`,
-a final LayerNorm, MEAN pooling over real tokens and the head Linear(dim, 128)-ReLU-Linear(128, C).
+a final LayerNorm, MEAN pooling and the head Linear(dim, 128)-ReLU-Linear(128, C).
 For retrieval one encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
 
-Any registered token mixer can be used: the block builds it with `build_mixer(cfg.mixer, ...)`.
+Any registered token mixer can be used: the shared `TransformerBlock` (block.py) builds it by name.
+
+Pooling: the reference code averages `LN(x) * mask` over the *padded* length L (model.py then
+`inp.mean(dim=1)`), so its features shrink with the padding. `pooling='mean'` (default) is the
+masked mean over real tokens instead, independent of how much padding a batch carries;
+`pooling='mean_padded'` is the reference's, for exact reproduction.
 
 Decisions where the references are silent:
 - `pooling='cls'` prepends one learned vector (not a vocabulary token), always unmasked.
@@ -22,36 +27,20 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import LearnedPositionEmbedding, MlpBlock, masked_mean
-from poolformers_jax.layers.registry import build_mixer
+from poolformers_jax.layers.common import LearnedPositionEmbedding, masked_mean
+from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 Array = jax.Array
 
 
-class EncoderBlock(nn.Module):
-  """Pre-LN block: x + Mixer(LN(x)), then x + MLP(LN(x))."""
-  mixer: str
-  num_heads: int
-  mlp_dim: int
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
-  mixer_kwargs: Optional[dict[str, Any]] = None
-
-  @nn.compact
-  def __call__(self, x: Array, mask: Array, *, deterministic: bool = True) -> Array:
-    mixer = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads, causal=False,
-                                                dropout_rate=self.attention_dropout_rate),
-                        **(self.mixer_kwargs or {}))
-    h = mixer(nn.LayerNorm(dtype=x.dtype, name='ln_mixer')(x), mask, deterministic=deterministic)
-    x = x + nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
-    h = MlpBlock(self.mlp_dim, dropout_rate=self.dropout_rate, name='mlp')(
-        nn.LayerNorm(dtype=x.dtype, name='ln_mlp')(x), deterministic=deterministic)
-    return x + h
-
-
 def mean_pool(x: Array, mask: Array) -> Array:
   return masked_mean(x, mask, axis=1)
+
+
+def mean_padded_pool(x: Array, mask: Array) -> Array:
+  """The Nystromformer / PoNet LRA code: sum over real tokens / padded length L."""
+  return jnp.mean(x * mask[..., None].astype(x.dtype), axis=1)
 
 
 def first_token_pool(x: Array, mask: Array) -> Array:
@@ -59,7 +48,8 @@ def first_token_pool(x: Array, mask: Array) -> Array:
   return x[:, 0]
 
 
-POOLINGS: dict[str, Callable[[Array, Array], Array]] = {'mean': mean_pool, 'cls': first_token_pool}
+POOLINGS: dict[str, Callable[[Array, Array], Array]] = {
+    'mean': mean_pool, 'mean_padded': mean_padded_pool, 'cls': first_token_pool}
 
 
 class SequenceEncoder(nn.Module):
@@ -94,11 +84,12 @@ class SequenceEncoder(nn.Module):
       mask = jnp.concatenate([jnp.ones((x.shape[0], 1), bool), mask], axis=1)
     x = LearnedPositionEmbedding(self.max_length + (self.pooling == 'cls'),
                                  name='position_embedding')(x)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic).astype(self.dtype)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic).astype(self.dtype or jnp.float32)
     for i in range(self.num_layers):
-      x = EncoderBlock(self.mixer, self.num_heads, self.mlp_dim, self.dropout_rate,
-                       self.attention_dropout_rate, self.mixer_kwargs, name=f'block_{i}')(
-                           x, mask, deterministic=deterministic)
+      x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
+                           dropout_rate=self.dropout_rate,
+                           attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
+                           name=f'block_{i}')(x, mask, deterministic=deterministic)
     x = nn.LayerNorm(dtype=jnp.float32, name='final_norm')(x)
     pooled = POOLINGS[self.pooling](x, mask)
     self.sow('intermediates', 'pooled', pooled)
@@ -147,13 +138,10 @@ class LraDualEncoder(nn.Module):
 
 
 def _sequence_encoder(cfg) -> SequenceEncoder:
-  return SequenceEncoder(
-      vocab_size=cfg.vocab_size, max_length=cfg.max_length, dim=cfg.dim,
-      num_layers=cfg.num_layers, num_heads=cfg.num_heads, mlp_dim=cfg.mlp_dim,
-      dropout_rate=cfg.dropout_rate, attention_dropout_rate=cfg.attention_dropout_rate,
-      mixer=cfg.mixer, mixer_kwargs=dict(cfg.get('mixer_kwargs', None) or {}),
-      pooling=cfg.pooling, dtype=jnp.dtype(cfg.get('dtype', None) or 'float32'),
-      name='encoder')
+  return SequenceEncoder(**model_kwargs(cfg, SequenceEncoder, ignore=_HEAD_KEYS), name='encoder')
+
+
+_HEAD_KEYS = ('num_classes', 'head_hidden_dim')
 
 
 @register_model('lra_encoder')

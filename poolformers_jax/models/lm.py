@@ -33,12 +33,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers import build_mixer
-from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, MlpBlock,
+from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding,
                                            sinusoidal_position_embedding)
+from poolformers_jax.models.block import ACTIVATIONS, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
-ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu}
 POSITION_EMBEDDINGS = ('sinusoidal', 'learned')
 
 
@@ -49,33 +48,6 @@ def lm_inputs_targets(tokens: Array) -> tuple[Array, Array]:
   raw windows (evaluation over a long text, sampling).
   """
   return tokens[:, :-1], tokens[:, 1:]
-
-
-class DecoderBlock(nn.Module):
-  """Pre-LN block: x + Drop(mixer(LN(x))); x + MLP(LN(x)). The mixer always runs causally."""
-  mixer: str
-  num_heads: int
-  mlp_dim: int
-  mixer_kwargs: Optional[Mapping[str, Any]] = None
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  activation: str = 'relu'
-  dtype: Optional[Dtype] = None
-
-  @nn.compact
-  def __call__(self, x: Array, mask: Array, *, deterministic: bool = True) -> Array:
-    shared = dict(num_heads=self.num_heads, causal=True,
-                  dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
-    mixer = build_mixer(self.mixer, shared=shared, **dict(self.mixer_kwargs or {}))
-    mixer = mixer.clone(parent=self, name='mixer')  # a stable parameter name for every mixer
-    y = nn.LayerNorm(dtype=self.dtype, name='ln_mixer')(x)
-    y = mixer(y, mask, deterministic=deterministic)
-    x = x + nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
-    y = nn.LayerNorm(dtype=self.dtype, name='ln_mlp')(x)
-    y = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
-                 dropout_rate=self.dropout_rate, dtype=self.dtype, name='mlp')(
-                     y, deterministic=deterministic)
-    return x + y
 
 
 class CharTransformerLM(nn.Module):
@@ -121,9 +93,11 @@ class CharTransformerLM(nn.Module):
       x = LearnedPositionEmbedding(self.max_length, name='pos_embed')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     for i in range(self.num_layers):
-      x = DecoderBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
-                       self.dropout_rate, self.attention_dropout_rate, self.activation,
-                       self.dtype, name=f'block_{i}')(x, mask, deterministic=deterministic)
+      x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
+                           causal=True, dropout_rate=self.dropout_rate,
+                           attention_dropout_rate=self.attention_dropout_rate,
+                           activation=self.activation, dtype=self.dtype, name=f'block_{i}')(
+                               x, mask, deterministic=deterministic)
     x = nn.LayerNorm(dtype=self.dtype, name='ln_final')(x)
     if self.tie_embeddings:
       logits = embed.attend(x)
@@ -132,15 +106,7 @@ class CharTransformerLM(nn.Module):
     return logits.astype(jnp.float32)
 
 
-def _config_kwargs(cfg) -> dict[str, Any]:
-  kwargs = cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg)
-  kwargs.pop('name')
-  if kwargs.get('dtype') is not None:
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
-  return kwargs
-
-
 @register_model('char_lm')
 def build_char_lm(cfg) -> CharTransformerLM:
   """`config.model` -> CharTransformerLM; every key except `name` is a field (unknown keys fail)."""
-  return CharTransformerLM(**_config_kwargs(cfg))
+  return CharTransformerLM(**model_kwargs(cfg, CharTransformerLM))

@@ -11,7 +11,12 @@ BERT with self-attention replaced by the PoNet mixer:
 - MLM head: Dense -> GELU -> LayerNorm -> logits tied to the token embedding, plus a bias.
 - SSO head (StructBERT's sentence structural objective, 3 classes): BERT pooler
   tanh(Dense(h[CLS])) -> Dense(3).
-- Init: normal(0.02) for every Dense and embedding, as BERT's initializer_range.
+- Init: normal(0.02) for the embeddings and the Dense layers outside the mixer, as BERT's
+  initializer_range (the mixer keeps Flax's default Dense init).
+- Fine-tuning (`ponet_classifier`, official PoNetForSequenceClassification): the same encoder
+  and pooler, dropout, a new Dense head; one output = regression (STS-B).
+- `mixer='softmax'` gives BERT itself (the baseline of the paper's tables, and of
+  benchmarks/ponet_transfer.py) with the same names.
 
 Decided here: token types are derived from the inputs when not given (type = number of [SEP]
 before the token, capped at type_vocab_size - 1, so "[CLS] A [SEP]" is 0 and "B [SEP]" is 1).
@@ -23,12 +28,11 @@ from typing import Any, Mapping, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 from flax.core import FrozenDict
 
 from poolformers_jax.layers.common import Array, Dtype
 from poolformers_jax.layers.ponet import PoNet
-from poolformers_jax.layers.registry import mixer_fields
+from poolformers_jax.layers.registry import MIXERS, build_mixer, mixer_fields
 from poolformers_jax.models.registry import register_model
 
 SSO_CLASSES = 3  # StructBERT: 0 = B follows A, 1 = B precedes A, 2 = B from another document
@@ -52,11 +56,12 @@ def token_type_ids_from_inputs(inputs: Array, sep_id: int, type_vocab_size: int)
 
 
 class PoNetBertLayer(nn.Module):
-  """One post-LN block: PoNet mixer and feed-forward, each followed by dropout, residual, LN."""
+  """One post-LN block: mixer and feed-forward, each followed by dropout, residual, LN."""
   num_heads: int
   mlp_dim: int
   dropout_rate: float
   layer_norm_eps: float
+  mixer: str
   mixer_kwargs: Mapping[str, Any]
   dtype: Optional[Dtype] = None
 
@@ -65,18 +70,31 @@ class PoNetBertLayer(nn.Module):
     dim = h.shape[-1]
     dropout = lambda t: nn.Dropout(self.dropout_rate)(t, deterministic=deterministic)
     norm = lambda n: nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name=n)
-    # segment_num is unused: BERT input always brings sentence segment_ids.
-    mixed = PoNet(num_heads=self.num_heads, segment_num=1, dtype=self.dtype, name='mixer',
-                  **dict(self.mixer_kwargs))(h, mask, segment_ids=segment_ids,
-                                             boundary_mask=boundary_mask, deterministic=deterministic)
+    if self.mixer == 'ponet':
+      # segment_num is unused: BERT input always brings sentence segment_ids.
+      mixed = PoNet(num_heads=self.num_heads, segment_num=1, dtype=self.dtype, name='mixer',
+                    **dict(self.mixer_kwargs))(h, mask, segment_ids=segment_ids,
+                                               boundary_mask=boundary_mask,
+                                               deterministic=deterministic)
+    else:   # BERT: softmax attention (attention-probability dropout as BERT's)
+      mixed = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads,
+                                                  dropout_rate=self.dropout_rate),
+                          dtype=self.dtype, name='mixer', **dict(self.mixer_kwargs))(
+                              h, mask, deterministic=deterministic)
     h = norm('mixer_norm')(h + dropout(mixed))
     ff = nn.Dense(self.mlp_dim, dtype=self.dtype, kernel_init=_init, name='fc1')(h)
     ff = nn.Dense(dim, dtype=self.dtype, kernel_init=_init, name='fc2')(nn.gelu(ff, approximate=False))
     return norm('mlp_norm')(h + dropout(ff))
 
 
-class PoNetMLM(nn.Module):
-  """BERT-style PoNet encoder with the MLM and SSO pre-training heads."""
+class BertEncoderFields(nn.Module):
+  """The BERT-style encoder both PoNet models share: embeddings and post-LN layers.
+
+  `inputs`: int [B, L] token ids (SMP segments derived from [CLS]/[SEP]: GLUE) or [B, 2, L]
+  (row 0 token ids, row 1 SMP segment ids from the data: one per sentence, as the official
+  pre-training and long-text code pass `segment_ids`). 0 = padding. `mixer='softmax'` makes it
+  BERT (the baseline), with the same names otherwise.
+  """
   vocab_size: int
   emb_dim: int = 768
   num_layers: int = 12
@@ -88,23 +106,25 @@ class PoNetMLM(nn.Module):
   cls_id: int = 101
   sep_id: int = 102
   layer_norm_eps: float = 1e-12
+  mixer: str = 'ponet'
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
 
-  @nn.compact
-  def __call__(self, inputs: Array, *, segment_ids: Optional[Array] = None,
-               token_type_ids: Optional[Array] = None,
-               deterministic: bool = True) -> dict[str, Array]:
-    """`inputs`: int [B, L], 0 = padding. Returns {'mlm_logits': [B, L, V], 'sso_logits': [B, 3]}
-    in float32. `segment_ids` (SMP sentences) and `token_type_ids` default to those derived
-    from the [CLS]/[SEP] tokens of `inputs`."""
+  def encode(self, inputs: Array, segment_ids: Optional[Array], token_type_ids: Optional[Array],
+             deterministic: bool) -> tuple[Array, nn.Embed]:
+    """Hidden states [B, L, D] and the token embedding (for the tied MLM decoder). Called from
+    the compact __call__ of a subclass, so parameter names are top-level."""
+    name = type(self).__name__
+    if inputs.ndim == 3 and inputs.shape[1] == 2:
+      inputs, segment_ids = inputs[:, 0], inputs[:, 1] if segment_ids is None else segment_ids
     if inputs.ndim != 2:
-      raise ValueError(f'PoNetMLM: expected int token ids [batch, length], got shape '
-                       f'{tuple(inputs.shape)}.')
+      raise ValueError(f'{name}: expected int token ids [batch, length] or [batch, 2, length] '
+                       f'(ids, sentence segment ids), got shape {tuple(inputs.shape)}.')
     length = inputs.shape[1]
     if length > self.max_length:
-      raise ValueError(f'PoNetMLM: sequence length {length} exceeds max_length {self.max_length}; '
-                       f'raise model.max_length or truncate the inputs.')
+      raise ValueError(f'{name}: sequence length {length} exceeds max_length {self.max_length}; '
+                       f'raise model.max_length (init_from tiles the position embeddings) or '
+                       f'truncate the inputs.')
     mask = inputs != 0
     boundary = (inputs == self.cls_id) | (inputs == self.sep_id)
     if segment_ids is None:
@@ -123,22 +143,63 @@ class PoNetMLM(nn.Module):
     h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
     for i in range(self.num_layers):
       h = PoNetBertLayer(self.num_heads, self.mlp_dim, self.dropout_rate, self.layer_norm_eps,
-                         self.mixer_kwargs, self.dtype, name=f'layer_{i}')(
+                         self.mixer, self.mixer_kwargs, self.dtype, name=f'layer_{i}')(
                              h, mask, segment_ids, boundary, deterministic=deterministic)
+    return h, embed
 
+  def pool(self, h: Array) -> Array:
+    """BERT pooler: tanh(Dense(h[CLS]))."""
+    return jnp.tanh(nn.Dense(self.emb_dim, dtype=self.dtype, kernel_init=_init, name='pooler')(h[:, 0]))
+
+
+class PoNetMLM(BertEncoderFields):
+  """BERT-style PoNet encoder with the MLM and sentence-structure pre-training heads.
+
+  `sentence_classes`: 3 = StructBERT's SSO (the paper), 2 = BERT's NSP, 0 = MLM only (no head).
+  """
+  sentence_classes: int = SSO_CLASSES
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, segment_ids: Optional[Array] = None,
+               token_type_ids: Optional[Array] = None,
+               deterministic: bool = True) -> dict[str, Array]:
+    """Returns {'mlm_logits': [B, L, V], 'sso_logits': [B, sentence_classes]} in float32
+    (no 'sso_logits' for MLM only). `segment_ids` (SMP sentences) and `token_type_ids` default
+    to those of the inputs (see BertEncoderFields)."""
+    h, embed = self.encode(inputs, segment_ids, token_type_ids, deterministic)
     t = nn.Dense(self.emb_dim, dtype=self.dtype, kernel_init=_init, name='mlm_transform')(h)
     t = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='mlm_norm')(
         nn.gelu(t, approximate=False))
     mlm_bias = self.param('mlm_bias', nn.initializers.zeros, (self.vocab_size,))
-    mlm_logits = embed.attend(t).astype(jnp.float32) + mlm_bias   # tied to the token embedding
+    outputs = {'mlm_logits': embed.attend(t).astype(jnp.float32) + mlm_bias}  # tied decoder
+    pooled = self.pool(h)     # created for every objective: fine-tuning starts from it
+    if self.sentence_classes:
+      outputs['sso_logits'] = nn.Dense(self.sentence_classes, dtype=self.dtype, kernel_init=_init,
+                                       name='sso_head')(pooled).astype(jnp.float32)
+    return outputs
 
-    pooled = jnp.tanh(nn.Dense(self.emb_dim, dtype=self.dtype, kernel_init=_init, name='pooler')(h[:, 0]))
-    sso_logits = nn.Dense(SSO_CLASSES, dtype=self.dtype, kernel_init=_init, name='sso_head')(pooled)
-    return {'mlm_logits': mlm_logits, 'sso_logits': sso_logits.astype(jnp.float32)}
+
+class PoNetClassifier(BertEncoderFields):
+  """Fine-tuning (official PoNetForSequenceClassification): pooler -> dropout -> Dense.
+
+  `num_classes` = 1 is a regression (STS-B): outputs [B, 1]; else logits [B, C]. Parameter names
+  equal PoNetMLM's but for the new 'classifier', so `init_from` a pre-training run restores
+  every encoder and pooler weight.
+  """
+  num_classes: int = 2
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, segment_ids: Optional[Array] = None,
+               token_type_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+    h, _ = self.encode(inputs, segment_ids, token_type_ids, deterministic)
+    pooled = nn.Dropout(self.dropout_rate)(self.pool(h), deterministic=deterministic)
+    return nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=_init,
+                    name='classifier')(pooled).astype(jnp.float32)
 
 
 def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
-  """MLM + SSO loss of PoNet pre-training (the official total is their plain sum).
+  """MLM + SSO loss of PoNet pre-training (the official total is their plain sum); the
+  'pretraining' task of the trainer (train/text_tasks.py) on one unpadded batch.
 
   batch keys:
     'mlm_targets': int [B, L], the original token id at each position chosen for prediction
@@ -149,48 +210,56 @@ def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array,
   The MLM loss is the mean cross-entropy over the chosen positions of the whole batch; the SSO loss
   the mean over examples. Returns (loss, metrics with both parts and their accuracies).
   """
-  logits = outputs['mlm_logits'].astype(jnp.float32)
-  weights = batch['mlm_weights'].astype(jnp.float32)
-  targets = jnp.where(weights > 0, batch['mlm_targets'], 0).astype(jnp.int32)  # e.g. -100 elsewhere
-  count = jnp.maximum(jnp.sum(weights), 1.0)
-  token_ce = optax.softmax_cross_entropy_with_integer_labels(logits, targets)
-  mlm = jnp.sum(token_ce * weights) / count
-  mlm_acc = jnp.sum((jnp.argmax(logits, -1) == targets) * weights) / count
-  sso_logits = outputs['sso_logits'].astype(jnp.float32)
-  sso_targets = batch['sso_targets'].astype(jnp.int32)
-  sso = jnp.mean(optax.softmax_cross_entropy_with_integer_labels(sso_logits, sso_targets))
-  sso_acc = jnp.mean(jnp.argmax(sso_logits, -1) == sso_targets)
-  return mlm + sso, {'mlm_loss': mlm, 'sso_loss': sso, 'mlm_accuracy': mlm_acc,
-                     'sso_accuracy': sso_acc}
+  from poolformers_jax.train import text_tasks  # pylint: disable=g-import-not-at-top
+  chosen = batch['mlm_weights'] > 0
+  targets = {'mlm': jnp.where(chosen, batch['mlm_targets'], -1), 'sso': batch['sso_targets']}
+  sums = text_tasks.pretraining_sums(outputs, targets, jnp.ones(chosen.shape[:1], jnp.float32))
+  tokens, pairs = jnp.maximum(sums['mlm_count'], 1.0), sums['count']
+  metrics = {'mlm_loss': sums['mlm_loss'] / tokens, 'sso_loss': sums['sso_loss'] / pairs,
+             'mlm_accuracy': sums['mlm_correct'] / tokens, 'sso_accuracy': sums['sso_correct'] / pairs}
+  return text_tasks.pretraining_objective(sums), metrics
 
 
 _REQUIRED = ('vocab_size', 'emb_dim', 'num_layers', 'num_heads', 'mlp_dim', 'max_length')
 _OPTIONAL = ('type_vocab_size', 'dropout_rate', 'cls_id', 'sep_id', 'layer_norm_eps', 'dtype',
-             'mixer_kwargs')
+             'mixer_kwargs', 'mixer')
+
+
+def _kwargs(cfg, name: str, extra: tuple[str, ...]) -> dict[str, Any]:
+  """Checked constructor arguments of `cfg` (config.model)."""
+  unknown = sorted(set(cfg.keys()) - set(_REQUIRED + _OPTIONAL + extra) - {'name'})
+  if unknown:
+    raise ValueError(f'{name}: unknown model config keys {unknown}; valid keys: '
+                     f'{sorted(_REQUIRED + _OPTIONAL + extra)}.')
+  missing = [k for k in _REQUIRED if k not in cfg or cfg[k] is None]
+  if missing:
+    raise ValueError(f'{name}: model config is missing {missing}.')
+  mixer = cfg.get('mixer', 'ponet')
+  if mixer not in ('ponet', 'softmax'):
+    raise ValueError(f"{name}: mixer must be 'ponet' or 'softmax' (BERT), got {mixer!r}.")
+  kwargs = {k: cfg[k] for k in _REQUIRED + _OPTIONAL + extra
+            if k in cfg and k != 'mixer_kwargs' and cfg[k] is not None}
+  mixer_kwargs = cfg.get('mixer_kwargs', None) or {}
+  if hasattr(mixer_kwargs, 'to_dict'):
+    mixer_kwargs = mixer_kwargs.to_dict()
+  allowed = mixer_fields(MIXERS[mixer]) - {'num_heads', 'segment_num', 'dtype', 'dropout_rate'}
+  bad = sorted(set(mixer_kwargs) - allowed)
+  if bad:
+    raise ValueError(f'{name}: mixer_kwargs {bad} are not {mixer} options this model takes; '
+                     f'valid: {sorted(allowed)}.')
+  if isinstance(kwargs.get('dtype'), str):
+    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  return dict(kwargs, mixer_kwargs=FrozenDict(mixer_kwargs))
 
 
 @register_model('ponet_mlm')
 def build(cfg) -> PoNetMLM:
-  """`cfg` = config.model with the keys of `_REQUIRED` (and optionally `_OPTIONAL`) plus 'name'."""
-  unknown = sorted(set(cfg.keys()) - set(_REQUIRED) - set(_OPTIONAL) - {'name', 'mixer'})
-  if unknown:
-    raise ValueError(f'ponet_mlm: unknown model config keys {unknown}; valid keys: '
-                     f'{sorted(_REQUIRED + _OPTIONAL)}.')
-  missing = [k for k in _REQUIRED if k not in cfg]
-  if missing:
-    raise ValueError(f'ponet_mlm: model config is missing {missing}.')
-  if cfg.get('mixer', 'ponet') != 'ponet':
-    raise ValueError(f"ponet_mlm: mixer must be 'ponet' (it needs sentence segments), "
-                     f"got {cfg.mixer!r}.")
-  kwargs = {k: cfg[k] for k in _REQUIRED + _OPTIONAL if k in cfg and k != 'mixer_kwargs'}
-  mixer_kwargs = cfg.get('mixer_kwargs', None) or {}
-  if hasattr(mixer_kwargs, 'to_dict'):
-    mixer_kwargs = mixer_kwargs.to_dict()
-  allowed = mixer_fields(PoNet) - {'num_heads', 'segment_num', 'dtype'}  # set by the model
-  bad = sorted(set(mixer_kwargs) - allowed)
-  if bad:
-    raise ValueError(f'ponet_mlm: mixer_kwargs {bad} are not PoNet options this model takes; '
-                     f'valid: {sorted(allowed)}.')
-  if isinstance(kwargs.get('dtype'), str):
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
-  return PoNetMLM(mixer_kwargs=FrozenDict(mixer_kwargs), **kwargs)
+  """`cfg` = config.model with the keys of `_REQUIRED` (and optionally `_OPTIONAL`,
+  'sentence_classes') plus 'name'."""
+  return PoNetMLM(**_kwargs(cfg, 'ponet_mlm', ('sentence_classes',)))
+
+
+@register_model('ponet_classifier')
+def build_classifier(cfg) -> PoNetClassifier:
+  """As ponet_mlm, with 'num_classes' (1 = regression) instead of 'sentence_classes'."""
+  return PoNetClassifier(**_kwargs(cfg, 'ponet_classifier', ('num_classes',)))

@@ -23,6 +23,7 @@ _MODEL_MODULES = (
     'poolformers_jax.models.convnet',
     'poolformers_jax.models.msac_models',
     'poolformers_jax.models.ponet_mlm',
+    'poolformers_jax.models.seq2seq',
 )
 
 

@@ -37,15 +37,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers import build_mixer
+from poolformers_jax.layers.registry import MIXERS
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, DropPath, MlpBlock, check_heads,
-                                           sinusoids_at)
+from poolformers_jax.layers.common import NEG_INF, Array, Dtype, MlpBlock, check_heads, sinusoids_at
 from poolformers_jax.layers.context_pool import (ContextPool, check_pool_options, context_pool,
                                                  predicted_channels, predictor_width)
+from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
-ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu}
+LAYER_NORM_EPSILON = 1e-6
 PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                 'targets_positions')
 
@@ -71,21 +71,6 @@ def _segments(tokens: Array, segment_ids: Optional[Array], positions: Optional[A
 def _bias(allowed: Array) -> Array:
   """[B, Lq, Lk] bool -> additive [B, 1, Lq, Lk] attention bias."""
   return jnp.where(allowed[:, None], 0.0, NEG_INF).astype(jnp.float32)
-
-
-class PreNorm(nn.Module):
-  """x + DropPath(Dropout(f(LN(x)))) around a sub-layer given as `layer`."""
-  layer: nn.Module
-  dropout_rate: float = 0.0
-  drop_path_rate: float = 0.0
-  dtype: Optional[Dtype] = None
-
-  @nn.compact
-  def __call__(self, x: Array, *args, deterministic: bool = True, **kwargs) -> Array:
-    y = self.layer(nn.LayerNorm(dtype=self.dtype, name='norm')(x), *args,
-                   deterministic=deterministic, **kwargs)
-    y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
-    return x + DropPath(self.drop_path_rate)(y, deterministic=deterministic)
 
 
 class Attention(nn.Module):
@@ -246,52 +231,9 @@ class DecoderSelfAttention(nn.Module):
                      name='attention')(x, x, _bias(allowed), deterministic=deterministic)
 
 
-class _Mlp(nn.Module):
-  mlp_dim: int
-  activation: str = 'relu'
-  dropout_rate: float = 0.0
-  dtype: Optional[Dtype] = None
-
-  @nn.compact
-  def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
-    # The hidden-layer dropout only; PreNorm drops the branch output.
-    return MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
-                    dropout_rate=0.0, dtype=self.dtype, name='mlp')(x, deterministic=deterministic)
-
-
-class EncoderBlock(nn.Module):
-  """x + Drop(mixer(LN(x))); x + Drop(MLP(LN(x)))."""
-  mixer: str
-  num_heads: int
-  mlp_dim: int
-  mixer_kwargs: Optional[Mapping[str, Any]] = None
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  drop_path_rate: float = 0.0
-  activation: str = 'relu'
-  dtype: Optional[Dtype] = None
-
-  @nn.compact
-  def __call__(self, x: Array, mask: Array, segment_ids: Optional[Array], *,
-               deterministic: bool = True) -> Array:
-    shared = dict(num_heads=self.num_heads, causal=False,
-                  dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
-    mixer = build_mixer(self.mixer, shared=shared, **dict(self.mixer_kwargs or {}))
-    kwargs = {}
-    if segment_ids is not None:
-      if 'segment_ids' not in inspect.signature(type(mixer).__call__).parameters:
-        raise ValueError(f'mixer {self.mixer!r} cannot keep packed sentences apart (no '
-                         'segment_ids); set config.data.pack=False.')
-      kwargs['segment_ids'] = segment_ids
-    x = PreNorm(mixer, self.dropout_rate, self.drop_path_rate, self.dtype, name='mixer')(
-        x, mask, deterministic=deterministic, **kwargs)
-    return PreNorm(_Mlp(self.mlp_dim, self.activation, self.dropout_rate, self.dtype),
-                   self.dropout_rate, self.drop_path_rate, self.dtype, name='mlp')(
-                       x, deterministic=deterministic)
-
-
 class DecoderBlock(nn.Module):
-  """Causal self-attention (optionally ContextPool first), cross-attention, MLP; pre-LN."""
+  """Pre-LN: causal self-attention (ContextPool first when `context_pool` is set), then
+  cross-attention over the encoder output, then the MLP; each a PreNormResidual (block.py)."""
   num_heads: int
   mlp_dim: int
   context_pool: Optional[Mapping[str, Any]] = None
@@ -305,15 +247,20 @@ class DecoderBlock(nn.Module):
   @nn.compact
   def __call__(self, y: Array, memory: Array, segment_ids: Array, mask: Array, cross_bias: Array,
                *, deterministic: bool = True) -> Array:
-    residual = lambda layer, name: PreNorm(layer, self.dropout_rate, self.drop_path_rate,
-                                           self.dtype, name=name)
-    y = residual(DecoderSelfAttention(self.num_heads, self.context_pool,
-                                      self.attention_dropout_rate, self.decode, self.dtype),
-                 'self_attention')(y, segment_ids, mask, deterministic=deterministic)
-    y = residual(Attention(self.num_heads, self.attention_dropout_rate, dtype=self.dtype),
-                 'cross_attention')(y, memory, cross_bias, deterministic=deterministic)
-    return residual(_Mlp(self.mlp_dim, self.activation, self.dropout_rate, self.dtype),
-                    'mlp')(y, deterministic=deterministic)
+    norm = lambda name: nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
+    residual = lambda name, fn, rate: PreNormResidual(norm(name), fn, rate, self.drop_path_rate)
+    self_attention = DecoderSelfAttention(self.num_heads, self.context_pool,
+                                          self.attention_dropout_rate, self.decode, self.dtype,
+                                          name='self_attention')
+    y = residual('norm1', self_attention, self.dropout_rate)(y, segment_ids, mask,
+                                                            deterministic=deterministic)
+    cross = Attention(self.num_heads, self.attention_dropout_rate, dtype=self.dtype,
+                      name='cross_attention')
+    y = residual('norm_cross', cross, self.dropout_rate)(y, memory, cross_bias,
+                                                         deterministic=deterministic)
+    mlp = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
+                   dropout_rate=self.dropout_rate, dtype=self.dtype, name='mlp')
+    return residual('norm2', mlp, 0.0)(y, deterministic=deterministic)
 
 
 class TransformerSeq2Seq(nn.Module):
@@ -335,23 +282,23 @@ class TransformerSeq2Seq(nn.Module):
   dtype: Optional[Dtype] = None
 
   def setup(self):
-    for field, value, choices in (('activation', self.activation, ACTIVATIONS),):
-      if value not in choices:
-        raise ValueError(f'TransformerSeq2Seq: unknown {field} {value!r}; choose one of '
-                         f'{sorted(choices)}.')
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f'TransformerSeq2Seq: unknown activation {self.activation!r}; choose one '
+                       f'of {sorted(ACTIVATIONS)}.')
     self.embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=self.dtype or jnp.float32,
                           embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
     common = dict(dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
                   drop_path_rate=self.drop_path_rate, activation=self.activation, dtype=self.dtype)
     self.encoder_blocks = [
-        EncoderBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs, **common)
+        TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
+                         layer_norm_epsilon=LAYER_NORM_EPSILON, **common)
         for _ in range(self.num_layers)]
     self.decoder_blocks = [
         DecoderBlock(self.num_heads, self.mlp_dim, self.decoder_context_pool, decode=self.decode,
                      **common)
         for _ in range(self.num_decoder_layers or self.num_layers)]
-    self.encoder_norm = nn.LayerNorm(dtype=self.dtype)
-    self.decoder_norm = nn.LayerNorm(dtype=self.dtype)
+    self.encoder_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype)
+    self.decoder_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype)
     self.dropout = nn.Dropout(self.dropout_rate)
 
   def _embed(self, tokens: Array, positions: Array, deterministic: bool) -> Array:
@@ -365,9 +312,15 @@ class TransformerSeq2Seq(nn.Module):
     """Source ids [B, Ls] -> encoder output [B, Ls, D]."""
     _check_tokens(inputs, 'inputs')
     _, positions, mask = _segments(inputs, inputs_segment_ids, inputs_positions)
+    packed = {}
+    if inputs_segment_ids is not None:
+      if 'segment_ids' not in inspect.signature(MIXERS[self.mixer].__call__).parameters:
+        raise ValueError(f'mixer {self.mixer!r} cannot keep packed sentences apart (it takes no '
+                         'segment_ids); set config.data.pack=False.')
+      packed['segment_ids'] = inputs_segment_ids
     x = self._embed(inputs, positions, deterministic)
     for block in self.encoder_blocks:
-      x = block(x, mask, inputs_segment_ids, deterministic=deterministic)
+      x = block(x, mask, deterministic=deterministic, **packed)
     return self.encoder_norm(x)
 
   def decode_logits(self, memory: Array, inputs: Array, decoder_inputs: Array,
@@ -421,16 +374,7 @@ def _check_tokens(tokens: Array, what: str) -> None:
                      f'{tokens.dtype} shape {tuple(tokens.shape)}.')
 
 
-def _config_kwargs(cfg) -> dict[str, Any]:
-  kwargs = cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg)
-  kwargs.pop('name')
-  kwargs.pop('max_length', None)   # filled from the dataset for other models; unused here
-  if kwargs.get('dtype') is not None:
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
-  return kwargs
-
-
 @register_model('transformer_seq2seq')
 def build_transformer_seq2seq(cfg) -> TransformerSeq2Seq:
   """`config.model` -> TransformerSeq2Seq; every key except `name` is a field."""
-  return TransformerSeq2Seq(**_config_kwargs(cfg))
+  return TransformerSeq2Seq(**model_kwargs(cfg, TransformerSeq2Seq, required=('vocab_size',)))

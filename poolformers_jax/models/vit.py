@@ -27,49 +27,20 @@ What the papers leave open and what we decided (PAPER_NOTES "HVT" pins most of i
 """
 from __future__ import annotations
 
-import functools
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers import build_mixer
-from poolformers_jax.layers.common import (Array, Dtype, DropPath, LearnedPositionEmbedding,
-                                           MlpBlock, masked_mean)
+from poolformers_jax.layers.common import Array, Dtype, LearnedPositionEmbedding, masked_mean
 from poolformers_jax.layers.hierarchical_pool import HierarchicalPool, pooled_length
+from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPS = 1e-6
 dense_init = nn.initializers.truncated_normal(0.02)
-exact_gelu = functools.partial(nn.gelu, approximate=False)
 CLASSIFIERS = ('token', 'mean')
-
-
-class EncoderBlock(nn.Module):
-  """Pre-LN transformer block, Eqs. (2)-(3), with the token mixer built by name."""
-  mixer: str
-  num_heads: int
-  mlp_ratio: float = 4.0
-  mixer_kwargs: Any = None
-  dropout_rate: float = 0.0
-  attention_dropout_rate: float = 0.0
-  drop_path_rate: float = 0.0
-  dtype: Optional[Dtype] = None
-
-  @nn.compact
-  def __call__(self, x: Array, mask: Array, *, deterministic: bool = True) -> Array:
-    dim = x.shape[-1]
-    mixer = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads, causal=False,
-                                                dropout_rate=self.attention_dropout_rate),
-                        **dict(self.mixer_kwargs or {}))
-    h = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=self.dtype, name='norm1')(x)
-    h = mixer(h, mask, deterministic=deterministic)
-    x = x + DropPath(self.drop_path_rate)(h, deterministic=deterministic)
-    h = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=self.dtype, name='norm2')(x)
-    h = MlpBlock(int(dim * self.mlp_ratio), activation=exact_gelu, dropout_rate=self.dropout_rate,
-                 dtype=self.dtype, kernel_init=dense_init, name='mlp')(h, deterministic=deterministic)
-    return x + DropPath(self.drop_path_rate)(h, deterministic=deterministic)
 
 
 class VisionTransformer(nn.Module):
@@ -166,12 +137,14 @@ class VisionTransformer(nn.Module):
 
     grids = self.stage_grids()
     pool_after = self.pool_after_blocks()
-    block_args = dict(mixer=self.mixer, num_heads=self.num_heads, mlp_ratio=self.mlp_ratio,
-                      mixer_kwargs=self.mixer_kwargs, dropout_rate=self.dropout_rate,
-                      attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
-    for i in range(self.depth):
+    block_args = dict(mixer=self.mixer, num_heads=self.num_heads,
+                      mlp_dim=int(self.hidden_dim * self.mlp_ratio), mixer_kwargs=self.mixer_kwargs,
+                      dropout_rate=self.dropout_rate,
+                      attention_dropout_rate=self.attention_dropout_rate, activation='gelu_exact',
+                      layer_norm_epsilon=LAYER_NORM_EPS, kernel_init=dense_init, dtype=self.dtype)
+    for i in range(self.depth):                                              # Eqs. (2)-(3)
       rate = self.drop_path_rate * i / max(self.depth - 1, 1)
-      x = EncoderBlock(drop_path_rate=rate, name=f'block{i}', **block_args)(
+      x = TransformerBlock(drop_path_rate=rate, name=f'block{i}', **block_args)(
           x, mask, deterministic=deterministic)
       if i in pool_after:                                                    # Eq. (5)
         stage = pool_after.index(i)
@@ -193,41 +166,22 @@ class VisionTransformer(nn.Module):
 
 # ---- registry: config.model (a locked ConfigDict) -> module ----
 
-_COMMON_KEYS = ('name', 'num_classes', 'image_size', 'patch_size', 'hidden_dim', 'depth',
-                'num_heads', 'mlp_ratio', 'mixer', 'mixer_kwargs', 'dropout_rate',
-                'attention_dropout_rate', 'drop_path_rate', 'dtype')
-_HVT_KEYS = ('num_stages', 'pool_method', 'pool_kernel_size', 'pool_stride', 'pool_2d')
-
-
-def _kwargs(cfg, required: Sequence[str], optional: Sequence[str]) -> dict[str, Any]:
-  """Reads `cfg` into module kwargs; unknown keys fail loudly, missing required keys too."""
-  keys = set(cfg.keys())
-  unknown = sorted(keys - set(required) - set(optional) - {'name'})
-  if unknown:
-    raise ValueError(f'model {cfg.name!r}: unknown config.model key(s) {unknown}; valid keys: '
-                     f'{sorted(set(required) | set(optional))}.')
-  missing = sorted(set(required) - keys)
-  if missing:
-    raise ValueError(f'model {cfg.name!r}: config.model is missing {missing}.')
-  out = {k: cfg[k] for k in keys if k != 'name'}
-  if out.get('mixer_kwargs') is not None:
-    out['mixer_kwargs'] = dict(out['mixer_kwargs'])
-  if isinstance(out.get('dtype'), str):
-    out['dtype'] = jnp.dtype(out['dtype'])
-  return out
-
-
 _REQUIRED = ('num_classes', 'hidden_dim', 'depth', 'num_heads')
+_HVT_KEYS = ('num_stages', 'pool_method', 'pool_kernel_size', 'pool_stride', 'pool_2d')
 
 
 @register_model('vit')
 def build_vit(cfg) -> VisionTransformer:
   """ViT / DeiT / CP-ViT: `classifier` 'token' (default) or 'mean'; mixer by name."""
-  return VisionTransformer(**_kwargs(cfg, _REQUIRED, _COMMON_KEYS + ('classifier',)))
+  hvt_keys = sorted(set(cfg.keys()) & set(_HVT_KEYS))
+  if hvt_keys:
+    raise ValueError(f'model {cfg.name!r}: unknown config.model key(s) {hvt_keys}; pooling '
+                     f"stages are HVT's: use name='hvt'.")
+  return VisionTransformer(**model_kwargs(cfg, VisionTransformer, required=_REQUIRED))
 
 
 @register_model('hvt')
 def build_hvt(cfg) -> VisionTransformer:
   """HVT: `num_stages` (M) pooling stages and the mean head (no class token)."""
-  return VisionTransformer(classifier='mean',
-                           **_kwargs(cfg, _REQUIRED + ('num_stages',), _COMMON_KEYS + _HVT_KEYS))
+  return VisionTransformer(**model_kwargs(cfg, VisionTransformer,
+                                          required=_REQUIRED + ('num_stages',), classifier='mean'))

@@ -102,7 +102,8 @@ def override(config: ml_collections.ConfigDict, **updates: Any) -> ml_collection
 def complete_from_dataset(config: ml_collections.ConfigDict, info) -> None:
   """Fills model.vocab_size / max_length / num_classes left unset, from the DatasetInfo."""
   derived = {'vocab_size': info.vocab_size, 'num_classes': info.num_classes,
-             'max_length': info.input_shape[-1] if info.vocab_size is not None else None}
+             'max_length': info.input_shape[-1] if info.vocab_size is not None else None,
+             **info.model_defaults}
   with config.unlocked():
     for key, value in derived.items():
       if key in config.model and config.model[key] is None and value is not None:

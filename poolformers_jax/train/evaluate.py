@@ -26,7 +26,11 @@ def make_eval_step(setup: Setup):
 
   def eval_step(state, batch):
     logits = model.apply(variables_of(state), task.model_inputs(batch), deterministic=True)
-    return task.sums(logits, batch['targets'], batch['mask'].astype(jnp.float32))
+    weights = batch['mask'].astype(jnp.float32)
+    sums = task.sums(logits, batch['targets'], weights)
+    if task.rows is None:
+      return sums, {}
+    return sums, {**task.rows(logits, batch['targets']), 'weight': weights}
 
   return jax.jit(eval_step, in_shardings=(setup.state_shardings, sharding.batch_sharded(setup.mesh)),
                  out_shardings=sharding.replicated(setup.mesh))
@@ -39,15 +43,21 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
   batch_size = batch_size or config.eval_batch_size
   sharding.check_batch_size(batch_size, setup.mesh, 'eval_batch_size')
   eval_step = eval_step or make_eval_step(setup)
-  totals: dict[str, float] = {}
+  totals: dict[str, Any] = {}
+  rows: dict[str, list] = {}
   # batch_size is global; each process yields its batch_size // process_count share.
   for batch in data.make_eval_iterator(config, split, batch_size=batch_size, **process_slice()):
-    sums = jax.device_get(eval_step(state, sharding.global_batch(batch, setup.mesh)))
+    sums, batch_rows = jax.device_get(eval_step(state, sharding.global_batch(batch, setup.mesh)))
     for key, value in sums.items():
-      totals[key] = totals.get(key, 0.0) + float(np.float64(value))
+      totals[key] = totals.get(key, 0.0) + np.asarray(value, np.float64)
+    real = batch_rows.pop('weight', None)
+    for key, value in batch_rows.items():   # per-example rows of real examples only
+      rows.setdefault(key, []).append(np.asarray(value)[real > 0])
   if not totals:
     raise ValueError(f'split {split!r} of {config.data.name!r} is empty.')
-  return setup.task.summary(totals)
+  if setup.task.rows is None:
+    return setup.task.summary(totals)
+  return setup.task.summary(totals, rows={k: np.concatenate(v) for k, v in rows.items()})
 
 
 def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:

@@ -25,7 +25,7 @@ import optax
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, mixing, sharding
+from poolformers_jax.train import config_utils, init_from, mixing, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train.evaluate import evaluate_state, make_eval_step, write_eval_json
 from poolformers_jax.train.metrics import MetricWriter
@@ -83,13 +83,13 @@ def make_train_step(setup: Setup):
       logits, updates = out if mutable else (out, {})
       weights = jnp.ones(targets.shape[:1], jnp.float32)
       sums = task.sums(logits, targets, weights, label_smoothing)
-      return sums['loss'] / sums['count'], (sums, updates)
+      return task.objective(sums), (sums, updates)
 
-    (_, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    (objective, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
     new_state = state.apply_gradients(grads=grads)
     if updates:
       new_state = new_state.replace(batch_stats=updates['batch_stats'])
-    metrics = {**sums, 'grad_norm': optax.global_norm(grads),
+    metrics = {**sums, 'objective': objective, 'grad_norm': optax.global_norm(grads),
                'learning_rate': schedule(state.step // accum)}
     return new_state, metrics
 
@@ -133,8 +133,12 @@ def _due(step: int, every: int) -> bool:
   return every > 0 and step % every == 0
 
 
+_NOT_SUMS = ('objective', 'grad_norm', 'learning_rate')   # per-step values in the train metrics
+
+
 def _summarize_train(setup: Setup, window: list[dict[str, float]], seconds: float) -> dict[str, float]:
-  totals = {k: sum(m[k] for m in window) for k in ('loss', 'correct', 'count')}
+  totals = {k: sum(np.asarray(m[k], np.float64) for m in window)
+            for k in window[0] if k not in _NOT_SUMS}
   out = setup.task.summary(totals)
   out.pop('count', None)
   out['grad_norm'] = float(np.mean([m['grad_norm'] for m in window]))
@@ -169,6 +173,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   else:
     state, step = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng,
                                                setup.mesh), 0
+    if config.get('init_from'):   # fine-tuning: parameters only, fresh optimizer and step
+      state = init_from.init_state_from(state, config.init_from, config.get('init_from_fresh', ''))
   logging.info('model %s: %d parameters', config.model.name, state_lib.param_count(state.params))
 
   train_step = make_train_step(setup)
@@ -182,8 +188,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         batch = sharding.global_batch(next(train_iter), setup.mesh)
         state, metrics = train_step(state, batch, dropout_rng)
         step += 1
-        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        loss = metrics['loss'] / max(metrics['count'], 1.0)
+        metrics = jax.device_get(metrics)      # numpy; sums may be arrays (a confusion matrix)
+        loss = float(metrics['objective'])
         if not np.isfinite(loss):
           checkpointer.wait()
           raise NonFiniteLossError(

@@ -34,6 +34,21 @@ def _one_cycle(peak: float, warmup: int, total: int) -> optax.Schedule:
       div_factor=25.0, final_div_factor=25.0 * 1e4)
 
 
+# PyTorch OneCycleLR cycles momentum by default (cycle_momentum=True): for Adam, beta1 falls from
+# max_momentum to base_momentum while the learning rate rises, and climbs back while it decays.
+# The LRA runs of Nystromformer / PoNet use those defaults; `optimizer.cycle_momentum` turns it on.
+BASE_MOMENTUM, MAX_MOMENTUM = 0.85, 0.95
+
+
+def one_cycle_b1(warmup: int, total: int) -> optax.Schedule:
+  """beta1 mirrored on `_one_cycle`'s learning rate: 0.95 -> 0.85 (at its peak) -> 0.95."""
+  total = max(total, 1)
+  peak = int(min(max(warmup, 1) / total, 0.99) * total)   # the step optax's one-cycle peaks at
+  return optax.join_schedules(
+      [optax.linear_schedule(MAX_MOMENTUM, BASE_MOMENTUM, max(peak, 1)),
+       optax.linear_schedule(BASE_MOMENTUM, MAX_MOMENTUM, max(total - peak, 1))], [peak])
+
+
 def _with_warmup(decay: Callable[[float, int], optax.Schedule]):
   def build(peak: float, warmup: int, total: int) -> optax.Schedule:
     after = decay(peak, max(total - warmup, 1))
@@ -65,8 +80,16 @@ def make_optimizer(config) -> optax.GradientTransformation:
   chain = []
   if opt.grad_clip_norm and opt.grad_clip_norm > 0:
     chain.append(optax.clip_by_global_norm(opt.grad_clip_norm))
-  chain.append(optax.adamw(make_schedule(config), b1=opt.b1, b2=opt.b2, eps=opt.eps,
-                           weight_decay=opt.weight_decay, mask=weight_decay_mask))
+  adamw, b1 = optax.adamw, opt.b1
+  if opt.get('cycle_momentum', False):
+    if opt.schedule != 'one_cycle':
+      raise ValueError(f'config.optimizer.cycle_momentum=True needs schedule one_cycle (got '
+                       f'{opt.schedule!r}); set cycle_momentum=False or schedule=one_cycle.')
+    accum = max(int(opt.grad_accum_steps), 1)
+    adamw = optax.inject_hyperparams(optax.adamw, static_args=('mask',))
+    b1 = one_cycle_b1(opt.warmup_steps // accum, config.num_train_steps // accum)
+  chain.append(adamw(make_schedule(config), b1=b1, b2=opt.b2, eps=opt.eps,
+                     weight_decay=opt.weight_decay, mask=weight_decay_mask))
   tx = optax.chain(*chain)
   if opt.grad_accum_steps > 1:
     tx = optax.MultiSteps(tx, every_k_schedule=int(opt.grad_accum_steps))

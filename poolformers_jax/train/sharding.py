@@ -87,6 +87,6 @@ def check_batch_size(batch_size: int, mesh: Mesh, what: str) -> int:
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """This process's slice of the batch -> arrays sharded over 'data' across all processes."""
-  sharding = batch_sharded(mesh)
-  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
-          for k, v in local_batch.items()}
+  sharding = batch_sharded(mesh)   # every leaf (targets may be a dict of arrays)
+  return jax.tree.map(lambda v: jax.make_array_from_process_local_data(sharding, np.asarray(v)),
+                      local_batch)

@@ -3,6 +3,9 @@
 Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
 examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
 over batches and divided once at the end are exact whatever the batch size or device count.
+Sums may be arrays (a confusion matrix); the training objective of a batch is
+`task.objective(sums)` (default: summed loss / count). A metric that is no function of sums
+(Spearman's rank correlation) reads per-example `rows` that evaluation gathers once per split.
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ from typing import Any, Callable, Optional
 import jax
 import jax.numpy as jnp
 import optax
+
+from poolformers_jax.train import text_tasks
 
 Array = jax.Array
 Sums = dict[str, Array]
@@ -33,29 +38,49 @@ def _cross_entropy(logits: Array, targets: Array, num_classes: int, label_smooth
   return optax.softmax_cross_entropy(logits.astype(jnp.float32), labels)
 
 
+TOP_K = 5   # every ImageNet table reports top-1 and top-5
+
+
+def _rank(logits: Array, classes: Array) -> Array:
+  """Position of the target class in the logits sorted descending, ties broken by lower class
+  index first (as argmax and lax.top_k do): top-k correct <=> rank < k."""
+  target = jnp.take_along_axis(logits, classes[:, None], axis=-1)
+  ahead = (logits > target) | ((logits == target)
+                               & (jnp.arange(logits.shape[-1]) < classes[:, None]))
+  return jnp.sum(ahead, axis=-1)
+
+
 def classification_sums(logits: Array, targets: Array, weights: Array,
-                        label_smoothing: float = 0.0) -> Sums:
+                        label_smoothing: float = 0.0, top_k: bool = True) -> Sums:
   """logits [B, C], targets [B] (or soft targets [B, C]), weights [B] -> summed loss, correct
-  and count. Soft targets are used as given (label_smoothing ignored); correct = the argmax of
-  the logits is the argmax of the soft target (the majority class of a mixed example)."""
+  and count, and `correct_top5` when C >= 5 (and `top_k`). Soft targets are used as given
+  (label_smoothing ignored); correct = the argmax of the logits is the argmax of the soft target
+  (the majority class of a mixed example)."""
   loss = _cross_entropy(logits, targets, logits.shape[-1], label_smoothing)
   classes = jnp.argmax(targets, -1) if _is_soft(logits, targets) else targets
   correct = (jnp.argmax(logits, -1) == classes).astype(jnp.float32)
-  return {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
+  sums = {'loss': jnp.sum(loss * weights), 'correct': jnp.sum(correct * weights),
           'count': jnp.sum(weights)}
+  if top_k and logits.shape[-1] >= TOP_K:
+    in_top = (_rank(logits, classes) < TOP_K).astype(jnp.float32)
+    sums[f'correct_top{TOP_K}'] = jnp.sum(in_top * weights)
+  return sums
 
 
 def lm_sums(logits: Array, targets: Array, weights: Array, label_smoothing: float = 0.0) -> Sums:
   """logits [B, L, V], targets [B, L]; every token of a real example counts."""
   token_weights = jnp.broadcast_to(weights[:, None], targets.shape)
   return classification_sums(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                             token_weights.reshape(-1), label_smoothing)
+                             token_weights.reshape(-1), label_smoothing, top_k=False)
 
 
 def classification_summary(sums: dict[str, float]) -> dict[str, float]:
   count = max(sums['count'], 1.0)
-  return {'loss': sums['loss'] / count, 'accuracy': sums['correct'] / count,
-          'count': sums['count']}
+  out = {'loss': sums['loss'] / count, 'accuracy': sums['correct'] / count,
+         'count': sums['count']}
+  if f'correct_top{TOP_K}' in sums:
+    out[f'accuracy_top{TOP_K}'] = sums[f'correct_top{TOP_K}'] / count
+  return out
 
 
 def lm_summary(sums: dict[str, float]) -> dict[str, float]:
@@ -94,10 +119,16 @@ def _seq2seq_example(info) -> dict[str, Array]:
   return {'inputs': zeros, 'targets': zeros}
 
 
+def mean_loss(sums: Sums) -> Array:
+  return sums['loss'] / jnp.maximum(sums['count'], 1.0)
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
   sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
-  summary: Callable[[dict[str, float]], dict[str, float]]
+  summary: Callable[..., dict[str, float]]            # (totals[, rows=...]) -> metrics
+  objective: Callable[[Sums], Array] = mean_loss      # what a train step minimises
+  rows: Optional[Callable[[Any, Any], dict[str, Array]]] = None   # (outputs, targets) -> [B] each
   model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
   example_inputs: Optional[Callable[[Any], Any]] = None   # DatasetInfo -> init input (default:
                                                            # zeros of info.input_shape)
@@ -110,6 +141,17 @@ TASKS: dict[str, Task] = {
     'seq2seq': Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
                     example_inputs=_seq2seq_example),
 }
+
+
+# PoNet's transfer experiments (text_tasks.py): MLM + SSO/NSP pre-training; GLUE and long-text
+# classification (accuracy, F1, Matthews from one confusion matrix); STS-B regression.
+TASKS.update({
+    'pretraining': Task(text_tasks.pretraining_sums, text_tasks.pretraining_summary,
+                        objective=text_tasks.pretraining_objective),
+    'text_classification': Task(text_tasks.confusion_sums, text_tasks.confusion_summary),
+    'regression': Task(text_tasks.regression_sums, text_tasks.regression_summary,
+                       rows=text_tasks.regression_rows),
+})
 
 
 def get_task(name: str) -> Task:

@@ -1,5 +1,6 @@
 """LRA Text / Retrieval / Image / Pathfinder loaders on mock TFDS data and tiny generated files."""
 import os
+import types
 
 import ml_collections
 import numpy as np
@@ -147,3 +148,51 @@ def test_missing_tfds_dataset_is_one_clear_line(tmp_path):
   with pytest.raises(data.DataNotFoundError, match='tfds build imdb_reviews') as e:
     data.get_dataset_info(config)
   assert '\n' not in str(e.value) and str(tmp_path / 'empty') in str(e.value)
+
+
+def _tfds_range(spec, sizes):
+  """(split, first, end) that TFDS's own slicing resolves `spec` to, for split sizes `sizes`."""
+  infos = {name: types.SimpleNamespace(num_examples=n) for name, n in sizes.items()}
+  (instruction,) = tfds.core.ReadInstruction.from_spec(spec).to_absolute(infos)
+  end = sizes[instruction.splitname] if instruction.to is None else instruction.to
+  return instruction.splitname, instruction.from_ or 0, end
+
+
+def test_lra_image_and_text_splits_are_the_lra_codes(monkeypatch):
+  """Image: train[:90%] / train[90%:] / test = 45k / 5k / 10k (lra_benchmarks/image/
+  input_pipeline.py), so checkpoints are never chosen on test. Text: IMDB has no validation
+  split and LRA validates on test (lra_benchmarks/text_classification/input_pipeline.py)."""
+  from poolformers_jax.data import base, lra
+  monkeypatch.setattr(base, 'tfds_source', lambda name, split, data_dir: (name, split))
+  cifar = {'train': 50_000, 'test': 10_000}
+  image = _config('lra_image').data
+  ranges = {s: _tfds_range(lra.image_source(image, s)[1], cifar) for s in base.SPLITS}
+  assert ranges == {'train': ('train', 0, 45_000), 'validation': ('train', 45_000, 50_000),
+                    'test': ('test', 0, 10_000)}
+  text = _config('lra_text').data
+  assert {s: lra.text_source(text, s) for s in base.SPLITS} == {
+      'train': ('imdb_reviews/plain_text', 'train'),
+      'validation': ('imdb_reviews/plain_text', 'test'),
+      'test': ('imdb_reviews/plain_text', 'test')}
+
+
+def test_lra_pathfinder_release_skips_empty_images(tmp_path):
+  """The LRA release holds some empty PNGs; LRA's TFDS pipeline and Nystromformer skip them."""
+  folder = tmp_path / 'curv_baseline'
+  os.makedirs(folder / 'imgs' / '0')
+  os.makedirs(folder / 'metadata')
+  lines = []
+  for i, image in enumerate(_random_images(3, 10, 8)):
+    path = folder / 'imgs' / '0' / f'sample_{i}.png'
+    if i == 4:
+      path.write_bytes(b'')
+    else:
+      Image.fromarray(image).save(path)
+    lines.append(f'imgs/0 sample_{i}.png {i} {i % 2} 0.5 1\n')
+  (folder / 'metadata' / '0.npy').write_text(''.join(lines))
+  config = _config('lra_pathfinder', pathfinder_dir=str(tmp_path), format='lra_release',
+                   difficulty='curv_baseline', max_length=64)
+  sizes = data.get_dataset_info(config).split_sizes
+  assert sizes == {'train': 7, 'validation': 1, 'test': 1}       # 9 images, 80/10/10
+  rows, _ = _all_eval_rows(config, 'train', 1)
+  assert len(rows) == 7

@@ -6,6 +6,7 @@ import pytest
 
 from poolformers_jax import testing as T
 from poolformers_jax.layers import LinearAttention, MultiHeadAttention, build_mixer
+from poolformers_jax.layers.attention import cudnn_unavailable_reason, resolve_implementation
 
 
 def _dense(params, name, x):
@@ -99,3 +100,61 @@ def test_registry_builds_and_rejects():
     build_mixer('linear', shared=dict(num_heads=2), window=3)
   with pytest.raises(ValueError, match='unknown mixer'):
     build_mixer('nope')
+
+
+def _explicit_vs(implementation, causal, x, mask):
+  explicit = MultiHeadAttention(num_heads=2, causal=causal)
+  other = MultiHeadAttention(num_heads=2, causal=causal, implementation=implementation)
+  params = explicit.init(jax.random.PRNGKey(0), x, mask)
+  loss = lambda m: lambda p, xx: jnp.sum(jnp.where(mask[..., None], m.apply(p, xx, mask), 0) ** 2)
+  grads = [jax.jit(jax.value_and_grad(loss(m), argnums=(0, 1)))(params, x)
+           for m in (explicit, other)]
+  return params, grads
+
+
+@pytest.mark.parametrize('causal', [False, True])
+def test_xla_implementation_equals_explicit(causal):
+  # Same parameters, padding in one sequence: values and grads (w.r.t. parameters and input)
+  # agree at real positions, so xla inherits explicit's padding and causality tests.
+  implementation = 'xla'
+  x, mask = T.random_inputs(5, 2, 11, 16, num_real=[11, 6])
+  params, ((l1, (gp1, gx1)), (l2, (gp2, gx2))) = _explicit_vs(implementation, causal, x, mask)
+  np.testing.assert_allclose(float(l1), float(l2), rtol=1e-5)
+  np.testing.assert_allclose(np.asarray(gx1), np.asarray(gx2), atol=1e-5, rtol=1e-4)
+  for a, b in zip(jax.tree.leaves(gp1), jax.tree.leaves(gp2)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-4)
+  y1 = MultiHeadAttention(2, causal=causal).apply(params, x, mask)
+  y2 = MultiHeadAttention(2, causal=causal, implementation=implementation).apply(params, x, mask)
+  m = np.asarray(mask)
+  np.testing.assert_allclose(np.asarray(y1)[m], np.asarray(y2)[m], atol=2e-6, rtol=1e-5)
+
+
+def test_xla_implementation_bf16_and_auto():
+  x, mask = T.random_inputs(6, 2, 10, 16, num_real=[10, 4])
+  module = MultiHeadAttention(num_heads=2, implementation='xla')
+  params = module.init(jax.random.PRNGKey(0), x, mask)
+  assert resolve_implementation('auto', jnp.bfloat16, 8, 'MHA') == (
+      'cudnn' if cudnn_unavailable_reason(jnp.bfloat16, 8) is None else 'xla')
+  assert resolve_implementation('auto', jnp.float32, 8, 'MHA') == 'xla'  # cudnn needs bf16/fp16
+  xb = x.astype(jnp.bfloat16)
+  y1 = MultiHeadAttention(2, dtype=jnp.bfloat16).apply(params, xb, mask)
+  y2 = MultiHeadAttention(2, dtype=jnp.bfloat16, implementation='xla').apply(params, xb, mask)
+  assert y2.dtype == jnp.bfloat16
+  m = np.asarray(mask)
+  np.testing.assert_allclose(np.asarray(y1, np.float32)[m], np.asarray(y2, np.float32)[m],
+                             atol=3e-2, rtol=3e-2)
+
+
+def test_cudnn_request_fails_clearly_without_gpu():
+  x, mask = T.random_inputs(0, 1, 8, 16)
+  if jax.default_backend() == 'gpu':
+    pytest.skip('a GPU is present: benchmarks/gpu_run.sh checks cudnn there')
+  with pytest.raises(ValueError, match="implementation='cudnn' cannot run: it needs an NVIDIA GPU"):
+    MultiHeadAttention(2, implementation='cudnn').init(jax.random.PRNGKey(0), x, mask)
+  with pytest.raises(ValueError, match='unknown implementation'):
+    MultiHeadAttention(2, implementation='flash').init(jax.random.PRNGKey(0), x, mask)
+  # Only 'explicit' sows the weights; the fused paths cannot.
+  module = MultiHeadAttention(2, implementation='xla')
+  _, state = module.apply(module.init(jax.random.PRNGKey(0), x, mask), x, mask,
+                          mutable=['intermediates'])
+  assert 'attention_weights' not in state.get('intermediates', {})

@@ -1,0 +1,128 @@
+"""The one pre-LN transformer block, and the one `config.model` -> module arguments helper.
+
+    X' = X + DropPath(Dropout(Mixer(LN(X))))        (HVT Eq. 2, Vaswani et al. 2017 pre-LN form)
+    Y  = X' + DropPath(MLP(LN(X')))                 (HVT Eq. 3; the MLP ends with its dropout)
+
+The LRA encoder (`encoder.py`), the character LM (`lm.py`) and the ViT family (`vit.py`) all stack
+`TransformerBlock`; a decoder adds its cross-attention sublayer with one more `PreNormResidual`.
+Parameter names inside a block: `norm1`, the mixer under its class name (`MultiHeadAttention_0`,
+`PoNet_0`, ...: the parameter tree says which mixer ran), `norm2`, `mlp` (`fc1`, `fc2`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable, Mapping, Optional
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock
+from poolformers_jax.layers.registry import build_mixer
+
+# MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
+# 'gelu_exact' the erf form of timm / the official ViT code.
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    'relu': nn.relu,
+    'gelu': nn.gelu,
+    'gelu_exact': functools.partial(nn.gelu, approximate=False),
+}
+
+
+class PreNormResidual(nn.Module):
+  """One sublayer: x + DropPath(Dropout(fn(norm(x), *args))).
+
+  `norm` and `fn` are modules built (and named) by the caller, so their parameters live in the
+  caller's scope (`norm1`, `mixer`, ...): this wrapper has none. Extra positional / keyword
+  arguments go to `fn` after the normalised input, e.g. a cross-attention sublayer
+  `PreNormResidual(nn.LayerNorm(name='norm_cross'), CrossAttention(...))(x, memory, memory_mask)`.
+  """
+  norm: nn.Module
+  fn: nn.Module
+  dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
+
+  @nn.compact
+  def __call__(self, x: Array, *args: Any, deterministic: bool = True, **kwargs: Any) -> Array:
+    h = self.fn(self.norm(x), *args, deterministic=deterministic, **kwargs)
+    h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    return x + DropPath(self.drop_path_rate)(h, deterministic=deterministic)
+
+
+class TransformerBlock(nn.Module):
+  """Pre-LN block on [B, L, D]: token mixer by registry name, then the MLP.
+
+  The mixer gets `num_heads`, `causal`, `dropout_rate=attention_dropout_rate` and `dtype` where it
+  declares them as fields (`build_mixer`), plus `mixer_kwargs`. `dropout_rate` drops the mixer's
+  output and the MLP's hidden and output activations; `drop_path_rate` drops whole residual
+  branches per example (stochastic depth).
+  """
+  mixer: str
+  num_heads: int
+  mlp_dim: int
+  mixer_kwargs: Optional[Mapping[str, Any]] = None
+  causal: bool = False
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
+  activation: str = 'gelu'
+  layer_norm_epsilon: float = 1e-6
+  kernel_init: Callable = nn.initializers.xavier_uniform()   # the MLP's Dense kernels
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+               deterministic: bool = True, **mixer_inputs: Any) -> Array:
+    """`mixer_inputs`: further keyword arrays for the mixer (segment_ids of packed rows)."""
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f'TransformerBlock: unknown activation {self.activation!r}; '
+                       f'choose one of {sorted(ACTIVATIONS)}.')
+    norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
+    mixer = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads, causal=self.causal,
+                                                dropout_rate=self.attention_dropout_rate,
+                                                dtype=self.dtype),
+                        **dict(self.mixer_kwargs or {}))
+    x = PreNormResidual(norm('norm1'), mixer, self.dropout_rate, self.drop_path_rate)(
+        x, mask, deterministic=deterministic, **mixer_inputs)
+    mlp = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
+                   dropout_rate=self.dropout_rate, dtype=self.dtype, kernel_init=self.kernel_init,
+                   name='mlp')
+    return PreNormResidual(norm('norm2'), mlp, 0.0, self.drop_path_rate)(
+        x, deterministic=deterministic)
+
+
+def _plain(value: Any) -> Any:
+  """ConfigDict / FieldReference / list values -> plain dicts and tuples (hashable fields)."""
+  if hasattr(value, 'to_dict'):
+    value = value.to_dict()
+  if isinstance(value, Mapping):
+    return {k: _plain(v) for k, v in value.items()}
+  if isinstance(value, list):
+    return tuple(_plain(v) for v in value)
+  return value
+
+
+def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
+                 **overrides: Any) -> dict[str, Any]:
+  """`config.model` -> keyword arguments of module class `cls`; the ONE place this happens.
+
+  Every key but `name` (and `ignore`, keys another module of the model reads) must be a field of
+  `cls`, and `required` keys must be present: otherwise one line says which keys are wrong and
+  which are valid. Lists become tuples, ConfigDicts dicts, and the dtype string ('bfloat16')
+  a jnp.dtype. `overrides` are set last (e.g. HVT's classifier='mean').
+  """
+  fields = {f.name for f in dataclasses.fields(cls)} - {'parent', 'name'}
+  keys = set(cfg.keys()) - {'name'} - set(ignore)
+  name = cfg.get('name', cls.__name__)
+  unknown = sorted(keys - (fields - set(overrides)))   # overrides are the model's to set
+  if unknown:
+    raise ValueError(f'model {name!r}: unknown config.model key(s) {unknown}; valid keys: '
+                     f'{sorted(fields - set(overrides))}.')
+  missing = sorted(set(required) - keys)
+  if missing:
+    raise ValueError(f'model {name!r}: config.model is missing {missing}.')
+  kwargs = {k: _plain(cfg[k]) for k in keys}
+  if isinstance(kwargs.get('dtype'), str):
+    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  kwargs.update(overrides)
+  return kwargs

@@ -1,0 +1,93 @@
+"""LRA protocol as the reference code runs it: eval cadence, byte cut, padded mean pooling, beta1."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import lra_image
+import lra_listops
+import lra_pathfinder
+import lra_retrieval
+import lra_text
+from tiny_runs import tiny_config
+from poolformers_jax.data import get_data_config, lra
+from poolformers_jax.models.encoder import POOLINGS, SequenceEncoder
+from poolformers_jax.train import config_utils, optim
+
+
+def test_full_configs_evaluate_as_often_as_the_reference_and_cut_bytes_at_4000():
+  """PoNet's / Nystromformer's lra_config.py eval_frequency; text and retrieval keep 4000 bytes
+  and pad to 4096 (their datasets/text.py, retrieval.py)."""
+  every = {lra_listops: 50, lra_text: 500, lra_retrieval: 300, lra_image: 175,
+           lra_pathfinder: 312}
+  for module, steps in every.items():
+    config = module.get_config('ponet')
+    assert config.eval_every_steps == steps, module.__name__
+  for module in (lra_text, lra_retrieval):
+    config = module.get_config('transformer')
+    assert (config.data.max_tokens, config.data.max_length) == (4000, 4096)
+
+
+def test_bytes_cut_at_max_tokens_then_padded():
+  data_config = get_data_config('lra_text')
+  data_config.update(max_length=8, max_tokens=5)
+  np.testing.assert_array_equal(lra.byte_tokens('abcdefghij', data_config, 'review'),
+                                [98, 99, 100, 101, 102, 0, 0, 0])
+  data_config.max_tokens = 0                         # 0 = max_length
+  np.testing.assert_array_equal(lra.byte_tokens('abcdefghij', data_config, 'review'),
+                                [98, 99, 100, 101, 102, 103, 104, 105])
+
+
+def test_mean_padded_pooling_is_the_reference_sum_over_padded_length():
+  """model.py of the reference: (LN(x) * mask).mean(dim=1) over all L positions."""
+  x = np.random.default_rng(0).normal(size=(2, 8, 3)).astype(np.float32)
+  mask = np.arange(8)[None, :] < np.array([[4], [6]])
+  reference = (x * mask[..., None]).sum(1) / 8
+  padded = POOLINGS['mean_padded'](jnp.asarray(x), jnp.asarray(mask))
+  np.testing.assert_allclose(padded, reference, rtol=1e-6)
+  np.testing.assert_allclose(POOLINGS['mean'](jnp.asarray(x), jnp.asarray(mask)),
+                             reference * 8 / np.array([[4], [6]]), rtol=1e-6)
+  # Less padding changes the reference's features; the default's stay (real tokens only).
+  short = POOLINGS['mean_padded'](jnp.asarray(x[:, :6]), jnp.asarray(mask[:, :6]))
+  np.testing.assert_allclose(short, reference * 8 / 6, rtol=1e-6)
+  with pytest.raises(ValueError, match="unknown pooling 'max'"):
+    SequenceEncoder(vocab_size=5, max_length=4, pooling='max').init(
+        jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32))
+
+
+def _adamw_torch(params, grads, lrs, b1s, b2=0.999, eps=1e-6):
+  """torch.optim.AdamW's update with a per-step beta1 (what OneCycleLR's momentum cycling sets)."""
+  p, m, v = params.copy(), np.zeros_like(params), np.zeros_like(params)
+  for t, (g, lr, b1) in enumerate(zip(grads, lrs, b1s), start=1):
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    p = p - lr * (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+  return p
+
+
+def test_one_cycle_momentum_cycles_beta1_like_pytorch():
+  config = config_utils.override(tiny_config('/unused'), **{
+      'optimizer.schedule': 'one_cycle', 'optimizer.cycle_momentum': True,
+      'optimizer.warmup_steps': 4, 'num_train_steps': 12, 'optimizer.learning_rate': 0.1})
+  b1 = optim.one_cycle_b1(4, 12)
+  np.testing.assert_allclose([float(b1(s)) for s in (0, 2, 4, 8, 12)],
+                             [0.95, 0.90, 0.85, 0.90, 0.95], rtol=1e-6)
+  tx, lr = optim.make_optimizer(config), optim.make_schedule(config)
+  rng = np.random.default_rng(0)
+  grads = rng.normal(size=(6, 3)).astype(np.float32)
+  params = {'w': jnp.zeros((3,), jnp.float32)}       # 1D: no weight decay (mask)
+  state = tx.init(params)
+
+  @jax.jit
+  def step(params, state, g):
+    updates, state = tx.update({'w': g}, state, params)
+    return optax.apply_updates(params, updates), state
+
+  for g in grads:
+    params, state = step(params, state, jnp.asarray(g))
+  expected = _adamw_torch(np.zeros(3), grads, [float(lr(s)) for s in range(6)],
+                          [float(b1(s)) for s in range(6)])
+  np.testing.assert_allclose(np.asarray(params['w']), expected, rtol=1e-5, atol=1e-7)
+  with pytest.raises(ValueError, match='needs schedule one_cycle'):
+    optim.make_optimizer(config_utils.override(config, **{'optimizer.schedule': 'cosine'}))
