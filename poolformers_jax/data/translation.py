@@ -72,6 +72,7 @@ def source(data_config, split):
     return TsvPairs(path)
   if data_config.source != 'tfds':
     raise ValueError(f"config.data.source={data_config.source!r}; choose 'tfds' or 'tsv'.")
+  import tensorflow_datasets.translate.wmt14  # noqa: F401  registers wmt14_translate (no TF needed)
   return base.tfds_source(_tfds_name(data_config), data_config.tfds_splits[split],
                           data_config.data_dir)
 

@@ -56,8 +56,12 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
   if not totals:
     raise ValueError(f'split {split!r} of {config.data.name!r} is empty.')
   if setup.task.rows is None:
-    return setup.task.summary(totals)
-  return setup.task.summary(totals, rows={k: np.concatenate(v) for k, v in rows.items()})
+    metrics = setup.task.summary(totals)
+  else:
+    metrics = setup.task.summary(totals, rows={k: np.concatenate(v) for k, v in rows.items()})
+  if setup.task.decoded_metrics is not None:   # e.g. BLEU of beam-search translations
+    metrics.update(setup.task.decoded_metrics(setup, state, split))
+  return metrics
 
 
 def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:

@@ -119,6 +119,11 @@ def _seq2seq_example(info) -> dict[str, Array]:
   return {'inputs': zeros, 'targets': zeros}
 
 
+def _bleu_metrics(setup, state, split: str) -> dict[str, Any]:
+  from poolformers_jax.train import translation_eval  # pylint: disable=g-import-not-at-top
+  return translation_eval.bleu_metrics(setup, state, split)
+
+
 def mean_loss(sums: Sums) -> Array:
   return sums['loss'] / jnp.maximum(sums['count'], 1.0)
 
@@ -132,6 +137,8 @@ class Task:
   model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
   example_inputs: Optional[Callable[[Any], Any]] = None   # DatasetInfo -> init input (default:
                                                            # zeros of info.input_shape)
+  decoded_metrics: Optional[Callable[..., dict[str, Any]]] = None   # (setup, state, split) ->
+                                                           # metrics of generated outputs (BLEU)
 
 
 TASKS: dict[str, Task] = {
@@ -139,7 +146,7 @@ TASKS: dict[str, Task] = {
     'retrieval': Task(classification_sums, classification_summary),   # the model takes the pair
     'lm': Task(lm_sums, lm_summary),
     'seq2seq': Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
-                    example_inputs=_seq2seq_example),
+                    example_inputs=_seq2seq_example, decoded_metrics=_bleu_metrics),
 }
 
 
