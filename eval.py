@@ -2,13 +2,16 @@ r"""Evaluate a checkpoint: prints one JSON line of metrics and writes DIR/eval/<
 
 python eval.py --config configs/<task>.py[:arg] --workdir DIR [--checkpoint best|latest|STEP]
                [--split validation|test] [--batch_size N] [--config.k=v ...]
+The checkpoint is verified against its integrity record; a damaged or mismatched one, or any
+other bad input, ends with one line `error: ...` and exit code 2 (--verbose_errors: traceback).
+Multi-process flags as train.py (--distributed, --coordinator_address, ...).
 """
 import json
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from poolformers_jax.train import cli, evaluate, sharding
+from poolformers_jax.train import cli, evaluate
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
 _WORKDIR = flags.DEFINE_string('workdir', None, 'The training run directory.')
@@ -18,15 +21,15 @@ _BATCH_SIZE = flags.DEFINE_integer('batch_size', None, 'Global eval batch size (
 flags.mark_flags_as_required(['config', 'workdir'])
 
 
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  cli.quiet_library_logs()
-  sharding.maybe_initialize_distributed()
-  metrics = evaluate(_CONFIG.value, _WORKDIR.value, checkpoint=_CHECKPOINT.value,
+def _evaluate():
+  metrics = evaluate(cli.config_value(_CONFIG), _WORKDIR.value, checkpoint=_CHECKPOINT.value,
                      split=_SPLIT.value, batch_size=_BATCH_SIZE.value)
   print(json.dumps(metrics, sort_keys=True), flush=True)
-  sharding.shutdown_distributed()
+
+
+@cli.one_line_errors
+def main(argv):
+  cli.run(argv, _evaluate)
 
 
 if __name__ == '__main__':

@@ -1,53 +1,446 @@
-r"""Efficiency of the token mixers vs sequence length: forward+backward time and compiled memory.
+r"""The papers' efficiency tables in one command: whole TRAINING steps of the LRA text model.
 
-One LRA-sized mixer layer (dim 64, 2 heads; PAPER_NOTES.md) per registered mixer, for each length:
-- time: median wall time of one jitted forward+backward (value_and_grad w.r.t. params and input)
-  over `--repeats` runs after a warm-up, and its ratio to softmax attention measured in the same
-  process (ratios are what transfers between machines; AdaMRA's Table 2 quotes them too);
-- memory: XLA's compiled temp bytes (`memory_analysis()`) of the forward and of the
-  forward+backward: deterministic, no allocator noise. `--xla_cpu_experimental_ynn_fusion_type=-reduce`
-  is added to XLA_FLAGS before jax is imported, otherwise XLA:CPU does not count the scratch of
-  its fused forward softmax attention (STACK_NOTES.md).
-Timing is skipped (recorded as null) when the forward+backward would need more than
-`--max_temp_gb` of scratch, so softmax attention at long lengths cannot exhaust the machine.
+Mode `train` (default): one jitted training step (forward with dropout, backward, the AdamW update
+of `configs/lra_text.py` via `make_optimizer`) of the LRA text model (2 pre-LN layers, dim 64,
+2 heads, FFN 128, mean pooling; batch 32 as in PoNet's table, `--batch` / `--dtype` change it) for
+every registered mixer, for:
+- `softmax/<impl>`: softmax attention in each `MultiHeadAttention.implementation` that runs on
+  this device ('explicit' = the papers' naive float32 baseline, 'xla', and 'cudnn' on NVIDIA GPUs
+  with bf16/fp16);
+- `none`: the no-mixing lower bound. Its mixer keeps EVERY projection of softmax attention (the
+  query, key, value and out Dense layers, 4 x dim^2 weights + biases, and attention's output
+  dropout) and skips everything between them: y = out(q + k + v), position by position. No token
+  sees another, so no mixer can cost less.
+Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each point reports
+  step_ms       median wall time of one step over the timed repeats (after one warm-up run);
+                in-process the models of a length run interleaved, round-robin, so load changes
+                hit them alike; repeats stop early once a point has used `--point_budget_s`;
+  steps_per_s   1000 / step_ms;
+  memory_bytes  CPU: XLA's compiled temp bytes of the step (`memory_analysis()`; deterministic);
+                GPU: peak device bytes of a fresh process that ran only this point;
+  forward_gflops  `cost_analysis()` of the (lowered) forward + loss;
+  status        'ok' | 'out of memory' (CPU: temp + arguments exceed `--memory_budget_gb`, not run;
+                GPU: the allocator failed) | 'error: ...';
+and ratios to softmax/explicit and to the lower bound at the same length.
+Writes efficiency.json, efficiency.md (tables) and efficiency.png (log-log: time, memory, time
+ratio to softmax/explicit) to --output_dir. `--quick` is the smoke test the test suite runs.
 
-Writes efficiency.json and efficiency.png to --output_dir:
+Mode `layer`: the older per-mixer measurement (one mixer layer, forward+backward, no optimizer).
 
-  .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/efficiency \
-      --lengths 1024,2048,4096,8192 --batch 4 --repeats 5
+`--xla_cpu_experimental_ynn_fusion_type=-reduce` is added to XLA_FLAGS before jax is imported,
+otherwise XLA:CPU does not count the scratch of its fused softmax attention (STACK_NOTES.md).
+
+  nice -n 19 .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff --batch 4
+  .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff_quick --quick
 """
 import os
+import sys
 
 os.environ['XLA_FLAGS'] = ' '.join(
     [os.environ.get('XLA_FLAGS', ''), '--xla_cpu_experimental_ynn_fusion_type=-reduce']).strip()
 os.environ.setdefault('MPLBACKEND', 'Agg')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'configs'))
 
 import json  # noqa: E402
 import statistics  # noqa: E402
+import subprocess  # noqa: E402
 import time  # noqa: E402
+from typing import Any, Optional  # noqa: E402
 
 from absl import app, flags  # noqa: E402
+import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
 
-from poolformers_jax.layers import MIXERS, build_mixer  # noqa: E402
+from poolformers_jax.layers import MIXERS, build_mixer, register_mixer  # noqa: E402
+from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
+from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
+from poolformers_jax.models import build_model  # noqa: E402
+from poolformers_jax.train.optim import make_optimizer  # noqa: E402
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string('output_dir', None, 'Where efficiency.json and efficiency.png are written.')
-flags.DEFINE_list('mixers', ['softmax', 'linear', 'ponet', 'adamra', 'contextpool', 'msac'],
-                  'Mixer names; names not in the registry are skipped with a note.')
-flags.DEFINE_list('lengths', ['1024', '2048', '4096', '8192'], 'Sequence lengths.')
-flags.DEFINE_integer('batch', 4, 'Batch size.')
-flags.DEFINE_integer('dim', 64, 'Model width (LRA: 64).')
-flags.DEFINE_integer('num_heads', 2, 'Heads (LRA: 2 of 32).')
-flags.DEFINE_integer('repeats', 5, 'Timed runs per point (median reported).')
-flags.DEFINE_float('max_temp_gb', 4.0, 'Skip timing above this much compiled scratch memory.')
-flags.DEFINE_string('mixer_kwargs', '{"ponet": {"segment_num": 64}}',
-                    'JSON: per-mixer options passed to build_mixer.')
-flags.mark_flag_as_required('output_dir')
+flags.DEFINE_string('output_dir', None, 'Where efficiency.json / .md / .png are written.')
+flags.DEFINE_enum('mode', 'train', ['train', 'layer'], 'Whole training steps, or one mixer layer.')
+flags.DEFINE_list('mixers', None, 'Entries (default: softmax/<each implementation that runs>, '
+                  'every other registered mixer, none).')
+flags.DEFINE_list('lengths', ['1024', '2048', '4096', '8192', '16384'], 'Sequence lengths.')
+flags.DEFINE_list('long_lengths', ['32768'], 'Extra lengths for the linear-memory entries.')
+flags.DEFINE_list('linear_memory', ['none', 'linear', 'ponet', 'adamra', 'softmax/cudnn'],
+                  'Entries that also run at --long_lengths.')
+flags.DEFINE_integer('batch', 32, 'Batch size (PoNet table: 32).')
+flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype of the model.')
+flags.DEFINE_integer('repeats', 5, 'Timed steps per point at most (median reported).')
+flags.DEFINE_float('point_budget_s', 20.0, 'Stop timing a point after this many seconds '
+                   '(at least one timed step).')
+flags.DEFINE_float('memory_budget_gb', 8.0, 'CPU: points whose compiled temp + argument bytes '
+                   'exceed this are reported as out of memory and not run.')
+flags.DEFINE_enum('isolate', 'auto', ['auto', 'yes', 'no'], 'One subprocess per point (auto: on '
+                  'GPU, where the peak device memory of a process is the measurement).')
+flags.DEFINE_string('resume_from', None, 'efficiency.json of an earlier run: its lengths are kept '
+                    'and not measured again.')
+flags.DEFINE_float('point_timeout_s', 600.0, 'Isolated points: kill a point after this long.')
+flags.DEFINE_string('point', None, 'Internal: measure ENTRY@LENGTH alone and print its JSON.')
+flags.DEFINE_bool('quick', False, 'Smoke test: softmax/explicit and none (unless '
+                  '--mixers), length 32 (+64 for the linear-memory ones), batch 2, one '
+                  'repeat; every field is still written.')
+flags.DEFINE_integer('num_heads', 2, 'layer mode: heads.')
+flags.DEFINE_integer('dim', 64, 'layer mode: width.')
+flags.DEFINE_float('max_temp_gb', 4.0, 'layer mode: skip timing above this scratch memory.')
 
 
-def measure(mixer, batch: int, length: int, dim: int, repeats: int, max_temp_bytes: float) -> dict:
+class NoMixing(nn.Module):
+  """The lower bound: softmax attention's four projections, no token mixing: out(q + k + v)."""
+  num_heads: int
+  dropout_rate: float = 0.0
+  use_bias: bool = True
+  dtype: Optional[Any] = None
+
+  @nn.compact
+  def __call__(self, x, mask=None, *, deterministic: bool = True):
+    check_sequence_input(x, mask, type(self).__name__)
+    dense = lambda n: nn.Dense(x.shape[-1], use_bias=self.use_bias,
+                               dtype=compute_dtype(self.dtype, x), name=n)
+    mixed = dense('query')(x) + dense('key')(x) + dense('value')(x)
+    mixed = nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
+    return dense('out')(mixed)
+
+
+register_mixer('none', NoMixing)   # this process only (benchmark), not the library registry
+
+
+def on_gpu() -> bool:
+  return jax.default_backend() == 'gpu'
+
+
+def default_entries(dtype: str) -> list[str]:
+  impls = ['explicit', 'xla']
+  if cudnn_unavailable_reason(jnp.dtype(dtype), 64 // 2) is None:
+    impls.append('cudnn')
+  others = [m for m in MIXERS if m not in ('softmax', 'none')]
+  return [f'softmax/{i}' for i in impls] + others + ['none']
+
+
+def lra_text_config(entry: str, length: int, batch: int, dtype: str):
+  """configs/lra_text.py at the paper setting, resized to `length`, with `entry`'s mixer."""
+  import lra_text  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.configs_lib import FAMILIES  # pylint: disable=g-import-not-at-top
+  mixer, _, impl = entry.partition('/')
+  family = next((f for f, (m, _) in FAMILIES.items() if m == mixer), 'transformer')
+  config = lra_text.get_config(family).unlock()
+  config.model.mixer = mixer
+  kwargs = dict(FAMILIES[family][1]) if family != 'transformer' else {}
+  if mixer == 'ponet':   # PoNet's LRA-text segment count scales with the length (configs_lib)
+    kwargs['segment_num'] = max(lra_text.TASK.segment_num * length // lra_text.TASK.length, 1)
+  if impl:
+    kwargs['implementation'] = impl
+  config.model.mixer_kwargs = kwargs
+  config.model.update(max_length=length, vocab_size=257, num_classes=2, dtype=dtype)
+  config.batch_size = batch
+  return config
+
+
+def build_step(entry: str, length: int, batch: int, dtype: str):
+  """(jitted train step, state, batch, jitted forward loss) for one point."""
+  config = lra_text_config(entry, length, batch, dtype)
+  model, tx = build_model(config), make_optimizer(config)
+  key = jax.random.PRNGKey(0)
+  inputs = jax.random.randint(key, (batch, length), 1, 257)      # every token real
+  data = {'inputs': inputs, 'targets': jnp.arange(batch) % 2}
+
+  def loss_fn(params, data, rng):
+    logits = model.apply({'params': params}, data['inputs'], deterministic=False,
+                         rngs={'dropout': rng})
+    return optax.softmax_cross_entropy_with_integer_labels(logits, data['targets']).mean()
+
+  def train_step(state, data):
+    params, opt_state, rng = state
+    rng, sub = jax.random.split(rng)
+    loss, grads = jax.value_and_grad(loss_fn)(params, data, sub)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return (optax.apply_updates(params, updates), opt_state, rng), loss
+
+  params = jax.jit(model.init)(key, inputs[:, :min(length, 64)])['params']
+  state = (params, jax.jit(tx.init)(params), key)
+  return jax.jit(train_step, donate_argnums=0), state, data, jax.jit(loss_fn)
+
+
+def is_oom(error: Exception) -> bool:
+  text = str(error)
+  return 'RESOURCE_EXHAUSTED' in text or 'Out of memory' in text or 'out of memory' in text
+
+
+def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float) -> dict:
+  """Compiles one point: FLOPs, compiled memory, and (if it fits) what timing needs."""
+  step, state, data, loss_fn = build_step(entry, length, batch, dtype)
+  forward = loss_fn.lower(state[0], data, state[2]).cost_analysis()
+  compiled = step.lower(state, data).compile()
+  memory = compiled.memory_analysis()
+  point = {'status': 'ok', 'step_ms': None, 'steps_per_s': None, 'timed_steps': 0,
+           'forward_gflops': float(forward.get('flops', float('nan'))) / 1e9,
+           'compiled_temp_bytes': int(memory.temp_size_in_bytes),
+           'argument_bytes': int(memory.argument_size_in_bytes),
+           'memory_bytes': None, 'memory_kind': 'peak device bytes' if on_gpu()
+           else 'compiled temp bytes', 'first_step_s': None}
+  if not on_gpu():
+    point['memory_bytes'] = point['compiled_temp_bytes']
+    if point['compiled_temp_bytes'] + point['argument_bytes'] > budget_bytes:
+      point['status'] = 'out of memory'
+      return {'point': point}
+  start = time.perf_counter()
+  state, loss = compiled(state, data)                           # warm-up (first run allocates)
+  jax.block_until_ready(loss)
+  point['first_step_s'] = round(time.perf_counter() - start, 3)  # warm-up step
+  return {'point': point, 'run': compiled, 'state': state, 'data': data, 'times': []}
+
+
+def time_once(job: dict) -> float:
+  start = time.perf_counter()
+  job['state'], loss = job['run'](job['state'], job['data'])
+  jax.block_until_ready(loss)
+  elapsed = time.perf_counter() - start
+  job['times'].append(elapsed)
+  return elapsed
+
+
+def finish(job: dict) -> dict:
+  point = job['point']
+  if job.get('times'):
+    point['step_ms'] = statistics.median(job['times']) * 1e3
+    point['steps_per_s'] = 1e3 / point['step_ms']
+    point['timed_steps'] = len(job['times'])
+  if on_gpu() and point['status'] == 'ok':
+    point['memory_bytes'] = int(jax.devices()[0].memory_stats()['peak_bytes_in_use'])
+  return point
+
+
+def guarded(fn, *args) -> dict:
+  try:
+    return fn(*args)
+  except Exception as e:  # pylint: disable=broad-except  # record it and go on
+    if is_oom(e):
+      return {'point': {'status': 'out of memory'}}
+    return {'point': {'status': f'error: {type(e).__name__}: {str(e).splitlines()[0][:300]}'}}
+
+
+def measure_length_in_process(entries, length, opts) -> dict:
+  """All entries at one length, compiled first, then timed round-robin (interleaved)."""
+  jobs = {e: guarded(prepare, e, length, opts['batch'], opts['dtype'], opts['budget'])
+          for e in entries}
+  spent = {e: 0.0 for e in entries}
+  for _ in range(opts['repeats']):
+    for e, job in jobs.items():
+      if 'run' in job and spent[e] < opts['point_budget_s']:
+        try:
+          spent[e] += time_once(job)
+        except Exception as err:  # pylint: disable=broad-except
+          job['point']['status'] = 'out of memory' if is_oom(err) else f'error: {err}'[:300]
+          del job['run']
+  return {e: finish(job) for e, job in jobs.items()}
+
+
+def measure_point_alone(entry, length, opts) -> dict:
+  job = guarded(prepare, entry, length, opts['batch'], opts['dtype'], opts['budget'])
+  spent = 0.0
+  for _ in range(opts['repeats']):
+    if 'run' not in job or spent >= opts['point_budget_s']:
+      break
+    spent += time_once(job)
+  return finish(job)
+
+
+def measure_point_subprocess(entry, length) -> dict:
+  """A fresh process for one point, so its peak device memory is its own."""
+  argv = [sys.executable, os.path.abspath(__file__), f'--point={entry}@{length}'] + [
+      f'--{name}={FLAGS[name].value}' for name in
+      ('batch', 'dtype', 'repeats', 'point_budget_s', 'memory_budget_gb')]
+  try:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=FLAGS.point_timeout_s)
+  except subprocess.TimeoutExpired:
+    return {'status': f'error: no result in {FLAGS.point_timeout_s:.0f} s'}
+  lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
+  if proc.returncode == 0 and lines:
+    return json.loads(lines[-1])
+  tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ['no output']
+  status = 'out of memory' if is_oom(Exception(proc.stderr)) else f'error: {tail[0][:300]}'
+  return {'status': status}
+
+
+def extrapolated_oom(per_length: dict, length: int, budget: float) -> Optional[dict]:
+  known = [(int(n), p['compiled_temp_bytes']) for n, p in per_length.items()
+           if p.get('compiled_temp_bytes') and int(n) < length]
+  if not known:
+    return None
+  n0, temp = max(known)
+  estimate = temp * (length / n0) ** 2
+  if estimate <= budget:
+    return None
+  return {'status': 'out of memory', 'memory_bytes': None, 'step_ms': None, 'steps_per_s': None,
+          'note': f'not compiled: {temp / 2**30:.2f} GB at {n0} x ({length}/{n0})^2 = '
+                  f'{estimate / 2**30:.1f} GB > budget'}
+
+
+def add_ratios(results: dict) -> None:
+  for per_length in results.values():
+    for length, point in per_length.items():
+      for ref_name, suffix in (('softmax/explicit', 'softmax'), ('none', 'lower_bound')):
+        ref = results.get(ref_name, {}).get(length, {})
+        for key, name in (('step_ms', 'time'), ('memory_bytes', 'memory')):
+          ok = point.get(key) is not None and ref.get(key)
+          point[f'{name}_ratio_to_{suffix}'] = point[key] / ref[key] if ok else None
+
+
+def length_label(n: int) -> str:
+  return f'{n // 1024}K' if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def fmt_cell(point: dict) -> tuple[str, str]:
+  if point.get('status') != 'ok':
+    text = 'out of memory' if point.get('status') == 'out of memory' else 'error'
+    return text, text if point.get('memory_bytes') is None else f'{point["memory_bytes"] / 2**20:.0f}'
+  time_text = f'{point["step_ms"]:.0f} ({point["steps_per_s"]:.2f}/s)' if point.get(
+      'step_ms') else 'not timed'
+  return time_text, f'{point["memory_bytes"] / 2**20:.0f}'
+
+
+def write_markdown(report: dict, path: str) -> None:
+  results, lengths = report['results'], report['setup']['all_lengths']
+  s = report['setup']
+  lines = [f'Training step of the LRA text model, batch {s["batch"]}, {s["dtype"]}, '
+           f'{s["device"]} ({s["backend"]}); `{s["command"]}`', '']
+  head = '| entry | ' + ' | '.join(length_label(n) for n in lengths) + ' |'
+  rule = '|---|' + '---|' * len(lengths)
+  for title, idx in (('step time, ms (steps/s)', 0), (f'memory, MB ({s["memory_kind"]})', 1)):
+    lines += [f'**{title}**', '', head, rule]
+    for entry, per_length in results.items():
+      cells = [fmt_cell(per_length[str(n)])[idx] if str(n) in per_length else '-'
+               for n in lengths]
+      lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
+    lines.append('')
+  lines += ['**ratios at each length: time / memory vs softmax/explicit; time vs the no-mixing '
+            'lower bound**', '', head, rule]
+  for entry, per_length in results.items():
+    cells = []
+    for n in lengths:
+      p = per_length.get(str(n), {})
+      r = [p.get('time_ratio_to_softmax'), p.get('memory_ratio_to_softmax'),
+           p.get('time_ratio_to_lower_bound')]
+      cells.append(' / '.join('-' if v is None else f'{v:.3g}' for v in r) if p else '-')
+    lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
+  with open(path, 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+
+
+def plot(results: dict, lengths: list[int], path: str, title: str) -> None:
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+  panels = [('step_ms', 'training step (ms, median)', 1.0),
+            ('memory_bytes', 'memory (MB)', 2.0 ** -20),
+            ('time_ratio_to_softmax', 'step time / softmax explicit', 1.0)]
+  for ax, (key, label, scale) in zip(axes, panels):
+    for i, (name, per_length) in enumerate(results.items()):
+      points = [(n, per_length[str(n)][key]) for n in lengths
+                if per_length.get(str(n), {}).get(key) is not None]
+      oom = [n for n in lengths if per_length.get(str(n), {}).get('status') == 'out of memory']
+      if points:
+        line, = ax.plot([n for n, _ in points], [v * scale for _, v in points],
+                        'o-' if name != 'none' else 'k--', ms=3, label=name)
+        if oom and key != 'time_ratio_to_softmax':
+          ax.plot(oom, [points[-1][1] * scale] * len(oom), 'x', color=line.get_color(), ms=7)
+    ax.set(xscale='log', yscale='log', xlabel='sequence length', title=label)
+    ax.set_xticks(lengths, [length_label(n) for n in lengths])
+    ax.set_xticks([], minor=True)
+    ax.grid(True, which='both', alpha=0.3)
+  axes[0].legend(loc='best', fontsize='x-small')
+  fig.suptitle(title + '   (x: out of memory)', fontsize='small')
+  fig.tight_layout()
+  fig.savefig(path, dpi=80)
+  plt.close(fig)
+
+
+def run_train(argv_command: str) -> None:
+  if FLAGS.quick:
+    FLAGS.lengths, FLAGS.long_lengths, FLAGS.batch, FLAGS.repeats = ['32'], ['64'], 2, 1
+    FLAGS.mixers = FLAGS.mixers or ['softmax/explicit', 'none']
+  opts = dict(batch=FLAGS.batch, dtype=FLAGS.dtype, repeats=FLAGS.repeats,
+              point_budget_s=FLAGS.point_budget_s, budget=FLAGS.memory_budget_gb * 2**30)
+  if FLAGS.point:
+    entry, length = FLAGS.point.rsplit('@', 1)
+    print(json.dumps(measure_point_alone(entry, int(length), opts)), flush=True)
+    return
+  entries = FLAGS.mixers or default_entries(FLAGS.dtype)
+  unknown = [e for e in entries if e.partition('/')[0] not in MIXERS]
+  if unknown:
+    raise app.UsageError(f'--mixers: {unknown} are not registered; choose from '
+                         f'{sorted(MIXERS)} (softmax/<explicit|xla|cudnn|auto>).')
+  lengths = [int(n) for n in FLAGS.lengths]
+  long_lengths = [int(n) for n in FLAGS.long_lengths]
+  isolate = FLAGS.isolate == 'yes' or (FLAGS.isolate == 'auto' and on_gpu())
+  results: dict = {e: {} for e in entries}
+  if FLAGS.resume_from:   # lengths already measured (each length is one process's work)
+    with open(FLAGS.resume_from) as f:
+      for e, per_length in json.load(f)['results'].items():
+        if e in results:
+          results[e].update(per_length)
+  start = time.time()
+  for length in lengths + long_lengths:
+    todo = [e for e in entries if (length in lengths or e in FLAGS.linear_memory)
+            and str(length) not in results[e]]
+    # A quadratic entry whose measured memory, scaled by (L / L0)^2, exceeds the budget is not
+    # compiled (XLA would constant-fold [L, L] index tables for minutes): out of memory.
+    skipped = {e: extrapolated_oom(results[e], length, opts['budget']) for e in todo
+               if e not in FLAGS.linear_memory}
+    skipped = {e: p for e, p in skipped.items() if p}
+    todo = [e for e in todo if e not in skipped]
+    if isolate:
+      points = {e: measure_point_subprocess(e, length) for e in todo}
+    else:
+      points = measure_length_in_process(todo, length, opts)
+    points.update(skipped)
+    for e, point in points.items():
+      results[e][str(length)] = point
+      print(f'[{time.time() - start:6.0f}s] {e:18s} L={length:6d} {point["status"]:14s} '
+            f'step_ms={point.get("step_ms")} mem={point.get("memory_bytes")}', flush=True)
+    # Written after every length, so a run cut short still leaves its points.
+    write_report(results, lengths, long_lengths, isolate, argv_command)
+
+
+def write_report(results, lengths, long_lengths, isolate, argv_command) -> None:
+  add_ratios(results)
+  report = {'setup': dict(mode='train', batch=FLAGS.batch, dtype=FLAGS.dtype,
+                          repeats=FLAGS.repeats, point_budget_s=FLAGS.point_budget_s,
+                          memory_budget_gb=FLAGS.memory_budget_gb, lengths=lengths,
+                          long_lengths=long_lengths,
+                          all_lengths=sorted(set(lengths + long_lengths)),
+                          isolated=isolate, backend=jax.default_backend(),
+                          device=jax.devices()[0].device_kind, jax=jax.__version__,
+                          cpu_count=os.cpu_count(), xla_flags=os.environ['XLA_FLAGS'],
+                          memory_kind='peak device bytes' if on_gpu() else
+                          'compiled temp bytes', command=argv_command,
+                          lower_bound='none = out(q + k + v) with the 4 Dense layers of '
+                          'softmax attention, no token mixing'),
+            'results': results}
+  write_outputs(report, report['setup']['all_lengths'],
+                f'LRA text training step, batch {FLAGS.batch}, {FLAGS.dtype}, '
+                f'{report["setup"]["device"]}')
+
+
+def write_outputs(report: dict, lengths: list[int], title: str) -> None:
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  with open(os.path.join(FLAGS.output_dir, 'efficiency.json'), 'w') as f:
+    json.dump(report, f, indent=2)
+  if report['setup']['mode'] == 'train':
+    write_markdown(report, os.path.join(FLAGS.output_dir, 'efficiency.md'))
+    plot(report['results'], lengths, os.path.join(FLAGS.output_dir, 'efficiency.png'), title)
+  print(f'wrote {FLAGS.output_dir}/efficiency.*', flush=True)
+
+
+# ---- layer mode: one mixer, forward+backward (the earlier benchmark) -----------------------
+
+def measure_layer(mixer, batch: int, length: int, dim: int, repeats: int,
+                  max_temp_bytes: float) -> dict:
   """Compiled temp bytes of forward and forward+backward, and the median fwd+bwd time (ms)."""
   x = jax.random.normal(jax.random.PRNGKey(0), (batch, length, dim), jnp.float32)
   mask = jnp.ones((batch, length), bool)
@@ -55,10 +448,10 @@ def measure(mixer, batch: int, length: int, dim: int, repeats: int, max_temp_byt
   forward = jax.jit(lambda v, xx: mixer.apply(v, xx, mask))
   fwd_bwd = jax.jit(jax.value_and_grad(
       lambda v, xx: jnp.sum(jnp.square(mixer.apply(v, xx, mask))), argnums=(0, 1)))
-  fwd_compiled = forward.lower(variables, x).compile()
   compiled = fwd_bwd.lower(variables, x).compile()
   result = {
-      'forward_temp_bytes': int(fwd_compiled.memory_analysis().temp_size_in_bytes),
+      'forward_temp_bytes': int(forward.lower(variables, x).compile().memory_analysis()
+                                .temp_size_in_bytes),
       'fwd_bwd_temp_bytes': int(compiled.memory_analysis().temp_size_in_bytes),
       'fwd_bwd_gflops': float(compiled.cost_analysis().get('flops', float('nan'))) / 1e9,
       'fwd_bwd_ms': None,
@@ -75,34 +468,11 @@ def measure(mixer, batch: int, length: int, dim: int, repeats: int, max_temp_byt
   return result
 
 
-def plot(results: dict, lengths: list[int], path: str) -> None:
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-  panels = [('fwd_bwd_ms', 'forward+backward time (ms, median)'),
-            ('fwd_bwd_temp_bytes', 'compiled temp memory, fwd+bwd (MB)'),
-            ('forward_temp_bytes', 'compiled temp memory, forward (MB)')]
-  for ax, (key, title) in zip(axes, panels):
-    for name, per_length in results.items():
-      points = [(n, per_length[str(n)][key]) for n in lengths
-                if str(n) in per_length and per_length[str(n)].get(key) is not None]
-      if points:
-        scale = 1.0 if key == 'fwd_bwd_ms' else 2.0 ** -20
-        ax.plot([n for n, _ in points], [v * scale for _, v in points], 'o-', label=name)
-    ax.set(xscale='log', yscale='log', xlabel='sequence length', title=title)
-    ax.set_xticks(lengths, [str(n) for n in lengths])
-    ax.set_xticks([], minor=True)  # no log-axis minor labels over ours
-    ax.grid(True, which='both', alpha=0.3)
-  axes[0].legend(loc='best', fontsize='small')
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-
-
-def main(argv):
-  del argv
+def run_layer() -> None:
   lengths = [int(n) for n in FLAGS.lengths]
-  kwargs = json.loads(FLAGS.mixer_kwargs)
-  names = [n for n in FLAGS.mixers if n in MIXERS]
-  skipped = {n: 'not registered' for n in FLAGS.mixers if n not in MIXERS}
+  names = [n for n in (FLAGS.mixers or ['softmax', 'linear', 'ponet', 'adamra', 'contextpool',
+                                        'msac']) if n in MIXERS]
+  kwargs = {'ponet': {'segment_num': 64}}
   results: dict = {}
   for name in names:
     mixer = build_mixer(name, shared=dict(num_heads=FLAGS.num_heads, dropout_rate=0.0),
@@ -110,35 +480,27 @@ def main(argv):
     results[name] = {}
     for length in lengths:
       try:
-        point = measure(mixer, FLAGS.batch, length, FLAGS.dim, FLAGS.repeats,
-                        FLAGS.max_temp_gb * 2**30)
+        point = measure_layer(mixer, FLAGS.batch, length, FLAGS.dim, FLAGS.repeats,
+                              FLAGS.max_temp_gb * 2**30)
       except Exception as e:  # pylint: disable=broad-except  # record it and go on
         point = {'error': f'{type(e).__name__}: {e}'.splitlines()[0]}
       results[name][str(length)] = point
       print(f'{name:12s} L={length:6d} {point}', flush=True)
+  report = {'setup': dict(mode='layer', batch=FLAGS.batch, dim=FLAGS.dim,
+                          num_heads=FLAGS.num_heads, lengths=lengths,
+                          backend=jax.default_backend(), jax=jax.__version__),
+            'results': results}
+  write_outputs(report, lengths, '')
 
-  baseline = results.get('softmax', {})
-  for per_length in results.values():
-    for length, point in per_length.items():
-      ref = baseline.get(length, {})
-      for key, ratio_key in (('fwd_bwd_ms', 'time_ratio_to_softmax'),
-                             ('fwd_bwd_temp_bytes', 'memory_ratio_to_softmax')):
-        ok = point.get(key) is not None and ref.get(key)
-        point[ratio_key] = point[key] / ref[key] if ok else None
 
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  report = {
-      'setup': dict(batch=FLAGS.batch, dim=FLAGS.dim, num_heads=FLAGS.num_heads,
-                    repeats=FLAGS.repeats, lengths=lengths, mixer_kwargs=kwargs,
-                    backend=jax.default_backend(), device=str(jax.devices()[0]),
-                    xla_flags=os.environ['XLA_FLAGS'], jax=jax.__version__),
-      'skipped': skipped,
-      'results': results,
-  }
-  with open(os.path.join(FLAGS.output_dir, 'efficiency.json'), 'w') as f:
-    json.dump(report, f, indent=2)
-  plot(results, lengths, os.path.join(FLAGS.output_dir, 'efficiency.png'))
-  print(f'wrote {FLAGS.output_dir}/efficiency.json and efficiency.png')
+def main(argv):
+  del argv
+  if not (FLAGS.output_dir or FLAGS.point):
+    raise app.UsageError('--output_dir is required.')
+  if FLAGS.mode == 'layer':
+    run_layer()
+  else:
+    run_train(' '.join(['benchmarks/efficiency.py'] + sys.argv[1:]))
 
 
 if __name__ == '__main__':

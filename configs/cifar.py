@@ -16,20 +16,15 @@ Paper numbers on CIFAR-100 (MACs "FLOPs" G / params M / top-1 %):
   heads and blocks per stage without saying how, so our MACs for it differ - see test_vit.py).
 Note: the image data pipeline must resize CIFAR's 32^2 images to config.data.image_size (224).
 
-Adding a model (e.g. a ConvNet engineer's entry) is one line in MODELS: name -> function that
-fills config.model (and, if needed, changes the recipe) of the base config.
+Adding a model (e.g. a ConvNet engineer's entry) is one line in CIFAR_MODELS: name -> function
+that fills config.model (and, if needed, changes the recipe) of the base config.
 """
 from __future__ import annotations
 
-import os
-import sys
-
 import ml_collections
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from imagenet import base_config, deit_recipe, hvt_model, vit_model  # noqa: E402
-from poolformers_jax.models.msac_models import msac_resnet_config  # noqa: E402
+from poolformers_jax.configs_lib import (deit_recipe, hvt_model, parse_words, vision_base_config,
+                                         vit_model)
 
 CIFAR_TRAIN_SIZE = 50_000
 NUM_CLASSES = {'cifar100': 100, 'cifar10': 10}
@@ -49,7 +44,7 @@ def _set_model(config, model: ml_collections.ConfigDict) -> None:
 
 
 # name -> function filling config.model. Adding a model is one entry.
-MODELS = {
+CIFAR_MODELS = {
     'deit_ti': _deit(192, 3),
     'deit_ti_nocls': _deit(192, 3, classifier='mean'),
     'deit_s': _deit(384, 6),
@@ -66,7 +61,7 @@ MODELS = {
     'cp_convnet': lambda config: _set_model(config, _convnet('contextpool')),
     'convnet_max': lambda config: _set_model(config, _convnet('max')),
     'convnet_avg': lambda config: _set_model(config, _convnet('avg')),
-    'msac_resnet': lambda config: _set_model(config, msac_resnet_config(100)),
+    'msac_resnet': lambda config: _set_model(config, _msac_resnet()),
 }
 CONVNETS = ('cp_convnet', 'convnet_max', 'convnet_avg', 'msac_resnet')
 
@@ -74,6 +69,14 @@ CONVNETS = ('cp_convnet', 'convnet_max', 'convnet_avg', 'msac_resnet')
 def _convnet(pool: str) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(name='cp_convnet', num_classes=100, widths=(48, 96, 192),
                                         convs_per_stage=2, pool=pool))
+
+
+def _msac_resnet() -> ml_collections.ConfigDict:
+  """ResNet-20 widths, MSAC (1x1 and 3x3 SACs) in stages 1 and 2 (models/msac_models.py)."""
+  return ml_collections.ConfigDict(dict(
+      name='msac_resnet', num_classes=100, stage_widths=(16, 32, 64), stage_blocks=(3, 3, 3),
+      msac_stages=(1, 2), num_heads=4, windows=(1, 3), regular_conv=True, relative_bias=True,
+      max_distance=32, dtype='float32'))
 
 
 def convnet_recipe(config) -> None:
@@ -88,21 +91,20 @@ def convnet_recipe(config) -> None:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """arg = 'model' or 'model,cifar10' (default dataset cifar100)."""
-  words = (arg or 'hvt_s_4').replace(' ', '').split(',')
-  name, data_name = words[0], (words[1] if len(words) > 1 else 'cifar100')
-  if name not in MODELS:
-    raise ValueError(f'configs/cifar.py: unknown model {name!r}; choose one of {sorted(MODELS)}.')
-  if data_name not in NUM_CLASSES:
-    raise ValueError(f'configs/cifar.py: unknown dataset {data_name!r}; choose one of '
-                     f'{sorted(NUM_CLASSES)}.')
-  config = base_config(data_name)
+  """arg = 'model' or 'model,cifar10|cifar100'. Default dataset: cifar100 (HVT, DeiT), but
+  cifar10 for the ConvNets (ContextPool Table 3 is on CIFAR-10)."""
+  words = parse_words(arg, {'model': ('a model', sorted(CIFAR_MODELS)),
+                            'dataset': ('a dataset', sorted(NUM_CLASSES))},
+                      example='configs/cifar.py:hvt_s_4,cifar10')
+  name = words['model'] or 'hvt_s_4'
+  data_name = words['dataset'] or ('cifar10' if name in CONVNETS else 'cifar100')
+  config = vision_base_config(data_name)
   config.batch_size = 128
   config.eval_batch_size = 500
   config.eval_every_steps = 2000
   config.checkpoint_every_steps = 2000
   config.final_test = True
-  MODELS[name](config)
+  CIFAR_MODELS[name](config)
   if name in CONVNETS:
     convnet_recipe(config)
   else:

@@ -22,13 +22,19 @@ Width 512, 8 heads, FFN 2048 ("the same 12-layer model architecture as Longforme
 poolformers_jax/models/lm.py for the position-embedding and output-layer decisions.
 Parameters (tests/models/test_lm.py): transformer_l12 37.96M, cp_transformer_l11 35.89M,
 cp_transformer_l12 39.15M, cp_transformer_l14 45.65M (paper 44M; no width fits all three Table 5
-counts, see the test), msac_lm 138.7M (three SAC scales with their regular convolutions per layer).
+counts, see the test), msac_lm 601.5M with the paper's full-width heads (MSAC Sec. 2.1: each
+of the 8 heads has its own 512-wide query / key / value filters; 138.7M with
+`--config.model.mixer_kwargs.heads=split`; counted by abstract init).
 ContextPool's predictor m(X) has hidden width 64 (d/8; its default d/16 gives 38.6M at 12 layers).
 
 From the paper (Sec. 4.1): three stages of increasing sequence length 2048 / 4096 / 8192 with
 batch sizes 32 / 32 / 16, 530k steps in total, linear warmup, dropout 0.2, weight decay 0.01.
 Paper's evaluation: overlapping 32k-character windows with step 512, BPC of the last 512
-characters of each (Longformer's protocol); BPC = loss in nats / ln 2.
+characters of each (Longformer's protocol); BPC = loss in nats / ln 2. That is
+  python eval.py --config configs/enwik8.py:cp_transformer_l12 --workdir runs/enwik8_cp12 \
+      --split test --batch_size 8 --config.data.eval_protocol=sliding
+(config.data.eval_context 32768 and eval_step 512 by default; exact over the whole split, see
+poolformers_jax/data/text_lm.py). Validation during training uses non-overlapping windows.
 Not in the paper, our decisions: Adam(W) b1 0.9, b2 0.999, eps 1e-8; peak learning rate 2.5e-4
 (Longformer-small's), 10k warmup steps, then constant, halved at each later stage; gradient
 clipping at norm 0.25 (Longformer / Transformer-XL); stages end at steps 250k / 430k / 530k.
@@ -38,17 +44,18 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
+from poolformers_jax.configs_lib import parse_words
 from poolformers_jax.data import get_data_config
 
 # model -> (num_layers, mixer, mixer options)
 # ContextPool's predictor m(X) has hidden width 64 = d/8 here (see the module docstring).
-CP_OPTIONS = {'predictor_dim': 64}
+CP_OPTIONS = {'predictor_dim': 64, 'placement': 'mixer_input'}   # or 'block_output' (README)
 MODELS = {
     'transformer_l12': (12, 'softmax', {}),
     'cp_transformer_l11': (11, 'contextpool', CP_OPTIONS),
     'cp_transformer_l12': (12, 'contextpool', CP_OPTIONS),
     'cp_transformer_l14': (14, 'contextpool', CP_OPTIONS),
-    'msac_lm': (12, 'msac', {'windows': (1, 2, 3)}),
+    'msac_lm': (12, 'msac', {'windows': (1, 2, 3), 'heads': 'full'}),   # or 'split'
 }
 DATASETS = ('enwik8', 'text8')
 # stage -> (sequence length, batch size, last step of the stage, learning rate)
@@ -61,21 +68,11 @@ STAGES = {
 
 def parse_arg(arg: str | None) -> tuple[str, bool, str, str]:
   """'cp_transformer_l14,text8,stage2' -> (model, tiny, dataset, stage); unknown words fail."""
-  model, tiny, dataset, stage = 'cp_transformer_l12', False, 'enwik8', 'stage1'
-  for word in filter(None, (arg or '').replace(' ', '').split(',')):
-    if word in MODELS:
-      model = word
-    elif word == 'tiny':
-      tiny = True
-    elif word in DATASETS:
-      dataset = word
-    elif word in STAGES:
-      stage = word
-    else:
-      raise ValueError(f'config argument {word!r} is not a model {sorted(MODELS)}, `tiny`, a '
-                       f'dataset {list(DATASETS)} or a stage {sorted(STAGES)}; '
-                       f'e.g. configs/enwik8.py:cp_transformer_l12,text8,stage2.')
-  return model, tiny, dataset, stage
+  words = parse_words(arg, {'model': ('a model', sorted(MODELS)), 'tiny': ('the flag', ('tiny',)),
+                            'dataset': ('a dataset', DATASETS), 'stage': ('a stage', sorted(STAGES))},
+                      example='configs/enwik8.py:cp_transformer_l12,text8,stage2')
+  return (words['model'] or 'cp_transformer_l12', words['tiny'] is not None,
+          words['dataset'] or 'enwik8', words['stage'] or 'stage1')
 
 
 def model_config(model: str) -> ml_collections.ConfigDict:

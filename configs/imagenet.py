@@ -29,54 +29,8 @@ from __future__ import annotations
 
 import ml_collections
 
-from poolformers_jax.data import get_data_config
-
-IMAGENET_TRAIN_SIZE = 1_281_167
-
-
-def _epochs_to_steps(epochs: float, batch_size: int, train_size: int = IMAGENET_TRAIN_SIZE) -> int:
-  return int(epochs * train_size // batch_size)
-
-
-def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 16,
-         image_size: int = 224, classifier: str = 'token', mixer: str = 'softmax',
-         drop_path_rate: float = 0.1, num_classes: int = 1000) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      name='vit', num_classes=num_classes, image_size=image_size, patch_size=patch_size,
-      hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0,
-      classifier=classifier, mixer=mixer, mixer_kwargs=ml_collections.ConfigDict(),
-      dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=drop_path_rate,
-      dtype='float32'))
-
-
-def hvt_model(hidden_dim: int, num_heads: int, num_stages: int, *, pool_method: str = 'max',
-         pool_2d: bool = False, patch_size: int = 16, image_size: int = 224,
-         num_classes: int = 1000) -> ml_collections.ConfigDict:
-  c = vit_model(hidden_dim, 12, num_heads, patch_size=patch_size, image_size=image_size,
-                classifier='mean', num_classes=num_classes)
-  del c['classifier']   # HVT has no class token: the 'hvt' model always uses the mean head
-  c.name = 'hvt'
-  c.num_stages = num_stages
-  c.pool_method = pool_method
-  c.pool_kernel_size = 3
-  c.pool_stride = 2
-  c.pool_2d = pool_2d
-  return c
-
-
-def deit_recipe(config, weight_decay: float = 0.025, train_size: int = IMAGENET_TRAIN_SIZE) -> None:
-  """DeiT's recipe with HVT's weight decay (0.025; DeiT's own is 0.05)."""
-  opt = config.optimizer
-  opt.learning_rate = 5e-4 * config.batch_size / 512
-  opt.weight_decay = weight_decay
-  opt.schedule = 'cosine'
-  opt.warmup_steps = _epochs_to_steps(5, config.batch_size, train_size)
-  opt.grad_clip_norm = 0.0
-  config.label_smoothing = 0.1
-  config.num_train_steps = _epochs_to_steps(300, config.batch_size, train_size)
-  # DeiT's augmentations (train/mixing.py, data/vision.py); RandAugment is not implemented.
-  config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5))
-  config.data.random_erasing = 0.25
+from poolformers_jax.configs_lib import (deit_recipe, epochs_to_steps, hvt_model, parse_words,
+                                         vision_base_config, vit_model)
 
 
 def deit_recipe_wd05(config) -> None:
@@ -89,10 +43,10 @@ def contextpool_recipe(config) -> None:
   opt.learning_rate = 1e-3
   opt.weight_decay = 0.05
   opt.schedule = 'cosine'
-  opt.warmup_steps = _epochs_to_steps(20, config.batch_size)
+  opt.warmup_steps = epochs_to_steps(20, config.batch_size)
   opt.grad_clip_norm = 1.0
   config.label_smoothing = 0.1
-  config.num_train_steps = _epochs_to_steps(300, config.batch_size)
+  config.num_train_steps = epochs_to_steps(300, config.batch_size)
 
 
 def _with(model_fn, recipe):
@@ -103,7 +57,7 @@ def _with(model_fn, recipe):
 
 
 # name -> function filling config.model and the recipe. Adding a model is one entry.
-MODELS = {
+IMAGENET_MODELS = {
     'deit_ti': _with(lambda: vit_model(192, 12, 3, drop_path_rate=0.0), deit_recipe_wd05),
     'deit_s': _with(lambda: vit_model(384, 12, 6), deit_recipe_wd05),
     'hvt_ti_1': _with(lambda: hvt_model(192, 3, 1), deit_recipe),
@@ -131,38 +85,11 @@ MODELS = {
 }
 
 
-def base_config(data_name: str = 'imagenet2012') -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.data = get_data_config(data_name)
-  config.model = ml_collections.ConfigDict()
-  config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.05, schedule='cosine',
-      warmup_steps=0, grad_clip_norm=0.0, grad_accum_steps=1))
-  config.label_smoothing = 0.1
-  config.batch_size = 1024               # global, over all processes and devices
-  config.eval_batch_size = 1024
-  config.num_train_steps = 0
-  config.log_every_steps = 100
-  config.eval_every_steps = 5000
-  config.checkpoint_every_steps = 5000
-  config.keep_checkpoints = 2
-  config.best_metric = 'accuracy'
-  config.best_mode = 'max'
-  config.final_test = False              # ImageNet: the validation split is the reported number
-  config.init_from = ''                  # workdir / checkpoint: start from its parameters
-  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
-  config.num_devices = -1
-  config.progress_bar = True
-  return config
-
-
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  arg = arg or 'hvt_s_1'
-  if arg not in MODELS:
-    raise ValueError(f'configs/imagenet.py: unknown model {arg!r}; choose one of {sorted(MODELS)}.')
-  config = base_config('imagenet2012')
-  MODELS[arg](config)
+  words = parse_words(arg, {'model': ('a model', sorted(IMAGENET_MODELS))},
+                      example='configs/imagenet.py:hvt_s_1')
+  config = vision_base_config('imagenet2012')
+  IMAGENET_MODELS[words['model'] or 'hvt_s_1'](config)
   # One image size: overriding --config.model.image_size also resizes the data.
   config.data.image_size = config.model.get_ref('image_size')
   config.lock()

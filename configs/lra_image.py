@@ -15,16 +15,11 @@ Test accuracy to expect at the paper setting (%):
 """
 from __future__ import annotations
 
-import os
-import sys
+from poolformers_jax.configs_lib import LraTask, task_config
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from lra_base import Task, task_config  # noqa: E402
-
-TASK = Task('lra_image', length=1024, batch_size=256, warmup_steps=175, num_train_steps=35000,
-            segment_num=32, small_length=1024, runlocal_length=1024,
-            eval_every_steps=175)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
+TASK = LraTask('lra_image', length=1024, batch_size=256, warmup_steps=175, num_train_steps=35000,
+               segment_num=32, small_length=1024, runlocal_length=1024,
+               eval_every_steps=175)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
 def get_config(arg: str | None = None):

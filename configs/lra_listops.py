@@ -16,16 +16,11 @@ measured number and time.
 """
 from __future__ import annotations
 
-import os
-import sys
+from poolformers_jax.configs_lib import LraTask, task_config
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from lra_base import Task, task_config  # noqa: E402
-
-TASK = Task('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
-            segment_num=64, small_length=128, runlocal_length=48,
-            eval_every_steps=50)   # eval_frequency of PoNet's / Nystromformer's lra_config.py
+TASK = LraTask('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
+               segment_num=64, small_length=128, runlocal_length=48,
+               eval_every_steps=50)   # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
 def _small(config):
@@ -45,5 +40,11 @@ def _runlocal(config):
 
 
 def get_config(arg: str | None = None):
-  """No argument = the CPU-sized offline default (`transformer,small`)."""
-  return task_config(TASK, arg, {'small': _small, 'runlocal': _runlocal})
+  """No argument = the CPU-sized offline default (`transformer,small`, 100 positions)."""
+  config = task_config(TASK, arg, {'small': _small, 'runlocal': _runlocal})
+  if arg is None:
+    # Without parentheses every small tree has < 100 tokens: 100 positions lose nothing and
+    # save ~30% of each step against 128 on 2 CPU cores (benchmarked in one process).
+    with config.unlocked():
+      config.data.max_length = 100
+  return config

@@ -4,7 +4,10 @@ Run:  python train.py --config configs/lra_pathfinder.py:ponet --workdir runs/lr
       python eval.py  --config configs/lra_pathfinder.py:ponet --workdir runs/lra_pathfinder_ponet --split test
 Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,runlocal` to
 shrink for a CPU. No argument = `transformer,small`.
-Data: pathfinder32 npz files or the LRA release PNGs (config.data.pathfinder_dir).
+Data: the LRA release PNGs (config.data.pathfinder_dir; the default at the paper setting), npz
+files (`--config.data.format=npz`), or images generated offline (`--config.data.format=generated`,
+poolformers_jax/data/pathfinder_gen.py: the LRA layout, made once under data_dir). `small` and
+`runlocal` use generated images: `:ponet,small` is 20 000 curv_baseline images, 2 000 steps.
 
 Test accuracy to expect at the paper setting (%):
   transformer 71.40 (LRA) / 74.16 (Nystromformer setting);
@@ -15,17 +18,28 @@ Test accuracy to expect at the paper setting (%):
 """
 from __future__ import annotations
 
-import os
-import sys
+from poolformers_jax.configs_lib import LraTask, task_config
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+TASK = LraTask('lra_pathfinder', length=1024, batch_size=256, warmup_steps=312,
+               num_train_steps=62400, segment_num=1, small_length=1024, runlocal_length=1024,
+               eval_every_steps=312)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
-from lra_base import Task, task_config  # noqa: E402
 
-TASK = Task('lra_pathfinder', length=1024, batch_size=256, warmup_steps=312,
-            num_train_steps=62400, segment_num=1, small_length=1024, runlocal_length=1024,
-            eval_every_steps=312)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
+def _full(config):
+  # The LRA release folder (lra_release/pathfinder32/curv_baseline/...), as it is downloaded.
+  config.data.format = 'lra_release'
+
+
+def _small(config):
+  # 20 000 generated curv_baseline images (16k/2k/2k), made once offline.
+  config.data.format = 'generated'
+  config.data.generator.num_examples = 20000
+
+
+def _runlocal(config):
+  config.data.format = 'generated'
+  config.data.generator.update(num_examples=200, images_per_file=100)
 
 
 def get_config(arg: str | None = None):
-  return task_config(TASK, arg)
+  return task_config(TASK, arg, {'full': _full, 'small': _small, 'runlocal': _runlocal})

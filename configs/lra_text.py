@@ -17,16 +17,11 @@ Test accuracy to expect at the paper setting (%):
 """
 from __future__ import annotations
 
-import os
-import sys
+from poolformers_jax.configs_lib import LraTask, task_config
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from lra_base import Task, task_config  # noqa: E402
-
-TASK = Task('lra_text', length=4096, batch_size=32, warmup_steps=8000, num_train_steps=20000,
-            segment_num=4096, small_length=512, runlocal_length=64,
-            eval_every_steps=500)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
+TASK = LraTask('lra_text', length=4096, batch_size=32, warmup_steps=8000, num_train_steps=20000,
+               segment_num=4096, small_length=512, runlocal_length=64,
+               eval_every_steps=500)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
 def _full(config):

@@ -9,6 +9,8 @@ Sources (the format is read from the names):
 - timm ViT / DeiT (`deit_tiny_patch16_224`, `deit_small_patch16_224`, `vit_base_patch16_384`, ...):
   `.safetensors` (read with the `safetensors` package and numpy: no torch needed), or the
   official DeiT `.pth` (`{'model': state_dict}`) when torch is installed (torch stays optional).
+- PoNet-Base (`chtan/ponet-base-uncased`, BERT names; --source the folder with config.json,
+  --config configs/ponet_pretrain.py:sso): models/ponet_convert.py.
 - HVT release checkpoints (MonashAI/HVT, `{'model': state_dict, 'args': ...}` `.pth`, or the same
   state dict saved as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
 
@@ -207,6 +209,9 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   manager.save(0, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
   manager.wait_until_finished()
   manager.close()
+  from poolformers_jax.train import integrity   # what eval.py / resume verify
+  integrity.write_record(os.path.join(directory, '0'), 0, integrity.leaf_records(state),
+                         integrity.config_hash(config))
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
     f.write(config.to_json_best_effort(indent=2) + '\n')
   return os.path.join(directory, '0')
@@ -214,7 +219,11 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
 
 def convert(config, source: str, workdir: str) -> str:
   """Reads `source`, fills the configured model, writes DIR/checkpoints/0; returns its path."""
-  _, params = model_params_of(config, read_state_dict(source))
+  from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
+  if config.model.name in ponet_convert.MODELS:   # chtan/ponet-base-uncased (HF BERT names)
+    config, params = ponet_convert.config_and_params(config, source)
+  else:
+    _, params = model_params_of(config, read_state_dict(source))
   return write_checkpoint(config, params, workdir)
 
 

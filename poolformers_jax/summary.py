@@ -92,7 +92,7 @@ def example_input(config, batch_size: int):
     return jax.ShapeDtypeStruct((batch_size,) + tuple(model.input_shape()), jnp.float32)
   from poolformers_jax import data  # pylint: disable=g-import-not-at-top
   from poolformers_jax.train.config_utils import complete_from_dataset
-  info = data.get_dataset_info(config)
+  info = data.get_dataset_info(config, need_files=False)   # sizes only: no dataset needed
   complete_from_dataset(config, info)   # vocab_size / max_length / num_classes left unset
   shape = (batch_size,) + tuple(info.input_shape)
   dtype = jnp.float32 if info.vocab_size is None else jnp.int32

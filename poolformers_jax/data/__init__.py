@@ -5,7 +5,8 @@
     for batch in data.make_eval_iterator(config, 'validation', batch_size=..., ...): ...
     config.data = data.get_data_config('listops')
 
-`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself).
+`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself; the
+files are listed in poolformers_jax/registry.py).
 Nothing is downloaded at run time. Where each dataset's files must be:
   listops         nothing (generated into data_dir on first use), or source='tsv':
                   {tsv_dir}/basic_{train,val,test}.tsv of the LRA release
@@ -30,8 +31,6 @@ from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo,
 from poolformers_jax.data.configs import get_data_config
 from poolformers_jax.data.pipeline import (eval_num_batches, get_dataset_info, make_eval_iterator,
                                            make_train_iterator)
-# Dataset files: importing each registers its names.
-from poolformers_jax.data import bert_text, listops, lra, text_lm, translation, vision  # noqa: F401  pylint: disable=g-bad-import-order
 
 __all__ = ['DATASETS', 'DataNotFoundError', 'DatasetInfo', 'DatasetSpec', 'register_dataset',
            'get_data_config', 'get_dataset_info', 'make_train_iterator', 'make_eval_iterator',

@@ -4,8 +4,8 @@ A dataset is a `DatasetSpec`: how to describe it (`info`), where its raw records
 (`source`, any random-access sequence grain can read: a `tfds.data_source`, an index over a TSV
 file, ...) and how one raw record becomes one example (`preprocess`, given a numpy Generator at
 train time for augmentation and None at eval time). The pipeline (pipeline.py) does the rest,
-identically for every dataset. `config.data.name` picks the spec from `DATASETS`: a dict, no
-if/elif chain.
+identically for every dataset. `config.data.name` picks the spec from `DATASETS`, filled by
+`register_dataset(name, spec)` in the dataset files (listed in poolformers_jax/registry.py).
 """
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
+
+from poolformers_jax.registry import DATASETS, register_dataset  # noqa: F401  (re-exported)
 
 Record = Any
 Example = dict[str, np.ndarray]
@@ -45,22 +47,13 @@ class DatasetSpec:
   # Optional (grain IterDataset of examples, config.data, rows per batch, seed) -> batches of
   # packed rows; used for training when config.data.pack is True (translation).
   pack: Optional[Callable[[Any, Any, int, int], Any]] = None
-
-
-DATASETS: dict[str, DatasetSpec] = {}
-
-
-def register_dataset(name: str, spec: DatasetSpec) -> None:
-  if name in DATASETS:
-    raise ValueError(f'dataset {name!r} is registered twice.')
-  DATASETS[name] = spec
+  # The info from the dataset's known constants, reading no file (split sizes where known, else
+  # empty): enough to build the model when the data is absent (the summary tool).
+  shapes: Optional[Callable[[Any], DatasetInfo]] = None
 
 
 def get_spec(data_config) -> DatasetSpec:
-  name = data_config.name
-  if name not in DATASETS:
-    raise ValueError(f'config.data.name={name!r} is not a dataset; choose one of {sorted(DATASETS)}.')
-  return DATASETS[name]
+  return DATASETS[data_config.name]
 
 
 class DataNotFoundError(FileNotFoundError):

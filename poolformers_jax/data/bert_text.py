@@ -34,7 +34,6 @@ import csv
 import functools
 import glob
 import json
-import os
 import re
 from typing import Any, Optional, Sequence
 
@@ -179,6 +178,8 @@ def pretraining_source(data_config, split):
                                                 bool(data_config.lowercase),
                                                 data_config.sentence_split))
   if data_config.source == 'tfds':
+    if data_config.tfds_name.startswith('wikipedia'):
+      _register_tfds_builder('tensorflow_datasets.text.wikipedia')
     return DocumentRecords(TfdsDocuments(
         base.tfds_source(data_config.tfds_name, data_config.tfds_splits[split], data_config.data_dir),
         vocab, data_config.sentence_split))
@@ -317,8 +318,15 @@ def _glue_task(data_config):
   return GLUE_TASKS[data_config.task]
 
 
+def _register_tfds_builder(module: str) -> None:
+  """Old-style TFDS builders (glue, wikipedia) register on import of their module only."""
+  import importlib
+  importlib.import_module(module)
+
+
 def glue_source(data_config, split):
   _glue_task(data_config)
+  _register_tfds_builder('tensorflow_datasets.text.glue')
   return base.tfds_source(f'glue/{data_config.task}', data_config.tfds_splits[base.check_split(split)],
                           data_config.data_dir)
 
@@ -396,14 +404,18 @@ def long_text_source(data_config, split):
 
 
 def _label_key(value) -> Any:
-  value = _text(value) if isinstance(value, (bytes, np.bytes_, str)) else value
-  return value.item() if isinstance(value, np.generic) else value
+  """A label as a sortable key: integers (also '7' from CSV) as int, else the string."""
+  value = value.item() if isinstance(value, np.generic) else value
+  text = _text(value).strip()
+  return int(text) if text.lstrip('-').isdigit() else text
 
 
 @functools.lru_cache(maxsize=8)
 def _file_labels(path: str, label_field: str) -> tuple:
-  """The official label_list: the sorted distinct labels of the train split."""
-  return tuple(sorted({_label_key(r[label_field]) for r in _file_records(path)}, key=str))
+  """The official label_list: the sorted distinct labels of the train split (numbers sort as
+  numbers, so Arxiv-11's 0..10 keep their order)."""
+  keys = {_label_key(r[label_field]) for r in _file_records(path)}
+  return tuple(sorted(keys, key=lambda k: (isinstance(k, str), k)))
 
 
 def _labels(data_config) -> Optional[tuple]:

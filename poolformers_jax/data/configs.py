@@ -76,10 +76,12 @@ def lra_image() -> ml_collections.ConfigDict:
 
 def lra_pathfinder() -> ml_collections.ConfigDict:
   c = _common('lra_pathfinder', 1024)
-  c.format = 'npz'                # 'npz' (pathfinder{res}_{split}.npz) | 'lra_release' (PNGs)
-  c.resolution = 32
-  c.difficulty = 'curv_baseline'  # lra_release: curv_baseline | curv_contour_length_9 | ..._14
+  c.format = 'npz'                # 'npz' | 'lra_release' (PNGs) | 'generated' (pathfinder_gen.py)
+  c.resolution = 32               # 'generated': 32 (Pathfinder) or 128 (Path-X, max_length 16384)
+  c.difficulty = 'curv_baseline'  # curv_baseline | curv_contour_length_9 | ..._14
   c.pathfinder_dir = os.path.join(_default_data_dir(), 'lra_release', 'pathfinder32')
+  # format='generated': made once into {data_dir}/pathfinder_gen/ in the LRA release layout.
+  c.generator = ml_collections.ConfigDict(dict(seed=0, num_examples=200000, images_per_file=1000))
   return c
 
 
@@ -96,6 +98,8 @@ def _vision(name: str, image_size: int, tfds_name: str) -> ml_collections.Config
   c.eval_crop_fraction = 1.0 if small else 0.875
   c.random_flip = True
   c.random_erasing = 0.0   # probability of timm RandomErasing per train image (DeiT: 0.25)
+  c.rand_augment = ''      # timm RandAugment policy, '' = off (DeiT: 'rand-m9-mstd0.5-inc1')
+  c.repeated_augmentation = 1   # each train image shown this many times in a row (DeiT: 3)
   # Per-channel mean/std of the training set (ImageNet values for ImageNet, CIFAR ones otherwise).
   c.mean = (0.485, 0.456, 0.406) if name == 'imagenet2012' else (0.4914, 0.4822, 0.4465)
   c.std = (0.229, 0.224, 0.225) if name == 'imagenet2012' else (0.2470, 0.2435, 0.2616)
@@ -122,6 +126,11 @@ def _char_lm(name: str) -> ml_collections.ConfigDict:
   c = _common(name, 512)
   c.data_dir = os.path.join(_default_data_dir(), name)   # holds enwik8.zip / text8.zip
   c.split_sizes = (90_000_000, 5_000_000, 5_000_000)     # bytes (enwik8) / characters (text8)
+  # Validation / test windows: 'windows' (non-overlapping, max_length) or 'sliding' (ContextPool
+  # Table 5 / Longformer: eval_context symbols every eval_step, the new ones scored; text_lm.py).
+  c.eval_protocol = 'windows'
+  c.eval_context = 32_768
+  c.eval_step = 512
   return c
 
 

@@ -21,7 +21,9 @@ Decisions where the official code is loose:
 - Our generator draws only `random.Random(seed).random()` (Mersenne Twister; Python guarantees
   this stream for a seed across versions and platforms, and it is about 4x faster here than
   numpy's scalar calls; integers are floor(u * n)), keeps the first unique trees in generation order
-  (train first, then validation, then test) instead of iterating a Python set, and stops
+  (train first, then validation, then test) instead of iterating a Python set, draws the trees in
+  chunks of 256 with one stream per (seed, chunk) so that all cores can generate them and the
+  result does not depend on the core count, and stops
   growing a tree as soon as it is too long (the accepted trees are distributed as in the
   official rejection sampler; only the random stream differs).
 """
@@ -155,33 +157,65 @@ def decode(ids) -> str:
   return ' '.join(VOCAB[i] for i in np.asarray(ids) if i != 0)
 
 
-def generate_splits(seed: int, sizes: Sequence[int], min_tokens: int, max_tokens: int,
-                    max_depth: int = 10, max_args: int = 10):
-  """Unique (token ids with parentheses, label) lists, one per size, disjoint, from `seed`."""
-  if not 0 <= min_tokens < max_tokens - 1:
-    raise ValueError(f'ListOps needs 0 <= min_tokens < max_tokens - 1; got {min_tokens}, {max_tokens}.')
-  rng = random.Random(seed)
-  seen = set()
-  examples = []
-  total = sum(sizes)
-  attempts = 0
-  while len(examples) < total:
+CHUNK_TREES = 256   # accepted trees per chunk; chunk k has its own seeded stream
+
+
+def _chunk(args) -> list[tuple[np.ndarray, int]]:
+  """The first CHUNK_TREES trees with min_tokens < length < max_tokens of chunk `index`."""
+  seed, index, min_tokens, max_tokens, max_depth, max_args = args
+  rng = random.Random(f'listops/{seed}/{index}')   # str seeds hash with sha512: stable everywhere
+  out, attempts = [], 0
+  while len(out) < CHUNK_TREES:
     attempts += 1
-    if attempts > 1000 * total + 100000:
+    if attempts > 1000 * CHUNK_TREES + 100000:
       raise RuntimeError(f'ListOps: too few trees with {min_tokens} < length < {max_tokens}; '
                          'widen the length range or raise max_depth.')
     try:
       tree, length = generate_tree(rng, max_depth, max_args, max_tokens)
     except _TooLong:
       continue
-    if length <= min_tokens:
-      continue
-    ids = encode(to_tokens(tree))
-    key = hashlib.blake2b(ids.tobytes(), digest_size=16).digest()  # 16 bytes, not the tree
-    if key in seen:
-      continue
-    seen.add(key)
-    examples.append((ids, evaluate(tree)))
+    if length > min_tokens:
+      out.append((encode(to_tokens(tree)), evaluate(tree)))
+  return out
+
+
+def _num_workers() -> int:
+  return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count() or 1
+
+
+def generate_splits(seed: int, sizes: Sequence[int], min_tokens: int, max_tokens: int,
+                    max_depth: int = 10, max_args: int = 10, workers: Optional[int] = None):
+  """Unique (token ids with parentheses, label) lists, one per size, disjoint, from `seed`.
+
+  Trees come in fixed chunks, each from its own stream seeded by (seed, chunk index); chunks are
+  merged in index order keeping the first copy of each tree. So the output depends on the seed
+  only, not on how many processes (`workers`, default: all cores) made the chunks.
+  """
+  if not 0 <= min_tokens < max_tokens - 1:
+    raise ValueError(f'ListOps needs 0 <= min_tokens < max_tokens - 1; got {min_tokens}, {max_tokens}.')
+  total = sum(sizes)
+  workers = workers or _num_workers()
+  seen, examples, next_chunk = set(), [], 0
+  while len(examples) < total:
+    # Enough chunks for what is missing (plus 5 % for duplicates); more rounds if still short.
+    count = -(-(total - len(examples)) * 21 // 20 // CHUNK_TREES) or 1
+    tasks = [(seed, k, min_tokens, max_tokens, max_depth, max_args)
+             for k in range(next_chunk, next_chunk + count)]
+    next_chunk += count
+    if workers > 1 and count >= 8:
+      # Worth the ~2 s start of the worker processes. spawn, not fork: the caller may hold JAX's
+      # threads.
+      import multiprocessing
+      with multiprocessing.get_context('spawn').Pool(min(workers, count)) as pool:
+        chunks = pool.map(_chunk, tasks, chunksize=1)
+    else:
+      chunks = map(_chunk, tasks)
+    for chunk in chunks:
+      for ids, label in chunk:
+        key = hashlib.blake2b(ids.tobytes(), digest_size=16).digest()  # 16 bytes, not the tree
+        if key not in seen and len(examples) < total:
+          seen.add(key)
+          examples.append((ids, label))
   out, start = [], 0
   for size in sizes:
     out.append(examples[start:start + size])
@@ -327,10 +361,15 @@ def _cached_tsv(path: str) -> TsvSource:
 _SOURCES = {'generated': generated_source, 'tsv': tsv_source}
 
 
+def _check_source(data_config) -> None:
+  if data_config.source not in _SOURCES:
+    raise ValueError(f'config.data.source={data_config.source!r} is not a ListOps source; '
+                     f'choose one of {sorted(_SOURCES)}.')
+
+
 def source(data_config, split: str):
   base.check_split(split)
-  if data_config.source not in _SOURCES:
-    raise ValueError(f'config.data.source={data_config.source!r}; choose one of {sorted(_SOURCES)}.')
+  _check_source(data_config)
   return _SOURCES[data_config.source](data_config, split)
 
 
@@ -344,6 +383,7 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
 
 
 def info(data_config) -> base.DatasetInfo:
+  _check_source(data_config)
   if data_config.source == 'generated':
     g = data_config.generator
     sizes = {'train': g.num_train, 'validation': g.num_validation, 'test': g.num_test}

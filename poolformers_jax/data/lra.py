@@ -15,16 +15,18 @@ the model's `mask = inputs != 0` is right even for black pixels or NUL bytes; vo
 - lra_image: TFDS 'cifar10', grayscale with the ITU-R 601 weights that tf.image.rgb_to_grayscale
   uses (0.2989, 0.5870, 0.1140), rounded half up, flattened row-major to 1024 pixel tokens.
   Splits as LRA's image/input_pipeline.py: train[:90%] / train[90%:] / test (45k / 5k / 10k).
-- lra_pathfinder, two layouts (config.data.format):
+- lra_pathfinder, three layouts (config.data.format):
   'npz':         {pathfinder_dir}/{train,validation,test}.npz, each with 'images' uint8
                  [N, R, R] (or [N, R, R, 1]) and 'labels' int [N];
   'lra_release': the LRA release folder {pathfinder_dir}/{difficulty}/ with metadata/*.npy
                  (text, one line per image: `imgs/<k> sample_<i>.png <x> <label> ...`) and
-                 imgs/<k>/*.png. Empty PNGs are skipped (as LRA's TFDS pipeline and
-                 Nystromformer's script do); the rest, ordered by sorted metadata file then
+                 imgs/<k>/*.png. Missing or empty PNGs are skipped with a warning count (as LRA's
+                 TFDS pipeline and Nystromformer's script do); the rest, ordered by sorted metadata file then
                  line, split 80/10/10 into train/validation/test (LRA: 160k/20k/20k of 200k;
                  LRA cuts the same fractions of TFDS's hash order, Nystromformer of an unseeded
                  shuffle, so the images in each split differ from theirs).
+  'generated':   the same layout made offline by pathfinder_gen.py (seeded, config.data.generator)
+                 under {data_dir}/pathfinder_gen/ on first use.
 """
 from __future__ import annotations
 
@@ -44,7 +46,9 @@ def _tfds_split(data_config, split: str) -> str:
   return data_config.tfds_splits[base.check_split(split)]
 
 
-def _split_sizes(data_config, source_fn):
+def _split_sizes(data_config, source_fn, known=None):
+  if known is not None:
+    return known
   return {split: len(source_fn(data_config, split)) for split in base.SPLITS}
 
 
@@ -69,10 +73,10 @@ def text_preprocess(record, data_config, rng: Optional[np.random.Generator] = No
           'targets': np.int32(record['label'])}
 
 
-def text_info(data_config):
+def text_info(data_config, split_sizes=None):
   return base.DatasetInfo(name='lra_text', task='classification', num_classes=2,
                           vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=_split_sizes(data_config, text_source))
+                          split_sizes=_split_sizes(data_config, text_source, split_sizes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -117,11 +121,11 @@ def retrieval_preprocess(record, data_config, rng: Optional[np.random.Generator]
   return {'inputs': np.stack(docs), 'targets': np.int32(record['label'])}
 
 
-def retrieval_info(data_config):
+def retrieval_info(data_config, split_sizes=None):
   return base.DatasetInfo(name='lra_retrieval', task='retrieval', num_classes=2,
                           vocab_size=base.BYTE_VOCAB_SIZE,
                           input_shape=(2, data_config.max_length),
-                          split_sizes=_split_sizes(data_config, retrieval_source))
+                          split_sizes=_split_sizes(data_config, retrieval_source, split_sizes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -151,10 +155,10 @@ def image_preprocess(record, data_config, rng: Optional[np.random.Generator] = N
   return {'inputs': pixel_tokens(gray, data_config, 'image'), 'targets': np.int32(record['label'])}
 
 
-def image_info(data_config):
+def image_info(data_config, split_sizes=None):
   return base.DatasetInfo(name='lra_image', task='classification', num_classes=10,
                           vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=_split_sizes(data_config, image_source))
+                          split_sizes=_split_sizes(data_config, image_source, split_sizes))
 
 
 # --------------------------------------------------------------------------------------------
@@ -195,24 +199,50 @@ def _npz(path: str) -> NpzSource:
   return NpzSource(path)
 
 
-@functools.lru_cache(maxsize=8)
-def _release_entries(folder: str):
+def release_images(folder: str) -> tuple[list[tuple[str, int]], int]:
+  """(png path, label) of every readable image listed in folder/metadata/*.npy, and how many
+  listed images were skipped as missing or empty (the LRA release has one empty PNG:
+  pathfinder32/curv_baseline/imgs/0/sample_172.png), so no epoch stops on a bad file."""
   metadata = sorted(glob.glob(os.path.join(folder, 'metadata', '*.npy')))
   if not metadata:
     raise base.DataNotFoundError(
         f'{folder}/metadata/*.npy not found: point config.data.pathfinder_dir at the LRA release '
-        "pathfinder32 folder (holding curv_baseline/ ...) or use config.data.format='npz'.")
-  entries = []
+        "pathfinder32 folder (holding curv_baseline/ ...), or use config.data.format='generated' "
+        "or 'npz'.")
+  entries, skipped = [], 0
   for meta in metadata:
     with open(meta) as f:
       for line in f:
         fields = line.split()
-        if fields and os.path.getsize(os.path.join(folder, fields[0], fields[1])) > 0:
-          entries.append((os.path.join(folder, fields[0], fields[1]), int(fields[3])))
+        if fields:
+          path = os.path.join(folder, fields[0], fields[1])
+          if os.path.isfile(path) and os.path.getsize(path) > 0:
+            entries.append((path, int(fields[3])))
+          else:
+            skipped += 1
+  return entries, skipped
+
+
+@functools.lru_cache(maxsize=8)
+def _release_entries(folder: str):
+  entries, skipped = release_images(folder)
+  if skipped:
+    from absl import logging
+    logging.warning('Pathfinder: skipped %d missing or empty images listed in %s/metadata.',
+                    skipped, folder)
   n = len(entries)
   train_end, validation_end = int(0.8 * n), int(0.9 * n)
   return {'train': entries[:train_end], 'validation': entries[train_end:validation_end],
           'test': entries[validation_end:]}
+
+
+@functools.lru_cache(maxsize=8)
+def _generated_folder(data_dir: str, seed: int, num_examples: int, images_per_file: int,
+                      resolution: int, difficulty: str) -> str:
+  from poolformers_jax.data import pathfinder_gen
+  out_dir = os.path.join(data_dir, 'pathfinder_gen', f'seed{seed}_n{num_examples}_f{images_per_file}')
+  return pathfinder_gen.generate(out_dir, seed=seed, resolution=resolution, difficulty=difficulty,
+                                 num_examples=num_examples, images_per_file=images_per_file)
 
 
 def pathfinder_source(data_config, split):
@@ -225,7 +255,14 @@ def pathfinder_source(data_config, split):
     return _npz(path)
   if data_config.format == 'lra_release':
     return PngSource(_release_entries(os.path.join(root, data_config.difficulty))[split])
-  raise ValueError(f"config.data.format={data_config.format!r}; choose 'npz' or 'lra_release'.")
+  if data_config.format == 'generated':   # made once, then read as the release layout
+    g = data_config.generator
+    folder = _generated_folder(base.expand_path(data_config.data_dir), int(g.seed),
+                               int(g.num_examples), int(g.images_per_file),
+                               int(data_config.resolution), data_config.difficulty)
+    return PngSource(_release_entries(folder)[split])
+  raise ValueError(f"config.data.format={data_config.format!r}; choose 'npz', 'lra_release' or "
+                   "'generated'.")
 
 
 def pathfinder_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
@@ -236,15 +273,20 @@ def pathfinder_preprocess(record, data_config, rng: Optional[np.random.Generator
           'targets': np.int32(record['label'])}
 
 
-def pathfinder_info(data_config):
+def pathfinder_info(data_config, split_sizes=None):
   return base.DatasetInfo(name='lra_pathfinder', task='classification', num_classes=2,
                           vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=_split_sizes(data_config, pathfinder_source))
+                          split_sizes=_split_sizes(data_config, pathfinder_source, split_sizes))
 
 
-base.register_dataset('lra_text', base.DatasetSpec(text_info, text_source, text_preprocess))
-base.register_dataset('lra_retrieval', base.DatasetSpec(retrieval_info, retrieval_source,
-                                                        retrieval_preprocess))
-base.register_dataset('lra_image', base.DatasetSpec(image_info, image_source, image_preprocess))
-base.register_dataset('lra_pathfinder', base.DatasetSpec(pathfinder_info, pathfinder_source,
-                                                         pathfinder_preprocess))
+def _spec(info, source, preprocess) -> base.DatasetSpec:
+  """`shapes`: the same info without files (vocabulary, classes and lengths are constants)."""
+  return base.DatasetSpec(info, source, preprocess,
+                          shapes=functools.partial(info, split_sizes={}))
+
+
+base.register_dataset('lra_text', _spec(text_info, text_source, text_preprocess))
+base.register_dataset('lra_retrieval', _spec(retrieval_info, retrieval_source, retrieval_preprocess))
+base.register_dataset('lra_image', _spec(image_info, image_source, image_preprocess))
+base.register_dataset('lra_pathfinder', _spec(pathfinder_info, pathfinder_source,
+                                              pathfinder_preprocess))

@@ -1,7 +1,7 @@
 """grain pipelines shared by every dataset: the train iterator, the eval iterator, the info.
 
 Train: all records of the split -> shuffle (one global permutation, new every epoch, from the
-seed) -> repeat forever -> preprocess (with a numpy Generator derived from the seed and the
+seed) -> repeat forever -> [repeated augmentation, DeiT] -> preprocess (with a numpy Generator derived from the seed and the
 example's GLOBAL position, for augmentation) -> chunks of b = batch_size // process_count ->
 process p keeps chunks p, p + P, p + 2P, ..., i.e. rows [p*b, (p+1)*b) of every global batch.
 So the global batch k (and its augmentation) is the same whatever the process count, and since
@@ -62,9 +62,41 @@ def _start(it_ds: grain.IterDataset, data_config) -> grain.DatasetIterator:
   return iter(it_ds)
 
 
-def get_dataset_info(config) -> base.DatasetInfo:
-  """DatasetInfo of config.data (raises DataNotFoundError if files are missing)."""
-  return base.get_spec(config.data).info(config.data)
+def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
+  """DatasetInfo of config.data (raises DataNotFoundError if files are missing). With
+  need_files=False missing files give the info from the dataset's known constants instead
+  (input shape, vocabulary, classes), where the dataset has them."""
+  spec = base.get_spec(config.data)
+  try:
+    return spec.info(config.data)
+  except base.DataNotFoundError:
+    if need_files or spec.shapes is None:
+      raise
+    return spec.shapes(config.data)
+
+
+class RepeatedAugmentation(grain.MapDataset):
+  """DeiT's repeated augmentation (RASampler) on the global order: epoch e shows the first
+  epoch_length / repeats images of its permutation, each `repeats` times in a row; the copies sit
+  at different positions, so random_map augments each differently. The stream stays global, so
+  every process takes its rows of the same global batches (the copies of an image fall in one
+  global batch, as DeiT's do across GPUs). DeiT also rounds the epoch down to a multiple of 256."""
+
+  def __init__(self, parent: grain.MapDataset, repeats: int, epoch_length: int):
+    super().__init__(parent)
+    self._repeats, self._epoch_length = repeats, epoch_length
+
+  def __len__(self) -> int:
+    return len(self._parent)
+
+  def __str__(self) -> str:
+    return f'RepeatedAugmentation(repeats={self._repeats})'
+
+  def __getitem__(self, index):
+    if isinstance(index, slice):
+      return self.slice(index)
+    epoch, position = divmod(index, self._epoch_length)
+    return self._parent[epoch * self._epoch_length + position // self._repeats]
 
 
 def make_train_iterator(config, seed: Optional[int] = None, process_index: int = 0,
@@ -76,8 +108,11 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   records = base.get_spec(data_config).source(data_config, 'train')
   if len(records) == 0:
     raise ValueError(f'the train split of {data_config.name} is empty.')
-  examples = (grain.MapDataset.source(records).seed(seed).shuffle().repeat()
-              .random_map(_Preprocess(data_config)))
+  examples = grain.MapDataset.source(records).seed(seed).shuffle().repeat()
+  repeats = int(data_config.get('repeated_augmentation', 1))
+  if repeats > 1:
+    examples = RepeatedAugmentation(examples, repeats, len(records))
+  examples = examples.random_map(_Preprocess(data_config))
   spec = base.get_spec(data_config)
   if spec.pack is not None and data_config.get('pack', False):
     # Packed rows: each process packs its own examples p, p + P, ... into rows of its batch.

@@ -11,6 +11,14 @@ pads); text8 ' ' -> 1, 'a'..'z' -> 2..27 (vocabulary 28).
 Examples: non-overlapping windows of max_length + 1 symbols, inputs = window[:-1],
 targets = window[1:] (int32 [L] each), so every symbol of a split except the first is predicted
 exactly once per epoch in eval; the trailing remainder shorter than a window is dropped.
+
+Evaluation as in ContextPool Table 5 (Beltagy et al. 2020, Longformer): with
+config.data.eval_protocol='sliding' the validation and test splits are read as overlapping
+windows of `eval_context` symbols (32k) every `eval_step` symbols (512); the first window scores
+all its predictions, every later one only the `eval_step` new ones, predicted from the up to
+`eval_context` symbols before them, and a last window aligned to the split's end scores whatever
+is left. So every symbol but the first is scored exactly once (BPC over the whole split); each
+example carries its per-token 0/1 `weights`. Training always reads non-overlapping windows.
 """
 from __future__ import annotations
 
@@ -61,6 +69,41 @@ class WindowSource:
     return self.symbols[start:start + self.length + 1]
 
 
+class SlidingWindowSource:
+  """Overlapping windows of `context` (+1) symbols every `step`; record i scores its tokens
+  from `scored_from` on (see the module docstring). Splits shorter than the context give one
+  window of the whole split."""
+
+  def __init__(self, symbols: np.ndarray, context: int, step: int):
+    if not 1 <= step <= context:
+      raise ValueError(f'sliding evaluation needs 1 <= eval_step <= eval_context; got eval_step='
+                       f'{step}, eval_context={context}.')
+    self.symbols = symbols
+    predictions = len(symbols) - 1             # symbol t is predicted from symbols[:t]
+    self.length = min(context, predictions)
+    starts = list(range(0, predictions - self.length + 1, step)) if predictions > 0 else []
+    if starts and starts[-1] + self.length < predictions:
+      starts.append(predictions - self.length)  # aligned to the end: scores what is left
+    # A window starting at a predicts symbols a+1 .. a+length; it scores those after the
+    # previous window's last prediction.
+    ends = [a + self.length for a in starts]
+    self.starts = np.asarray(starts, np.int64)
+    self.scored_from = np.asarray([0] + [e - a for e, a in zip(ends[:-1], starts[1:])], np.int32)
+
+  def __len__(self):
+    return len(self.starts)
+
+  def __getitem__(self, index):
+    if not 0 <= index < len(self):
+      raise IndexError(index)
+    start = int(self.starts[index])
+    return {'window': self.symbols[start:start + self.length + 1],
+            'scored_from': self.scored_from[index]}
+
+
+EVAL_PROTOCOLS = ('windows', 'sliding')
+
+
 def _symbols(data_config) -> np.ndarray:
   name = data_config.name
   path = os.path.join(base.expand_path(data_config.data_dir), f'{name}.zip')
@@ -78,28 +121,43 @@ def source(data_config, split):
   bounds = {'train': (0, train), 'validation': (train, train + validation),
             'test': (train + validation, train + validation + test)}
   start, stop = bounds[base.check_split(split)]
+  protocol = data_config.get('eval_protocol', 'windows')
+  if protocol not in EVAL_PROTOCOLS:
+    raise ValueError(f'config.data.eval_protocol={protocol!r}; choose one of {EVAL_PROTOCOLS}.')
+  if protocol == 'sliding' and split != 'train':
+    return SlidingWindowSource(symbols[start:stop], data_config.eval_context,
+                               data_config.eval_step)
   return WindowSource(symbols[start:stop], data_config.max_length)
 
 
 def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
   del rng
   _, table = VOCABS[data_config.name]
-  ids = table[np.asarray(record)]
+  window = np.asarray(record['window'] if isinstance(record, dict) else record)
+  ids = table[window]
   if (ids < 0).any():
-    bad = chr(int(np.asarray(record)[np.argmax(ids < 0)]))
+    bad = chr(int(window[np.argmax(ids < 0)]))
     raise ValueError(f'{data_config.name}: character {bad!r} is outside its vocabulary.')
-  return {'inputs': ids[:-1], 'targets': ids[1:]}
+  example = {'inputs': ids[:-1], 'targets': ids[1:]}
+  if isinstance(record, dict):   # sliding evaluation: score the tokens from `scored_from` on
+    example['weights'] = (np.arange(len(ids) - 1) >= record['scored_from']).astype(np.float32)
+  return example
 
 
-def _info(name):
+def _info(name, from_files: bool = True):
   def info(data_config):
     vocab_size, _ = VOCABS[name]
+    if from_files:
+      sizes = {split: len(source(data_config, split)) for split in base.SPLITS}
+    else:   # the windows WindowSource makes of config.data.split_sizes symbols
+      sizes = {split: max(0, (n - 1) // data_config.max_length)
+               for split, n in zip(base.SPLITS, data_config.split_sizes)}
     return base.DatasetInfo(
         name=name, task='lm', num_classes=vocab_size, vocab_size=vocab_size,
-        input_shape=(data_config.max_length,),
-        split_sizes={split: len(source(data_config, split)) for split in base.SPLITS})
+        input_shape=(data_config.max_length,), split_sizes=sizes)
   return info
 
 
 for _name in VOCABS:
-  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess))
+  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess,
+                                                shapes=_info(_name, from_files=False)))

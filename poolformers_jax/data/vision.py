@@ -11,8 +11,11 @@ Random erasing (DeiT; timm `RandomErasing` mode 'pixel'): with probability
 config.data.random_erasing (default 0), one rectangle of 2-33 % of the normalised train image,
 aspect ratio 0.3-3.3 (log-uniform, 10 attempts to fit), is replaced by N(0, 1) noise. It draws from
 the example's own rng, so it is deterministic and independent of the process count.
+RandAugment (config.data.rand_augment, timm's policy string; DeiT: 'rand-m9-mstd0.5-inc1') runs
+on the uint8 crop after the flip, before normalisation, as in timm's train transform
+(data/randaugment.py). Repeated augmentation (config.data.repeated_augmentation, DeiT: 3) is a
+property of the sample order: data/pipeline.py.
 Mixup / cutmix mix whole batches: the trainer owns them (train/mixing.py, config.mixup).
-Left out on purpose: RandAugment and repeated augmentation.
 TFDS datasets must be prepared as array_record beforehand (`tfds build <name>
 --file_format=array_record`; ImageNet needs its manual download).
 """
@@ -23,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from poolformers_jax.data import base
+from poolformers_jax.data import base, randaugment
 
 NUM_CLASSES = {'cifar10': 10, 'cifar100': 100, 'imagenet2012': 1000}
 
@@ -124,6 +127,10 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
     image = _TRAIN_CROPS[data_config.train_crop](image, data_config, rng)
     if data_config.random_flip and rng.random() < 0.5:
       image = image[:, ::-1]
+    policy = data_config.get('rand_augment', '')
+    if policy:   # fill: the mean colour, as timm's img_mean
+      fill = tuple(min(255, round(255 * m)) for m in data_config.mean)
+      image = randaugment.parse(policy)(np.ascontiguousarray(image), rng, fill)
   image = normalize(image, data_config)
   erasing = data_config.get('random_erasing', 0.0)
   if rng is not None and erasing > 0:   # after normalisation, as in timm (noise is N(0, 1))
@@ -134,6 +141,8 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
 def _info(name):
   def info(data_config):
     size = data_config.image_size
+    if data_config.get('rand_augment', ''):
+      randaugment.parse(data_config.rand_augment)   # a bad policy fails here, before compiling
     return base.DatasetInfo(
         name=name, task='classification', num_classes=NUM_CLASSES[name], vocab_size=None,
         input_shape=(size, size, 3),

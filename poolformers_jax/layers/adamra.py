@@ -94,6 +94,7 @@ def random_routes(length: int, num_routes: int) -> np.ndarray:
   return np.random.default_rng(RANDOM_ROUTING_SEED).integers(0, num_routes, size=length)
 
 
+@register_mixer('adamra')
 class AdaMRA(nn.Module):
   """Adaptive multi-resolution kernel attention; mixer interface of DESIGN.md.
 
@@ -179,6 +180,3 @@ class AdaMRA(nn.Module):
       return out
     phi = FEATURE_MAPS[self.feature_map]
     return linear_attention(phi(q), phi(k), v, valid, causal=False)  # Eq. 7
-
-
-register_mixer('adamra', AdaMRA)

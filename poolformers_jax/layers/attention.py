@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_heads,
                                            check_sequence_input, compute_dtype, segment_allowed)
+from poolformers_jax.layers.registry import register_mixer
 
 
 def split_heads(x: Array, num_heads: int) -> Array:
@@ -89,6 +90,7 @@ def fused_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
                                       implementation='xla')
 
 
+@register_mixer('softmax')
 class MultiHeadAttention(nn.Module):
   """Softmax multi-head self-attention (Vaswani et al., 2017).
 
@@ -166,6 +168,7 @@ def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
   return (num / (den[..., None] + eps)).astype(v.dtype)
 
 
+@register_mixer('linear')
 class LinearAttention(nn.Module):
   """Linear attention with a positive feature map (`elu+1` or `relu`): memory linear in length."""
   num_heads: int

@@ -151,3 +151,17 @@ def sinusoids_at(positions: Array, dim: int) -> Array:
   table = jnp.zeros(positions.shape + (dim,), jnp.float32)
   table = table.at[..., 0::2].set(jnp.sin(angle))
   return table.at[..., 1::2].set(jnp.cos(angle[..., : dim - dim // 2]))
+
+
+def window_partition(x: Array, window: int) -> Array:
+  """[B, H, W, C] -> [B * nW, window^2, C], windows in row-major order within each image."""
+  b, h, w, c = x.shape
+  x = x.reshape(b, h // window, window, w // window, window, c)
+  return x.transpose(0, 1, 3, 2, 4, 5).reshape(-1, window * window, c)
+
+
+def window_reverse(windows: Array, window: int, height: int, width: int) -> Array:
+  """Inverse of window_partition: [B * nW, window^2, C] -> [B, H, W, C]."""
+  c = windows.shape[-1]
+  x = windows.reshape(-1, height // window, width // window, window, window, c)
+  return x.transpose(0, 1, 3, 2, 4, 5).reshape(-1, height, width, c)

@@ -41,6 +41,8 @@ What the paper leaves open, and what we decided (PAPER_NOTES.md, "Open points"):
 - ContextPool2D (the ConvNet form, sec. 4.2 / Table 3) replaces a stride-`stride` pooling layer:
   output cell (u, v) sits at the centre of its stride x stride input cell, distances are in
   pixels and sigma = r * max(H, W) * s (the image side plays the role of n).
+- WindowContextPool (CP-Swin, Table 6) pools inside each (shifted) Swin window with 2D
+  positions and n = M^2 tokens; where it sits in the block is argued in models/swin.py.
 
 The pairwise logits are [batch, queries, keys] in float32. ContextPool evaluates them
 `query_block` queries at a time under `jax.checkpoint` (each row of Eq. 4 needs only its own
@@ -56,11 +58,12 @@ from typing import Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from poolformers_jax.layers.attention import MultiHeadAttention
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias,
                                            check_image_input, check_sequence_input,
-                                           compute_dtype, segment_allowed)
+                                           compute_dtype, segment_allowed, window_partition)
 from poolformers_jax.layers.registry import register_mixer
 
 WEIGHTS = ('learned', 'uniform', 'unnormalized', 'nonlocal')
@@ -308,6 +311,24 @@ def predictor_width(dim: int, predictor_dim: Optional[int]) -> int:
   return predictor_dim if predictor_dim is not None else max(dim // 16, 8)
 
 
+def predict_pooling(module: nn.Module, x: Array, mask: Array, *, causal: bool = False,
+                    dtype: Optional[Dtype] = None, segment_ids: Optional[Array] = None
+                    ) -> tuple[Optional[Array], Optional[Array]]:
+  """{w, s} = m(X) (sec. 3.2) for `module`'s variant, called inside its compact __call__.
+
+  x [B, *spatial, C], mask [B, *spatial]. Returns the float32 logits of w and of s at every
+  position ([B, *spatial]); None for the one(s) the variant does not use. Every ContextPool form
+  (sequence, 2D, window) gets its predictor, named 'predictor', from here.
+  """
+  need_w, need_s = predicted_channels(module.weights, module.locality)
+  if not (need_w or need_s):
+    return None, None
+  raw = PoolingPredictor(module.predictor, predictor_width(x.shape[-1], module.predictor_dim),
+                         need_w + need_s, causal=causal, dtype=dtype,
+                         name='predictor')(x, mask, segment_ids).astype(jnp.float32)
+  return (raw[..., 0] if need_w else None), (raw[..., -1] if need_s else None)
+
+
 class ContextPool(nn.Module):
   """ContextPool on token sequences: [B, L, D] -> [B, L, D] (mixer interface, Eq. 3-4).
 
@@ -323,6 +344,12 @@ class ContextPool(nn.Module):
   window_size: int = 5                # fixed_window size; random_sparse expected count
   # Queries pooled at a time (memory linear in length, context_pool); None = [L, L] at once.
   query_block: Optional[int] = QUERY_BLOCK
+  # Image tokens (CP-ViT, Fig. 3): `prefix_tokens` (the class token) then a raster token_grid
+  # (h, w) of patches. The patches pool each other with a 2D Gaussian on the grid, distances and
+  # sigma = r * max(h, w) * s in patch units (as CP-Swin); prefix tokens are neither pooled nor
+  # pooled from. None = a 1D sequence.
+  token_grid: Optional[tuple[int, int]] = None
+  prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -336,6 +363,8 @@ class ContextPool(nn.Module):
     if self.query_block is not None and self.query_block < 1:
       raise ValueError(f'{name}: query_block={self.query_block} must be >= 1 (or None for the '
                        f'[L, L] form).')
+    if self.token_grid is not None:
+      return self._pool_grid(x, mask)
     if segment_ids is not None and self.locality == 'random_sparse':
       raise ValueError(f"{name}: locality='random_sparse' samples by row index and does not take "
                        'packed rows (segment_ids); use unpacked data.')
@@ -353,18 +382,35 @@ class ContextPool(nn.Module):
         allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
       n = jnp.sum(allowed, axis=-1)                             # the same, within the segment
     n = jnp.maximum(n, 1).astype(jnp.float32)
-    need_w, need_s = predicted_channels(self.weights, self.locality)
-    w_logit = s_logit = None
-    if need_w or need_s:
-      raw = PoolingPredictor(self.predictor, predictor_width(dim, self.predictor_dim),
-                             need_w + need_s, causal=self.causal, dtype=dtype,
-                             name='predictor')(x, mask, segment_ids).astype(jnp.float32)
-      w_logit = raw[..., 0] if need_w else None
-      s_logit = raw[..., -1] if need_s else None
+    w_logit, s_logit = predict_pooling(self, x, mask, causal=self.causal, dtype=dtype,
+                                       segment_ids=segment_ids)
     pos = jnp.arange(length, dtype=jnp.float32)[:, None]
     # allowed=None: padding (and causality) are applied block by block, never as [B, L, L].
     return context_pool(self, x, x, mask, allowed, n, pos, pos, w_logit, s_logit, self.causal,
                         cell=1, query_block=self.query_block)
+
+  @nn.nowrap
+  def _pool_grid(self, x: Array, mask: Array) -> Array:
+    """[prefix tokens; h * w raster patches] -> prefix unchanged, patches pooled on the grid."""
+    name = type(self).__name__
+    h, w = (int(v) for v in self.token_grid)
+    p = int(self.prefix_tokens)
+    if self.causal or x.shape[1] != p + h * w:
+      raise ValueError(f'{name}: token_grid={self.token_grid} with prefix_tokens={p} needs '
+                       f'{p + h * w} non-causal tokens, got {x.shape[1]} (causal={self.causal}); '
+                       'set the grid of the image (image_size / patch_size) or token_grid=None.')
+    dtype = compute_dtype(self.dtype, x)
+    patches, patch_mask = x[:, p:], mask[:, p:]
+    patches = jnp.where(patch_mask[..., None], patches, 0).astype(dtype)
+    # m(X) runs along the raster sequence (the same parameters as the 1D form).
+    w_logit, s_logit = predict_pooling(self, patches, patch_mask, dtype=dtype)
+    rows, cols = jnp.meshgrid(jnp.arange(h, dtype=jnp.float32), jnp.arange(w, dtype=jnp.float32),
+                              indexing='ij')
+    pos = jnp.stack([rows.reshape(-1), cols.reshape(-1)], -1)       # [h * w, 2] patch coordinates
+    n = jnp.full(patch_mask.shape, float(max(h, w)))
+    y = context_pool(self, patches, patches, patch_mask, None, n, pos, pos, w_logit, s_logit,
+                     False, cell=1, query_block=self.query_block)
+    return jnp.concatenate([x[:, :p].astype(y.dtype), y], axis=1)
 
 
 class ContextPool2D(nn.Module):
@@ -397,15 +443,10 @@ class ContextPool2D(nn.Module):
     ho, wo = h // s, w // s
     cells = lambda t: nn.avg_pool(t, (s, s), strides=(s, s))
     query_x = cells(x).reshape(b, ho * wo, c)
-    need_w, need_s = predicted_channels(self.weights, self.locality)
-    w_logit = s_logit = None
-    if need_w or need_s:
-      raw = PoolingPredictor(self.predictor, predictor_width(c, self.predictor_dim),
-                             need_w + need_s, dtype=dtype,
-                             name='predictor')(x, jnp.ones((b, h, w), bool)).astype(jnp.float32)
-      # w lives at input pixels, s at output cells: average the s logits over each cell.
-      w_logit = raw[..., 0].reshape(b, h * w) if need_w else None
-      s_logit = cells(raw[..., -1:]).reshape(b, ho * wo) if need_s else None
+    w_logit, s_logit = predict_pooling(self, x, jnp.ones((b, h, w), bool), dtype=dtype)
+    # w lives at input pixels, s at output cells: average the s logits over each cell.
+    w_logit = None if w_logit is None else w_logit.reshape(b, h * w)
+    s_logit = None if s_logit is None else cells(s_logit[..., None]).reshape(b, ho * wo)
     grid = lambda size, step: jnp.arange(size, dtype=jnp.float32) * step + (step - 1) / 2
     coords = lambda hh, ww, step: jnp.stack(jnp.meshgrid(grid(hh, step), grid(ww, step),
                                                          indexing='ij'), -1).reshape(-1, 2)
@@ -417,11 +458,64 @@ class ContextPool2D(nn.Module):
     return y.reshape(b, ho, wo, c)
 
 
+class WindowContextPool(nn.Module):
+  """ContextPool (Eq. 4) inside each (shifted) window of CP-Swin (models/swin.py, its docstring).
+
+  Called with the block's normalised map `x` [B, H, W, C] (un-shifted); returns the pooled
+  window tokens [B * nW, M^2, C] in window_partition order.
+  """
+  window: int
+  shift: int = 0
+  predictor_dim: int = 8
+  weights: str = 'learned'
+  locality: str = 'gaussian'
+  predictor: str = 'conv'
+  size_ratio: float = 0.1
+  window_size: int = 5        # ContextPool's box / random_sparse size, for its ablations
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, allowed: Optional[Array] = None) -> Array:
+    name = type(self).__name__
+    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    b, h, w, c = x.shape
+    m = self.window
+    cyclic = lambda t: jnp.roll(t, (-self.shift, -self.shift), axis=(1, 2)) if self.shift else t
+    tokens = window_partition(cyclic(x), m)                         # [B nW, M^2, C]
+    bw, n = tokens.shape[:2]
+    # m(X) on the un-shifted map, then shifted and partitioned like the tokens.
+    w_logit, s_logit = predict_pooling(self, x, jnp.ones((b, h, w), bool), dtype=self.dtype)
+    to_windows = lambda t: None if t is None else window_partition(cyclic(t[..., None]), m)[..., 0]
+    w_logit, s_logit = to_windows(w_logit), to_windows(s_logit)      # [B nW, M^2]
+    if allowed is None:
+      pair_allowed = jnp.ones((bw, n, n), bool)
+    else:
+      pair_allowed = jnp.tile(jnp.asarray(allowed), (b, 1, 1))       # window index = b*nW + w
+    grid = np.stack(np.meshgrid(np.arange(m), np.arange(m), indexing='ij'), -1)
+    pos = jnp.asarray(grid.reshape(-1, 2), jnp.float32)              # (row, col) in the window
+    tokens_per_window = jnp.full((bw, n), float(n))                  # n of sigma_i = r n s_i
+    return context_pool(self, tokens, tokens, jnp.ones((bw, n), bool), pair_allowed,
+                        tokens_per_window, pos, pos, w_logit, s_logit, False, cell=1)
+
+
+PLACEMENTS = ('mixer_input', 'block_output')
+
+
+@register_mixer('contextpool')
 class ContextPoolAttention(nn.Module):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
 
-  Parameters: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out, as
-  MultiHeadAttention). Registered as mixer 'contextpool'.
+  Where the pooling sits (`placement`; both readings of the paper, compared in the README):
+  - 'mixer_input' (default): the block's normalised input LN(X) is pooled inside the residual
+    branch, attention runs on the pooled tokens, and the residual stream itself is never pooled
+    (§1: "pool neighboring features for each token at every attention layer before computing
+    full attention").
+  - 'block_output': Fig. 2c / §3.2 word for word, "placed after each attention block, whose
+    output token features are pooled ... for use in the next attention block": this mixer is
+    plain attention, and `TransformerBlock` replaces its output X_l by ContextPool(X_l)
+    (`pool_block_output`), so the residual stream the next block reads is the pooled one.
+  Parameters either way: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out,
+  as MultiHeadAttention). Registered as mixer 'contextpool'.
   """
   num_heads: int
   causal: bool = False
@@ -435,20 +529,34 @@ class ContextPoolAttention(nn.Module):
   window_size: int = 5
   query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
   implementation: str = 'explicit'             # the attention's (MultiHeadAttention)
+  placement: str = 'mixer_input'               # or 'block_output' (see above)
+  token_grid: Optional[tuple[int, int]] = None  # ContextPool's (CP-ViT: set by the backbone)
+  prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
-  @nn.compact
+  def setup(self):
+    if self.placement not in PLACEMENTS:
+      raise ValueError(f'ContextPoolAttention: unknown placement {self.placement!r}; choose one '
+                       f'of {list(PLACEMENTS)}.')
+    options = {f: getattr(self, f) for f in POOL_OPTIONS}
+    self.context_pool = ContextPool(causal=self.causal, dtype=self.dtype,
+                                    query_block=self.query_block, token_grid=self.token_grid,
+                                    prefix_tokens=self.prefix_tokens, **options)
+    self.attention = MultiHeadAttention(self.num_heads, causal=self.causal,
+                                        dropout_rate=self.dropout_rate, use_bias=self.use_bias,
+                                        implementation=self.implementation, dtype=self.dtype)
+
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
-    options = {f: getattr(self, f) for f in POOL_OPTIONS}
-    pooled = ContextPool(causal=self.causal, dtype=self.dtype, name='context_pool',
-                         query_block=self.query_block, **options)(x, mask,
-                                                                  segment_ids=segment_ids)
-    attention = MultiHeadAttention(self.num_heads, causal=self.causal,
-                                   dropout_rate=self.dropout_rate, use_bias=self.use_bias,
-                                   implementation=self.implementation, dtype=self.dtype,
-                                   name='attention')
-    return attention(pooled, mask, segment_ids=segment_ids, deterministic=deterministic)
+    """`segment_ids` [B, L] (packed rows): pooling and attention stay inside each segment."""
+    if segment_ids is not None and self.placement != 'mixer_input':
+      raise ValueError("ContextPoolAttention: packed rows (segment_ids) need placement "
+                       "'mixer_input'.")
+    if self.placement == 'mixer_input':
+      x = self.context_pool(x, mask, segment_ids=segment_ids)
+    return self.attention(x, mask, segment_ids=segment_ids, deterministic=deterministic)
 
+  def pool_block_output(self, x: Array, mask: Optional[Array] = None) -> Array:
+    """ContextPool of a block's output (placement 'block_output'; called by TransformerBlock)."""
+    return self.context_pool(x, mask)
 
-register_mixer('contextpool', ContextPoolAttention)

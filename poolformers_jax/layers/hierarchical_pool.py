@@ -5,9 +5,10 @@ After the first block of every stage the token sequence is downsampled, Eq. (5):
 
     X_hat = MaxPool1D(X) + E_stage
 
-`HierarchicalPool` is the pooling part, `[B, N, D] -> [B, N', D]`; the new position embedding
-E_stage is added by the model (a `LearnedPositionEmbedding` of the pooled length). It is not a
-token mixer (it changes the length), so it returns the pooled mask as well.
+`HierarchicalPool` is the pooling part, `[B, N, D] -> [B, N', D]`. It is not a token mixer (it
+changes the length), so it returns the pooled mask as well. `PoolingStages` is the staging of the
+whole network: which blocks pool (b_m), the token layout of every stage, and `pool_stage`, Eq. (5)
+(pooling plus the new position embedding E_stage) run in the model's scope.
 
 What the paper fixes: 1D max pooling, kernel 3, stride 2 (grid search on CIFAR-100), so
 196 -> 97 -> 48 -> 23 -> 11 tokens; average pooling and a strided convolution as ablations
@@ -23,12 +24,15 @@ What it leaves open, and what we decided:
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import NEG_INF, Array, Dtype, check_sequence_input, compute_dtype
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, LearnedPositionEmbedding,
+                                           check_sequence_input, compute_dtype)
 
 POOL_METHODS = ('max', 'avg', 'conv')
 
@@ -104,3 +108,59 @@ class HierarchicalPool(nn.Module):
     # Where no token of the window is real, return zeros rather than the NEG_INF sentinel.
     y = jnp.where(pooled_mask[..., None], y, jnp.zeros((), y.dtype))
     return y, pooled_mask
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolingStages:
+  """HVT's staging (Sec. 3.2.1): `depth` blocks in `num_stages` (M) stages of equal width.
+
+  Pooling follows blocks b_m = 0, w, 2w, ... (w = depth / M, the official code); each pooling is
+  followed by a new learned position embedding of the pooled length. `grid` is the (h, w) patch
+  grid; with `pool_2d` the pooling runs on it (HVT Table 9), else on the token sequence.
+  """
+  depth: int
+  num_stages: int
+  grid: tuple[int, int]
+  pool_2d: bool = False
+  method: str = 'max'
+  kernel_size: int = 3
+  stride: int = 2
+
+  def pool_after_blocks(self) -> tuple[int, ...]:
+    """Indices b_m of the blocks followed by pooling."""
+    if self.num_stages == 0:
+      return ()
+    width = self.depth // self.num_stages
+    return tuple(m * width for m in range(self.num_stages))
+
+  def stage_grids(self) -> list[tuple[int, ...]]:
+    """Token layout of every stage: (h, w) grids for 2D pooling, (length,) otherwise."""
+    layout = tuple(self.grid) if self.pool_2d else (math.prod(self.grid),)
+    layouts = [layout]
+    for _ in range(self.num_stages):
+      layout = tuple(pooled_length(n, self.kernel_size, self.stride) for n in layout)
+      layouts.append(layout)
+    return layouts
+
+  def check(self, owner: str) -> None:
+    """One-line errors for a staging that cannot run, before anything is traced."""
+    if not self.num_stages:
+      return
+    if self.depth % self.num_stages:
+      raise ValueError(f'{owner}: num_stages={self.num_stages} does not divide depth='
+                       f'{self.depth}; HVT splits the blocks into stages of equal width.')
+    grids = self.stage_grids()
+    if min(min(g) for g in grids[:-1]) < self.kernel_size or min(grids[-1]) < 1:
+      raise ValueError(f'{owner}: {self.num_stages} pooling stages with kernel '
+                       f'{self.kernel_size} do not fit the {grids[0]} patch tokens; use fewer '
+                       f'stages or a larger image / smaller patch size.')
+
+  def pool_stage(self, stage: int, x: Array, mask: Array,
+                 dtype: Optional[Dtype] = None) -> tuple[Array, Array]:
+    """Eq. (5), X^ = Pool(X) + E_stage. Called inside the model's compact __call__, so the
+    parameters 'pool{stage}' (the 'conv' method's) and 'pos_embed_stage{stage + 1}' are the
+    model's own (flax gives modules created here the calling module as parent)."""
+    grid = self.stage_grids()[stage] if self.pool_2d else None
+    x, mask = HierarchicalPool(self.method, self.kernel_size, self.stride, grid=grid,
+                               dtype=dtype, name=f'pool{stage}')(x, mask)
+    return LearnedPositionEmbedding(x.shape[1], name=f'pos_embed_stage{stage + 1}')(x), mask

@@ -29,18 +29,26 @@ What the paper leaves open, and what we decided:
   (1 × max_distance in the language form) and larger distances share the last entry (as T5 clips).
   With max_distance >= the grid size this is exactly Eq. 3. Init: truncated normal, std 0.02.
   The bias is on the grid the attention runs on (the output grid of a strided SAC).
-* d_a = d_o = `features` (default: the input width); heads split it evenly (Sec. 2.1).
+* Heads (`heads`). Sec. 2.1: "each head c is associated with its own set of filters H_Q^c, H_K^c,
+  H_V^c and produces a corresponding output y^c in R^{N x M x d_o}"; the C outputs are concatenated
+  to C * d_o channels and reduced back to d_o by the 1x1 convolution H_Y. That is heads='full'
+  (the default): every head has full-width filters, d_a = d_o = `features` per head, so the
+  query / key / value filters have C * features outputs and `out` (H_Y) maps C * features ->
+  features. heads='split' is standard multi-head attention (Vaswani et al. 2017), which the paper
+  does not describe: the `features` channels are split evenly over the heads (d_a = d_o =
+  features / C), C times fewer query / key / value parameters, and `out` is features -> features.
 * Sec. 2.1 and Sec. 3 both call their 1×1 reduction H_Y. We keep two: `out` merges the heads
-  (Sec. 2.1, as in MultiHeadAttention) and `fuse` merges [y, y'] when the regular convolution is on.
+  (Sec. 2.1) and `fuse` merges [y, y'] when the regular convolution is on.
 * Sec. 4 lists the regular convolution H_R^l in every scale of MSAC, so `MSAC.regular_conv`
   defaults to True; Sec. 3 calls it optional, so `SAC.regular_conv` defaults to False.
 * Dropout acts on the attention output before `out`, as in MultiHeadAttention.
-* Identity (tested): SAC with window 1×1, no regular conv, equals SelfAttention2D with the same
-  weights, the conv kernels [1, 1, d, f] being the Dense kernels [d, f] reshaped (Lemma 1); the
+* Identity (tested, either `heads` form): SAC with window 1×1, no regular conv, equals
+  SelfAttention2D with the same weights, the conv kernels [1, 1, d, f] being the Dense kernels [d, f] reshaped (Lemma 1); the
   relative bias table has the same name and shape in both, so the identity holds with the bias on.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence, Union
 
 import flax.linen as nn
@@ -91,6 +99,20 @@ def attention_on_grid(q: Array, k: Array, v: Array, num_heads: int,
   return merge_heads(out).reshape(b, rows, cols, -1), weights
 
 
+HEAD_FORMS = ('full', 'split')
+
+
+def head_channels(features: int, num_heads: int, heads: str, name: str) -> int:
+  """Channels of the query / key / value filters: C * d_o with full-width heads (Sec. 2.1,
+  heads='full'), or `features` split evenly over the heads (heads='split')."""
+  if heads not in HEAD_FORMS:
+    raise ValueError(f'{name}: unknown heads {heads!r}; choose one of {list(HEAD_FORMS)}.')
+  if heads == 'full':
+    return features * num_heads
+  check_heads(features, num_heads, name)
+  return features
+
+
 def _relative_bias_param(module: nn.Module, num_heads: int, table_rows: int,
                          table_cols: int) -> Array:
   """The 'relative_bias' table [heads, R, C]; same name in SelfAttention2D and SAC."""
@@ -105,10 +127,11 @@ def _relative_bias_param(module: nn.Module, num_heads: int, table_rows: int,
 class SelfAttention2D(nn.Module):
   """Multi-head 2D self-attention on images [B, H, W, C] -> [B, H, W, C] (Sec. 2, Eqs. 1-4).
 
-  `relative_bias=False` gives exactly MultiHeadAttention on the image flattened to [B, H*W, C]
-  with the same parameters.
+  `heads='split'` with `relative_bias=False` gives exactly MultiHeadAttention on the image
+  flattened to [B, H*W, C] with the same parameters; `heads='full'` (default) is Sec. 2.1's form.
   """
   num_heads: int
+  heads: str = 'full'                # Sec. 2.1: full-width filters per head; 'split': MHA
   relative_bias: bool = True
   max_distance: int = 64
   dropout_rate: float = 0.0
@@ -123,10 +146,10 @@ class SelfAttention2D(nn.Module):
                        f'{x.ndim} shape {tuple(x.shape)}; for tokens [B, L, D] use '
                        f'MultiHeadAttention.')
     dim = x.shape[-1]
-    check_heads(dim, self.num_heads, name)
+    inner = head_channels(dim, self.num_heads, self.heads, name)
     dtype = compute_dtype(self.dtype, x)
-    dense = lambda n: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=n)
-    q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))            # Eq. 1 (1×1 filters)
+    dense = lambda f, n: nn.Dense(f, use_bias=self.use_bias, dtype=dtype, name=n)
+    q, k, v = (dense(inner, n)(x) for n in ('query', 'key', 'value'))     # Eq. 1 (1×1 filters)
     bias = jnp.zeros((), jnp.float32)
     if self.relative_bias:                                                 # b of Eq. 3
       table = _relative_bias_param(self, self.num_heads, self.max_distance, self.max_distance)
@@ -134,7 +157,7 @@ class SelfAttention2D(nn.Module):
     y, weights = attention_on_grid(q, k, v, self.num_heads, bias)          # Eqs. 2-4
     self.sow('intermediates', 'attention_weights', weights)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
-    return dense('out')(y)                                                 # H_Y, Sec. 2.1
+    return dense(dim, 'out')(y)                                            # H_Y, Sec. 2.1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -178,24 +201,30 @@ def split_forms(x: Array, mask: Optional[Array], causal: bool, strides: int,
                    f'channels] (vision), got rank {x.ndim} shape {tuple(x.shape)}.')
 
 
-class SAC(nn.Module):
+class SACOptions(nn.Module):
+  """The options SAC and MSAC share (one list; MSAC hands them to each of its SACs)."""
+  num_heads: int
+  features: Optional[int] = None      # output channels; None = the input's
+  heads: str = 'full'                 # Sec. 2.1: full-width filters per head; 'split': MHA
+  strides: int = 1
+  regular_conv: bool = False          # Sec. 3: fuse a regular n×m convolution in
+  relative_bias: bool = True          # b of Eq. 3
+  max_distance: int = 64              # relative bias table size per axis
+  causal: bool = False                # language form only
+  dropout_rate: float = 0.0           # on the attention output
+  use_bias: bool = True
+  dtype: Optional[Dtype] = None
+
+
+@register_mixer('sac')
+class SAC(SACOptions):
   """Self-Attentive Convolution (Sec. 3): 2D self-attention between n×m patches.
 
   Vision: [B, H, W, C] -> [B, H', W', features]  (H' = ceil(H / strides)).
   Language: [B, L, D] (+ mask [B, L]) -> [B, L, features], a 1×L image with 1×m windows.
   `window`: int w (1×w for language, w×w for images) or a pair (n, m).
   """
-  num_heads: int
   window: Window = 1
-  features: Optional[int] = None
-  strides: int = 1
-  regular_conv: bool = False
-  relative_bias: bool = True
-  max_distance: int = 64
-  causal: bool = False
-  dropout_rate: float = 0.0
-  use_bias: bool = True
-  dtype: Optional[Dtype] = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -208,7 +237,7 @@ class SAC(nn.Module):
       raise ValueError(f'{name}: window {n}×{m} is larger than the input {rows}×{cols}; '
                        f'use a smaller window or a larger input.')
     features = self.features or x.shape[-1]
-    check_heads(features, self.num_heads, name)
+    inner = head_channels(features, self.num_heads, self.heads, name)
     dtype = compute_dtype(self.dtype, x)
     # Def. 1 'same' padding; causal windows [t-m+1, t] look only back.
     padding = ((0, 0), (m - 1, 0)) if self.causal else 'SAME'
@@ -217,7 +246,7 @@ class SAC(nn.Module):
       return nn.Conv(feat, kernel, strides=self.strides, padding=padding, use_bias=self.use_bias,
                      dtype=dtype, name=label)
 
-    q, k, v = (conv(features, (n, m), label)(image) for label in ('query', 'key', 'value'))  # Eq. 1
+    q, k, v = (conv(inner, (n, m), label)(image) for label in ('query', 'key', 'value'))  # Eq. 1
     out_rows, out_cols = q.shape[1:3]
     bias = jnp.zeros((), jnp.float32)
     if key_mask is not None:
@@ -229,7 +258,7 @@ class SAC(nn.Module):
     y, weights = attention_on_grid(q, k, v, self.num_heads, bias)   # Eqs. 2-4 between patches
     self.sow('intermediates', 'attention_weights', weights)
     y = nn.Dropout(self.dropout_rate)(y, deterministic=deterministic)
-    y = nn.Dense(features, use_bias=self.use_bias, dtype=dtype, name='out')(y)  # Sec. 2.1
+    y = nn.Dense(features, use_bias=self.use_bias, dtype=dtype, name='out')(y)  # H_Y, Sec. 2.1
     if self.regular_conv:
       # Sec. 3: y' = x ⋆ H_R in parallel; γ = [y, y'] ⋆ H_Y (a 1×1 convolution).
       y_regular = conv(features, (n, m), 'regular_conv')(image)
@@ -238,23 +267,15 @@ class SAC(nn.Module):
     return y[:, 0] if language else y
 
 
-class MSAC(nn.Module):
+@register_mixer('msac')
+class MSAC(SACOptions):
   """Multiscale SAC (Sec. 4): SACs with different windows in parallel, ψ = [γ^1..γ^L], φ = ψ ⋆ H_φ.
 
   Same forms as SAC. `windows`: one entry per scale, each an int or an (n, m) pair; the default
   (1, 2, 3) is the paper's language example (1×1, 1×2 and 1×3 SACs).
   """
-  num_heads: int
   windows: Sequence[Window] = (1, 2, 3)
-  features: Optional[int] = None
-  strides: int = 1
   regular_conv: bool = True
-  relative_bias: bool = True
-  max_distance: int = 64
-  causal: bool = False
-  dropout_rate: float = 0.0
-  use_bias: bool = True
-  dtype: Optional[Dtype] = None
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -263,13 +284,11 @@ class MSAC(nn.Module):
     if not len(self.windows):
       raise ValueError(f'{name}: windows is empty; give at least one window, e.g. (1, 3).')
     features = self.features or x.shape[-1]
-    scales = [
-        SAC(num_heads=self.num_heads, window=w, features=features, strides=self.strides,
-            regular_conv=self.regular_conv, relative_bias=self.relative_bias,
-            max_distance=self.max_distance, causal=self.causal, dropout_rate=self.dropout_rate,
-            use_bias=self.use_bias, dtype=self.dtype, name=f'sac_{i}')(
-                x, mask, deterministic=deterministic)
-        for i, w in enumerate(self.windows)]
+    options = {f.name: getattr(self, f.name) for f in dataclasses.fields(SACOptions)
+               if f.name not in ('parent', 'name')}
+    options['features'] = features
+    scales = [SAC(window=w, name=f'sac_{i}', **options)(x, mask, deterministic=deterministic)
+              for i, w in enumerate(self.windows)]
     psi = jnp.concatenate(scales, axis=-1)                          # ψ, the super-tensor
     return nn.Dense(features, use_bias=self.use_bias, dtype=compute_dtype(self.dtype, x),
                     name='reduce')(psi)                             # φ = ψ ⋆ H_φ
@@ -314,7 +333,3 @@ class CrossAttentiveInput(nn.Module):
       else:
         x, z = jnp.concatenate([x, x_seg], -1), jnp.concatenate([z, z_seg], -1)
     return jnp.concatenate([x, z], axis=2)   # t = [x, z] ∈ R^{N × 2M × d'}
-
-
-register_mixer('sac', SAC)
-register_mixer('msac', MSAC)

@@ -99,6 +99,7 @@ def local_max_pool(x: Array, mask: Array, window: int = 3) -> Array:
   return jnp.where(mask[..., None], pooled, 0)
 
 
+@register_mixer('ponet')
 class PoNet(nn.Module):
   """The PoNet token mixer: multi-granularity pooling (GA + SMP + LMP) and pooling fusion."""
   num_heads: int
@@ -167,6 +168,3 @@ class PoNet(nn.Module):
       fused = fused + local_max_pool(dense('local')(x), not_boundary, self.local_window)
     fused = jnp.where(mask[..., None], fused, 0)
     return dense('out')(fused)
-
-
-register_mixer('ponet', PoNet)

@@ -1,8 +1,10 @@
-"""The one mixer registry: name -> token-mixer class, and `build_mixer` to construct one.
+"""The mixer registry: name -> token-mixer class, and `build_mixer` to construct one.
 
-Models never branch on a mixer name; they call `build_mixer(name, num_heads=..., causal=...,
-dropout_rate=..., **config_kwargs)`. Shared arguments are passed only to mixers that declare
-them as fields, and an unknown keyword fails with the list of valid ones.
+Mixer classes register with `@register_mixer('name')` (their files are listed in
+poolformers_jax/registry.py). Models never branch on a mixer name; they call
+`build_mixer(name, shared=dict(num_heads=..., causal=..., dropout_rate=...), **config_kwargs)`.
+Shared arguments are passed only to mixers that declare them as fields, and an unknown keyword
+fails with the list of valid ones.
 """
 from __future__ import annotations
 
@@ -11,18 +13,9 @@ from typing import Any
 
 import flax.linen as nn
 
-from poolformers_jax.layers import attention
+from poolformers_jax.registry import MIXERS, register_mixer
 
-MIXERS: dict[str, type[nn.Module]] = {
-    'softmax': attention.MultiHeadAttention,
-    'linear': attention.LinearAttention,
-}
-
-
-def register_mixer(name: str, cls: type[nn.Module]) -> None:
-  if name in MIXERS and MIXERS[name] is not cls:
-    raise ValueError(f'mixer {name!r} is already registered as {MIXERS[name].__name__}.')
-  MIXERS[name] = cls
+__all__ = ['MIXERS', 'build_mixer', 'mixer_fields', 'register_mixer']
 
 
 def mixer_fields(cls: type[nn.Module]) -> set[str]:
@@ -32,8 +25,6 @@ def mixer_fields(cls: type[nn.Module]) -> set[str]:
 def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: Any) -> nn.Module:
   """Builds mixer `name`. `shared` args (num_heads, causal, ...) go only where they are fields;
   `kwargs` (the config's mixer-specific options) must all be fields of the mixer."""
-  if name not in MIXERS:
-    raise ValueError(f'unknown mixer {name!r}; choose one of {sorted(MIXERS)}.')
   cls = MIXERS[name]
   fields = mixer_fields(cls)
   unknown = sorted(set(kwargs) - fields)

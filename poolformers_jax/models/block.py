@@ -5,6 +5,8 @@
 
 The LRA encoder (`encoder.py`), the character LM (`lm.py`) and the ViT family (`vit.py`) all stack
 `TransformerBlock`; a decoder adds its cross-attention sublayer with one more `PreNormResidual`.
+`post_norm=True` is the original post-LN form of BERT, which the official PoNet BERT code keeps
+(`ponet_mlm.py`):  X' = LN(X + Dropout(Mixer(X))),  Y = LN(X' + Dropout(W2 act(W1 X'))).
 Parameter names inside a block: `norm1`, the mixer under its class name (`MultiHeadAttention_0`,
 `PoNet_0`, ...: the parameter tree says which mixer ran), `norm2`, `mlp` (`fc1`, `fc2`).
 """
@@ -41,12 +43,14 @@ class PreNormResidual(nn.Module):
   fn: nn.Module
   dropout_rate: float = 0.0
   drop_path_rate: float = 0.0
+  post_norm: bool = False     # True: norm(x + DropPath(Dropout(fn(x)))), BERT's post-LN order
 
   @nn.compact
   def __call__(self, x: Array, *args: Any, deterministic: bool = True, **kwargs: Any) -> Array:
-    h = self.fn(self.norm(x), *args, deterministic=deterministic, **kwargs)
+    h = self.fn(x if self.post_norm else self.norm(x), *args, deterministic=deterministic, **kwargs)
     h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
-    return x + DropPath(self.drop_path_rate)(h, deterministic=deterministic)
+    out = x + DropPath(self.drop_path_rate)(h, deterministic=deterministic)
+    return self.norm(out) if self.post_norm else out
 
 
 class TransformerBlock(nn.Module):
@@ -55,7 +59,9 @@ class TransformerBlock(nn.Module):
   The mixer gets `num_heads`, `causal`, `dropout_rate=attention_dropout_rate` and `dtype` where it
   declares them as fields (`build_mixer`), plus `mixer_kwargs`. `dropout_rate` drops the mixer's
   output and the MLP's hidden and output activations; `drop_path_rate` drops whole residual
-  branches per example (stochastic depth).
+  branches per example (stochastic depth). `post_norm=True`: BERT's post-LN block, whose MLP
+  has no hidden dropout. Keyword `mixer_inputs` of the call go to the mixer (PoNet's
+  `segment_ids`, `boundary_mask`).
   """
   mixer: str
   num_heads: int
@@ -68,6 +74,11 @@ class TransformerBlock(nn.Module):
   activation: str = 'gelu'
   layer_norm_epsilon: float = 1e-6
   kernel_init: Callable = nn.initializers.xavier_uniform()   # the MLP's Dense kernels
+  post_norm: bool = False
+  # Image tokens: [prefix_tokens; raster token_grid (h, w)], passed to mixers that take them
+  # (ContextPool pools on the grid, CP-ViT); None for sequences.
+  token_grid: Optional[tuple[int, int]] = None
+  prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -78,17 +89,24 @@ class TransformerBlock(nn.Module):
       raise ValueError(f'TransformerBlock: unknown activation {self.activation!r}; '
                        f'choose one of {sorted(ACTIVATIONS)}.')
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
-    mixer = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads, causal=self.causal,
-                                                dropout_rate=self.attention_dropout_rate,
-                                                dtype=self.dtype),
+    shared = dict(num_heads=self.num_heads, causal=self.causal,
+                  dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
+    if self.token_grid is not None:
+      shared.update(token_grid=tuple(self.token_grid), prefix_tokens=self.prefix_tokens)
+    mixer = build_mixer(self.mixer, shared=shared,
                         **dict(self.mixer_kwargs or {}))
-    x = PreNormResidual(norm('norm1'), mixer, self.dropout_rate, self.drop_path_rate)(
+    post = self.post_norm
+    x = PreNormResidual(norm('norm1'), mixer, self.dropout_rate, self.drop_path_rate, post)(
         x, mask, deterministic=deterministic, **mixer_inputs)
     mlp = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
-                   dropout_rate=self.dropout_rate, dtype=self.dtype, kernel_init=self.kernel_init,
-                   name='mlp')
-    return PreNormResidual(norm('norm2'), mlp, 0.0, self.drop_path_rate)(
-        x, deterministic=deterministic)
+                   dropout_rate=0.0 if post else self.dropout_rate, dtype=self.dtype,
+                   kernel_init=self.kernel_init, name='mlp')
+    x = PreNormResidual(norm('norm2'), mlp, self.dropout_rate if post else 0.0,
+                        self.drop_path_rate, post)(x, deterministic=deterministic)
+    if getattr(mixer, 'placement', None) == 'block_output':
+      # ContextPool Fig. 2c: the block's output tokens are pooled for the next block.
+      x = mixer.pool_block_output(x, mask)
+    return x
 
 
 def _plain(value: Any) -> Any:
@@ -122,7 +140,12 @@ def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (), ignore: tupl
   if missing:
     raise ValueError(f'model {name!r}: config.model is missing {missing}.')
   kwargs = {k: _plain(cfg[k]) for k in keys}
-  if isinstance(kwargs.get('dtype'), str):
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  if 'dtype' in kwargs:
+    kwargs['dtype'] = as_dtype(kwargs['dtype'])
   kwargs.update(overrides)
   return kwargs
+
+
+def as_dtype(value: Any) -> Any:
+  """A config's dtype ('bfloat16', 'float32', None) as a module's dtype field."""
+  return jnp.dtype(value) if isinstance(value, str) else value

@@ -7,6 +7,20 @@ Our decision: a VGG-style net of `len(widths)` stages, each `convs_per_stage` x
 average pool and a Dense classifier. With the default widths (48, 96, 192) and 2 convs per stage the
 max-pool baseline has 0.65M parameters and ContextPool adds 0.03M, close to Table 3.
 
+Table 3's compute (3.7 GFLOPs baseline, 3.9 with ContextPool) cannot hold at CIFAR's 32 x 32, for
+any architecture: a convolution (or Dense) weight is applied once per output position, so
+MACs = sum_l params_l x area_l <= params x (largest feature-map area) = 0.66M x 32^2 = 0.68 G,
+5.5x short of 3.7 G (2.7x if "FLOPs" counts 2 per multiply-add). It needs images of at least
+sqrt(3.7e9 / 0.66e6) = 75 pixels a side (53 with 2 FLOPs per MAC) even with every weight at full
+resolution, and more with pooling between stages: this family (3 stages, 2 convs each, pooling
+after each) fits both numbers at 160^2 with widths (80, 136, 136) (0.660M, 3.75 G MACs) or at
+192^2 with (40, 144, 152) (0.662M, 3.70 G), and at 112^2 to 160^2 in the 2-FLOPs reading, so the
+two numbers do not pin one architecture. The supplementary material that would decide is not
+available; we keep CIFAR's native 32^2 (0.086 G MACs, tests/models/test_cifar_configs.py) and the
+parameter count (config.data.image_size = 160 and model.widths = (80, 136, 136) give the 160^2
+reading). (ContextPool2D pools every output cell over the whole map, so at 160^2 its own cost is far
+above Table 3's +0.2 G: the paper's ConvNet pooling must be local.)
+
 Config fields of `config.model` (name 'cp_convnet'):
   num_classes       int, e.g. 10 for CIFAR-10
   widths            sequence of stage widths, e.g. (48, 96, 192)
@@ -25,6 +39,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, check_image_input
 from poolformers_jax.layers.context_pool import ContextPool2D
+from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.models.registry import register_model
 
 POOL_STRIDE = 2
@@ -79,13 +94,5 @@ _REQUIRED = ('num_classes', 'widths', 'convs_per_stage', 'pool')
 
 @register_model('cp_convnet')
 def build(cfg) -> CPConvNet:
-  missing = [k for k in _REQUIRED if k not in cfg]
-  if missing:
-    raise ValueError(f'cp_convnet: config.model is missing {missing}; '
-                     f'it needs {list(_REQUIRED)} (and optionally pool_kwargs).')
-  pool_kwargs = cfg.get('pool_kwargs', None) or {}
-  if hasattr(pool_kwargs, 'to_dict'):
-    pool_kwargs = pool_kwargs.to_dict()
-  return CPConvNet(num_classes=int(cfg.num_classes), widths=tuple(cfg.widths),
-                   convs_per_stage=int(cfg.convs_per_stage), pool=cfg.pool,
-                   pool_kwargs=dict(pool_kwargs))
+  """`config.model` -> CPConvNet; needs `_REQUIRED` (and optionally pool_kwargs)."""
+  return CPConvNet(**model_kwargs(cfg, CPConvNet, required=_REQUIRED))

@@ -26,7 +26,8 @@ defaults, unknown fields fail):
   stage_widths     sequence of ints, channels per stage, e.g. (16, 32, 64)
   stage_blocks     sequence of ints, basic blocks per stage, e.g. (3, 3, 3) (ResNet-20)
   msac_stages      sequence of 0-based stage indices whose 3×3 convs are MSACs, e.g. (1, 2)
-  num_heads        int, heads of every SAC; must divide the widths of the MSAC stages
+  num_heads        int, heads of every SAC (with heads='split' it must divide the MSAC widths)
+  heads            'full' (Sec. 2.1: each head its own full-width filters, the paper) or 'split'
   windows          sequence of MSAC windows (int w = w×w, or (n, m)), e.g. (1, 3)
   regular_conv     bool, fuse a regular n×m conv into every SAC (Sec. 3-4)
   relative_bias    bool, learned bias b[|Δrow|, |Δcol|] in the attention (Eq. 3)
@@ -47,6 +48,7 @@ import ml_collections
 
 from poolformers_jax.layers.common import Array, Dtype, check_image_input
 from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, Window
+from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.models.registry import register_model
 
 
@@ -62,6 +64,7 @@ class BasicBlock(nn.Module):
   strides: int
   use_msac: bool
   num_heads: int
+  heads: str
   windows: Sequence[Window]
   regular_conv: bool
   relative_bias: bool
@@ -74,8 +77,8 @@ class BasicBlock(nn.Module):
 
     def mixer(strides: int, name: str):
       if self.use_msac:   # Sec. 6: MSAC in place of the 3×3 convolution
-        return MSAC(num_heads=self.num_heads, windows=self.windows, features=self.width,
-                    strides=strides, regular_conv=self.regular_conv,
+        return MSAC(num_heads=self.num_heads, heads=self.heads, windows=self.windows,
+                    features=self.width, strides=strides, regular_conv=self.regular_conv,
                     relative_bias=self.relative_bias, max_distance=self.max_distance,
                     dtype=self.dtype, name=name)
       return nn.Conv(self.width, (3, 3), strides=strides, padding='SAME', use_bias=False,
@@ -97,6 +100,7 @@ class MSACResNet(nn.Module):
   stage_blocks: Sequence[int] = (3, 3, 3)
   msac_stages: Sequence[int] = (1, 2)
   num_heads: int = 4
+  heads: str = 'full'          # MSAC heads: 'full' (Sec. 2.1, the paper) or 'split' (layers/msac.py)
   windows: Sequence[Window] = (1, 3)
   regular_conv: bool = True
   relative_bias: bool = True
@@ -122,6 +126,7 @@ class MSACResNet(nn.Module):
       for block in range(blocks):
         x = BasicBlock(width=width, strides=2 if stage > 0 and block == 0 else 1,
                        use_msac=stage in self.msac_stages, num_heads=self.num_heads,
+                       heads=self.heads,
                        windows=tuple(self.windows), regular_conv=self.regular_conv,
                        relative_bias=self.relative_bias, max_distance=self.max_distance,
                        dtype=self.dtype, name=f'stage{stage}_block{block}')(
@@ -152,7 +157,7 @@ def msac_resnet_config(num_classes: int = 10) -> ml_collections.ConfigDict:
   """Default `config.model` for 'msac_resnet' (ResNet-20 widths, MSAC in stages 1 and 2)."""
   return ml_collections.ConfigDict(dict(
       name='msac_resnet', num_classes=num_classes, stage_widths=(16, 32, 64),
-      stage_blocks=(3, 3, 3), msac_stages=(1, 2), num_heads=4, windows=(1, 3),
+      stage_blocks=(3, 3, 3), msac_stages=(1, 2), num_heads=4, heads='full', windows=(1, 3),
       regular_conv=True, relative_bias=True, max_distance=32, dtype='float32'))
 
 
@@ -177,13 +182,7 @@ def _check_fields(cfg, expected: ml_collections.ConfigDict) -> None:
 
 
 def _resnet_from(cfg) -> MSACResNet:
-  return MSACResNet(
-      num_classes=int(cfg.num_classes), stage_widths=tuple(cfg.stage_widths),
-      stage_blocks=tuple(cfg.stage_blocks), msac_stages=tuple(cfg.msac_stages),
-      num_heads=int(cfg.num_heads),
-      windows=tuple(tuple(w) if isinstance(w, (list, tuple)) else int(w) for w in cfg.windows),
-      regular_conv=bool(cfg.regular_conv), relative_bias=bool(cfg.relative_bias),
-      max_distance=int(cfg.max_distance), dtype=jnp.dtype(cfg.dtype))
+  return MSACResNet(**model_kwargs(cfg, MSACResNet, ignore=('segment', 'segment_dim')))
 
 
 @register_model('msac_resnet')
@@ -194,6 +193,9 @@ def build_msac_resnet(cfg) -> MSACResNet:
 
 @register_model('cross_attentive_similarity')
 def build_cross_attentive_similarity(cfg) -> CrossAttentiveSimilarity:
+  """Sec. 6.1's image-pair model. Nothing trains it yet: it waits for an image-pair dataset
+  (`register_dataset` with inputs [2, H, W, C] and same / different labels) and a config; the
+  forward pass and its shapes are tested (tests/models/test_msac_models.py)."""
   _check_fields(cfg, cross_attentive_similarity_config())
   return CrossAttentiveSimilarity(backbone=_resnet_from(cfg), segment=cfg.segment,
                                   segment_dim=int(cfg.segment_dim))

@@ -2,6 +2,9 @@
 
     params, model_config = load_official('path/to/ponet-base-uncased')   # config.json + weights
     model = build_model(ml_collections.ConfigDict({'name': 'ponet_mlm', **model_config}))
+or, as an orbax checkpoint that `config.init_from` and eval.py read (poolformers_jax/convert.py):
+    python -m poolformers_jax.convert --config configs/ponet_pretrain.py:sso \
+        --source path/to/ponet-base-uncased --workdir runs/ponet_base_official
 
 Weights: `model.safetensors` (read with the `safetensors` package into numpy) or
 `pytorch_model.bin` (only when torch is installed; torch is never a dependency). Linear weights
@@ -23,16 +26,16 @@ from flax import traverse_util
 
 # Official name (after the 'ponet.' prefix) -> our parameter path, for one BERT layer i.
 _LAYER = {
-    'attention.self.dense_q': ('mixer', 'query'),
-    'attention.self.dense_k': ('mixer', 'key'),
-    'attention.self.dense_o': ('mixer', 'gate'),       # the fusion gate H_O
-    'attention.self.dense_local': ('mixer', 'local'),
-    'attention.self.dense_segment': ('mixer', 'segment'),
-    'attention.output.dense': ('mixer', 'out'),
-    'attention.output.LayerNorm': ('mixer_norm',),
-    'intermediate.dense': ('fc1',),
-    'output.dense': ('fc2',),
-    'output.LayerNorm': ('mlp_norm',),
+    'attention.self.dense_q': ('PoNet_0', 'query'),
+    'attention.self.dense_k': ('PoNet_0', 'key'),
+    'attention.self.dense_o': ('PoNet_0', 'gate'),       # the fusion gate H_O
+    'attention.self.dense_local': ('PoNet_0', 'local'),
+    'attention.self.dense_segment': ('PoNet_0', 'segment'),
+    'attention.output.dense': ('PoNet_0', 'out'),
+    'attention.output.LayerNorm': ('norm1',),            # post-LN TransformerBlock
+    'intermediate.dense': ('mlp', 'fc1'),
+    'output.dense': ('mlp', 'fc2'),
+    'output.LayerNorm': ('norm2',),
 }
 _TOP = {
     'embeddings.word_embeddings': ('token_embed',),
@@ -133,3 +136,33 @@ def load_official(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
   with open(config_path) as f:
     config = json.load(f)
   return convert_state_dict(read_state_dict(path)), model_config(config)
+
+
+MODELS = ('ponet_mlm', 'ponet_classifier')
+
+
+def config_and_params(config, source: str):
+  """(config with config.model completed from the checkpoint, params) for poolformers_jax.convert.
+
+  `source`: the checkpoint folder, or its weights file (config.json must sit beside it). Sizes
+  set in config.model must agree with the checkpoint; unset ones (vocab_size, cls/sep ids) are
+  taken from it ([CLS] 101, [SEP] 102: the BERT uncased vocabulary the checkpoint uses).
+  """
+  folder = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
+  params, found = load_official(folder)
+  found = dict(found, cls_id=101, sep_id=102)
+  model = config.model
+  differ = [f'{k}: config {model[k]} vs checkpoint {v}' for k, v in found.items()
+            if k in model and model[k] is not None and model[k] != v
+            and not (k == 'max_length')]                # positions: init_from tiles them
+  if differ:
+    raise ValueError(f'the PoNet checkpoint does not fit config.model: {"; ".join(differ)}.')
+  config = config.copy_and_resolve_references()
+  with config.unlocked():
+    for key, value in found.items():
+      if key in model and (model[key] is None or key == 'max_length'):
+        config.model[key] = value
+  if config.model.name != 'ponet_mlm':
+    raise ValueError('convert PoNet-Base with its pre-training config (configs/ponet_pretrain.py:'
+                     'sso); fine-tuning configs then read it with config.init_from.')
+  return config, params

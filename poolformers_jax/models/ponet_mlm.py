@@ -3,8 +3,9 @@
 Follows the authors' BERT version (lxchtan/PoNet, models/modeling_ponet.py), which is HuggingFace
 BERT with self-attention replaced by the PoNet mixer:
 - Embeddings: token + learned absolute position + token type (sentence A/B), LayerNorm, dropout.
-- POST-LN blocks, as BERT: h = LN(h + Dropout(PoNet(h))); h = LN(h + Dropout(W2 gelu(W1 h))).
-  (The slides do not say; the official code is BERT's post-LN. LayerNorm eps 1e-12.)
+- POST-LN blocks, as BERT: h = LN(h + Dropout(PoNet(h))); h = LN(h + Dropout(W2 gelu(W1 h))),
+  the shared `TransformerBlock` with `post_norm=True` (models/block.py). (The slides do not
+  say; the official code is BERT's post-LN. LayerNorm eps 1e-12, exact erf GELU.)
 - Segments of SMP are sentences, with [CLS] and [SEP] each a segment of their own
   (`sentence_segment_ids`, the official `get_segment_index`), and [CLS]/[SEP] get no SMP/LMP term
   and stay out of local windows (the official "clsgsepg" switch, on in the released checkpoint).
@@ -26,13 +27,12 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 from flax.core import FrozenDict
 
 from poolformers_jax.layers.common import Array, Dtype
-from poolformers_jax.layers.ponet import PoNet
-from poolformers_jax.layers.registry import MIXERS, build_mixer, mixer_fields
+from poolformers_jax.layers.registry import MIXERS, mixer_fields
+from poolformers_jax.models.block import TransformerBlock, as_dtype
 from poolformers_jax.models.registry import register_model
 
 SSO_CLASSES = 3  # StructBERT: 0 = B follows A, 1 = B precedes A, 2 = B from another document
@@ -53,38 +53,6 @@ def token_type_ids_from_inputs(inputs: Array, sep_id: int, type_vocab_size: int)
   """Sentence A/B ids: the number of [SEP] strictly before each token, capped."""
   seps_before = jnp.cumsum(inputs == sep_id, axis=1) - (inputs == sep_id)
   return jnp.minimum(seps_before, type_vocab_size - 1).astype(jnp.int32)
-
-
-class PoNetBertLayer(nn.Module):
-  """One post-LN block: mixer and feed-forward, each followed by dropout, residual, LN."""
-  num_heads: int
-  mlp_dim: int
-  dropout_rate: float
-  layer_norm_eps: float
-  mixer: str
-  mixer_kwargs: Mapping[str, Any]
-  dtype: Optional[Dtype] = None
-
-  @nn.compact
-  def __call__(self, h, mask, segment_ids, boundary_mask, *, deterministic: bool):
-    dim = h.shape[-1]
-    dropout = lambda t: nn.Dropout(self.dropout_rate)(t, deterministic=deterministic)
-    norm = lambda n: nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name=n)
-    if self.mixer == 'ponet':
-      # segment_num is unused: BERT input always brings sentence segment_ids.
-      mixed = PoNet(num_heads=self.num_heads, segment_num=1, dtype=self.dtype, name='mixer',
-                    **dict(self.mixer_kwargs))(h, mask, segment_ids=segment_ids,
-                                               boundary_mask=boundary_mask,
-                                               deterministic=deterministic)
-    else:   # BERT: softmax attention (attention-probability dropout as BERT's)
-      mixed = build_mixer(self.mixer, shared=dict(num_heads=self.num_heads,
-                                                  dropout_rate=self.dropout_rate),
-                          dtype=self.dtype, name='mixer', **dict(self.mixer_kwargs))(
-                              h, mask, deterministic=deterministic)
-    h = norm('mixer_norm')(h + dropout(mixed))
-    ff = nn.Dense(self.mlp_dim, dtype=self.dtype, kernel_init=_init, name='fc1')(h)
-    ff = nn.Dense(dim, dtype=self.dtype, kernel_init=_init, name='fc2')(nn.gelu(ff, approximate=False))
-    return norm('mlp_norm')(h + dropout(ff))
 
 
 class BertEncoderFields(nn.Module):
@@ -141,10 +109,19 @@ class BertEncoderFields(nn.Module):
                     name='type_embed')(token_type_ids))
     h = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='embed_norm')(h)
     h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
+    # PoNet's mixer reads the sentences and the [CLS]/[SEP] positions; BERT's attention does not.
+    mixer_inputs = (dict(segment_ids=segment_ids, boundary_mask=boundary)
+                    if self.mixer == 'ponet' else {})
+    mixer_kwargs = dict(self.mixer_kwargs)
+    if self.mixer == 'ponet':
+      mixer_kwargs['segment_num'] = 1    # unused: BERT input always brings sentence segment_ids
     for i in range(self.num_layers):
-      h = PoNetBertLayer(self.num_heads, self.mlp_dim, self.dropout_rate, self.layer_norm_eps,
-                         self.mixer, self.mixer_kwargs, self.dtype, name=f'layer_{i}')(
-                             h, mask, segment_ids, boundary, deterministic=deterministic)
+      h = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, mixer_kwargs=mixer_kwargs,
+                           dropout_rate=self.dropout_rate,
+                           attention_dropout_rate=self.dropout_rate,   # BERT's attention_probs
+                           activation='gelu_exact', layer_norm_epsilon=self.layer_norm_eps,
+                           kernel_init=_init, post_norm=True, dtype=self.dtype,
+                           name=f'layer_{i}')(h, mask, deterministic=deterministic, **mixer_inputs)
     return h, embed
 
   def pool(self, h: Array) -> Array:
@@ -247,8 +224,8 @@ def _kwargs(cfg, name: str, extra: tuple[str, ...]) -> dict[str, Any]:
   if bad:
     raise ValueError(f'{name}: mixer_kwargs {bad} are not {mixer} options this model takes; '
                      f'valid: {sorted(allowed)}.')
-  if isinstance(kwargs.get('dtype'), str):
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
+  if 'dtype' in kwargs:
+    kwargs['dtype'] = as_dtype(kwargs['dtype'])
   return dict(kwargs, mixer_kwargs=FrozenDict(mixer_kwargs))
 
 

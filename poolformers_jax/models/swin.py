@@ -39,10 +39,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, DropPath, MlpBlock,
-                                           check_image_input, compute_dtype)
-from poolformers_jax.layers.context_pool import (POOL_OPTIONS, PoolingPredictor,
-                                                 check_pool_options, context_pool,
-                                                 predicted_channels)
+                                           check_image_input, compute_dtype, window_partition,
+                                           window_reverse)
+from poolformers_jax.layers.context_pool import WindowContextPool
+from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPS = 1e-5
@@ -53,20 +53,6 @@ exact_gelu = functools.partial(nn.gelu, approximate=False)
 # --------------------------------------------------------------------------------------------
 # Windows, shifts and the relative position index (static numpy: they depend on shapes only)
 # --------------------------------------------------------------------------------------------
-
-def window_partition(x: Array, window: int) -> Array:
-  """[B, H, W, C] -> [B * nW, window^2, C], windows in row-major order within each image."""
-  b, h, w, c = x.shape
-  x = x.reshape(b, h // window, window, w // window, window, c)
-  return x.transpose(0, 1, 3, 2, 4, 5).reshape(-1, window * window, c)
-
-
-def window_reverse(windows: Array, window: int, height: int, width: int) -> Array:
-  """Inverse of window_partition: [B * nW, window^2, C] -> [B, H, W, C]."""
-  c = windows.shape[-1]
-  x = windows.reshape(-1, height // window, width // window, window, window, c)
-  return x.transpose(0, 1, 3, 2, 4, 5).reshape(-1, height, width, c)
-
 
 def relative_position_index(window: int) -> np.ndarray:
   """[M^2, M^2] index into the (2M-1)^2 bias table: (dy + M - 1) * (2M - 1) + (dx + M - 1)."""
@@ -144,50 +130,6 @@ class WindowAttention(nn.Module):
     out = jnp.einsum('bhqk,bhkd->bqhd', weights.astype(v.dtype), v).reshape(bw, n, c)
     out = nn.Dense(c, dtype=dtype, kernel_init=dense_init, name='proj')(out)
     return nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
-
-
-class WindowContextPool(nn.Module):
-  """ContextPool (Eq. 4) inside each window, 2D Gaussian locality, mask-aware (see docstring).
-
-  Called with the block's normalised map `x` [B, H, W, C] (un-shifted); returns the pooled
-  window tokens [B * nW, M^2, C] in window_partition order.
-  """
-  window: int
-  shift: int = 0
-  predictor_dim: int = 8
-  weights: str = 'learned'
-  locality: str = 'gaussian'
-  predictor: str = 'conv'
-  size_ratio: float = 0.1
-  window_size: int = 5        # ContextPool's box / random_sparse size, for its ablations
-  dtype: Optional[Dtype] = None
-
-  @nn.compact
-  def __call__(self, x: Array, allowed: Optional[Array] = None) -> Array:
-    name = type(self).__name__
-    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
-    b, h, w, c = x.shape
-    m = self.window
-    cyclic = lambda t: jnp.roll(t, (-self.shift, -self.shift), axis=(1, 2)) if self.shift else t
-    tokens = window_partition(cyclic(x), m)                         # [B nW, M^2, C]
-    bw, n = tokens.shape[:2]
-    need_w, need_s = predicted_channels(self.weights, self.locality)
-    w_logit = s_logit = None
-    if need_w or need_s:
-      raw = PoolingPredictor(self.predictor, self.predictor_dim, need_w + need_s,
-                             dtype=self.dtype, name='predictor')(x, jnp.ones((b, h, w), bool))
-      raw = window_partition(cyclic(raw.astype(jnp.float32)), m)    # [B nW, M^2, 1 or 2]
-      w_logit = raw[..., 0] if need_w else None
-      s_logit = raw[..., -1] if need_s else None
-    if allowed is None:
-      pair_allowed = jnp.ones((bw, n, n), bool)
-    else:
-      pair_allowed = jnp.tile(jnp.asarray(allowed), (b, 1, 1))       # window index = b*nW + w
-    grid = np.stack(np.meshgrid(np.arange(m), np.arange(m), indexing='ij'), -1)
-    pos = jnp.asarray(grid.reshape(-1, 2), jnp.float32)              # (row, col) in the window
-    tokens_per_window = jnp.full((bw, n), float(n))                  # n of sigma_i = r n s_i
-    return context_pool(self, tokens, tokens, jnp.ones((bw, n), bool), pair_allowed,
-                        tokens_per_window, pos, pos, w_logit, s_logit, False, cell=1)
 
 
 class SwinBlock(nn.Module):
@@ -302,11 +244,4 @@ class SwinTransformer(nn.Module):
 @register_model('swin')
 def build_swin(cfg) -> SwinTransformer:
   """`config.model` -> SwinTransformer; `context_pool=True` gives CP-Swin. Unknown keys fail."""
-  kwargs = cfg.to_dict() if hasattr(cfg, 'to_dict') else dict(cfg)
-  kwargs.pop('name')
-  if kwargs.get('dtype') is not None:
-    kwargs['dtype'] = jnp.dtype(kwargs['dtype'])
-  for key in ('depths', 'num_heads'):
-    if key in kwargs:
-      kwargs[key] = tuple(kwargs[key])
-  return SwinTransformer(**kwargs)
+  return SwinTransformer(**model_kwargs(cfg, SwinTransformer))

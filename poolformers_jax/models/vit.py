@@ -34,7 +34,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, Dtype, LearnedPositionEmbedding, masked_mean
-from poolformers_jax.layers.hierarchical_pool import HierarchicalPool, pooled_length
+from poolformers_jax.layers.hierarchical_pool import PoolingStages
 from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
@@ -70,30 +70,20 @@ class VisionTransformer(nn.Module):
     """One example's shape: an RGB image of the configured size."""
     return (self.image_size, self.image_size, 3)
 
-  def grid_size(self) -> int:
-    return self.image_size // self.patch_size
+  def stages(self) -> PoolingStages:
+    """HVT's staging: which blocks pool and the token layout of every stage."""
+    g = self.image_size // self.patch_size
+    return PoolingStages(self.depth, self.num_stages, (g, g), self.pool_2d, self.pool_method,
+                         self.pool_kernel_size, self.pool_stride)
 
   def pool_after_blocks(self) -> tuple[int, ...]:
     """Indices b_m of the blocks followed by pooling: 0, w, 2w, ... with w = depth / M."""
-    if self.num_stages == 0:
-      return ()
-    width = self.depth // self.num_stages
-    return tuple(m * width for m in range(self.num_stages))
-
-  def stage_grids(self) -> list[tuple[int, ...]]:
-    """Token layout of every stage: (h, w) grids for 2D pooling, (length,) otherwise."""
-    g = self.grid_size()
-    layout = (g, g) if self.pool_2d else (g * g,)
-    layouts = [layout]
-    for _ in range(self.num_stages):
-      layout = tuple(pooled_length(n, self.pool_kernel_size, self.pool_stride) for n in layout)
-      layouts.append(layout)
-    return layouts
+    return self.stages().pool_after_blocks()
 
   def stage_lengths(self) -> list[int]:
     """Sequence length in every stage (class token included), e.g. 196, 97, 48, 23, 11."""
     extra = 1 if self.classifier == 'token' else 0
-    return [math.prod(l) + extra for l in self.stage_grids()]
+    return [math.prod(l) + extra for l in self.stages().stage_grids()]
 
   def _check(self, images: Array) -> None:
     name = type(self).__name__
@@ -106,18 +96,10 @@ class VisionTransformer(nn.Module):
                        f'patch_size={self.patch_size}; pick sizes that tile the image.')
     if self.classifier not in CLASSIFIERS:
       raise ValueError(f'{name}: classifier={self.classifier!r}; choose one of {CLASSIFIERS}.')
-    if self.num_stages:
-      if self.classifier != 'mean':
-        raise ValueError(f"{name}: pooling stages need classifier='mean' (HVT drops the class "
-                         f'token); got {self.classifier!r}.')
-      if self.depth % self.num_stages:
-        raise ValueError(f'{name}: num_stages={self.num_stages} does not divide depth='
-                         f'{self.depth}; HVT splits the blocks into stages of equal width.')
-      smallest = min(min(l) for l in self.stage_grids()[:-1])
-      if smallest < self.pool_kernel_size or min(self.stage_grids()[-1]) < 1:
-        raise ValueError(f'{name}: {self.num_stages} pooling stages with kernel '
-                         f'{self.pool_kernel_size} do not fit the {self.stage_grids()[0]} patch '
-                         f'tokens; use fewer stages or a larger image / smaller patch size.')
+    if self.num_stages and self.classifier != 'mean':
+      raise ValueError(f"{name}: pooling stages need classifier='mean' (HVT drops the class "
+                       f'token); got {self.classifier!r}.')
+    self.stages().check(name)
 
   @nn.compact
   def __call__(self, images: Array, *, deterministic: bool = True) -> Array:
@@ -135,23 +117,25 @@ class VisionTransformer(nn.Module):
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     mask = jnp.ones(x.shape[:2], bool)
 
-    grids = self.stage_grids()
-    pool_after = self.pool_after_blocks()
+    stages = self.stages()
+    pool_after = stages.pool_after_blocks()
     block_args = dict(mixer=self.mixer, num_heads=self.num_heads,
                       mlp_dim=int(self.hidden_dim * self.mlp_ratio), mixer_kwargs=self.mixer_kwargs,
                       dropout_rate=self.dropout_rate,
                       attention_dropout_rate=self.attention_dropout_rate, activation='gelu_exact',
                       layer_norm_epsilon=LAYER_NORM_EPS, kernel_init=dense_init, dtype=self.dtype)
+    # Mixers that use the image layout (ContextPool, Fig. 3) get the patch grid behind the class
+    # token; after 1D pooling the tokens are a sequence again.
+    token_grid = tuple(stages.grid)
+    prefix_tokens = 1 if self.classifier == 'token' else 0
     for i in range(self.depth):                                              # Eqs. (2)-(3)
       rate = self.drop_path_rate * i / max(self.depth - 1, 1)
-      x = TransformerBlock(drop_path_rate=rate, name=f'block{i}', **block_args)(
-          x, mask, deterministic=deterministic)
+      x = TransformerBlock(drop_path_rate=rate, token_grid=token_grid, prefix_tokens=prefix_tokens,
+                           name=f'block{i}', **block_args)(x, mask, deterministic=deterministic)
       if i in pool_after:                                                    # Eq. (5)
         stage = pool_after.index(i)
-        grid = grids[stage] if self.pool_2d else None
-        x, mask = HierarchicalPool(self.pool_method, self.pool_kernel_size, self.pool_stride,
-                                   grid=grid, dtype=self.dtype, name=f'pool{stage}')(x, mask)
-        x = LearnedPositionEmbedding(x.shape[1], name=f'pos_embed_stage{stage + 1}')(x)
+        x, mask = stages.pool_stage(stage, x, mask, dtype=self.dtype)
+        token_grid = stages.stage_grids()[stage + 1] if self.pool_2d else None
         self.sow('intermediates', 'stage_tokens', x)
 
     x = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=self.dtype, name='norm')(x)

@@ -7,19 +7,33 @@ DIR/best/<step>/state                  the best `config.best_metric` on validati
 
 Restores take an abstract target carrying the *current* shardings, so a checkpoint written on
 8 devices restores onto 1 (or the reverse).
+
+Every step directory also gets `integrity.json` once orbax has finished writing it (integrity.py)
+and every restore verifies it. Resume walks back from the newest checkpoint to the newest one
+that verifies, one log line per damaged one, which is moved to DIR/rejected/ (never deleted);
+when none verifies it stops with one line unless the caller asked to start over.
 """
 from __future__ import annotations
 
 import copy
+import logging
 import os
+import shutil
 from typing import Any, Optional, Union
 
 import grain
 import jax
 import orbax.checkpoint as ocp
 
+from poolformers_jax.train import integrity
+
 LATEST_DIR = 'checkpoints'
 BEST_DIR = 'best'
+REJECTED_DIR = 'rejected'
+
+
+class CheckpointError(ValueError):
+  """No usable checkpoint (damaged, or none where one is needed); the message says what to do."""
 
 
 class IteratorState(grain.DatasetIterator):
@@ -59,12 +73,22 @@ def _multiprocess_options(name: str) -> dict:
                   barrier_sync_key_prefix=name))
 
 
+def _sync(name: str) -> None:
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
+
+
 class Checkpointer:
-  """Owns the two orbax managers of a workdir."""
+  """Owns the two orbax managers of a workdir and the integrity records of their steps."""
 
   def __init__(self, workdir: str, *, keep: int = 2, best_metric: str = 'accuracy',
-               best_mode: str = 'max', read_only: bool = False):
+               best_mode: str = 'max', read_only: bool = False, config: Any = None):
     workdir = os.path.abspath(workdir)
+    self.workdir = workdir
+    self.read_only = read_only
+    self._config_sha256 = integrity.config_hash(config)
+    self._pending: list[tuple[ocp.CheckpointManager, int, dict]] = []   # records to write
     self.latest = ocp.CheckpointManager(
         os.path.join(workdir, LATEST_DIR),
         options=ocp.CheckpointManagerOptions(max_to_keep=None if read_only else keep,
@@ -80,10 +104,36 @@ class Checkpointer:
             **_multiprocess_options('best')))
 
   # -- saving -----------------------------------------------------------------------------------
+  def _save(self, manager: ocp.CheckpointManager, step: int, state: Any, args: dict,
+            **kwargs) -> None:
+    leaves = integrity.leaf_records(state)   # on device, before the state is donated again
+    self._write_records(manager)             # the previous save of `manager` has finished
+    if manager.save(step, args=ocp.args.Composite(**args), **kwargs):
+      self._pending.append((manager, step, leaves))
+      if jax.process_count() > 1:   # synchronous saves (_multiprocess_options): done already
+        self._write_records(manager)
+
+  def _write_records(self, manager: Optional[ocp.CheckpointManager] = None,
+                     wait: bool = True) -> None:
+    """Integrity records of finished saves: written only once orbax has committed the step.
+    `wait=False` (every log step): only those whose save has finished, without waiting."""
+    todo = [p for p in self._pending if manager is None or p[0] is manager]
+    if not wait:
+      todo = [p for p in todo if not p[0].is_saving_in_progress()]
+    for m in {id(p[0]): p[0] for p in todo}.values():
+      m.wait_until_finished()
+    for m, step, leaves in todo:
+      step_dir = os.path.join(str(m.directory), str(step))
+      if jax.process_index() == 0 and os.path.isdir(step_dir):   # may be gone (max_to_keep)
+        integrity.write_record(step_dir, step, leaves, self._config_sha256)
+      self._pending.remove((m, step, leaves))
+    if todo:
+      _sync('integrity_records')
+
   def save_latest(self, step: int, state: Any, data_iterator: Any, force: bool = False) -> None:
     if step in self.latest.all_steps():
       return
-    self.latest.save(step, args=ocp.args.Composite(
+    self._save(self.latest, step, state, dict(
         state=ocp.args.StandardSave(state),
         data=grain.checkpoint.CheckpointSave(IteratorState(data_iterator.get_state()))),
         force=force)
@@ -91,12 +141,17 @@ class Checkpointer:
   def save_best(self, step: int, state: Any, metrics: dict[str, float]) -> None:
     if step in self.best.all_steps():
       return
-    self.best.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)),
-                   metrics={k: float(v) for k, v in metrics.items()})
+    self._save(self.best, step, state, dict(state=ocp.args.StandardSave(state)),
+               metrics={k: float(v) for k, v in metrics.items()})
 
   def wait(self) -> None:
-    self.latest.wait_until_finished()
-    self.best.wait_until_finished()
+    self._write_records()
+
+  def poll(self) -> None:
+    """Writes the records of saves that have finished since; cheap, called at log steps, so a
+    kill -9 finds a record on every checkpoint but (at most) the one written last."""
+    if self._pending:
+      self._write_records(wait=False)
 
   def close(self) -> None:
     self.latest.close()
@@ -106,15 +161,78 @@ class Checkpointer:
   def latest_step(self) -> Optional[int]:
     return self.latest.latest_step()
 
-  def restore_for_resume(self, abstract_state: Any, data_iterator: Any) -> tuple[Any, int]:
-    """The latest checkpoint into (state, step); `data_iterator` is set to its saved position."""
-    step = self.latest.latest_step()
-    saved_position = IteratorState()
-    restored = self.latest.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state),
-        data=grain.checkpoint.CheckpointRestore(saved_position)))
-    data_iterator.set_state(saved_position.state)
-    return restored['state'], step
+  def _step_dir(self, manager: ocp.CheckpointManager, step: int) -> str:
+    return os.path.join(str(manager.directory), str(step))
+
+  def _verified_restore(self, manager: ocp.CheckpointManager, step: int, abstract_state: Any,
+                        data_position: Optional[IteratorState] = None) -> Any:
+    """The state of `step`, checked against its integrity record (CheckpointDamaged if not)."""
+    step_dir = self._step_dir(manager, step)
+    record = integrity.read_record(step_dir)
+    integrity.check_structure(record, abstract_state, step_dir)
+    integrity.verify_files(record, step_dir)
+    args = {'state': ocp.args.StandardRestore(abstract_state)}
+    if data_position is not None:
+      args['data'] = grain.checkpoint.CheckpointRestore(data_position)
+    try:
+      restored = manager.restore(step, args=ocp.args.Composite(**args))
+    except Exception as error:  # pylint: disable=broad-except  (any read failure = damage)
+      raise integrity.CheckpointDamaged(integrity.short_reason(error)) from None
+    integrity.verify_leaves(record, restored['state'])
+    return restored['state']
+
+  def _reject(self, manager: ocp.CheckpointManager, step: int) -> str:
+    """Moves a damaged step to DIR/rejected/<checkpoints|best>-<step> (kept for inspection)."""
+    target = os.path.join(self.workdir, REJECTED_DIR,
+                          f'{os.path.basename(str(manager.directory))}-{step}')
+    _sync('reject_before')
+    if jax.process_index() == 0:
+      os.makedirs(os.path.dirname(target), exist_ok=True)
+      suffix, final = 0, target
+      while os.path.exists(final):
+        suffix += 1
+        final = f'{target}.{suffix}'
+      shutil.move(self._step_dir(manager, step), final)
+    _sync('reject_after')
+    manager.reload()
+    return target
+
+  def _rejected_before(self) -> list[str]:
+    root = os.path.join(self.workdir, REJECTED_DIR)
+    return sorted(n for n in os.listdir(root) if n.startswith(LATEST_DIR)) if os.path.isdir(
+        root) else []
+
+  def restore_for_resume(self, abstract_state: Any, data_iterator: Any, *,
+                         start_over: bool = False) -> Optional[tuple[Any, int]]:
+    """The newest checkpoint that verifies, as (state, step), with `data_iterator` set to its
+    saved position; None when there is none to resume (a fresh run).
+
+    Damaged steps are logged (one line each) and moved to DIR/rejected/. If none verifies,
+    CheckpointError, unless `start_over` (then None: train from step 0)."""
+    steps = sorted(self.latest.all_steps(), reverse=True)
+    damaged = []
+    for i, step in enumerate(steps):
+      position = IteratorState()
+      try:
+        state = self._verified_restore(self.latest, step, abstract_state, position)
+      except integrity.CheckpointDamaged as reason:
+        after = f'falling back to {steps[i + 1]}' if i + 1 < len(steps) else 'no older checkpoint'
+        logging.warning('checkpoint %d is damaged (%s); %s', step, reason, after)
+        self._reject(self.latest, step)
+        damaged.append(step)
+        continue
+      data_iterator.set_state(position.state)
+      return state, step
+    rejected = self._rejected_before()
+    if rejected and not start_over:
+      raise CheckpointError(
+          f'no checkpoint in {self.latest.directory} verifies (damaged: '
+          f'{", ".join(rejected)}, moved to {os.path.join(self.workdir, REJECTED_DIR)}); '
+          'run again with --start_over to train from step 0, or use another --workdir')
+    if rejected:
+      logging.warning('no checkpoint verifies (damaged ones are in %s): --start_over, training '
+                      'from step 0.', os.path.join(self.workdir, REJECTED_DIR))
+    return None
 
   def resolve(self, which: Union[str, int]) -> tuple[ocp.CheckpointManager, int]:
     """'best' | 'latest' | a step number -> (manager, step); a clear error if there is none."""
@@ -122,26 +240,31 @@ class Checkpointer:
     if which == 'best':
       step = self.best.best_step()
       if step is None:
-        raise FileNotFoundError(f'no best checkpoint in {self.best.directory}: the run has not '
-                                'evaluated on validation yet; use --checkpoint latest.')
+        raise CheckpointError(f'no best checkpoint in {self.best.directory}: the run has not '
+                              'evaluated on validation yet; use --checkpoint latest')
       return self.best, step
     if which == 'latest':
       step = self.latest.latest_step()
       if step is None:
-        raise FileNotFoundError(f'no checkpoint in {self.latest.directory}: train first '
-                                '(python train.py --config ... --workdir DIR).')
+        raise CheckpointError(f'no checkpoint in {self.latest.directory}: train first '
+                              '(python train.py --config ... --workdir DIR)')
       return self.latest, step
     if not which.isdigit():
-      raise ValueError(f"--checkpoint={which!r}: use 'best', 'latest' or a step number.")
+      raise CheckpointError(f"--checkpoint={which!r}: use 'best', 'latest' or a step number")
     step = int(which)
     for manager in (self.latest, self.best):
       if step in manager.all_steps():
         return manager, step
-    raise FileNotFoundError(f'no checkpoint at step {step}; kept steps: latest '
-                            f'{list(self.latest.all_steps())}, best {list(self.best.all_steps())}.')
+    raise CheckpointError(f'no checkpoint at step {step}; kept steps: latest '
+                          f'{list(self.latest.all_steps())}, best {list(self.best.all_steps())}')
 
   def restore_state(self, which: Union[str, int], abstract_state: Any) -> tuple[Any, int]:
+    """The verified state of `which`; a damaged one raises CheckpointError naming what differs."""
     manager, step = self.resolve(which)
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(abstract_state)))
-    return restored['state'], step
+    try:
+      return self._verified_restore(manager, step, abstract_state), step
+    except integrity.CheckpointDamaged as reason:
+      kept = sorted(set(self.latest.all_steps()) | set(self.best.all_steps()) - {step})
+      raise CheckpointError(
+          f'checkpoint {self._step_dir(manager, step)} is damaged ({reason}); evaluate another '
+          f'one (--checkpoint latest, best or a step of {kept})') from None

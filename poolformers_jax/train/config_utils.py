@@ -1,12 +1,13 @@
 """Config helpers: close-key suggestions for misspelled keys, overrides, completion from data, JSON.
 
 ml_collections locks the configs, but its error for an unknown key is a traceback without a hint;
-here an unknown key fails with one line listing the closest valid keys (difflib).
+here an unknown key fails with one line listing the closest valid keys (difflib): that, and
+filling model sizes from the dataset, is all this file adds to ConfigDict (which does the updates
+and the JSON).
 """
 from __future__ import annotations
 
 import difflib
-import json
 import os
 from typing import Any, Iterable
 
@@ -89,12 +90,7 @@ def override(config: ml_collections.ConfigDict, **updates: Any) -> ml_collection
   """Returns a copy with dotted-key updates (`override(c, **{'model.dim': 32})`), checked."""
   check_keys(config, updates)
   config = ml_collections.ConfigDict(config.to_dict(), type_safe=False)
-  for key, value in updates.items():
-    node = config
-    *parents, leaf = key.split('.')
-    for part in parents:
-      node = node[part]
-    node[leaf] = value
+  config.update_from_flattened_dict(updates)
   config.lock()
   return config
 
@@ -111,7 +107,7 @@ def complete_from_dataset(config: ml_collections.ConfigDict, info) -> None:
 
 
 def to_json(config: ml_collections.ConfigDict) -> str:
-  return json.dumps(config.to_dict(), indent=2, sort_keys=True, default=str)
+  return config.to_json_best_effort(indent=2, sort_keys=True)
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: str) -> str:

@@ -12,11 +12,13 @@ Default rule: position embeddings of ViT / DeiT / HVT (`pos_embed*/pos_embedding
 A table whose patch part is a square grid on both sides is resized on the 2D grid with PyTorch's
 bicubic (a = -0.75, align_corners=False), the extra tokens (class token) copied: exactly DeiT's
 `main.py` fine-tuning code. Otherwise (HVT stages after 1D pooling hold a pooled raster sequence,
-not a grid) the same cubic resizes it along the sequence. Further rules (e.g. PoNet's cyclic
-tiling of 512 learned positions to 4096) are appended to `RESIZE_RULES`.
+not a grid) the same cubic resizes it along the sequence. PoNet / BERT position tables
+(`position_embed/embedding`, [L, D]) are tiled cyclically, 512 -> 4096 as the official long-text
+code (`tile_positions`). Further rules are appended to `RESIZE_RULES`.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -80,12 +82,32 @@ def resize_position_embedding(name: str, old: np.ndarray, new_shape: tuple[int, 
   return np.concatenate([old[:, :extra].astype(np.float64), grid.reshape(1, -1, dim)], axis=1)
 
 
+def tile_positions(name: str, old: np.ndarray, new_shape: tuple[int, ...]) -> np.ndarray:
+  """PoNet / BERT learned positions [L, D] -> [L', D]: row p of the new table is row p mod L of
+  the old one, the official long-text code's cyclic copy of 512 positions to 4096 (it requires
+  L' to be a multiple of L; any L' works here); a shorter table keeps the first L' rows."""
+  if old.ndim != 2 or len(new_shape) != 2 or old.shape[1] != new_shape[1]:
+    raise ValueError(f'{name}: cannot tile a position table {old.shape} to {new_shape}.')
+  return old[np.arange(new_shape[0]) % old.shape[0]]
+
+
 RESIZE_RULES: list[tuple[str, ResizeFn]] = [
     (r'(^|/)pos_embed(_stage\d+)?/pos_embedding$', resize_position_embedding),
+    (r'^position_embed/embedding$', tile_positions),        # ponet_mlm / ponet_classifier
 ]
 
 
 # ---- reading a checkpoint ------------------------------------------------------------------------
+
+def _best_of(workdir: str) -> dict[str, str]:
+  """The run's best_metric / best_mode (its config.json), which orders its best checkpoints."""
+  try:
+    with open(os.path.join(workdir, 'config.json')) as f:
+      saved = json.load(f)
+    return {'best_metric': saved['best_metric'], 'best_mode': saved['best_mode']}
+  except (OSError, KeyError, ValueError):
+    return {}
+
 
 def checkpoint_dir(path: str) -> str:
   """The orbax PyTree directory behind `path`: a workdir (its best checkpoint, else the latest),
@@ -97,7 +119,7 @@ def checkpoint_dir(path: str) -> str:
     return path
   if any(os.path.isdir(os.path.join(path, d))
          for d in (checkpoint_lib.BEST_DIR, checkpoint_lib.LATEST_DIR)):
-    checkpointer = checkpoint_lib.Checkpointer(path, read_only=True)
+    checkpointer = checkpoint_lib.Checkpointer(path, read_only=True, **_best_of(path))
     try:
       manager, step = checkpointer.resolve(
           'best' if checkpointer.best.best_step() is not None else 'latest')

@@ -1,5 +1,9 @@
 """Where metrics go: DIR/metrics.jsonl (one JSON object per line), TensorBoard event files
-(tensorboardX) and a tqdm progress bar with rate and ETA. Only process 0 writes."""
+(tensorboardX) and a tqdm progress bar with rate and ETA. Only process 0 writes.
+
+A resumed run replays the steps after its checkpoint: the records of those steps are dropped
+from metrics.jsonl and purged from TensorBoard (`purge_step`), so every curve has one point per
+step."""
 from __future__ import annotations
 
 import json
@@ -28,11 +32,21 @@ class MetricWriter:
     if not self.enabled:
       return
     os.makedirs(workdir, exist_ok=True)
+    self._drop_after(initial_step)
     from tensorboardX import SummaryWriter
-    self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'))
+    self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=initial_step + 1)
     if progress_bar:
       from tqdm.auto import tqdm
       self._bar = tqdm(total=total_steps, initial=initial_step, unit='step', dynamic_ncols=True)
+
+  def _drop_after(self, step: int) -> None:
+    records = read_metrics(os.path.dirname(self.path))
+    kept = [r for r in records if r['step'] <= step and r['split'] != 'test']
+    if len(kept) < len(records):
+      tmp = self.path + '.tmp'
+      with open(tmp, 'w') as f:
+        f.writelines(json.dumps(r) + '\n' for r in kept)
+      os.replace(tmp, self.path)
 
   def write(self, step: int, split: str, metrics: dict[str, Any]) -> None:
     if not self.enabled:

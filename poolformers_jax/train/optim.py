@@ -1,8 +1,9 @@
 """The optimizer factory: AdamW + warmup/decay schedule + clipping + masked weight decay.
 
-Everything comes from `config.optimizer` (see configs/lra_base.py). The schedule counts optimizer
-updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the run makes
-`num_train_steps // k` updates, and warmup is given in micro-batch steps like everything else.
+Everything comes from `config.optimizer` (see poolformers_jax/configs_lib.py). The schedule
+counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
+run makes `num_train_steps // k` updates, and warmup is given in micro-batch steps like everything
+else.
 """
 from __future__ import annotations
 
@@ -59,6 +60,12 @@ def _with_warmup(decay: Callable[[float, int], optax.Schedule]):
   return build
 
 
+def _cosine(peak: float, warmup: int, total: int) -> optax.Schedule:
+  # optax's linear warmup from 0 + cosine to 0; its decay_steps count the warmup steps too.
+  return optax.warmup_cosine_decay_schedule(0.0, peak, max(warmup, 0),
+                                            max(warmup, 0) + max(total - warmup, 1))
+
+
 def _inverse_sqrt(peak: float, warmup: int, total: int) -> optax.Schedule:
   # Vaswani et al. (2017), Eq. 3: linear warmup to the peak, then peak * sqrt(warmup / step).
   del total
@@ -70,7 +77,7 @@ def _inverse_sqrt(peak: float, warmup: int, total: int) -> optax.Schedule:
 
 SCHEDULES: dict[str, Callable[[float, int, int], optax.Schedule]] = {
     'constant': _with_warmup(lambda peak, n: optax.constant_schedule(peak)),
-    'cosine': _with_warmup(lambda peak, n: optax.cosine_decay_schedule(peak, n)),
+    'cosine': _cosine,
     'linear': _with_warmup(lambda peak, n: optax.linear_schedule(peak, 0.0, n)),
     'one_cycle': _one_cycle,
     'inverse_sqrt': _inverse_sqrt,

@@ -13,7 +13,7 @@ from jax.sharding import Mesh
 
 from poolformers_jax import data
 from poolformers_jax.models import build_model
-from poolformers_jax.train import config_utils, optim, sharding, state as state_lib, tasks
+from poolformers_jax.train import config_utils, optim, sharding, state as state_lib, tasks, validate
 
 
 @dataclasses.dataclass
@@ -34,9 +34,10 @@ def make_setup(config: ml_collections.ConfigDict) -> Setup:
   config = copy.deepcopy(config)   # the caller's config is left untouched
   config_utils.complete_from_dataset(config, info)
   config.lock()
+  mesh = sharding.make_mesh(config.get('num_devices', -1))
+  validate.check_config(config, info, mesh)   # every config problem, before any model is built
   model = build_model(config)
   tx = optim.make_optimizer(config)
-  mesh = sharding.make_mesh(config.get('num_devices', -1))
   abstract, shardings = state_lib.state_shardings(model, tx, info, mesh)
   return Setup(config=config, info=info, model=model, tx=tx, schedule=optim.make_schedule(config),
                mesh=mesh, task=tasks.get_task(info.task), abstract_state=abstract,

@@ -8,7 +8,7 @@ one CPU, 8 fake CPU devices, or many hosts. No pmap.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Optional
 
 import jax
 import numpy as np
@@ -16,35 +16,50 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 DATA_AXIS = 'data'
 
-# Environment variables that start a multi-process run (also settable as train.py flags).
-COORDINATOR_ENV = ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID')
+DISTRIBUTED_MODES = ('auto', 'on', 'off')
+_started: Optional[bool] = None     # the first call's answer (train.py's), kept by later calls
 
 
-def maybe_initialize_distributed(coordinator_address: Optional[str] = None,
+def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Optional[str] = None,
                                  num_processes: Optional[int] = None,
                                  process_id: Optional[int] = None) -> bool:
-  """Calls `jax.distributed.initialize` when coordinator settings are given (args or env).
+  """Starts a multi-process run with `jax.distributed.initialize`; returns whether one runs.
 
-  Also initializes under SLURM / Open MPI with more than one task, where jax finds the settings
-  itself. Returns True if a multi-process run was started. CPU collectives use gloo.
+  mode 'off': one process. 'on': always; settings not given here are found by jax (SLURM, Open
+  MPI, Cloud TPU pods, Kubernetes; JAX_COORDINATOR_ADDRESS). 'auto': as 'on' when settings are
+  given or jax finds a cluster, else one process. The first call decides (train.py / eval.py,
+  from --distributed); later calls (train_and_evaluate's) return the same answer.
   """
-  address = coordinator_address or os.environ.get('JAX_COORDINATOR_ADDRESS')
-  cluster = int(os.environ.get('SLURM_NTASKS', os.environ.get('OMPI_COMM_WORLD_SIZE', '1'))) > 1
-  if not address and not cluster:
-    return False
+  global _started
+  if mode not in DISTRIBUTED_MODES:
+    raise ValueError(f'distributed={mode!r}; choose one of {DISTRIBUTED_MODES}.')
   if jax.distributed.is_initialized():
     return True
-  jax.config.update('jax_cpu_collectives_implementation', 'gloo')
-  kwargs: dict[str, Any] = {}
-  if address:
-    num = num_processes if num_processes is not None else os.environ.get('JAX_NUM_PROCESSES')
-    pid = process_id if process_id is not None else os.environ.get('JAX_PROCESS_ID')
-    if num is None or pid is None:
-      raise ValueError('a coordinator address was given without the number of processes and '
-                       'this process id; set JAX_NUM_PROCESSES and JAX_PROCESS_ID (or the '
-                       '--num_processes / --process_id flags).')
-    kwargs = dict(coordinator_address=address, num_processes=int(num), process_id=int(pid))
-  jax.distributed.initialize(**kwargs)
+  if _started is not None:
+    return _started
+  if mode == 'off':
+    _started = False
+    return False
+  # What jax lacks: it reads JAX_COORDINATOR_ADDRESS but not the process count and id.
+  num = num_processes if num_processes is not None else os.environ.get('JAX_NUM_PROCESSES')
+  pid = process_id if process_id is not None else os.environ.get('JAX_PROCESS_ID')
+  explicit = [v for v in (coordinator_address, os.environ.get('JAX_COORDINATOR_ADDRESS'), num, pid)
+              if v is not None]
+  try:
+    jax.distributed.initialize(coordinator_address, None if num is None else int(num),
+                               None if pid is None else int(pid))
+  except (ValueError, RuntimeError) as error:
+    # Raised before any connection: no cluster / incomplete settings (ValueError), or JAX already
+    # computed in this process (RuntimeError: a library call after other work is single-process).
+    if mode == 'on' or explicit:
+      raise ValueError(
+          f'jax.distributed.initialize: {error} Give --coordinator_address, --num_processes and '
+          '--process_id (or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), run under '
+          'a cluster jax detects (SLURM, Open MPI, Cloud TPU, Kubernetes), or pass '
+          '--distributed=off.') from None
+    _started = False
+    return False
+  _started = True
   return True
 
 

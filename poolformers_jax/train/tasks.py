@@ -1,4 +1,4 @@
-"""Loss and metrics per task: a dict from `DatasetInfo.task` to a `Task`. No if/elif chains.
+"""Loss and metrics per task: `TASKS` maps `DatasetInfo.task` to a `Task`. No if/elif chains.
 
 Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
 examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from poolformers_jax.registry import TASKS, register_task
 from poolformers_jax.train import text_tasks
 
 Array = jax.Array
@@ -68,8 +69,10 @@ def classification_sums(logits: Array, targets: Array, weights: Array,
 
 
 def lm_sums(logits: Array, targets: Array, weights: Array, label_smoothing: float = 0.0) -> Sums:
-  """logits [B, L, V], targets [B, L]; every token of a real example counts."""
-  token_weights = jnp.broadcast_to(weights[:, None], targets.shape)
+  """logits [B, L, V], targets [B, L]; weights [B] (every token of a real example counts) or
+  per token [B, L] (sliding evaluation scores only a window's new tokens)."""
+  token_weights = jnp.broadcast_to(weights if weights.ndim == 2 else weights[:, None],
+                                   targets.shape)
   return classification_sums(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
                              token_weights.reshape(-1), label_smoothing, top_k=False)
 
@@ -141,27 +144,21 @@ class Task:
                                                            # metrics of generated outputs (BLEU)
 
 
-TASKS: dict[str, Task] = {
-    'classification': Task(classification_sums, classification_summary),
-    'retrieval': Task(classification_sums, classification_summary),   # the model takes the pair
-    'lm': Task(lm_sums, lm_summary),
-    'seq2seq': Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
-                    example_inputs=_seq2seq_example, decoded_metrics=_bleu_metrics),
-}
+register_task('classification', Task(classification_sums, classification_summary))
+register_task('retrieval', Task(classification_sums, classification_summary))  # model takes pairs
+register_task('lm', Task(lm_sums, lm_summary))
+register_task('seq2seq', Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
+                             example_inputs=_seq2seq_example, decoded_metrics=_bleu_metrics))
 
 
 # PoNet's transfer experiments (text_tasks.py): MLM + SSO/NSP pre-training; GLUE and long-text
 # classification (accuracy, F1, Matthews from one confusion matrix); STS-B regression.
-TASKS.update({
-    'pretraining': Task(text_tasks.pretraining_sums, text_tasks.pretraining_summary,
-                        objective=text_tasks.pretraining_objective),
-    'text_classification': Task(text_tasks.confusion_sums, text_tasks.confusion_summary),
-    'regression': Task(text_tasks.regression_sums, text_tasks.regression_summary,
-                       rows=text_tasks.regression_rows),
-})
+register_task('pretraining', Task(text_tasks.pretraining_sums, text_tasks.pretraining_summary,
+                                  objective=text_tasks.pretraining_objective))
+register_task('text_classification', Task(text_tasks.confusion_sums, text_tasks.confusion_summary))
+register_task('regression', Task(text_tasks.regression_sums, text_tasks.regression_summary,
+                                 rows=text_tasks.regression_rows))
 
 
 def get_task(name: str) -> Task:
-  if name not in TASKS:
-    raise ValueError(f'unknown task {name!r}; choose one of {sorted(TASKS)}.')
   return TASKS[name]

@@ -98,7 +98,7 @@ def test_self_attention_2d_without_bias_is_mha_on_flattened_image():
   mha = MultiHeadAttention(num_heads=2)
   variables = mha.init(jax.random.PRNGKey(0), flat)
   y_mha = mha.apply(variables, flat).reshape(x.shape)
-  y_2d = SelfAttention2D(num_heads=2, relative_bias=False).apply(variables, x)
+  y_2d = SelfAttention2D(num_heads=2, heads='split', relative_bias=False).apply(variables, x)
   np.testing.assert_allclose(np.asarray(y_2d), np.asarray(y_mha), atol=1e-6, rtol=1e-6)
 
 
@@ -284,7 +284,7 @@ def test_bad_input_messages():
       (MSAC(num_heads=2, windows=(1, 5)), (image,), r'window 5×5 is larger than the input 4×4'),
       (SAC(num_heads=2), (x[0],), r'expected \[batch, length, dim\] \(language\) or'),
       (MSAC(num_heads=2), (image[None],), r'got rank 5'),
-      (SAC(num_heads=3), (x, mask), 'does not divide the width'),
+      (SAC(num_heads=3, heads='split'), (x, mask), 'does not divide the width'),
       (SAC(num_heads=2, causal=True), (image,), 'causal=True is only defined'),
       (SAC(num_heads=2), (image, mask), 'masks are only supported'),
       (SAC(num_heads=2), (x, mask[:, :2]), 'mask shape'),

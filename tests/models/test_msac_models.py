@@ -14,6 +14,7 @@ from poolformers_jax.models.msac_models import (cross_attentive_similarity_confi
 def _tiny(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   cfg.stage_widths, cfg.stage_blocks, cfg.msac_stages = (4, 8), (1, 1), (1,)
   cfg.num_heads, cfg.max_distance = 2, 8
+  cfg.heads = 'split'   # the kernel shapes asserted below are the split-heads form's
   return cfg
 
 

@@ -2,15 +2,20 @@
 outputs (fixture made once with their modeling code: tests/fixtures/make_ponet_fixture.py)."""
 import json
 import os
+import shutil
+import sys
 
+import flax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from poolformers_jax import convert
 from poolformers_jax.models import build_model
 from poolformers_jax.models import ponet_convert
+from poolformers_jax.train import config_utils, init_from
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'fixtures')
 
@@ -68,3 +73,27 @@ def test_converter_rejects_foreign_and_untied(ported):
   untied = dict(state, **{'cls.predictions.decoder.weight': np.zeros((104, 8), np.float32)})
   with pytest.raises(ValueError, match='differs from the word embeddings'):
     ponet_convert.convert_state_dict(untied)
+
+
+def test_convert_cli_path_writes_what_init_from_reads(ported, tmp_path):
+  """chtan/ponet-base-uncased folder layout -> poolformers_jax.convert -> config.init_from."""
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(FIXTURES)), 'configs'))
+  import ponet_pretrain  # pylint: disable=g-import-not-at-top
+  _, params, _ = ported
+  folder = tmp_path / 'ponet-base-uncased'
+  folder.mkdir()
+  shutil.copy(os.path.join(FIXTURES, 'ponet_tiny.safetensors'), folder / 'model.safetensors')
+  shutil.copy(os.path.join(FIXTURES, 'ponet_tiny_config.json'), folder / 'config.json')
+  config = config_utils.override(ponet_pretrain.get_config('sso,tiny'), **{
+      'model.emb_dim': 8, 'model.mlp_dim': 16})
+  convert.convert(config, str(folder), str(tmp_path / 'run'))
+  read = init_from.read_variables(str(tmp_path / 'run'))['params']
+  flat = lambda t: {'/'.join(k): np.asarray(v)
+                    for k, v in flax.traverse_util.flatten_dict(dict(t)).items()}
+  expected, got = flat(params), flat(read)
+  assert sorted(expected) == sorted(got)
+  for name, value in expected.items():
+    np.testing.assert_array_equal(got[name], value, err_msg=name)
+  wrong = config_utils.override(config, **{'model.num_layers': 3})
+  with pytest.raises(ValueError, match='num_layers: config 3 vs checkpoint 2'):
+    convert.convert(wrong, str(folder), str(tmp_path / 'run2'))

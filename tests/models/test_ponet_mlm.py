@@ -121,4 +121,4 @@ def test_config_errors():
     build_model(_config(mixer_kwargs={'nope': 1}))
   ablated = build_model(_config(mixer_kwargs={'use_lmp': False}))
   params = ablated.init(jax.random.PRNGKey(0), jnp.asarray(INPUTS))['params']
-  assert 'local' not in params['layer_0']['mixer'] and 'segment' in params['layer_0']['mixer']
+  assert 'local' not in params['layer_0']['PoNet_0'] and 'segment' in params['layer_0']['PoNet_0']

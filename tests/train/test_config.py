@@ -7,7 +7,7 @@ import sys
 import ml_collections
 import pytest
 
-import lra_base
+from poolformers_jax import configs_lib as lra_base
 from tiny_runs import REPO
 from poolformers_jax.layers import MIXERS
 from poolformers_jax.layers.registry import mixer_fields

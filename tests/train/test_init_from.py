@@ -1,5 +1,6 @@
 """config.init_from: parameters only, position embeddings resized as DeiT's fine-tuning code does."""
 import logging
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -125,5 +126,7 @@ def test_loop_takes_parameters_only_from_a_workdir(data_dir, tmp_path):
   step_dir = init_from.read_variables(str(tmp_path / 'a' / 'checkpoints' / '3'))['params']
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(a, np.asarray(b)), step_dir,
                source.state.params)
+  shutil.rmtree(tmp_path / 'a' / 'best')          # only checkpoints/ (as convert.py writes)
+  assert init_from.checkpoint_dir(str(tmp_path / 'a')).endswith('/checkpoints/3/state')
   with pytest.raises(FileNotFoundError, match='neither a workdir'):
     init_from.checkpoint_dir(str(tmp_path / 'nothing'))

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The GPU part of issue 9 in one call per dtype (README "Efficiency", "On a GPU").
+#
+# 1. Wheels the GPU image lacks (it has jax 0.11.2 + CUDA, flax, optax, orbax, chex): on a machine
+#    with PyPI access, from the repository root, once (fills the git-ignored .whl/, ~11 MB):
+#        bash benchmarks/gpu_run.sh download
+# 2. On the GPU machine (the device tool: run(command=..., carry=['.whl'])), one call per dtype,
+#    each well under the 10-minute limit of one command:
+#        bash benchmarks/gpu_run.sh float32
+#        bash benchmarks/gpu_run.sh bfloat16
+#    It installs the wheels into /tmp/site, records nvidia-smi and jax.devices(), checks that
+#    cuDNN flash attention equals XLA attention (bf16, padding, causal; benchmarks/check_cudnn.py)
+#    and runs benchmarks/efficiency.py (batch 32, one subprocess per point for peak device
+#    memory) for softmax explicit / xla / cudnn (bf16 only: cuDNN needs bf16/fp16) and the
+#    paper mixers. Results: $OUT/<dtype>/efficiency.{json,md,png} and the logs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+WHEELS=(grain==0.2.18 tensorflow-datasets==4.9.10 ml_collections==1.1.0 tensorboardX==2.6.5
+        array_record==0.8.6 cloudpickle==3.1.2 dm-tree==0.1.10 docstring_parser==0.18.0
+        immutabledict==4.3.1 simple-parsing==0.1.9 tensorflow-metadata==1.21.0 termcolor==3.3.0
+        toml==0.10.2 wrapt==2.5.2)
+
+if [[ "${1:-}" == download ]]; then
+  mkdir -p .whl
+  "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 --platform any -d .whl "${WHEELS[@]}"
+  "$PY" -m pip download --no-deps --no-binary=:all: -d .whl promise==2.3   # sdist only
+  exit 0
+fi
+
+DTYPE=${1:-bfloat16}
+OUT=${OUT:-/tmp/gpu_run}
+mkdir -p "$OUT/$DTYPE"
+if [[ ! -d /tmp/site ]]; then
+  "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
+fi
+export PYTHONPATH=/tmp/site:$PWD
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+"$PY" -c 'import jax; print(jax.__version__, jax.devices(), jax.devices()[0].device_kind)' \
+  | tee "$OUT/devices.txt"
+"$PY" benchmarks/check_cudnn.py 2>&1 | grep -v Warning | tee "$OUT/check_cudnn.txt"
+
+MIXERS=softmax/explicit,softmax/xla,linear,ponet,adamra,contextpool,none
+LINEAR=none,linear,ponet,adamra
+if [[ "$DTYPE" != float32 ]]; then
+  MIXERS=softmax/explicit,softmax/xla,softmax/cudnn,linear,ponet,adamra,contextpool,none
+  LINEAR=none,linear,ponet,adamra,softmax/cudnn
+fi
+timeout 560 "$PY" benchmarks/efficiency.py --output_dir "$OUT/$DTYPE" --dtype "$DTYPE" \
+  --batch 32 --repeats 10 --point_budget_s 5 --mixers "$MIXERS" --linear_memory "$LINEAR" \
+  --point_timeout_s 120 2>&1 | grep -v Warning | tee "$OUT/$DTYPE/log.txt"

@@ -1,0 +1,125 @@
+r"""Pre-training cost of PoNet vs BERT (softmax attention): steps/s and compiled memory.
+
+One full pre-training step of `ponet_mlm` (embeddings, post-LN blocks, tied MLM head over the
+vocabulary, SSO head; MLM + SSO loss; AdamW update), jitted, for mixer 'ponet' and 'softmax'
+(BERT) at each length; both measured in the same process, so the ratios are what transfers
+between machines:
+- steps/s: 1 / median wall time of a step over `--repeats` runs after a warm-up, the two
+  models' steps interleaved so that both see the same load of a shared machine;
+- memory: XLA's compiled temp bytes of the step (`memory_analysis()`), deterministic. As in
+  benchmarks/efficiency.py, `--xla_cpu_experimental_ynn_fusion_type=-reduce` makes XLA:CPU count
+  the scratch of fused softmax attention.
+Defaults are a reduced size for a CPU (the paper's PoNet-Base is 12 x 768, vocab 30522):
+
+  nice -n 19 .venv/bin/python benchmarks/ponet_transfer.py --output_dir /tmp/ponet_transfer \
+      --lengths 512,4096 --batch 2 --emb_dim 256 --num_layers 4 --vocab_size 8192
+"""
+import os
+
+os.environ['XLA_FLAGS'] = ' '.join(
+    [os.environ.get('XLA_FLAGS', ''), '--xla_cpu_experimental_ynn_fusion_type=-reduce']).strip()
+
+import json  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+from absl import app, flags  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import ml_collections  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+from poolformers_jax.models import build_model  # noqa: E402
+from poolformers_jax.train import text_tasks  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('output_dir', None, 'Where ponet_transfer.json is written.')
+flags.DEFINE_list('lengths', ['512', '4096'], 'Sequence lengths.')
+flags.DEFINE_integer('batch', 2, 'Sequences per step.')
+flags.DEFINE_integer('emb_dim', 256, 'Width (PoNet-Base: 768).')
+flags.DEFINE_integer('num_layers', 4, 'Layers (PoNet-Base: 12).')
+flags.DEFINE_integer('num_heads', 4, 'Heads (PoNet-Base: 12).')
+flags.DEFINE_integer('vocab_size', 8192, 'Vocabulary (BERT uncased: 30522).')
+flags.DEFINE_integer('repeats', 5, 'Timed steps per point (median reported).')
+flags.mark_flag_as_required('output_dir')
+
+FAMILIES = {'ponet': 'ponet', 'bert': 'softmax'}
+
+
+def batch_of(length: int, batch: int, vocab: int):
+  """"[CLS] A [SEP] B [SEP]" of random tokens, 15 % of the tokens to predict, an SSO label."""
+  rng = np.random.default_rng(0)
+  ids = rng.integers(1000, vocab, (batch, length)).astype(np.int32)
+  ids[:, 0], ids[:, length // 2], ids[:, -1] = 101, 102, 102
+  mlm = np.where(rng.random((batch, length)) < 0.15, ids, -1).astype(np.int32)
+  return jnp.asarray(ids), {'mlm': jnp.asarray(mlm), 'sso': jnp.zeros((batch,), jnp.int32)}
+
+
+def compile_step(family: str, length: int):
+  """(compiled step, its arguments, result dict with memory and parameter count)."""
+  model = build_model(ml_collections.ConfigDict(dict(
+      name='ponet_mlm', mixer=FAMILIES[family], vocab_size=FLAGS.vocab_size,
+      emb_dim=FLAGS.emb_dim, num_layers=FLAGS.num_layers, num_heads=FLAGS.num_heads,
+      mlp_dim=4 * FLAGS.emb_dim, max_length=length)))
+  inputs, targets = batch_of(length, FLAGS.batch, FLAGS.vocab_size)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs)['params']
+  tx = optax.adamw(1e-4)
+  opt_state = tx.init(params)
+
+  def step(params, opt_state, rng, inputs, targets):   # the batch as arguments: no constants
+    def loss_fn(p):
+      out = model.apply({'params': p}, inputs, deterministic=False, rngs={'dropout': rng})
+      sums = text_tasks.pretraining_sums(out, targets, jnp.ones((FLAGS.batch,)))
+      return text_tasks.pretraining_objective(sums)
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+  args = [params, opt_state, jax.random.PRNGKey(1), inputs, targets]
+  compiled = jax.jit(step).lower(*args).compile()
+  result = {'step_temp_bytes': int(compiled.memory_analysis().temp_size_in_bytes),
+            'params': int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))}
+  jax.block_until_ready(compiled(*args))   # warm-up
+  return compiled, args, result
+
+
+def timed(compiled, args) -> float:
+  start = time.perf_counter()
+  jax.block_until_ready(compiled(*args))
+  return time.perf_counter() - start
+
+
+def main(argv):
+  del argv
+  results = {family: {} for family in FAMILIES}
+  for length in (int(n) for n in FLAGS.lengths):
+    steps = {family: compile_step(family, length) for family in FAMILIES}
+    times = {family: [] for family in FAMILIES}
+    for _ in range(FLAGS.repeats):        # interleaved, so both see the same machine load
+      for family, (compiled, args, _) in steps.items():
+        times[family].append(timed(compiled, args))
+    for family, (_, _, point) in steps.items():
+      point['steps_per_second'] = 1.0 / statistics.median(times[family])
+      results[family][str(length)] = point
+      print(f'{family:6s} L={length:5d} {point}', flush=True)
+    ponet, bert = results['ponet'][str(length)], results['bert'][str(length)]
+    ponet['speedup_vs_bert'] = ponet['steps_per_second'] / bert['steps_per_second']
+    ponet['memory_ratio_to_bert'] = ponet['step_temp_bytes'] / bert['step_temp_bytes']
+    print(f'L={length}: PoNet {ponet["speedup_vs_bert"]:.2f}x the steps/s of BERT, '
+          f'{ponet["memory_ratio_to_bert"]:.3f}x its memory', flush=True)
+    del steps
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  report = {'setup': dict(batch=FLAGS.batch, emb_dim=FLAGS.emb_dim, num_layers=FLAGS.num_layers,
+                          num_heads=FLAGS.num_heads, vocab_size=FLAGS.vocab_size,
+                          repeats=FLAGS.repeats, backend=jax.default_backend(),
+                          device=str(jax.devices()[0]), cpu_count=os.cpu_count(),
+                          xla_flags=os.environ['XLA_FLAGS'], jax=jax.__version__),
+            'results': results}
+  with open(os.path.join(FLAGS.output_dir, 'ponet_transfer.json'), 'w') as f:
+    json.dump(report, f, indent=2)
+  print(f'wrote {FLAGS.output_dir}/ponet_transfer.json')
+
+
+if __name__ == '__main__':
+  app.run(main)

@@ -1,0 +1,66 @@
+r"""GLUE fine-tuning of PoNet-Base (or BERT-Base) from a pre-trained checkpoint.
+
+Run (TFDS glue/<task> prepared as array_record in config.data.data_dir; a vocab.txt):
+  python train.py --config configs/glue.py:cola --workdir runs/glue_cola \
+      --config.init_from=runs/ponet_pretrain          # or the chtan/ponet-base-uncased folder
+  python eval.py  --config configs/glue.py:cola --workdir runs/glue_cola --split validation
+eval.py prints every metric of the task's output: accuracy, f1 (binary: of class 1),
+accuracy_f1 (their mean, MRPC/QQP in the slides), matthews_corrcoef (CoLA), pearson / spearman
+(STS-B). GLUE's test labels are hidden, so 'test' is the dev set; for MNLI --split validation is
+matched and --split test mismatched.
+
+Argument: `task[,bert][,small|tiny]`, task one of cola sst2 mrpc qqp stsb mnli qnli rte wnli.
+
+The official setting (run_shell/2-GLUE.sh): 128 tokens, 4 epochs, the best of a grid of batch
+sizes {8, 16, 32, 64, 128} x learning rates {3e-5, 5e-5, 1e-4, 3e-4}, linear decay, no warmup.
+Defaults here: batch 32, lr 5e-5 (set --config.batch_size / --config.optimizer.learning_rate
+for the grid). GLUE dev results of the slides (PoNet-Base / BERT-Base, pre-trained 340K steps
+on 5 GB): MNLI-m/mm 76.99/77.21 vs 81.35/80.98, QQP 87.55 vs 88.89, QNLI 84.33 vs 88.01,
+SST-2 89.22 vs 91.17, CoLA 45.36 vs 47.66, STS-B 84.57 vs 87.83, MRPC 81.76 vs 86.66,
+RTE 64.26 vs 69.31 (QQP / MRPC: mean of accuracy and F1; STS-B: Spearman).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bert_common import model_config, parse_words, shrink, trainer_config  # noqa: E402
+from ml_collections import config_dict  # noqa: E402
+
+from poolformers_jax.data import get_data_config  # noqa: E402
+
+# task -> (train examples, the metric the slides report, used to keep the best checkpoint)
+TASKS = {
+    'cola': (8551, 'matthews_corrcoef'), 'sst2': (67349, 'accuracy'),
+    'mrpc': (3668, 'accuracy_f1'), 'qqp': (363846, 'accuracy_f1'), 'stsb': (5749, 'spearman'),
+    'mnli': (392702, 'accuracy'), 'qnli': (104743, 'accuracy'), 'rte': (2490, 'accuracy'),
+    'wnli': (635, 'accuracy'),
+}
+EPOCHS = 4
+
+
+def get_config(arg: str | None = None):
+  words = parse_words(arg, {'task': tuple(TASKS)}, 'configs/glue.py:mrpc')
+  task = words['task']
+  data = get_data_config('glue')
+  data.task = task
+  if task == 'mnli':
+    data.tfds_splits = dict(train='train', validation='validation_matched',
+                            test='validation_mismatched')
+  model = model_config('ponet_classifier', words['family'], max_length=512)  # as pre-trained
+  model.num_classes = config_dict.placeholder(int)     # from the data; 1 = regression (STS-B)
+  train_size, metric = TASKS[task]
+  batch_size = 32
+  config = trainer_config(data, model, learning_rate=5e-5, warmup_steps=0,
+                          num_train_steps=math.ceil(EPOCHS * train_size / batch_size),
+                          batch_size=batch_size, best_metric=metric)
+  config.eval_every_steps = config.checkpoint_every_steps = 1000
+  shrink(config, words['size'])
+  if words['size'] == 'tiny':
+    data.max_length = 32
+    model.max_length = 64
+  config.lock()
+  return config

@@ -1,0 +1,98 @@
+r"""Check which Long Range Arena data is ready: one line per task (found / missing / what to do).
+
+  python -m poolformers_jax.data.prepare lra --release_dir DIR [--data_dir data_cache]
+
+DIR is the unpacked LRA release (lra_release.gz: listops-1000/, tsv_data/, pathfinder32/,
+pathfinder128/); data_dir holds the TFDS array_record datasets imdb_reviews and cifar10. Nothing
+is downloaded or written. Listed Pathfinder images that are missing or empty are counted as
+skipped (the release has one empty PNG); the reader skips them the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+from typing import Optional, Sequence
+
+from poolformers_jax.data import base, configs, listops, lra, pathfinder_gen
+
+_W = 38   # width of the task column
+GET_RELEASE = ('download lra_release.gz (github.com/google-research/long-range-arena) and unpack '
+               'it; pass its folder as --release_dir')
+
+
+def _tsv_line(task: str, folder: str, files: dict[str, str], make) -> str:
+  paths = {split: os.path.join(folder, name) for split, name in files.items()}
+  absent = [p for p in paths.values() if not os.path.exists(p)]
+  if absent:
+    return f'{task:<{_W}} missing  {absent[0]}: {GET_RELEASE}.'
+  sizes = {split: len(make(path)) for split, path in paths.items()}
+  return (f'{task:<{_W}} found    ' + '/'.join(str(sizes[s]) for s in base.SPLITS)
+          + f' train/validation/test examples in {folder}')
+
+
+def _pathfinder_lines(release_dir: str, resolution: int) -> list[str]:
+  lines = []
+  for difficulty in pathfinder_gen.DIFFICULTIES:
+    task = f'pathfinder{resolution}/{difficulty}'
+    folder = os.path.join(release_dir, f'pathfinder{resolution}', difficulty)
+    try:
+      entries, skipped = lra.release_images(folder)
+    except base.DataNotFoundError:
+      lines.append(f'{task:<{_W}} missing  {folder}/metadata: {GET_RELEASE}, or generate it: '
+                   f'python -m poolformers_jax.data.pathfinder_gen --out_dir DIR '
+                   f'--resolution {resolution} --difficulty {difficulty}.')
+      continue
+    note = f'; skipped {skipped} missing or empty images' if skipped else ''
+    lines.append(f'{task:<{_W}} found    {len(entries)} images{note} in {folder}')
+  return lines
+
+
+def _tfds_line(task: str, data_config) -> str:
+  try:
+    sizes = {split: len(base.tfds_source(data_config.tfds_name, split, data_config.data_dir))
+             for split in ('train', 'test')}
+  except base.DataNotFoundError as e:
+    folder = os.path.join(base.expand_path(data_config.data_dir), data_config.tfds_name.split('/')[0])
+    if glob.glob(os.path.join(folder, '**', '*.tfrecord*'), recursive=True):
+      return (f'{task:<{_W}} missing  {folder} holds TFRecord files, not array_record: convert '
+              f'them (TensorFlow needed) with `tfds convert_format --dataset_dir={folder} '
+              '--out_file_format=array_record`.')
+    return f'{task:<{_W}} missing  {e}'
+  return (f'{task:<{_W}} found    {sizes["train"]}/{sizes["test"]} train/test examples '
+          f'({data_config.tfds_name} in {base.expand_path(data_config.data_dir)})')
+
+
+def report(release_dir: str, data_dir: Optional[str] = None) -> list[str]:
+  """The lines `prepare lra` prints, one per task (Pathfinder: one per difficulty)."""
+  lines = [_tsv_line('listops', os.path.join(release_dir, 'listops-1000'), listops.TSV_FILES,
+                     listops.TsvSource)]
+  if lines[0].split()[1] == 'missing':
+    lines[0] += " Or nothing: config.data.source='generated' (the default) makes ListOps offline."
+  lines.append(_tsv_line('retrieval', os.path.join(release_dir, 'tsv_data'),
+                         lra.RETRIEVAL_FILES, lra.RetrievalSource))
+  for task, name in (('text (imdb_reviews)', 'lra_text'), ('image (cifar10)', 'lra_image')):
+    data_config = configs.get_data_config(name)
+    if data_dir:
+      data_config.data_dir = data_dir
+    lines.append(_tfds_line(task, data_config))
+  for resolution in (32, 128):
+    lines += _pathfinder_lines(release_dir, resolution)
+  return lines
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  parser = argparse.ArgumentParser(prog='python -m poolformers_jax.data.prepare',
+                                   description=__doc__.split('\n\n')[0])
+  parser.add_argument('benchmark', choices=['lra'])
+  parser.add_argument('--release_dir', required=True, help='the unpacked LRA release')
+  parser.add_argument('--data_dir', default=None,
+                      help='TFDS array_record data (default: POOLFORMERS_DATA_DIR or data_cache)')
+  args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+  for line in report(args.release_dir, args.data_dir):
+    print(line)
+
+
+if __name__ == '__main__':
+  main()

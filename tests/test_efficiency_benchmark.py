@@ -1,0 +1,42 @@
+"""benchmarks/efficiency.py --quick: every field of every point is written (no timed assertions)."""
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIELDS = ('status', 'step_ms', 'steps_per_s', 'timed_steps', 'forward_gflops',
+          'compiled_temp_bytes', 'argument_bytes', 'memory_bytes', 'memory_kind',
+          'time_ratio_to_softmax', 'memory_ratio_to_softmax', 'time_ratio_to_lower_bound',
+          'memory_ratio_to_lower_bound')
+
+
+def test_quick_training_step_benchmark_writes_every_field(tmp_path):
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu', XLA_FLAGS='')
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'efficiency.py'),
+                         '--quick', f'--output_dir={tmp_path}'], env=env, capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  report = json.loads((tmp_path / 'efficiency.json').read_text())
+  results = report['results']
+  assert list(results) == ['softmax/explicit', 'none']
+  # 32 for every entry; 64 (the long length) only for the linear-memory ones.
+  assert {e: sorted(r) for e, r in results.items()} == {
+      'softmax/explicit': ['32'], 'none': ['32', '64']}
+  for entry, per_length in results.items():
+    for length, point in per_length.items():
+      assert set(FIELDS) <= set(point), (entry, length, sorted(set(FIELDS) - set(point)))
+      assert point['status'] == 'ok' and point['timed_steps'] == 1
+      assert point['memory_bytes'] == point['compiled_temp_bytes'] > 0   # CPU: compiled temp
+      assert point['forward_gflops'] > 0
+      assert abs(point['steps_per_s'] * point['step_ms'] - 1000) < 1e-6
+  assert results['softmax/explicit']['32']['time_ratio_to_softmax'] == 1.0
+  assert results['none']['64']['time_ratio_to_lower_bound'] == 1.0
+  assert results['none']['64']['time_ratio_to_softmax'] is None        # softmax not run at 64
+  assert results['none']['32']['time_ratio_to_lower_bound'] == 1.0
+  # The lower bound keeps attention's projections and skips the [L, L] part: fewer FLOPs.
+  assert results['none']['32']['forward_gflops'] < results['softmax/explicit']['32'][
+      'forward_gflops']
+  table = (tmp_path / 'efficiency.md').read_text()
+  assert '| none |' in table and '| softmax/explicit |' in table and 'compiled temp' in table
+  assert (tmp_path / 'efficiency.png').stat().st_size > 10_000

@@ -1,0 +1,114 @@
+"""Bad input: every config / data problem is found before anything is compiled, as one line
+`<what is wrong>; <what to do>`; train.py / eval.py print it as `error: ...` with exit code 2."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tiny_runs import REPO, tiny_config
+from poolformers_jax.train import cli, config_utils, validate
+from poolformers_jax.train.setup import make_setup
+
+BAD = {   # override -> what the line must say
+    'model.num_classes=2': ({'model.num_classes': 2},
+                            r'config.model.num_classes=2 but listops has 10 classes; .*=10$'),
+    'model.vocab_size=5': ({'model.vocab_size': 5},
+                           r'config.model.vocab_size=5 but the token ids of listops go up to 17; .*=18$'),
+    'model.max_length=16': ({'model.max_length': 16},
+                            r'config.model.max_length=16 is shorter than the inputs of listops \(32 tokens\)'),
+    'data.source=web': ({'data.source': 'web'},
+                        r"config.data.source='web' is not a ListOps source; choose one of "
+                        r"\['generated', 'tsv'\]"),
+    'eval_batch_size=12': ({'eval_batch_size': 12},
+                           r'config.eval_batch_size=12 must be divisible by the number of devices '
+                           r'\(8\).*; use a multiple of 8$'),
+    'eval_batch_size=0': ({'eval_batch_size': 0}, r'config.eval_batch_size=0 must be a positive'),
+    'batch_size=-8': ({'batch_size': -8}, r'config.batch_size=-8 must be a positive integer'),
+    'best_metric=acc': ({'best_metric': 'acc'},
+                        r"config.best_metric='acc' is not a validation metric of this classification "
+                        r"task; choose one of \['accuracy', 'accuracy_top5', 'count', 'loss'\]"),
+    'best_mode=maximum': ({'best_mode': 'maximum'}, r"config.best_mode='maximum' must be 'max' or 'min'"),
+    'num_train_steps=-5': ({'num_train_steps': -5},
+                           r'config.num_train_steps=-5 must be an integer >= 0; set '
+                           r'--config.num_train_steps to the number of steps to train'),
+    'model.dim=-32': ({'model.dim': -32}, r'config.model.dim=-32 must be positive'),
+    'model.num_heads=0': ({'model.num_heads': 0}, r'config.model.num_heads=0 must be positive'),
+    'model.dropout_rate=1.5': ({'model.dropout_rate': 1.5}, r'dropout_rate=1.5 must be in \[0, 1\)'),
+    'optimizer.learning_rate=-1': ({'optimizer.learning_rate': -1.0},
+                                   r'learning_rate=-1.0 must be a finite number >= 0'),
+    'optimizer.grad_accum_steps=0': ({'optimizer.grad_accum_steps': 0},
+                                     r'grad_accum_steps=0 must be a positive integer'),
+    'label_smoothing=1': ({'label_smoothing': 1.0}, r'label_smoothing=1.0 must be in \[0, 1\)'),
+    'keep_checkpoints=0': ({'keep_checkpoints': 0}, r'keep_checkpoints=0 must be a positive'),
+    'profile_steps=(5, 2)': ({'profile_steps': (5, 2)}, r'profile_steps=\(5, 2\) must be \(first, last\)'),
+    'num_devices=16': ({'num_devices': 16}, r'config.num_devices=16 but 8 devices exist'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(BAD))
+def test_bad_config_fails_in_setup_with_one_line(data_dir, case):
+  overrides, message = BAD[case]
+  config = tiny_config(data_dir, **overrides)
+  with pytest.raises(ValueError, match=message) as error:
+    make_setup(config)           # before any model is built, let alone compiled
+  assert '\n' not in str(error.value)
+
+
+def test_image_checks_patch_size_and_mixup():
+  from poolformers_jax.data import DatasetInfo
+  from poolformers_jax.train import sharding
+  import ml_collections
+  info = DatasetInfo('cifar10', 'classification', 10, None, (32, 32, 3), {'train': 1})
+  mesh = sharding.make_mesh(1)
+
+  def config(**model):
+    return ml_collections.ConfigDict(dict(
+        num_train_steps=1, batch_size=8, eval_batch_size=8, best_metric='accuracy',
+        best_mode='max', model=dict(name='vit', dim=8, **model),
+        optimizer=dict(learning_rate=1e-3, grad_accum_steps=1)))
+
+  with pytest.raises(validate.ConfigError, match=r'config.model.patch_size=0 must be positive'):
+    validate.check_config(config(patch_size=0), info, mesh)
+  with pytest.raises(validate.ConfigError, match=r'the 32x32 images of cifar10 are not divisible by '
+                                                 r'config.model.patch_size=5; choose'):
+    validate.check_config(config(patch_size=5), info, mesh)
+  validate.check_config(config(patch_size=4), info, mesh)           # a good one passes
+  lm = DatasetInfo('enwik8', 'lm', 256, 256, (64,), {'train': 1})
+  bad = config(patch_size=4)
+  bad.mixup = dict(mixup_alpha=0.8, cutmix_alpha=0.0)
+  with pytest.raises(validate.ConfigError, match=r'config.mixup is for image classification but '
+                                                 r'enwik8 is lm'):
+    validate.check_config(bad, lm, mesh)
+
+
+def test_the_wrapper_prints_one_line_and_exits_2(capsys):
+  def main(argv):
+    raise validate.ConfigError('config.x=1 is wrong\n(really); set config.x=2')
+  with pytest.raises(SystemExit) as exit_:
+    cli.one_line_errors(main)([])
+  assert exit_.value.code == 2
+  assert capsys.readouterr().err == 'error: config.x=1 is wrong (really); set config.x=2\n'
+
+  def diverges(argv):
+    raise FloatingPointError('training loss is nan at step 3: ...')
+  with pytest.raises(SystemExit) as exit_:
+    cli.one_line_errors(diverges)([])
+  assert exit_.value.code == 1
+
+
+@pytest.mark.parametrize('argv, message', [
+    (['train.py', '--config', 'configs/lra_listops.py:runlocal', '--config.model.num_classes=2'],
+     'error: config.model.num_classes=2 but listops has 10 classes; remove the override'),
+    (['eval.py', '--config', 'configs/lra_nofile.py', '--batch_size=0'],
+     "error: cannot load the --config file: [Errno 2] No such file or directory: "
+     "'configs/lra_nofile.py'"),
+])
+def test_command_lines_end_in_one_stderr_line_with_exit_code_2(argv, message, tmp_path):
+  proc = subprocess.run([sys.executable, *argv, '--workdir', str(tmp_path)], cwd=REPO,
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert proc.returncode == 2
+  (line,) = proc.stderr.splitlines()
+  assert line.startswith(message), proc.stderr
+  assert not os.listdir(tmp_path)                  # nothing written, nothing trained

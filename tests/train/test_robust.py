@@ -1,0 +1,299 @@
+"""Checkpoints that never lie (integrity records, fallback, mismatch), the NaN guard, the hot path.
+
+Damage is done by the tests to copies of one tiny run's checkpoints (steps 2 and 4); resume is
+exercised at the Checkpointer level (no compile) and once end to end.
+"""
+import contextlib
+import logging
+import os
+import shutil
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tiny_runs import REPO, tiny_config, tiny_overrides
+from poolformers_jax import data
+from poolformers_jax.train import NonFiniteLossError, evaluate, loop, train_and_evaluate
+from poolformers_jax.train import checkpoint as checkpoint_lib
+from poolformers_jax.train import config_utils, integrity
+from poolformers_jax.train.metrics import read_metrics
+from poolformers_jax.train.setup import make_setup
+
+STEPS = dict(num_train_steps=4, eval_every_steps=2, checkpoint_every_steps=2, num_devices=1)
+
+
+@pytest.fixture(scope='module')
+def pristine(data_dir, tmp_path_factory):
+  config = tiny_config(data_dir, **STEPS)
+  workdir = str(tmp_path_factory.mktemp('pristine'))
+  train_and_evaluate(config, workdir)
+  return config, workdir, make_setup(config)
+
+
+@pytest.fixture
+def run(pristine, tmp_path):
+  config, workdir, setup = pristine
+  copy = str(tmp_path / 'run')
+  shutil.copytree(workdir, copy)
+  return config, copy, setup
+
+
+def _data_file(step_dir):
+  """The OCDBT data file a restore reads (the per-process files are merged into state/d/)."""
+  root = os.path.join(step_dir, 'state', 'd')
+  return max((os.path.join(root, f) for f in os.listdir(root)), key=os.path.getsize)
+
+
+def _flip_bit(step_dir):
+  path = _data_file(step_dir)
+  raw = bytearray(open(path, 'rb').read())
+  raw[len(raw) // 2] ^= 0x10
+  open(path, 'wb').write(bytes(raw))
+
+
+def _overwrite_64(step_dir):
+  path = _data_file(step_dir)
+  with open(path, 'r+b') as f:
+    f.seek(os.path.getsize(path) // 3)
+    f.write(bytes(range(64)))
+
+
+def _truncate(step_dir):
+  path = _data_file(step_dir)
+  os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _garbage_iterator_json(step_dir):
+  (name,) = [f for f in os.listdir(os.path.join(step_dir, 'data')) if f.endswith('.json')]
+  path = os.path.join(step_dir, 'data', name)
+  size = os.path.getsize(path)
+  open(path, 'w').write('x' * size)                        # same size: only the CRC can tell
+
+
+DAMAGE = {   # name -> (how, what the one-line reason says)
+    'bit_flip': (_flip_bit, r'state/d/\w+ differs from what was written \(CRC-32\)'),
+    'overwrite_64_bytes': (_overwrite_64, r'state/d/\w+ differs from what was written \(CRC-32\)'),
+    'truncated_data_file': (_truncate, r'state/d/\w+ has \d+ bytes, \d+ were written'),
+    'deleted_metadata': (lambda d: os.remove(os.path.join(d, 'state', '_METADATA')),
+                         r'state/_METADATA is missing'),
+    'deleted_state_item': (lambda d: shutil.rmtree(os.path.join(d, 'state')),
+                           r'state/\S+ is missing'),
+    'empty_manifest': (lambda d: open(os.path.join(d, 'state', 'manifest.ocdbt'), 'w').close(),
+                       r'state/manifest.ocdbt has 0 bytes'),
+    'garbage_iterator_json': (_garbage_iterator_json,
+                              r'data/process_0-of-1.json differs from what was written'),
+}
+
+
+def _resume(config, workdir, setup, **kwargs):
+  checkpointer = checkpoint_lib.Checkpointer(workdir, keep=2, config=config)
+  iterator = data.make_train_iterator(config)
+  try:
+    return checkpointer.restore_for_resume(setup.abstract_state, iterator, **kwargs), iterator
+  finally:
+    checkpointer.close()
+
+
+@pytest.mark.parametrize('case', sorted(DAMAGE))
+def test_damaged_latest_falls_back_to_the_previous_checkpoint(run, case, caplog):
+  config, workdir, setup = run
+  damage, reason = DAMAGE[case]
+  damage(os.path.join(workdir, 'checkpoints', '4'))
+  with caplog.at_level(logging.WARNING):
+    (state, step), iterator = _resume(config, workdir, setup)
+  assert step == 2 and int(state.step) == 2
+  (line,) = [r.getMessage() for r in caplog.records if 'is damaged' in r.getMessage()]
+  assert line.startswith('checkpoint 4 is damaged (') and line.endswith('); falling back to 2')
+  assert __import__('re').search(reason, line), line
+  # Moved aside, not deleted; the good one is untouched and its data position restored.
+  assert os.listdir(os.path.join(workdir, 'checkpoints')) == ['2']
+  assert os.path.isdir(os.path.join(workdir, 'rejected', 'checkpoints-4'))
+  assert iterator.get_state() == _position_after(config, 2)
+
+
+def _position_after(config, steps):
+  iterator = data.make_train_iterator(config)
+  for _ in range(steps):
+    next(iterator)
+  return iterator.get_state()
+
+
+def test_leaf_checksums_name_a_flipped_bit_and_do_not_depend_on_sharding(pristine):
+  config, workdir, setup = pristine
+  step_dir = os.path.join(workdir, 'checkpoints', '4')
+  record = integrity.read_record(step_dir)
+  checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True, config=config)
+  state, _ = checkpointer.restore_state('4', setup.abstract_state)
+  checkpointer.close()
+  integrity.verify_leaves(record, state)                          # intact: passes
+  # The same arrays split over 8 devices give the same sums (wrapping integer sums are order-free).
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ('data',))
+  split = lambda x: jax.device_put(x, NamedSharding(mesh, P('data') if x.ndim and x.shape[0] % 8 == 0
+                                                     else P()))
+  on8 = jax.tree.map(split, state)
+  assert any(not x.sharding.is_fully_replicated for x in jax.tree.leaves(on8))
+  assert integrity.leaf_records(on8) == record['leaves']
+  # One bit of one parameter, as an undetected read error would leave it: named by the sums.
+  kernel = np.array(state.params['encoder']['block_0']['MultiHeadAttention_0']['key']['kernel'])
+  kernel.view(np.uint32)[3, 5] ^= 1 << 30
+  params = jax.tree.map(lambda x: x, state.params)
+  params['encoder']['block_0']['MultiHeadAttention_0']['key']['kernel'] = jnp.asarray(kernel)
+  with pytest.raises(integrity.CheckpointDamaged,
+                     match='checksum of params/encoder/block_0/MultiHeadAttention_0/key/kernel differs'):
+    integrity.verify_leaves(record, state.replace(params=params))
+
+
+def test_empty_numbered_directory_is_skipped(run, caplog):
+  config, workdir, setup = run
+  os.mkdir(os.path.join(workdir, 'checkpoints', '52'))
+  with caplog.at_level(logging.WARNING):
+    (_, step), _ = _resume(config, workdir, setup)
+  assert step == 4
+  assert ['checkpoint 52 is damaged (it has no integrity.json (its save did not finish)); '
+          'falling back to 4'] == [r.getMessage() for r in caplog.records if 'damaged' in r.getMessage()]
+
+
+def test_no_checkpoint_verifies_stops_unless_asked_to_start_over(run):
+  config, workdir, setup = run
+  _flip_bit(os.path.join(workdir, 'checkpoints', '4'))
+  _truncate(os.path.join(workdir, 'checkpoints', '2'))
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match=r'no checkpoint in \S+ verifies \(damaged: checkpoints-2, checkpoints-4, '
+                           r'moved to \S+rejected\); run again with --start_over'):
+    _resume(config, workdir, setup)
+  # Everything was moved aside: a second attempt still refuses to train from scratch...
+  with pytest.raises(checkpoint_lib.CheckpointError, match='--start_over'):
+    _resume(config, workdir, setup)
+  # ...until asked.
+  assert _resume(config, workdir, setup, start_over=True)[0] is None
+
+
+def test_checkpoint_of_another_model_fails_naming_the_parameter_and_shapes(run):
+  config, workdir, _ = run
+  other = make_setup(config_utils.override(config, **{'model.dim': 24}))
+  with pytest.raises(integrity.CheckpointMismatch,
+                     match=r'made by a different model: params/\S+ has shape \([\d, ]+\) there '
+                           r'and \([\d, ]+\) in this config') as error:
+    _resume(config, workdir, other)
+  assert '24' in str(error.value) and '\n' not in str(error.value)
+  assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']   # not rejected
+
+
+def test_eval_of_a_damaged_best_checkpoint_names_the_file_in_one_line(run, data_dir):
+  config, workdir, _ = run
+  (best,) = os.listdir(os.path.join(workdir, 'best'))
+  os.remove(os.path.join(workdir, 'best', best, 'state', '_METADATA'))
+  with pytest.raises(checkpoint_lib.CheckpointError,
+                     match=rf'checkpoint \S+/best/{best} is damaged \(state/_METADATA is missing\)'):
+    evaluate(config, workdir, checkpoint='best', split='validation')
+  overrides = [f'--config.{k}={v}' for k, v in tiny_overrides(data_dir, num_devices=1).items()]
+  proc = subprocess.run(
+      [sys.executable, 'eval.py', '--config', 'configs/lra_listops.py:runlocal', '--workdir',
+       workdir, '--checkpoint', 'best', *overrides], cwd=REPO, capture_output=True, text=True,
+      timeout=300, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert proc.returncode == 2
+  lines = [l for l in proc.stderr.splitlines() if l.startswith('error:')]
+  assert len(lines) == 1 and 'state/_METADATA is missing' in lines[0], proc.stderr[-2000:]
+  assert 'Traceback' not in proc.stderr
+
+
+def test_resume_after_damage_continues_exactly_and_rewrites_the_replayed_records(run, pristine):
+  config, workdir, _ = run
+  _flip_bit(os.path.join(workdir, 'checkpoints', '4'))
+  first_record = read_metrics(workdir, 'train')[0]
+  result = train_and_evaluate(config, workdir)
+  assert result.status == 'finished' and result.step == 4
+  train = read_metrics(workdir, 'train')
+  assert [r['step'] for r in train] == [1, 2, 3, 4]                   # no duplicates
+  assert train[0] == first_record                                      # not from scratch
+  original = {r['step']: r['loss'] for r in read_metrics(pristine[1], 'train')}
+  assert [train[2]['loss'], train[3]['loss']] == [original[3], original[4]]   # same replay
+  assert [r['step'] for r in read_metrics(workdir, 'validation')] == [2, 4]
+
+
+# -- the NaN guard ------------------------------------------------------------------------------
+DIVERGING = {'optimizer.learning_rate': 1e30, 'optimizer.warmup_steps': 0,
+             'optimizer.schedule': 'constant'}
+
+
+def test_guard_keeps_the_previous_state_and_records_the_first_bad_step(data_dir):
+  config = tiny_config(data_dir, num_devices=1, **DIVERGING)   # the next test's compiled step
+  setup = make_setup(config)
+  from poolformers_jax.train import state as state_lib
+  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
+                                       setup.mesh)
+  step_fn = loop.make_train_step(setup)
+  it = data.make_train_iterator(config)
+  batches = [jax.device_put(next(it)) for _ in range(4)]
+  acc = loop.new_accumulator(setup.mesh, loop.accumulator_shapes(setup, state, batches[0]))
+  before = None
+  for batch in batches:
+    before = jax.device_get(state)
+    state, acc = step_fn(state, acc, batch, jax.random.PRNGKey(1))
+    if int(acc['first_bad_step']):
+      break
+  bad = int(acc['first_bad_step'])
+  assert bad >= 2 and not np.isfinite(float(acc['bad_loss']))
+  after = jax.device_get(state)
+  # The rejected update left every array exactly as it was, and finite.
+  jax.tree.map(np.testing.assert_array_equal, after, before)
+  assert all(np.isfinite(x).all() for x in jax.tree.leaves(after.params))
+  assert float(acc['steps']) == bad - 1                  # the bad step is not in the sums
+
+
+def test_fresh_run_that_diverges_names_the_step_and_that_nothing_was_saved(data_dir, tmp_path):
+  config = tiny_config(data_dir, num_train_steps=6, checkpoint_every_steps=100, eval_every_steps=100,
+                       log_every_steps=100, num_devices=1, **DIVERGING)
+  with pytest.raises(NonFiniteLossError) as error:
+    train_and_evaluate(config, str(tmp_path))
+  message = str(error.value)
+  assert 'at step 2: stopped without saving anything after step 1; no checkpoint was saved' in message
+  assert 'None' not in message and 'the data' in message and '\n' not in message
+  assert not os.listdir(tmp_path / 'checkpoints')
+
+
+# -- the hot path -------------------------------------------------------------------------------
+class _NoDeviceToHost:
+  """Inside: any read of a jax.Array's value on the host raises (device_get, float(), np.asarray:
+  all go through ArrayImpl._value). jax's transfer guard does not fire on CPU arrays."""
+  entered = 0
+
+  def __enter__(self):
+    from jax._src import array
+    _NoDeviceToHost.entered += 1
+    self._saved = array.ArrayImpl._value
+
+    def refuse(_):
+      raise AssertionError('device-to-host transfer on a hot-path step')
+    array.ArrayImpl._value = property(refuse)
+
+  def __exit__(self, *exc):
+    from jax._src import array
+    array.ArrayImpl._value = self._saved
+
+
+def test_hot_path_steps_never_read_from_the_device_and_rates_and_profile_are_logged(
+    data_dir, tmp_path, monkeypatch):
+  with _NoDeviceToHost(), pytest.raises(AssertionError, match='hot-path'):
+    jax.device_get(jnp.ones(2) + 1)                       # the guard does catch a read
+  monkeypatch.setattr(loop, 'HOT_PATH_GUARD', _NoDeviceToHost)
+  _NoDeviceToHost.entered = 0
+  # The pristine run's model and schedule (its compiled step is in the persistent cache).
+  config = tiny_config(data_dir, **{**STEPS, 'log_every_steps': 3, 'eval_every_steps': 4,
+                                    'checkpoint_every_steps': 4, 'profile_steps': (1, 2)})
+  result = train_and_evaluate(config, str(tmp_path))
+  assert result.status == 'finished'
+  assert _NoDeviceToHost.entered == 1                  # step 1 (2: profile end, 3: log, 4: end)
+  train = read_metrics(str(tmp_path), 'train')
+  assert [r['step'] for r in train] == [3, 4]
+  for r in train:
+    assert r['examples_per_second'] == pytest.approx(8 * r['steps_per_second'])
+    assert r['tokens_per_second'] == pytest.approx(32 * r['examples_per_second'])
+  assert train[0]['compile_seconds'] > 0 and 'compile_seconds' not in train[1]
+  traces = [f for _, _, files in os.walk(tmp_path / 'profile') for f in files]
+  assert any(f.endswith('.xplane.pb') for f in traces)
