@@ -70,8 +70,9 @@ def _all_finite(tree: Any) -> jax.Array:
 def accumulator_shapes(setup: Setup, state: Any, batch: dict[str, Any]) -> Any:
   """Shapes of the task's sums for this batch (they may be arrays: a confusion matrix)."""
   def sums(state, batch):
-    logits = setup.model.apply(variables_of(state), batch['inputs'], deterministic=True)
-    return setup.task.sums(logits, batch['targets'], jnp.ones(batch['inputs'].shape[:1]), 0.0)
+    logits = setup.model.apply(variables_of(state), setup.task.model_inputs(batch),
+                               deterministic=True)
+    return setup.task.sums(logits, batch['targets'], jnp.ones(batch['targets'].shape[:1]), 0.0)
   return jax.eval_shape(sums, state, batch)
 
 
