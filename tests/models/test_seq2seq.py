@@ -143,9 +143,14 @@ def test_packed_rows_give_the_loss_of_the_sentences_alone(variant):
   sums = jax.jit(lambda batch: task.sums(model.apply({'params': params}, batch),
                                          batch['targets'], one, 0.1))
   packed_sums = sums(packed)
-  alone = [sums({'inputs': s, 'targets': t}) for s, t in pairs]
-  assert float(packed_sums['count']) == sum(float(a['count']) for a in alone) == 13
-  np.testing.assert_allclose(packed_sums['loss'], sum(a['loss'] for a in alone), rtol=2e-5)
+  # The same pairs one per row, zero padded to 6 tokens (padding carries no loss).
+  pad = lambda t: jnp.pad(t, ((0, 0), (0, 6 - t.shape[1])))
+  alone = {'inputs': jnp.concatenate([pad(s) for s, _ in pairs]),
+           'targets': jnp.concatenate([pad(t) for _, t in pairs])}
+  alone_sums = jax.jit(lambda batch: task.sums(model.apply({'params': params}, batch),
+                                               batch['targets'], jnp.ones((3,)), 0.1))(alone)
+  assert float(packed_sums['count']) == float(alone_sums['count']) == 13
+  np.testing.assert_allclose(packed_sums['loss'], alone_sums['loss'], rtol=2e-5)
 
 
 def test_decoding_sharded_over_the_data_axis_matches_one_device():
