@@ -22,15 +22,11 @@ RTE 64.26 vs 69.31 (QQP / MRPC: mean of accuracy and F1; STS-B: Spearman).
 from __future__ import annotations
 
 import math
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ml_collections import config_dict
 
-from bert_common import model_config, parse_words, shrink, trainer_config  # noqa: E402
-from ml_collections import config_dict  # noqa: E402
-
-from poolformers_jax.data import get_data_config  # noqa: E402
+from poolformers_jax.configs_lib.bert import model_config, parse_words, shrink, trainer_config
+from poolformers_jax.data import get_data_config
 
 # task -> (train examples, the metric the slides report, used to keep the best checkpoint)
 TASKS = {

@@ -22,15 +22,11 @@ vs 85.36.
 from __future__ import annotations
 
 import math
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ml_collections import config_dict
 
-from bert_common import model_config, parse_words, shrink, trainer_config  # noqa: E402
-from ml_collections import config_dict  # noqa: E402
-
-from poolformers_jax.data import get_data_config  # noqa: E402
+from poolformers_jax.configs_lib.bert import model_config, parse_words, shrink, trainer_config
+from poolformers_jax.data import get_data_config
 
 # task -> (training examples, epochs, source, sentence split)
 TASKS = {

@@ -25,15 +25,10 @@ draws new masks, chunks and pairs). Pre-training accuracies of the slides' ablat
 """
 from __future__ import annotations
 
-import os
-import sys
+from ml_collections import config_dict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from bert_common import model_config, parse_words, shrink, trainer_config  # noqa: E402
-from ml_collections import config_dict  # noqa: E402
-
-from poolformers_jax.data import get_data_config  # noqa: E402
+from poolformers_jax.configs_lib.bert import model_config, parse_words, shrink, trainer_config
+from poolformers_jax.data import get_data_config
 
 
 def get_config(arg: str | None = None):

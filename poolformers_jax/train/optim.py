@@ -1,6 +1,6 @@
 """The optimizer factory: AdamW + warmup/decay schedule + clipping + masked weight decay.
 
-Everything comes from `config.optimizer` (see poolformers_jax/configs_lib.py). The schedule
+Everything comes from `config.optimizer` (see poolformers_jax/configs_lib/). The schedule
 counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
 run makes `num_train_steps // k` updates, and warmup is given in micro-batch steps like everything
 else.

@@ -1,4 +1,4 @@
-"""What the PoNet transfer configs share (ponet_pretrain.py, glue.py, long_text.py).
+"""What the PoNet transfer configs share (configs/ponet_pretrain.py, glue.py, long_text.py).
 
 PoNet-Base = BERT-Base sizes (12 post-LN layers, width 768, 12 heads, FFN 3072, 512 positions,
 uncased WordPiece vocabulary of 30522). The optimizer follows the official code, which trains
