@@ -4,7 +4,8 @@ r"""Transformer vs CP-Transformer for translation: the columns of the ContextPoo
 For each of `transformer_seq2seq` with mixer 'softmax' (standard) and with CP-attention
 (encoder 'contextpool' + causal decoder ContextPool):
 - train step: median wall time of one jitted Adam step (forward, backward, update) on packed
-  rows of random tokens, after a warm-up; steps/s and the ratio CP / standard;
+  rows of random tokens, after a warm-up, the runs of both models interleaved; steps/s and the
+  ratio CP / standard;
 - memory: XLA's compiled temp + argument bytes of that step (memory_analysis(): deterministic);
 - decoding: tokens/s of jitted greedy and beam-4 decoding on the KV cache (random source, the
   untrained model decodes all max_length steps: no early EOS, so every run does the same work).
@@ -70,17 +71,22 @@ def _packed_batch(rng: np.random.Generator) -> dict:
   return {k: jnp.asarray(v) for k, v in out.items()}
 
 
-def _median_seconds(fn, *args) -> float:
-  jax.block_until_ready(fn(*args))                      # warm-up (compiled already)
-  times = []
+def _interleaved_medians(calls: dict) -> dict:
+  """Median seconds of each `name -> (fn, args)`, the runs of all names interleaved, so a load
+  that changes during the benchmark hits every model alike (the ratios are what we report)."""
+  for fn, args in calls.values():
+    jax.block_until_ready(fn(*args))                    # warm-up (compiled already)
+  times = {name: [] for name in calls}
   for _ in range(FLAGS.repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
+    for name, (fn, args) in calls.items():
+      start = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      times[name].append(time.perf_counter() - start)
+  return {name: statistics.median(t) for name, t in times.items()}
 
 
-def measure(cp: bool, batch: dict) -> dict:
+def build(cp: bool, batch: dict) -> dict:
+  """Compiled train step and decoders of one model, with their arguments and memory."""
   model = _model(cp)
   params = model.init(jax.random.PRNGKey(0), batch)['params']
   tx = optax.adam(1e-4, b1=0.9, b2=0.98, eps=1e-9)
@@ -99,25 +105,36 @@ def measure(cp: bool, batch: dict) -> dict:
   rng = jax.random.PRNGKey(1)
   compiled = jax.jit(train_step).lower(params, opt_state, batch, rng).compile()
   memory = compiled.memory_analysis()
-  step = _median_seconds(compiled, params, opt_state, batch, rng)
   src = jnp.asarray(np.random.default_rng(2).integers(3, FLAGS.vocab, (FLAGS.decode_batch, 24)),
                     jnp.int32)
-  decode = {}
+  calls = {'train': (compiled, (params, opt_state, batch, rng))}
   for name, beam in (('greedy', 1), ('beam4', 4)):
-    run = seq2seq_decode.make_translate(model, FLAGS.decode_length, beam_size=beam, alpha=0.6)
-    seconds = _median_seconds(run, params, src)
-    decode[name] = {'seconds': seconds,
-                    'tokens_per_second': FLAGS.decode_batch * FLAGS.decode_length / seconds}
-  return {'params': int(sum(np.prod(p.shape) for p in jax.tree.leaves(params))),
-          'train_step_seconds': step, 'steps_per_second': 1.0 / step,
+    calls[name] = (seq2seq_decode.make_translate(model, FLAGS.decode_length, beam_size=beam,
+                                                 alpha=0.6), (params, src))
+  return {'calls': calls,
+          'params': int(sum(np.prod(p.shape) for p in jax.tree.leaves(params))),
           'train_temp_bytes': int(memory.temp_size_in_bytes),
-          'train_argument_bytes': int(memory.argument_size_in_bytes), 'decode': decode}
+          'train_argument_bytes': int(memory.argument_size_in_bytes)}
+
+
+def measure(models: dict) -> dict:
+  calls = {(m, c): call for m, built in models.items() for c, call in built['calls'].items()}
+  seconds = _interleaved_medians(calls)
+  out = {}
+  for m, built in models.items():
+    step = seconds[(m, 'train')]
+    out[m] = {k: v for k, v in built.items() if k != 'calls'}
+    out[m].update(train_step_seconds=step, steps_per_second=1.0 / step, decode={
+        name: {'seconds': seconds[(m, name)],
+               'tokens_per_second': FLAGS.decode_batch * FLAGS.decode_length / seconds[(m, name)]}
+        for name in ('greedy', 'beam4')})
+  return out
 
 
 def main(argv):
   del argv
   batch = _packed_batch(np.random.default_rng(0))
-  results = {'standard': measure(False, batch), 'cp': measure(True, batch)}
+  results = measure({'standard': build(False, batch), 'cp': build(True, batch)})
   std, cp = results['standard'], results['cp']
   results['ratios_cp_over_standard'] = {
       'steps_per_second': cp['steps_per_second'] / std['steps_per_second'],
