@@ -25,10 +25,10 @@ MODULES: dict[str, tuple[str, ...]] = {
     'model': ('poolformers_jax.models.encoder', 'poolformers_jax.models.lm',
               'poolformers_jax.models.vit', 'poolformers_jax.models.swin',
               'poolformers_jax.models.convnet', 'poolformers_jax.models.msac_models',
-              'poolformers_jax.models.ponet_mlm'),
+              'poolformers_jax.models.ponet_mlm', 'poolformers_jax.models.seq2seq'),
     'dataset': ('poolformers_jax.data.listops', 'poolformers_jax.data.lra',
                 'poolformers_jax.data.text_lm', 'poolformers_jax.data.vision',
-                'poolformers_jax.data.bert_text'),
+                'poolformers_jax.data.bert_text', 'poolformers_jax.data.translation'),
     'task': ('poolformers_jax.train.tasks',),
 }
 

@@ -17,6 +17,8 @@ Nothing is downloaded at run time. Where each dataset's files must be:
   lra_retrieval   {tsv_dir}/new_aan_pairs.{train,eval,test}.tsv of the LRA release
   lra_pathfinder  {pathfinder_dir}/{train,validation,test}.npz, or the LRA release folder (lra.py)
   enwik8 / text8  {data_dir}/enwik8.zip / text8.zip (mattmahoney.net/dc)
+  wmt14           TFDS wmt14_translate/{de-en,fr-en} as array_record in data_dir (or source='tsv':
+                  {tsv_dir}/{train,validation,test}.tsv); SentencePiece model trained beside it
   text_pretraining   {data_dir}/corpus/{train,validation}/*.txt (documents separated by blank
                   lines) or TFDS wikipedia; a BERT vocab.txt (config.data.vocab_file)
   glue            TFDS glue/<task> as array_record in data_dir; vocab.txt

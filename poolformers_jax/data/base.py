@@ -20,7 +20,8 @@ from poolformers_jax.registry import DATASETS, register_dataset  # noqa: F401  (
 Record = Any
 Example = dict[str, np.ndarray]
 
-TASKS = ('classification', 'retrieval', 'lm', 'pretraining', 'text_classification', 'regression')
+TASKS = ('classification', 'retrieval', 'lm', 'pretraining', 'text_classification', 'regression',
+         'seq2seq')
 SPLITS = ('train', 'validation', 'test')
 
 
@@ -28,7 +29,7 @@ SPLITS = ('train', 'validation', 'test')
 class DatasetInfo:
   """What the trainer and the model need to know about a dataset."""
   name: str
-  task: str                      # 'classification' | 'retrieval' | 'lm'
+  task: str                      # 'classification' | 'retrieval' | 'lm' | 'seq2seq'
   num_classes: int               # classes; for 'lm' the vocabulary size (targets are tokens)
   vocab_size: Optional[int]      # token vocabulary size incl. padding id 0; None for images
   input_shape: tuple[int, ...]   # one example: (L,), (2, L) or (H, W, C)
@@ -43,6 +44,9 @@ class DatasetSpec:
   info: Callable[[Any], DatasetInfo]                 # config.data -> DatasetInfo
   source: Callable[[Any, str], Sequence[Record]]      # (config.data, split) -> records
   preprocess: Callable[[Record, Any, Optional[np.random.Generator]], Example]
+  # Optional (grain IterDataset of examples, config.data, rows per batch, seed) -> batches of
+  # packed rows; used for training when config.data.pack is True (translation).
+  pack: Optional[Callable[[Any, Any, int, int], Any]] = None
   # The info from the dataset's known constants, reading no file (split sizes where known, else
   # empty): enough to build the model when the data is absent (the summary tool).
   shapes: Optional[Callable[[Any], DatasetInfo]] = None

@@ -142,6 +142,24 @@ def text8() -> ml_collections.ConfigDict:
   return _char_lm('text8')
 
 
+def wmt14() -> ml_collections.ConfigDict:
+  """WMT14 translation (data/translation.py); `pair` 'de-en' or 'fr-en', English -> the other."""
+  c = _common('wmt14', 256)        # tokens per (packed) row, source and target alike
+  c.source = 'tfds'                # 'tfds' (wmt14_translate/<pair>) | 'tsv' ({tsv_dir}/<split>.tsv)
+  c.pair = 'de-en'
+  c.source_language = 'en'
+  c.target_language = 'de'
+  c.tfds_splits = dict(train='train', validation='validation', test='test')  # nt2013 / nt2014
+  c.tsv_dir = os.path.join(_default_data_dir(), 'translation_tsv')
+  c.vocab_size = 32000             # shared SentencePiece vocabulary (both languages)
+  c.spm_max_chars = 10_000_000     # training text read to train it (Flax wmt's default)
+  c.spm_hard_vocab_limit = True    # False lets a tiny corpus have fewer pieces than vocab_size
+  c.spm_model = ''                 # an existing .model to use instead ('' = train/find beside data)
+  c.pack = True                    # pack training pairs into rows (segment ids + positions)
+  c.packing_bins = 0               # first-fit bins per round; 0 = the per-process batch size
+  return c
+
+
 def _wordpiece(name: str, max_length: int) -> ml_collections.ConfigDict:
   c = _common(name, max_length)
   c.too_long = 'truncate'
@@ -195,6 +213,7 @@ DATA_CONFIGS = {
     'lra_image': lra_image, 'lra_pathfinder': lra_pathfinder, 'cifar10': cifar10,
     'cifar100': cifar100, 'imagenet2012': imagenet2012, 'enwik8': enwik8, 'text8': text8,
     'text_pretraining': text_pretraining, 'glue': glue, 'text_classification': text_classification,
+    'wmt14': wmt14,
 }
 
 

@@ -6,6 +6,8 @@ example's GLOBAL position, for augmentation) -> chunks of b = batch_size // proc
 process p keeps chunks p, p + P, p + 2P, ..., i.e. rows [p*b, (p+1)*b) of every global batch.
 So the global batch k (and its augmentation) is the same whatever the process count, and since
 grain MapDatasets are lazy, each process reads and preprocesses only its own rows.
+Datasets with a `pack` step (translation, config.data.pack) instead give process p the examples
+p, p + P, ... to pack into its own rows (rows then depend on the process count).
 It is a grain `DatasetIterator`: `get_state()` / `set_state()` resume exactly, and orbax saves
 it with `grain.checkpoint.CheckpointSave`.
 
@@ -50,7 +52,10 @@ def _read_options(data_config) -> grain.ReadOptions:
 
 
 def _to_iterator(ds: grain.MapDataset, data_config) -> grain.DatasetIterator:
-  it_ds = ds.to_iter_dataset(_read_options(data_config))
+  return _start(ds.to_iter_dataset(_read_options(data_config)), data_config)
+
+
+def _start(it_ds: grain.IterDataset, data_config) -> grain.DatasetIterator:
   workers = int(data_config.get('worker_count', 0))
   if workers > 0:
     it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
@@ -108,6 +113,11 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   if repeats > 1:
     examples = RepeatedAugmentation(examples, repeats, len(records))
   examples = examples.random_map(_Preprocess(data_config))
+  spec = base.get_spec(data_config)
+  if spec.pack is not None and data_config.get('pack', False):
+    # Packed rows: each process packs its own examples p, p + P, ... into rows of its batch.
+    per_process = examples[process_index::process_count].to_iter_dataset(_read_options(data_config))
+    return _start(spec.pack(per_process, data_config, batch, seed), data_config)
   # Chunk c of b examples is rows [p*b, (p+1)*b) of global batch c // P, with p = c % P.
   chunks = examples.batch(batch, drop_remainder=True)
   return _to_iterator(chunks[process_index::process_count], data_config)

@@ -20,8 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_heads,
-                                           check_sequence_input, compute_dtype)
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_heads,
+                                           check_sequence_input, compute_dtype, segment_allowed)
 from poolformers_jax.layers.registry import register_mixer
 
 
@@ -78,13 +78,15 @@ def resolve_implementation(implementation: str, dtype: Dtype, head_dim: int, own
 
 def fused_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
                     implementation: str) -> Array:
-  """jax.nn.dot_product_attention on [B, L, H, Dh] with key padding `mask: [B, L]`."""
+  """jax.nn.dot_product_attention on [B, L, H, Dh] with key padding `mask: [B, L]` (or, 'xla'
+  only, an allowed matrix [B, L, L]: packed rows)."""
   if implementation == 'cudnn':
     # cuDNN takes padding as lengths (a dense mask would become an [L, L] bias).
     lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32)
     return jax.nn.dot_product_attention(q, k, v, is_causal=causal, query_seq_lengths=lengths,
                                         key_value_seq_lengths=lengths, implementation='cudnn')
-  return jax.nn.dot_product_attention(q, k, v, mask=mask[:, None, None, :], is_causal=causal,
+  mask = mask[:, None, None, :] if mask.ndim == 2 else mask[:, None]
+  return jax.nn.dot_product_attention(q, k, v, mask=mask, is_causal=causal,
                                       implementation='xla')
 
 
@@ -107,7 +109,8 @@ class MultiHeadAttention(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               deterministic: bool = True) -> Array:
+               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+    """`segment_ids` [B, L] (packed rows): tokens attend only within their own segment."""
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
     dim = x.shape[-1]
@@ -117,14 +120,24 @@ class MultiHeadAttention(nn.Module):
     dense = lambda name: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=name)
     q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))
     dropout = nn.Dropout(self.dropout_rate)
+    allowed = None if segment_ids is None else segment_allowed(segment_ids, mask)   # [B, L, L]
+    if allowed is not None and implementation == 'cudnn':   # cuDNN takes lengths, not segments
+      if self.implementation != 'auto':
+        raise ValueError(f"{name}: implementation='cudnn' takes no packed rows (segment_ids); "
+                         "use 'auto', 'xla' or 'explicit'.")
+      implementation = 'xla'
     if implementation == 'explicit':
       q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))
-      out, weights = softmax_attention(q, k, v, attention_bias(mask, self.causal))
+      bias = attention_bias(mask, self.causal)
+      if allowed is not None:
+        bias = jnp.where(allowed[:, None], bias, NEG_INF)
+      out, weights = softmax_attention(q, k, v, bias)
       self.sow('intermediates', 'attention_weights', weights)
       out = merge_heads(dropout(out, deterministic=deterministic))
     else:
       heads = lambda t: t.reshape(t.shape[:2] + (self.num_heads, head_dim))   # [B, L, H, Dh]
-      out = fused_attention(heads(q), heads(k), heads(v), mask, self.causal, implementation)
+      out = fused_attention(heads(q), heads(k), heads(v), mask if allowed is None else allowed,
+                            self.causal, implementation)
       out = dropout(out.reshape(x.shape[:2] + (dim,)), deterministic=deterministic)
     return dense('out')(out)
 

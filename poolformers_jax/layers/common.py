@@ -71,6 +71,13 @@ def attention_bias(mask: Array, causal: bool = False) -> Array:
   return jnp.where(allowed, 0.0, NEG_INF).astype(jnp.float32)
 
 
+def segment_allowed(segment_ids: Array, mask: Array) -> Array:
+  """[B, L, L] bool: query i may see key j only inside its own packed sentence (same segment
+  id) and j is a real token. For rows that pack several sentences (translation)."""
+  same = segment_ids[:, :, None] == segment_ids[:, None, :]
+  return same & mask[:, None, :]
+
+
 def masked_mean(x: Array, mask: Array, axis: int = 1) -> Array:
   """Mean of `x` over `axis` counting only positions where `mask` is True."""
   m = mask.astype(x.dtype)
@@ -133,12 +140,17 @@ class LearnedPositionEmbedding(nn.Module):
 
 def sinusoidal_position_embedding(length: int, dim: int) -> Array:
   """The fixed sine/cosine table of Vaswani et al. (2017), shape [length, dim]."""
-  pos = jnp.arange(length, dtype=jnp.float32)[:, None]
-  i = jnp.arange(dim // 2, dtype=jnp.float32)[None, :]
+  return sinusoids_at(jnp.arange(length), dim)
+
+
+def sinusoids_at(positions: Array, dim: int) -> Array:
+  """The sine/cosine embedding of integer `positions` [...] -> [..., dim] (packed rows, decoding)."""
+  pos = positions.astype(jnp.float32)[..., None]
+  i = jnp.arange(dim // 2, dtype=jnp.float32)
   angle = pos / jnp.power(10000.0, 2 * i / dim)
-  table = jnp.zeros((length, dim), jnp.float32)
-  table = table.at[:, 0::2].set(jnp.sin(angle))
-  return table.at[:, 1::2].set(jnp.cos(angle[:, : dim - dim // 2]))
+  table = jnp.zeros(positions.shape + (dim,), jnp.float32)
+  table = table.at[..., 0::2].set(jnp.sin(angle))
+  return table.at[..., 1::2].set(jnp.cos(angle[..., : dim - dim // 2]))
 
 
 def window_partition(x: Array, window: int) -> Array:

@@ -63,7 +63,7 @@ import numpy as np
 from poolformers_jax.layers.attention import MultiHeadAttention
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias,
                                            check_image_input, check_sequence_input,
-                                           compute_dtype, window_partition)
+                                           compute_dtype, segment_allowed, window_partition)
 from poolformers_jax.layers.registry import register_mixer
 
 WEIGHTS = ('learned', 'uniform', 'unnormalized', 'nonlocal')
@@ -109,27 +109,38 @@ class PoolingPredictor(nn.Module):
   dtype: Optional[Dtype] = None
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array) -> Array:
+  def __call__(self, x: Array, mask: Array, segment_ids: Optional[Array] = None) -> Array:
+    """`segment_ids` [B, L] (1D packed rows): no window reaches into another segment."""
     keep = mask[..., None].astype(x.dtype)
     x = x * keep
-    return getattr(self, f'_{self.kind}')(x, mask, keep)
+    if segment_ids is not None and self.kind == 'attention':
+      raise ValueError("PoolingPredictor: predictor='attention' does not take packed rows "
+                       "(segment_ids); use 'conv' or 'mlp', or unpacked data.")
+    return getattr(self, f'_{self.kind}')(x, mask, keep, segment_ids)
 
   @nn.nowrap
-  def _conv(self, x, mask, keep):
+  def _conv(self, x, mask, keep, segment_ids=None):
     spatial = x.ndim - 2
     # Causal (1D only): a kernel-3 window covers positions i-2..i.
     padding = [(2, 0)] if self.causal else 'SAME'
-    conv = lambda f, name: nn.Conv(f, (3,) * spatial, padding=padding, dtype=self.dtype, name=name)
+    if segment_ids is None:
+      conv = lambda f, name: nn.Conv(f, (3,) * spatial, padding=padding, dtype=self.dtype,
+                                     name=name)
+    else:   # the same kernel on each token's own window, neighbours of other segments zeroed
+      offsets = (-2, -1, 0) if self.causal else (-1, 0, 1)
+      conv = lambda f, name: lambda t: nn.Conv(f, (3,), padding='VALID', dtype=self.dtype,
+                                               name=name)(segment_windows(t, segment_ids, offsets)
+                                                          ).reshape(t.shape[:2] + (f,))
     h = nn.gelu(conv(self.hidden_dim, 'conv1')(x)) * keep
     return conv(self.num_outputs, 'conv2')(h)
 
   @nn.nowrap
-  def _mlp(self, x, mask, keep):
+  def _mlp(self, x, mask, keep, segment_ids=None):
     h = nn.gelu(nn.Dense(self.hidden_dim, dtype=self.dtype, name='fc1')(x))
     return nn.Dense(self.num_outputs, dtype=self.dtype, name='fc2')(h)
 
   @nn.nowrap
-  def _attention(self, x, mask, keep):
+  def _attention(self, x, mask, keep, segment_ids=None):
     shape = x.shape
     x = x.reshape(shape[0], -1, shape[-1])
     q = nn.Dense(self.hidden_dim, dtype=self.dtype, name='query')(x)
@@ -140,6 +151,21 @@ class PoolingPredictor(nn.Module):
                                                                self.causal)[:, 0]
     out = jnp.einsum('bqk,bko->bqo', jax.nn.softmax(logits, axis=-1), v.astype(jnp.float32))
     return out.reshape(shape[:-1] + (self.num_outputs,))
+
+
+def segment_windows(x: Array, segment_ids: Array, offsets: tuple[int, ...]) -> Array:
+  """[B, L, C] -> [B * L, K, C]: the K neighbours x_{i+o} of every token, zero where i + o is
+  outside the row or in another segment (so a VALID kernel-K conv on them is the segment-local
+  conv with zero padding)."""
+  b, length, c = x.shape
+  cols = []
+  for o in offsets:
+    idx = jnp.arange(length) + o
+    inside = (idx >= 0) & (idx < length)
+    idx = jnp.clip(idx, 0, length - 1)
+    same = inside[None] & (segment_ids[:, idx] == segment_ids)
+    cols.append(jnp.where(same[..., None], x[:, idx], 0))
+  return jnp.stack(cols, 2).reshape(b * length, len(offsets), c)
 
 
 def _hash_uniform(i: Array, j: Array) -> Array:
@@ -289,7 +315,8 @@ def predictor_width(dim: int, predictor_dim: Optional[int]) -> int:
 
 
 def predict_pooling(module: nn.Module, x: Array, mask: Array, *, causal: bool = False,
-                    dtype: Optional[Dtype] = None) -> tuple[Optional[Array], Optional[Array]]:
+                    dtype: Optional[Dtype] = None, segment_ids: Optional[Array] = None
+                    ) -> tuple[Optional[Array], Optional[Array]]:
   """{w, s} = m(X) (sec. 3.2) for `module`'s variant, called inside its compact __call__.
 
   x [B, *spatial, C], mask [B, *spatial]. Returns the float32 logits of w and of s at every
@@ -301,7 +328,7 @@ def predict_pooling(module: nn.Module, x: Array, mask: Array, *, causal: bool = 
     return None, None
   raw = PoolingPredictor(module.predictor, predictor_width(x.shape[-1], module.predictor_dim),
                          need_w + need_s, causal=causal, dtype=dtype,
-                         name='predictor')(x, mask).astype(jnp.float32)
+                         name='predictor')(x, mask, segment_ids).astype(jnp.float32)
   return (raw[..., 0] if need_w else None), (raw[..., -1] if need_s else None)
 
 
@@ -330,7 +357,9 @@ class ContextPool(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               deterministic: bool = True) -> Array:
+               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+    """`segment_ids` [B, L] (packed rows): every segment is pooled as if it were alone (its own
+    n, no pooling or predictor window across segments)."""
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
     check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
@@ -339,6 +368,9 @@ class ContextPool(nn.Module):
                        f'[L, L] form).')
     if self.token_grid is not None:
       return self._pool_grid(x, mask)
+    if segment_ids is not None and self.locality == 'random_sparse':
+      raise ValueError(f"{name}: locality='random_sparse' samples by row index and does not take "
+                       'packed rows (segment_ids); use unpacked data.')
     dtype = compute_dtype(self.dtype, x)
     x = jnp.where(mask[..., None], x, 0).astype(dtype)
     length, dim = x.shape[1:]
@@ -346,11 +378,18 @@ class ContextPool(nn.Module):
       n = jnp.cumsum(mask, axis=-1)                             # real tokens at or before i
     else:
       n = jnp.broadcast_to(jnp.sum(mask, -1, keepdims=True), mask.shape)
+    allowed = None
+    if segment_ids is not None:   # packed rows: an explicit [B, L, L] (split per query block)
+      allowed = segment_allowed(segment_ids, mask)
+      if self.causal:
+        allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
+      n = jnp.sum(allowed, axis=-1)                             # the same, within the segment
     n = jnp.maximum(n, 1).astype(jnp.float32)
-    w_logit, s_logit = predict_pooling(self, x, mask, causal=self.causal, dtype=dtype)
+    w_logit, s_logit = predict_pooling(self, x, mask, causal=self.causal, dtype=dtype,
+                                       segment_ids=segment_ids)
     pos = jnp.arange(length, dtype=jnp.float32)[:, None]
     # allowed=None: padding (and causality) are applied block by block, never as [B, L, L].
-    return context_pool(self, x, x, mask, None, n, pos, pos, w_logit, s_logit, self.causal,
+    return context_pool(self, x, x, mask, allowed, n, pos, pos, w_logit, s_logit, self.causal,
                         cell=1, query_block=self.query_block)
 
   @nn.nowrap
@@ -512,10 +551,14 @@ class ContextPoolAttention(nn.Module):
                                         implementation=self.implementation, dtype=self.dtype)
 
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               deterministic: bool = True) -> Array:
+               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+    """`segment_ids` [B, L] (packed rows): pooling and attention stay inside each segment."""
+    if segment_ids is not None and self.placement != 'mixer_input':
+      raise ValueError("ContextPoolAttention: packed rows (segment_ids) need placement "
+                       "'mixer_input'.")
     if self.placement == 'mixer_input':
-      x = self.context_pool(x, mask)
-    return self.attention(x, mask, deterministic=deterministic)
+      x = self.context_pool(x, mask, segment_ids=segment_ids)
+    return self.attention(x, mask, segment_ids=segment_ids, deterministic=deterministic)
 
   def pool_block_output(self, x: Array, mask: Optional[Array] = None) -> Array:
     """ContextPool of a block's output (placement 'block_output'; called by TransformerBlock)."""

@@ -84,6 +84,7 @@ class TransformerBlock(nn.Module):
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                deterministic: bool = True, **mixer_inputs: Any) -> Array:
+    """`mixer_inputs`: further keyword arrays for the mixer (segment_ids of packed rows)."""
     if self.activation not in ACTIVATIONS:
       raise ValueError(f'TransformerBlock: unknown activation {self.activation!r}; '
                        f'choose one of {sorted(ACTIVATIONS)}.')

@@ -27,7 +27,7 @@ def make_eval_step(setup: Setup):
   model, task = setup.model, setup.task
 
   def eval_step(state, batch):
-    logits = model.apply(variables_of(state), batch['inputs'], deterministic=True)
+    logits = model.apply(variables_of(state), task.model_inputs(batch), deterministic=True)
     weights = batch['mask'].astype(jnp.float32)
     token_weights = weights
     if 'weights' in batch:   # per-token weights (sliding LM evaluation, data/text_lm.py)
@@ -61,8 +61,12 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
   if not totals:
     raise ValueError(f'split {split!r} of {config.data.name!r} is empty.')
   if setup.task.rows is None:
-    return setup.task.summary(totals)
-  return setup.task.summary(totals, rows={k: np.concatenate(v) for k, v in rows.items()})
+    metrics = setup.task.summary(totals)
+  else:
+    metrics = setup.task.summary(totals, rows={k: np.concatenate(v) for k, v in rows.items()})
+  if setup.task.decoded_metrics is not None:   # e.g. BLEU of beam-search translations
+    metrics.update(setup.task.decoded_metrics(setup, state, split))
+  return metrics
 
 
 def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:

@@ -70,8 +70,9 @@ def _all_finite(tree: Any) -> jax.Array:
 def accumulator_shapes(setup: Setup, state: Any, batch: dict[str, Any]) -> Any:
   """Shapes of the task's sums for this batch (they may be arrays: a confusion matrix)."""
   def sums(state, batch):
-    logits = setup.model.apply(variables_of(state), batch['inputs'], deterministic=True)
-    return setup.task.sums(logits, batch['targets'], jnp.ones(batch['inputs'].shape[:1]), 0.0)
+    logits = setup.model.apply(variables_of(state), setup.task.model_inputs(batch),
+                               deterministic=True)
+    return setup.task.sums(logits, batch['targets'], jnp.ones(batch['targets'].shape[:1]), 0.0)
   return jax.eval_shape(sums, state, batch)
 
 
@@ -99,7 +100,7 @@ def make_train_step(setup: Setup):
   def train_step(state, acc, batch, rng):
     rng = jax.random.fold_in(rng, state.step)
     mutable = ['batch_stats'] if state.batch_stats is not None else False
-    inputs, targets = batch['inputs'], batch['targets']
+    inputs, targets = task.model_inputs(batch), batch['targets']
     if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
       inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
                                          setup.info.num_classes, **mix)
@@ -108,7 +109,7 @@ def make_train_step(setup: Setup):
       out = model.apply({**variables_of(state), 'params': params}, inputs,
                         deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
-      weights = jnp.ones(inputs.shape[:1], jnp.float32)
+      weights = jnp.ones(targets.shape[:1], jnp.float32)
       sums = task.sums(logits, targets, weights, label_smoothing)
       return task.objective(sums), (sums, updates)
 

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import flax
 import jax
+import jax.numpy as jnp
 import optax
 
 # Parameters never decayed: biases, normalisation scales and position embeddings (PAPER_NOTES:
@@ -65,11 +66,21 @@ def _cosine(peak: float, warmup: int, total: int) -> optax.Schedule:
                                             max(warmup, 0) + max(total - warmup, 1))
 
 
+def _inverse_sqrt(peak: float, warmup: int, total: int) -> optax.Schedule:
+  # Vaswani et al. (2017), Eq. 3: linear warmup to the peak, then peak * sqrt(warmup / step).
+  del total
+  warmup = max(warmup, 1)
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, peak, warmup),
+       lambda count: peak * jnp.sqrt(warmup / (warmup + count))], [warmup])
+
+
 SCHEDULES: dict[str, Callable[[float, int, int], optax.Schedule]] = {
     'constant': _with_warmup(lambda peak, n: optax.constant_schedule(peak)),
     'cosine': _cosine,
     'linear': _with_warmup(lambda peak, n: optax.linear_schedule(peak, 0.0, n)),
     'one_cycle': _one_cycle,
+    'inverse_sqrt': _inverse_sqrt,
 }
 
 

@@ -12,6 +12,7 @@ from flax.training import train_state
 from jax.sharding import Mesh
 
 from poolformers_jax.train import sharding as sharding_lib
+from poolformers_jax.train.tasks import get_task
 
 
 class TrainState(train_state.TrainState):
@@ -19,7 +20,11 @@ class TrainState(train_state.TrainState):
 
 
 def dummy_inputs(info) -> jax.ShapeDtypeStruct:
-  """One example batch of the dataset's input shape: token ids (int32) or images (float32)."""
+  """One example batch of the dataset's input shape: token ids (int32) or images (float32), or
+  the task's own example input (seq2seq: source and target ids)."""
+  example = get_task(info.task).example_inputs
+  if example is not None:
+    return example(info)
   dtype = jnp.int32 if info.vocab_size is not None else jnp.float32
   return jnp.zeros((1,) + tuple(info.input_shape), dtype)
 

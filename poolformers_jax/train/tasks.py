@@ -92,6 +92,41 @@ def lm_summary(sums: dict[str, float]) -> dict[str, float]:
   return out
 
 
+def seq2seq_sums(logits: Array, targets: Array, weights: Array,
+                 label_smoothing: float = 0.0) -> Sums:
+  """logits [B, L, V], targets [B, L] with 0 = padding (packed rows too): every real target
+  token of a real example counts once."""
+  token_weights = weights[:, None] * (targets > 0).astype(jnp.float32)
+  return classification_sums(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                             token_weights.reshape(-1), label_smoothing)
+
+
+def seq2seq_summary(sums: dict[str, float]) -> dict[str, float]:
+  out = classification_summary(sums)
+  out['perplexity'] = math.exp(min(out['loss'], 50.0))
+  return out
+
+
+def _inputs_only(batch: dict[str, Array]) -> Array:
+  return batch['inputs']
+
+
+def _all_but_mask(batch: dict[str, Array]) -> dict[str, Array]:
+  """The encoder-decoder reads the targets (teacher forcing) and the packing arrays."""
+  return {k: v for k, v in batch.items() if k != 'mask'}
+
+
+def _seq2seq_example(info) -> dict[str, Array]:
+  """One example batch for init: source and target ids of the dataset's row length."""
+  zeros = jnp.zeros((1,) + tuple(info.input_shape), jnp.int32)
+  return {'inputs': zeros, 'targets': zeros}
+
+
+def _bleu_metrics(setup, state, split: str) -> dict[str, Any]:
+  from poolformers_jax.train import translation_eval  # pylint: disable=g-import-not-at-top
+  return translation_eval.bleu_metrics(setup, state, split)
+
+
 def mean_loss(sums: Sums) -> Array:
   return sums['loss'] / jnp.maximum(sums['count'], 1.0)
 
@@ -102,11 +137,18 @@ class Task:
   summary: Callable[..., dict[str, float]]            # (totals[, rows=...]) -> metrics
   objective: Callable[[Sums], Array] = mean_loss      # what a train step minimises
   rows: Optional[Callable[[Any, Any], dict[str, Array]]] = None   # (outputs, targets) -> [B] each
+  model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
+  example_inputs: Optional[Callable[[Any], Any]] = None   # DatasetInfo -> init input (default:
+                                                           # zeros of info.input_shape)
+  decoded_metrics: Optional[Callable[..., dict[str, Any]]] = None   # (setup, state, split) ->
+                                                           # metrics of generated outputs (BLEU)
 
 
 register_task('classification', Task(classification_sums, classification_summary))
 register_task('retrieval', Task(classification_sums, classification_summary))  # model takes pairs
 register_task('lm', Task(lm_sums, lm_summary))
+register_task('seq2seq', Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
+                             example_inputs=_seq2seq_example, decoded_metrics=_bleu_metrics))
 
 
 # PoNet's transfer experiments (text_tasks.py): MLM + SSO/NSP pre-training; GLUE and long-text

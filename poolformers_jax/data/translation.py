@@ -1,0 +1,202 @@
+"""Machine translation: WMT14 EN-DE / EN-FR through `tfds.data_source`, a shared SentencePiece
+vocabulary, and packed training rows (ContextPool paper sec. 4.1, as the Flax `wmt` example).
+
+Records: TFDS `wmt14_translate/de-en` or `/fr-en` prepared as array_record (features: one text per
+language), or, with config.data.source='tsv', `{tsv_dir}/{train,validation,test}.tsv` lines
+`source<TAB>target` (any parallel corpus; the tests use a tiny one). TFDS splits: train;
+validation = newstest2013; test = newstest2014.
+
+Vocabulary: ONE SentencePiece model for both languages (unigram, 32K by default), trained once on
+at most `spm_max_chars` characters of the training text (both sides, in record order) and stored
+beside the data as `{data_dir}/wmt14_translate/{pair}/spm_{vocab}_{lang1}{lang2}.model` (tsv: in
+tsv_dir). Ids: 0 = padding (also the decoder's start token), 1 = EOS, 2 = UNK (the Flax example's
+choice). Every sentence ends with EOS.
+
+Examples: {'inputs': source ids, 'targets': target ids}. Train rows are PACKED (config.data.pack):
+sentences are placed first-fit into rows of max_length tokens by grain's FirstFitPackIterDataset,
+which adds `{inputs,targets}_segment_ids` (1, 2, ... per sentence, 0 = padding) and
+`{inputs,targets}_positions` (restarting at 0 per sentence); the model turns them into masks so
+packed sentences never see each other. Training pairs longer than max_length on either side are
+dropped (as Flax wmt); evaluation pairs are padded to max_length and cut beyond it
+(config.data.too_long), so a cut reference is still scored against the full one by eval.py, which
+reads the raw text.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import tempfile
+from typing import Optional
+
+import numpy as np
+
+from poolformers_jax.data import base
+
+PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+PAIRS = ('de-en', 'fr-en')
+PACKED_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
+               'targets_positions')
+
+
+def _languages(data_config) -> tuple[str, str]:
+  return data_config.source_language, data_config.target_language
+
+
+def _tfds_name(data_config) -> str:
+  if data_config.pair not in PAIRS:
+    raise ValueError(f'config.data.pair={data_config.pair!r}; choose one of {PAIRS}.')
+  return f'wmt14_translate/{data_config.pair}'
+
+
+class TsvPairs:
+  """Random access to `source<TAB>target` lines as {'src': ..., 'tgt': ...} records."""
+
+  def __init__(self, path: str):
+    self.lines = base.LineFile(path)
+
+  def __len__(self):
+    return len(self.lines)
+
+  def __getitem__(self, index):
+    src, _, tgt = self.lines[index].partition('\t')
+    return {'src': src, 'tgt': tgt}
+
+
+def source(data_config, split):
+  split = base.check_split(split)
+  if data_config.source == 'tsv':
+    path = os.path.join(base.expand_path(data_config.tsv_dir), f'{split}.tsv')
+    base.require_file(path, 'write one `source<TAB>target` pair per line, or use '
+                      "config.data.source='tfds'.")
+    return TsvPairs(path)
+  if data_config.source != 'tfds':
+    raise ValueError(f"config.data.source={data_config.source!r}; choose 'tfds' or 'tsv'.")
+  import tensorflow_datasets.translate.wmt14  # noqa: F401  registers wmt14_translate (no TF needed)
+  return base.tfds_source(_tfds_name(data_config), data_config.tfds_splits[split],
+                          data_config.data_dir)
+
+
+def record_texts(record, data_config) -> tuple[str, str]:
+  """(source text, target text) of one raw record (TFDS: keyed by language; tsv: src/tgt)."""
+  if 'src' in record:
+    return record['src'], record['tgt']
+  src_lang, tgt_lang = _languages(data_config)
+  decode = lambda t: t.decode('utf-8') if isinstance(t, bytes) else str(t)
+  return decode(record[src_lang]), decode(record[tgt_lang])
+
+
+# ------------------------------------------------------------------ SentencePiece vocabulary
+
+def vocab_path(data_config) -> str:
+  """Where the shared SentencePiece model lives (beside the data)."""
+  if data_config.get('spm_model', None):
+    return base.expand_path(data_config.spm_model)
+  folder = (base.expand_path(data_config.tsv_dir) if data_config.source == 'tsv' else
+            os.path.join(base.expand_path(data_config.data_dir), _tfds_name(data_config)))
+  langs = ''.join(sorted(_languages(data_config)))
+  return os.path.join(folder, f'spm_{data_config.vocab_size}_{langs}.model')
+
+
+def train_sentencepiece(data_config, path: str) -> str:
+  """Trains the shared SentencePiece model on the training text; written atomically to `path`."""
+  import sentencepiece as spm
+  records = source(data_config, 'train')
+  budget = int(data_config.spm_max_chars)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as tmp:
+    corpus = os.path.join(tmp, 'corpus.txt')
+    with open(corpus, 'w', encoding='utf-8') as f:
+      for i in range(len(records)):
+        src, tgt = record_texts(records[i], data_config)
+        f.write(src.replace('\n', ' ') + '\n' + tgt.replace('\n', ' ') + '\n')
+        budget -= len(src) + len(tgt)
+        if budget <= 0:
+          break
+    prefix = os.path.join(tmp, 'spm')
+    spm.SentencePieceTrainer.Train(
+        input=corpus, model_prefix=prefix, vocab_size=int(data_config.vocab_size),
+        model_type='unigram', character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID,
+        unk_id=UNK_ID, bos_id=-1, input_sentence_size=10_000_000, shuffle_input_sentence=True,
+        hard_vocab_limit=bool(data_config.get('spm_hard_vocab_limit', True)),
+        num_threads=max(os.cpu_count() or 1, 1), minloglevel=2)
+    os.replace(prefix + '.model', path)
+  logging.info('trained SentencePiece (%d pieces) -> %s', data_config.vocab_size, path)
+  return path
+
+
+@functools.lru_cache(maxsize=8)
+def _load_processor(path: str):
+  import sentencepiece as spm
+  return spm.SentencePieceProcessor(model_file=path)
+
+
+def get_tokenizer(data_config):
+  """The shared SentencePieceProcessor, trained first if it is not beside the data yet."""
+  path = vocab_path(data_config)
+  if not os.path.exists(path):
+    if data_config.get('spm_model', None):
+      raise base.DataNotFoundError(f'{path} not found: point config.data.spm_model at a trained '
+                                   'SentencePiece model, or unset it to train one.')
+    train_sentencepiece(data_config, path)
+  return _load_processor(path)
+
+
+def encode(tokenizer, text: str) -> np.ndarray:
+  return np.asarray(tokenizer.encode(text) + [EOS_ID], np.int32)
+
+
+def decode(tokenizer, ids) -> str:
+  """Token ids -> text, up to the first EOS (padding dropped)."""
+  ids = [int(i) for i in np.asarray(ids)]
+  if EOS_ID in ids:
+    ids = ids[:ids.index(EOS_ID)]
+  return tokenizer.decode([i for i in ids if i != PAD_ID])
+
+
+# ------------------------------------------------------------------ examples and packing
+
+def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  """Token ids with EOS. Train (rng given) with packing: unpadded (the packer pads); else padded
+  to max_length."""
+  tokenizer = get_tokenizer(data_config)
+  src, tgt = record_texts(record, data_config)
+  example = {'inputs': encode(tokenizer, src), 'targets': encode(tokenizer, tgt)}
+  if rng is not None and data_config.pack:
+    return example
+  return {k: base.fit_length(v, data_config.max_length, data_config.too_long, f'{k} of a pair')
+          for k, v in example.items()}
+
+
+class _Fits:
+  """Picklable filter: both sides of a pair fit in max_length tokens."""
+
+  def __init__(self, max_length: int):
+    self.max_length = max_length
+
+  def __call__(self, example) -> bool:
+    return all(len(v) <= self.max_length for v in example.values())
+
+
+def pack(examples, data_config, batch_size: int, seed: int):
+  """grain IterDataset of variable-length examples -> batches of packed rows (first fit)."""
+  import grain
+  length = int(data_config.max_length)
+  fitting = examples.filter(_Fits(length))
+  packed = grain.experimental.FirstFitPackIterDataset(
+      fitting, length_struct={'inputs': length, 'targets': length},
+      num_packing_bins=int(data_config.packing_bins) or batch_size, seed=seed,
+      shuffle_bins=True)
+  return packed.batch(batch_size, drop_remainder=True)
+
+
+def info(data_config) -> base.DatasetInfo:
+  tokenizer = get_tokenizer(data_config)
+  vocab = tokenizer.get_piece_size()
+  return base.DatasetInfo(
+      name=data_config.name, task='seq2seq', num_classes=vocab, vocab_size=vocab,
+      input_shape=(data_config.max_length,),
+      split_sizes={split: len(source(data_config, split)) for split in base.SPLITS})
+
+
+base.register_dataset('wmt14', base.DatasetSpec(info, source, preprocess, pack=pack))

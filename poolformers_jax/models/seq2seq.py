@@ -1,0 +1,380 @@
+"""Encoder-decoder Transformer for translation, with ContextPool (Huang et al. 2022, sec. 4.1).
+
+Vaswani et al. (2017) in the pre-LN form, sizes of Li et al. (2019b, "Area attention") that the
+ContextPool paper uses (configs/wmt14.py): Small 2 layers d 256 FFN 1024 4 heads; Base 6 layers
+d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
+
+- One SentencePiece vocabulary for both languages and ONE embedding table: encoder input,
+  decoder input and output projection (three-way tying, Press & Wolf 2017, as Vaswani et al.);
+  initialised with std d^-1/2 and scaled by sqrt(d) on input (as models/lm.py).
+- Positions: fixed sinusoids at the given positions (the packer's per-sentence positions, the
+  decoding step). Why: no parameters (Vaswani et al. report learned ones equal), defined at any
+  length (test sentences longer than any training row still get positions), and packed rows need
+  positions that restart per sentence, which a table would also support but sinusoids give free.
+- Encoder self-attention: ANY registered mixer (`mixer`, `mixer_kwargs`); 'contextpool' is
+  CP-attention. Decoder: causal self-attention, cross-attention over the encoder output, MLP.
+- ContextPool "after every attention layer" (paper sec. 4.1): in the encoder via the
+  'contextpool' mixer (pool, then attention on the pooled tokens: ContextPoolAttention), in the
+  decoder by `decoder_context_pool` (a dict of ContextPool options, None = off): CAUSAL pooling
+  of the self-attention input (position t pools only target tokens <= t; its n is t + 1), then
+  causal attention on the pooled tokens. Cross-attention queries come from the (unpooled) residual
+  stream and attend to the encoder output, which the encoder's ContextPool already pooled: we do
+  not pool twice.
+- Packed rows: `{inputs,targets}_segment_ids` / `_positions` (data/translation.py): attention,
+  cross-attention and ContextPool stay inside each sentence; with them absent, one sentence per row
+  and id 0 is padding. The decoder input is the target shifted right with 0 as start token at
+  every sentence start (Flax wmt).
+- Decoding (`decode=True`): keys and values of the decoder self-attention are cached, one token
+  per call; the decoder ContextPool keeps its input, its predictor's hidden states and its pooling
+  logits, and pools the new token over them (O(L) per token) with the same parameters.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Mapping, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from poolformers_jax.layers.registry import MIXERS
+from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
+from poolformers_jax.layers.common import NEG_INF, Array, Dtype, MlpBlock, check_heads, sinusoids_at
+from poolformers_jax.layers.context_pool import (ContextPool, check_pool_options, context_pool,
+                                                 predicted_channels, predictor_width)
+from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
+from poolformers_jax.models.registry import register_model
+
+LAYER_NORM_EPSILON = 1e-6
+PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
+                'targets_positions')
+
+
+def shift_right(targets: Array, segment_ids: Optional[Array] = None) -> Array:
+  """Decoder inputs: targets moved one step right, 0 (the start token) at each sentence start."""
+  shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+  if segment_ids is not None:
+    starts = segment_ids != jnp.pad(segment_ids, ((0, 0), (1, 0)))[:, :-1]
+    shifted = jnp.where(starts, 0, shifted)
+  return shifted
+
+
+def _segments(tokens: Array, segment_ids: Optional[Array], positions: Optional[Array]):
+  """(segment ids, positions, mask): given (packed) or one sentence per row (0 = padding)."""
+  if segment_ids is None:
+    segment_ids = (tokens != 0).astype(jnp.int32)
+  if positions is None:
+    positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+  return segment_ids, positions, segment_ids > 0
+
+
+def _bias(allowed: Array) -> Array:
+  """[B, Lq, Lk] bool -> additive [B, 1, Lq, Lk] attention bias."""
+  return jnp.where(allowed[:, None], 0.0, NEG_INF).astype(jnp.float32)
+
+
+class Attention(nn.Module):
+  """Softmax multi-head attention of `x` over `memory` with an additive bias [B, 1, Lq, Lk].
+
+  Parameters query/key/value/out as MultiHeadAttention. `decode=True` (self-attention only):
+  keys and values are appended to the 'cache' collection one step at a time; the bias is then
+  'every cached position so far'.
+  """
+  num_heads: int
+  dropout_rate: float = 0.0
+  decode: bool = False
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, memory: Array, bias: Optional[Array], *,
+               deterministic: bool = True) -> Array:
+    dim = x.shape[-1]
+    check_heads(dim, self.num_heads, type(self).__name__)
+    dense = lambda name: nn.Dense(dim, dtype=self.dtype, name=name)
+    q = split_heads(dense('query')(x), self.num_heads)
+    k = split_heads(dense('key')(memory), self.num_heads)
+    v = split_heads(dense('value')(memory), self.num_heads)
+    if self.decode:
+      initialized = self.has_variable('cache', 'cached_key')
+      cached_k = self.variable('cache', 'cached_key', jnp.zeros, k.shape, k.dtype)
+      cached_v = self.variable('cache', 'cached_value', jnp.zeros, v.shape, v.dtype)
+      index = self.variable('cache', 'index', lambda: jnp.array(0, jnp.int32))
+      if initialized:   # one new token: write it at `index`, attend to positions <= index
+        i = index.value
+        cached_k.value = jax.lax.dynamic_update_slice(cached_k.value, k, (0, 0, i, 0))
+        cached_v.value = jax.lax.dynamic_update_slice(cached_v.value, v, (0, 0, i, 0))
+        k, v = cached_k.value, cached_v.value
+        index.value = i + 1
+        seen = jnp.arange(k.shape[2]) <= i
+        bias = jnp.where(seen, 0.0, NEG_INF)[None, None, None, :].astype(jnp.float32)
+    out, weights = softmax_attention(q, k, v, bias)
+    self.sow('intermediates', 'attention_weights', weights)
+    out = nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
+    return dense('out')(merge_heads(out))
+
+
+class _PredictorStep(nn.Module):
+  """ContextPool's predictor m(X) one position at a time (the parameters of PoolingPredictor)."""
+  kind: str
+  hidden_dim: int
+  num_outputs: int
+  dtype: Optional[Dtype] = None
+
+  def setup(self):
+    if self.kind == 'conv':   # VALID on the 3-token causal window = the causal conv at its end
+      self.conv1 = nn.Conv(self.hidden_dim, (3,), padding='VALID', dtype=self.dtype)
+      self.conv2 = nn.Conv(self.num_outputs, (3,), padding='VALID', dtype=self.dtype)
+    else:
+      self.fc1 = nn.Dense(self.hidden_dim, dtype=self.dtype)
+      self.fc2 = nn.Dense(self.num_outputs, dtype=self.dtype)
+
+  def hidden(self, window: Array) -> Array:     # [B, 3, C] -> [B, H]
+    return nn.gelu(self.conv1(window)[:, 0])
+
+  def out(self, window: Array) -> Array:        # [B, 3, H] -> [B, outputs]
+    return self.conv2(window)[:, 0]
+
+  def mlp(self, x: Array) -> Array:             # [B, C] -> [B, outputs]
+    return self.fc2(nn.gelu(self.fc1(x)))
+
+
+class ContextPoolStep(nn.Module):
+  """Causal ContextPool for decoding: one new token per call, the same parameters (submodule
+  'predictor') and output as ContextPool(causal=True) at that position. Cached: the inputs so
+  far (two leading zero slots = the causal conv's padding), the predictor's hidden states and the
+  pooling-weight logits. Supported: predictor 'conv' / 'mlp', every weights option, every
+  locality except 'random_sparse'."""
+  weights: str = 'learned'
+  locality: str = 'gaussian'
+  predictor: str = 'conv'
+  size_ratio: float = 0.1
+  predictor_dim: Optional[int] = None
+  window_size: int = 5
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    name = type(self).__name__
+    check_pool_options(name, self.weights, self.locality, self.predictor, self.size_ratio,
+                       self.predictor_dim, self.window_size)
+    if self.predictor == 'attention' or self.locality == 'random_sparse':
+      raise ValueError(f"{name}: cached decoding supports predictor 'conv'/'mlp' and every "
+                       "locality but 'random_sparse'; decode without a cache for the others.")
+    initialized = self.has_variable('cache', 'inputs')
+    batch, length, dim = x.shape        # at cache creation: the full decode length
+    hidden = predictor_width(dim, self.predictor_dim)
+    xs = self.variable('cache', 'inputs', jnp.zeros, (batch, length + 2, dim), x.dtype)
+    hs = self.variable('cache', 'hidden', jnp.zeros, (batch, length + 2, hidden), x.dtype)
+    ws = self.variable('cache', 'w_logits', jnp.zeros, (batch, length), jnp.float32)
+    index = self.variable('cache', 'index', lambda: jnp.array(0, jnp.int32))
+    length = ws.value.shape[1]          # the decode length (x holds one token after creation)
+    x_t = x[:, 0]
+    t = index.value
+    need_w, need_s = predicted_channels(self.weights, self.locality)
+    w_logits, s_logit = None, None
+    if need_w or need_s:
+      step = _PredictorStep(self.predictor, hidden, need_w + need_s, dtype=self.dtype,
+                            name='predictor')
+      if self.predictor == 'conv':
+        inputs = jax.lax.dynamic_update_slice(xs.value, x_t[:, None], (0, t + 2, 0))
+        h_t = step.hidden(jax.lax.dynamic_slice_in_dim(inputs, t, 3, axis=1))
+        hiddens = jax.lax.dynamic_update_slice(hs.value, h_t[:, None].astype(hs.value.dtype),
+                                               (0, t + 2, 0))
+        raw = step.out(jax.lax.dynamic_slice_in_dim(hiddens, t, 3, axis=1))
+        if initialized:
+          hs.value = hiddens
+      else:
+        raw = step.mlp(x_t)
+      raw = raw.astype(jnp.float32)
+      if need_w:
+        w_logits = jax.lax.dynamic_update_slice(ws.value, raw[:, :1], (0, t))
+        if initialized:
+          ws.value = w_logits
+      s_logit = raw[:, -1:] if need_s else None
+    inputs = jax.lax.dynamic_update_slice(xs.value, x_t[:, None], (0, t + 2, 0))
+    if initialized:
+      xs.value = inputs
+      index.value = t + 1
+    seen = jnp.broadcast_to(jnp.arange(length) <= t, (batch, length))
+    n = jnp.full((batch, 1), t + 1, jnp.float32)
+    key_pos = jnp.arange(length, dtype=jnp.float32)[:, None]
+    query_pos = jnp.full((1, 1), t, jnp.float32)
+    y = context_pool(self, inputs[:, 2:], x[:, :1], seen, seen[:, None], n, query_pos,
+                     key_pos, w_logits, s_logit, True, cell=1)
+    # Cache creation sees the whole decode length: keep that shape for the layers after.
+    return y if initialized else jnp.broadcast_to(y, x.shape)
+
+
+class DecoderSelfAttention(nn.Module):
+  """Causal self-attention, with causal ContextPool first when `context_pool` options are given
+  (parameters 'context_pool' and 'attention', as ContextPoolAttention)."""
+  num_heads: int
+  context_pool: Optional[Mapping[str, Any]] = None
+  dropout_rate: float = 0.0
+  decode: bool = False
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, x: Array, segment_ids: Array, mask: Array, *,
+               deterministic: bool = True) -> Array:
+    options = dict(self.context_pool or {})
+    if self.context_pool is not None:
+      if self.decode:
+        x = ContextPoolStep(dtype=self.dtype, name='context_pool', **options)(x)
+      else:
+        x = ContextPool(causal=True, dtype=self.dtype, name='context_pool', **options)(
+            x, mask, segment_ids=segment_ids)
+    length = x.shape[1]
+    allowed = (segment_ids[:, :, None] == segment_ids[:, None, :]) & mask[:, None, :]
+    allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
+    return Attention(self.num_heads, self.dropout_rate, self.decode, self.dtype,
+                     name='attention')(x, x, _bias(allowed), deterministic=deterministic)
+
+
+class DecoderBlock(nn.Module):
+  """Pre-LN: causal self-attention (ContextPool first when `context_pool` is set), then
+  cross-attention over the encoder output, then the MLP; each a PreNormResidual (block.py)."""
+  num_heads: int
+  mlp_dim: int
+  context_pool: Optional[Mapping[str, Any]] = None
+  dropout_rate: float = 0.0
+  attention_dropout_rate: float = 0.0
+  drop_path_rate: float = 0.0
+  activation: str = 'relu'
+  decode: bool = False
+  dtype: Optional[Dtype] = None
+
+  @nn.compact
+  def __call__(self, y: Array, memory: Array, segment_ids: Array, mask: Array, cross_bias: Array,
+               *, deterministic: bool = True) -> Array:
+    norm = lambda name: nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
+    residual = lambda name, fn, rate: PreNormResidual(norm(name), fn, rate, self.drop_path_rate)
+    self_attention = DecoderSelfAttention(self.num_heads, self.context_pool,
+                                          self.attention_dropout_rate, self.decode, self.dtype,
+                                          name='self_attention')
+    y = residual('norm1', self_attention, self.dropout_rate)(y, segment_ids, mask,
+                                                            deterministic=deterministic)
+    cross = Attention(self.num_heads, self.attention_dropout_rate, dtype=self.dtype,
+                      name='cross_attention')
+    y = residual('norm_cross', cross, self.dropout_rate)(y, memory, cross_bias,
+                                                         deterministic=deterministic)
+    mlp = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
+                   dropout_rate=self.dropout_rate, dtype=self.dtype, name='mlp')
+    return residual('norm2', mlp, 0.0)(y, deterministic=deterministic)
+
+
+class TransformerSeq2Seq(nn.Module):
+  """{'inputs': [B, Ls], 'targets': [B, Lt] (+ packing arrays)} -> logits [B, Lt, vocab]."""
+  vocab_size: int
+  num_layers: int = 6
+  num_decoder_layers: Optional[int] = None   # None: num_layers
+  emb_dim: int = 512
+  num_heads: int = 8
+  mlp_dim: int = 2048
+  mixer: str = 'softmax'                     # the encoder's self-attention
+  mixer_kwargs: Optional[Mapping[str, Any]] = None
+  decoder_context_pool: Optional[Mapping[str, Any]] = None   # ContextPool options; None = off
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  drop_path_rate: float = 0.0
+  activation: str = 'relu'
+  decode: bool = False
+  dtype: Optional[Dtype] = None
+
+  def setup(self):
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f'TransformerSeq2Seq: unknown activation {self.activation!r}; choose one '
+                       f'of {sorted(ACTIVATIONS)}.')
+    self.embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=self.dtype or jnp.float32,
+                          embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
+    common = dict(dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
+                  drop_path_rate=self.drop_path_rate, activation=self.activation, dtype=self.dtype)
+    self.encoder_blocks = [
+        TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
+                         layer_norm_epsilon=LAYER_NORM_EPSILON, **common)
+        for _ in range(self.num_layers)]
+    self.decoder_blocks = [
+        DecoderBlock(self.num_heads, self.mlp_dim, self.decoder_context_pool, decode=self.decode,
+                     **common)
+        for _ in range(self.num_decoder_layers or self.num_layers)]
+    self.encoder_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype)
+    self.decoder_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype)
+    self.dropout = nn.Dropout(self.dropout_rate)
+
+  def _embed(self, tokens: Array, positions: Array, deterministic: bool) -> Array:
+    dtype = self.dtype or jnp.float32
+    x = self.embed(tokens) * jnp.asarray(self.emb_dim ** 0.5, dtype)
+    x = x + sinusoids_at(positions, self.emb_dim).astype(dtype)
+    return self.dropout(x, deterministic=deterministic)
+
+  def encode(self, inputs: Array, inputs_segment_ids: Optional[Array] = None,
+             inputs_positions: Optional[Array] = None, *, deterministic: bool = True) -> Array:
+    """Source ids [B, Ls] -> encoder output [B, Ls, D]."""
+    _check_tokens(inputs, 'inputs')
+    _, positions, mask = _segments(inputs, inputs_segment_ids, inputs_positions)
+    packed = {}
+    if inputs_segment_ids is not None:
+      if 'segment_ids' not in inspect.signature(MIXERS[self.mixer].__call__).parameters:
+        raise ValueError(f'mixer {self.mixer!r} cannot keep packed sentences apart (it takes no '
+                         'segment_ids); set config.data.pack=False.')
+      packed['segment_ids'] = inputs_segment_ids
+    x = self._embed(inputs, positions, deterministic)
+    for block in self.encoder_blocks:
+      x = block(x, mask, deterministic=deterministic, **packed)
+    return self.encoder_norm(x)
+
+  def decode_logits(self, memory: Array, inputs: Array, decoder_inputs: Array,
+                    targets_segment_ids: Optional[Array], targets_positions: Optional[Array],
+                    inputs_segment_ids: Optional[Array] = None, *,
+                    target_mask: Optional[Array] = None, deterministic: bool = True) -> Array:
+    """Teacher forcing (or one decoding step with decode=True) -> logits [B, Lt, vocab]."""
+    src_segments, _, src_mask = _segments(inputs, inputs_segment_ids, None)
+    if target_mask is None:
+      target_mask = targets_segment_ids > 0
+    segments = targets_segment_ids if targets_segment_ids is not None else (
+        target_mask.astype(jnp.int32))
+    if targets_positions is None:
+      targets_positions = jnp.broadcast_to(jnp.arange(decoder_inputs.shape[1]),
+                                           decoder_inputs.shape)
+    cross = (segments[:, :, None] == src_segments[:, None, :]) & src_mask[:, None, :]
+    if self.decode:   # one token per row against the whole source
+      cross = jnp.broadcast_to(src_mask[:, None, :], cross.shape)
+    y = self._embed(decoder_inputs, targets_positions, deterministic)
+    for block in self.decoder_blocks:
+      y = block(y, memory, segments, target_mask, _bias(cross), deterministic=deterministic)
+    y = self.decoder_norm(y)
+    return self.embed.attend(y).astype(jnp.float32)
+
+  def __call__(self, batch: Mapping[str, Array], *, deterministic: bool = True) -> Array:
+    if not isinstance(batch, Mapping) or 'inputs' not in batch or 'targets' not in batch:
+      raise ValueError("TransformerSeq2Seq: expected a dict with 'inputs' and 'targets' "
+                       f'(and optional {PACKING_KEYS}), got {type(batch).__name__}.')
+    get = lambda k: batch.get(k, None)
+    targets = batch['targets']
+    _check_tokens(targets, 'targets')
+    memory = self.encode(batch['inputs'], get('inputs_segment_ids'), get('inputs_positions'),
+                         deterministic=deterministic)
+    target_mask = (get('targets_segment_ids') > 0 if get('targets_segment_ids') is not None
+                   else targets != 0)
+    decoder_inputs = shift_right(targets, get('targets_segment_ids'))
+    return self.decode_logits(memory, batch['inputs'], decoder_inputs, get('targets_segment_ids'),
+                              get('targets_positions'), get('inputs_segment_ids'),
+                              target_mask=target_mask, deterministic=deterministic)
+
+  def decode_step(self, memory: Array, inputs: Array, token: Array, position: Array) -> Array:
+    """decode=True: the previous token [B, 1] at `position` -> logits [B, vocab] of the next."""
+    mask = jnp.ones(token.shape, bool)
+    positions = jnp.broadcast_to(position, token.shape)
+    return self.decode_logits(memory, inputs, token, None, positions, target_mask=mask)[:, -1]
+
+
+def _check_tokens(tokens: Array, what: str) -> None:
+  if tokens.ndim != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+    raise ValueError(f'TransformerSeq2Seq: {what} must be int token ids [batch, length], got '
+                     f'{tokens.dtype} shape {tuple(tokens.shape)}.')
+
+
+@register_model('transformer_seq2seq')
+def build_transformer_seq2seq(cfg) -> TransformerSeq2Seq:
+  """`config.model` -> TransformerSeq2Seq; every key except `name` is a field."""
+  return TransformerSeq2Seq(**model_kwargs(cfg, TransformerSeq2Seq, required=('vocab_size',)))

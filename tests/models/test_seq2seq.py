@@ -1,0 +1,194 @@
+"""transformer_seq2seq: cached decoding, greedy / beam search, causality, packing, sharding,
+parameter counts."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from poolformers_jax.models import build_model
+from poolformers_jax.models import seq2seq_decode as sd
+from poolformers_jax.models.seq2seq import TransformerSeq2Seq
+from poolformers_jax.train import tasks
+
+VOCAB = 40
+CP_VARIANTS = {'plain': None, 'cp': {},
+               'cp_nonlocal_window': {'weights': 'nonlocal', 'locality': 'fixed_window'}}
+
+
+def tiny(decoder_cp=None, encoder_cp=None):
+  return TransformerSeq2Seq(vocab_size=VOCAB, num_layers=2, emb_dim=32, num_heads=4, mlp_dim=64,
+                            mixer='contextpool' if encoder_cp else 'softmax',
+                            decoder_context_pool=decoder_cp, dropout_rate=0.0,
+                            attention_dropout_rate=0.0)
+
+
+def tokens(shape, seed):
+  return jnp.asarray(np.random.default_rng(seed).integers(3, VOCAB, shape), jnp.int32)
+
+
+def init(model, src, tgt):
+  return model.init(jax.random.PRNGKey(0), {'inputs': src, 'targets': tgt})['params']
+
+
+@pytest.mark.parametrize('variant', sorted(CP_VARIANTS))
+def test_cached_decoding_equals_full_recomputation(variant):
+  model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
+  src = tokens((3, 7), 0).at[0, 5:].set(0)            # a padded source row too
+  tgt = tokens((3, 9), 1)
+  params = init(model, src, tgt)
+  full = model.apply({'params': params}, {'inputs': src, 'targets': tgt})
+  decoder = model.clone(decode=True)
+  memory = model.apply({'params': params}, src, method='encode')
+  cache = sd._init_cache(decoder, params, src, 9)
+  previous = jnp.pad(tgt, ((0, 0), (1, 0)))[:, :-1]   # start token 0, then the targets
+  step = jax.jit(lambda cache, token, t: decoder.apply(
+      {'params': params, 'cache': cache}, memory, src, token, t, method='decode_step',
+      mutable=['cache']))
+  for t in range(9):
+    logits, updates = step(cache, previous[:, t:t + 1], t)
+    cache = updates['cache']
+    np.testing.assert_allclose(logits, full[:, t], atol=2e-5, rtol=2e-5)
+
+
+def _greedy_by_recomputation(model, params, src, length):
+  """Argmax decoding that recomputes the whole decoder every step (no cache)."""
+  out = jnp.zeros((src.shape[0], length), jnp.int32)
+  done = np.zeros(src.shape[0], bool)
+  # One segment per row: every target position counts as real, generated or not yet.
+  full = jax.jit(lambda out: model.apply({'params': params}, {
+      'inputs': src, 'targets': out, 'targets_segment_ids': jnp.ones_like(out)}))
+  for t in range(length):
+    logits = full(out)[:, t]
+    token = np.asarray(jnp.argmax(logits.at[:, 0].set(-1e9), -1))
+    token = np.where(done, 0, token)
+    out = out.at[:, t].set(token)
+    done |= token == 1
+  return np.asarray(out)
+
+
+def test_greedy_and_beam_one():
+  model = tiny({}, encoder_cp=True)
+  src = tokens((4, 6), 2)
+  params = init(model, src, tokens((4, 10), 3))
+  greedy = np.asarray(sd.make_translate(model, 10, beam_size=1)(params, src))
+  np.testing.assert_array_equal(greedy, _greedy_by_recomputation(model, params, src, 10))
+  # Beam 1 (alpha 0: scores are log-probabilities) is greedy.
+  beam1, _ = jax.jit(lambda p, s: sd.beam_search(model, p, s, 10, beam_size=1, alpha=0.0))(
+      params, src)
+  np.testing.assert_array_equal(np.asarray(beam1), greedy)
+
+
+def test_beam_search_returns_its_best_scored_hypothesis():
+  model = tiny()
+  src = tokens((3, 6), 4)
+  params = init(model, src, tokens((3, 8), 5))
+  seqs, scores = jax.jit(lambda p, s: sd.beam_search(model, p, s, 8, beam_size=4, alpha=0.6))(
+      params, src)
+  apply = jax.jit(lambda batch: model.apply({'params': params}, batch))
+  # Rescore the returned sequences by teacher forcing: the reported score is their log-prob
+  # over the length penalty, and it is at least the greedy sequence's score.
+  def score(seq):
+    seq = np.asarray(seq)
+    logits = apply({'inputs': src, 'targets': jnp.asarray(seq)})
+    logp = np.asarray(jax.nn.log_softmax(logits.at[..., 0].set(-1e7)))
+    total, lengths = np.zeros(len(seq)), np.zeros(len(seq))
+    for b, row in enumerate(seq):
+      n = list(row).index(1) + 1 if 1 in row else len(row)
+      total[b] = sum(logp[b, t, row[t]] for t in range(n))
+      lengths[b] = n
+    return total / sd.length_penalty(lengths, 0.6)
+  np.testing.assert_allclose(score(seqs), scores, atol=1e-4)
+  greedy = sd.make_translate(model, 8, beam_size=1)(params, src)
+  assert np.all(score(seqs) >= score(greedy) - 1e-5)
+
+
+@pytest.mark.parametrize('variant', ['plain', 'cp'])
+def test_decoder_is_causal(variant):
+  model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
+  src, tgt = tokens((2, 6), 6), tokens((2, 10), 7)
+  params = init(model, src, tgt)
+  apply = jax.jit(lambda targets: model.apply({'params': params}, {'inputs': src,
+                                                                   'targets': targets}))
+  base = apply(tgt)
+  for t in (3, 7):
+    changed = tgt.at[:, t].set((tgt[:, t] + 5) % (VOCAB - 3) + 3)
+    out = apply(changed)
+    # logits[:, s] read decoder inputs <= s, i.e. targets < s: positions <= t are unchanged.
+    np.testing.assert_array_equal(out[:, :t + 1], base[:, :t + 1])
+    assert np.abs(out[:, t + 1] - base[:, t + 1]).max() > 1e-4
+
+
+@pytest.mark.parametrize('variant', ['plain', 'cp'])
+def test_packed_rows_give_the_loss_of_the_sentences_alone(variant):
+  model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
+  pairs = [(tokens((1, 5), 8), tokens((1, 4), 9)), (tokens((1, 3), 10), tokens((1, 6), 11)),
+           (tokens((1, 6), 12), tokens((1, 3), 13))]
+  length = 16
+  row = {k: np.zeros((1, length), np.int32) for k in
+         ('inputs', 'targets', 'inputs_segment_ids', 'targets_segment_ids',
+          'inputs_positions', 'targets_positions')}
+  offsets = {'inputs': 0, 'targets': 0}
+  for seg, pair in enumerate(pairs, 1):
+    for key, ids in zip(('inputs', 'targets'), pair):
+      n, o = ids.shape[1], offsets[key]
+      row[key][0, o:o + n] = ids[0]
+      row[f'{key}_segment_ids'][0, o:o + n] = seg
+      row[f'{key}_positions'][0, o:o + n] = np.arange(n)
+      offsets[key] += n
+  packed = {k: jnp.asarray(v) for k, v in row.items()}
+  params = init(model, packed['inputs'], packed['targets'])
+  task = tasks.get_task('seq2seq')
+  one = jnp.ones((1,), jnp.float32)
+  sums = jax.jit(lambda batch: task.sums(model.apply({'params': params}, batch),
+                                         batch['targets'], one, 0.1))
+  packed_sums = sums(packed)
+  # The same pairs one per row, zero padded to 6 tokens (padding carries no loss).
+  pad = lambda t: jnp.pad(t, ((0, 0), (0, 6 - t.shape[1])))
+  alone = {'inputs': jnp.concatenate([pad(s) for s, _ in pairs]),
+           'targets': jnp.concatenate([pad(t) for _, t in pairs])}
+  alone_sums = jax.jit(lambda batch: task.sums(model.apply({'params': params}, batch),
+                                               batch['targets'], jnp.ones((3,)), 0.1))(alone)
+  assert float(packed_sums['count']) == float(alone_sums['count']) == 13
+  np.testing.assert_allclose(packed_sums['loss'], alone_sums['loss'], rtol=2e-5)
+
+
+def test_decoding_sharded_over_the_data_axis_matches_one_device():
+  model = tiny({}, encoder_cp=True)
+  src = tokens((8, 6), 14).at[1, 3:].set(0)
+  params = init(model, src, tokens((8, 8), 15))
+  expected = np.asarray(sd.make_translate(model, 6, beam_size=2)(params, src))
+  mesh = Mesh(np.array(jax.devices()[:8]), ('data',))
+  run = sd.make_translate(model, 6, beam_size=2,
+                          in_shardings=(NamedSharding(mesh, P()), NamedSharding(mesh, P('data'))),
+                          out_shardings=NamedSharding(mesh, P('data')))
+  out = run(params, src)
+  assert len(out.sharding.device_set) == 8
+  np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+@pytest.mark.parametrize('cp,millions', [(False, 60.52), (True, 61.12)])
+def test_base_parameter_count_with_a_32k_shared_vocabulary(cp, millions):
+  from poolformers_jax.train.cli import load_config_file
+  import os
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  config = load_config_file(os.path.join(repo, 'configs', 'wmt14.py') + (':base,cp' if cp else
+                                                                         ':base'))
+  with config.unlocked():
+    config.model.vocab_size = 32000
+  model = build_model(config)
+  batch = {'inputs': jnp.zeros((1, 8), jnp.int32), 'targets': jnp.zeros((1, 8), jnp.int32)}
+  shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), batch))['params']
+  count = sum(int(np.prod(s.shape)) for s in jax.tree.leaves(shapes))
+  assert round(count / 1e6, 2) == millions
+  # Tied embeddings: the only vocabulary-sized table is the shared embedding.
+  assert [s.shape for s in jax.tree.leaves(shapes) if 32000 in s.shape] == [(32000, 512)]
+
+
+def test_packed_rows_need_a_segment_aware_mixer():
+  model = TransformerSeq2Seq(vocab_size=VOCAB, num_layers=1, emb_dim=32, num_heads=4,
+                             mlp_dim=64, mixer='linear')
+  batch = {'inputs': tokens((1, 6), 0), 'targets': tokens((1, 6), 1),
+           'inputs_segment_ids': jnp.ones((1, 6), jnp.int32)}
+  with pytest.raises(ValueError, match='config.data.pack=False'):
+    model.init(jax.random.PRNGKey(0), batch)
