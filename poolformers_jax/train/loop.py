@@ -67,12 +67,18 @@ def _all_finite(tree: Any) -> jax.Array:
   return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
+def example_weights(targets: Any) -> jax.Array:
+  """Weight 1 for every example of a training batch; targets may be a pytree (pre-training:
+  {'mlm': [B, L], 'sso': [B]}), whose leaves all lead with the batch axis."""
+  return jnp.ones(jax.tree.leaves(targets)[0].shape[:1], jnp.float32)
+
+
 def accumulator_shapes(setup: Setup, state: Any, batch: dict[str, Any]) -> Any:
   """Shapes of the task's sums for this batch (they may be arrays: a confusion matrix)."""
   def sums(state, batch):
     logits = setup.model.apply(variables_of(state), setup.task.model_inputs(batch),
                                deterministic=True)
-    return setup.task.sums(logits, batch['targets'], jnp.ones(batch['targets'].shape[:1]), 0.0)
+    return setup.task.sums(logits, batch['targets'], example_weights(batch['targets']), 0.0)
   return jax.eval_shape(sums, state, batch)
 
 
@@ -109,8 +115,7 @@ def make_train_step(setup: Setup):
       out = model.apply({**variables_of(state), 'params': params}, inputs,
                         deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
-      weights = jnp.ones(targets.shape[:1], jnp.float32)
-      sums = task.sums(logits, targets, weights, label_smoothing)
+      sums = task.sums(logits, targets, example_weights(targets), label_smoothing)
       return task.objective(sums), (sums, updates)
 
     (objective, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)

@@ -39,8 +39,9 @@ def tiny_config(case, **more):
   return config
 
 
-class _Info:   # the two DatasetInfo fields the abstract train state reads
+class _Info:   # the DatasetInfo fields the abstract train state reads
   vocab_size = None
+  task = 'classification'
 
   def __init__(self, shape):
     self.input_shape = shape
