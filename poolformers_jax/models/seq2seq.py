@@ -40,8 +40,8 @@ import jax.numpy as jnp
 from poolformers_jax.layers.registry import MIXERS
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
 from poolformers_jax.layers.common import NEG_INF, Array, Dtype, MlpBlock, check_heads, sinusoids_at
-from poolformers_jax.layers.context_pool import (ContextPool, check_pool_options, context_pool,
-                                                 predicted_channels, predictor_width)
+from poolformers_jax.layers.context_pool import (POOL_OPTIONS, ContextPool, check_pool_options,
+                                                 context_pool, predicted_channels, predictor_width)
 from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
@@ -155,8 +155,7 @@ class ContextPoolStep(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     name = type(self).__name__
-    check_pool_options(name, self.weights, self.locality, self.predictor, self.size_ratio,
-                       self.predictor_dim, self.window_size)
+    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
     if self.predictor == 'attention' or self.locality == 'random_sparse':
       raise ValueError(f"{name}: cached decoding supports predictor 'conv'/'mlp' and every "
                        "locality but 'random_sparse'; decode without a cache for the others.")
