@@ -246,8 +246,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
   tasks = _names(args.task, TASKS, 'task')
   families = _names(args.families, FAMILIES, 'families')
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
-  from poolformers_jax.train import cli
+  from poolformers_jax.train import cli, host_memory
   cli.quiet_library_logs()
+  host_memory.keep_freed_memory()
   results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
                           overrides=args.set, configs_dir=args.configs_dir,
                           command='python -m poolformers_jax.reproduce ' + ' '.join(argv))

@@ -14,7 +14,7 @@ from typing import Callable, Sequence
 from absl import app, flags
 from absl import logging as absl_logging
 
-from poolformers_jax.train import config_utils, sharding
+from poolformers_jax.train import config_utils, host_memory, sharding
 
 _DISTRIBUTED = flags.DEFINE_enum(
     'distributed', 'auto', list(sharding.DISTRIBUTED_MODES),
@@ -134,6 +134,7 @@ def run(argv: Sequence[str], work: Callable[[], None]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   quiet_library_logs()
+  host_memory.keep_freed_memory()   # before XLA and the data threads allocate (see its docstring)
   sharding.maybe_initialize_distributed(_DISTRIBUTED.value, _COORDINATOR.value,
                                         _NUM_PROCESSES.value, _PROCESS_ID.value)
   work()

@@ -1,0 +1,101 @@
+r"""What glibc's defaults cost XLA:CPU: the default ListOps train step with and without
+`poolformers_jax.train.host_memory.keep_freed_memory()`.
+
+Each setting runs in its own subprocess (the allocator is chosen once per process): the AOT-
+compiled train step of `configs/lra_listops.py` (or `--config`), warmed up, then `--steps` steps
+on one fixed batch (the step alone: no input pipeline), then `--steps` steps each followed by
+reading the next batch (as the loop does). Per setting: steps/s, page faults per step and kernel
+(`sys`) seconds, both from /proc/self/stat around the step-only phase. Prints a Markdown table
+and writes host_memory.json:
+
+  .venv/bin/python benchmarks/host_memory.py --output_dir /tmp/host_memory
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string('config', 'configs/lra_listops.py', 'configs/<task>.py[:arg]')
+flags.DEFINE_integer('steps', 200, 'Timed steps per phase.')
+flags.DEFINE_string('output_dir', '/tmp/host_memory', 'Where host_memory.json goes.')
+flags.DEFINE_bool('child', False, 'Internal: measure in this process and print one JSON line.')
+
+
+def _faults_and_sys() -> tuple[int, float]:
+  fields = open('/proc/self/stat').read().rsplit(')', 1)[1].split()
+  return int(fields[7]), float(fields[12]) / os.sysconf('SC_CLK_TCK')   # minflt, stime
+
+
+def measure(config_spec: str, steps: int) -> dict:
+  from poolformers_jax.train import host_memory
+  applied = host_memory.keep_freed_memory()
+  import jax
+  from poolformers_jax import data
+  from poolformers_jax.train import cli, loop, sharding, state as state_lib
+  from poolformers_jax.train.setup import make_setup, process_slice
+  setup = make_setup(cli.load_config_file(config_spec))
+  train_iter = data.make_train_iterator(setup.config, seed=0, **process_slice())
+  next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
+  batch = next_batch()
+  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
+                                       setup.mesh)
+  acc = loop.new_accumulator(setup.mesh, loop.accumulator_shapes(setup, state, batch))
+  rng = jax.random.PRNGKey(1)
+  step = loop.make_train_step(setup).lower(state, acc, batch, rng).compile()
+  for _ in range(20):
+    state, acc = step(state, acc, batch, rng)
+  jax.block_until_ready(state)
+  faults, kernel = _faults_and_sys()
+  started = time.perf_counter()
+  for _ in range(steps):
+    state, acc = step(state, acc, batch, rng)
+  jax.block_until_ready(state)
+  step_only = steps / (time.perf_counter() - started)
+  faults_after, kernel_after = _faults_and_sys()
+  started = time.perf_counter()
+  for _ in range(steps):
+    state, acc = step(state, acc, batch, rng)
+    batch = next_batch()
+  jax.block_until_ready(state)
+  with_input = steps / (time.perf_counter() - started)
+  return dict(keep_freed_memory=applied, step_only_steps_per_second=step_only,
+              with_input_steps_per_second=with_input,
+              page_faults_per_step=(faults_after - faults) / steps,
+              kernel_seconds=kernel_after - kernel, step_only_seconds=steps / step_only)
+
+
+def main(argv):
+  del argv
+  if FLAGS.child:
+    print('RESULT ' + json.dumps(measure(FLAGS.config, FLAGS.steps)))
+    return
+  rows = {}
+  for name, opt_out in (('glibc defaults', '1'), ('keep_freed_memory', '')):
+    env = dict(os.environ, POOLFORMERS_SYSTEM_MALLOC=opt_out)
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), '--child',
+                          f'--config={FLAGS.config}', f'--steps={FLAGS.steps}'],
+                         env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    rows[name] = json.loads(out.split('RESULT ', 1)[1].splitlines()[0])
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  result = dict(config=FLAGS.config, steps=FLAGS.steps, cpu_count=os.cpu_count(), rows=rows)
+  with open(os.path.join(FLAGS.output_dir, 'host_memory.json'), 'w') as f:
+    json.dump(result, f, indent=1)
+  print(f'{FLAGS.config}, {FLAGS.steps} steps per phase, {os.cpu_count()} CPU cores\n')
+  print('| host allocator | step alone (steps/s) | step + next batch (steps/s) | '
+        'page faults / step | kernel s in the step phase |')
+  print('|---|---|---|---|---|')
+  for name, r in rows.items():
+    print(f'| {name} | {r["step_only_steps_per_second"]:.2f} | '
+          f'{r["with_input_steps_per_second"]:.2f} | {r["page_faults_per_step"]:.0f} | '
+          f'{r["kernel_seconds"]:.1f} of {r["step_only_seconds"]:.1f} |')
+
+
+if __name__ == '__main__':
+  app.run(main)
