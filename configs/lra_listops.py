@@ -29,8 +29,11 @@ def _small(config):
   g.min_tokens, g.max_tokens = 20, 100
   g.num_train, g.num_validation, g.num_test = 20000, 1000, 2000
   config.batch_size, config.eval_batch_size = 64, 200
-  config.num_train_steps = 4000
+  # 2 000 steps: 44.8 % test (4 000 steps: 46.6 %, twice the time; 3 000: 44.2 %; one seed each,
+  # the test set's standard error is ~1.1 %), so `make train` ends within 5 min on 2 cores.
+  config.num_train_steps = 2000
   config.eval_every_steps = 250
+  config.data.read_threads = 2   # 2 readers keep up with the step and leave the cores to XLA
 
 
 def _runlocal(config):
