@@ -59,6 +59,7 @@ from poolformers_jax.layers import MIXERS, build_mixer, register_mixer  # noqa: 
 from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
 from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
 from poolformers_jax.models import build_model  # noqa: E402
+from poolformers_jax.train import host_memory  # noqa: E402
 from poolformers_jax.train.optim import make_optimizer  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -495,6 +496,7 @@ def run_layer() -> None:
 
 def main(argv):
   del argv
+  host_memory.keep_freed_memory()   # the allocator train.py runs with (every point process too)
   if not (FLAGS.output_dir or FLAGS.point):
     raise app.UsageError('--output_dir is required.')
   if FLAGS.mode == 'layer':

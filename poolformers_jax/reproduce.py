@@ -118,6 +118,10 @@ def _median_steps_per_second(workdir: str) -> Optional[float]:
   return float(np.median(rates)) if rates else None
 
 
+class RunStopped(RuntimeError):
+  """A run stopped before its end (SIGTERM / preemption): its checkpoint is kept."""
+
+
 def run_one(task: str, family: str, size: str, seed: int, workdir: str,
             overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR) -> dict[str, Any]:
   """Trains and tests one (task, family, seed) in `workdir` unless its result.json exists."""
@@ -133,7 +137,7 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
   result = train_and_evaluate(config, workdir)
   wall = time.time() - start
   if result.status != 'finished' or result.test is None:
-    raise RuntimeError(f'{task}/{family} seed {seed} stopped at step {result.step} '
+    raise RunStopped(f'{task}/{family} seed {seed} stopped at step {result.step} '
                        f'({result.status}); run the same command again to resume.')
   memory, memory_kind = peak_memory_bytes()
   record = dict(task=task, family=family, size=size, seed=seed, workdir=workdir,
@@ -249,9 +253,12 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
   from poolformers_jax.train import cli, host_memory
   cli.quiet_library_logs()
   host_memory.keep_freed_memory()
-  results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
-                          overrides=args.set, configs_dir=args.configs_dir,
-                          command='python -m poolformers_jax.reproduce ' + ' '.join(argv))
+  try:
+    results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
+                            overrides=args.set, configs_dir=args.configs_dir,
+                            command='python -m poolformers_jax.reproduce ' + ' '.join(argv))
+  except RunStopped as stopped:   # one line, not a traceback: nothing went wrong
+    raise SystemExit(f'stopped: {stopped}') from None
   print(markdown(results))
   return results
 
