@@ -171,7 +171,11 @@ def _mean_std(values: list[float]) -> str:
 
 
 def markdown(results: dict[str, Any]) -> str:
-  lines = [f'# LRA results ({results["size"]} setting)', '',
+  overrides = results.get('overrides') or []
+  # A run with overrides (fewer steps, other data) is not the paper setting: say so in the title.
+  title = f'# LRA results ({results["size"]} setting' + (
+      f' with overrides: {", ".join(overrides)})' if overrides else ')')
+  lines = [title, '',
            f'Device: {results["device"]}; git commit {results["git_commit"]}; '
            f'command: `{results["command"]}`.', '',
            '| task | family | test acc. % (mean ± std) | paper % | seeds | steps/s | wall time '
@@ -200,7 +204,8 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
                   configs_dir: str = CONFIGS_DIR, command: str = '') -> dict[str, Any]:
   """Runs what is missing and writes WORKDIR/results.json and results.md; returns the results."""
   results = {'size': size, 'seeds': list(seeds), 'device': device_name(),
-             'git_commit': git_commit(), 'command': command, 'tasks': {}}
+             'git_commit': git_commit(), 'command': command, 'overrides': list(overrides),
+             'tasks': {}}
   for task in tasks:
     missing = data_status(task, size, overrides, configs_dir)
     if missing:

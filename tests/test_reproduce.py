@@ -37,6 +37,9 @@ def test_reproduce_listops_two_families_and_resume(tmp_path, caplog):
       runs['ponet'][0]['test_accuracy'])
   with open(os.path.join(workdir, 'results.md')) as f:
     table = f.read()
+  # The title says the run is not the plain setting: the overrides are listed.
+  assert table.startswith('# LRA results (runlocal setting with overrides: ')
+  assert 'num_train_steps=2' in table.splitlines()[0]
   # One row per family, with the paper's number from the one table in reproduce.PAPER.
   assert '| listops | ponet | ' in table and '37.80 (PoNet)' in table
   assert '36.37 (LRA) / 37.10 (Nystromformer setting)' in table
