@@ -28,7 +28,7 @@ ratio to softmax/explicit) to --output_dir. `--quick` is the smoke test the test
 Mode `layer`: the older per-mixer measurement (one mixer layer, forward+backward, no optimizer).
 
 `--xla_cpu_experimental_ynn_fusion_type=-reduce` is added to XLA_FLAGS before jax is imported,
-otherwise XLA:CPU does not count the scratch of its fused softmax attention (STACK_NOTES.md).
+otherwise XLA:CPU does not count the scratch of its fused softmax attention (docs/efficiency.md).
 
   nice -n 19 .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff --batch 4
   .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff_quick --quick

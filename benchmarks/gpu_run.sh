@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU part of issue 9 in one call per dtype (README "Efficiency", "On a GPU").
+# The GPU part of issue 9 in one call per dtype (docs/efficiency.md, "On a GPU").
 #
 # 1. Wheels the GPU image lacks (it has jax 0.11.2 + CUDA, flax, optax, orbax, chex): on a machine
 #    with PyPI access, from the repository root, once (fills the git-ignored .whl/, ~11 MB):

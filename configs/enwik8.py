@@ -49,7 +49,8 @@ from poolformers_jax.data import get_data_config
 
 # model -> (num_layers, mixer, mixer options)
 # ContextPool's predictor m(X) has hidden width 64 = d/8 here (see the module docstring).
-CP_OPTIONS = {'predictor_dim': 64, 'placement': 'mixer_input'}   # or 'block_output' (README)
+# placement: or 'block_output' (docs/results/contextpool_placement.md)
+CP_OPTIONS = {'predictor_dim': 64, 'placement': 'mixer_input'}
 MODELS = {
     'transformer_l12': (12, 'softmax', {}),
     'cp_transformer_l11': (11, 'contextpool', CP_OPTIONS),

@@ -15,15 +15,15 @@ Paper numbers (params, "FLOPs" = MACs at the config's image size, ImageNet top-1
     cp_vit_b16_l10 (10 layers)   75M  48.7G  76.8
 Our counts (python -m poolformers_jax.summary) are checked against these in tests/models/test_vit.py.
 
-Recipes. DeiT / HVT (PAPER_NOTES "HVT"): AdamW, lr 5e-4 x batch / 512, cosine, 5 warmup
+Recipes. DeiT / HVT (docs/papers/hvt.md): AdamW, lr 5e-4 x batch / 512, cosine, 5 warmup
 epochs, weight decay 0.025 (HVT paper; DeiT uses 0.05), label smoothing 0.1, 300 epochs, batch
 1024, no gradient clipping, drop-path 0.1 (DeiT-Ti: 0.0 in DeiT; we keep 0.1 for HVT models as the
 HVT code does). ContextPool (Sec. 4.1): batch 1024, lr 1e-3, weight decay 0.05, cosine with 20
 warmup epochs, gradient clipping 1.0, 300 epochs at 224^2, then 30 epochs of fine-tuning at 384^2.
 Our vit_b16 / cp_vit_b16 configs are at 384^2 (the size Table 6 reports); for the paper's first
 phase pass --config.model.image_size=224. DeiT's augmentations in deit_recipe: mixup 0.8 /
-cutmix 1.0 (config.mixup, mixed in the train step) and random erasing 0.25
-(config.data.random_erasing); RandAugment m9 and repeated augmentation are not implemented.
+cutmix 1.0 (config.mixup, mixed in the train step), random erasing 0.25
+(config.data.random_erasing), RandAugment m9 and repeated augmentation (3 repeats).
 """
 from __future__ import annotations
 

@@ -103,5 +103,5 @@ def assert_finite_grads(module: nn.Module, x, mask, *, variables: Any = None) ->
 
 
 def compiled_temp_bytes(fn, *args) -> int:
-  """Temp bytes of the compiled `fn(*args)` (deterministic; see STACK_NOTES)."""
+  """Temp bytes of the compiled `fn(*args)` (deterministic; see docs/efficiency.md)."""
   return int(jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes)

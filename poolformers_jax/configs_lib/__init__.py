@@ -12,10 +12,10 @@ The argument string of an LRA task config is `family[,size]` (also `size` alone)
   family: transformer | linear | ponet | adamra | contextpool | msac  (the token mixer)
   size:   full (the paper's setting) | small (CPU-sized) | runlocal (a smoke test, seconds)
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
-PAPER_NOTES): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1, mean
-pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping, no
-weight decay, one-cycle linear schedule. Each task file sets its batch size, learning rate, warmup
-and steps from the table in PAPER_NOTES.
+docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
+mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
+no weight decay, one-cycle linear schedule. Each task file sets its batch size, learning rate,
+warmup and steps from the table in docs/papers/lra.md.
 """
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ FAMILIES = {
     'linear': ('linear', {}),
     'ponet': ('ponet', {'segment_num': 64}),
     'adamra': ('adamra', {}),
-    'contextpool': ('contextpool', {'placement': 'mixer_input'}),   # or 'block_output' (README)
+    # placement 'mixer_input' or 'block_output': docs/results/contextpool_placement.md
+    'contextpool': ('contextpool', {'placement': 'mixer_input'}),
     'msac': ('msac', {'heads': 'full'}),   # MSAC Sec. 2.1 heads, or 'split'
 }
 SIZES = ('full', 'small', 'runlocal')
@@ -133,7 +134,7 @@ def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
 
 @dataclasses.dataclass(frozen=True)
 class LraTask:
-  """One row of the LRA table in PAPER_NOTES, plus the lengths of the CPU-sized variants."""
+  """One row of the LRA table in docs/papers/lra.md, plus the lengths of the CPU-sized variants."""
   data: str                  # data.get_data_config name
   length: int                # paper's sequence length (per document for retrieval)
   batch_size: int
@@ -206,7 +207,7 @@ def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 
       name='vit', num_classes=num_classes, image_size=image_size, patch_size=patch_size,
       hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0,
       classifier=classifier, mixer=mixer,
-      # ContextPool placement: 'mixer_input' or 'block_output' (README, "Fidelity").
+      # ContextPool placement: 'mixer_input' or 'block_output' (docs/papers/context_pool.md).
       mixer_kwargs=ml_collections.ConfigDict(
           {'placement': 'mixer_input'} if mixer == 'contextpool' else {}),
       dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=drop_path_rate,

@@ -280,7 +280,7 @@ def generate(out_dir: str, *, seed: int = 0, resolution: int = 32,
 
 def sample_grid(path: str, *, seed: int = 0, resolution: int = 32, per_row: int = 6,
                 scale: int = 3) -> None:
-  """A PNG grid for the README: one row per difficulty, positives left, negatives right."""
+  """A PNG grid for docs/data.md: one row per difficulty, positives left, negatives right."""
   from PIL import Image
   rows = []
   for difficulty, length in DIFFICULTIES.items():

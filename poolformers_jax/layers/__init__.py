@@ -1,4 +1,4 @@
-"""Flax linen layers, one file per paper. See DESIGN.md for the mixer interface.
+"""Flax linen layers, one file per paper. See docs/design.md for the mixer interface.
 
 Mixers by name: `MIXERS` ('softmax', 'linear', 'ponet', 'adamra', 'contextpool', 'sac', 'msac'),
 filled by `@register_mixer` in the paper files (listed in poolformers_jax/registry.py).

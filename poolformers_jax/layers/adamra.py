@@ -6,7 +6,7 @@ one head (Eq. 6), and the head attends with kernel attention (Eq. 7), so memory 
 in n (phi(K)^T V is formed first; no [n, n] or [n, m] matrix in the kernel variants). Each head is
 split into S subheads (Eq. 8-9), and the routed heads are summed and projected by W^O (Eq. 8).
 
-What the paper leaves open, and what we decided (see also PAPER_NOTES.md "Open points"):
+What the paper leaves open, and what we decided (see also docs/papers/adamra.md):
 - Heads and subheads. H, the number of resolution heads, is `len(compression_rates)` (Table 4 counts
   heads that way). The field `num_heads` is the number of subheads S of every head, i.e. the usual
   "head width = dim / num_heads" of every other mixer here, so the shared LRA setting "2 heads of 32"
@@ -22,8 +22,8 @@ What the paper leaves open, and what we decided (see also PAPER_NOTES.md "Open p
 - Segments. m_h = floor(n * c_h) contiguous segments of ceil(n / m_h) tokens; the sequence is
   right-padded to m_h * ceil(n / m_h), and padded positions and masked tokens are left out of the
   means. A segment without any real token is not a key. Segments are defined on the padded input
-  length, so the values, not the amount, of padding are irrelevant (DESIGN.md). n * c_h < 1 is an
-  error.
+  length, so the values, not the amount, of padding are irrelevant (docs/design.md).
+  n * c_h < 1 is an error.
 - Routing. argmax of the router probability P has no gradient, so the routed head's output is
   multiplied by its probability (Switch Transformer), and the router learns through that factor.
   `routing='random'` (the "Rand" ablation of Table 5) sends each position to a head drawn once from
@@ -96,7 +96,7 @@ def random_routes(length: int, num_routes: int) -> np.ndarray:
 
 @register_mixer('adamra')
 class AdaMRA(nn.Module):
-  """Adaptive multi-resolution kernel attention; mixer interface of DESIGN.md.
+  """Adaptive multi-resolution kernel attention; mixer interface of docs/design.md.
 
   Attributes:
     num_heads: subheads S of every resolution head (head width dim / S); see the module docstring.

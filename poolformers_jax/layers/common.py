@@ -1,6 +1,6 @@
 """Shared building blocks: input checks, masks, MLP, DropPath, embeddings.
 
-Every sequence mixer in this package follows one interface (DESIGN.md):
+Every sequence mixer in this package follows one interface (docs/design.md):
 
     mixer(x, mask=None, *, deterministic=True) -> y
     x: [batch, length, dim], mask: [batch, length] bool (True = real token), y like x.

@@ -9,7 +9,7 @@ and a Gaussian mask g_ij = exp(-(i - j)^2 / (2 sigma_i^2)), sigma_i = r * n * s_
 Attention then runs on the pooled tokens (Fig. 2c). Tables 1-3 ablate the weights, the locality
 prior and the predictor; every row is an option here.
 
-What the paper leaves open, and what we decided (PAPER_NOTES.md, "Open points"):
+What the paper leaves open, and what we decided (docs/papers/context_pool.md):
 - m(X) is two convolutions (kernel 3, GELU between), the second with 2 output channels (w, s).
   The hidden width is not given; `predictor_dim` defaults to max(dim // 16, 8), which makes
   12 layers of ViT-B (d = 768) add 1.3M parameters (86M -> 88M, Table 6) and Swin-B 1.3M
@@ -75,7 +75,7 @@ SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
 POOL_OPTIONS = ('weights', 'locality', 'predictor', 'size_ratio', 'predictor_dim', 'window_size')
 
 # Default ContextPool.query_block: 256 queries at a time keeps the logits of one block at
-# [B, 256, L] (benchmarks/efficiency.py measures the cost; README "Efficiency").
+# [B, 256, L] (benchmarks/efficiency.py measures the cost; docs/efficiency.md).
 QUERY_BLOCK = 256
 SIGMA_MIN = 1e-2      # sigma floor: keeps d log g / d sigma finite; still pools a single token
 WINDOW_EDGE = 4.0     # slope of the soft edges of the adaptive window (per token)
@@ -508,8 +508,9 @@ PLACEMENTS = ('mixer_input', 'block_output')
 class ContextPoolAttention(nn.Module):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
 
-  Where the pooling sits (`placement`; both readings of the paper, compared in the README: equal
-  within noise on small ListOps, so the default stays the form every earlier number used):
+  Where the pooling sits (`placement`; both readings of the paper, compared in
+  docs/results/contextpool_placement.md: equal within noise on small ListOps, so the default
+  stays the form every earlier number used):
   - 'mixer_input' (default): the block's normalised input LN(X) is pooled inside the residual
     branch, attention runs on the pooled tokens, and the residual stream itself is never pooled
     (§1: "pool neighboring features for each token at every attention layer before computing

@@ -19,8 +19,8 @@ What the paper leaves open, and what we decided:
   [.] is a ceiling; the window is then [i - ceil(n/2) + 1, i + n - ceil(n/2)], which is exactly
   XLA's 'SAME' padding at stride 1 (even windows reach one step further forward). We use 'SAME',
   zeros outside the signal as Def. 1 says.
-* Causal language form (PAPER_NOTES): windows look only back, [t - m + 1, t] (left padding m - 1),
-  and attention is causal, so position t never sees > t.
+* Causal language form (docs/papers/msac.md): windows look only back, [t - m + 1, t] (left
+  padding m - 1), and attention is causal, so position t never sees > t.
 * Masks (language form): padded tokens are zeroed before the convolutions, i.e. they are treated as
   the zeros outside the signal of Def. 1, and they are removed from the keys. Hence their values
   never matter and appending padding changes nothing at real positions.

@@ -6,7 +6,7 @@ The slides give the four parts of the multi-granularity pooling block:
   LMP  L = max-pool of H_L over overlapping windows                    (slide "Local Max-pooling")
   PF   G_n = g' * H_O[n],  S'_n = S_k(n) * H_O[n],  P = G + S' + L     (slide "Pooling Fusion")
 
-What the slides leave open, pinned down by the authors' code (lxchtan/PoNet; PAPER_NOTES.md):
+What the slides leave open, pinned down by the authors' code (lxchtan/PoNet; docs/papers/ponet.md):
 - Projections Q, K, O ("V" in the LRA code; only the fusion gate), local and segment, each
   dim -> dim with bias, then an output projection. The GA value is K itself (no V_g).
 - GA runs per head: g is the masked mean of Q over real tokens, scores g . K_i / sqrt(head_dim)
@@ -14,7 +14,7 @@ What the slides leave open, pinned down by the authors' code (lxchtan/PoNet; PAP
 - Padding is set to a large negative before both max-poolings, so it never wins; padded rows
   of the fused output are zeroed; there is no sigmoid and no activation anywhere.
 - LRA segments are contiguous chunks of the PADDED length: seg_len = L // segment_num + 1,
-  segment = position // seg_len. So the amount of padding changes the segments (DESIGN.md
+  segment = position // seg_len. So the amount of padding changes the segments (docs/design.md
   allows this for PoNet); the values at padded positions never matter. Explicit `segment_ids`
   (sentences, BERT style) override `segment_num`; then padding is fully irrelevant.
 - BERT version ("clsgsepg", on in the released checkpoint): with `boundary_mask` ([CLS]/[SEP]

@@ -12,7 +12,7 @@
 - 'hvt' is the same backbone with `num_stages` (M) pooling stages and the mean head.
   M = 0 is DeiT without a class token (HVT Table 4).
 
-What the papers leave open and what we decided (PAPER_NOTES "HVT" pins most of it):
+What the papers leave open and what we decided (docs/papers/hvt.md; the official code pins most):
 - Blocks are split into M stages of equal width depth / M (depth must divide); pooling follows
   blocks 0, w, 2w, ... (official code), each followed by a new learned position embedding of the
   pooled length (trunc-normal 0.02; parameter name `pos_embedding`, like the input one, so an

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
-# Parameters never decayed: biases, normalisation scales and position embeddings (PAPER_NOTES:
-# HVT excludes position embeddings; the usual practice for biases and norms).
+# Parameters never decayed: biases, normalisation scales and position embeddings
+# (docs/papers/hvt.md: HVT excludes position embeddings; the usual practice for biases and norms).
 NO_DECAY_NAMES = ('bias', 'scale', 'pos_embedding', 'cls')
 
 

@@ -4,7 +4,7 @@ Temp bytes come from XLA's `memory_analysis()` of the compiled forward and backw
 (value_and_grad) of one mixer (batch 1, dim 64, 2 heads) at lengths 1K, 2K, 4K: deterministic,
 no timing. On XLA:CPU the forward softmax attention is one custom fusion whose scratch is not
 counted (temp ~0 from 2K on) unless `--xla_cpu_experimental_ynn_fusion_type=-reduce` is set
-before the backend starts (STACK_NOTES.md). XLA reads XLA_FLAGS once per process, and under
+before the backend starts (docs/efficiency.md). XLA reads XLA_FLAGS once per process, and under
 pytest the backend has usually started already, so the measurement runs in a fresh Python
 process with that flag: forward numbers are then real, and backward numbers are the same either way.
 """

@@ -61,7 +61,7 @@ def _dense(params, name, x):
 
 def ponet_np(params, x, mask, seg, heads, *, window=3, boundary=None, ga=True, cross=True,
              smp=True, lmp=True):
-  """PoNet written from the slides + PAPER_NOTES, independent of the module's code."""
+  """PoNet from the slides + the official code (docs/papers/ponet.md), independent of the module."""
   x = np.asarray(x, np.float64)
   mask = np.asarray(mask)
   b, l, d = x.shape

@@ -1,11 +1,12 @@
 """`python -m poolformers_jax.convert`: official PyTorch weights -> our orbax checkpoint.
 
-The fixtures in tests/models/fixtures/ were made ONCE with the official code (see the README,
-"Official weights"): a random tiny timm DeiT (`VisionTransformer` as `deit_tiny_patch16_224`
-builds it, at 16^2 / patch 4 / dim 8 / 2 heads / depth 2 / 5 classes) and a random tiny model of
-the official HVT `models.py` (16^2 / patch 2 / dim 8 / 2 heads / 2 blocks / 2 pooling stages), every
-parameter random, each with an input batch and the logits PyTorch computed. No torch here: the
-converted checkpoint, restored the way eval.py restores it, must give the same logits to 1e-4.
+The fixtures in tests/models/fixtures/ were made ONCE with the official code (recipe in
+docs/results/official_weights.md): a random tiny timm DeiT (`VisionTransformer` as
+`deit_tiny_patch16_224` builds it, at 16^2 / patch 4 / dim 8 / 2 heads / depth 2 / 5 classes)
+and a random tiny model of the official HVT `models.py` (16^2 / patch 2 / dim 8 / 2 heads /
+2 blocks / 2 pooling stages), every parameter random, each with an input batch and the logits
+PyTorch computed. No torch here: the converted checkpoint, restored the way eval.py restores it,
+must give the same logits to 1e-4.
 """
 import os
 
