@@ -355,6 +355,30 @@ def _cached_tsv(path: str) -> TsvSource:
   return TsvSource(path)
 
 
+def write_tsv(out_dir: str, seed: int, sizes: dict[str, int], min_tokens: int = 500,
+              max_tokens: int = 2000, max_depth: int = 10, max_args: int = 10,
+              exclude: Sequence[np.ndarray] = ()) -> dict[str, int]:
+  """Writes basic_{train,val,test}.tsv in the LRA release format (header `Source\tTarget`, trees
+  with their parentheses) from `generate_splits(seed, ...)`: a held-out copy of the benchmark for
+  a seed that a training run never saw, read back with config.data.source='tsv'.
+
+  `exclude`: token-id arrays (e.g. a training split) that must not appear; returns, per split, how
+  many written trees were among them (0 means the files share no tree with `exclude`).
+  """
+  splits = generate_splits(seed, [sizes[s] for s in TSV_FILES], min_tokens, max_tokens,
+                           max_depth, max_args)
+  excluded = {np.asarray(ids, np.uint8).tobytes() for ids in exclude}
+  os.makedirs(out_dir, exist_ok=True)
+  shared = {}
+  for split, examples in zip(TSV_FILES, splits):
+    with open(os.path.join(out_dir, TSV_FILES[split]), 'w') as f:
+      f.write('Source\tTarget\n')
+      for ids, label in examples:
+        f.write(f'{decode(ids)}\t{label}\n')
+    shared[split] = sum(ids.tobytes() in excluded for ids, _ in examples)
+  return shared
+
+
 # --------------------------------------------------------------------------------------------
 # The dataset spec.
 
@@ -395,3 +419,37 @@ def info(data_config) -> base.DatasetInfo:
 
 
 base.register_dataset('listops', base.DatasetSpec(info=info, source=source, preprocess=preprocess))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """`python -m poolformers_jax.data.listops --out_dir DIR --seed 1`: official-format TSV files."""
+  import argparse
+  parser = argparse.ArgumentParser(
+      prog='python -m poolformers_jax.data.listops',
+      description='Write ListOps in the LRA release format (basic_{train,val,test}.tsv) from a seed.')
+  parser.add_argument('--out_dir', required=True)
+  parser.add_argument('--seed', type=int, required=True)
+  parser.add_argument('--num_train', type=int, default=0)
+  parser.add_argument('--num_validation', type=int, default=0)
+  parser.add_argument('--num_test', type=int, default=2000)
+  parser.add_argument('--min_tokens', type=int, default=500)
+  parser.add_argument('--max_tokens', type=int, default=2000)
+  parser.add_argument('--exclude_seed', type=int, default=None,
+                      help='count the written trees that are in the train split of this seed '
+                           '(generated with the same recipe and --exclude_num_train trees)')
+  parser.add_argument('--exclude_num_train', type=int, default=96000)
+  args = parser.parse_args(argv)
+  exclude = ()
+  if args.exclude_seed is not None:
+    exclude = [ids for ids, _ in generate_splits(args.exclude_seed, [args.exclude_num_train],
+                                                 args.min_tokens, args.max_tokens)[0]]
+  sizes = {'train': args.num_train, 'validation': args.num_validation, 'test': args.num_test}
+  shared = write_tsv(args.out_dir, args.seed, sizes, args.min_tokens, args.max_tokens,
+                     exclude=exclude)
+  note = (f'; trees also in seed {args.exclude_seed}\'s train split: {shared}'
+          if args.exclude_seed is not None else '')
+  print(f'wrote {sizes} examples to {args.out_dir}{note}')
+
+
+if __name__ == '__main__':
+  main()

@@ -209,3 +209,24 @@ def test_too_long_truncates_or_raises(small_listops):
   config.data.too_long = 'error'
   with pytest.raises(ValueError, match='max_length=8'):
     next(iter(data.make_eval_iterator(config, 'validation', batch_size=2)))
+
+
+def test_write_tsv_is_the_release_format_and_reads_back(tmp_path):
+  """The held-out writer: LRA's header and bracketed strings, labels an independent evaluator
+  agrees with, the same trees as the generator, and the overlap count against `exclude`."""
+  sizes = {'train': 3, 'validation': 2, 'test': 7}
+  shared = listops.write_tsv(str(tmp_path), seed=5, sizes=sizes, min_tokens=8, max_tokens=30)
+  assert shared == {'train': 0, 'validation': 0, 'test': 0}
+  expected = listops.generate_splits(5, [3, 2, 7], 8, 30)
+  for (split, name), examples in zip(listops.TSV_FILES.items(), expected):
+    lines = (tmp_path / name).read_text().splitlines()
+    assert lines[0] == 'Source\tTarget' and len(lines) == 1 + sizes[split]
+    source = listops.TsvSource(str(tmp_path / name))
+    for row, line, (ids, label) in zip(range(len(source)), lines[1:], examples):
+      text, target = line.split('\t')
+      assert text.split()[0] == '(' and int(target) == label == reference_value(text)
+      np.testing.assert_array_equal(source[row]['tokens'], ids)
+  # Written again, excluding its own test split: every test tree is counted, nothing else.
+  again = listops.write_tsv(str(tmp_path / 'again'), seed=5, sizes=sizes, min_tokens=8,
+                            max_tokens=30, exclude=[ids for ids, _ in expected[2]])
+  assert again == {'train': 0, 'validation': 0, 'test': 7}
