@@ -28,6 +28,7 @@ from typing import Any, Mapping, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
+import optax
 from flax.core import FrozenDict
 
 from poolformers_jax.layers.common import Array, Dtype
@@ -174,9 +175,41 @@ class PoNetClassifier(BertEncoderFields):
                     name='classifier')(pooled).astype(jnp.float32)
 
 
+# --------------------------------------------------------------------------------------------
+# The pre-training objective: the trainer's 'pretraining' task (train/tasks.py) uses these.
+
+def pretraining_sums(outputs, targets, weights, label_smoothing: float = 0.0):
+  """Per-batch sums of the 'pretraining' task (train/tasks.py): `outputs` of PoNetMLM,
+  `targets` {'mlm': [B, L] original ids at the chosen positions, -1 elsewhere; 'sso': [B]
+  sentence-structure labels}, `weights` [B] (0 = a padding example)."""
+  del label_smoothing
+  logits = outputs['mlm_logits'].astype(jnp.float32)
+  chosen = (targets['mlm'] >= 0).astype(jnp.float32) * weights[:, None]
+  ids = jnp.maximum(targets['mlm'], 0).astype(jnp.int32)
+  token_ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
+  sums = {'mlm_loss': jnp.sum(token_ce * chosen),
+          'mlm_correct': jnp.sum((jnp.argmax(logits, -1) == ids) * chosen),
+          'mlm_count': jnp.sum(chosen), 'count': jnp.sum(weights)}
+  if 'sso_logits' in outputs:
+    s_logits = outputs['sso_logits'].astype(jnp.float32)
+    labels = targets['sso'].astype(jnp.int32)
+    sums['sso_loss'] = jnp.sum(
+        optax.softmax_cross_entropy_with_integer_labels(s_logits, labels) * weights)
+    sums['sso_correct'] = jnp.sum((jnp.argmax(s_logits, -1) == labels) * weights)
+  return sums
+
+
+def pretraining_objective(sums):
+  """The official total: MLM mean over chosen tokens + sentence-task mean over pairs."""
+  loss = sums['mlm_loss'] / jnp.maximum(sums['mlm_count'], 1.0)
+  if 'sso_loss' in sums:
+    loss = loss + sums['sso_loss'] / jnp.maximum(sums['count'], 1.0)
+  return loss
+
+
 def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
-  """MLM + SSO loss of PoNet pre-training (the official total is their plain sum); the
-  'pretraining' task of the trainer (train/text_tasks.py) on one unpadded batch.
+  """MLM + SSO loss of PoNet pre-training (the official total is their plain sum): the
+  'pretraining' objective above on one unpadded batch.
 
   batch keys:
     'mlm_targets': int [B, L], the original token id at each position chosen for prediction
@@ -187,14 +220,13 @@ def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array,
   The MLM loss is the mean cross-entropy over the chosen positions of the whole batch; the SSO loss
   the mean over examples. Returns (loss, metrics with both parts and their accuracies).
   """
-  from poolformers_jax.train import text_tasks  # pylint: disable=g-import-not-at-top
   chosen = batch['mlm_weights'] > 0
   targets = {'mlm': jnp.where(chosen, batch['mlm_targets'], -1), 'sso': batch['sso_targets']}
-  sums = text_tasks.pretraining_sums(outputs, targets, jnp.ones(chosen.shape[:1], jnp.float32))
+  sums = pretraining_sums(outputs, targets, jnp.ones(chosen.shape[:1], jnp.float32))
   tokens, pairs = jnp.maximum(sums['mlm_count'], 1.0), sums['count']
   metrics = {'mlm_loss': sums['mlm_loss'] / tokens, 'sso_loss': sums['sso_loss'] / pairs,
              'mlm_accuracy': sums['mlm_correct'] / tokens, 'sso_accuracy': sums['sso_correct'] / pairs}
-  return text_tasks.pretraining_objective(sums), metrics
+  return pretraining_objective(sums), metrics
 
 
 _REQUIRED = ('vocab_size', 'emb_dim', 'num_layers', 'num_heads', 'mlp_dim', 'max_length')

@@ -46,6 +46,9 @@ from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, Transform
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPSILON = 1e-6
+# The model's token ids: 0 = padding and the decoder's start token (shift_right), 1 = end of
+# sentence (decoding stops there). data/translation.py builds its vocabulary on them.
+PAD_ID, EOS_ID = 0, 1
 PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                 'targets_positions')
 
