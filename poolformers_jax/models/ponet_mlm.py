@@ -33,10 +33,11 @@ from flax.core import FrozenDict
 
 from poolformers_jax.layers.common import Array, Dtype
 from poolformers_jax.layers.registry import MIXERS, mixer_fields
-from poolformers_jax.models.block import TransformerBlock, as_dtype
+from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 SSO_CLASSES = 3  # StructBERT: 0 = B follows A, 1 = B precedes A, 2 = B from another document
+MIXER_CHOICES = ('ponet', 'softmax')   # PoNet, or softmax attention (BERT, the baseline)
 _init = nn.initializers.normal(0.02)
 
 
@@ -79,11 +80,28 @@ class BertEncoderFields(nn.Module):
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
 
+  @nn.nowrap
+  def check_mixer(self) -> None:
+    """One line if the mixer or its options are not this model's (the builders call it, so a
+    config fails when the model is built)."""
+    name = type(self).__name__
+    if self.mixer not in MIXER_CHOICES:
+      raise ValueError(f'{name}: mixer must be one of {MIXER_CHOICES} (softmax = BERT), got '
+                       f'{self.mixer!r}.')
+    # The model sets these itself (heads, sentence segments from the inputs, dtype, dropout).
+    allowed = mixer_fields(MIXERS[self.mixer]) - {'num_heads', 'segment_num', 'dtype',
+                                                  'dropout_rate'}
+    bad = sorted(set(self.mixer_kwargs) - allowed)
+    if bad:
+      raise ValueError(f'{name}: mixer_kwargs {bad} are not {self.mixer} options this model '
+                       f'takes; valid: {sorted(allowed)}.')
+
   def encode(self, inputs: Array, segment_ids: Optional[Array], token_type_ids: Optional[Array],
              deterministic: bool) -> tuple[Array, nn.Embed]:
     """Hidden states [B, L, D] and the token embedding (for the tied MLM decoder). Called from
     the compact __call__ of a subclass, so parameter names are top-level."""
     name = type(self).__name__
+    self.check_mixer()
     if inputs.ndim == 3 and inputs.shape[1] == 2:
       inputs, segment_ids = inputs[:, 0], inputs[:, 1] if segment_ids is None else segment_ids
     if inputs.ndim != 2:
@@ -230,45 +248,19 @@ def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array,
 
 
 _REQUIRED = ('vocab_size', 'emb_dim', 'num_layers', 'num_heads', 'mlp_dim', 'max_length')
-_OPTIONAL = ('type_vocab_size', 'dropout_rate', 'cls_id', 'sep_id', 'layer_norm_eps', 'dtype',
-             'mixer_kwargs', 'mixer')
-
-
-def _kwargs(cfg, name: str, extra: tuple[str, ...]) -> dict[str, Any]:
-  """Checked constructor arguments of `cfg` (config.model)."""
-  unknown = sorted(set(cfg.keys()) - set(_REQUIRED + _OPTIONAL + extra) - {'name'})
-  if unknown:
-    raise ValueError(f'{name}: unknown model config keys {unknown}; valid keys: '
-                     f'{sorted(_REQUIRED + _OPTIONAL + extra)}.')
-  missing = [k for k in _REQUIRED if k not in cfg or cfg[k] is None]
-  if missing:
-    raise ValueError(f'{name}: model config is missing {missing}.')
-  mixer = cfg.get('mixer', 'ponet')
-  if mixer not in ('ponet', 'softmax'):
-    raise ValueError(f"{name}: mixer must be 'ponet' or 'softmax' (BERT), got {mixer!r}.")
-  kwargs = {k: cfg[k] for k in _REQUIRED + _OPTIONAL + extra
-            if k in cfg and k != 'mixer_kwargs' and cfg[k] is not None}
-  mixer_kwargs = cfg.get('mixer_kwargs', None) or {}
-  if hasattr(mixer_kwargs, 'to_dict'):
-    mixer_kwargs = mixer_kwargs.to_dict()
-  allowed = mixer_fields(MIXERS[mixer]) - {'num_heads', 'segment_num', 'dtype', 'dropout_rate'}
-  bad = sorted(set(mixer_kwargs) - allowed)
-  if bad:
-    raise ValueError(f'{name}: mixer_kwargs {bad} are not {mixer} options this model takes; '
-                     f'valid: {sorted(allowed)}.')
-  if 'dtype' in kwargs:
-    kwargs['dtype'] = as_dtype(kwargs['dtype'])
-  return dict(kwargs, mixer_kwargs=FrozenDict(mixer_kwargs))
 
 
 @register_model('ponet_mlm')
 def build(cfg) -> PoNetMLM:
-  """`cfg` = config.model with the keys of `_REQUIRED` (and optionally `_OPTIONAL`,
-  'sentence_classes') plus 'name'."""
-  return PoNetMLM(**_kwargs(cfg, 'ponet_mlm', ('sentence_classes',)))
+  """`cfg` = config.model: the fields of PoNetMLM, `_REQUIRED` among them, plus 'name'."""
+  model = PoNetMLM(**model_kwargs(cfg, PoNetMLM, required=_REQUIRED))
+  model.check_mixer()
+  return model
 
 
 @register_model('ponet_classifier')
 def build_classifier(cfg) -> PoNetClassifier:
   """As ponet_mlm, with 'num_classes' (1 = regression) instead of 'sentence_classes'."""
-  return PoNetClassifier(**_kwargs(cfg, 'ponet_classifier', ('num_classes',)))
+  model = PoNetClassifier(**model_kwargs(cfg, PoNetClassifier, required=_REQUIRED))
+  model.check_mixer()
+  return model
