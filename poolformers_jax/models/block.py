@@ -135,11 +135,13 @@ def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (),
                  **overrides: Any) -> dict[str, Any]:
   """`config.model` -> keyword arguments of module class `cls`; the ONE place this happens.
 
-  Every key but `name` must be a field of `cls`, and the fields without a default and the
-  `required` keys must be set; a key set to None (a placeholder nothing filled) leaves the
-  field's default. Otherwise one line says which keys are wrong and which are valid. Lists
-  become tuples, ConfigDicts dicts, and the dtype string ('bfloat16') a jnp.dtype. `overrides`
-  are the model's to set, never the config's (e.g. HVT's classifier='mean').
+  Every key but `name` must be a field of `cls`, every field without a default a key, and the
+  `required` keys must be set (not None); otherwise one line says which keys are wrong and which
+  are valid. A key set to None (a placeholder the dataset fills later) keeps the field's default,
+  or stays None where the field has none (a model built before the dataset completed its
+  config). Lists become tuples, ConfigDicts dicts, and the dtype string ('bfloat16') a
+  jnp.dtype. `overrides` are the model's to set, never the config's (e.g. HVT's
+  classifier='mean').
   """
   fields = module_fields(cls)
   valid = sorted(set(fields) - set(overrides))
@@ -149,13 +151,13 @@ def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (),
   if unknown:
     raise ValueError(f'model {name!r}: unknown config.model key(s) {unknown}; valid keys: '
                      f'{valid}.')
-  given = {k for k in keys if cfg[k] is not None}
+  unset = {k for k in keys if cfg[k] is None}
   no_default = {k for k, f in fields.items()
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
-  missing = sorted((set(required) | no_default) - given - set(overrides))
+  missing = sorted((set(required) - (keys - unset)) | (no_default - keys - set(overrides)))
   if missing:
     raise ValueError(f'model {name!r}: config.model is missing {missing} (absent or None).')
-  kwargs = {k: _plain(cfg[k]) for k in given}
+  kwargs = {k: _plain(cfg[k]) for k in keys if k not in unset or k in no_default}
   if 'dtype' in kwargs:
     kwargs['dtype'] = as_dtype(kwargs['dtype'])
   kwargs.update(overrides)
