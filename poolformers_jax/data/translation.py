@@ -32,8 +32,9 @@ from typing import Optional
 import numpy as np
 
 from poolformers_jax.data import base
+from poolformers_jax.models.seq2seq import EOS_ID, PAD_ID   # the model's; the vocabulary keeps them
 
-PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+UNK_ID = 2
 PAIRS = ('de-en', 'fr-en')
 PACKED_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                'targets_positions')

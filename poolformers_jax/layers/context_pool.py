@@ -53,7 +53,8 @@ unless its `implementation` is a flash one ('cudnn').
 """
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -71,8 +72,6 @@ LOCALITIES = ('gaussian', 'none', 'fixed_window', 'adaptive_window', 'random_spa
 PREDICTORS = ('conv', 'mlp', 'attention')
 # Localities that need the predicted pooling size s.
 SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
-# Fields shared by every ContextPool form (forwarded by ContextPoolAttention).
-POOL_OPTIONS = ('weights', 'locality', 'predictor', 'size_ratio', 'predictor_dim', 'window_size')
 
 # Default ContextPool.query_block: 256 queries at a time keeps the logits of one block at
 # [B, 256, L] (benchmarks/efficiency.py measures the cost; docs/efficiency.md).
@@ -81,19 +80,50 @@ SIGMA_MIN = 1e-2      # sigma floor: keeps d log g / d sigma finite; still pools
 WINDOW_EDGE = 4.0     # slope of the soft edges of the adaptive window (per token)
 
 
-def check_pool_options(owner: str, weights: str, locality: str, predictor: str,
-                       size_ratio: float, predictor_dim: Optional[int], window_size: int) -> None:
-  """Raises a one-line ValueError for an unknown option string or an invalid number."""
-  for field, value, choices in (('weights', weights, WEIGHTS), ('locality', locality, LOCALITIES),
-                                ('predictor', predictor, PREDICTORS)):
-    if value not in choices:
-      raise ValueError(f'{owner}: unknown {field} {value!r}; choose one of {list(choices)}.')
-  if size_ratio < 0:
-    raise ValueError(f'{owner}: size_ratio={size_ratio} is negative; use r >= 0 (paper: 0.1).')
-  if predictor_dim is not None and predictor_dim < 1:
-    raise ValueError(f'{owner}: predictor_dim={predictor_dim} must be >= 1 (or None for dim//16).')
-  if window_size < 1:
-    raise ValueError(f'{owner}: window_size={window_size} must be >= 1 token.')
+class ContextPoolOptions(nn.Module, kw_only=True):
+  """The options of every ContextPool form, declared once: ContextPool, ContextPool2D,
+  WindowContextPool, ContextPoolAttention and the decoding step (models/seq2seq.py) inherit them.
+
+  Keyword-only, so each form keeps its own positional fields (ContextPoolAttention(num_heads),
+  WindowContextPool(window), ContextPool2D(stride)). A form whose default differs on purpose
+  redeclares the field as `dataclasses.field(default=..., kw_only=True)` (a plain redeclaration
+  would make it positional): ContextPool2D's window_size 3, WindowContextPool's predictor_dim 8.
+  """
+  weights: str = 'learned'            # learned | uniform | unnormalized | nonlocal (Tables 1-2)
+  locality: str = 'gaussian'          # gaussian | none | fixed_window | adaptive_window |
+                                      # random_sparse (Tables 1-2)
+  predictor: str = 'conv'             # conv | mlp | attention (Table 3)
+  size_ratio: float = 0.1             # r in sigma_i = r n s_i
+  predictor_dim: Optional[int] = None  # hidden width of m(X); None -> max(dim // 16, 8)
+  window_size: int = 5                # fixed_window size; random_sparse expected count
+
+  @nn.nowrap
+  def pool_options(self) -> dict[str, Any]:
+    """The options as keyword arguments, to build another form with the same ones."""
+    return {f: getattr(self, f) for f in POOL_OPTIONS}
+
+  @nn.nowrap
+  def check_pool_options(self) -> None:
+    """Raises a one-line ValueError for an unknown option string or an invalid number."""
+    owner = type(self).__name__
+    for field, choices in (('weights', WEIGHTS), ('locality', LOCALITIES),
+                           ('predictor', PREDICTORS)):
+      if getattr(self, field) not in choices:
+        raise ValueError(f'{owner}: unknown {field} {getattr(self, field)!r}; choose one of '
+                         f'{list(choices)}.')
+    if self.size_ratio < 0:
+      raise ValueError(f'{owner}: size_ratio={self.size_ratio} is negative; use r >= 0 '
+                       '(paper: 0.1).')
+    if self.predictor_dim is not None and self.predictor_dim < 1:
+      raise ValueError(f'{owner}: predictor_dim={self.predictor_dim} must be >= 1 (or None for '
+                       'dim//16).')
+    if self.window_size < 1:
+      raise ValueError(f'{owner}: window_size={self.window_size} must be >= 1 token.')
+
+
+# The option names (what ContextPoolAttention and a config's ContextPool dict pass on).
+POOL_OPTIONS = tuple(f.name for f in dataclasses.fields(ContextPoolOptions)
+                     if f.name not in ('parent', 'name'))
 
 
 class PoolingPredictor(nn.Module):
@@ -332,19 +362,13 @@ def predict_pooling(module: nn.Module, x: Array, mask: Array, *, causal: bool = 
   return (raw[..., 0] if need_w else None), (raw[..., -1] if need_s else None)
 
 
-class ContextPool(nn.Module):
+class ContextPool(ContextPoolOptions):
   """ContextPool on token sequences: [B, L, D] -> [B, L, D] (mixer interface, Eq. 3-4).
 
-  Sows 'pooling_weights' (w, softmax over real tokens) and 'sigma' (Gaussian widths).
+  Sows 'pooling_weights' (w, softmax over real tokens) and 'sigma' (Gaussian widths). The
+  options (weights, locality, ...) are ContextPoolOptions'.
   """
   causal: bool = False
-  weights: str = 'learned'            # learned | uniform | unnormalized | nonlocal (Table 1-2)
-  locality: str = 'gaussian'          # gaussian | none | fixed_window | adaptive_window |
-                                      # random_sparse (Table 1-2)
-  predictor: str = 'conv'             # conv | mlp | attention (Table 3)
-  size_ratio: float = 0.1             # r in sigma_i = r n s_i
-  predictor_dim: Optional[int] = None  # hidden width of m(X); None -> max(dim // 16, 8)
-  window_size: int = 5                # fixed_window size; random_sparse expected count
   # Queries pooled at a time (memory linear in length, context_pool); None = [L, L] at once.
   query_block: Optional[int] = QUERY_BLOCK
   # Image tokens (CP-ViT, Fig. 3): `prefix_tokens` (the class token) then a raster token_grid
@@ -362,7 +386,7 @@ class ContextPool(nn.Module):
     n, no pooling or predictor window across segments)."""
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
-    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    self.check_pool_options()
     if self.query_block is not None and self.query_block < 1:
       raise ValueError(f'{name}: query_block={self.query_block} must be >= 1 (or None for the '
                        f'[L, L] form).')
@@ -416,26 +440,21 @@ class ContextPool(nn.Module):
     return jnp.concatenate([x[:, :p].astype(y.dtype), y], axis=1)
 
 
-class ContextPool2D(nn.Module):
+class ContextPool2D(ContextPoolOptions):
   """ContextPool in place of a stride-`stride` pooling layer: [B, H, W, C] -> [B, H/s, W/s, C].
 
   Output (u, v) pools around the centre of its stride cell; w is predicted at every input pixel,
   s at every output cell (the predictor's s logits averaged over the cell).
   """
   stride: int = 2
-  weights: str = 'learned'
-  locality: str = 'gaussian'
-  predictor: str = 'conv'
-  size_ratio: float = 0.1
-  predictor_dim: Optional[int] = None
-  window_size: int = 3
+  window_size: int = dataclasses.field(default=3, kw_only=True)   # pixels (sequences: 5 tokens)
   dtype: Optional[Dtype] = None
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
     name = type(self).__name__
     check_image_input(x, name)
-    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    self.check_pool_options()
     b, h, w, c = x.shape
     s = self.stride
     if s < 1 or h % s or w % s:
@@ -461,7 +480,7 @@ class ContextPool2D(nn.Module):
     return y.reshape(b, ho, wo, c)
 
 
-class WindowContextPool(nn.Module):
+class WindowContextPool(ContextPoolOptions):
   """ContextPool (Eq. 4) inside each (shifted) window of CP-Swin (models/swin.py, its docstring).
 
   Called with the block's normalised map `x` [B, H, W, C] (un-shifted); returns the pooled
@@ -469,18 +488,13 @@ class WindowContextPool(nn.Module):
   """
   window: int
   shift: int = 0
-  predictor_dim: int = 8
-  weights: str = 'learned'
-  locality: str = 'gaussian'
-  predictor: str = 'conv'
-  size_ratio: float = 0.1
-  window_size: int = 5        # ContextPool's box / random_sparse size, for its ablations
+  # CP-Swin's fixed predictor width (models/swin.py says why; the other forms: dim // 16).
+  predictor_dim: int = dataclasses.field(default=8, kw_only=True)
   dtype: Optional[Dtype] = None
 
   @nn.compact
   def __call__(self, x: Array, allowed: Optional[Array] = None) -> Array:
-    name = type(self).__name__
-    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    self.check_pool_options()
     b, h, w, c = x.shape
     m = self.window
     cyclic = lambda t: jnp.roll(t, (-self.shift, -self.shift), axis=(1, 2)) if self.shift else t
@@ -505,7 +519,7 @@ PLACEMENTS = ('mixer_input', 'block_output')
 
 
 @register_mixer('contextpool')
-class ContextPoolAttention(nn.Module):
+class ContextPoolAttention(ContextPoolOptions):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
 
   Where the pooling sits (`placement`; both readings of the paper, compared in
@@ -526,12 +540,6 @@ class ContextPoolAttention(nn.Module):
   causal: bool = False
   dropout_rate: float = 0.0
   use_bias: bool = True
-  weights: str = 'learned'
-  locality: str = 'gaussian'
-  predictor: str = 'conv'
-  size_ratio: float = 0.1
-  predictor_dim: Optional[int] = None
-  window_size: int = 5
   query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
   implementation: str = 'explicit'             # the attention's (MultiHeadAttention)
   placement: str = 'mixer_input'               # or 'block_output' (see above)
@@ -543,10 +551,9 @@ class ContextPoolAttention(nn.Module):
     if self.placement not in PLACEMENTS:
       raise ValueError(f'ContextPoolAttention: unknown placement {self.placement!r}; choose one '
                        f'of {list(PLACEMENTS)}.')
-    options = {f: getattr(self, f) for f in POOL_OPTIONS}
     self.context_pool = ContextPool(causal=self.causal, dtype=self.dtype,
                                     query_block=self.query_block, token_grid=self.token_grid,
-                                    prefix_tokens=self.prefix_tokens, **options)
+                                    prefix_tokens=self.prefix_tokens, **self.pool_options())
     self.attention = MultiHeadAttention(self.num_heads, causal=self.causal,
                                         dropout_rate=self.dropout_rate, use_bias=self.use_bias,
                                         implementation=self.implementation, dtype=self.dtype)

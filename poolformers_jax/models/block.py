@@ -120,26 +120,44 @@ def _plain(value: Any) -> Any:
   return value
 
 
-def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (), ignore: tuple[str, ...] = (),
+def module_fields(cls: type) -> dict[str, dataclasses.Field]:
+  """The dataclass fields of Flax module class `cls`, without flax's own `parent` and `name`."""
+  return {f.name: f for f in dataclasses.fields(cls) if f.name not in ('parent', 'name')}
+
+
+def fields_of(module: nn.Module, cls: type) -> dict[str, Any]:
+  """`module`'s values of the fields of `cls`, one of its base classes: the arguments of a `cls`
+  child with the same settings (LraEncoder's 'encoder', CrossAttentiveSimilarity's 'backbone')."""
+  return {name: getattr(module, name) for name in module_fields(cls)}
+
+
+def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (),
                  **overrides: Any) -> dict[str, Any]:
   """`config.model` -> keyword arguments of module class `cls`; the ONE place this happens.
 
-  Every key but `name` (and `ignore`, keys another module of the model reads) must be a field of
-  `cls`, and `required` keys must be present: otherwise one line says which keys are wrong and
-  which are valid. Lists become tuples, ConfigDicts dicts, and the dtype string ('bfloat16')
-  a jnp.dtype. `overrides` are set last (e.g. HVT's classifier='mean').
+  Every key but `name` must be a field of `cls`, every field without a default a key, and the
+  `required` keys must be set (not None); otherwise one line says which keys are wrong and which
+  are valid. A key set to None (a placeholder the dataset fills later) keeps the field's default,
+  or stays None where the field has none (a model built before the dataset completed its
+  config). Lists become tuples, ConfigDicts dicts, and the dtype string ('bfloat16') a
+  jnp.dtype. `overrides` are the model's to set, never the config's (e.g. HVT's
+  classifier='mean').
   """
-  fields = {f.name for f in dataclasses.fields(cls)} - {'parent', 'name'}
-  keys = set(cfg.keys()) - {'name'} - set(ignore)
+  fields = module_fields(cls)
+  valid = sorted(set(fields) - set(overrides))
+  keys = set(cfg.keys()) - {'name'}
   name = cfg.get('name', cls.__name__)
-  unknown = sorted(keys - (fields - set(overrides)))   # overrides are the model's to set
+  unknown = sorted(keys - set(valid))
   if unknown:
     raise ValueError(f'model {name!r}: unknown config.model key(s) {unknown}; valid keys: '
-                     f'{sorted(fields - set(overrides))}.')
-  missing = sorted(set(required) - keys)
+                     f'{valid}.')
+  unset = {k for k in keys if cfg[k] is None}
+  no_default = {k for k, f in fields.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+  missing = sorted((set(required) - (keys - unset)) | (no_default - keys - set(overrides)))
   if missing:
-    raise ValueError(f'model {name!r}: config.model is missing {missing}.')
-  kwargs = {k: _plain(cfg[k]) for k in keys}
+    raise ValueError(f'model {name!r}: config.model is missing {missing} (absent or None).')
+  kwargs = {k: _plain(cfg[k]) for k in keys if k not in unset or k in no_default}
   if 'dtype' in kwargs:
     kwargs['dtype'] = as_dtype(kwargs['dtype'])
   kwargs.update(overrides)

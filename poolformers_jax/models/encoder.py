@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import LearnedPositionEmbedding, masked_mean
-from poolformers_jax.models.block import TransformerBlock, model_kwargs
+from poolformers_jax.models.block import TransformerBlock, fields_of, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 Array = jax.Array
@@ -107,48 +107,41 @@ class ClassifierHead(nn.Module):
     return nn.Dense(self.num_classes, dtype=jnp.float32, name='logits')(x)
 
 
-class LraEncoder(nn.Module):
-  """Classification: tokens [B, L] -> logits [B, C]."""
-  encoder: SequenceEncoder
+class LraEncoder(SequenceEncoder, kw_only=True):
+  """Classification: tokens [B, L] -> logits [B, C]. The SequenceEncoder's fields (its parameters
+  under 'encoder') and the head's; `features` is what the head sees."""
   num_classes: int
   head_hidden_dim: int = 128
 
-  @nn.compact
-  def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
-    pooled = self.encoder(inputs, deterministic=deterministic)
-    return ClassifierHead(self.num_classes, self.head_hidden_dim, name='head')(pooled)
-
-
-class LraDualEncoder(nn.Module):
-  """Retrieval: token pairs [B, 2, L] -> logits [B, C]; one shared encoder for both documents."""
-  encoder: SequenceEncoder
-  num_classes: int
-  head_hidden_dim: int = 128
+  def features(self, encoder: SequenceEncoder, inputs: Array, deterministic: bool) -> Array:
+    return encoder(inputs, deterministic=deterministic)
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
+    encoder = SequenceEncoder(**fields_of(self, SequenceEncoder), name='encoder')
+    features = self.features(encoder, inputs, deterministic)
+    return ClassifierHead(self.num_classes, self.head_hidden_dim, name='head')(features)
+
+
+class LraDualEncoder(LraEncoder):
+  """Retrieval: token pairs [B, 2, L] -> logits [B, C]; one shared encoder for both documents,
+  the head sees [x0, x1, x0 * x1, x0 - x1]."""
+
+  def features(self, encoder: SequenceEncoder, inputs: Array, deterministic: bool) -> Array:
     if inputs.ndim != 3 or inputs.shape[1] != 2:
       raise ValueError(f'LraDualEncoder: expected token pairs [batch, 2, length], got shape '
                        f'{tuple(inputs.shape)}.')
     b, _, length = inputs.shape
-    pooled = self.encoder(inputs.reshape(2 * b, length), deterministic=deterministic)
+    pooled = encoder(inputs.reshape(2 * b, length), deterministic=deterministic)
     x0, x1 = pooled.reshape(b, 2, -1)[:, 0], pooled.reshape(b, 2, -1)[:, 1]
-    features = jnp.concatenate([x0, x1, x0 * x1, x0 - x1], axis=-1)
-    return ClassifierHead(self.num_classes, self.head_hidden_dim, name='head')(features)
-
-
-def _sequence_encoder(cfg) -> SequenceEncoder:
-  return SequenceEncoder(**model_kwargs(cfg, SequenceEncoder, ignore=_HEAD_KEYS), name='encoder')
-
-
-_HEAD_KEYS = ('num_classes', 'head_hidden_dim')
+    return jnp.concatenate([x0, x1, x0 * x1, x0 - x1], axis=-1)
 
 
 @register_model('lra_encoder')
 def build_lra_encoder(cfg) -> LraEncoder:
-  return LraEncoder(_sequence_encoder(cfg), cfg.num_classes, cfg.head_hidden_dim)
+  return LraEncoder(**model_kwargs(cfg, LraEncoder))
 
 
 @register_model('lra_dual_encoder')
 def build_lra_dual_encoder(cfg) -> LraDualEncoder:
-  return LraDualEncoder(_sequence_encoder(cfg), cfg.num_classes, cfg.head_hidden_dim)
+  return LraDualEncoder(**model_kwargs(cfg, LraDualEncoder))

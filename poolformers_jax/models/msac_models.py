@@ -48,7 +48,7 @@ import ml_collections
 
 from poolformers_jax.layers.common import Array, Dtype, check_image_input
 from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, Window
-from poolformers_jax.models.block import model_kwargs
+from poolformers_jax.models.block import fields_of, model_kwargs, module_fields
 from poolformers_jax.models.registry import register_model
 
 
@@ -135,9 +135,10 @@ class MSACResNet(nn.Module):
     return nn.Dense(self.num_classes, name='head')(x).astype(jnp.float32)
 
 
-class CrossAttentiveSimilarity(nn.Module):
-  """Sec. 6.1: image pairs [B, 2, H, W, C] -> t = [x, z] with segments -> MSAC ResNet -> logits."""
-  backbone: MSACResNet
+class CrossAttentiveSimilarity(MSACResNet):
+  """Sec. 6.1: image pairs [B, 2, H, W, C] -> t = [x, z] with segments -> MSAC ResNet -> logits.
+
+  The MSACResNet's fields (its parameters under 'backbone') and the segment augmentation's."""
   segment: str = 'add'
   segment_dim: int = 4
 
@@ -148,7 +149,8 @@ class CrossAttentiveSimilarity(nn.Module):
                        f'channels], got shape {tuple(inputs.shape)}.')
     t = CrossAttentiveInput(segment=self.segment, segment_dim=self.segment_dim,
                             name='cross_input')(inputs[:, 0], inputs[:, 1])
-    return self.backbone(t, deterministic=deterministic)
+    return MSACResNet(**fields_of(self, MSACResNet), name='backbone')(
+        t, deterministic=deterministic)
 
 
 # --------------------------------------------------------------------------- registry
@@ -173,29 +175,17 @@ def cross_attentive_similarity_config(num_classes: int = 2) -> ml_collections.Co
   return cfg
 
 
-def _check_fields(cfg, expected: ml_collections.ConfigDict) -> None:
-  keys, wanted = set(cfg.keys()), set(expected.keys())
-  if keys != wanted:
-    raise ValueError(f'{expected.name}: config.model is missing {sorted(wanted - keys)} and has '
-                     f'unknown {sorted(keys - wanted)}; start from '
-                     f'poolformers_jax.models.msac_models.{expected.name}_config().')
-
-
-def _resnet_from(cfg) -> MSACResNet:
-  return MSACResNet(**model_kwargs(cfg, MSACResNet, ignore=('segment', 'segment_dim')))
-
-
 @register_model('msac_resnet')
 def build_msac_resnet(cfg) -> MSACResNet:
-  _check_fields(cfg, msac_resnet_config())
-  return _resnet_from(cfg)
+  """Every field is required (the module docstring): start from msac_resnet_config()."""
+  return MSACResNet(**model_kwargs(cfg, MSACResNet, required=tuple(module_fields(MSACResNet))))
 
 
 @register_model('cross_attentive_similarity')
 def build_cross_attentive_similarity(cfg) -> CrossAttentiveSimilarity:
   """Sec. 6.1's image-pair model. Nothing trains it yet: it waits for an image-pair dataset
   (`register_dataset` with inputs [2, H, W, C] and same / different labels) and a config; the
-  forward pass and its shapes are tested (tests/models/test_msac_models.py)."""
-  _check_fields(cfg, cross_attentive_similarity_config())
-  return CrossAttentiveSimilarity(backbone=_resnet_from(cfg), segment=cfg.segment,
-                                  segment_dim=int(cfg.segment_dim))
+  forward pass and its shapes are tested (tests/models/test_msac_models.py). Every field is
+  required: start from cross_attentive_similarity_config()."""
+  required = tuple(module_fields(CrossAttentiveSimilarity))
+  return CrossAttentiveSimilarity(**model_kwargs(cfg, CrossAttentiveSimilarity, required=required))

@@ -28,14 +28,16 @@ from typing import Any, Mapping, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
+import optax
 from flax.core import FrozenDict
 
 from poolformers_jax.layers.common import Array, Dtype
 from poolformers_jax.layers.registry import MIXERS, mixer_fields
-from poolformers_jax.models.block import TransformerBlock, as_dtype
+from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 SSO_CLASSES = 3  # StructBERT: 0 = B follows A, 1 = B precedes A, 2 = B from another document
+MIXER_CHOICES = ('ponet', 'softmax')   # PoNet, or softmax attention (BERT, the baseline)
 _init = nn.initializers.normal(0.02)
 
 
@@ -78,11 +80,28 @@ class BertEncoderFields(nn.Module):
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
 
+  @nn.nowrap
+  def check_mixer(self) -> None:
+    """One line if the mixer or its options are not this model's (the builders call it, so a
+    config fails when the model is built)."""
+    name = type(self).__name__
+    if self.mixer not in MIXER_CHOICES:
+      raise ValueError(f'{name}: mixer must be one of {MIXER_CHOICES} (softmax = BERT), got '
+                       f'{self.mixer!r}.')
+    # The model sets these itself (heads, sentence segments from the inputs, dtype, dropout).
+    allowed = mixer_fields(MIXERS[self.mixer]) - {'num_heads', 'segment_num', 'dtype',
+                                                  'dropout_rate'}
+    bad = sorted(set(self.mixer_kwargs) - allowed)
+    if bad:
+      raise ValueError(f'{name}: mixer_kwargs {bad} are not {self.mixer} options this model '
+                       f'takes; valid: {sorted(allowed)}.')
+
   def encode(self, inputs: Array, segment_ids: Optional[Array], token_type_ids: Optional[Array],
              deterministic: bool) -> tuple[Array, nn.Embed]:
     """Hidden states [B, L, D] and the token embedding (for the tied MLM decoder). Called from
     the compact __call__ of a subclass, so parameter names are top-level."""
     name = type(self).__name__
+    self.check_mixer()
     if inputs.ndim == 3 and inputs.shape[1] == 2:
       inputs, segment_ids = inputs[:, 0], inputs[:, 1] if segment_ids is None else segment_ids
     if inputs.ndim != 2:
@@ -174,9 +193,41 @@ class PoNetClassifier(BertEncoderFields):
                     name='classifier')(pooled).astype(jnp.float32)
 
 
+# --------------------------------------------------------------------------------------------
+# The pre-training objective: the trainer's 'pretraining' task (train/tasks.py) uses these.
+
+def pretraining_sums(outputs, targets, weights, label_smoothing: float = 0.0):
+  """Per-batch sums of the 'pretraining' task (train/tasks.py): `outputs` of PoNetMLM,
+  `targets` {'mlm': [B, L] original ids at the chosen positions, -1 elsewhere; 'sso': [B]
+  sentence-structure labels}, `weights` [B] (0 = a padding example)."""
+  del label_smoothing
+  logits = outputs['mlm_logits'].astype(jnp.float32)
+  chosen = (targets['mlm'] >= 0).astype(jnp.float32) * weights[:, None]
+  ids = jnp.maximum(targets['mlm'], 0).astype(jnp.int32)
+  token_ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
+  sums = {'mlm_loss': jnp.sum(token_ce * chosen),
+          'mlm_correct': jnp.sum((jnp.argmax(logits, -1) == ids) * chosen),
+          'mlm_count': jnp.sum(chosen), 'count': jnp.sum(weights)}
+  if 'sso_logits' in outputs:
+    s_logits = outputs['sso_logits'].astype(jnp.float32)
+    labels = targets['sso'].astype(jnp.int32)
+    sums['sso_loss'] = jnp.sum(
+        optax.softmax_cross_entropy_with_integer_labels(s_logits, labels) * weights)
+    sums['sso_correct'] = jnp.sum((jnp.argmax(s_logits, -1) == labels) * weights)
+  return sums
+
+
+def pretraining_objective(sums):
+  """The official total: MLM mean over chosen tokens + sentence-task mean over pairs."""
+  loss = sums['mlm_loss'] / jnp.maximum(sums['mlm_count'], 1.0)
+  if 'sso_loss' in sums:
+    loss = loss + sums['sso_loss'] / jnp.maximum(sums['count'], 1.0)
+  return loss
+
+
 def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
-  """MLM + SSO loss of PoNet pre-training (the official total is their plain sum); the
-  'pretraining' task of the trainer (train/text_tasks.py) on one unpadded batch.
+  """MLM + SSO loss of PoNet pre-training (the official total is their plain sum): the
+  'pretraining' objective above on one unpadded batch.
 
   batch keys:
     'mlm_targets': int [B, L], the original token id at each position chosen for prediction
@@ -187,56 +238,29 @@ def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array,
   The MLM loss is the mean cross-entropy over the chosen positions of the whole batch; the SSO loss
   the mean over examples. Returns (loss, metrics with both parts and their accuracies).
   """
-  from poolformers_jax.train import text_tasks  # pylint: disable=g-import-not-at-top
   chosen = batch['mlm_weights'] > 0
   targets = {'mlm': jnp.where(chosen, batch['mlm_targets'], -1), 'sso': batch['sso_targets']}
-  sums = text_tasks.pretraining_sums(outputs, targets, jnp.ones(chosen.shape[:1], jnp.float32))
+  sums = pretraining_sums(outputs, targets, jnp.ones(chosen.shape[:1], jnp.float32))
   tokens, pairs = jnp.maximum(sums['mlm_count'], 1.0), sums['count']
   metrics = {'mlm_loss': sums['mlm_loss'] / tokens, 'sso_loss': sums['sso_loss'] / pairs,
              'mlm_accuracy': sums['mlm_correct'] / tokens, 'sso_accuracy': sums['sso_correct'] / pairs}
-  return text_tasks.pretraining_objective(sums), metrics
+  return pretraining_objective(sums), metrics
 
 
 _REQUIRED = ('vocab_size', 'emb_dim', 'num_layers', 'num_heads', 'mlp_dim', 'max_length')
-_OPTIONAL = ('type_vocab_size', 'dropout_rate', 'cls_id', 'sep_id', 'layer_norm_eps', 'dtype',
-             'mixer_kwargs', 'mixer')
-
-
-def _kwargs(cfg, name: str, extra: tuple[str, ...]) -> dict[str, Any]:
-  """Checked constructor arguments of `cfg` (config.model)."""
-  unknown = sorted(set(cfg.keys()) - set(_REQUIRED + _OPTIONAL + extra) - {'name'})
-  if unknown:
-    raise ValueError(f'{name}: unknown model config keys {unknown}; valid keys: '
-                     f'{sorted(_REQUIRED + _OPTIONAL + extra)}.')
-  missing = [k for k in _REQUIRED if k not in cfg or cfg[k] is None]
-  if missing:
-    raise ValueError(f'{name}: model config is missing {missing}.')
-  mixer = cfg.get('mixer', 'ponet')
-  if mixer not in ('ponet', 'softmax'):
-    raise ValueError(f"{name}: mixer must be 'ponet' or 'softmax' (BERT), got {mixer!r}.")
-  kwargs = {k: cfg[k] for k in _REQUIRED + _OPTIONAL + extra
-            if k in cfg and k != 'mixer_kwargs' and cfg[k] is not None}
-  mixer_kwargs = cfg.get('mixer_kwargs', None) or {}
-  if hasattr(mixer_kwargs, 'to_dict'):
-    mixer_kwargs = mixer_kwargs.to_dict()
-  allowed = mixer_fields(MIXERS[mixer]) - {'num_heads', 'segment_num', 'dtype', 'dropout_rate'}
-  bad = sorted(set(mixer_kwargs) - allowed)
-  if bad:
-    raise ValueError(f'{name}: mixer_kwargs {bad} are not {mixer} options this model takes; '
-                     f'valid: {sorted(allowed)}.')
-  if 'dtype' in kwargs:
-    kwargs['dtype'] = as_dtype(kwargs['dtype'])
-  return dict(kwargs, mixer_kwargs=FrozenDict(mixer_kwargs))
 
 
 @register_model('ponet_mlm')
 def build(cfg) -> PoNetMLM:
-  """`cfg` = config.model with the keys of `_REQUIRED` (and optionally `_OPTIONAL`,
-  'sentence_classes') plus 'name'."""
-  return PoNetMLM(**_kwargs(cfg, 'ponet_mlm', ('sentence_classes',)))
+  """`cfg` = config.model: the fields of PoNetMLM, `_REQUIRED` among them, plus 'name'."""
+  model = PoNetMLM(**model_kwargs(cfg, PoNetMLM, required=_REQUIRED))
+  model.check_mixer()
+  return model
 
 
 @register_model('ponet_classifier')
 def build_classifier(cfg) -> PoNetClassifier:
   """As ponet_mlm, with 'num_classes' (1 = regression) instead of 'sentence_classes'."""
-  return PoNetClassifier(**_kwargs(cfg, 'ponet_classifier', ('num_classes',)))
+  model = PoNetClassifier(**model_kwargs(cfg, PoNetClassifier, required=_REQUIRED))
+  model.check_mixer()
+  return model

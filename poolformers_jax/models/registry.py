@@ -2,7 +2,8 @@
 
 Model files register their constructors with `@register_model('name')` (and are listed in
 poolformers_jax/registry.py); a constructor takes the `config.model` ConfigDict and returns an
-unbound Flax module, usually `Cls(**model_kwargs(cfg, Cls))` (models/block.py).
+unbound Flax module, always `Cls(**model_kwargs(cfg, Cls, ...))` (models/block.py): every config
+key is a field of the model class, checked in that one place.
 `build_model(config)` is the only entry point the trainer, eval, summary and tests use.
 """
 from __future__ import annotations

@@ -40,12 +40,15 @@ import jax.numpy as jnp
 from poolformers_jax.layers.registry import MIXERS
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
 from poolformers_jax.layers.common import NEG_INF, Array, Dtype, MlpBlock, check_heads, sinusoids_at
-from poolformers_jax.layers.context_pool import (POOL_OPTIONS, ContextPool, check_pool_options,
-                                                 context_pool, predicted_channels, predictor_width)
+from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, context_pool,
+                                                 predicted_channels, predictor_width)
 from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPSILON = 1e-6
+# The model's token ids: 0 = padding and the decoder's start token (shift_right), 1 = end of
+# sentence (decoding stops there). data/translation.py builds its vocabulary on them.
+PAD_ID, EOS_ID = 0, 1
 PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                 'targets_positions')
 
@@ -138,24 +141,18 @@ class _PredictorStep(nn.Module):
     return self.fc2(nn.gelu(self.fc1(x)))
 
 
-class ContextPoolStep(nn.Module):
+class ContextPoolStep(ContextPoolOptions):
   """Causal ContextPool for decoding: one new token per call, the same parameters (submodule
   'predictor') and output as ContextPool(causal=True) at that position. Cached: the inputs so
   far (two leading zero slots = the causal conv's padding), the predictor's hidden states and the
   pooling-weight logits. Supported: predictor 'conv' / 'mlp', every weights option, every
-  locality except 'random_sparse'."""
-  weights: str = 'learned'
-  locality: str = 'gaussian'
-  predictor: str = 'conv'
-  size_ratio: float = 0.1
-  predictor_dim: Optional[int] = None
-  window_size: int = 5
+  locality except 'random_sparse'. The options are ContextPoolOptions' (as ContextPool's)."""
   dtype: Optional[Dtype] = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
     name = type(self).__name__
-    check_pool_options(name, *(getattr(self, f) for f in POOL_OPTIONS))
+    self.check_pool_options()
     if self.predictor == 'attention' or self.locality == 'random_sparse':
       raise ValueError(f"{name}: cached decoding supports predictor 'conv'/'mlp' and every "
                        "locality but 'random_sparse'; decode without a cache for the others.")

@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.data.translation import EOS_ID, PAD_ID
+from poolformers_jax.models.seq2seq import EOS_ID, PAD_ID
 
 NEG_INF = -1.0e7
 

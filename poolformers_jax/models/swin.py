@@ -156,7 +156,7 @@ class SwinBlock(nn.Module):
     allowed = shifted_window_mask(h, w, window, shift) if shift else None
     y = nn.LayerNorm(LAYER_NORM_EPS, dtype=self.dtype, name='norm1')(x)
     if self.context_pool:
-      windows = WindowContextPool(window, shift, self.cp_predictor_dim,
+      windows = WindowContextPool(window, shift, predictor_dim=self.cp_predictor_dim,
                                   size_ratio=self.cp_size_ratio, dtype=self.dtype,
                                   name='context_pool')(y, allowed)
     else:

@@ -19,37 +19,14 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from poolformers_jax.models.ponet_mlm import pretraining_objective, pretraining_sums  # noqa: F401
+
 Array = jax.Array
 
 
 # --------------------------------------------------------------------------------------------
-# Pre-training: MLM + sentence-structure objective.
-
-def pretraining_sums(outputs, targets, weights, label_smoothing: float = 0.0):
-  del label_smoothing
-  logits = outputs['mlm_logits'].astype(jnp.float32)
-  chosen = (targets['mlm'] >= 0).astype(jnp.float32) * weights[:, None]
-  ids = jnp.maximum(targets['mlm'], 0).astype(jnp.int32)
-  token_ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
-  sums = {'mlm_loss': jnp.sum(token_ce * chosen),
-          'mlm_correct': jnp.sum((jnp.argmax(logits, -1) == ids) * chosen),
-          'mlm_count': jnp.sum(chosen), 'count': jnp.sum(weights)}
-  if 'sso_logits' in outputs:
-    s_logits = outputs['sso_logits'].astype(jnp.float32)
-    labels = targets['sso'].astype(jnp.int32)
-    sums['sso_loss'] = jnp.sum(
-        optax.softmax_cross_entropy_with_integer_labels(s_logits, labels) * weights)
-    sums['sso_correct'] = jnp.sum((jnp.argmax(s_logits, -1) == labels) * weights)
-  return sums
-
-
-def pretraining_objective(sums):
-  """The official total: MLM mean over chosen tokens + sentence-task mean over pairs."""
-  loss = sums['mlm_loss'] / jnp.maximum(sums['mlm_count'], 1.0)
-  if 'sso_loss' in sums:
-    loss = loss + sums['sso_loss'] / jnp.maximum(sums['count'], 1.0)
-  return loss
-
+# Pre-training: MLM + sentence-structure objective. Its sums and objective live beside the
+# model they train (models/ponet_mlm.py, imported above); the summary is here.
 
 def pretraining_summary(totals, rows=None):
   del rows

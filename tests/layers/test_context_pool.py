@@ -1,4 +1,6 @@
 """ContextPool: Eq. 4 against numpy loops, identities, padding, causality, ablations, 2D form."""
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -6,7 +8,9 @@ import pytest
 
 from poolformers_jax import testing as T
 from poolformers_jax.layers import (ContextPool, ContextPool2D, ContextPoolAttention,
-                                    MultiHeadAttention, build_mixer)
+                                    ContextPoolOptions, MultiHeadAttention, WindowContextPool,
+                                    build_mixer)
+from poolformers_jax.layers.context_pool import POOL_OPTIONS
 
 # Every non-default row of the paper's Tables 1-3.
 VARIANTS = [dict(weights='uniform'), dict(weights='unnormalized'), dict(weights='nonlocal'),
@@ -160,6 +164,31 @@ def test_bad_option_strings(field):
     assert '\n' not in str(err.value)
   with pytest.raises(ValueError, match=f'unknown {field}'):
     ContextPool2D(**{field: 'bogus'}).init(jax.random.PRNGKey(0), jnp.zeros(IMAGE))
+
+
+def test_one_definition_of_the_options_and_the_defaults_each_form_keeps():
+  """ContextPoolOptions declares the options once; every form inherits them, keyword-only after
+  its own positional fields, with the defaults that differ on purpose (2D window 3 pixels,
+  CP-Swin's predictor width 8)."""
+  from poolformers_jax.models.seq2seq import ContextPoolStep   # the decoding form
+  forms = (ContextPool, ContextPool2D, WindowContextPool, ContextPoolAttention, ContextPoolStep)
+  assert POOL_OPTIONS == ('weights', 'locality', 'predictor', 'size_ratio', 'predictor_dim',
+                          'window_size')
+  paper = dict(weights='learned', locality='gaussian', predictor='conv', size_ratio=0.1,
+               predictor_dim=None, window_size=5)
+  built = {ContextPool: ContextPool(), ContextPool2D: ContextPool2D(4),
+           WindowContextPool: WindowContextPool(7, 3), ContextPoolAttention: ContextPoolAttention(2),
+           ContextPoolStep: ContextPoolStep()}
+  for cls in forms:
+    assert issubclass(cls, ContextPoolOptions)
+    own = {f for f in vars(cls)['__annotations__'] if f in POOL_OPTIONS}   # redeclared here
+    expected = dict(paper, **{ContextPool2D: dict(window_size=3),
+                              WindowContextPool: dict(predictor_dim=8)}.get(cls, {}))
+    assert built[cls].pool_options() == expected, cls.__name__
+    assert own == {k for k in expected if expected[k] != paper[k]}, cls.__name__
+    parameters = inspect.signature(cls).parameters
+    assert all(parameters[o].kind == inspect.Parameter.KEYWORD_ONLY for o in POOL_OPTIONS)
+  assert built[ContextPool2D].stride == 4 and built[WindowContextPool].shift == 3
 
 
 def test_bad_inputs():

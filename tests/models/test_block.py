@@ -83,3 +83,19 @@ def test_model_kwargs_converts_and_rejects():
     model_kwargs(cfg, M, dtype=None)                         # set by the model, not the config
   with pytest.raises(ValueError, match=r"missing \['depth'\]"):
     model_kwargs(cfg, M, required=('depth',))
+
+
+def test_model_kwargs_unset_placeholders():
+  """A key set to None (a placeholder the dataset fills later) keeps the field's default, or
+  stays None without one; a required key must be set, a field without a default must be a key."""
+
+  class M(nn.Module):
+    vocab_size: int
+    cls_id: int = 101
+
+  cfg = ml_collections.ConfigDict(dict(name='m', vocab_size=None, cls_id=None))
+  assert model_kwargs(cfg, M) == {'vocab_size': None}
+  with pytest.raises(ValueError, match=r"missing \['vocab_size'\] \(absent or None\)"):
+    model_kwargs(cfg, M, required=('vocab_size',))
+  with pytest.raises(ValueError, match=r"missing \['vocab_size'\]"):
+    model_kwargs(ml_collections.ConfigDict(dict(name='m', cls_id=7)), M)

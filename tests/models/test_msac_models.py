@@ -86,7 +86,7 @@ def test_config_and_input_errors():
   cfg = _tiny(msac_resnet_config())
   with cfg.unlocked():
     cfg.segment = 'add'
-  with pytest.raises(ValueError, match=r"unknown \['segment'\]"):
+  with pytest.raises(ValueError, match=r"unknown config.model key\(s\) \['segment'\]"):
     build_model(cfg)
   cfg = cross_attentive_similarity_config()
   del cfg['segment_dim']

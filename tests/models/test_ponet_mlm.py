@@ -112,7 +112,7 @@ def test_finite_grads_with_dropout(model_and_params):
 
 
 def test_config_errors():
-  with pytest.raises(ValueError, match='unknown model config keys'):
+  with pytest.raises(ValueError, match=r"unknown config.model key\(s\) \['hidden'\]"):
     build_model(_config(hidden=3))
   with pytest.raises(ValueError, match='exceeds max_length'):
     model = build_model(_config(max_length=8))
