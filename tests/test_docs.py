@@ -43,6 +43,9 @@ NOT_OURS = {
     ('tests/fixtures/make_ponet_fixture.py', 'models/modeling_ponet.py'): 'the official PoNet code',
     ('tests/train/test_errors.py', 'configs/lra_nofile.py'): 'missing on purpose',
     ('tests/train/test_robust.py', 'data/process_0-of-1.json'): 'a file inside a checkpoint',
+    **{('tests/test_layering.py', path): "the layering check's made-up module"
+       for path in ('layers/x.py', 'poolformers_jax/layers/x.py', 'models/x.py',
+                    'poolformers_jax/models/x.py')},
 }
 
 
