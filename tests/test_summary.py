@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from poolformers_jax import summary
 from poolformers_jax.models import build_model
+from poolformers_jax.train.setup import completed_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_OVERRIDES = dict(hidden_dim=16, depth=2, num_heads=2, image_size=32, patch_size=4, num_stages=2)
@@ -29,7 +30,7 @@ def tiny_hvt_config():
 def test_summary_of_a_tiny_hvt():
   config = tiny_hvt_config()
   out = summary.summarize(config, batch_size=2)
-  model = build_model(config)
+  model = build_model(completed_config(config, need_files=False)[0])   # 100 classes: the data
   abstract = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3))))
   params = sum(math.prod(p.shape) for p in jax.tree_util.tree_leaves(abstract['params']))
   assert out['params'] == params
@@ -68,3 +69,36 @@ def test_command_line_prints_one_json_object():
   out = json.loads(lines[0])
   assert out['stage_lengths'] == [64, 31, 15] and out['batch_size'] == 2
   assert {'params', 'macs', 'train_step_memory_bytes'} <= set(out)
+
+
+# Every registered model, sized by summary from a config file: the file's smallest size, made
+# smaller still by overrides where the file has no size word (vision); batch 8.
+SIZED_BY = {
+    'lra_encoder': ('lra_listops.py:tiny', {}),
+    'lra_dual_encoder': ('lra_retrieval.py:tiny', {}),
+    'char_lm': ('enwik8.py:tiny', {}),
+    'transformer_seq2seq': ('wmt14.py:tiny', {}),
+    'ponet_mlm': ('ponet_pretrain.py:sso,tiny', {}),
+    'ponet_classifier': ('glue.py:cola,tiny', {}),
+    'vit': ('cifar.py:deit_ti', {k: v for k, v in TINY_OVERRIDES.items() if k != 'num_stages'}),
+    'hvt': ('cifar.py:hvt_s_4', TINY_OVERRIDES),
+    'swin': ('imagenet.py:swin_b', dict(image_size=32, embed_dim=8, depths=(1, 1),
+                                        num_heads=(1, 2), window_size=4)),
+    'cp_convnet': ('cifar.py:cp_convnet', dict(widths=(8, 8, 8), convs_per_stage=1)),
+    'msac_resnet': ('cifar.py:msac_resnet', dict(stage_widths=(8, 8, 8), stage_blocks=(1, 1, 1))),
+    'cross_attentive_similarity': ('cifar.py:cross_attentive_similarity',
+                                   dict(stage_widths=(8, 8, 8), stage_blocks=(1, 1, 1))),
+}
+
+
+def test_every_registered_model_is_sized_from_a_config_file():
+  from poolformers_jax.models import MODELS
+  from poolformers_jax.train import cli
+  assert set(SIZED_BY) == set(MODELS)
+  for name, (spec, model_overrides) in SIZED_BY.items():
+    config = cli.load_config_file(os.path.join(ROOT, 'configs', spec))
+    config.model.update(model_overrides)     # as --config.model.k=v: the data follows image_size
+    out = summary.summarize(config, batch_size=8)
+    assert out['model'] == name and out['params'] > 0 and out['macs'] > 0, (name, out)
+    # float32 parameters and two AdamW moments are arguments of the step, at least
+    assert out['train_step_memory']['argument'] >= 3 * 4 * out['params'], (name, out)
