@@ -9,6 +9,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from poolformers_jax import summary
 from poolformers_jax.models import build_model
@@ -72,7 +73,10 @@ def test_command_line_prints_one_json_object():
 
 
 # Every registered model, sized by summary from a config file: the file's smallest size, made
-# smaller still by overrides where the file has no size word (vision); batch 8.
+# smaller still by overrides (as --config.k=v) where the file has no size word (vision); batch 8.
+MODEL = lambda **fields: {f'model.{k}': v for k, v in fields.items()}
+SMALL_MSAC = dict(MODEL(stage_widths=(8, 8, 8), stage_blocks=(1, 1, 1), msac_stages=(2,),
+                        num_heads=1), **{'data.image_size': 16})
 SIZED_BY = {
     'lra_encoder': ('lra_listops.py:tiny', {}),
     'lra_dual_encoder': ('lra_retrieval.py:tiny', {}),
@@ -80,25 +84,29 @@ SIZED_BY = {
     'transformer_seq2seq': ('wmt14.py:tiny', {}),
     'ponet_mlm': ('ponet_pretrain.py:sso,tiny', {}),
     'ponet_classifier': ('glue.py:cola,tiny', {}),
-    'vit': ('cifar.py:deit_ti', {k: v for k, v in TINY_OVERRIDES.items() if k != 'num_stages'}),
-    'hvt': ('cifar.py:hvt_s_4', TINY_OVERRIDES),
-    'swin': ('imagenet.py:swin_b', dict(image_size=32, embed_dim=8, depths=(1, 1),
-                                        num_heads=(1, 2), window_size=4)),
-    'cp_convnet': ('cifar.py:cp_convnet', dict(widths=(8, 8, 8), convs_per_stage=1)),
-    'msac_resnet': ('cifar.py:msac_resnet', dict(stage_widths=(8, 8, 8), stage_blocks=(1, 1, 1))),
-    'cross_attentive_similarity': ('cifar.py:cross_attentive_similarity',
-                                   dict(stage_widths=(8, 8, 8), stage_blocks=(1, 1, 1))),
+    'vit': ('cifar.py:deit_ti', MODEL(**{k: v for k, v in TINY_OVERRIDES.items()
+                                         if k != 'num_stages'})),
+    'hvt': ('cifar.py:hvt_s_4', MODEL(**TINY_OVERRIDES)),
+    'swin': ('imagenet.py:swin_b', MODEL(image_size=32, embed_dim=8, depths=(1, 1),
+                                         num_heads=(1, 2), window_size=4)),
+    'cp_convnet': ('cifar.py:cp_convnet', MODEL(widths=(8, 8, 8), convs_per_stage=1)),
+    'msac_resnet': ('cifar.py:msac_resnet', SMALL_MSAC),
+    'cross_attentive_similarity': ('cifar.py:cross_attentive_similarity', SMALL_MSAC),
 }
 
 
-def test_every_registered_model_is_sized_from_a_config_file():
+def test_every_registered_model_has_a_config_file_to_size_it():
   from poolformers_jax.models import MODELS
-  from poolformers_jax.train import cli
   assert set(SIZED_BY) == set(MODELS)
-  for name, (spec, model_overrides) in SIZED_BY.items():
-    config = cli.load_config_file(os.path.join(ROOT, 'configs', spec))
-    config.model.update(model_overrides)     # as --config.model.k=v: the data follows image_size
-    out = summary.summarize(config, batch_size=8)
-    assert out['model'] == name and out['params'] > 0 and out['macs'] > 0, (name, out)
-    # float32 parameters and two AdamW moments are arguments of the step, at least
-    assert out['train_step_memory']['argument'] >= 3 * 4 * out['params'], (name, out)
+
+
+@pytest.mark.parametrize('name', sorted(SIZED_BY))
+def test_summary_sizes_the_model_from_its_config_file(name):
+  from poolformers_jax.train import cli
+  spec, overrides = SIZED_BY[name]
+  config = cli.load_config_file(os.path.join(ROOT, 'configs', spec))
+  config.update_from_flattened_dict(overrides)   # as --config.k=v: the data follows image_size
+  out = summary.summarize(config, batch_size=8)
+  assert out['model'] == name and out['params'] > 0 and out['macs'] > 0, out
+  # float32 parameters and two AdamW moments are arguments of the step, at least
+  assert out['train_step_memory']['argument'] >= 3 * 4 * out['params'], out
