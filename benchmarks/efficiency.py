@@ -1,7 +1,7 @@
 r"""The papers' efficiency tables in one command: whole TRAINING steps of the LRA text model.
 
-Mode `train` (default): one jitted training step (forward with dropout, backward, the AdamW update
-of `configs/lra_text.py` via `make_optimizer`) of the LRA text model (2 pre-LN layers, dim 64,
+Mode `train` (default): THE training step of the trainer (train/step.py: forward with dropout,
+backward, the AdamW update of `configs/lra_text.py`, metric sums and the NaN guard) of the LRA text model (2 pre-LN layers, dim 64,
 2 heads, FFN 128, mean pooling; batch 32 as in PoNet's table, `--batch` / `--dtype` change it) for
 every registered mixer, for:
 - `softmax/<impl>`: softmax attention in each `MultiHeadAttention.implementation` that runs on
@@ -58,9 +58,8 @@ import optax  # noqa: E402
 from poolformers_jax.layers import MIXERS, build_mixer, register_mixer  # noqa: E402
 from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
 from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
-from poolformers_jax.models import build_model  # noqa: E402
-from poolformers_jax.train import host_memory  # noqa: E402
-from poolformers_jax.train.optim import make_optimizer  # noqa: E402
+from poolformers_jax.train import host_memory, state as state_lib, step as step_lib  # noqa: E402
+from poolformers_jax.train.setup import make_setup, variables_of  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where efficiency.json / .md / .png are written.')
@@ -138,34 +137,30 @@ def lra_text_config(entry: str, length: int, batch: int, dtype: str):
   if impl:
     kwargs['implementation'] = impl
   config.model.mixer_kwargs = kwargs
-  config.model.update(max_length=length, vocab_size=257, num_classes=2, dtype=dtype)
-  config.batch_size = batch
+  config.model.dtype = dtype
+  config.data.max_length = length
+  config.update(batch_size=batch, num_devices=1)
   return config
 
 
 def build_step(entry: str, length: int, batch: int, dtype: str):
-  """(jitted train step, state, batch, jitted forward loss) for one point."""
-  config = lra_text_config(entry, length, batch, dtype)
-  model, tx = build_model(config), make_optimizer(config)
+  """(compiled trainer step (step.compile_train_step), state, batch, jitted forward loss) for
+  one point; the step runs as `run(state, batch) -> (state, its step count)`."""
+  setup = make_setup(lra_text_config(entry, length, batch, dtype), need_files=False)
+  compiled = step_lib.compile_train_step(setup)
   key = jax.random.PRNGKey(0)
-  inputs = jax.random.randint(key, (batch, length), 1, 257)      # every token real
-  data = {'inputs': inputs, 'targets': jnp.arange(batch) % 2}
+  inputs = jax.random.randint(key, (batch, length), 1, 257, jnp.int32)   # every token real
+  data = {'inputs': inputs, 'targets': jnp.arange(batch, dtype=jnp.int32) % 2}
 
-  def loss_fn(params, data, rng):
-    logits = model.apply({'params': params}, data['inputs'], deterministic=False,
-                         rngs={'dropout': rng})
+  def loss_fn(variables, data):
+    logits = setup.model.apply(variables, data['inputs'], deterministic=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, data['targets']).mean()
 
-  def train_step(state, data):
-    params, opt_state, rng = state
-    rng, sub = jax.random.split(rng)
-    loss, grads = jax.value_and_grad(loss_fn)(params, data, sub)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return (optax.apply_updates(params, updates), opt_state, rng), loss
-
-  params = jax.jit(model.init)(key, inputs[:, :min(length, 64)])['params']
-  state = (params, jax.jit(tx.init)(params), key)
-  return jax.jit(train_step, donate_argnums=0), state, data, jax.jit(loss_fn)
+  train_state = state_lib.create_train_state(setup.model, setup.tx, setup.info, key, setup.mesh)
+  variables = variables_of(train_state)
+  runner = compiled.runner(train_state, setup.mesh, key)
+  run = lambda state, data: (state, runner(data))   # the state lives in the runner
+  return (run, compiled.memory), variables, data, jax.jit(loss_fn)
 
 
 def is_oom(error: Exception) -> bool:
@@ -175,14 +170,12 @@ def is_oom(error: Exception) -> bool:
 
 def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float) -> dict:
   """Compiles one point: FLOPs, compiled memory, and (if it fits) what timing needs."""
-  step, state, data, loss_fn = build_step(entry, length, batch, dtype)
-  forward = loss_fn.lower(state[0], data, state[2]).cost_analysis()
-  compiled = step.lower(state, data).compile()
-  memory = compiled.memory_analysis()
+  (compiled, memory), state, data, loss_fn = build_step(entry, length, batch, dtype)
+  forward = loss_fn.lower(state, data).cost_analysis()
   point = {'status': 'ok', 'step_ms': None, 'steps_per_s': None, 'timed_steps': 0,
            'forward_gflops': float(forward.get('flops', float('nan'))) / 1e9,
-           'compiled_temp_bytes': int(memory.temp_size_in_bytes),
-           'argument_bytes': int(memory.argument_size_in_bytes),
+           'compiled_temp_bytes': memory['temp'],
+           'argument_bytes': memory['argument'],
            'memory_bytes': None, 'memory_kind': 'peak device bytes' if on_gpu()
            else 'compiled temp bytes', 'first_step_s': None}
   if not on_gpu():

@@ -38,7 +38,7 @@ def measure(config_spec: str, steps: int) -> dict:
   applied = host_memory.keep_freed_memory()
   import jax
   from poolformers_jax import data
-  from poolformers_jax.train import cli, loop, sharding, state as state_lib
+  from poolformers_jax.train import cli, sharding, state as state_lib, step as step_lib
   from poolformers_jax.train.setup import make_setup, process_slice
   setup = make_setup(cli.load_config_file(config_spec))
   train_iter = data.make_train_iterator(setup.config, seed=0, **process_slice())
@@ -46,9 +46,8 @@ def measure(config_spec: str, steps: int) -> dict:
   batch = next_batch()
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
-  acc = loop.new_accumulator(setup.mesh, loop.accumulator_shapes(setup, state, batch))
-  rng = jax.random.PRNGKey(1)
-  step = loop.make_train_step(setup).lower(state, acc, batch, rng).compile()
+  compiled = step_lib.compile_train_step(setup)   # the trainer's step
+  acc, rng, step = compiled.new_accumulator(setup.mesh), jax.random.PRNGKey(1), compiled.run
   for _ in range(20):
     state, acc = step(state, acc, batch, rng)
   jax.block_until_ready(state)

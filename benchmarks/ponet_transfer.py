@@ -1,8 +1,8 @@
 r"""Pre-training cost of PoNet vs BERT (softmax attention): steps/s and compiled memory.
 
-One full pre-training step of `ponet_mlm` (embeddings, post-LN blocks, tied MLM head over the
-vocabulary, SSO head; MLM + SSO loss; AdamW update), jitted, for mixer 'ponet' and 'softmax'
-(BERT) at each length; both measured in the same process, so the ratios are what transfers
+THE trainer's pre-training step (train/step.py) of `configs/ponet_pretrain.py:sso` (embeddings,
+post-LN blocks, tied MLM head over the vocabulary, SSO head; MLM + SSO loss; AdamW update with
+clipping) for mixer 'ponet' and 'softmax' (BERT, `:sso,bert`) at each length, resized by the flags; both measured in the same process, so the ratios are what transfers
 between machines:
 - steps/s: 1 / median wall time of a step over `--repeats` runs after a warm-up, the two
   models' steps interleaved so that both see the same load of a shared machine;
@@ -19,6 +19,7 @@ import os
 os.environ['XLA_FLAGS'] = ' '.join(
     [os.environ.get('XLA_FLAGS', ''), '--xla_cpu_experimental_ynn_fusion_type=-reduce']).strip()
 
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
@@ -26,12 +27,13 @@ import time  # noqa: E402
 from absl import app, flags  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
-import optax  # noqa: E402
 
-from poolformers_jax.models import build_model  # noqa: E402
-from poolformers_jax.train import text_tasks  # noqa: E402
+from poolformers_jax import data  # noqa: E402
+from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib  # noqa: E402
+from poolformers_jax.train.setup import make_setup  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where ponet_transfer.json is written.')
@@ -44,49 +46,48 @@ flags.DEFINE_integer('vocab_size', 8192, 'Vocabulary (BERT uncased: 30522).')
 flags.DEFINE_integer('repeats', 5, 'Timed steps per point (median reported).')
 flags.mark_flag_as_required('output_dir')
 
-FAMILIES = {'ponet': 'ponet', 'bert': 'softmax'}
+FAMILIES = ('ponet', 'bert')
 
 
 def batch_of(length: int, batch: int, vocab: int):
-  """"[CLS] A [SEP] B [SEP]" of random tokens, 15 % of the tokens to predict, an SSO label."""
+  """"[CLS] A [SEP] B [SEP]" of random tokens with a segment id per 32-token "sentence", 15 % of
+  the tokens to predict, an SSO label: the arrays of data/bert_text.py's pre-training examples."""
   rng = np.random.default_rng(0)
   ids = rng.integers(1000, vocab, (batch, length)).astype(np.int32)
   ids[:, 0], ids[:, length // 2], ids[:, -1] = 101, 102, 102
+  segments = np.broadcast_to(1 + np.arange(length, dtype=np.int32) // 32, (batch, length)).copy()
+  segments[:, 0] = 0
   mlm = np.where(rng.random((batch, length)) < 0.15, ids, -1).astype(np.int32)
-  return jnp.asarray(ids), {'mlm': jnp.asarray(mlm), 'sso': jnp.zeros((batch,), jnp.int32)}
+  return {'inputs': jnp.asarray(np.stack([ids, segments], 1)),
+          'targets': {'mlm': jnp.asarray(mlm), 'sso': jnp.zeros((batch,), jnp.int32)}}
 
 
 def compile_step(family: str, length: int):
-  """(compiled step, its arguments, result dict with memory and parameter count)."""
-  model = build_model(ml_collections.ConfigDict(dict(
-      name='ponet_mlm', mixer=FAMILIES[family], vocab_size=FLAGS.vocab_size,
-      emb_dim=FLAGS.emb_dim, num_layers=FLAGS.num_layers, num_heads=FLAGS.num_heads,
-      mlp_dim=4 * FLAGS.emb_dim, max_length=length)))
-  inputs, targets = batch_of(length, FLAGS.batch, FLAGS.vocab_size)
-  params = jax.jit(model.init)(jax.random.PRNGKey(0), inputs)['params']
-  tx = optax.adamw(1e-4)
-  opt_state = tx.init(params)
-
-  def step(params, opt_state, rng, inputs, targets):   # the batch as arguments: no constants
-    def loss_fn(p):
-      out = model.apply({'params': p}, inputs, deterministic=False, rngs={'dropout': rng})
-      sums = text_tasks.pretraining_sums(out, targets, jnp.ones((FLAGS.batch,)))
-      return text_tasks.pretraining_objective(sums)
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
-
-  args = [params, opt_state, jax.random.PRNGKey(1), inputs, targets]
-  compiled = jax.jit(step).lower(*args).compile()
-  result = {'step_temp_bytes': int(compiled.memory_analysis().temp_size_in_bytes),
-            'params': int(sum(np.prod(p.shape) for p in jax.tree.leaves(params)))}
-  jax.block_until_ready(compiled(*args))   # warm-up
-  return compiled, args, result
+  """(the step to time, the batch, result dict with memory and parameter count)."""
+  spec = os.path.join(ROOT, 'configs', 'ponet_pretrain.py') + (':sso,bert' if family == 'bert'
+                                                                else ':sso')
+  config = config_utils.override(cli.load_config_file(spec), **{
+      'model.emb_dim': FLAGS.emb_dim, 'model.num_layers': FLAGS.num_layers,
+      'model.num_heads': FLAGS.num_heads, 'model.mlp_dim': 4 * FLAGS.emb_dim,
+      'data.max_length': length, 'batch_size': FLAGS.batch, 'num_devices': 1})
+  # The data's description without a corpus, with this benchmark's vocabulary.
+  info = dataclasses.replace(data.DATASETS['text_pretraining'].shapes(config.data),
+                             vocab_size=FLAGS.vocab_size)
+  setup = make_setup(config, info=info)
+  compiled = step_lib.compile_train_step(setup)
+  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
+                                       setup.mesh)
+  run = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))
+  batch = batch_of(length, FLAGS.batch, FLAGS.vocab_size)
+  result = {'step_temp_bytes': compiled.memory['temp'],
+            'params': state_lib.param_count(state.params)}
+  jax.block_until_ready(run(batch))   # warm-up
+  return run, batch, result
 
 
-def timed(compiled, args) -> float:
+def timed(run, batch) -> float:
   start = time.perf_counter()
-  jax.block_until_ready(compiled(*args))
+  jax.block_until_ready(run(batch))
   return time.perf_counter() - start
 
 
@@ -97,8 +98,8 @@ def main(argv):
     steps = {family: compile_step(family, length) for family in FAMILIES}
     times = {family: [] for family in FAMILIES}
     for _ in range(FLAGS.repeats):        # interleaved, so both see the same machine load
-      for family, (compiled, args, _) in steps.items():
-        times[family].append(timed(compiled, args))
+      for family, (run, batch, _) in steps.items():
+        times[family].append(timed(run, batch))
     for family, (_, _, point) in steps.items():
       point['steps_per_second'] = 1.0 / statistics.median(times[family])
       results[family][str(length)] = point

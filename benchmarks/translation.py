@@ -1,11 +1,11 @@
 r"""Transformer vs CP-Transformer for translation: the columns of the ContextPool paper's Table 1
 (training memory and steps/s) and decoding speed, both models in ONE process so the ratios hold.
 
-For each of `transformer_seq2seq` with mixer 'softmax' (standard) and with CP-attention
-(encoder 'contextpool' + causal decoder ContextPool):
-- train step: median wall time of one jitted Adam step (forward, backward, update) on packed
-  rows of random tokens, after a warm-up, the runs of both models interleaved; steps/s and the
-  ratio CP / standard;
+For each of `configs/wmt14.py:base` (mixer 'softmax', standard) and `:base,cp` (CP-attention:
+encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
+- train step: median wall time of THE trainer's step (train/step.py: forward, backward, the
+  config's Adam update) on packed rows of random tokens, after a warm-up, the runs of both
+  models interleaved; steps/s and the ratio CP / standard;
 - memory: XLA's compiled temp + argument bytes of that step (memory_analysis(): deterministic);
 - decoding: tokens/s of jitted greedy and beam-4 decoding on the KV cache (random source, the
   untrained model decodes all max_length steps: no early EOS, so every run does the same work).
@@ -25,11 +25,12 @@ from absl import app, flags
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from poolformers_jax.models import seq2seq_decode
-from poolformers_jax.models.seq2seq import TransformerSeq2Seq
-from poolformers_jax.train import tasks
+from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib
+from poolformers_jax.train.setup import make_setup
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where translation.json is written.')
@@ -45,11 +46,16 @@ flags.DEFINE_integer('decode_batch', 8, 'Sentences decoded at once.')
 flags.DEFINE_integer('decode_length', 32, 'Tokens decoded per sentence.')
 
 
-def _model(cp: bool) -> TransformerSeq2Seq:
-  return TransformerSeq2Seq(vocab_size=FLAGS.vocab, num_layers=FLAGS.num_layers,
-                            emb_dim=FLAGS.emb_dim, num_heads=FLAGS.num_heads,
-                            mlp_dim=FLAGS.mlp_dim, mixer='contextpool' if cp else 'softmax',
-                            decoder_context_pool={} if cp else None)
+def _setup(cp: bool):
+  """configs/wmt14.py:base[,cp] at the flags' sizes, on one device, without the data."""
+  config = cli.load_config_file(os.path.join(ROOT, 'configs', 'wmt14.py') + (':base,cp' if cp
+                                                                              else ':base'))
+  config = config_utils.override(config, **{
+      'model.num_layers': FLAGS.num_layers, 'model.emb_dim': FLAGS.emb_dim,
+      'model.mlp_dim': FLAGS.mlp_dim, 'model.num_heads': FLAGS.num_heads,
+      'data.vocab_size': FLAGS.vocab, 'data.max_length': FLAGS.length,
+      'batch_size': FLAGS.batch, 'num_devices': 1})
+  return make_setup(config, need_files=False)
 
 
 def _packed_batch(rng: np.random.Generator) -> dict:
@@ -86,35 +92,24 @@ def _interleaved_medians(calls: dict) -> dict:
 
 
 def build(cp: bool, batch: dict) -> dict:
-  """Compiled train step and decoders of one model, with their arguments and memory."""
-  model = _model(cp)
-  params = model.init(jax.random.PRNGKey(0), batch)['params']
-  tx = optax.adam(1e-4, b1=0.9, b2=0.98, eps=1e-9)
-  task = tasks.get_task('seq2seq')
-
-  def train_step(params, opt_state, batch, rng):
-    def loss_fn(p):
-      logits = model.apply({'params': p}, batch, deterministic=False, rngs={'dropout': rng})
-      sums = task.sums(logits, batch['targets'], jnp.ones(batch['targets'].shape[:1]), 0.1)
-      return sums['loss'] / sums['count']
-    grads = jax.grad(loss_fn)(params)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state
-
-  opt_state = tx.init(params)
-  rng = jax.random.PRNGKey(1)
-  compiled = jax.jit(train_step).lower(params, opt_state, batch, rng).compile()
-  memory = compiled.memory_analysis()
+  """The compiled trainer step (step.compile_train_step) and decoders of one model, with their
+  arguments and memory."""
+  setup = _setup(cp)
+  compiled = step_lib.compile_train_step(setup)
+  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
+                                       setup.mesh)
+  params = jax.tree.map(jnp.copy, state.params)   # the decoders' own: the step donates the state
+  steps = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))
   src = jnp.asarray(np.random.default_rng(2).integers(3, FLAGS.vocab, (FLAGS.decode_batch, 24)),
                     jnp.int32)
-  calls = {'train': (compiled, (params, opt_state, batch, rng))}
+  calls = {'train': (steps, (batch,))}
   for name, beam in (('greedy', 1), ('beam4', 4)):
-    calls[name] = (seq2seq_decode.make_translate(model, FLAGS.decode_length, beam_size=beam,
-                                                 alpha=0.6), (params, src))
+    calls[name] = (seq2seq_decode.make_translate(setup.model, FLAGS.decode_length,
+                                                 beam_size=beam, alpha=0.6), (params, src))
   return {'calls': calls,
-          'params': int(sum(np.prod(p.shape) for p in jax.tree.leaves(params))),
-          'train_temp_bytes': int(memory.temp_size_in_bytes),
-          'train_argument_bytes': int(memory.argument_size_in_bytes)}
+          'params': state_lib.param_count(params),
+          'train_temp_bytes': compiled.memory['temp'],
+          'train_argument_bytes': compiled.memory['argument']}
 
 
 def measure(models: dict) -> dict:

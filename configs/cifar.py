@@ -17,33 +17,52 @@ Paper numbers on CIFAR-100 (MACs "FLOPs" G / params M / top-1 %):
 Note: the image data pipeline must resize CIFAR's 32^2 images to config.data.image_size (224).
 
 Adding a model (e.g. a ConvNet engineer's entry) is one line in CIFAR_MODELS: name -> function
-that fills config.model (and, if needed, changes the recipe) of the base config.
+returning config.model; the number of classes comes from the dataset.
 """
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
 
-from poolformers_jax.configs_lib import (deit_recipe, hvt_model, parse_words, vision_base_config,
+from poolformers_jax.configs_lib import (deit_recipe, hvt_model, parse_words, vision_config,
                                          vit_model)
 
 CIFAR_TRAIN_SIZE = 50_000
-NUM_CLASSES = {'cifar100': 100, 'cifar10': 10}
+DATASETS = ('cifar100', 'cifar10', 'cifar10_pairs')   # the number of classes comes from the data
 
 
 def _hvt_s(num_stages: int, **kwargs):
-  return lambda config: _set_model(config, hvt_model(384, 6, num_stages, num_classes=100, **kwargs))
+  return lambda: hvt_model(384, 6, num_stages, **kwargs)
 
 
 def _deit(hidden_dim: int, num_heads: int, classifier: str = 'token'):
-  return lambda config: _set_model(config, vit_model(hidden_dim, 12, num_heads, classifier=classifier,
-                                                     num_classes=100))
+  return lambda: vit_model(hidden_dim, 12, num_heads, classifier=classifier)
 
 
-def _set_model(config, model: ml_collections.ConfigDict) -> None:
-  config.model = model
+def _convnet(pool: str):
+  return lambda: ml_collections.ConfigDict(dict(
+      name='cp_convnet', num_classes=config_dict.placeholder(int), widths=(48, 96, 192),
+      convs_per_stage=2, pool=pool))
 
 
-# name -> function filling config.model. Adding a model is one entry.
+def _msac_resnet() -> ml_collections.ConfigDict:
+  """ResNet-20 widths, MSAC (1x1 and 3x3 SACs) in stages 1 and 2 (models/msac_models.py)."""
+  return ml_collections.ConfigDict(dict(
+      name='msac_resnet', num_classes=config_dict.placeholder(int), stage_widths=(16, 32, 64),
+      stage_blocks=(3, 3, 3), msac_stages=(1, 2), num_heads=4, heads='full', windows=(1, 3),
+      regular_conv=True, relative_bias=True, max_distance=32,
+      dtype='float32'))   # heads: MSAC Sec. 2.1, or 'split'
+
+
+def _cross_attentive_similarity() -> ml_collections.ConfigDict:
+  """MSAC Sec. 6.1: the MSAC ResNet on two images side by side (32 x 64: max_distance 64)."""
+  model = _msac_resnet()
+  model.update(name='cross_attentive_similarity', max_distance=64)
+  model.segment, model.segment_dim = 'add', 4   # segment augmentation: 'add' | 'concat' | 'none'
+  return model
+
+
+# name -> function returning config.model. Adding a model is one entry.
 CIFAR_MODELS = {
     'deit_ti': _deit(192, 3),
     'deit_ti_nocls': _deit(192, 3, classifier='mean'),
@@ -55,28 +74,17 @@ CIFAR_MODELS = {
     'hvt_s_4': _hvt_s(4),
     'hvt_s_4_avg': _hvt_s(4, pool_method='avg'),
     'hvt_s_4_conv': _hvt_s(4, pool_method='conv'),
-    'hvt_ti_4': lambda config: _set_model(config, hvt_model(192, 3, 4, num_classes=100)),
+    'hvt_ti_4': lambda: hvt_model(192, 3, 4),
     'hvt_s_2_2d': _hvt_s(2, pool_2d=True, patch_size=8),
-    # ConvNets at CIFAR's own 32^2 (ContextPool Table 3; MSAC ResNet), trained with CONVNET_RECIPE.
-    'cp_convnet': lambda config: _set_model(config, _convnet('contextpool')),
-    'convnet_max': lambda config: _set_model(config, _convnet('max')),
-    'convnet_avg': lambda config: _set_model(config, _convnet('avg')),
-    'msac_resnet': lambda config: _set_model(config, _msac_resnet()),
+    # ConvNets at CIFAR's own 32^2 (ContextPool Table 3; MSAC ResNet), trained with convnet_recipe.
+    'cp_convnet': _convnet('contextpool'),
+    'convnet_max': _convnet('max'),
+    'convnet_avg': _convnet('avg'),
+    'msac_resnet': _msac_resnet,
+    # Same / different class of two CIFAR-10 images (data cifar10_pairs); no paper number.
+    'cross_attentive_similarity': _cross_attentive_similarity,
 }
 CONVNETS = ('cp_convnet', 'convnet_max', 'convnet_avg', 'msac_resnet')
-
-
-def _convnet(pool: str) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(name='cp_convnet', num_classes=100, widths=(48, 96, 192),
-                                        convs_per_stage=2, pool=pool))
-
-
-def _msac_resnet() -> ml_collections.ConfigDict:
-  """ResNet-20 widths, MSAC (1x1 and 3x3 SACs) in stages 1 and 2 (models/msac_models.py)."""
-  return ml_collections.ConfigDict(dict(
-      name='msac_resnet', num_classes=100, stage_widths=(16, 32, 64), stage_blocks=(3, 3, 3),
-      msac_stages=(1, 2), num_heads=4, heads='full', windows=(1, 3), regular_conv=True,
-      relative_bias=True, max_distance=32, dtype='float32'))   # heads: MSAC Sec. 2.1, or 'split'
 
 
 def convnet_recipe(config) -> None:
@@ -92,26 +100,23 @@ def convnet_recipe(config) -> None:
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """arg = 'model' or 'model,cifar10|cifar100'. Default dataset: cifar100 (HVT, DeiT), but
-  cifar10 for the ConvNets (ContextPool Table 3 is on CIFAR-10)."""
+  cifar10 for the ConvNets (ContextPool Table 3 is on CIFAR-10) and its image pairs for the
+  cross-attentive similarity model."""
   words = parse_words(arg, {'model': ('a model', sorted(CIFAR_MODELS)),
-                            'dataset': ('a dataset', sorted(NUM_CLASSES))},
+                            'dataset': ('a dataset', DATASETS)},
                       example='configs/cifar.py:hvt_s_4,cifar10')
   name = words['model'] or 'hvt_s_4'
-  data_name = words['dataset'] or ('cifar10' if name in CONVNETS else 'cifar100')
-  config = vision_base_config(data_name)
+  pairs = name == 'cross_attentive_similarity'
+  data_name = words['dataset'] or ('cifar10_pairs' if pairs else
+                                   'cifar10' if name in CONVNETS else 'cifar100')
+  config = vision_config(data_name, CIFAR_MODELS[name]())
   config.batch_size = 128
   config.eval_batch_size = 500
-  config.eval_every_steps = 2000
-  config.checkpoint_every_steps = 2000
+  config.eval_every_steps = config.checkpoint_every_steps = 2000
   config.final_test = True
-  CIFAR_MODELS[name](config)
-  if name in CONVNETS:
+  if name in CONVNETS or pairs:
     convnet_recipe(config)
   else:
     deit_recipe(config, train_size=CIFAR_TRAIN_SIZE)
-  if 'num_classes' in config.model:
-    config.model.num_classes = NUM_CLASSES[data_name]
-  if 'image_size' in config.model:
-    config.data.image_size = config.model.get_ref('image_size')
   config.lock()
   return config

@@ -7,10 +7,11 @@ Run (the paper's 12-layer CP-Transformer, stage 1 of 3; needs enwik8.zip in conf
   python train.py --config configs/enwik8.py:cp_transformer_l12,stage3 --workdir runs/enwik8_cp12
 text8 instead of enwik8: add `,text8` (e.g. `configs/enwik8.py:cp_transformer_l14,text8`); it only
 sets config.data = get_data_config('text8') (the same model; the vocabulary comes from the data).
-CPU smoke run: `configs/enwik8.py:tiny` (a 2-layer, 128-wide CP-Transformer, 256 characters);
-`,tiny` also shrinks any other model (`configs/enwik8.py:transformer_l12,tiny`).
+CPU run: `configs/enwik8.py:small` (a 2-layer, 128-wide CP-Transformer, 256 characters, 2 000
+steps); `tiny` is a smoke test (2 layers, 32 wide, 64 characters, 20 steps). Both shrink any
+model (`configs/enwik8.py:transformer_l12,small`).
 
-Argument: `model[,tiny][,text8][,stage1|stage2|stage3]`, model one of
+Argument: `model[,small|tiny][,text8][,stage1|stage2|stage3]`, model one of
   transformer_l12     12 layers, softmax attention (the baseline: CP-Transformer (12) minus CP)
   cp_transformer_l11  CP-Transformer (11): 36M params in Table 5; BPC text8 dev/test 1.05/1.11,
                       enwik8 dev/test 1.03/1.01
@@ -44,8 +45,7 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib import parse_words
-from poolformers_jax.data import get_data_config
+from poolformers_jax.configs_lib import SIZE_SLOT, base_config, parse_words, shrink_run
 
 # model -> (num_layers, mixer, mixer options)
 # ContextPool's predictor m(X) has hidden width 64 = d/8 here (see the module docstring).
@@ -65,14 +65,16 @@ STAGES = {
     'stage2': (4096, 32, 430_000, 1.25e-4),
     'stage3': (8192, 16, 530_000, 6.25e-5),
 }
+# size -> (layers, width, heads, FFN, ContextPool predictor width, characters per sequence)
+SMALLER = {'small': (2, 128, 4, 512, 16, 256), 'tiny': (2, 32, 2, 64, 8, 64)}
 
 
-def parse_arg(arg: str | None) -> tuple[str, bool, str, str]:
-  """'cp_transformer_l14,text8,stage2' -> (model, tiny, dataset, stage); unknown words fail."""
-  words = parse_words(arg, {'model': ('a model', sorted(MODELS)), 'tiny': ('the flag', ('tiny',)),
+def parse_arg(arg: str | None) -> tuple[str, str, str, str]:
+  """'cp_transformer_l14,text8,stage2' -> (model, size, dataset, stage); unknown words fail."""
+  words = parse_words(arg, {'model': ('a model', sorted(MODELS)), 'size': SIZE_SLOT,
                             'dataset': ('a dataset', DATASETS), 'stage': ('a stage', sorted(STAGES))},
                       example='configs/enwik8.py:cp_transformer_l12,text8,stage2')
-  return (words['model'] or 'cp_transformer_l12', words['tiny'] is not None,
+  return (words['model'] or 'cp_transformer_l12', words['size'] or 'full',
           words['dataset'] or 'enwik8', words['stage'] or 'stage1')
 
 
@@ -93,49 +95,32 @@ def model_config(model: str) -> ml_collections.ConfigDict:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  model, tiny, dataset, stage = parse_arg(arg)
+  model, size, dataset, stage = parse_arg(arg)
   seq_len, batch_size, last_step, learning_rate = STAGES[stage]
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.data = get_data_config(dataset)
+  config = base_config(dataset)
   config.data.max_length = seq_len
   config.model = model_config(model)
-  config.optimizer = ml_collections.ConfigDict(dict(
+  config.optimizer.update(
       learning_rate=learning_rate,
-      b1=0.9, b2=0.999, eps=1e-8,
       weight_decay=0.01,         # masked off biases, norms and position embeddings
       schedule='constant',       # after warmup; resumes unchanged across stages
-      warmup_steps=10_000,
-      grad_clip_norm=0.25,
-      grad_accum_steps=1,
-  ))
-  config.label_smoothing = 0.0
+      warmup_steps=10_000, grad_clip_norm=0.25)
   config.batch_size = batch_size         # sequences, global over all processes and devices
   config.eval_batch_size = 16
   config.num_train_steps = last_step     # cumulative: stage k resumes where stage k-1 stopped
-  config.log_every_steps = 100
   config.eval_every_steps = 10_000
   config.checkpoint_every_steps = 5_000
-  config.keep_checkpoints = 2
   config.best_metric = 'loss'            # bits per character = loss / ln 2
   config.best_mode = 'min'
-  config.final_test = True
-  config.init_from = ''                  # workdir / checkpoint: start from its parameters
-  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
-  config.num_devices = -1
-  config.progress_bar = True
-  if tiny:
-    config.model.update(num_layers=2, emb_dim=128, num_heads=4, mlp_dim=512,
+  shrink_run(config, size, small_batch_size=16)
+  if size in SMALLER:
+    layers, width, heads, ffn, predictor, length = SMALLER[size]
+    config.model.update(num_layers=layers, emb_dim=width, num_heads=heads, mlp_dim=ffn,
                         dropout_rate=0.1, attention_dropout_rate=0.1)
     if 'predictor_dim' in config.model.mixer_kwargs:
-      config.model.mixer_kwargs.predictor_dim = 16
-    config.data.max_length = 256
-    config.batch_size = 16
-    config.eval_batch_size = 32
-    config.optimizer.update(learning_rate=1e-3, warmup_steps=100, schedule='cosine')
-    config.num_train_steps = 2_000
-    config.log_every_steps = 50
-    config.eval_every_steps = 500
-    config.checkpoint_every_steps = 500
+      config.model.mixer_kwargs.predictor_dim = predictor
+    config.data.max_length = length
+    config.eval_batch_size = 2 * config.batch_size
+    config.optimizer.update(learning_rate=1e-3, schedule='cosine')
   config.lock()
   return config

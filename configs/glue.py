@@ -25,8 +25,7 @@ import math
 
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib.bert import model_config, parse_words, shrink, trainer_config
-from poolformers_jax.data import get_data_config
+from poolformers_jax.configs_lib.bert import model_config, parse_words, transfer_config
 
 # task -> (train examples, the metric the slides report, used to keep the best checkpoint)
 TASKS = {
@@ -40,23 +39,19 @@ EPOCHS = 4
 
 def get_config(arg: str | None = None):
   words = parse_words(arg, {'task': tuple(TASKS)}, 'configs/glue.py:mrpc')
-  task = words['task']
-  data = get_data_config('glue')
-  data.task = task
-  if task == 'mnli':
-    data.tfds_splits = dict(train='train', validation='validation_matched',
-                            test='validation_mismatched')
-  model = model_config('ponet_classifier', words['family'], max_length=512)  # as pre-trained
+  task, size = words['task'], words['size']
+  # The position table as pre-trained (512; the tiny pre-training run has 64).
+  model = model_config('ponet_classifier', words['family'], max_length=64 if size == 'tiny' else 512)
   model.num_classes = config_dict.placeholder(int)     # from the data; 1 = regression (STS-B)
   train_size, metric = TASKS[task]
   batch_size = 32
-  config = trainer_config(data, model, learning_rate=5e-5, warmup_steps=0,
-                          num_train_steps=math.ceil(EPOCHS * train_size / batch_size),
-                          batch_size=batch_size, best_metric=metric)
-  config.eval_every_steps = config.checkpoint_every_steps = 1000
-  shrink(config, words['size'])
-  if words['size'] == 'tiny':
-    data.max_length = 32
-    model.max_length = 64
+  config = transfer_config('glue', model, size, lengths={'tiny': 32}, learning_rate=5e-5,
+                           warmup_steps=0, batch_size=batch_size,
+                           num_train_steps=math.ceil(EPOCHS * train_size / batch_size),
+                           best_metric=metric, eval_every_steps=1000)
+  config.data.task = task
+  if task == 'mnli':
+    config.data.tfds_splits = dict(train='train', validation='validation_matched',
+                                   test='validation_mismatched')
   config.lock()
   return config

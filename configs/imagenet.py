@@ -28,9 +28,10 @@ cutmix 1.0 (config.mixup, mixed in the train step), random erasing 0.25
 from __future__ import annotations
 
 import ml_collections
+from ml_collections import config_dict
 
 from poolformers_jax.configs_lib import (deit_recipe, epochs_to_steps, hvt_model, parse_words,
-                                         vision_base_config, vit_model)
+                                         vision_config, vit_model)
 
 
 def deit_recipe_wd05(config) -> None:
@@ -49,48 +50,40 @@ def contextpool_recipe(config) -> None:
   config.num_train_steps = epochs_to_steps(300, config.batch_size)
 
 
-def _with(model_fn, recipe):
-  def fill(config):
-    config.model = model_fn()
-    recipe(config)
-  return fill
+def _swin_b(context_pool: bool) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict(dict(
+      name='swin', num_classes=config_dict.placeholder(int), image_size=224, patch_size=4,
+      embed_dim=128, depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), window_size=7,
+      mlp_ratio=4.0, dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=0.5,
+      context_pool=context_pool, cp_predictor_dim=8, cp_size_ratio=0.1, dtype='float32'))
 
 
-# name -> function filling config.model and the recipe. Adding a model is one entry.
+# name -> (function returning config.model, recipe). Adding a model is one entry.
 IMAGENET_MODELS = {
-    'deit_ti': _with(lambda: vit_model(192, 12, 3, drop_path_rate=0.0), deit_recipe_wd05),
-    'deit_s': _with(lambda: vit_model(384, 12, 6), deit_recipe_wd05),
-    'hvt_ti_1': _with(lambda: hvt_model(192, 3, 1), deit_recipe),
-    'hvt_s_1': _with(lambda: hvt_model(384, 6, 1), deit_recipe),
-    'hvt_s_2': _with(lambda: hvt_model(384, 6, 2), deit_recipe),
-    'hvt_s_3': _with(lambda: hvt_model(384, 6, 3), deit_recipe),
-    'hvt_s_4': _with(lambda: hvt_model(384, 6, 4), deit_recipe),   # = Scale HVT-Ti-4
-    'vit_b16': _with(lambda: vit_model(768, 12, 12, image_size=384), contextpool_recipe),
-    'cp_vit_b16': _with(lambda: vit_model(768, 12, 12, image_size=384, mixer='contextpool'),
-                        contextpool_recipe),
-    'cp_vit_b16_l10': _with(lambda: vit_model(768, 10, 12, image_size=384, mixer='contextpool'),
-                            contextpool_recipe),
+    'deit_ti': (lambda: vit_model(192, 12, 3, drop_path_rate=0.0), deit_recipe_wd05),
+    'deit_s': (lambda: vit_model(384, 12, 6), deit_recipe_wd05),
+    'hvt_ti_1': (lambda: hvt_model(192, 3, 1), deit_recipe),
+    'hvt_s_1': (lambda: hvt_model(384, 6, 1), deit_recipe),
+    'hvt_s_2': (lambda: hvt_model(384, 6, 2), deit_recipe),
+    'hvt_s_3': (lambda: hvt_model(384, 6, 3), deit_recipe),
+    'hvt_s_4': (lambda: hvt_model(384, 6, 4), deit_recipe),   # = Scale HVT-Ti-4
+    'vit_b16': (lambda: vit_model(768, 12, 12, image_size=384), contextpool_recipe),
+    'cp_vit_b16': (lambda: vit_model(768, 12, 12, image_size=384, mixer='contextpool'),
+                   contextpool_recipe),
+    'cp_vit_b16_l10': (lambda: vit_model(768, 10, 12, image_size=384, mixer='contextpool'),
+                       contextpool_recipe),
     # Swin-B, ContextPool Table 6: 88M, 15.4G, 83.5 (224^2); for 384^2 also set window_size=12.
-    'swin_b': _with(lambda: ml_collections.ConfigDict(dict(
-        name='swin', num_classes=1000, image_size=224, patch_size=4, embed_dim=128,
-        depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), window_size=7, mlp_ratio=4.0,
-        dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=0.5, context_pool=False,
-        cp_predictor_dim=8, cp_size_ratio=0.1, dtype='float32')), contextpool_recipe),
+    'swin_b': (lambda: _swin_b(context_pool=False), contextpool_recipe),
     # CP-Swin-B, Table 6: 89M, 16.8G, 84.3 (224^2); 85.6 at 384^2 (ContextPool in every block).
-    'cp_swin_b': _with(lambda: ml_collections.ConfigDict(dict(
-        name='swin', num_classes=1000, image_size=224, patch_size=4, embed_dim=128,
-        depths=(2, 2, 18, 2), num_heads=(4, 8, 16, 32), window_size=7, mlp_ratio=4.0,
-        dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=0.5, context_pool=True,
-        cp_predictor_dim=8, cp_size_ratio=0.1, dtype='float32')), contextpool_recipe),
+    'cp_swin_b': (lambda: _swin_b(context_pool=True), contextpool_recipe),
 }
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   words = parse_words(arg, {'model': ('a model', sorted(IMAGENET_MODELS))},
                       example='configs/imagenet.py:hvt_s_1')
-  config = vision_base_config('imagenet2012')
-  IMAGENET_MODELS[words['model'] or 'hvt_s_1'](config)
-  # One image size: overriding --config.model.image_size also resizes the data.
-  config.data.image_size = config.model.get_ref('image_size')
+  model, recipe = IMAGENET_MODELS[words['model'] or 'hvt_s_1']
+  config = vision_config('imagenet2012', model())
+  recipe(config)
   config.lock()
   return config

@@ -25,8 +25,7 @@ import math
 
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib.bert import model_config, parse_words, shrink, trainer_config
-from poolformers_jax.data import get_data_config
+from poolformers_jax.configs_lib.bert import model_config, parse_words, transfer_config
 
 # task -> (training examples, epochs, source, sentence split)
 TASKS = {
@@ -35,25 +34,20 @@ TASKS = {
     'yelp5': (520000, 2, 'files', 'regex'),      # official: train[20%:] of 650000
     'arxiv11': (24034, 10, 'files', 'paragraph'),
 }
-LENGTH = 4096
 
 
 def get_config(arg: str | None = None):
   words = parse_words(arg, {'task': tuple(TASKS)}, 'configs/long_text.py:imdb')
   train_size, epochs, source, split = TASKS[words['task']]
-  data = get_data_config('text_classification')
-  data.source, data.sentence_split, data.max_length = source, split, LENGTH
-  model = model_config('ponet_classifier', words['family'], max_length=LENGTH)
+  # max_length (positions) from the data: 4096 (full), 1024 (small), 128 (tiny).
+  model = model_config('ponet_classifier', words['family'])
   model.num_classes = config_dict.placeholder(int)
   batch_size = 32
-  config = trainer_config(data, model, learning_rate=3e-5, warmup_steps=0,
-                          num_train_steps=math.ceil(epochs * train_size / batch_size),
-                          batch_size=batch_size, best_metric='f1')
-  config.eval_every_steps = config.checkpoint_every_steps = 500
-  shrink(config, words['size'])
-  if words['size'] == 'small':
-    data.max_length = model.max_length = 1024
-  elif words['size'] == 'tiny':
-    data.max_length = model.max_length = 128
+  config = transfer_config('text_classification', model, words['size'],
+                           lengths={'full': 4096, 'small': 1024, 'tiny': 128}, learning_rate=3e-5,
+                           warmup_steps=0, batch_size=batch_size,
+                           num_train_steps=math.ceil(epochs * train_size / batch_size),
+                           best_metric='f1', eval_every_steps=500)
+  config.data.source, config.data.sentence_split = source, split
   config.lock()
   return config

@@ -2,7 +2,7 @@ r"""LRA Image: CIFAR-10 as a sequence of 1024 gray pixels.
 
 Run:  python train.py --config configs/lra_image.py:ponet --workdir runs/lra_image_ponet
       python eval.py  --config configs/lra_image.py:ponet --workdir runs/lra_image_ponet --split test
-Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,runlocal` to
+Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,tiny` to
 shrink for a CPU. No argument = `transformer,small`.
 Data: TFDS cifar10 (prepared in config.data.data_dir).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from poolformers_jax.configs_lib import LraTask, task_config
 
 TASK = LraTask('lra_image', length=1024, batch_size=256, warmup_steps=175, num_train_steps=35000,
-               segment_num=32, small_length=1024, runlocal_length=1024,
+               segment_num=32, small_length=1024, tiny_length=1024,
                eval_every_steps=175)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 

@@ -6,7 +6,7 @@ Paper setting for one model family (length 2048, 5000 steps, batch 32):
   python train.py --config configs/lra_listops.py:ponet --workdir runs/listops_ponet
   python eval.py  --config configs/lra_listops.py:ponet --workdir runs/listops_ponet \
       --checkpoint best --split test
-Smaller variants: `:ponet,small` (CPU-sized, short trees), `:ponet,runlocal` (a smoke test).
+Smaller variants: `:ponet,small` (CPU-sized, short trees), `:ponet,tiny` (a smoke test).
 
 Test accuracy to expect at the paper setting (LRA ListOps, %):
   transformer 36.37 (LRA paper) / 37.10 (Nystromformer setting); linear 37.35 (AdaMRA Table 1);
@@ -19,7 +19,7 @@ from __future__ import annotations
 from poolformers_jax.configs_lib import LraTask, task_config
 
 TASK = LraTask('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
-               segment_num=64, small_length=128, runlocal_length=48,
+               segment_num=64, small_length=128, tiny_length=48,
                eval_every_steps=50)   # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
@@ -36,7 +36,7 @@ def _small(config):
   config.data.read_threads = 2   # 2 readers keep up with the step and leave the cores to XLA
 
 
-def _runlocal(config):
+def _tiny(config):
   g = config.data.generator
   g.min_tokens, g.max_tokens = 10, 40
   g.num_train, g.num_validation, g.num_test = 256, 64, 64
@@ -44,7 +44,7 @@ def _runlocal(config):
 
 def get_config(arg: str | None = None):
   """No argument = the CPU-sized offline default (`transformer,small`, 100 positions)."""
-  config = task_config(TASK, arg, {'small': _small, 'runlocal': _runlocal})
+  config = task_config(TASK, arg, {'small': _small, 'tiny': _tiny})
   if arg is None:
     # Without parentheses every small tree has < 100 tokens: 100 positions lose nothing and
     # save ~30% of each step against 128 on 2 CPU cores (benchmarked in one process).

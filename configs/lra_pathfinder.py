@@ -2,14 +2,13 @@ r"""LRA Pathfinder-32: are the two dots connected? 1024 pixels.
 
 Run:  python train.py --config configs/lra_pathfinder.py:ponet --workdir runs/lra_pathfinder_ponet
       python eval.py  --config configs/lra_pathfinder.py:ponet --workdir runs/lra_pathfinder_ponet --split test
-Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,runlocal` to
+Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,tiny` to
 shrink for a CPU. No argument = `transformer,small`.
 Data: the LRA release PNGs (config.data.pathfinder_dir; the default at the paper setting), npz
 files (`--config.data.format=npz`), or images generated offline (`--config.data.format=generated`,
 poolformers_jax/data/pathfinder_gen.py: the LRA layout, made once under data_dir). `small` and
-`runlocal` use generated images: `:ponet,small` is 20 000 curv_baseline images, 2 000 steps
-(measured on 2 CPU cores: 52.3 % test, 11 min; 57.65 % after 3 000 more steps;
-docs/results/pathfinder_cpu.md).
+`tiny` use generated images: `:ponet,small` is 20 000 curv_baseline images, 2 000 steps
+(measured on 2 CPU cores: 52.3 % test, 11 min; 57.65 % after 3 000 more steps, docs/results/pathfinder_cpu.md).
 
 Test accuracy to expect at the paper setting (%):
   transformer 71.40 (LRA) / 74.16 (Nystromformer setting);
@@ -23,7 +22,7 @@ from __future__ import annotations
 from poolformers_jax.configs_lib import LraTask, task_config
 
 TASK = LraTask('lra_pathfinder', length=1024, batch_size=256, warmup_steps=312,
-               num_train_steps=62400, segment_num=1, small_length=1024, runlocal_length=1024,
+               num_train_steps=62400, segment_num=1, small_length=1024, tiny_length=1024,
                eval_every_steps=312)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 
@@ -38,10 +37,10 @@ def _small(config):
   config.data.generator.num_examples = 20000
 
 
-def _runlocal(config):
+def _tiny(config):
   config.data.format = 'generated'
   config.data.generator.update(num_examples=200, images_per_file=100)
 
 
 def get_config(arg: str | None = None):
-  return task_config(TASK, arg, {'full': _full, 'small': _small, 'runlocal': _runlocal})
+  return task_config(TASK, arg, {'full': _full, 'small': _small, 'tiny': _tiny})

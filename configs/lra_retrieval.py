@@ -2,7 +2,7 @@ r"""LRA Retrieval (AAN): do two documents cite each other? Dual encoder.
 
 Run:  python train.py --config configs/lra_retrieval.py:ponet --workdir runs/lra_retrieval_ponet
       python eval.py  --config configs/lra_retrieval.py:ponet --workdir runs/lra_retrieval_ponet --split test
-Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,runlocal` to
+Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,tiny` to
 shrink for a CPU. No argument = `transformer,small`.
 Data: the LRA release tsv_data (config.data.tsv_dir).
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 from poolformers_jax.configs_lib import LraTask, task_config
 
 TASK = LraTask('lra_retrieval', length=4096, batch_size=32, warmup_steps=800,
-               num_train_steps=30000, segment_num=64, small_length=512, runlocal_length=64,
+               num_train_steps=30000, segment_num=64, small_length=512, tiny_length=64,
                retrieval=True, eval_every_steps=300)  # eval_frequency of PoNet's lra_config.py
 
 

@@ -2,7 +2,7 @@ r"""LRA Text: IMDB sentiment from bytes (binary classification).
 
 Run:  python train.py --config configs/lra_text.py:ponet --workdir runs/lra_text_ponet
       python eval.py  --config configs/lra_text.py:ponet --workdir runs/lra_text_ponet --split test
-Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,runlocal` to
+Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,tiny` to
 shrink for a CPU. No argument = `transformer,small`.
 Data: TFDS imdb_reviews (prepared in config.data.data_dir). Full size: 4000 bytes padded to 4096
 (PoNet's LRA data; AdaMRA also uses 4K); LRA's own code keeps 1000 bytes.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from poolformers_jax.configs_lib import LraTask, task_config
 
 TASK = LraTask('lra_text', length=4096, batch_size=32, warmup_steps=8000, num_train_steps=20000,
-               segment_num=4096, small_length=512, runlocal_length=64,
+               segment_num=4096, small_length=512, tiny_length=64,
                eval_every_steps=500)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
 
 

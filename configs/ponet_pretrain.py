@@ -27,24 +27,18 @@ from __future__ import annotations
 
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib.bert import model_config, parse_words, shrink, trainer_config
-from poolformers_jax.data import get_data_config
+from poolformers_jax.configs_lib.bert import model_config, parse_words, transfer_config
 
 
 def get_config(arg: str | None = None):
   words = parse_words(arg, {'objective': ('sso', 'nsp', 'mlm')},
                       'configs/ponet_pretrain.py:sso,small')
-  data = get_data_config('text_pretraining')
-  data.objective = words['objective']
   model = model_config('ponet_mlm', words['family'])
   model.sentence_classes = config_dict.placeholder(int)   # 3 SSO, 2 NSP, 0 MLM only (the data)
-  config = trainer_config(data, model, learning_rate=1e-4, warmup_steps=5000,
-                          num_train_steps=340_000, batch_size=192, best_metric='loss',
-                          best_mode='min')
-  shrink(config, words['size'])
-  if words['size'] == 'small':
-    data.max_length = model.max_length = 128
-  elif words['size'] == 'tiny':
-    data.max_length = model.max_length = 64
+  config = transfer_config('text_pretraining', model, words['size'],
+                           lengths={'small': 128, 'tiny': 64}, learning_rate=1e-4,
+                           warmup_steps=5000, num_train_steps=340_000, batch_size=192,
+                           best_metric='loss', best_mode='min')
+  config.data.objective = words['objective']
   config.lock()
   return config

@@ -7,19 +7,22 @@ The shared SentencePiece vocabulary (32K) is trained on first use and stored bes
 Run (CP-Transformer-Base, EN-DE; 250k steps):
   python train.py --config configs/wmt14.py:base,cp --workdir runs/wmt14_cp_base
   python eval.py  --config configs/wmt14.py:base,cp --workdir runs/wmt14_cp_base --split test
+  python -m poolformers_jax.summary --config configs/wmt14.py:base    (60.52M parameters)
 eval.py decodes newstest2014 (beam 4, alpha 0.6) and prints sacreBLEU (detokenized, with its
 signature) and the paper-style tokenized BLEU (compound splitting for EN-DE).
 
-Argument: `<size>[,cp][,enfr][,L<n>][,tiny]`
-  size   small (2 layers, d 256, FFN 1024, 4 heads), base (6, 512, 2048, 8), big (6, 1024, 4096,
-         16): the sizes of Li et al. (2019b) the paper uses.
+Argument: `<model>[,cp][,enfr][,L<n>][,small|tiny]`
+  model  paper_small (2 layers, d 256, FFN 1024, 4 heads), base (6, 512, 2048, 8; the default),
+         big (6, 1024, 4096, 16): the Small / Base / Big models of Li et al. (2019b) the paper
+         uses. (Small is `paper_small`: `small` is the size word every config file shares.)
   cp     CP-attention: ContextPool before every attention layer of the encoder (mixer
          'contextpool') and, causally, of the decoder's self-attention.
   enfr   WMT14 EN-FR instead of EN-DE.
   L<n>   n layers in encoder and decoder (Fig. 5: L = 4..10 with the Base width).
-  tiny   a CPU smoke size (2 layers, d 64) on the same data.
+  small  a CPU-sized run on the same data (2 layers, d 64, 8K vocabulary, 64 tokens, 2 000 steps).
+  tiny   a smoke test (2 layers, d 32, 20 steps).
 Paper's BLEU (Table 4; tokenized BLEU, newstest2014), EN-DE / EN-FR:
-  small: standard 22.55 / 31.93, CP 23.67 / 33.24
+  paper_small: standard 22.55 / 31.93, CP 23.67 / 33.24
   base:  standard 28.16 / 38.97, CP 28.91 / 39.36   (Table 1: 17.2 vs 17.6 GB, 1.20 vs 1.12 steps/s
          on a V100 for Base vs CP-Base)
   big:   standard 29.26 / 41.00, CP 30.11 / 41.59
@@ -37,50 +40,41 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from poolformers_jax.data import get_data_config
+from poolformers_jax.configs_lib import SIZE_SLOT, Numbered, base_config, parse_words, shrink_run
 
-# size -> (layers, width, FFN, heads, batch rows, steps, dropout EN-DE)
-SIZES = {
-    'small': (2, 256, 1024, 4, 128, 250_000, 0.1),
+# model -> (layers, width, FFN, heads, batch rows, steps, dropout EN-DE)
+MODELS = {
+    'paper_small': (2, 256, 1024, 4, 128, 250_000, 0.1),
     'base': (6, 512, 2048, 8, 128, 250_000, 0.1),
     'big': (6, 1024, 4096, 16, 64, 600_000, 0.3),
-    'tiny': (2, 64, 256, 4, 32, 2_000, 0.1),
 }
+# size -> (width, FFN, heads): the model of the CPU sizes (2 layers unless L<n> says otherwise)
+SMALLER = {'small': (64, 256, 4), 'tiny': (32, 64, 2)}
 # ContextPool options of CP-attention (paper defaults: learned w, Gaussian g, conv m(X)).
 CP_OPTIONS = {}
 WARMUP = 4000
-
-
-def parse_arg(arg: str | None) -> tuple[str, bool, str, int | None]:
-  size, cp, pair, layers = 'base', False, 'de-en', None
-  for word in filter(None, (arg or '').replace(' ', '').split(',')):
-    if word in SIZES:
-      size = word
-    elif word == 'cp':
-      cp = True
-    elif word == 'enfr':
-      pair = 'fr-en'
-    elif word[:1] in ('L', 'l') and word[1:].isdigit():
-      layers = int(word[1:])
-    else:
-      raise ValueError(f'config argument {word!r} is not a size {sorted(SIZES)}, `cp`, `enfr` or '
-                       'L<layers>; e.g. configs/wmt14.py:base,cp,L8.')
-  return size, cp, pair, layers
+LAYERS = Numbered('L')
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  size, cp, pair, layers = parse_arg(arg)
-  num_layers, dim, mlp_dim, heads, batch, steps, dropout = SIZES[size]
-  if pair == 'fr-en' and size == 'big':
+  words = parse_words(arg, {'model': ('a model', tuple(MODELS)), 'cp': ('CP-attention', ('cp',)),
+                            'pair': ('a language pair', ('enfr',)), 'layers': ('layers', LAYERS),
+                            'size': SIZE_SLOT},
+                      example='configs/wmt14.py:base,cp,L8')
+  model, size = words['model'] or 'base', words['size'] or 'full'
+  cp, pair = words['cp'] is not None, 'fr-en' if words['pair'] else 'de-en'
+  num_layers, dim, mlp_dim, heads, batch, steps, dropout = MODELS[model]
+  if pair == 'fr-en' and model == 'big':
     dropout = 0.1
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.data = get_data_config('wmt14')
+  if size in SMALLER:
+    num_layers, (dim, mlp_dim, heads), dropout = 2, SMALLER[size], 0.1
+  config = base_config('wmt14')
   config.data.pair = pair
   config.data.target_language = pair.split('-')[0]
   config.model = ml_collections.ConfigDict(dict(
       name='transformer_seq2seq',
-      num_layers=layers or num_layers, emb_dim=dim, num_heads=heads, mlp_dim=mlp_dim,
+      num_layers=LAYERS.number(words['layers']) or num_layers, emb_dim=dim, num_heads=heads,
+      mlp_dim=mlp_dim,
       mixer='contextpool' if cp else 'softmax',
       mixer_kwargs=ml_collections.ConfigDict(dict(CP_OPTIONS)),
       # ContextPool options for the decoder's causal CP; None = standard decoder attention.
@@ -89,40 +83,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       activation='relu', dtype='float32',          # 'bfloat16': bf16 compute, float32 params
       vocab_size=config_dict.placeholder(int),     # from the SentencePiece model
   ))
-  config.optimizer = ml_collections.ConfigDict(dict(
+  config.optimizer.update(
       learning_rate=dim ** -0.5 * WARMUP ** -0.5,  # the peak of Vaswani's schedule
-      b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.0,
-      schedule='inverse_sqrt', warmup_steps=WARMUP,
-      grad_clip_norm=0.0, grad_accum_steps=1,
-  ))
+      b2=0.98, eps=1e-9, schedule='inverse_sqrt', warmup_steps=WARMUP)
   config.label_smoothing = 0.1
   config.batch_size = batch              # packed rows of data.max_length tokens, global
   config.eval_batch_size = 64            # pairs (padded, not packed)
   config.num_train_steps = steps
-  config.log_every_steps = 100
-  config.eval_every_steps = 5_000
-  config.checkpoint_every_steps = 5_000
-  config.keep_checkpoints = 2
+  config.eval_every_steps = config.checkpoint_every_steps = 5_000
   config.best_metric = 'loss'
   config.best_mode = 'min'
-  config.final_test = True
-  config.init_from = ''
-  config.init_from_fresh = ''
-  config.num_devices = -1
-  config.progress_bar = True
-  config.decode = ml_collections.ConfigDict(dict(
-      beam_size=4, alpha=0.6,            # Vaswani et al.; beam_size 1 = greedy
-      max_length=256,                    # decoded tokens at most
-      batch_size=64,                     # sentences decoded at once (global)
-      bleu_splits=('test',),             # splits whose evaluation also decodes and scores BLEU
-      max_sentences=0,                   # 0 = every sentence of the split
-  ))
-  if size == 'tiny':
+  config.decode.bleu_splits = ('test',)
+  shrink_run(config, size, small_batch_size=32)
+  if size in SMALLER:
+    config.optimizer.learning_rate = 1e-3
     config.data.vocab_size = 8000
-    config.data.max_length = 64
-    config.eval_every_steps = 500
-    config.checkpoint_every_steps = 500
-    config.decode.max_length = 64
+    config.data.max_length = config.decode.max_length = 64
     config.decode.max_sentences = 256
   config.lock()
   return config

@@ -1,7 +1,7 @@
 r"""Reproduce a Long Range Arena table in one command.
 
   python -m poolformers_jax.reproduce lra --task listops --families all --workdir runs/repro \
-      [--seeds 0,1,2] [--size full|small|runlocal] [--set key=value ...]
+      [--seeds 0,1,2] [--size full|small|tiny] [--set key=value ...]
 
 For every task (`--task all`: every LRA task) and model family it trains the task's config
 (configs/lra_<task>.py:<family>,<size>) in its own workdir, WORKDIR/<task>/<family>/seed<s>, with
@@ -235,6 +235,7 @@ def _names(text: str, valid: Sequence[str], what: str) -> list[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+  from poolformers_jax.configs_lib import SIZES
   argv = list(sys.argv[1:] if argv is None else argv)
   parser = argparse.ArgumentParser(prog='python -m poolformers_jax.reproduce',
                                    description=__doc__.split('\n\n')[0])
@@ -243,7 +244,8 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
   parser.add_argument('--families', default='all', help=f'{",".join(FAMILIES)} or all')
   parser.add_argument('--workdir', required=True)
   parser.add_argument('--seeds', default='0', help='comma-separated, e.g. 0,1,2')
-  parser.add_argument('--size', default='full', choices=['full', 'small', 'runlocal'])
+  parser.add_argument('--size', default='full', choices=SIZES,
+                      help='full: the paper setting; small: CPU-sized; tiny: a smoke test')
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='config override for every run, e.g. --set data.format=generated')
   parser.add_argument('--configs_dir', default=CONFIGS_DIR)

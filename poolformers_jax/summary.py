@@ -12,11 +12,14 @@ Fields:
   prod(output shape) * prod(kernel window) * in_channels / groups.
 - xla_flops: XLA's own cost_analysis() flops of the same forward (lowered, not compiled),
   which also counts elementwise work and counts a multiply-add as 2; reported for reference.
-- train_step_memory_bytes: bytes of one compiled training step (forward, backward, AdamW update)
-  at --batch_size (default config.batch_size) from `memory_analysis()`: arguments + outputs +
-  temporaries - aliased (the state is donated). Single device, no sharding.
+- train_step_memory_bytes: bytes of THE training step train.py runs (train/step.py: forward,
+  backward, the config's optimizer update, metric sums), compiled at --batch_size (default
+  config.batch_size) on one device, from `memory_analysis()`: arguments + outputs +
+  temporaries - aliased (state and accumulator are donated); `train_step_memory` has the parts.
 - stage_lengths: the token sequence length of every stage, from the model's `stage_lengths()`
   when it has one, else the input length (tokens) or H * W (images).
+The dataset's files are not needed: its sizes come from the dataset's constants
+(`DatasetSpec.shapes`) where the files are missing, so every registered model can be sized.
 """
 from __future__ import annotations
 
@@ -25,13 +28,11 @@ import math
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
 from absl import app, flags
 from ml_collections import config_flags
 
-from poolformers_jax.models import build_model
+from poolformers_jax.train import config_utils, state as state_lib, step as step_lib
+from poolformers_jax.train.setup import make_setup, variables_of
 
 
 # ---------------------------------------------------------------- MAC counting from a jaxpr
@@ -83,120 +84,59 @@ def count_macs(jaxpr) -> int:
 
 # ---------------------------------------------------------------- the summary
 
-def example_input(config, batch_size: int):
-  """The input spec: the model's own `input_shape()` (images, float32) when it has one, else
-  the dataset's (data.get_dataset_info; tokens int32, images float32), which also fills the
-  model keys the config leaves to the dataset."""
-  model = build_model(config)
-  if hasattr(model, 'input_shape'):
-    return jax.ShapeDtypeStruct((batch_size,) + tuple(model.input_shape()), jnp.float32)
-  from poolformers_jax import data  # pylint: disable=g-import-not-at-top
-  from poolformers_jax.train.config_utils import complete_from_dataset
-  info = data.get_dataset_info(config, need_files=False)   # sizes only: no dataset needed
-  complete_from_dataset(config, info)   # vocab_size / max_length / num_classes left unset
-  shape = (batch_size,) + tuple(info.input_shape)
-  dtype = jnp.float32 if info.vocab_size is None else jnp.int32
-  return jax.ShapeDtypeStruct(shape, dtype)
-
-
-def _init_variables(model, inputs):
-  zeros = jnp.zeros(inputs.shape, inputs.dtype)
-  return model.init({'params': jax.random.PRNGKey(0), 'dropout': jax.random.PRNGKey(1)}, zeros,
-                    deterministic=True)
-
-
-def _forward(model, inputs: jax.ShapeDtypeStruct):
-  """(forward function, abstract variables, abstract batch-1 input) of one example."""
-  one = jax.ShapeDtypeStruct((1,) + tuple(inputs.shape[1:]), inputs.dtype)
-  variables = jax.eval_shape(lambda x: _init_variables(model, x), one)
+def forward_macs(model, inputs: Any, variables: Any = None) -> int:
+  """Matmul + convolution MACs of one deterministic forward of `inputs` (abstract; batch 1 for
+  one example), traced, not run."""
+  if variables is None:
+    variables = abstract_variables(model, inputs)
   forward = lambda v, x: model.apply(v, x, deterministic=True)
-  return forward, variables, one
+  return count_macs(jax.make_jaxpr(forward)(variables, inputs))
 
 
-def forward_macs(model, inputs: jax.ShapeDtypeStruct) -> int:
-  """Matmul + convolution MACs of one example's deterministic forward (traced, not run)."""
-  forward, variables, one = _forward(model, inputs)
-  return count_macs(jax.make_jaxpr(forward)(variables, one))
+def abstract_variables(model, inputs):
+  return jax.eval_shape(lambda x: model.init({'params': jax.random.PRNGKey(0),
+                                              'dropout': jax.random.PRNGKey(1)}, x,
+                                             deterministic=True), inputs)
 
 
-def xla_forward_flops(model, inputs: jax.ShapeDtypeStruct) -> float:
-  """XLA's cost_analysis() flops of one example's forward (lowered, not compiled)."""
-  forward, variables, one = _forward(model, inputs)
-  cost = jax.jit(forward).lower(variables, one).cost_analysis()
+def xla_forward_flops(model, variables, inputs) -> float:
+  """XLA's cost_analysis() flops of one forward (lowered, not compiled)."""
+  forward = lambda v, x: model.apply(v, x, deterministic=True)
+  cost = jax.jit(forward).lower(variables, inputs).cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   return float(cost.get('flops', float('nan')))
 
 
-def train_step_memory(model, inputs: jax.ShapeDtypeStruct) -> dict[str, int]:
-  """memory_analysis() of a compiled step: forward, cross-entropy, backward, AdamW update."""
-  variables = jax.eval_shape(lambda x: _init_variables(model, x), inputs)
-  params = variables['params']
-  extra = {k: v for k, v in variables.items() if k != 'params'}
-  optimizer = optax.adamw(1e-3)
-  opt_state = jax.eval_shape(optimizer.init, params)
-
-  def loss_fn(p, extra_vars, batch, rng):
-    out = model.apply({'params': p, **extra_vars}, batch, deterministic=False,
-                      rngs={'dropout': rng}, mutable=list(extra_vars) or False)
-    logits, new_extra = out if extra_vars else (out, {})
-    # Cross-entropy against class 0: same memory as real targets without needing any.
-    losses = [optax.softmax_cross_entropy_with_integer_labels(
-        l.astype(jnp.float32), jnp.zeros(l.shape[:-1], jnp.int32)).mean()
-              for l in jax.tree_util.tree_leaves(logits)]
-    return sum(losses), new_extra
-
-  def step(p, o, extra_vars, batch, rng):
-    (loss, new_extra), grads = jax.value_and_grad(loss_fn, has_aux=True)(p, extra_vars, batch, rng)
-    updates, o = optimizer.update(grads, o, p)
-    return optax.apply_updates(p, updates), o, new_extra, loss
-
-  rng = jax.ShapeDtypeStruct((2,), jnp.uint32)
-  compiled = jax.jit(step, donate_argnums=(0, 1, 2)).lower(
-      params, opt_state, extra, inputs, rng).compile()
-  m = compiled.memory_analysis()
-  parts = dict(argument=m.argument_size_in_bytes, output=m.output_size_in_bytes,
-               temp=m.temp_size_in_bytes, alias=m.alias_size_in_bytes)
-  parts = {k: int(v) for k, v in parts.items()}
-  parts['total'] = parts['argument'] + parts['output'] + parts['temp'] - parts['alias']
-  return parts
-
-
-def stage_lengths(model, inputs: jax.ShapeDtypeStruct) -> list[int]:
+def stage_lengths(model, info) -> list[int]:
   if hasattr(model, 'stage_lengths'):
     return [int(n) for n in model.stage_lengths()]
-  shape = tuple(inputs.shape[1:])
-  if jnp.issubdtype(inputs.dtype, jnp.integer):
-    return [int(shape[-1])]                      # tokens: (L,) or (2, L)
-  return [int(math.prod(shape[:-1]))]            # images: H * W positions
+  if info.vocab_size is not None:
+    return [int(info.input_shape[-1])]              # tokens: (L,) or (2, L)
+  return [int(math.prod(info.input_shape[:-1]))]     # images: H * W positions
 
 
-def summarize(config, batch_size: Optional[int] = None,
-              inputs: Optional[jax.ShapeDtypeStruct] = None) -> dict[str, Any]:
-  """The summary dict. `inputs` (a ShapeDtypeStruct with a batch axis) overrides the data
-  config; `batch_size` defaults to config.batch_size."""
-  batch_size = int(batch_size or config.get('batch_size', 1))
-  if inputs is None:
-    inputs = example_input(config, batch_size)
-  else:
-    inputs = jax.ShapeDtypeStruct((batch_size,) + tuple(inputs.shape[1:]), inputs.dtype)
-  model = build_model(config)
-  one = jax.ShapeDtypeStruct((1,) + tuple(inputs.shape[1:]), inputs.dtype)
-  variables = jax.eval_shape(lambda x: _init_variables(model, x), one)
-  params = int(sum(np.prod(a.shape) for a in jax.tree_util.tree_leaves(variables['params'])))
-  macs = forward_macs(model, inputs)
-  xla_flops = xla_forward_flops(model, inputs)
-  memory = train_step_memory(model, inputs)
+def summarize(config, batch_size: Optional[int] = None) -> dict[str, Any]:
+  """The summary dict of `config` on one device; `batch_size` defaults to config.batch_size.
+  The data's files are not needed (sizes from the dataset's constants)."""
+  updates = {'num_devices': 1}
+  if batch_size:
+    updates['batch_size'] = int(batch_size)
+  setup = make_setup(config_utils.override(config, **updates), need_files=False)
+  memory = step_lib.compile_train_step(setup).memory
+  one = setup.task.model_inputs(step_lib.batch_spec(setup, 1))   # one example as the model reads it
+  variables = variables_of(setup.abstract_state)
+  macs = forward_macs(setup.model, one, variables)
   return {
-      'model': config.model.name,
-      'params': params,
+      'model': setup.config.model.name,
+      'params': state_lib.param_count(setup.abstract_state.params),
       'macs': int(macs),
       'gmacs': round(macs / 1e9, 3),
-      'xla_flops': xla_flops,
-      'batch_size': batch_size,
-      'input_shape': list(inputs.shape[1:]),
+      'xla_flops': xla_forward_flops(setup.model, variables, one),
+      'batch_size': int(setup.config.batch_size),
+      'input_shape': list(setup.info.input_shape),
       'train_step_memory_bytes': memory['total'],
       'train_step_memory': memory,
-      'stage_lengths': stage_lengths(model, inputs),
+      'stage_lengths': stage_lengths(setup.model, setup.info),
       'macs_counting': 'matmul + conv MACs of one example (jaxpr), attention products included',
   }
 

@@ -15,7 +15,7 @@ def _mtimes(root):
 
 def test_reproduce_listops_two_families_and_resume(tmp_path, caplog):
   workdir = str(tmp_path / 'repro')
-  argv = ['lra', '--task', 'listops', '--families', 'transformer,ponet', '--size', 'runlocal',
+  argv = ['lra', '--task', 'listops', '--families', 'transformer,ponet', '--size', 'tiny',
           '--workdir', workdir, '--set', f'data.data_dir={tmp_path / "data"}',
           '--set', 'num_train_steps=2', '--set', 'eval_every_steps=2',
           '--set', 'checkpoint_every_steps=2', '--set', 'log_every_steps=1',
@@ -38,7 +38,7 @@ def test_reproduce_listops_two_families_and_resume(tmp_path, caplog):
   with open(os.path.join(workdir, 'results.md')) as f:
     table = f.read()
   # The title says the run is not the plain setting: the overrides are listed.
-  assert table.startswith('# LRA results (runlocal setting with overrides: ')
+  assert table.startswith('# LRA results (tiny setting with overrides: ')
   assert 'num_train_steps=2' in table.splitlines()[0]
   # One row per family, with the paper's number from the one table in reproduce.PAPER.
   assert '| listops | ponet | ' in table and '37.80 (PoNet)' in table
@@ -55,7 +55,7 @@ def test_reproduce_listops_two_families_and_resume(tmp_path, caplog):
 
 def test_reproduce_reports_missing_data(tmp_path):
   results = reproduce.reproduce_lra(
-      ['retrieval'], ['ponet'], str(tmp_path / 'repro'), size='runlocal',
+      ['retrieval'], ['ponet'], str(tmp_path / 'repro'), size='tiny',
       overrides=[f'data.tsv_dir={tmp_path / "nowhere"}'])
   missing = results['tasks']['retrieval']['missing']
   assert 'new_aan_pairs.train.tsv' in missing and 'tsv_dir' in missing and '\n' not in missing

@@ -8,7 +8,9 @@ import jax
 import ml_collections
 import pytest
 
-from poolformers_jax import data, summary
+from poolformers_jax import data
+from poolformers_jax.train import config_utils, step
+from poolformers_jax.train.setup import make_setup
 from poolformers_jax.models import build_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,8 +31,10 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
   with pytest.raises(data.DataNotFoundError):             # training still needs the file
     data.get_dataset_info(config)
   length = config.data.max_length                         # 2048 in stage 1
-  inputs = summary.example_input(config, 2)
+  setup = make_setup(config_utils.override(config, batch_size=2, num_devices=1), need_files=False)
+  inputs = step.batch_spec(setup)['inputs']               # what summary compiles the step for
   assert (inputs.shape, inputs.dtype) == ((2, length), 'int32')
+  config = setup.config
   assert config.model.vocab_size == 257                   # 256 bytes + padding id 0
   model = build_model(config)
   one = jax.ShapeDtypeStruct((1, length), 'int32')
@@ -38,7 +42,7 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
   params = sum(math.prod(p.shape) for p in jax.tree_util.tree_leaves(shapes))
   assert round(params / 1e6, 2) == 39.15                  # configs/enwik8.py's documented size
   for name in ('lra_text', 'lra_retrieval', 'lra_image', 'lra_pathfinder'):
-    lra = _config_module(name).get_config('runlocal')
+    lra = _config_module(name).get_config('tiny')
     with lra.unlocked():
       for key in ('data_dir', 'tsv_dir', 'pathfinder_dir'):
         if key in lra.data:

@@ -1,16 +1,25 @@
-"""What the config files share (big_vision's configs/common.py): they import it by module path.
+"""The one config spine (big_vision's configs/common.py); config files import it by module path.
 
-- `parse_words`: THE parser of config arguments (`configs/x.py:word,word`) for every config file.
+- `base_config(data_name)`: EVERY trainer and optimizer key with its default. A config file starts
+  from it and only overrides; the trainer reads every key directly (no defaults elsewhere), so
+  what a run does is what its config.json says.
+- `parse_words`: THE parser of config arguments (`configs/x.py:word,word`) of every config file.
+- Size words, the same in every config file that has a smaller run (`SIZES`, `shrink_run`):
+    full   the paper's setting (the default)
+    small  a CPU-sized run of the same model family (minutes to an hour on a laptop)
+    tiny   a smoke test that runs in seconds; it also shrinks the model
 - Long Range Arena: `FAMILIES` (model family -> mixer), `LraTask` (one row of the LRA table) and
   `task_config`, the locked config of a task for `family[,size]`.
-- Vision: `vision_base_config`, `vit_model` / `hvt_model` (config.model of the ViT family) and
-  `deit_recipe`.
+- Vision: `vision_config`, `vit_model` / `hvt_model` (config.model of the ViT family) and
+  `deit_recipe`. PoNet transfer (pre-training, GLUE, long text): configs_lib/bert.py.
 
-Configs hold numbers and names only: this file imports no model code.
+Configs hold numbers and names only: this file imports no model code. Model sizes the data
+decides (vocabulary, classes, sequence length) are placeholders filled from the dataset when a
+run starts (train/setup.py).
 
 The argument string of an LRA task config is `family[,size]` (also `size` alone):
   family: transformer | linear | ponet | adamra | contextpool | msac  (the token mixer)
-  size:   full (the paper's setting) | small (CPU-sized) | runlocal (a smoke test, seconds)
+  size:   full | small | tiny (above)
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
 mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
@@ -20,7 +29,7 @@ warmup and steps from the table in docs/papers/lra.md.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence, Union
 
 import ml_collections
 from ml_collections import config_dict
@@ -28,19 +37,88 @@ from ml_collections import config_dict
 from poolformers_jax.data import get_data_config
 
 
-def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Sequence[str]]],
+def base_config(data_name: str) -> ml_collections.ConfigDict:
+  """Every key the trainer reads, with its default; `config.model` is the config file's."""
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.data = get_data_config(data_name)   # the dataset's own keys (data/<dataset>.py)
+  config.model = ml_collections.ConfigDict()   # name + fields of a registered model
+  config.optimizer = ml_collections.ConfigDict(dict(
+      learning_rate=1e-3,        # the peak, after warmup
+      b1=0.9, b2=0.999, eps=1e-8,   # AdamW
+      weight_decay=0.0,          # masked off biases, norms and position embeddings
+      schedule='constant',       # constant | cosine | linear | one_cycle | inverse_sqrt
+      cycle_momentum=False,      # one_cycle: beta1 0.95 -> 0.85 -> 0.95 (PyTorch OneCycleLR default)
+      warmup_steps=0,            # linear warmup from 0 (one_cycle: from peak / 25)
+      grad_clip_norm=0.0,        # 0 = no clipping
+      grad_accum_steps=1,        # optax.MultiSteps: one update per k steps; steps count micro-batches
+  ))
+  config.label_smoothing = 0.0
+  # DeiT's batch mixing for image classification (train/mixing.py); both alphas 0 = off.
+  config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.0, cutmix_alpha=0.0,
+                                                switch_prob=0.5))
+  config.batch_size = 32                 # global, over all processes and devices
+  config.eval_batch_size = 0             # global; 0 = batch_size
+  config.num_train_steps = 1000          # 0: nothing to train (init_from, then evaluate)
+  config.log_every_steps = 100           # every N steps; 0 or less = only at the end
+  config.eval_every_steps = 1000         # on validation; the best checkpoint is kept
+  config.checkpoint_every_steps = 1000
+  config.keep_checkpoints = 2            # latest checkpoints kept (the best is kept apart)
+  config.best_metric = 'accuracy'        # a validation metric of the task
+  config.best_mode = 'max'               # 'max' | 'min'
+  config.final_test = True               # evaluate the best checkpoint on test at the end
+  config.init_from = ''                  # workdir / checkpoint: start from its parameters
+  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
+  config.num_devices = -1                # -1 = all local devices
+  config.progress_bar = True
+  config.profile_steps = ()              # (first, last): jax.profiler trace in DIR/profile
+  # Generated outputs scored at evaluation (translation: beam search, then BLEU).
+  config.decode = ml_collections.ConfigDict(dict(
+      beam_size=4, alpha=0.6,            # Vaswani et al.; beam_size 1 = greedy
+      max_length=256,                    # decoded tokens at most
+      batch_size=64,                     # sentences decoded at once (global)
+      bleu_splits=(),                    # splits whose evaluation also decodes and scores BLEU
+      max_sentences=0,                   # 0 = every sentence of the split
+  ))
+  return config
+
+
+# ----------------------------------------------------------------------------- arguments
+
+@dataclasses.dataclass(frozen=True)
+class Numbered:
+  """The words `<prefix><n>` (e.g. L8) as one choice of a `parse_words` slot."""
+  prefix: str
+
+  def __contains__(self, word: object) -> bool:
+    return (isinstance(word, str) and word.startswith(self.prefix)
+            and word[len(self.prefix):].isdigit())
+
+  def __repr__(self) -> str:
+    return f'{self.prefix}<n>'
+
+  def number(self, word: Optional[str]) -> Optional[int]:
+    return int(word[len(self.prefix):]) if word else None
+
+
+Choices = Union[Sequence[str], Numbered]
+
+
+def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Choices]],
                 example: str) -> dict[str, Optional[str]]:
   """'ponet,small' -> {'family': 'ponet', 'size': 'small'}: each comma-separated word fills the
   slot whose choices hold it (later words win); unfilled slots are None.
 
-  slots: slot -> (what it is, its choices), e.g. {'size': ('a size', ('full', 'small'))}.
-  A word no slot holds fails with one line naming every slot's choices and an `example`.
+  slots: slot -> (what it is, its choices), e.g. {'size': ('a size', SIZES)}; choices are words
+  or `Numbered('L')` (L1, L2, ...). A word no slot holds fails with one line naming every slot's
+  choices and an `example`.
   """
   filled: dict[str, Optional[str]] = dict.fromkeys(slots)
   for word in filter(None, (arg or '').replace(' ', '').split(',')):
     slot = next((s for s, (_, choices) in slots.items() if word in choices), None)
     if slot is None:
-      what = [f'{desc} {list(choices)}' for desc, choices in slots.values()]
+      show = lambda c: repr(c) if isinstance(c, Numbered) else str(list(c))
+      what = [f'{desc} {show(choices)}' for desc, choices in slots.values()]
       alternatives = (f'neither {what[0]} nor {what[1]}' if len(what) == 2 else
                       'not ' + ', '.join(what[:-1]) + f' or {what[-1]}' if len(what) > 2 else
                       f'not {what[0]}')
@@ -49,6 +127,25 @@ def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Sequence[str]
                        f'e.g. {example}.')
     filled[slot] = word
   return filled
+
+
+# ----------------------------------------------------------------------------- size words
+
+SIZES = ('full', 'small', 'tiny')
+SIZE_SLOT = ('a size', SIZES)
+
+
+def shrink_run(config: ml_collections.ConfigDict, size: str, small_batch_size: int) -> None:
+  """The run of a size word (the model is the config file's business): `small` trains 2 000
+  steps of `small_batch_size`, `tiny` 20 steps of 8 examples; `full` changes nothing."""
+  if size == 'small':
+    config.update(batch_size=small_batch_size, num_train_steps=2000, log_every_steps=50,
+                  eval_every_steps=500, checkpoint_every_steps=500)
+    config.optimizer.warmup_steps = 100
+  elif size == 'tiny':
+    config.update(batch_size=8, num_train_steps=20, log_every_steps=5, eval_every_steps=10,
+                  checkpoint_every_steps=10)
+    config.optimizer.warmup_steps = 2
 
 
 # ----------------------------------------------------------------------------- Long Range Arena
@@ -63,14 +160,12 @@ FAMILIES = {
     'contextpool': ('contextpool', {'placement': 'mixer_input'}),
     'msac': ('msac', {'heads': 'full'}),   # MSAC Sec. 2.1 heads, or 'split'
 }
-SIZES = ('full', 'small', 'runlocal')
 
 
 def parse_arg(arg: str | None, default_family: str = 'transformer',
               default_size: str = 'full') -> tuple[str, str]:
   """'ponet,small' -> ('ponet', 'small'); unknown words fail with the valid choices."""
-  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)),
-                            'size': ('a size', SIZES)},
+  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT},
                       example='configs/lra_listops.py:ponet,small')
   return words['family'] or default_family, words['size'] or default_size
 
@@ -92,49 +187,9 @@ def model_config(family: str, *, retrieval: bool = False) -> ml_collections.Conf
   ))
 
 
-def optimizer_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      learning_rate=1e-4,
-      b1=0.9, b2=0.999, eps=1e-6,
-      weight_decay=0.0,          # masked off biases, norms and position embeddings
-      schedule='one_cycle',      # constant | cosine | linear | one_cycle
-      cycle_momentum=False,      # one_cycle: beta1 0.95 -> 0.85 -> 0.95 (PyTorch OneCycleLR default)
-      warmup_steps=1000,
-      grad_clip_norm=0.0,        # 0 = no clipping
-      grad_accum_steps=1,        # optax.MultiSteps; num_train_steps counts micro-batches
-  ))
-
-
-def get_lra_config(data_config: ml_collections.ConfigDict, family: str,
-                   retrieval: bool = False) -> ml_collections.ConfigDict:
-  """Everything but the task's numbers; the task file fills those in and locks the config."""
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.data = data_config
-  config.model = model_config(family, retrieval=retrieval)
-  config.optimizer = optimizer_config()
-  config.label_smoothing = 0.0
-  config.batch_size = 32                 # global, over all processes and devices
-  config.eval_batch_size = 64
-  config.num_train_steps = 5000
-  config.log_every_steps = 50
-  config.eval_every_steps = 500          # on validation; the best checkpoint is kept
-  config.checkpoint_every_steps = 500
-  config.keep_checkpoints = 2            # latest checkpoints kept (the best is kept apart)
-  config.best_metric = 'accuracy'
-  config.best_mode = 'max'
-  config.final_test = True               # evaluate the best checkpoint on test at the end
-  config.init_from = ''                  # workdir / checkpoint: start from its parameters
-  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
-  config.num_devices = -1                # -1 = all local devices
-  config.progress_bar = True
-  config.profile_steps = ()              # (first, last): jax.profiler trace in DIR/profile
-  return config
-
-
 @dataclasses.dataclass(frozen=True)
 class LraTask:
-  """One row of the LRA table in docs/papers/lra.md, plus the lengths of the CPU-sized variants."""
+  """One row of the LRA table in docs/papers/lra.md, plus the lengths of the smaller sizes."""
   data: str                  # data.get_data_config name
   length: int                # paper's sequence length (per document for retrieval)
   batch_size: int
@@ -142,7 +197,7 @@ class LraTask:
   num_train_steps: int
   segment_num: int           # PoNet's LRA segment count at `length`
   small_length: int
-  runlocal_length: int
+  tiny_length: int
   eval_every_steps: int = 1000
   retrieval: bool = False
 
@@ -152,43 +207,36 @@ def task_config(task: LraTask, arg: str | None,
                 ) -> ml_collections.ConfigDict:
   """The locked config of `task` for `arg` = 'family[,size]' (no argument: transformer,small).
 
-  `small` keeps the model and shortens sequences, steps and batch for a CPU; `runlocal` also
-  shrinks the model (a smoke test). PoNet's segment count scales with the length. A task file
-  can change more per size with `size_overrides[size](config)`.
+  The settings of PoNet / AdaMRA on LRA (Nystromformer's LRA code): 2 pre-LN layers, dim 64,
+  FFN 128, 2 heads, learned positions, dropout 0.1, mean pooling, head
+  Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping, no weight decay,
+  one-cycle linear schedule; batch, warmup and steps from `task`.
+  `small` keeps the model and shortens sequences, steps and batch for a CPU; `tiny` also shrinks
+  the model. PoNet's segment count scales with the length. A task file can change more per size
+  with `size_overrides[size](config)`.
   """
   family, size = parse_arg(arg, default_size='full' if arg else 'small')
-  config = get_lra_config(get_data_config(task.data), family, retrieval=task.retrieval)
-  length = {'full': task.length, 'small': task.small_length, 'runlocal': task.runlocal_length}[size]
+  config = base_config(task.data)
+  config.model = model_config(family, retrieval=task.retrieval)
+  config.optimizer.update(learning_rate=1e-4, eps=1e-6, schedule='one_cycle',
+                          warmup_steps=task.warmup_steps)
+  length = {'full': task.length, 'small': task.small_length, 'tiny': task.tiny_length}[size]
   config.data.max_length = length
-  config.batch_size = config.eval_batch_size = task.batch_size
-  config.optimizer.warmup_steps = task.warmup_steps
+  config.batch_size = task.batch_size
   config.num_train_steps = task.num_train_steps
+  config.log_every_steps = 50
   config.eval_every_steps = config.checkpoint_every_steps = task.eval_every_steps
   if family == 'ponet':
     config.model.mixer_kwargs.segment_num = max(task.segment_num * length // task.length, 1)
+  shrink_run(config, size, small_batch_size=32)
   if size == 'small':
-    config.batch_size = config.eval_batch_size = 32
     config.optimizer.learning_rate = 1e-3
-    config.optimizer.warmup_steps = 100
-    config.num_train_steps = 2000
-    config.eval_every_steps = config.checkpoint_every_steps = 500
-  shrink_for_cpu(config, size)
-  (size_overrides or {}).get(size, lambda c: None)(config)
+  if size == 'tiny':
+    config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
+  if size in (size_overrides or {}):
+    size_overrides[size](config)
   config.lock()
   return config
-
-
-def shrink_for_cpu(config: ml_collections.ConfigDict, size: str) -> None:
-  """Sizes other than 'full': fewer steps and a smaller model for a laptop CPU."""
-  if size == 'runlocal':
-    config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
-    config.batch_size = 8
-    config.eval_batch_size = 16
-    config.num_train_steps = 20
-    config.optimizer.warmup_steps = 2
-    config.log_every_steps = 5
-    config.eval_every_steps = 10
-    config.checkpoint_every_steps = 10
 
 
 # ----------------------------------------------------------------------------------- vision
@@ -201,10 +249,11 @@ def epochs_to_steps(epochs: float, batch_size: int, train_size: int = IMAGENET_T
 
 
 def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 16,
-         image_size: int = 224, classifier: str = 'token', mixer: str = 'softmax',
-         drop_path_rate: float = 0.1, num_classes: int = 1000) -> ml_collections.ConfigDict:
+              image_size: int = 224, classifier: str = 'token', mixer: str = 'softmax',
+              drop_path_rate: float = 0.1) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
-      name='vit', num_classes=num_classes, image_size=image_size, patch_size=patch_size,
+      name='vit', num_classes=config_dict.placeholder(int),   # from the dataset
+      image_size=image_size, patch_size=patch_size,
       hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0,
       classifier=classifier, mixer=mixer,
       # ContextPool placement: 'mixer_input' or 'block_output' (docs/papers/context_pool.md).
@@ -215,10 +264,10 @@ def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 
 
 
 def hvt_model(hidden_dim: int, num_heads: int, num_stages: int, *, pool_method: str = 'max',
-         pool_2d: bool = False, patch_size: int = 16, image_size: int = 224,
-         num_classes: int = 1000) -> ml_collections.ConfigDict:
+              pool_2d: bool = False, patch_size: int = 16,
+              image_size: int = 224) -> ml_collections.ConfigDict:
   c = vit_model(hidden_dim, 12, num_heads, patch_size=patch_size, image_size=image_size,
-                classifier='mean', num_classes=num_classes)
+                classifier='mean')
   del c['classifier']   # HVT has no class token: the 'hvt' model always uses the mean head
   c.name = 'hvt'
   c.num_stages = num_stages
@@ -240,33 +289,23 @@ def deit_recipe(config, weight_decay: float = 0.025, train_size: int = IMAGENET_
   config.label_smoothing = 0.1
   config.num_train_steps = epochs_to_steps(300, config.batch_size, train_size)
   # DeiT's augmentations (train/mixing.py, data/vision.py, data/randaugment.py, data/pipeline.py).
-  config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5))
+  config.mixup.update(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5)
   config.data.random_erasing = 0.25
   config.data.rand_augment = 'rand-m9-mstd0.5-inc1'
   config.data.repeated_augmentation = 3
 
 
-def vision_base_config(data_name: str = 'imagenet2012') -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.data = get_data_config(data_name)
-  config.model = ml_collections.ConfigDict()
-  config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.05, schedule='cosine',
-      warmup_steps=0, grad_clip_norm=0.0, grad_accum_steps=1))
+def vision_config(data_name: str, model: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """The base of the image classifiers: batch 1024, AdamW, cosine, label smoothing 0.1; one
+  image size (overriding --config.model.image_size also resizes the data)."""
+  config = base_config(data_name)
+  config.model = model
+  config.optimizer.update(weight_decay=0.05, schedule='cosine')
   config.label_smoothing = 0.1
-  config.batch_size = 1024               # global, over all processes and devices
-  config.eval_batch_size = 1024
-  config.num_train_steps = 0
-  config.log_every_steps = 100
-  config.eval_every_steps = 5000
-  config.checkpoint_every_steps = 5000
-  config.keep_checkpoints = 2
-  config.best_metric = 'accuracy'
-  config.best_mode = 'max'
+  config.batch_size = 1024
+  config.num_train_steps = 0             # the recipe sets it
+  config.eval_every_steps = config.checkpoint_every_steps = 5000
   config.final_test = False              # ImageNet: the validation split is the reported number
-  config.init_from = ''                  # workdir / checkpoint: start from its parameters
-  config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
-  config.num_devices = -1
-  config.progress_bar = True
+  if 'image_size' in model:
+    config.data.image_size = model.get_ref('image_size')
   return config

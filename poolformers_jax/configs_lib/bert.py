@@ -8,7 +8,7 @@ clipping at norm 1.0, linear decay to 0 after the warmup.
 Argument words every file accepts:
   bert       softmax attention instead of PoNet (BERT-Base, the paper's baseline)
   small      a CPU-sized model (4 layers, width 256) and run
-  tiny       a smoke test (2 layers, width 32, 64 tokens, a few steps)
+  tiny       a smoke test (2 layers, width 32, a few steps)
 """
 from __future__ import annotations
 
@@ -17,13 +17,11 @@ from ml_collections import config_dict
 
 from poolformers_jax import configs_lib
 
-SIZES = ('full', 'small', 'tiny')
-
 
 def parse_words(arg: str | None, choices: dict[str, tuple[str, ...]], usage: str) -> dict[str, str]:
   """'sso,bert,tiny' -> {'objective': 'sso', 'family': 'bert', 'size': 'tiny'} with the one
   parser (configs_lib.parse_words); the first choice of each slot is its default."""
-  slots = {'family': ('a model family', ('ponet', 'bert')), 'size': ('a size', SIZES),
+  slots = {'family': ('a model family', ('ponet', 'bert')), 'size': configs_lib.SIZE_SLOT,
            **{slot: (f'a {slot}', words) for slot, words in choices.items()}}
   filled = configs_lib.parse_words(arg, slots, usage)
   return {slot: filled[slot] or words[0] for slot, (_, words) in slots.items()}
@@ -46,45 +44,30 @@ def model_config(name: str, family: str, max_length=None) -> ml_collections.Conf
   return c
 
 
-def trainer_config(data: ml_collections.ConfigDict, model: ml_collections.ConfigDict,
-                   *, learning_rate: float, warmup_steps: int, num_train_steps: int,
-                   batch_size: int, best_metric: str, best_mode: str = 'max'
-                   ) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.data = data
+def transfer_config(data_name: str, model: ml_collections.ConfigDict, size: str, *,
+                    lengths: dict[str, int], learning_rate: float, warmup_steps: int,
+                    num_train_steps: int, batch_size: int, best_metric: str,
+                    best_mode: str = 'max', eval_every_steps: int = 5000
+                    ) -> ml_collections.ConfigDict:
+  """One PoNet transfer run at `size`; `lengths[size]` (where given) is the data's sequence
+  length at that size (the model's position table follows it unless the model sets one)."""
+  config = configs_lib.base_config(data_name)
   config.model = model
-  config.optimizer = ml_collections.ConfigDict(dict(
-      learning_rate=learning_rate, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0,
-      schedule='linear', warmup_steps=warmup_steps, grad_clip_norm=1.0, grad_accum_steps=1))
-  config.label_smoothing = 0.0
+  config.optimizer.update(learning_rate=learning_rate, schedule='linear',
+                          warmup_steps=warmup_steps, grad_clip_norm=1.0)
   config.batch_size = batch_size
-  config.eval_batch_size = batch_size
   config.num_train_steps = num_train_steps
-  config.log_every_steps = 100
-  config.eval_every_steps = 5000
-  config.checkpoint_every_steps = 5000
-  config.keep_checkpoints = 2
+  config.eval_every_steps = config.checkpoint_every_steps = eval_every_steps
   config.best_metric = best_metric
   config.best_mode = best_mode
-  config.final_test = True
-  config.num_devices = -1
-  config.progress_bar = True
-  # Fine-tuning: parameters of a pre-training run (its workdir) or of the official checkpoint
+  # Fine-tuning: config.init_from = a pre-training run (its workdir) or the official checkpoint
   # folder (chtan/ponet-base-uncased); '' = train from scratch.
-  config.init_from = ''
-  return config
-
-
-def shrink(config: ml_collections.ConfigDict, size: str) -> None:
-  """CPU sizes: a smaller model, shorter run; sequence lengths are the caller's business."""
+  configs_lib.shrink_run(config, size, small_batch_size=16)
   if size == 'small':
-    config.model.update(emb_dim=256, num_layers=4, num_heads=4, mlp_dim=1024)
-    config.update(batch_size=16, eval_batch_size=16, num_train_steps=2000, eval_every_steps=500,
-                  checkpoint_every_steps=500, log_every_steps=50)
-    config.optimizer.warmup_steps = 100
+    model.update(emb_dim=256, num_layers=4, num_heads=4, mlp_dim=1024)
   elif size == 'tiny':
-    config.model.update(emb_dim=32, num_layers=2, num_heads=2, mlp_dim=64)
-    config.update(batch_size=8, eval_batch_size=8, num_train_steps=20, eval_every_steps=10,
-                  checkpoint_every_steps=10, log_every_steps=5)
-    config.optimizer.update(warmup_steps=2, learning_rate=1e-3)
+    model.update(emb_dim=32, num_layers=2, num_heads=2, mlp_dim=64)
+    config.optimizer.learning_rate = 1e-3
+  if size in lengths:
+    config.data.max_length = lengths[size]
+  return config

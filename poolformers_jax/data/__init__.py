@@ -3,7 +3,7 @@
     info = data.get_dataset_info(config)
     it = data.make_train_iterator(config, seed=config.seed, process_index=..., process_count=...)
     for batch in data.make_eval_iterator(config, 'validation', batch_size=..., ...): ...
-    config.data = data.get_data_config('listops')
+    config.data = data.get_data_config('listops')   # the defaults of the dataset's file
 
 `config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself; the
 files are listed in poolformers_jax/registry.py).
@@ -12,7 +12,7 @@ Nothing is downloaded at run time. Where each dataset's files must be:
                   {tsv_dir}/basic_{train,val,test}.tsv of the LRA release
   lra_text        TFDS imdb_reviews as array_record in data_dir   (tfds build ... --file_format=array_record)
   lra_image       TFDS cifar10 as array_record in data_dir
-  cifar10/100     TFDS cifar10 / cifar100 as array_record in data_dir
+  cifar10/100     TFDS cifar10 / cifar100 as array_record in data_dir (cifar10_pairs: cifar10)
   imagenet2012    TFDS imagenet2012 as array_record in data_dir (manual download)
   lra_retrieval   {tsv_dir}/new_aan_pairs.{train,eval,test}.tsv of the LRA release
   lra_pathfinder  {pathfinder_dir}/{train,validation,test}.npz, or the LRA release folder (lra.py)
@@ -27,8 +27,7 @@ Missing files raise DataNotFoundError with one line: the path and what to do.
 With worker_count > 0 the iterator state has another format: resume with the same worker_count.
 """
 from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo, DatasetSpec,
-                                       register_dataset)
-from poolformers_jax.data.configs import get_data_config
+                                       get_data_config, register_dataset)
 from poolformers_jax.data.pipeline import (eval_num_batches, get_dataset_info, make_eval_iterator,
                                            make_train_iterator)
 

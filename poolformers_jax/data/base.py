@@ -1,11 +1,24 @@
 """The dataset registry and the small helpers every dataset file shares.
 
-A dataset is a `DatasetSpec`: how to describe it (`info`), where its raw records come from
-(`source`, any random-access sequence grain can read: a `tfds.data_source`, an index over a TSV
-file, ...) and how one raw record becomes one example (`preprocess`, given a numpy Generator at
-train time for augmentation and None at eval time). The pipeline (pipeline.py) does the rest,
-identically for every dataset. `config.data.name` picks the spec from `DATASETS`, filled by
-`register_dataset(name, spec)` in the dataset files (listed in poolformers_jax/registry.py).
+A dataset is a `DatasetSpec`: its `config.data` defaults (`config`), how to describe it
+(`info`), where its raw records come from (`source`, any random-access sequence grain can read: a
+`tfds.data_source`, an index over a TSV file, ...) and how one raw record becomes one example
+(`preprocess`, given a numpy Generator at train time for augmentation and None at eval time).
+The pipeline (pipeline.py) does the rest, identically for every dataset. `config.data.name` picks
+the spec from `DATASETS`, filled by `register_dataset(name, spec)` in the dataset files (listed
+in poolformers_jax/registry.py); `get_data_config(name)` is the registered `config()`.
+
+Fields every data config has (`common_config`; each dataset adds its own, documented there):
+  name          the dataset (a key of data.DATASETS)
+  data_dir      where TFDS array_record files live / are generated (env POOLFORMERS_DATA_DIR,
+                else ./data_cache, which git ignores); for enwik8/text8 the folder of the zip file
+  max_length    sequence length examples are padded (with id 0) or cut to; 0 for images
+  too_long      'truncate' (keep the first max_length tokens, as the LRA pipelines do) or
+                'error' (raise on any longer input)
+  repeated_augmentation  each train example shown this many times in a row (DeiT: 3), 1 = off
+  worker_count  grain worker processes; 0 = in-process (starting workers costs about 2 s)
+  read_threads  grain threads reading records ahead in the main process
+The returned ConfigDicts are not locked; the experiment config that embeds one locks it.
 """
 from __future__ import annotations
 
@@ -13,6 +26,7 @@ import dataclasses
 import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
+import ml_collections
 import numpy as np
 
 from poolformers_jax.registry import DATASETS, register_dataset  # noqa: F401  (re-exported)
@@ -20,8 +34,6 @@ from poolformers_jax.registry import DATASETS, register_dataset  # noqa: F401  (
 Record = Any
 Example = dict[str, np.ndarray]
 
-TASKS = ('classification', 'retrieval', 'lm', 'pretraining', 'text_classification', 'regression',
-         'seq2seq')
 SPLITS = ('train', 'validation', 'test')
 
 
@@ -29,7 +41,7 @@ SPLITS = ('train', 'validation', 'test')
 class DatasetInfo:
   """What the trainer and the model need to know about a dataset."""
   name: str
-  task: str                      # 'classification' | 'retrieval' | 'lm' | 'seq2seq'
+  task: str                      # a registered task (train/tasks.py): 'classification', 'lm', ...
   num_classes: int               # classes; for 'lm' the vocabulary size (targets are tokens)
   vocab_size: Optional[int]      # token vocabulary size incl. padding id 0; None for images
   input_shape: tuple[int, ...]   # one example: (L,), (2, L) or (H, W, C)
@@ -37,6 +49,9 @@ class DatasetInfo:
   # Model settings the data decides, filled into config.model where left unset (None), e.g.
   # the [CLS] / [SEP] ids of a WordPiece vocabulary.
   model_defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  # Training rows are packed by grain's FirstFitPackIterDataset, which adds `<key>_segment_ids`
+  # and `<key>_positions` beside every packed array of the example.
+  packed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +59,7 @@ class DatasetSpec:
   info: Callable[[Any], DatasetInfo]                 # config.data -> DatasetInfo
   source: Callable[[Any, str], Sequence[Record]]      # (config.data, split) -> records
   preprocess: Callable[[Record, Any, Optional[np.random.Generator]], Example]
+  config: Callable[[], ml_collections.ConfigDict]     # the defaults of config.data
   # Optional (grain IterDataset of examples, config.data, rows per batch, seed) -> batches of
   # packed rows; used for training when config.data.pack is True (translation).
   pack: Optional[Callable[[Any, Any, int, int], Any]] = None
@@ -54,6 +70,22 @@ class DatasetSpec:
 
 def get_spec(data_config) -> DatasetSpec:
   return DATASETS[data_config.name]
+
+
+def get_data_config(name: str) -> ml_collections.ConfigDict:
+  """The defaults of `config.data` for the registered dataset `name` (unlocked)."""
+  return DATASETS[name].config()
+
+
+def default_data_dir() -> str:
+  return os.environ.get('POOLFORMERS_DATA_DIR', 'data_cache')
+
+
+def common_config(name: str, max_length: int) -> ml_collections.ConfigDict:
+  """The fields every data config has (see the module docstring)."""
+  return ml_collections.ConfigDict(dict(
+      name=name, data_dir=default_data_dir(), max_length=max_length, too_long='truncate',
+      repeated_augmentation=1, worker_count=0, read_threads=4))
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -95,14 +127,17 @@ def expand_path(path: str) -> str:
 
 
 class LineFile:
-  """Random access to the lines of a large text file (byte offsets indexed once, read lazily).
+  """Random access to the non-empty lines of a large text file (byte offsets indexed once, read
+  lazily), each turned into a record by `parse` (a picklable function of the line; a ValueError
+  it raises is reported with the file and line). No `parse`: the line itself.
 
   Picklable, thread-safe (every read opens the file), and cheap in memory: the LRA TSV files are
   around a gigabyte, so we keep 16 bytes per line instead of the lines.
   """
 
-  def __init__(self, path: str, skip_header: bool = False):
-    self.path = path
+  def __init__(self, path: str, skip_header: bool = False,
+               parse: Optional[Callable[[str], Any]] = None):
+    self.path, self.parse = path, parse
     offsets = []
     with open(path, 'rb') as f:
       self.header = f.readline().rstrip(b'\r\n').decode('utf-8') if skip_header else None
@@ -116,11 +151,17 @@ class LineFile:
   def __len__(self) -> int:
     return len(self._offsets)
 
-  def __getitem__(self, index: int) -> str:
+  def __getitem__(self, index: int) -> Any:
     start, size = self._offsets[index]
     with open(self.path, 'rb') as f:
       f.seek(int(start))
-      return f.read(int(size)).decode('utf-8').rstrip('\r\n')
+      line = f.read(int(size)).decode('utf-8').rstrip('\r\n')
+    if self.parse is None:
+      return line
+    try:
+      return self.parse(line)
+    except ValueError as error:
+      raise ValueError(f'{self.path} line {index}: {error}') from None
 
   def __repr__(self) -> str:
     return f'LineFile({self.path!r}, {len(self)} lines)'

@@ -34,6 +34,7 @@ import csv
 import functools
 import glob
 import json
+import os
 import re
 from typing import Any, Optional, Sequence
 
@@ -167,7 +168,7 @@ def _vocab(vocab_file: str, lowercase: bool) -> Vocab:
 
 
 def vocab_of(data_config) -> Vocab:
-  return _vocab(data_config.vocab_file, bool(data_config.get('lowercase', True)))
+  return _vocab(data_config.vocab_file, bool(data_config.lowercase))
 
 
 def pretraining_source(data_config, split):
@@ -286,18 +287,34 @@ def pretraining_preprocess(record, data_config, rng: Optional[np.random.Generato
 SENTENCE_CLASSES = {'sso': 3, 'nsp': 2, 'mlm': 0}
 
 
-def pretraining_info(data_config):
+# The uncased BERT vocabulary of PoNet-Base (chtan/ponet-base-uncased): its size and [CLS] /
+# [SEP] ids, what `DatasetSpec.shapes` assumes when no vocab.txt is at hand.
+BERT_UNCASED = dict(size=30522, cls=101, sep=102)
+
+
+def _vocab_sizes(data_config, from_files: bool) -> tuple[int, dict[str, int]]:
+  """(vocabulary size, model defaults [CLS] / [SEP] ids) of the vocab.txt, or BERT_UNCASED's."""
+  vocab = vocab_of(data_config) if from_files else None
+  size, cls, sep = ((vocab.size, vocab.cls, vocab.sep) if vocab else
+                    (BERT_UNCASED['size'], BERT_UNCASED['cls'], BERT_UNCASED['sep']))
+  return size, dict(cls_id=cls, sep_id=sep)
+
+
+def _split_sizes(source, data_config, from_files: bool) -> dict[str, int]:
+  return {s: len(source(data_config, s)) for s in base.SPLITS} if from_files else {}
+
+
+def pretraining_info(data_config, *, from_files: bool = True):
   if data_config.objective not in SENTENCE_CLASSES:
     raise ValueError(f'config.data.objective={data_config.objective!r}; choose one of '
                      f'{sorted(SENTENCE_CLASSES)}.')
-  vocab = vocab_of(data_config)
+  vocab_size, special = _vocab_sizes(data_config, from_files)
   return base.DatasetInfo(
       name='text_pretraining', task='pretraining',
-      num_classes=SENTENCE_CLASSES[data_config.objective], vocab_size=vocab.size,
+      num_classes=SENTENCE_CLASSES[data_config.objective], vocab_size=vocab_size,
       input_shape=(2, data_config.max_length),
-      split_sizes={s: len(pretraining_source(data_config, s)) for s in base.SPLITS},
-      model_defaults=dict(cls_id=vocab.cls, sep_id=vocab.sep,
-                          sentence_classes=SENTENCE_CLASSES[data_config.objective]))
+      split_sizes=_split_sizes(pretraining_source, data_config, from_files),
+      model_defaults=dict(special, sentence_classes=SENTENCE_CLASSES[data_config.objective]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,36 +374,24 @@ def glue_preprocess(record, data_config, rng: Optional[np.random.Generator] = No
   return {'inputs': inputs[0], 'targets': target}
 
 
-def glue_info(data_config):
+def glue_info(data_config, *, from_files: bool = True):
   _, num_classes = _glue_task(data_config)
-  vocab = vocab_of(data_config)
+  vocab_size, special = _vocab_sizes(data_config, from_files)
   return base.DatasetInfo(
       name='glue', task='regression' if num_classes == 1 else 'text_classification',
-      num_classes=num_classes, vocab_size=vocab.size, input_shape=(data_config.max_length,),
-      split_sizes={s: len(glue_source(data_config, s)) for s in base.SPLITS},
-      model_defaults=dict(cls_id=vocab.cls, sep_id=vocab.sep))
+      num_classes=num_classes, vocab_size=vocab_size, input_shape=(data_config.max_length,),
+      split_sizes=_split_sizes(glue_source, data_config, from_files), model_defaults=special)
 
 
 # --------------------------------------------------------------------------------------------
 # Long-text classification (IMDb from TFDS; HND, Yelp-5, Arxiv-11 from JSONL / CSV files).
-
-class JsonlRecords:
-  def __init__(self, path: str):
-    self.lines = base.LineFile(path)
-
-  def __len__(self):
-    return len(self.lines)
-
-  def __getitem__(self, index):
-    return json.loads(self.lines[index])
-
 
 @functools.lru_cache(maxsize=8)
 def _file_records(path: str):
   base.require_file(path, 'set config.data.files.<split> to a .jsonl or .csv file with a text '
                     'and a label field (config.data.text_field, config.data.label_field).')
   if path.endswith('.jsonl') or path.endswith('.json'):
-    return JsonlRecords(path)
+    return base.LineFile(path, parse=json.loads)
   if path.endswith('.csv'):
     with open(path, newline='', encoding='utf-8') as f:
       return list(csv.DictReader(f))
@@ -444,19 +449,75 @@ def long_text_preprocess(record, data_config, rng: Optional[np.random.Generator]
   return {'inputs': inputs, 'targets': np.int32(label)}
 
 
-def long_text_info(data_config):
-  vocab = vocab_of(data_config)
-  labels = _labels(data_config)
+def long_text_info(data_config, *, from_files: bool = True):
+  vocab_size, special = _vocab_sizes(data_config, from_files)
+  labels = _labels(data_config) if from_files else None
   return base.DatasetInfo(
       name='text_classification', task='text_classification',
       num_classes=len(labels) if labels is not None else int(data_config.num_classes),
-      vocab_size=vocab.size, input_shape=(2, data_config.max_length),
-      split_sizes={s: len(long_text_source(data_config, s)) for s in base.SPLITS},
-      model_defaults=dict(cls_id=vocab.cls, sep_id=vocab.sep))
+      vocab_size=vocab_size, input_shape=(2, data_config.max_length),
+      split_sizes=_split_sizes(long_text_source, data_config, from_files), model_defaults=special)
 
 
-base.register_dataset('text_pretraining', base.DatasetSpec(pretraining_info, pretraining_source,
-                                                           pretraining_preprocess))
-base.register_dataset('glue', base.DatasetSpec(glue_info, glue_source, glue_preprocess))
-base.register_dataset('text_classification', base.DatasetSpec(long_text_info, long_text_source,
-                                                              long_text_preprocess))
+# --------------------------------------------------------------------------------------------
+# config.data defaults.
+
+def _wordpiece(name: str, max_length: int):
+  c = base.common_config(name, max_length)
+  # A BERT vocab.txt, e.g. the one shipped with chtan/ponet-base-uncased.
+  c.vocab_file = os.path.join(base.default_data_dir(), 'ponet-base-uncased', 'vocab.txt')
+  c.lowercase = True               # uncased, as PoNet-Base
+  return c
+
+
+def pretraining_config():
+  """MLM + SSO / NSP pairs; source 'text_files' or 'tfds' (wikipedia)."""
+  c = _wordpiece('text_pretraining', 512)
+  c.objective = 'sso'              # 'sso' (StructBERT, the paper) | 'nsp' (BERT) | 'mlm' (only)
+  c.source = 'text_files'
+  # Globs of plain text files: documents separated by blank lines, a sentence per line.
+  corpus = os.path.join(base.default_data_dir(), 'corpus')
+  c.files = dict(train=os.path.join(corpus, 'train', '*.txt'),
+                 validation=os.path.join(corpus, 'validation', '*.txt'),
+                 test=os.path.join(corpus, 'validation', '*.txt'))
+  c.sentence_split = 'line'        # 'line' | 'regex' (split after . ! ?) | 'paragraph'
+  c.tfds_name = 'wikipedia/20230601.en'    # source='tfds': TFDS wikipedia (has only 'train')
+  c.tfds_splits = dict(train='train[20000:]', validation='train[:10000]', test='train[10000:20000]')
+  c.mask_probability = 0.15
+  c.short_seq_prob = 0.1
+  c.eval_seed = 0
+  return c
+
+
+def glue_config():
+  c = _wordpiece('glue', 128)      # the official fine-tuning length
+  c.task = 'cola'                  # cola sst2 mrpc qqp stsb mnli qnli rte wnli
+  # GLUE's test labels are hidden: 'test' = the dev set (MNLI: validation matched, test mismatched).
+  c.tfds_splits = dict(train='train', validation='validation', test='validation')
+  return c
+
+
+def long_text_config():
+  c = _wordpiece('text_classification', 4096)   # PoNet's long-text length
+  c.source = 'tfds'                # 'tfds' | 'files' (JSONL / CSV)
+  c.tfds_name = 'imdb_reviews/plain_text'
+  c.tfds_splits = dict(train='train', validation='test', test='test')   # official IMDb setting
+  c.num_classes = 2                # TFDS only; files: the distinct train labels
+  c.files = dict(train='', validation='', test='')
+  c.text_field = 'text'
+  c.label_field = 'label'
+  c.sentence_split = 'regex'       # SMP segments: sentences ('paragraph' for Arxiv-11)
+  return c
+
+
+def _spec(info, source, preprocess, config) -> base.DatasetSpec:
+  """`shapes`: the info without files (BERT_UNCASED's vocabulary, no split sizes)."""
+  return base.DatasetSpec(info, source, preprocess, config,
+                          shapes=functools.partial(info, from_files=False))
+
+
+base.register_dataset('text_pretraining', _spec(pretraining_info, pretraining_source,
+                                                pretraining_preprocess, pretraining_config))
+base.register_dataset('glue', _spec(glue_info, glue_source, glue_preprocess, glue_config))
+base.register_dataset('text_classification', _spec(long_text_info, long_text_source,
+                                                   long_text_preprocess, long_text_config))

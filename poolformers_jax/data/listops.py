@@ -418,7 +418,18 @@ def info(data_config) -> base.DatasetInfo:
                           split_sizes=sizes)
 
 
-base.register_dataset('listops', base.DatasetSpec(info=info, source=source, preprocess=preprocess))
+def config():
+  c = base.common_config('listops', 2048)
+  c.source = 'generated'          # 'generated' (seeded, auto-prepared) | 'tsv' (LRA release files)
+  c.tsv_dir = os.path.join(base.default_data_dir(), 'lra_release', 'listops-1000')
+  c.keep_parentheses = False      # the official strings' '(' ')' carry nothing beyond ']'
+  c.generator = dict(seed=0, min_tokens=500, max_tokens=2000, max_depth=10, max_args=10,
+                     num_train=96000, num_validation=2000, num_test=2000)
+  return c
+
+
+base.register_dataset('listops', base.DatasetSpec(info=info, source=source, preprocess=preprocess,
+                                                  config=config))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:

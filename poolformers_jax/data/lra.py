@@ -62,7 +62,7 @@ def text_source(data_config, split):
 
 def byte_tokens(text, data_config, what: str) -> np.ndarray:
   """Byte ids cut to `max_tokens` (0 = max_length), then padded to `max_length`."""
-  keep = min(data_config.get('max_tokens', 0) or data_config.max_length, data_config.max_length)
+  keep = min(data_config.max_tokens or data_config.max_length, data_config.max_length)
   ids = base.fit_length(base.byte_ids(text), keep, data_config.too_long, what)
   return base.fit_length(ids, data_config.max_length, 'error', what)
 
@@ -86,33 +86,26 @@ RETRIEVAL_FILES = {'train': 'new_aan_pairs.train.tsv', 'validation': 'new_aan_pa
                    'test': 'new_aan_pairs.test.tsv'}
 
 
-class RetrievalSource:
-  """Records {'label', 'text1', 'text2'} of a headerless `label id1 id2 text1 text2` TSV."""
-
-  def __init__(self, path: str):
-    self.lines = base.LineFile(path)
-
-  def __len__(self):
-    return len(self.lines)
-
-  def __getitem__(self, index):
-    fields = self.lines[index].split('\t')
-    if len(fields) < 5:
-      raise ValueError(f'{self.lines.path} line {index}: expected 5 tab-separated fields '
-                       f'(label, id1, id2, text1, text2), got {len(fields)}.')
-    return {'label': int(float(fields[0])), 'text1': fields[3], 'text2': fields[4]}
+def retrieval_record(line: str) -> dict:
+  """{'label', 'text1', 'text2'} of a line `label id1 id2 text1 text2` of the headerless TSV."""
+  fields = line.split('\t')
+  if len(fields) < 5:
+    raise ValueError(f'expected 5 tab-separated fields (label, id1, id2, text1, text2), got '
+                     f'{len(fields)}.')
+  return {'label': int(float(fields[0])), 'text1': fields[3], 'text2': fields[4]}
 
 
 @functools.lru_cache(maxsize=8)
-def _retrieval_file(path: str) -> RetrievalSource:
-  return RetrievalSource(path)
+def retrieval_file(path: str) -> base.LineFile:
+  """The records of one retrieval TSV file (indexed once per process)."""
+  return base.LineFile(path, parse=retrieval_record)
 
 
 def retrieval_source(data_config, split):
   path = os.path.join(base.expand_path(data_config.tsv_dir), RETRIEVAL_FILES[base.check_split(split)])
   base.require_file(path, 'download the LRA release (lra_release.gz, tsv_data/) and set '
                     'config.data.tsv_dir to the folder holding new_aan_pairs.*.tsv.')
-  return _retrieval_file(path)
+  return retrieval_file(path)
 
 
 def retrieval_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
@@ -279,14 +272,55 @@ def pathfinder_info(data_config, split_sizes=None):
                           split_sizes=_split_sizes(data_config, pathfinder_source, split_sizes))
 
 
-def _spec(info, source, preprocess) -> base.DatasetSpec:
+# ----------------------------------------------------------------------- config.data defaults
+
+def text_config():
+  # Bytes kept: LRA's code 1000, Nystromformer 1000 (padded to 1024), PoNet 4000 (padded to 4096,
+  # configs/lra_text.py full), AdaMRA "4K". max_tokens cuts before padding to max_length.
+  c = base.common_config('lra_text', 4096)
+  c.max_tokens = 0                # 0 = max_length
+  c.tfds_name = 'imdb_reviews/plain_text'
+  # IMDB has no validation split: LRA validates on test (lra_benchmarks/text_classification/
+  # input_pipeline.py: "use test set for validation because IMDb doesn't have val set").
+  c.tfds_splits = dict(train='train', validation='test', test='test')
+  return c
+
+
+def retrieval_config():
+  c = base.common_config('lra_retrieval', 4096)   # per document
+  c.max_tokens = 0                # bytes kept per document (PoNet / Nystromformer: 4000); 0 = max_length
+  c.tsv_dir = os.path.join(base.default_data_dir(), 'lra_release', 'tsv_data')
+  return c
+
+
+def image_config():
+  c = base.common_config('lra_image', 1024)
+  c.tfds_name = 'cifar10'
+  # As LRA (lra_benchmarks/image/input_pipeline.py): 45k train, 5k validation, 10k test.
+  c.tfds_splits = dict(train='train[:90%]', validation='train[90%:]', test='test')
+  return c
+
+
+def pathfinder_config():
+  c = base.common_config('lra_pathfinder', 1024)
+  c.format = 'npz'                # 'npz' | 'lra_release' (PNGs) | 'generated' (pathfinder_gen.py)
+  c.resolution = 32               # 'generated': 32 (Pathfinder) or 128 (Path-X, max_length 16384)
+  c.difficulty = 'curv_baseline'  # curv_baseline | curv_contour_length_9 | ..._14
+  c.pathfinder_dir = os.path.join(base.default_data_dir(), 'lra_release', 'pathfinder32')
+  # format='generated': made once into {data_dir}/pathfinder_gen/ in the LRA release layout.
+  c.generator = dict(seed=0, num_examples=200000, images_per_file=1000)
+  return c
+
+
+def _spec(info, source, preprocess, config) -> base.DatasetSpec:
   """`shapes`: the same info without files (vocabulary, classes and lengths are constants)."""
-  return base.DatasetSpec(info, source, preprocess,
+  return base.DatasetSpec(info, source, preprocess, config,
                           shapes=functools.partial(info, split_sizes={}))
 
 
-base.register_dataset('lra_text', _spec(text_info, text_source, text_preprocess))
-base.register_dataset('lra_retrieval', _spec(retrieval_info, retrieval_source, retrieval_preprocess))
-base.register_dataset('lra_image', _spec(image_info, image_source, image_preprocess))
+base.register_dataset('lra_text', _spec(text_info, text_source, text_preprocess, text_config))
+base.register_dataset('lra_retrieval', _spec(retrieval_info, retrieval_source,
+                                             retrieval_preprocess, retrieval_config))
+base.register_dataset('lra_image', _spec(image_info, image_source, image_preprocess, image_config))
 base.register_dataset('lra_pathfinder', _spec(pathfinder_info, pathfinder_source,
-                                              pathfinder_preprocess))
+                                              pathfinder_preprocess, pathfinder_config))

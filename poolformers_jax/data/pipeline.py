@@ -47,7 +47,7 @@ def _per_process(batch_size: int, process_count: int, what: str) -> int:
 
 
 def _read_options(data_config) -> grain.ReadOptions:
-  threads = int(data_config.get('read_threads', 4))
+  threads = int(data_config.read_threads)
   return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=max(2 * threads, 1))
 
 
@@ -56,7 +56,7 @@ def _to_iterator(ds: grain.MapDataset, data_config) -> grain.DatasetIterator:
 
 
 def _start(it_ds: grain.IterDataset, data_config) -> grain.DatasetIterator:
-  workers = int(data_config.get('worker_count', 0))
+  workers = int(data_config.worker_count)
   if workers > 0:
     it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
   return iter(it_ds)
@@ -109,12 +109,12 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   if len(records) == 0:
     raise ValueError(f'the train split of {data_config.name} is empty.')
   examples = grain.MapDataset.source(records).seed(seed).shuffle().repeat()
-  repeats = int(data_config.get('repeated_augmentation', 1))
+  repeats = int(data_config.repeated_augmentation)
   if repeats > 1:
     examples = RepeatedAugmentation(examples, repeats, len(records))
   examples = examples.random_map(_Preprocess(data_config))
   spec = base.get_spec(data_config)
-  if spec.pack is not None and data_config.get('pack', False):
+  if spec.pack is not None and data_config.pack:
     # Packed rows: each process packs its own examples p, p + P, ... into rows of its batch.
     per_process = examples[process_index::process_count].to_iter_dataset(_read_options(data_config))
     return _start(spec.pack(per_process, data_config, batch, seed), data_config)
@@ -147,12 +147,11 @@ def eval_num_batches(num_examples: int, batch_size: int, process_count: int) -> 
   return math.ceil(math.ceil(num_examples / process_count) / per_process)
 
 
-def make_eval_iterator(config, split: str, batch_size: Optional[int] = None,
-                       process_index: int = 0, process_count: int = 1) -> Iterator[dict[str, Any]]:
-  """One pass over `split`: batches with 'mask' (False = padding) for this process."""
+def make_eval_iterator(config, split: str, batch_size: int, process_index: int = 0,
+                       process_count: int = 1) -> Iterator[dict[str, Any]]:
+  """One pass over `split` in global batches of `batch_size` (the trainer's: Setup's
+  eval_batch_size): batches with 'mask' (False = padding) for this process."""
   data_config = config.data
-  if batch_size is None:
-    batch_size = config.get('eval_batch_size', None) or config.batch_size
   per_process = _per_process(batch_size, process_count, 'eval batch_size')
   records = base.get_spec(data_config).source(data_config, base.check_split(split))
   if len(records) == 0:

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from poolformers_jax.data import base, configs, listops, lra, pathfinder_gen
+from poolformers_jax.data import base, listops, lra, pathfinder_gen
 
 _W = 38   # width of the task column
 GET_RELEASE = ('download lra_release.gz (github.com/google-research/long-range-arena) and unpack '
@@ -71,9 +71,9 @@ def report(release_dir: str, data_dir: Optional[str] = None) -> list[str]:
   if lines[0].split()[1] == 'missing':
     lines[0] += " Or nothing: config.data.source='generated' (the default) makes ListOps offline."
   lines.append(_tsv_line('retrieval', os.path.join(release_dir, 'tsv_data'),
-                         lra.RETRIEVAL_FILES, lra.RetrievalSource))
+                         lra.RETRIEVAL_FILES, lra.retrieval_file))
   for task, name in (('text (imdb_reviews)', 'lra_text'), ('image (cifar10)', 'lra_image')):
-    data_config = configs.get_data_config(name)
+    data_config = base.get_data_config(name)
     if data_dir:
       data_config.data_dir = data_dir
     lines.append(_tfds_line(task, data_config))

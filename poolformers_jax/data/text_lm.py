@@ -121,7 +121,7 @@ def source(data_config, split):
   bounds = {'train': (0, train), 'validation': (train, train + validation),
             'test': (train + validation, train + validation + test)}
   start, stop = bounds[base.check_split(split)]
-  protocol = data_config.get('eval_protocol', 'windows')
+  protocol = data_config.eval_protocol
   if protocol not in EVAL_PROTOCOLS:
     raise ValueError(f'config.data.eval_protocol={protocol!r}; choose one of {EVAL_PROTOCOLS}.')
   if protocol == 'sliding' and split != 'train':
@@ -158,6 +158,20 @@ def _info(name, from_files: bool = True):
   return info
 
 
+def _config(name: str):
+  def config():
+    c = base.common_config(name, 512)
+    c.data_dir = os.path.join(base.default_data_dir(), name)   # holds enwik8.zip / text8.zip
+    c.split_sizes = (90_000_000, 5_000_000, 5_000_000)     # bytes (enwik8) / characters (text8)
+    # Validation / test windows: 'windows' (non-overlapping, max_length) or 'sliding' (ContextPool
+    # Table 5 / Longformer: eval_context symbols every eval_step, the new ones scored).
+    c.eval_protocol = 'windows'
+    c.eval_context = 32_768
+    c.eval_step = 512
+    return c
+  return config
+
+
 for _name in VOCABS:
-  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess,
+  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess, _config(_name),
                                                 shapes=_info(_name, from_files=False)))

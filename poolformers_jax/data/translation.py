@@ -50,18 +50,10 @@ def _tfds_name(data_config) -> str:
   return f'wmt14_translate/{data_config.pair}'
 
 
-class TsvPairs:
-  """Random access to `source<TAB>target` lines as {'src': ..., 'tgt': ...} records."""
-
-  def __init__(self, path: str):
-    self.lines = base.LineFile(path)
-
-  def __len__(self):
-    return len(self.lines)
-
-  def __getitem__(self, index):
-    src, _, tgt = self.lines[index].partition('\t')
-    return {'src': src, 'tgt': tgt}
+def tsv_pair(line: str) -> dict[str, str]:
+  """A `source<TAB>target` line as the record {'src': ..., 'tgt': ...}."""
+  src, _, tgt = line.partition('\t')
+  return {'src': src, 'tgt': tgt}
 
 
 def source(data_config, split):
@@ -70,7 +62,7 @@ def source(data_config, split):
     path = os.path.join(base.expand_path(data_config.tsv_dir), f'{split}.tsv')
     base.require_file(path, 'write one `source<TAB>target` pair per line, or use '
                       "config.data.source='tfds'.")
-    return TsvPairs(path)
+    return base.LineFile(path, parse=tsv_pair)
   if data_config.source != 'tfds':
     raise ValueError(f"config.data.source={data_config.source!r}; choose 'tfds' or 'tsv'.")
   import tensorflow_datasets.translate.wmt14  # noqa: F401  registers wmt14_translate (no TF needed)
@@ -91,7 +83,7 @@ def record_texts(record, data_config) -> tuple[str, str]:
 
 def vocab_path(data_config) -> str:
   """Where the shared SentencePiece model lives (beside the data)."""
-  if data_config.get('spm_model', None):
+  if data_config.spm_model:
     return base.expand_path(data_config.spm_model)
   folder = (base.expand_path(data_config.tsv_dir) if data_config.source == 'tsv' else
             os.path.join(base.expand_path(data_config.data_dir), _tfds_name(data_config)))
@@ -119,7 +111,7 @@ def train_sentencepiece(data_config, path: str) -> str:
         input=corpus, model_prefix=prefix, vocab_size=int(data_config.vocab_size),
         model_type='unigram', character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID,
         unk_id=UNK_ID, bos_id=-1, input_sentence_size=10_000_000, shuffle_input_sentence=True,
-        hard_vocab_limit=bool(data_config.get('spm_hard_vocab_limit', True)),
+        hard_vocab_limit=bool(data_config.spm_hard_vocab_limit),
         num_threads=max(os.cpu_count() or 1, 1), minloglevel=2)
     os.replace(prefix + '.model', path)
   logging.info('trained SentencePiece (%d pieces) -> %s', data_config.vocab_size, path)
@@ -136,7 +128,7 @@ def get_tokenizer(data_config):
   """The shared SentencePieceProcessor, trained first if it is not beside the data yet."""
   path = vocab_path(data_config)
   if not os.path.exists(path):
-    if data_config.get('spm_model', None):
+    if data_config.spm_model:
       raise base.DataNotFoundError(f'{path} not found: point config.data.spm_model at a trained '
                                    'SentencePiece model, or unset it to train one.')
     train_sentencepiece(data_config, path)
@@ -191,13 +183,34 @@ def pack(examples, data_config, batch_size: int, seed: int):
   return packed.batch(batch_size, drop_remainder=True)
 
 
-def info(data_config) -> base.DatasetInfo:
-  tokenizer = get_tokenizer(data_config)
-  vocab = tokenizer.get_piece_size()
+def info(data_config, *, from_files: bool = True) -> base.DatasetInfo:
+  """`from_files=False` (DatasetSpec.shapes): config.data.vocab_size pieces (exact with
+  spm_hard_vocab_limit), no split sizes."""
+  vocab = get_tokenizer(data_config).get_piece_size() if from_files else data_config.vocab_size
   return base.DatasetInfo(
       name=data_config.name, task='seq2seq', num_classes=vocab, vocab_size=vocab,
-      input_shape=(data_config.max_length,),
-      split_sizes={split: len(source(data_config, split)) for split in base.SPLITS})
+      input_shape=(data_config.max_length,), packed=bool(data_config.pack),
+      split_sizes=({split: len(source(data_config, split)) for split in base.SPLITS}
+                   if from_files else {}))
 
 
-base.register_dataset('wmt14', base.DatasetSpec(info, source, preprocess, pack=pack))
+def config():
+  """English -> German (`pair` 'de-en') or French ('fr-en')."""
+  c = base.common_config('wmt14', 256)   # tokens per (packed) row, source and target alike
+  c.source = 'tfds'                # 'tfds' (wmt14_translate/<pair>) | 'tsv' ({tsv_dir}/<split>.tsv)
+  c.pair = 'de-en'
+  c.source_language = 'en'
+  c.target_language = 'de'
+  c.tfds_splits = dict(train='train', validation='validation', test='test')  # nt2013 / nt2014
+  c.tsv_dir = os.path.join(base.default_data_dir(), 'translation_tsv')
+  c.vocab_size = 32000             # shared SentencePiece vocabulary (both languages)
+  c.spm_max_chars = 10_000_000     # training text read to train it (Flax wmt's default)
+  c.spm_hard_vocab_limit = True    # False lets a tiny corpus have fewer pieces than vocab_size
+  c.spm_model = ''                 # an existing .model to use instead ('' = train/find beside data)
+  c.pack = True                    # pack training pairs into rows (segment ids + positions)
+  c.packing_bins = 0               # first-fit bins per round; 0 = the per-process batch size
+  return c
+
+
+base.register_dataset('wmt14', base.DatasetSpec(info, source, preprocess, config, pack=pack,
+                                                shapes=functools.partial(info, from_files=False)))

@@ -16,19 +16,26 @@ on the uint8 crop after the flip, before normalisation, as in timm's train trans
 (data/randaugment.py). Repeated augmentation (config.data.repeated_augmentation, DeiT: 3) is a
 property of the sample order: data/pipeline.py.
 Mixup / cutmix mix whole batches: the trainer owns them (train/mixing.py, config.mixup).
+cifar10_pairs (MSAC Sec. 6.1's cross-attentive similarity model): CIFAR-10 image pairs
+[2, H, W, C], half of them of one class, labelled same (1) / different (0) class (ImagePairs).
 TFDS datasets must be prepared as array_record beforehand (`tfds build <name>
 --file_format=array_record`; ImageNet needs its manual download).
 """
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
 import math
 from typing import Optional
 
+import ml_collections
 import numpy as np
 
 from poolformers_jax.data import base, randaugment
 
-NUM_CLASSES = {'cifar10': 10, 'cifar100': 100, 'imagenet2012': 1000}
+# name -> (classes, image size)
+DATASETS = {'cifar10': (10, 32), 'cifar100': (100, 32), 'imagenet2012': (1000, 224)}
 
 
 def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -127,28 +134,117 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
     image = _TRAIN_CROPS[data_config.train_crop](image, data_config, rng)
     if data_config.random_flip and rng.random() < 0.5:
       image = image[:, ::-1]
-    policy = data_config.get('rand_augment', '')
+    policy = data_config.rand_augment
     if policy:   # fill: the mean colour, as timm's img_mean
       fill = tuple(min(255, round(255 * m)) for m in data_config.mean)
       image = randaugment.parse(policy)(np.ascontiguousarray(image), rng, fill)
   image = normalize(image, data_config)
-  erasing = data_config.get('random_erasing', 0.0)
+  erasing = data_config.random_erasing
   if rng is not None and erasing > 0:   # after normalisation, as in timm (noise is N(0, 1))
     image = random_erase(image, erasing, rng)
   return {'inputs': image, 'targets': np.int32(record['label'])}
 
 
-def _info(name):
-  def info(data_config):
-    size = data_config.image_size
-    if data_config.get('rand_augment', ''):
-      randaugment.parse(data_config.rand_augment)   # a bad policy fails here, before compiling
-    return base.DatasetInfo(
-        name=name, task='classification', num_classes=NUM_CLASSES[name], vocab_size=None,
-        input_shape=(size, size, 3),
-        split_sizes={split: len(source(data_config, split)) for split in base.SPLITS})
-  return info
+def info(data_config, *, from_files: bool = True):
+  """`from_files=False` (DatasetSpec.shapes): the same without split sizes (no files read)."""
+  size = data_config.image_size
+  if data_config.rand_augment:
+    randaugment.parse(data_config.rand_augment)   # a bad policy fails here, before compiling
+  sizes = ({split: len(source(data_config, split)) for split in base.SPLITS} if from_files
+           else {})
+  return base.DatasetInfo(
+      name=data_config.name, task='classification',
+      num_classes=DATASETS[data_config.tfds_name.split('/')[0]][0],
+      vocab_size=None, input_shape=(size, size, 3), split_sizes=sizes)
 
 
-for _name in NUM_CLASSES:
-  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess))
+def _config(name: str):
+  def config():
+    _, image_size = DATASETS[name]
+    c = base.common_config(name, 0)
+    c.tfds_name = name
+    c.image_size = image_size
+    # Train crop: 'pad_crop' (CIFAR: zero-pad crop_padding pixels, random image_size crop) or
+    # 'inception_crop' (ImageNet: random area 8-100 %, aspect 3/4-4/3, resized to image_size).
+    # Eval: resize the shorter side to image_size / eval_crop_fraction, center crop image_size.
+    small = image_size <= 64
+    c.train_crop = 'pad_crop' if small else 'inception_crop'
+    c.crop_padding = 4
+    c.eval_crop_fraction = 1.0 if small else 0.875
+    c.random_flip = True
+    c.random_erasing = 0.0   # probability of timm RandomErasing per train image (DeiT: 0.25)
+    c.rand_augment = ''      # timm RandAugment policy, '' = off (DeiT: 'rand-m9-mstd0.5-inc1')
+    # Per-channel mean/std of the training set (ImageNet values for ImageNet, CIFAR ones otherwise).
+    imagenet = name == 'imagenet2012'
+    c.mean = (0.485, 0.456, 0.406) if imagenet else (0.4914, 0.4822, 0.4465)
+    c.std = (0.229, 0.224, 0.225) if imagenet else (0.2470, 0.2435, 0.2616)
+    # Our split name -> TFDS split (slices such as 'train[98%:]' work too). CIFAR has no
+    # validation split; ImageNet's labelled held-out set is 'validation'.
+    c.tfds_splits = (dict(train='train', validation='validation', test='validation') if imagenet
+                     else dict(train='train', validation='test', test='test'))
+    return c
+  return config
+
+
+for _name in DATASETS:
+  base.register_dataset(_name, base.DatasetSpec(
+      info, source, preprocess, _config(_name),
+      shapes=functools.partial(info, from_files=False)))
+
+
+# ----------------------------------------------------------- image pairs (MSAC Sec. 6.1)
+
+class ImagePairs:
+  """Image pairs of a split, half of one class: pair i is image i with an image drawn (by a
+  generator seeded with (seed, i)) from its own class when i is even, from another class when
+  i is odd. Records (image record, image record, 1 = same class / 0 = different)."""
+
+  def __init__(self, records, seed: int):
+    self.records, self.seed = records, seed
+    self.labels = np.asarray([int(records[i]['label']) for i in range(len(records))])
+    self.by_class = {int(c): np.flatnonzero(self.labels == c) for c in np.unique(self.labels)}
+
+  def __len__(self) -> int:
+    return len(self.records)
+
+  def __getitem__(self, index: int):
+    rng = np.random.default_rng([self.seed, index])
+    label, same = int(self.labels[index]), index % 2 == 0
+    others = [c for c in self.by_class if c != label]
+    other_class = label if same or not others else others[rng.integers(len(others))]
+    partner = rng.choice(self.by_class[other_class])
+    return self.records[index], self.records[int(partner)], np.int32(other_class == label)
+
+
+@functools.lru_cache(maxsize=4)
+def _pairs(data_config_json: str, split: str) -> ImagePairs:
+  data_config = ml_collections.ConfigDict(json.loads(data_config_json))
+  return ImagePairs(source(data_config, split), int(data_config.pair_seed))
+
+
+def pair_source(data_config, split):
+  return _pairs(data_config.to_json(), base.check_split(split))   # labels are read once
+
+
+def pair_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  """inputs [2, H, W, C] (each image augmented on its own at train time), targets same class."""
+  first, second, same = record
+  images = [preprocess(r, data_config, rng)['inputs'] for r in (first, second)]
+  return {'inputs': np.stack(images), 'targets': np.int32(same)}
+
+
+def pair_info(data_config, *, from_files: bool = True):
+  single = info(data_config, from_files=from_files)
+  return dataclasses.replace(single, num_classes=2, input_shape=(2,) + single.input_shape)
+
+
+def pair_config():
+  c = _config('cifar10')()
+  c.name = 'cifar10_pairs'
+  c.pair_seed = 0                  # which partner each image gets (fixed: the pairs never change)
+  return c
+
+
+base.register_dataset('cifar10_pairs', base.DatasetSpec(
+    pair_info, pair_source, pair_preprocess, pair_config,
+    shapes=functools.partial(pair_info, from_files=False)))

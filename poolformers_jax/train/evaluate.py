@@ -45,7 +45,7 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
                    eval_step=None) -> dict[str, float]:
   """Metrics of `state` on every example of `split` (exact; see the module docstring)."""
   config = setup.config
-  batch_size = config.eval_batch_size if batch_size is None else batch_size
+  batch_size = setup.eval_batch_size if batch_size is None else batch_size
   validate.check_batch_size(batch_size, setup.mesh, 'eval batch_size')
   eval_step = eval_step or make_eval_step(setup)
   totals: dict[str, Any] = {}

@@ -1,7 +1,8 @@
 """`train_and_evaluate(config, workdir)`: the one training loop (train.py, tests and notebooks).
 
-Per step: this process's slice of the batch -> global sharded arrays -> a jitted
-`train_step(state, batch, rng)` with the state donated and the dropout rng folded with the step.
+Per step: this process's slice of the batch -> global sharded arrays -> the one training step
+(train/step.py, compiled before the first batch is read) with state and metric accumulator
+donated.
 Validation every `eval_every_steps` (the best checkpoint is kept), checkpoints every
 `checkpoint_every_steps` and at the end, automatic resume from the latest checkpoint of DIR,
 SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step without saving, and
@@ -19,18 +20,17 @@ import time
 from typing import Any, Optional
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, init_from, mixing, sharding
+from poolformers_jax.train import config_utils, init_from, sharding
 from poolformers_jax.train import state as state_lib
+from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.evaluate import evaluate_state, make_eval_step, write_eval_json
 from poolformers_jax.train.metrics import MetricWriter
-from poolformers_jax.train.setup import Setup, make_setup, process_slice, variables_of
+from poolformers_jax.train.setup import Setup, make_setup, process_slice
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -45,100 +45,7 @@ class TrainResult:
   validation: Optional[dict[str, float]]       # the last validation metrics of this run
   test: Optional[dict[str, float]]             # test metrics of the best checkpoint
   data_state: Any                              # the train iterator's state at the end
-
-
-_MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
-
-
-def _mixing_kwargs(setup: Setup) -> dict[str, Any]:
-  """mix_batch's keyword arguments from config.mixup, or {} when there is nothing to mix
-  (validate.py has checked that the data are images to classify)."""
-  mixup = setup.config.get('mixup', None)
-  if mixup is None or (mixup.mixup_alpha <= 0 and mixup.cutmix_alpha <= 0):
-    return {}
-  return dict(mixup_alpha=float(mixup.mixup_alpha), cutmix_alpha=float(mixup.cutmix_alpha),
-              switch_prob=float(mixup.get('switch_prob', 0.5)),
-              label_smoothing=float(setup.config.label_smoothing))
-
-
-def _all_finite(tree: Any) -> jax.Array:
-  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
-            if jnp.issubdtype(x.dtype, jnp.inexact)]
-  return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
-
-
-def example_weights(targets: Any) -> jax.Array:
-  """Weight 1 for every example of a training batch; targets may be a pytree (pre-training:
-  {'mlm': [B, L], 'sso': [B]}), whose leaves all lead with the batch axis."""
-  return jnp.ones(jax.tree.leaves(targets)[0].shape[:1], jnp.float32)
-
-
-def accumulator_shapes(setup: Setup, state: Any, batch: dict[str, Any]) -> Any:
-  """Shapes of the task's sums for this batch (they may be arrays: a confusion matrix)."""
-  def sums(state, batch):
-    logits = setup.model.apply(variables_of(state), setup.task.model_inputs(batch),
-                               deterministic=True)
-    return setup.task.sums(logits, batch['targets'], example_weights(batch['targets']), 0.0)
-  return jax.eval_shape(sums, state, batch)
-
-
-def new_accumulator(mesh, sums_shapes: Any) -> dict[str, Any]:
-  """Train metrics summed on device between log steps (fetched only there) and the NaN guard:
-  `first_bad_step` is 0 until a step produces a non-finite objective or state, then that step."""
-  acc = dict(sums=jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), sums_shapes),
-             grad_norm=np.float32(0), steps=np.float32(0), learning_rate=np.float32(0),
-             bad_loss=np.float32(0), first_bad_step=np.int32(0))
-  return jax.device_put(acc, sharding.replicated(mesh))
-
-
-def make_train_step(setup: Setup):
-  """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated.
-
-  The guard: if the loss or any updated array (parameters, optimizer state) is not finite, the
-  step returns the state it was given (so no non-finite state ever exists to be saved) and
-  records the step in acc['first_bad_step']; the loop reads it at log / eval / checkpoint steps.
-  """
-  model, task, schedule = setup.model, setup.task, setup.schedule
-  label_smoothing = float(setup.config.label_smoothing)
-  accum = max(int(setup.config.optimizer.grad_accum_steps), 1)
-  mix = _mixing_kwargs(setup)
-
-  def train_step(state, acc, batch, rng):
-    rng = jax.random.fold_in(rng, state.step)
-    mutable = ['batch_stats'] if state.batch_stats is not None else False
-    inputs, targets = task.model_inputs(batch), batch['targets']
-    if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
-      inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
-                                         setup.info.num_classes, **mix)
-
-    def loss_fn(params):
-      out = model.apply({**variables_of(state), 'params': params}, inputs,
-                        deterministic=False, rngs={'dropout': rng}, mutable=mutable)
-      logits, updates = out if mutable else (out, {})
-      sums = task.sums(logits, targets, example_weights(targets), label_smoothing)
-      return task.objective(sums), (sums, updates)
-
-    (objective, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-    new_state = state.apply_gradients(grads=grads)
-    if updates:
-      new_state = new_state.replace(batch_stats=updates['batch_stats'])
-    finite = jnp.isfinite(objective) & _all_finite(new_state)
-    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
-    first_bad = (acc['first_bad_step'] == 0) & ~finite
-    add = lambda total, value: total + jnp.where(finite, value, jnp.zeros_like(value))
-    acc = {'sums': jax.tree.map(add, acc['sums'], sums),
-           'grad_norm': add(acc['grad_norm'], optax.global_norm(grads)),
-           'steps': add(acc['steps'], jnp.float32(1)),
-           'learning_rate': jnp.asarray(schedule(state.step // accum), jnp.float32),
-           'first_bad_step': jnp.where(first_bad, state.step + 1, acc['first_bad_step']),
-           'bad_loss': jnp.where(first_bad, objective.astype(jnp.float32), acc['bad_loss'])}
-    return new_state, acc
-
-  replicated = sharding.replicated(setup.mesh)
-  return jax.jit(train_step,
-                 in_shardings=(setup.state_shardings, replicated, sharding.batch_sharded(setup.mesh),
-                               replicated),
-                 out_shardings=(setup.state_shardings, replicated), donate_argnums=(0, 1))
+  train_step_memory: Optional[dict[str, int]]  # memory_analysis() of the compiled step (step.py)
 
 
 class _Preemption:
@@ -264,26 +171,26 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   else:
     state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh)
     step, resumed_from = 0, None
-    if config.get('init_from'):   # fine-tuning: parameters only, fresh optimizer and step
-      state = init_from.init_state_from(state, config.init_from, config.get('init_from_fresh', ''))
+    if config.init_from:   # fine-tuning: parameters only, fresh optimizer and step
+      state = init_from.init_state_from(state, config.init_from, config.init_from_fresh)
   logging.info('model %s: %d parameters', config.model.name, state_lib.param_count(state.params))
 
   tokens = int(np.prod(setup.info.input_shape)) if setup.info.vocab_size is not None else 0
   eval_step = make_eval_step(setup)
   writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
                         progress_bar=config.progress_bar)
-  profiler = _Profiler(config.get('profile_steps'), workdir)
+  profiler = _Profiler(config.profile_steps, workdir)
   next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
-  status, validation, compile_seconds = 'finished', None, None
+  status, validation, compile_seconds, memory = 'finished', None, None, None
   try:
     if step < total_steps:
-      batch = next_batch()
-      sums_shapes = accumulator_shapes(setup, state, batch)
-      acc = new_accumulator(setup.mesh, sums_shapes)
       started = time.time()
-      train_step = make_train_step(setup).lower(state, acc, batch, dropout_rng).compile()
-      compile_seconds = time.time() - started
-      logging.info('train step compiled in %.1f s', compile_seconds)
+      compiled = step_lib.compile_train_step(setup)
+      compile_seconds, memory, train_step = time.time() - started, compiled.memory, compiled.run
+      logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
+                   memory['total'] / 2**20)
+      acc = compiled.new_accumulator(setup.mesh)
+      batch = next_batch()
     window_start = time.time()
 
     def check_finite(fetched=None):
@@ -317,7 +224,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
             metrics['compile_seconds'], compile_seconds = compile_seconds, None
           writer.write(step, 'train', metrics)
           writer.progress(0, loss=metrics['loss'])
-          acc, window_start = new_accumulator(setup.mesh, sums_shapes), time.time()
+          acc, window_start = compiled.new_accumulator(setup.mesh), time.time()
         else:
           check_finite()             # one scalar: nothing non-finite may be evaluated or saved
         checkpointer.poll()          # integrity records of saves finished since
@@ -352,4 +259,4 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       checkpointer.wait()
     checkpointer.close()
   return TrainResult(state=state, step=step, status=status, validation=validation, test=test,
-                     data_state=train_iter.get_state())
+                     data_state=train_iter.get_state(), train_step_memory=memory)

@@ -1,6 +1,6 @@
 """The optimizer factory: AdamW + warmup/decay schedule + clipping + masked weight decay.
 
-Everything comes from `config.optimizer` (see poolformers_jax/configs_lib/). The schedule
+Everything comes from `config.optimizer` (its keys and defaults: configs_lib.base_config). The schedule
 counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
 run makes `num_train_steps // k` updates, and warmup is given in micro-batch steps like everything
 else.
@@ -84,28 +84,32 @@ SCHEDULES: dict[str, Callable[[float, int, int], optax.Schedule]] = {
 }
 
 
+def _updates(config) -> tuple[int, int]:
+  """(warmup, total) counted in optimizer updates: micro-batch steps // grad_accum_steps (>= 1,
+  validate.py)."""
+  accum = int(config.optimizer.grad_accum_steps)
+  return config.optimizer.warmup_steps // accum, config.num_train_steps // accum
+
+
 def make_schedule(config) -> optax.Schedule:
   opt = config.optimizer
   if opt.schedule not in SCHEDULES:
     raise ValueError(f'config.optimizer.schedule={opt.schedule!r}; choose one of {sorted(SCHEDULES)}.')
-  accum = max(int(opt.grad_accum_steps), 1)
-  return SCHEDULES[opt.schedule](opt.learning_rate, opt.warmup_steps // accum,
-                                 config.num_train_steps // accum)
+  return SCHEDULES[opt.schedule](opt.learning_rate, *_updates(config))
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
   opt = config.optimizer
   chain = []
-  if opt.grad_clip_norm and opt.grad_clip_norm > 0:
+  if opt.grad_clip_norm > 0:
     chain.append(optax.clip_by_global_norm(opt.grad_clip_norm))
   adamw, b1 = optax.adamw, opt.b1
-  if opt.get('cycle_momentum', False):
+  if opt.cycle_momentum:
     if opt.schedule != 'one_cycle':
       raise ValueError(f'config.optimizer.cycle_momentum=True needs schedule one_cycle (got '
                        f'{opt.schedule!r}); set cycle_momentum=False or schedule=one_cycle.')
-    accum = max(int(opt.grad_accum_steps), 1)
     adamw = optax.inject_hyperparams(optax.adamw, static_args=('mask',))
-    b1 = one_cycle_b1(opt.warmup_steps // accum, config.num_train_steps // accum)
+    b1 = one_cycle_b1(*_updates(config))
   chain.append(adamw(make_schedule(config), b1=b1, b2=opt.b2, eps=opt.eps,
                      weight_decay=opt.weight_decay, mask=weight_decay_mask))
   tx = optax.chain(*chain)

@@ -1,10 +1,11 @@
-"""What training and evaluation share: dataset info, the completed config, model, optimizer,
-mesh, task and the abstract (sharded) train state."""
+"""What training, evaluation, `summary` and the benchmarks share: dataset info, the completed
+config, model, optimizer, mesh, task, the abstract (sharded) train state, and the numbers derived
+from the config once (the eval batch size, the gradient-accumulation count)."""
 from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 import jax
 import ml_collections
@@ -22,26 +23,43 @@ class Setup:
   info: Any                              # data.DatasetInfo
   model: Any
   tx: optax.GradientTransformation
-  schedule: optax.Schedule
+  schedule: optax.Schedule               # learning rate per optimizer update
   mesh: Mesh
   task: tasks.Task
   abstract_state: Any                    # ShapeDtypeStructs carrying the current shardings
   state_shardings: Any
+  eval_batch_size: int                   # global; config.eval_batch_size, 0 -> batch_size
+  grad_accum_steps: int                  # micro-batches per optimizer update
 
 
-def make_setup(config: ml_collections.ConfigDict) -> Setup:
-  info = data.get_dataset_info(config)
+def completed_config(config: ml_collections.ConfigDict, *, need_files: bool = True,
+                     info: Optional[Any] = None) -> tuple[ml_collections.ConfigDict, Any]:
+  """(a locked copy of `config` with the model sizes the data decides filled in, DatasetInfo).
+  need_files=False: sizes from the dataset's constants where its files are missing; `info`: this
+  DatasetInfo instead of the dataset's (a benchmark that makes its own batches)."""
+  info = info or data.get_dataset_info(config, need_files=need_files)
   config = copy.deepcopy(config)   # the caller's config is left untouched
   config_utils.complete_from_dataset(config, info)
   config.lock()
-  mesh = sharding.make_mesh(config.get('num_devices', -1))
+  return config, info
+
+
+def make_setup(config: ml_collections.ConfigDict, *, need_files: bool = True,
+               info: Optional[Any] = None) -> Setup:
+  """Every check of the config (validate.py), then the model, optimizer and abstract state;
+  raises before compiling. need_files=False builds it without the dataset's files (sizes from
+  its constants: the summary tool and the benchmarks); `info` as in `completed_config`."""
+  config, info = completed_config(config, need_files=need_files, info=info)
+  mesh = sharding.make_mesh(config.num_devices)
   validate.check_config(config, info, mesh)   # every config problem, before any model is built
   model = build_model(config)
   tx = optim.make_optimizer(config)
   abstract, shardings = state_lib.state_shardings(model, tx, info, mesh)
   return Setup(config=config, info=info, model=model, tx=tx, schedule=optim.make_schedule(config),
                mesh=mesh, task=tasks.get_task(info.task), abstract_state=abstract,
-               state_shardings=shardings)
+               state_shardings=shardings,
+               eval_batch_size=int(config.eval_batch_size or config.batch_size),
+               grad_accum_steps=int(config.optimizer.grad_accum_steps))
 
 
 def variables_of(state) -> dict[str, Any]:

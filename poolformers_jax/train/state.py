@@ -12,21 +12,17 @@ from flax.training import train_state
 from jax.sharding import Mesh
 
 from poolformers_jax.train import sharding as sharding_lib
-from poolformers_jax.train.tasks import get_task
+from poolformers_jax.train.tasks import get_task, train_example
 
 
 class TrainState(train_state.TrainState):
   batch_stats: Optional[Any] = None   # BatchNorm running averages (models with BatchNorm only)
 
 
-def dummy_inputs(info) -> jax.ShapeDtypeStruct:
-  """One example batch of the dataset's input shape: token ids (int32) or images (float32), or
-  the task's own example input (seq2seq: source and target ids)."""
-  example = get_task(info.task).example_inputs
-  if example is not None:
-    return example(info)
-  dtype = jnp.int32 if info.vocab_size is not None else jnp.float32
-  return jnp.zeros((1,) + tuple(info.input_shape), dtype)
+def dummy_inputs(info) -> Any:
+  """One zero training example of the dataset (batch 1), as the model reads it (init)."""
+  batch = jax.tree.map(lambda s: jnp.zeros((1,) + s.shape, s.dtype), train_example(info))
+  return get_task(info.task).model_inputs(batch)
 
 
 def _create(model: nn.Module, tx: optax.GradientTransformation, info, rng: jax.Array) -> TrainState:

@@ -116,10 +116,33 @@ def _all_but_mask(batch: dict[str, Array]) -> dict[str, Array]:
   return {k: v for k, v in batch.items() if k != 'mask'}
 
 
-def _seq2seq_example(info) -> dict[str, Array]:
-  """One example batch for init: source and target ids of the dataset's row length."""
-  zeros = jnp.zeros((1,) + tuple(info.input_shape), jnp.int32)
-  return {'inputs': zeros, 'targets': zeros}
+# One training example of a task (ShapeDtypeStructs, no batch axis), from the DatasetInfo.
+Spec = jax.ShapeDtypeStruct
+
+
+def inputs_spec(info) -> Spec:
+  """Token ids (int32) when the data has a vocabulary, else images (float32)."""
+  return Spec(tuple(info.input_shape), jnp.int32 if info.vocab_size is not None else jnp.float32)
+
+
+def class_example(info) -> dict[str, Spec]:
+  return {'inputs': inputs_spec(info), 'targets': Spec((), jnp.int32)}
+
+
+def token_example(info) -> dict[str, Spec]:
+  """Next-token targets (LM) or target ids (seq2seq) as long as the inputs."""
+  return {'inputs': inputs_spec(info), 'targets': Spec(tuple(info.input_shape), jnp.int32)}
+
+
+def regression_example(info) -> dict[str, Spec]:
+  return {'inputs': inputs_spec(info), 'targets': Spec((), jnp.float32)}
+
+
+def pretraining_example(info) -> dict[str, Any]:
+  """inputs [2, L] (ids, segment ids); targets: MLM ids [L] and the sentence label."""
+  length = info.input_shape[-1]
+  return {'inputs': inputs_spec(info),
+          'targets': {'mlm': Spec((length,), jnp.int32), 'sso': Spec((), jnp.int32)}}
 
 
 def _bleu_metrics(setup, state, split: str) -> dict[str, Any]:
@@ -138,27 +161,39 @@ class Task:
   objective: Callable[[Sums], Array] = mean_loss      # what a train step minimises
   rows: Optional[Callable[[Any, Any], dict[str, Array]]] = None   # (outputs, targets) -> [B] each
   model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
-  example_inputs: Optional[Callable[[Any], Any]] = None   # DatasetInfo -> init input (default:
-                                                           # zeros of info.input_shape)
+  train_example: Callable[[Any], Any] = class_example      # DatasetInfo -> one training example
   decoded_metrics: Optional[Callable[..., dict[str, Any]]] = None   # (setup, state, split) ->
                                                            # metrics of generated outputs (BLEU)
 
 
 register_task('classification', Task(classification_sums, classification_summary))
 register_task('retrieval', Task(classification_sums, classification_summary))  # model takes pairs
-register_task('lm', Task(lm_sums, lm_summary))
+register_task('lm', Task(lm_sums, lm_summary, train_example=token_example))
 register_task('seq2seq', Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
-                             example_inputs=_seq2seq_example, decoded_metrics=_bleu_metrics))
+                             train_example=token_example, decoded_metrics=_bleu_metrics))
 
 
 # PoNet's transfer experiments (text_tasks.py): MLM + SSO/NSP pre-training; GLUE and long-text
 # classification (accuracy, F1, Matthews from one confusion matrix); STS-B regression.
 register_task('pretraining', Task(text_tasks.pretraining_sums, text_tasks.pretraining_summary,
-                                  objective=text_tasks.pretraining_objective))
+                                  objective=text_tasks.pretraining_objective,
+                                  train_example=pretraining_example))
 register_task('text_classification', Task(text_tasks.confusion_sums, text_tasks.confusion_summary))
 register_task('regression', Task(text_tasks.regression_sums, text_tasks.regression_summary,
-                                 rows=text_tasks.regression_rows))
+                                 rows=text_tasks.regression_rows, train_example=regression_example))
 
 
 def get_task(name: str) -> Task:
   return TASKS[name]
+
+
+def train_example(info) -> Any:
+  """One training example of the dataset (ShapeDtypeStructs, no batch axis): the task's arrays,
+  and, when the rows are packed (DatasetInfo.packed), the segment ids and positions grain's
+  packing adds beside each of them."""
+  example = get_task(info.task).train_example(info)
+  if info.packed:
+    packing = {f'{key}_{what}': Spec(spec.shape, jnp.int32) for key, spec in example.items()
+               for what in ('segment_ids', 'positions')}
+    example = {**example, **packing}
+  return example

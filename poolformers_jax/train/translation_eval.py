@@ -83,10 +83,10 @@ def translate_split(setup, state, split: str, *, limit: int = 0) -> tuple[list[s
 
 def bleu_metrics(setup, state, split: str) -> dict[str, Any]:
   """BLEU metrics of `split` when config.decode.bleu_splits names it, else {}."""
-  decode = setup.config.get('decode', None)
-  if decode is None or split not in tuple(decode.bleu_splits):
+  decode = setup.config.decode
+  if split not in tuple(decode.bleu_splits):
     return {}
   _, hypotheses, references = translate_split(setup, state, split,
-                                              limit=int(decode.get('max_sentences', 0)))
+                                              limit=int(decode.max_sentences))
   out = bleu_scores(hypotheses, references, setup.config.data.target_language)
   return {**out, 'decoded_sentences': len(hypotheses)}

@@ -31,7 +31,7 @@ def _is_int(value: Any) -> bool:
 
 
 def _positive_int(config, key: str) -> None:
-  value = config.get(key)
+  value = config[key]
   _require(_is_int(value) and value >= 1, f'config.{key}={value!r} must be a positive integer',
            f'set --config.{key} to 1 or more')
 
@@ -46,7 +46,7 @@ def check_batch_size(batch_size: Any, mesh: Mesh, what: str) -> None:
 
 
 def check_eval_batch_size(batch_size: Any, mesh: Mesh) -> None:
-  """eval.py --batch_size: None (use config.eval_batch_size) or a valid global batch size."""
+  """eval.py --batch_size: None (the config's eval batch size) or a valid global batch size."""
   if batch_size is not None:
     check_batch_size(batch_size, mesh, '--batch_size')
 
@@ -65,36 +65,36 @@ def _check_model(model: ml_collections.ConfigDict, info) -> None:
       _require(0.0 <= value < 1.0, f'config.model.{key}={value} must be in [0, 1)',
                f'set --config.model.{key} to a probability below 1')
   name = info.name
-  if model.get('num_classes') is not None and info.num_classes is not None:
+  given = lambda key: key in model and model[key] is not None   # fields differ by model
+  if given('num_classes') and info.num_classes is not None:
     _require(model.num_classes == info.num_classes,
              f'config.model.num_classes={model.num_classes} but {name} has {info.num_classes} '
              'classes', 'remove the override (it is filled in from the data) or set '
              f'--config.model.num_classes={info.num_classes}')
-  if model.get('vocab_size') is not None and info.vocab_size is not None:
+  if given('vocab_size') and info.vocab_size is not None:
     _require(model.vocab_size >= info.vocab_size,
              f'config.model.vocab_size={model.vocab_size} but the token ids of {name} go up to '
              f'{info.vocab_size - 1}', 'remove the override (it is filled in from the data) or '
              f'set --config.model.vocab_size={info.vocab_size}')
-  if model.get('max_length') is not None and info.vocab_size is not None:
+  if given('max_length') and info.vocab_size is not None:
     length = info.input_shape[-1]
     _require(model.max_length >= length,
              f'config.model.max_length={model.max_length} is shorter than the inputs of {name} '
              f'({length} tokens)', f'remove the override or set --config.model.max_length={length}')
-  patch = model.get('patch_size')
-  if patch is not None and len(info.input_shape) == 3:
-    height, width = info.input_shape[:2]
+  if given('patch_size') and len(info.input_shape) == 3:
+    patch, (height, width) = model.patch_size, info.input_shape[:2]
     _require(height % patch == 0 and width % patch == 0,
              f'the {height}x{width} images of {name} are not divisible by '
              f'config.model.patch_size={patch}', 'choose a patch size that divides the image size')
 
 
 def _check_optimizer(opt: ml_collections.ConfigDict) -> None:
-  lr = opt.get('learning_rate')
+  lr = opt.learning_rate
   _require(isinstance(lr, numbers.Real) and math.isfinite(lr) and lr >= 0,
            f'config.optimizer.learning_rate={lr!r} must be a finite number >= 0',
            'set --config.optimizer.learning_rate, e.g. 1e-3')
   for key in ('warmup_steps', 'grad_clip_norm', 'weight_decay'):
-    value = opt.get(key, 0)
+    value = opt[key]
     _require(isinstance(value, numbers.Real) and value >= 0,
              f'config.optimizer.{key}={value!r} must be >= 0', f'set --config.optimizer.{key} '
              'to 0 (off) or more')
@@ -123,33 +123,32 @@ def _metric_names(info) -> Optional[list[str]]:
 
 def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
   """Raises ConfigError for the first problem of a (completed) run config; nothing is compiled."""
-  steps = config.get('num_train_steps')     # 0: nothing to train (init_from, then evaluate)
+  steps = config.num_train_steps     # 0: nothing to train (init_from, then evaluate)
   _require(_is_int(steps) and steps >= 0, f'config.num_train_steps={steps!r} must be an integer '
            '>= 0', 'set --config.num_train_steps to the number of steps to train')
   check_batch_size(config.batch_size, mesh, 'config.batch_size')
-  if config.get('eval_batch_size') is not None:
+  if config.eval_batch_size != 0:   # 0 = config.batch_size
     check_batch_size(config.eval_batch_size, mesh, 'config.eval_batch_size')
   for key in ('log_every_steps', 'eval_every_steps', 'checkpoint_every_steps'):
-    value = config.get(key, 0)
+    value = config[key]
     _require(_is_int(value), f'config.{key}={value!r} must be an integer',
              f'set --config.{key} (0 or less = only at the end)')
-  if 'keep_checkpoints' in config:
-    _positive_int(config, 'keep_checkpoints')
+  _positive_int(config, 'keep_checkpoints')
   produced = _metric_names(info)
   _require(produced is None or config.best_metric in produced,
            f'config.best_metric={config.best_metric!r} is not a validation metric of this '
            f'{info.task} task', f'choose one of {produced}')
   _require(config.best_mode in ('max', 'min'), f"config.best_mode={config.best_mode!r} must be "
            "'max' or 'min'", "set --config.best_mode=max (accuracy) or min (loss)")
-  ls = config.get('label_smoothing', 0.0)
+  ls = config.label_smoothing
   _require(isinstance(ls, numbers.Real) and 0 <= ls < 1,
            f'config.label_smoothing={ls!r} must be in [0, 1)', 'e.g. 0.1, or 0 for none')
-  mixup = config.get('mixup')
-  if mixup is not None and (mixup.mixup_alpha > 0 or mixup.cutmix_alpha > 0):
+  mixup = config.mixup
+  if mixup.mixup_alpha > 0 or mixup.cutmix_alpha > 0:
     _require(info.task == 'classification' and len(info.input_shape) == 3,
              f'config.mixup is for image classification but {info.name} is {info.task} of '
              f'inputs {tuple(info.input_shape)}', 'set config.mixup.mixup_alpha and cutmix_alpha '
              'to 0')
   _check_model(config.model, info)
   _check_optimizer(config.optimizer)
-  _check_profile_steps(config.get('profile_steps'))
+  _check_profile_steps(config.profile_steps)

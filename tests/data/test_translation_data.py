@@ -28,7 +28,7 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
     pairs = {raw[i]['en']: raw[i]['de'] for i in range(len(raw))}
     info = data.get_dataset_info(config)
     tokenizer = translation.get_tokenizer(config.data)
-    eval_batch = next(iter(data.make_eval_iterator(config, 'test')))
+    eval_batch = next(iter(data.make_eval_iterator(config, 'test', batch_size=4)))
     test = tfds.data_source('wmt14_translate/de-en', split='test', data_dir=str(tmp_path))
     rows = [next(data.make_train_iterator(config, seed=0)) for _ in range(1)]
   as_text = lambda t: t.decode() if isinstance(t, bytes) else t

@@ -8,11 +8,17 @@ import numpy as np
 import pytest
 
 from poolformers_jax.models import build_model
+from poolformers_jax.train.setup import completed_config
 
 _spec = importlib.util.spec_from_file_location(
     'cifar_config', pathlib.Path(__file__).parents[2] / 'configs' / 'cifar.py')
 cifar = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cifar)
+
+
+def completed(config):
+  """`config` completed from the dataset's constants (num_classes), as a run completes it."""
+  return completed_config(config, need_files=False)[0]
 
 
 def _params(config):
@@ -26,7 +32,7 @@ def _params(config):
 def test_convnet_configs_build_locked_with_table3_sizes(data_name, classes):
   sizes = {}
   for name in cifar.CONVNETS:
-    config = cifar.get_config(f'{name},{data_name}')
+    config = completed(cifar.get_config(f'{name},{data_name}'))   # classes from the data
     assert config.model.num_classes == classes and config.data.image_size == 32
     assert config.label_smoothing == 0.0 and config.optimizer.learning_rate == 2e-3
     with pytest.raises(AttributeError):

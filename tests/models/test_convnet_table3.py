@@ -5,7 +5,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.models import build_model
 from poolformers_jax.summary import forward_macs
-from test_cifar_configs import _params, cifar
+from test_cifar_configs import _params, cifar, completed
 
 
 def _counts(config, size):
@@ -18,13 +18,13 @@ def _counts(config, size):
 
 def test_convnets_default_to_cifar10_and_hvt_to_cifar100():
   for name in cifar.CONVNETS:
-    config = cifar.get_config(name)
+    config = completed(cifar.get_config(name))
     assert config.data.name == 'cifar10' and config.model.num_classes == 10, name
   assert cifar.get_config('hvt_s_4').data.name == 'cifar100'
 
 
 def test_table3_compute_is_impossible_at_32_and_fits_at_160():
-  config = cifar.get_config('convnet_max')
+  config = completed(cifar.get_config('convnet_max'))
   params, macs = _counts(config, 32)
   # Every weight is used at most once per position of a 32 x 32 map: MACs <= params * 32^2.
   assert macs <= params * 32 * 32

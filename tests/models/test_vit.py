@@ -19,15 +19,17 @@ import pytest
 
 from poolformers_jax.models import build_model
 from poolformers_jax.summary import count_macs, forward_macs
+from poolformers_jax.train.setup import completed_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def load_config(file: str, arg: str):
+  """The config completed from the dataset's constants (num_classes), as a run completes it."""
   spec = importlib.util.spec_from_file_location(f'cfg_{file}', os.path.join(ROOT, 'configs', f'{file}.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return completed_config(module.get_config(arg), need_files=False)[0]
 
 
 def image_spec(config, batch=1):

@@ -61,7 +61,7 @@ def test_unknown_key_names_close_valid_keys():
 
 def test_command_line_typo_exits_with_one_line_naming_close_keys(tmp_path):
   proc = subprocess.run(
-      [sys.executable, 'train.py', '--config', 'configs/lra_listops.py:runlocal',
+      [sys.executable, 'train.py', '--config', 'configs/lra_listops.py:tiny',
        '--workdir', str(tmp_path), '--config.optimizer.learnig_rate=0.1'],
       cwd=REPO, capture_output=True, text=True, timeout=300,
       env={**os.environ, 'JAX_PLATFORMS': 'cpu'})

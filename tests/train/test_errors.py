@@ -23,7 +23,7 @@ BAD = {   # override -> what the line must say
     'eval_batch_size=12': ({'eval_batch_size': 12},
                            r'config.eval_batch_size=12 must be divisible by the number of devices '
                            r'\(8\).*; use a multiple of 8$'),
-    'eval_batch_size=0': ({'eval_batch_size': 0}, r'config.eval_batch_size=0 must be a positive'),
+    'eval_batch_size=-8': ({'eval_batch_size': -8}, r'config.eval_batch_size=-8 must be a positive'),
     'batch_size=-8': ({'batch_size': -8}, r'config.batch_size=-8 must be a positive integer'),
     'best_metric=acc': ({'best_metric': 'acc'},
                         r"config.best_metric='acc' is not a validation metric of this classification "
@@ -58,15 +58,16 @@ def test_bad_config_fails_in_setup_with_one_line(data_dir, case):
 def test_image_checks_patch_size_and_mixup():
   from poolformers_jax.data import DatasetInfo
   from poolformers_jax.train import sharding
+  from poolformers_jax.configs_lib import base_config
   import ml_collections
   info = DatasetInfo('cifar10', 'classification', 10, None, (32, 32, 3), {'train': 1})
   mesh = sharding.make_mesh(1)
 
   def config(**model):
-    return ml_collections.ConfigDict(dict(
-        num_train_steps=1, batch_size=8, eval_batch_size=8, best_metric='accuracy',
-        best_mode='max', model=dict(name='vit', dim=8, **model),
-        optimizer=dict(learning_rate=1e-3, grad_accum_steps=1)))
+    config = base_config('cifar10')
+    config.update(num_train_steps=1, batch_size=8, eval_batch_size=8)
+    config.model = ml_collections.ConfigDict(dict(name='vit', dim=8, **model))
+    return config
 
   with pytest.raises(validate.ConfigError, match=r'config.model.patch_size=0 must be positive'):
     validate.check_config(config(patch_size=0), info, mesh)
@@ -76,7 +77,7 @@ def test_image_checks_patch_size_and_mixup():
   validate.check_config(config(patch_size=4), info, mesh)           # a good one passes
   lm = DatasetInfo('enwik8', 'lm', 256, 256, (64,), {'train': 1})
   bad = config(patch_size=4)
-  bad.mixup = dict(mixup_alpha=0.8, cutmix_alpha=0.0)
+  bad.mixup.update(mixup_alpha=0.8, cutmix_alpha=0.0)
   with pytest.raises(validate.ConfigError, match=r'config.mixup is for image classification but '
                                                  r'enwik8 is lm'):
     validate.check_config(bad, lm, mesh)
@@ -98,7 +99,7 @@ def test_the_wrapper_prints_one_line_and_exits_2(capsys):
 
 
 @pytest.mark.parametrize('argv, message', [
-    (['train.py', '--config', 'configs/lra_listops.py:runlocal', '--config.model.num_classes=2'],
+    (['train.py', '--config', 'configs/lra_listops.py:tiny', '--config.model.num_classes=2'],
      'error: config.model.num_classes=2 but listops has 10 classes; remove the override'),
     (['eval.py', '--config', 'configs/lra_nofile.py', '--batch_size=0'],
      "error: cannot load the --config file: [Errno 2] No such file or directory: "

@@ -77,7 +77,7 @@ def test_eval_py_prints_one_json_line_and_writes_the_split_file(trained, data_di
   config, workdir, result = trained
   overrides = [f'--config.{k}={v}' for k, v in tiny_overrides(data_dir).items()]
   proc = subprocess.run(
-      [sys.executable, 'eval.py', '--config', 'configs/lra_listops.py:runlocal', '--workdir',
+      [sys.executable, 'eval.py', '--config', 'configs/lra_listops.py:tiny', '--workdir',
        workdir, '--checkpoint', 'best', '--split', 'validation', *overrides],
       cwd=REPO, capture_output=True, text=True, timeout=300,
       env={**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=2'})

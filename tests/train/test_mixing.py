@@ -130,7 +130,8 @@ def test_deit_recipe_sets_mixup_and_erasing_and_convnets_do_not():
         0.8, 1.0, 0.5)
     assert config.data.random_erasing == 0.25 and config.label_smoothing == 0.1
   convnet = cifar.get_config('convnet_max')
-  assert convnet.get('mixup', None) is None and convnet.data.random_erasing == 0.0
+  assert (convnet.mixup.mixup_alpha, convnet.mixup.cutmix_alpha) == (0.0, 0.0)   # no mixing
+  assert convnet.data.random_erasing == 0.0
 
 
 def test_tiny_hvt_trains_with_mixup_cutmix_and_random_erasing(tmp_path):

@@ -20,6 +20,7 @@ from poolformers_jax import data
 from poolformers_jax.train import NonFiniteLossError, evaluate, loop, train_and_evaluate
 from poolformers_jax.train import checkpoint as checkpoint_lib
 from poolformers_jax.train import config_utils, integrity
+from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.metrics import read_metrics
 from poolformers_jax.train.setup import make_setup
 
@@ -193,7 +194,7 @@ def test_eval_of_a_damaged_best_checkpoint_names_the_file_in_one_line(run, data_
     evaluate(config, workdir, checkpoint='best', split='validation')
   overrides = [f'--config.{k}={v}' for k, v in tiny_overrides(data_dir, num_devices=1).items()]
   proc = subprocess.run(
-      [sys.executable, 'eval.py', '--config', 'configs/lra_listops.py:runlocal', '--workdir',
+      [sys.executable, 'eval.py', '--config', 'configs/lra_listops.py:tiny', '--workdir',
        workdir, '--checkpoint', 'best', *overrides], cwd=REPO, capture_output=True, text=True,
       timeout=300, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
   assert proc.returncode == 2
@@ -227,10 +228,10 @@ def test_guard_keeps_the_previous_state_and_records_the_first_bad_step(data_dir)
   from poolformers_jax.train import state as state_lib
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
-  step_fn = loop.make_train_step(setup)
+  step_fn = step_lib.make_train_step(setup)
   it = data.make_train_iterator(config)
   batches = [jax.device_put(next(it)) for _ in range(4)]
-  acc = loop.new_accumulator(setup.mesh, loop.accumulator_shapes(setup, state, batches[0]))
+  acc = step_lib.new_accumulator(setup.mesh, step_lib.accumulator_shapes(setup))
   before = None
   for batch in batches:
     before = jax.device_get(state)

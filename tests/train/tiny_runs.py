@@ -38,5 +38,5 @@ def tiny_overrides(data_dir: str, **updates) -> dict:
 
 
 def tiny_config(data_dir: str, family: str = 'transformer', **updates):
-  return config_utils.override(lra_listops.get_config(f'{family},runlocal'),
+  return config_utils.override(lra_listops.get_config(f'{family},tiny'),
                                **tiny_overrides(data_dir, **updates))

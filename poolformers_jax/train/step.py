@@ -1,0 +1,172 @@
+"""The one training step: what the trainer runs, `summary` measures and the benchmarks time.
+
+`compile_train_step(setup)` builds the step of a `Setup` and compiles it from abstract shapes
+only: the state from `setup.abstract_state`, the batch from the dataset's training example
+(tasks.train_example) at config.batch_size, the accumulator from the task's sums. No data is
+read, so `python -m poolformers_jax.summary` reports the `memory_analysis()` of exactly the
+program `train.py` runs, and benchmarks/* time it.
+
+One step: dropout rng folded with the step, DeiT mixup / cutmix when config.mixup asks, forward,
+the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
+metrics summed on device. The guard: if the objective or any updated array (parameters,
+optimizer state) is not finite, the step returns the state it was given (so no non-finite state
+ever exists to be saved) and records the step in acc['first_bad_step'].
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from poolformers_jax.train import mixing, sharding, tasks
+from poolformers_jax.train.setup import Setup, variables_of
+
+_MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
+
+
+def example_weights(targets: Any) -> jax.Array:
+  """Weight 1 for every example of a training batch; targets may be a pytree (pre-training:
+  {'mlm': [B, L], 'sso': [B]}), whose leaves all lead with the batch axis."""
+  return jnp.ones(jax.tree.leaves(targets)[0].shape[:1], jnp.float32)
+
+
+def batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
+  """The abstract global training batch (sharded over 'data'): `batch_size` (default
+  config.batch_size) training examples of the dataset."""
+  size = int(setup.config.batch_size if batch_size is None else batch_size)
+  batch_sharding = sharding.batch_sharded(setup.mesh)
+  return jax.tree.map(lambda s: jax.ShapeDtypeStruct((size,) + s.shape, s.dtype,
+                                                     sharding=batch_sharding),
+                      tasks.train_example(setup.info))
+
+
+def _mixing_kwargs(setup: Setup) -> dict[str, Any]:
+  """mix_batch's keyword arguments from config.mixup, or {} when both alphas are 0 (validate.py
+  has checked that the data are images to classify)."""
+  mixup = setup.config.mixup
+  if mixup.mixup_alpha <= 0 and mixup.cutmix_alpha <= 0:
+    return {}
+  return dict(mixup_alpha=float(mixup.mixup_alpha), cutmix_alpha=float(mixup.cutmix_alpha),
+              switch_prob=float(mixup.switch_prob),
+              label_smoothing=float(setup.config.label_smoothing))
+
+
+def _all_finite(tree: Any) -> jax.Array:
+  leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+            if jnp.issubdtype(x.dtype, jnp.inexact)]
+  return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def accumulator_shapes(setup: Setup) -> Any:
+  """Shapes of the task's sums of a training batch (they may be arrays: a confusion matrix)."""
+  def sums(state, batch):
+    logits = setup.model.apply(variables_of(state), setup.task.model_inputs(batch),
+                               deterministic=True)
+    return setup.task.sums(logits, batch['targets'], example_weights(batch['targets']), 0.0)
+  return jax.eval_shape(sums, setup.abstract_state, batch_spec(setup))
+
+
+def _accumulator(sums_shapes: Any, leaf) -> dict[str, Any]:
+  scalar = lambda dtype: leaf((), dtype)
+  return dict(sums=jax.tree.map(lambda s: leaf(s.shape, s.dtype), sums_shapes),
+              grad_norm=scalar(np.float32), steps=scalar(np.float32),
+              learning_rate=scalar(np.float32), bad_loss=scalar(np.float32),
+              first_bad_step=scalar(np.int32))
+
+
+def new_accumulator(mesh, sums_shapes: Any) -> dict[str, Any]:
+  """Train metrics summed on device between log steps (fetched only there) and the NaN guard:
+  `first_bad_step` is 0 until a step produces a non-finite objective or state, then that step."""
+  return jax.device_put(_accumulator(sums_shapes, np.zeros), sharding.replicated(mesh))
+
+
+def make_train_step(setup: Setup):
+  """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated."""
+  model, task, schedule = setup.model, setup.task, setup.schedule
+  label_smoothing = float(setup.config.label_smoothing)
+  accum = setup.grad_accum_steps
+  mix = _mixing_kwargs(setup)
+
+  def train_step(state, acc, batch, rng):
+    rng = jax.random.fold_in(rng, state.step)
+    mutable = ['batch_stats'] if state.batch_stats is not None else False
+    inputs, targets = task.model_inputs(batch), batch['targets']
+    if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
+      inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
+                                         setup.info.num_classes, **mix)
+
+    def loss_fn(params):
+      out = model.apply({**variables_of(state), 'params': params}, inputs,
+                        deterministic=False, rngs={'dropout': rng}, mutable=mutable)
+      logits, updates = out if mutable else (out, {})
+      sums = task.sums(logits, targets, example_weights(targets), label_smoothing)
+      return task.objective(sums), (sums, updates)
+
+    (objective, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    new_state = state.apply_gradients(grads=grads)
+    if updates:
+      new_state = new_state.replace(batch_stats=updates['batch_stats'])
+    finite = jnp.isfinite(objective) & _all_finite(new_state)
+    new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
+    first_bad = (acc['first_bad_step'] == 0) & ~finite
+    add = lambda total, value: total + jnp.where(finite, value, jnp.zeros_like(value))
+    acc = {'sums': jax.tree.map(add, acc['sums'], sums),
+           'grad_norm': add(acc['grad_norm'], optax.global_norm(grads)),
+           'steps': add(acc['steps'], jnp.float32(1)),
+           'learning_rate': jnp.asarray(schedule(state.step // accum), jnp.float32),
+           'first_bad_step': jnp.where(first_bad, state.step + 1, acc['first_bad_step']),
+           'bad_loss': jnp.where(first_bad, objective.astype(jnp.float32), acc['bad_loss'])}
+    return new_state, acc
+
+  replicated = sharding.replicated(setup.mesh)
+  return jax.jit(train_step,
+                 in_shardings=(setup.state_shardings, replicated, sharding.batch_sharded(setup.mesh),
+                               replicated),
+                 out_shardings=(setup.state_shardings, replicated), donate_argnums=(0, 1))
+
+
+@dataclasses.dataclass
+class CompiledStep:
+  """`run(state, acc, batch, rng) -> (state, acc)`, compiled; `memory` its memory_analysis()."""
+  run: Any
+  sums_shapes: Any
+  memory: dict[str, int]
+
+  def new_accumulator(self, mesh) -> dict[str, Any]:
+    return new_accumulator(mesh, self.sums_shapes)
+
+  def runner(self, state, mesh, rng) -> Callable[[Any], jax.Array]:
+    """`batch -> steps taken` (the benchmarks): each call takes one step from the state it
+    carries (state and accumulator are donated, so they live here)."""
+    carried = [state, self.new_accumulator(mesh)]
+
+    def run(batch):
+      carried[:] = self.run(*carried, batch, rng)
+      return carried[1]['steps']
+    return run
+
+
+def memory_of(compiled) -> dict[str, int]:
+  """Bytes of a compiled program per device: arguments + outputs + temporaries - aliased
+  (donated arguments reused as outputs) = `total`."""
+  m = compiled.memory_analysis()
+  parts = {k: int(getattr(m, f'{k}_size_in_bytes')) for k in ('argument', 'output', 'temp',
+                                                               'alias')}
+  parts['total'] = parts['argument'] + parts['output'] + parts['temp'] - parts['alias']
+  return parts
+
+
+def compile_train_step(setup: Setup) -> CompiledStep:
+  """The training step of `setup`, compiled from abstract shapes (nothing is read or run)."""
+  sums_shapes = accumulator_shapes(setup)
+  replicated = sharding.replicated(setup.mesh)
+  acc = _accumulator(sums_shapes, lambda shape, dtype: jax.ShapeDtypeStruct(
+      shape, dtype, sharding=replicated))
+  rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)   # jax.random.PRNGKey
+  compiled = make_train_step(setup).lower(setup.abstract_state, acc, batch_spec(setup),
+                                          rng).compile()
+  return CompiledStep(run=compiled, sums_shapes=sums_shapes, memory=memory_of(compiled))

@@ -1,0 +1,58 @@
+"""One training step (train/step.py): the memory `python -m poolformers_jax.summary` prints is the
+`memory_analysis()` of the very step the trainer compiles and runs, for a tiny ListOps run, a
+tiny HVT with mixup / cutmix on CIFAR (tfds mock data) and the paper's WMT14 Transformer-Base."""
+import os
+
+import tensorflow_datasets as tfds
+
+import cifar
+from tiny_runs import REPO, tiny_config
+from poolformers_jax import summary
+from poolformers_jax.train import cli, config_utils, step, train_and_evaluate
+from poolformers_jax.train.setup import make_setup
+
+ONE_STEP = {'num_train_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
+            'checkpoint_every_steps': 1, 'final_test': False, 'num_devices': 1,
+            'progress_bar': False}
+
+
+def _trained_step_memory(config, workdir) -> dict:
+  result = train_and_evaluate(config, workdir)
+  assert result.status == 'finished' and result.step == 1
+  return result.train_step_memory
+
+
+def test_summary_memory_is_the_memory_of_the_listops_step_the_trainer_ran(data_dir, tmp_path):
+  config = tiny_config(data_dir, **ONE_STEP)
+  trained = _trained_step_memory(config, str(tmp_path / 'run'))
+  out = summary.summarize(config)
+  assert out['train_step_memory'] == trained
+  assert out['train_step_memory_bytes'] == trained['total'] > 0
+
+
+def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_path):
+  config = config_utils.override(cifar.get_config('hvt_s_1,cifar10'), **ONE_STEP, **{
+      'batch_size': 8, 'optimizer.warmup_steps': 1, 'data.data_dir': str(tmp_path / 'data'),
+      'data.image_size': 32, 'model.image_size': 32, 'model.patch_size': 8,
+      'model.hidden_dim': 16, 'model.num_heads': 2, 'model.depth': 2})
+  assert config.mixup.cutmix_alpha > 0            # the step mixes the batch
+  with tfds.testing.mock_data(num_examples=12):
+    trained = _trained_step_memory(config, str(tmp_path / 'run'))
+  out = summary.summarize(config)                 # no data: sizes from the dataset's constants
+  assert out['train_step_memory'] == trained and out['batch_size'] == 8
+
+
+def test_wmt14_base_is_sized_and_its_step_memory_is_the_trainers():
+  """At 8 packed rows (the paper's 128 compile for minutes on a CPU; `python -m
+  poolformers_jax.summary --config configs/wmt14.py:base` prints that one)."""
+  config = cli.load_config_file(os.path.join(REPO, 'configs', 'wmt14.py') + ':base')
+  out = summary.summarize(config, batch_size=8)
+  assert out['model'] == 'transformer_seq2seq' and round(out['params'] / 1e6, 2) == 60.52
+  # The trainer compiles its step with compile_train_step(make_setup(config)) (loop.py); the
+  # data's files are missing here, so the sizes come from the dataset's constants.
+  setup = make_setup(config_utils.override(config, num_devices=1, batch_size=8), need_files=False)
+  assert setup.info.packed and setup.config.model.vocab_size == 32000
+  assert step.compile_train_step(setup).memory == out['train_step_memory']
+  # float32 parameters and two Adam moments at least, for 8 packed rows of 256 tokens.
+  assert out['train_step_memory_bytes'] > 3 * 4 * out['params']
+  assert out['batch_size'] == 8 and out['input_shape'] == [256]
