@@ -36,21 +36,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, check_heads,
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, Projection, check_heads,
                                            check_sequence_input, compute_dtype)
 from poolformers_jax.layers.registry import register_mixer
-
-
-class Projection(nn.Module):
-  """The kernel [in, features] and bias [features] of `nn.Dense(features)` (same names, shapes
-  and initialisers, so checkpoints and converted weights are unchanged), for a layer that
-  applies them itself."""
-  features: int
-
-  @nn.compact
-  def __call__(self, in_features: int) -> tuple[Array, Array]:
-    kernel = self.param('kernel', nn.linear.default_kernel_init, (in_features, self.features))
-    return kernel, self.param('bias', nn.initializers.zeros_init(), (self.features,))
 
 
 def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
