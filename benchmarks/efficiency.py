@@ -9,8 +9,10 @@ every registered mixer, for:
   with bf16/fp16);
 - `none`: the no-mixing lower bound. Its mixer keeps EVERY projection of softmax attention (the
   query, key, value and out Dense layers, 4 x dim^2 weights + biases, and attention's output
-  dropout) and skips everything between them: y = out(q + k + v), position by position. No token
-  sees another, so no mixer can cost less.
+  dropout) and skips everything between them: y = out(q * k + v), position by position. No token
+  sees another, so no mixer can cost less. (Not out(q + k + v): there the three projections get
+  the same gradient, XLA computes their weight gradients once, and the bound would be cheaper
+  than any mixer that really uses four projections.)
 Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each point reports
   step_ms       median wall time of one step over the timed repeats (after one warm-up run);
                 in-process the models of a length run interleaved, round-robin, so load changes
@@ -21,7 +23,11 @@ Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each po
   forward_gflops  `cost_analysis()` of the (lowered) forward + loss;
   status        'ok' | 'out of memory' (CPU: temp + arguments exceed `--memory_budget_gb`, not run;
                 GPU: the allocator failed) | 'error: ...';
-and ratios to softmax/explicit and to the lower bound at the same length.
+and ratios to softmax/explicit and to the lower bound at the same length (efficiency.md has a table
+of step time / bound for every entry and length), and the load average before and after each length.
+`--clock=cpu` times each step by the CPU time of the process (all its threads) instead of the wall
+clock: on a shared machine run it pinned to one core (`taskset -c 1 python benchmarks/...`), so that
+other processes' load does not enter the time and XLA's threads cannot overlap.
 Writes efficiency.json, efficiency.md (tables) and efficiency.png (log-log: time, memory, time
 ratio to softmax/explicit) to --output_dir. `--quick` is the smoke test the test suite runs.
 
@@ -73,6 +79,8 @@ flags.DEFINE_list('linear_memory', ['none', 'linear', 'ponet', 'adamra', 'softma
 flags.DEFINE_integer('batch', 32, 'Batch size (PoNet table: 32).')
 flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype of the model.')
 flags.DEFINE_integer('repeats', 5, 'Timed steps per point at most (median reported).')
+flags.DEFINE_enum('clock', 'wall', ['wall', 'cpu'], 'Step time: wall clock, or CPU time of the '
+                  'process (load-independent when pinned to one core with taskset).')
 flags.DEFINE_float('point_budget_s', 20.0, 'Stop timing a point after this many seconds '
                    '(at least one timed step).')
 flags.DEFINE_float('memory_budget_gb', 8.0, 'CPU: points whose compiled temp + argument bytes '
@@ -92,7 +100,7 @@ flags.DEFINE_float('max_temp_gb', 4.0, 'layer mode: skip timing above this scrat
 
 
 class NoMixing(nn.Module):
-  """The lower bound: softmax attention's four projections, no token mixing: out(q + k + v)."""
+  """The lower bound: softmax attention's four projections, no token mixing: out(q * k + v)."""
   num_heads: int
   dropout_rate: float = 0.0
   use_bias: bool = True
@@ -103,7 +111,7 @@ class NoMixing(nn.Module):
     check_sequence_input(x, mask, type(self).__name__)
     dense = lambda n: nn.Dense(x.shape[-1], use_bias=self.use_bias,
                                dtype=compute_dtype(self.dtype, x), name=n)
-    mixed = dense('query')(x) + dense('key')(x) + dense('value')(x)
+    mixed = dense('query')(x) * dense('key')(x) + dense('value')(x)  # four distinct gradients
     mixed = nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
     return dense('out')(mixed)
 
@@ -190,11 +198,15 @@ def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float
   return {'point': point, 'run': compiled, 'state': state, 'data': data, 'times': []}
 
 
+def step_clock() -> float:
+  return time.process_time() if FLAGS.clock == 'cpu' else time.perf_counter()
+
+
 def time_once(job: dict) -> float:
-  start = time.perf_counter()
+  start = step_clock()
   job['state'], loss = job['run'](job['state'], job['data'])
   jax.block_until_ready(loss)
-  elapsed = time.perf_counter() - start
+  elapsed = step_clock() - start
   job['times'].append(elapsed)
   return elapsed
 
@@ -249,7 +261,7 @@ def measure_point_subprocess(entry, length) -> dict:
   """A fresh process for one point, so its peak device memory is its own."""
   argv = [sys.executable, os.path.abspath(__file__), f'--point={entry}@{length}'] + [
       f'--{name}={FLAGS[name].value}' for name in
-      ('batch', 'dtype', 'repeats', 'point_budget_s', 'memory_budget_gb')]
+      ('batch', 'dtype', 'repeats', 'point_budget_s', 'memory_budget_gb', 'clock')]
   try:
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=FLAGS.point_timeout_s)
   except subprocess.TimeoutExpired:
@@ -302,8 +314,15 @@ def fmt_cell(point: dict) -> tuple[str, str]:
 def write_markdown(report: dict, path: str) -> None:
   results, lengths = report['results'], report['setup']['all_lengths']
   s = report['setup']
+  clock = 'CPU time of the process' if s.get('clock') == 'cpu' else 'wall clock'
+  loads = {length_label(int(n)): p['load_average'] for per_length in results.values()
+           for n, p in per_length.items() if p.get('load_average')}
   lines = [f'Training step of the LRA text model, batch {s["batch"]}, {s["dtype"]}, '
-           f'{s["device"]} ({s["backend"]}); `{s["command"]}`', '']
+           f'{s["device"]} ({s["backend"]}, {s.get("cpus_allowed", s["cpu_count"])} of '
+           f'{s["cpu_count"]} CPUs), step time by {clock}; '
+           f'`{s["command"]}`', '',
+           '1-minute load average before / after each length: ' + ', '.join(
+               f'{n} {a:.1f} / {b:.1f}' for n, (a, b) in loads.items()), '']
   head = '| entry | ' + ' | '.join(length_label(n) for n in lengths) + ' |'
   rule = '|---|' + '---|' * len(lengths)
   for title, idx in (('step time, ms (steps/s)', 0), (f'memory, MB ({s["memory_kind"]})', 1)):
@@ -313,7 +332,12 @@ def write_markdown(report: dict, path: str) -> None:
                for n in lengths]
       lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
     lines.append('')
-  lines += ['**ratios at each length: time / memory vs softmax/explicit; time vs the no-mixing '
+  lines += ['**step time / the no-mixing bound (`none`) at each length**', '', head, rule]
+  for entry, per_length in results.items():
+    ratios = [per_length.get(str(n), {}).get('time_ratio_to_lower_bound') for n in lengths]
+    lines.append(f'| {entry} | ' + ' | '.join('-' if r is None else f'{r:.2f}x' for r in ratios)
+                 + ' |')
+  lines += ['', '**ratios at each length: time / memory vs softmax/explicit; time vs the no-mixing '
             'lower bound**', '', head, rule]
   for entry, per_length in results.items():
     cells = []
@@ -388,12 +412,15 @@ def run_train(argv_command: str) -> None:
                if e not in FLAGS.linear_memory}
     skipped = {e: p for e, p in skipped.items() if p}
     todo = [e for e in todo if e not in skipped]
+    load_before = os.getloadavg()[0]
     if isolate:
       points = {e: measure_point_subprocess(e, length) for e in todo}
     else:
       points = measure_length_in_process(todo, length, opts)
     points.update(skipped)
+    load = [round(load_before, 2), round(os.getloadavg()[0], 2)]   # 1-minute load, before / after
     for e, point in points.items():
+      point.setdefault('load_average', load)
       results[e][str(length)] = point
       print(f'[{time.time() - start:6.0f}s] {e:18s} L={length:6d} {point["status"]:14s} '
             f'step_ms={point.get("step_ms")} mem={point.get("memory_bytes")}', flush=True)
@@ -408,12 +435,13 @@ def write_report(results, lengths, long_lengths, isolate, argv_command) -> None:
                           memory_budget_gb=FLAGS.memory_budget_gb, lengths=lengths,
                           long_lengths=long_lengths,
                           all_lengths=sorted(set(lengths + long_lengths)),
-                          isolated=isolate, backend=jax.default_backend(),
+                          isolated=isolate, clock=FLAGS.clock, backend=jax.default_backend(),
                           device=jax.devices()[0].device_kind, jax=jax.__version__,
-                          cpu_count=os.cpu_count(), xla_flags=os.environ['XLA_FLAGS'],
+                          cpu_count=os.cpu_count(), cpus_allowed=len(os.sched_getaffinity(0)),
+                          xla_flags=os.environ['XLA_FLAGS'],
                           memory_kind='peak device bytes' if on_gpu() else
                           'compiled temp bytes', command=argv_command,
-                          lower_bound='none = out(q + k + v) with the 4 Dense layers of '
+                          lower_bound='none = out(q * k + v) with the 4 Dense layers of '
                           'softmax attention, no token mixing'),
             'results': results}
   write_outputs(report, report['setup']['all_lengths'],

@@ -8,7 +8,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ('status', 'step_ms', 'steps_per_s', 'timed_steps', 'forward_gflops',
           'compiled_temp_bytes', 'argument_bytes', 'memory_bytes', 'memory_kind',
           'time_ratio_to_softmax', 'memory_ratio_to_softmax', 'time_ratio_to_lower_bound',
-          'memory_ratio_to_lower_bound')
+          'memory_ratio_to_lower_bound', 'load_average')
 
 
 def test_quick_training_step_benchmark_writes_every_field(tmp_path):
@@ -39,4 +39,6 @@ def test_quick_training_step_benchmark_writes_every_field(tmp_path):
       'forward_gflops']
   table = (tmp_path / 'efficiency.md').read_text()
   assert '| none |' in table and '| softmax/explicit |' in table and 'compiled temp' in table
+  assert 'step time / the no-mixing bound' in table and '| none | 1.00x | 1.00x |' in table
+  assert report['setup']['clock'] == 'wall' and 'load average' in table
   assert (tmp_path / 'efficiency.png').stat().st_size > 10_000

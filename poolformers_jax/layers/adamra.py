@@ -48,8 +48,8 @@ import numpy as np
 
 from poolformers_jax.layers.attention import (FEATURE_MAPS, linear_attention, merge_heads,
                                               softmax_attention, split_heads)
-from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_heads,
-                                           check_sequence_input, compute_dtype)
+from poolformers_jax.layers.common import (Array, Dtype, Projection, attention_bias,
+                                           check_heads, check_sequence_input, compute_dtype)
 from poolformers_jax.layers.registry import register_mixer
 
 ROUTINGS = ('learned', 'random', 'none')
@@ -135,37 +135,51 @@ class AdaMRA(nn.Module):
     counts = [num_segments(length, float(r), name) for r in self.compression_rates]
     dtype = compute_dtype(self.dtype, x)
 
-    dense = lambda n: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=n)
-    q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))  # Eq. 1
-    gates = self._gates(q, dtype)  # [B, n, H]
-
+    # Eq. 1 and Eq. 9 are affine maps applied one after the other, and keys / values are only
+    # used as segment means, which commute with them: the maps are multiplied into one [dim, dim]
+    # matrix per head, and keys / values are projected from the segment means of x (m_h rows),
+    # never at full length. Same values as projecting every token; 3 + 1 full-length products
+    # (the heads' queries and W^O) instead of 3 + 3 + 1.
+    project = lambda n: Projection(dim, use_bias=self.use_bias, name=n)(dim)
+    eq1 = {n: project(n) for n in ('query', 'key', 'value')}
+    gates = self._gates(x, eq1['query'], dtype)  # [B, n, H]
     if self.per_head_projections:  # W_hs of Eq. 9, the S subheads side by side
       init = nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
-      w_q, w_k, w_v = (self.param(p, init, (len(counts), dim, dim)).astype(dtype)
-                       for p in ('head_query', 'head_key', 'head_value'))
+      eq9 = {n: self.param(f'head_{n}', init, (len(counts), dim, dim))
+             for n in ('query', 'key', 'value')}
 
-    mixed = jnp.zeros_like(q)
-    for h, count in enumerate(counts):
-      (k_h, valid), (v_h, _) = segment_means(k, mask, count), segment_means(v, mask, count)
-      q_h = q
+    def affine(t: Array, name: str, h: int) -> Array:  # t @ W_name (@ W_hs) + bias, in `dtype`
+      kernel, bias = eq1[name]
       if self.per_head_projections:
-        q_h, k_h, v_h = q_h @ w_q[h], k_h @ w_k[h], v_h @ w_v[h]
+        kernel = kernel @ eq9[name][h]
+        bias = None if bias is None else bias @ eq9[name][h]
+      y = t.astype(dtype) @ kernel.astype(dtype)
+      return y if bias is None else y + bias.astype(dtype)
+
+    mixed = jnp.zeros(x.shape, dtype)
+    for h, count in enumerate(counts):
+      means, valid = segment_means(x, mask, count)
+      q_h, k_h, v_h = affine(x, 'query', h), affine(means, 'key', h), affine(means, 'value', h)
       q_h, k_h, v_h = (split_heads(t, self.num_heads) for t in (q_h, k_h, v_h))
       head = merge_heads(self._attend(q_h, k_h, v_h, valid))  # Eq. 8: concat of subheads
       mixed = mixed + gates[..., h:h + 1] * head  # Eq. 8: sum over heads of routed queries
     mixed = nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
-    return dense('out')(mixed)  # W^O of Eq. 8
+    return nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name='out')(mixed)  # W^O of Eq. 8
 
-  def _gates(self, q: Array, dtype: Dtype) -> Array:
+  def _gates(self, x: Array, query: tuple[Array, Optional[Array]], dtype: Dtype) -> Array:
     """[B, n, H]: the weight of head h in the output of query i (zero unless routed there)."""
     num_routes = len(self.compression_rates)
     if self.routing == 'none':
-      return jnp.ones(q.shape[:2] + (num_routes,), dtype)
+      return jnp.ones(x.shape[:2] + (num_routes,), dtype)
     if self.routing == 'random':
-      chosen = jnp.broadcast_to(jnp.asarray(random_routes(q.shape[1], num_routes)), q.shape[:2])
+      chosen = jnp.broadcast_to(jnp.asarray(random_routes(x.shape[1], num_routes)), x.shape[:2])
       self.sow('intermediates', 'routed_head', chosen)
       return jax.nn.one_hot(chosen, num_routes, dtype=dtype)
-    logits = nn.Dense(num_routes, use_bias=False, dtype=dtype, name='router')(q)  # Eq. 6
+    router, _ = Projection(num_routes, use_bias=False, name='router')(x.shape[-1])
+    kernel, bias = query  # Eq. 6 reads Q = x W_Q + b_Q: the router matrix is folded into W_Q
+    logits = x.astype(dtype) @ (kernel @ router).astype(dtype)
+    if bias is not None:
+      logits = logits + (bias @ router).astype(dtype)
     probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
     chosen = jnp.argmax(probs, axis=-1)
     self.sow('intermediates', 'router_probs', probs)

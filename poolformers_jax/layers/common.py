@@ -59,6 +59,22 @@ def compute_dtype(dtype: Optional[Dtype], x: Array) -> Dtype:
   return dtype if dtype is not None else x.dtype
 
 
+class Projection(nn.Module):
+  """The kernel [in, features] and bias [features] (None without `use_bias`) of an
+  `nn.Dense(features)` -- same names, shapes and initialisers, so parameters, checkpoints and
+  converted weights are those of the Dense layer -- for a mixer that applies them itself
+  (PoNet's GA and AdaMRA fold them into averages instead of projecting every token)."""
+  features: int
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self, in_features: int) -> tuple[Array, Optional[Array]]:
+    kernel = self.param('kernel', nn.linear.default_kernel_init, (in_features, self.features))
+    if not self.use_bias:
+      return kernel, None
+    return kernel, self.param('bias', nn.initializers.zeros_init(), (self.features,))
+
+
 def attention_bias(mask: Array, causal: bool = False) -> Array:
   """Additive bias [B, 1, Lq, Lk]: 0 where attention is allowed, NEG_INF elsewhere.
 

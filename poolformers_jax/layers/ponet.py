@@ -36,27 +36,42 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, check_heads,
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, Projection, check_heads,
                                            check_sequence_input, compute_dtype)
 from poolformers_jax.layers.registry import register_mixer
 
 
-def global_aggregation(q: Array, k: Array, mask: Array, *,
+def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
+                       key: tuple[Array, Array], num_heads: int, *,
                        cross_attention: bool = True) -> tuple[Array, Optional[Array]]:
-  """GA on per-head projections `q, k: [B, L, H, Dh]`; `mask: [B, L]`.
+  """GA of the layer input `x: [B, L, D]` with the Q and K projections `query`, `key` =
+  (kernel [D, D], bias [D]) and `num_heads` heads (slices of width D / num_heads); `mask: [B, L]`.
 
-  Returns g' [B, H, Dh] in float32 and the cross-attention weights [B, H, L] (None without
-  the second stage, where g' = g).
+  Returns g' [B, D] in float32 (the heads side by side) and the cross-attention weights
+  [B, H, L] (None without the second stage, where g' = g).
+
+  GA only averages projected tokens, and averages commute with the (affine) projections, so
+  the projections act on averages of x instead of on every token -- the same values as the
+  official code without its two [L, D] x [D, D] products:
+    g     = mean_i (x_i Wq + bq) = (mean_i x_i) Wq + bq                 (masked mean)
+    s_ih  = g_h . k_ih / sqrt(Dh) = x_i . (Wk_h g_h) / sqrt(Dh) + c_h   (c_h: the softmax drops it)
+    g'_h  = sum_i w_ih k_ih = (sum_i w_ih x_i) Wk_h + bk_h             (the weights sum to 1)
   """
-  q32, k32 = q.astype(jnp.float32), k.astype(jnp.float32)
-  real = mask[:, :, None, None]
+  batch, _, dim = x.shape
+  head_dim = dim // num_heads
+  x32 = jnp.where(mask[..., None], x.astype(jnp.float32), 0.0)  # padding values never matter
+  (w_q, b_q), (w_k, b_k) = ((w.astype(jnp.float32), b.astype(jnp.float32)) for w, b in (query, key))
   count = jnp.maximum(jnp.sum(mask, axis=1).astype(jnp.float32), 1.0)
-  g = jnp.sum(jnp.where(real, q32, 0.0), axis=1) / count[:, None, None]  # first stage: average
+  g = (jnp.sum(x32, axis=1) / count[:, None]) @ w_q + b_q  # first stage: average, [B, D]
   if not cross_attention:
     return g, None
-  scores = jnp.einsum('bhd,blhd->bhl', g, k32) / jnp.sqrt(jnp.float32(q.shape[-1]))
+  w_k = w_k.reshape(dim, num_heads, head_dim)
+  probe = jnp.einsum('bhe,dhe->bdh', g.reshape(batch, num_heads, head_dim), w_k)  # Wk_h g_h
+  scores = jnp.einsum('bld,bdh->bhl', x32, probe) / jnp.sqrt(jnp.float32(head_dim))
   weights = jax.nn.softmax(jnp.where(mask[:, None, :], scores, NEG_INF), axis=-1)
-  return jnp.einsum('bhl,blhd->bhd', weights, k32), weights  # second stage: value = K
+  pooled = jnp.einsum('bhl,bld->bhd', weights, x32)  # second stage: value = K
+  g_prime = jnp.einsum('bhd,dhe->bhe', pooled, w_k) + b_k.reshape(num_heads, head_dim)
+  return g_prime.reshape(batch, dim), weights
 
 
 def _padding_never_wins(x: Array, mask: Array) -> Array:
@@ -94,8 +109,20 @@ def chunk_max_pool(x: Array, mask: Array, segment_num: int) -> Array:
 
 def local_max_pool(x: Array, mask: Array, window: int = 3) -> Array:
   """LMP: max over the window of `window` tokens centred on each token (stride 1, same length),
-  counting only tokens where `mask` is True. Rows where `mask` is False are 0."""
-  pooled = nn.max_pool(_padding_never_wins(x, mask), (window,), strides=(1,), padding='SAME')
+  counting only tokens where `mask` is True. Rows where `mask` is False are 0.
+
+  A running maximum over the `window` shifted copies, not `reduce_window`: XLA lowers the
+  gradient of a max-pool window to a scatter of arg-max indices (slow on CPU and GPU), while a
+  `where` chain is elementwise both ways. Like max-pooling, the gradient goes to the first
+  maximum of the window (ties keep the earlier token).
+  """
+  length, half = x.shape[1], window // 2
+  padded = jnp.pad(_padding_never_wins(x, mask), ((0, 0), (half, half), (0, 0)),
+                   constant_values=NEG_INF)
+  pooled = padded[:, :length]
+  for start in range(1, window):
+    candidate = padded[:, start:start + length]
+    pooled = jnp.where(candidate > pooled, candidate, pooled)
   return jnp.where(mask[..., None], pooled, 0)
 
 
@@ -142,7 +169,7 @@ class PoNet(nn.Module):
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
     batch, length, dim = x.shape
-    head_dim = check_heads(dim, self.num_heads, name)
+    check_heads(dim, self.num_heads, name)
     self._check(x, segment_ids, boundary_mask)
     dtype = compute_dtype(self.dtype, x)
     dense = lambda n: nn.Dense(dim, dtype=dtype, name=n)
@@ -150,12 +177,12 @@ class PoNet(nn.Module):
 
     gated = jnp.zeros((batch, length, dim), dtype)   # (g' + s), multiplied by the gate H_O
     if self.use_ga:
-      heads = lambda n: dense(n)(x).reshape(batch, length, self.num_heads, head_dim)
-      g, weights = global_aggregation(heads('query'), heads('key'), mask,
+      query, key = (Projection(dim, name=n)(dim) for n in ('query', 'key'))
+      g, weights = global_aggregation(x, mask, query, key, self.num_heads,
                                       cross_attention=self.use_ga_cross_attention)
       if weights is not None:
         self.sow('intermediates', 'ga_weights', weights)
-      gated = gated + g.reshape(batch, 1, dim).astype(dtype)  # head h of g' meets head h of O
+      gated = gated + g[:, None, :].astype(dtype)  # head h of g' meets head h of O
     if self.use_smp:
       h_s = dense('segment')(x)
       if segment_ids is None:

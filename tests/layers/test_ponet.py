@@ -8,6 +8,7 @@ import pytest
 
 from poolformers_jax import testing as T
 from poolformers_jax.layers import PoNet, build_mixer
+from poolformers_jax.layers.common import NEG_INF
 from poolformers_jax.layers.ponet import (chunk_max_pool, chunk_segment_ids, global_aggregation,
                                           local_max_pool, segment_max_pool)
 
@@ -90,11 +91,15 @@ def lra_segments(b, l, segment_num):
 def test_poolings_match_numpy_loops():
   rng = np.random.default_rng(0)
   b, l, h, dh = 2, 11, 2, 3
-  q, k = rng.standard_normal((2, b, l, h, dh))
+  x = rng.standard_normal((b, l, h * dh))
+  (w_q, w_k), (b_q, b_k) = rng.standard_normal((2, h * dh, h * dh)), rng.standard_normal((2, h * dh))
+  q, k = (x @ w_q + b_q).reshape(b, l, h, dh), (x @ w_k + b_k).reshape(b, l, h, dh)
   mask = np.arange(l)[None] < np.array([[11], [6]])
-  for cross in (False, True):
-    g, w = global_aggregation(jnp.asarray(q), jnp.asarray(k), jnp.asarray(mask), cross_attention=cross)
-    np.testing.assert_allclose(np.asarray(g), ga_np(q, k, mask, cross), atol=1e-5, rtol=1e-5)
+  for cross in (False, True):  # GA folds the projections into its averages: same values
+    g, w = global_aggregation(jnp.asarray(x), jnp.asarray(mask), (w_q, b_q), (w_k, b_k), h,
+                              cross_attention=cross)
+    np.testing.assert_allclose(np.asarray(g).reshape(b, h, dh), ga_np(q, k, mask, cross),
+                               atol=1e-5, rtol=1e-5)
   assert float(jnp.max(w[1, :, 6:])) == 0.0  # padded keys get no weight
 
   x = rng.standard_normal((b, l, 4))
@@ -108,6 +113,28 @@ def test_poolings_match_numpy_loops():
   for window in (1, 3, 5):
     np.testing.assert_allclose(np.asarray(local_max_pool(jnp.asarray(x), jnp.asarray(mask), window)),
                                lmp_np(x, mask, window), atol=1e-6)
+
+
+def test_local_max_pool_gradient_goes_to_the_first_maximum():
+  # Small integers make many ties: each output's cotangent must land on the first maximum of its
+  # window (a loop, and XLA's own max-pool gradient, which the shifted-copy form replaces).
+  rng = np.random.default_rng(1)
+  b, l, d = 2, 9, 3
+  x = jnp.asarray(rng.integers(-2, 3, (b, l, d)), jnp.float32)
+  mask = np.arange(l)[None] < np.array([[9], [6]])
+  c = jnp.asarray(rng.standard_normal((b, l, d)), jnp.float32)
+  keep = jnp.asarray(mask)[..., None]
+  max_pool = lambda x, w: nn.max_pool(jnp.where(keep, x, NEG_INF), (w,), strides=(1,), padding='SAME')
+  for window in (1, 3, 5):
+    grad = jax.grad(lambda x: jnp.sum(c * local_max_pool(x, jnp.asarray(mask), window)))(x)
+    expected = np.zeros((b, l, d), np.float32)
+    for bi, i, di in np.ndindex(b, l, d):
+      if mask[bi, i]:
+        near = [j for j in range(i - window // 2, i + window // 2 + 1) if 0 <= j < l and mask[bi, j]]
+        expected[bi, near[int(np.argmax(np.asarray(x)[bi, near, di]))], di] += c[bi, i, di]
+    np.testing.assert_allclose(np.asarray(grad), expected, atol=1e-6)
+    xla = jax.grad(lambda x: jnp.sum(c * jnp.where(keep, max_pool(x, window), 0)))(x)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(xla), atol=1e-6)
 
 
 def test_padding_never_wins_a_max():
