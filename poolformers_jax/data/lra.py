@@ -253,7 +253,9 @@ def _release_entries(folder: str):
 def _generated_folder(data_dir: str, seed: int, num_examples: int, images_per_file: int,
                       resolution: int, difficulty: str) -> str:
   from poolformers_jax.data import pathfinder_gen
-  out_dir = os.path.join(data_dir, 'pathfinder_gen', f'seed{seed}_n{num_examples}_f{images_per_file}')
+  # The drawing's version in the name: images of an older generator are not reused.
+  out_dir = os.path.join(data_dir, 'pathfinder_gen', f'v{pathfinder_gen.VERSION}_seed{seed}_'
+                         f'n{num_examples}_f{images_per_file}')
   return pathfinder_gen.generate(out_dir, seed=seed, resolution=resolution, difficulty=difficulty,
                                  num_examples=num_examples, images_per_file=images_per_file)
 
