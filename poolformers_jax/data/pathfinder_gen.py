@@ -45,7 +45,11 @@ A flood fill over linked ink from one marker so reaches the other exactly when t
 (tests/data/test_pathfinder_gen.py checks it on every image); a finished image whose targets
 would not pass it is drawn again, a test that does not look at the label. The markers are placed
 before the distractors, which keep clear of them (the official draws the markers last, over
-whatever is there).
+whatever is there). And the official design alone leaves the markers' distance a clue (a
+distance-only classifier: 56-60 % at 32 px): within each file, samples are kept with a
+probability that depends on their label and distance, so that both labels share one
+distribution of distances (`batch_samples`; `--report` measures it, `--report --no_balance`
+the design alone).
 
 Output (what `config.data.format='lra_release'` reads):
   {out_dir}/pathfinder{R}/{difficulty}/imgs/{b}/sample_{k}.png      (8-bit grayscale)
@@ -77,7 +81,6 @@ VERSION = 2        # of the drawing; names the cache folder of format='generated
 INK = 32           # pixels >= INK are ink; below: background and the Lanczos filter's ringing
 PADDLE_TRIES = 8   # directions tried per paddle before the contour gives up
 DISTRACTOR_TRIES = 5   # [max_distractor_contour_retrial = 4] + 1
-BALANCE_SLACK = 2      # see batch_samples
 
 # LRA's builder settings (see the module docstring); other fields keep the Style defaults.
 LRA_SETTINGS = {
@@ -424,22 +427,26 @@ def batch_samples(seed: int, style: Style, batch: int, count: int,
   """The samples of file `batch`: count // 2 positives, the rest negatives, shuffled.
 
   `balance`: the official design alone leaves the markers' distance a clue (the negatives' spans
-  one contour plus the seeds' offset: wider, and longer than any positive; a distance-only
-  classifier scores 56-60 % on it, see `report`). So a sample is drawn again while its label
-  leads the other by BALANCE_SLACK in its distance bin (resolution / 32 px wide) within the
-  file: both labels then have the same distribution of distances, up to the slack."""
+  one contour plus the seeds' offset: wider, and longer than any positive; see `report`). So a
+  sample in distance bin b (resolution / 32 px wide) is kept with probability
+  min(1, p_other(b) / p_own(b)), p the two labels' frequencies of b among the samples drawn so far
+  in the file (the other's with 0.1 added): both labels are then kept with one distribution of
+  distances, proportional to min(p_0, p_1). A dropped sample is drawn again with its label."""
   rng = _batch_rng(seed, style, batch)
   labels = [k % 2 for k in range(count)]
   rng.shuffle(labels)
-  accepted = collections.Counter()
+  drawn, totals = collections.Counter(), [0, 0]
   for label in labels:
     while True:
       sample = render(rng, style, label)
       (ya, xa), (yb, xb) = sample.markers
       key = int(math.hypot(ya - yb, xa - xb) * 32 / style.resolution)
-      if not balance or accepted[label, key] < accepted[1 - label, key] + BALANCE_SLACK:
+      drawn[label, key] += 1
+      totals[label] += 1
+      own = drawn[label, key] / totals[label]
+      other = (drawn[1 - label, key] + 0.1) / (totals[1 - label] + 1)
+      if not balance or rng.random() * own < other:
         break
-    accepted[label, key] += 1
     yield sample
 
 
