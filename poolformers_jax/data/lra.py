@@ -12,8 +12,9 @@ the model's `mask = inputs != 0` is right even for black pixels or NUL bytes; vo
 - lra_retrieval: the LRA release files new_aan_pairs.{train,eval,test}.tsv in config.data.tsv_dir
   (no header; columns label, id1, id2, text1, text2, split on tabs only, as the LRA code reads
   them); inputs [2, max_length] bytes of the two documents, target the float label as int.
-- lra_image: TFDS 'cifar10', grayscale with the ITU-R 601 weights that tf.image.rgb_to_grayscale
-  uses (0.2989, 0.5870, 0.1140), rounded half up, flattened row-major to 1024 pixel tokens.
+- lra_image: TFDS 'cifar10', gray levels as LRA's `tf.image.rgb_to_grayscale` computes them
+  (weights 0.2989, 0.5870, 0.1140 in float32, scaled by 255.5/255 and truncated: `to_gray`),
+  flattened row-major to 1024 pixel tokens.
   Splits as LRA's image/input_pipeline.py: train[:90%] / train[90%:] / test (45k / 5k / 10k).
 - lra_pathfinder, three layouts (config.data.format):
   'npz':         {pathfinder_dir}/{train,validation,test}.npz, each with 'images' uint8
@@ -39,7 +40,7 @@ import numpy as np
 
 from poolformers_jax.data import base
 
-GRAY_WEIGHTS = np.asarray([0.2989, 0.5870, 0.1140], np.float64)
+GRAY_WEIGHTS = np.asarray([0.2989, 0.5870, 0.1140], np.float32)   # tf.image.rgb_to_grayscale
 
 
 def _tfds_split(data_config, split: str) -> str:
@@ -125,11 +126,23 @@ def retrieval_info(data_config, split_sizes=None):
 # Image (CIFAR-10 grayscale pixels as tokens).
 
 def to_gray(image: np.ndarray) -> np.ndarray:
-  """[H, W, 3] uint8 -> [H, W] uint8 luma (tf.image.rgb_to_grayscale weights), rounded."""
+  """[H, W, 3] uint8 -> [H, W] uint8 gray levels exactly as LRA's pipeline makes them.
+
+  LRA (image/input_pipeline.py) casts `tf.image.rgb_to_grayscale(x['image'])` to int32. On uint8
+  that op runs `convert_image_dtype` to float32 (x * float32(1/255)), a dot product with the
+  float32 weights (0.2989, 0.5870, 0.1140), and `convert_image_dtype` back (* 255.5, then a cast
+  that truncates), so, in float32:
+      gray = floor((0.2989 r/255 + 0.5870 g/255 + 0.1140 b/255) * 255.5) = floor(luma * 511/510).
+  Not luma rounded half up: that is one level brighter on 25 % of all RGB triples (pure green
+  (0, 255, 0): luma 149.685, TF 149, rounded 150). Summing the three products in float32 in
+  another order (or with FMA) changes 48 of the 2^24 triples.
+  """
   if image.shape[-1] == 1:
     return image[..., 0]
-  luma = image.astype(np.float64) @ GRAY_WEIGHTS
-  return np.clip(np.floor(luma + 0.5), 0, 255).astype(np.uint8)   # round half up
+  scaled = image.astype(np.float32) * np.float32(1 / 255)
+  w = GRAY_WEIGHTS
+  luma = (scaled[..., 0] * w[0] + scaled[..., 1] * w[1]) + scaled[..., 2] * w[2]
+  return (luma * np.float32(255.5)).astype(np.uint8)   # float -> uint8 cast: truncation
 
 
 def pixel_tokens(gray: np.ndarray, data_config, what: str) -> np.ndarray:
@@ -233,7 +246,9 @@ def _release_entries(folder: str):
 def _generated_folder(data_dir: str, seed: int, num_examples: int, images_per_file: int,
                       resolution: int, difficulty: str) -> str:
   from poolformers_jax.data import pathfinder_gen
-  out_dir = os.path.join(data_dir, 'pathfinder_gen', f'seed{seed}_n{num_examples}_f{images_per_file}')
+  # The drawing's version in the name: images of an older generator are not reused.
+  out_dir = os.path.join(data_dir, 'pathfinder_gen', f'v{pathfinder_gen.VERSION}_seed{seed}_'
+                         f'n{num_examples}_f{images_per_file}')
   return pathfinder_gen.generate(out_dir, seed=seed, resolution=resolution, difficulty=difficulty,
                                  num_examples=num_examples, images_per_file=images_per_file)
 

@@ -1,216 +1,453 @@
-r"""Pathfinder, made offline: seeded images in the LRA release layout.
+r"""Pathfinder, made offline the way the official generator draws it, in the LRA release layout.
 
-After Linsley et al. (2018), "Learning long-range spatial dependencies with horizontal gated
-recurrent units", as the Long Range Arena uses it: every image holds two marker discs and
-contours made of short dashes ("paddles") whose direction turns by at most `max_turn` from one
-dash to the next (bounded curvature). Two main contours have `contour_length` dashes; positive
-(label 1): both discs sit at the two ends of the same main contour; negative (label 0): one disc
-at one end of each main contour. Shorter distractor contours fill the rest. Difficulty is the
-contour length: 6 / 9 / 14 dashes for LRA's curv_baseline / curv_contour_length_9 /
-curv_contour_length_14; 32x32 is Pathfinder, 128x128 Path-X.
+After Linsley et al. (2018) / Kim et al. (2020), as the Long Range Arena uses it: are the two
+marker discs on one contour? Our own code for the algorithm of the official generator
+(`drewlinsley/pathfinder`, snakes2.py / snakes.py; names of its parameters in brackets):
 
-The label is visible in the pixels alone: ink pixels (value > 0) at Chebyshev distance <= LINK
-= 2 (across a dash gap of one or two pixels) belong together, and the generator
-keeps every two contours more than LINK apart. So a flood fill over ink pixels linked within
-distance 2 joins the two discs exactly when the label is 1 (tests/data/test_pathfinder_gen.py).
+- A contour is a chain of paddles [paddle_length, paddle_thickness]. Paddle k spans
+  pivot_k + margin * u(theta_k) .. pivot_k + (margin + paddle_length) * u(theta_k), and
+  pivot_{k+1} = pivot_k + (paddle_length + 2 margin) * u(theta_k): consecutive paddles leave a gap
+  of 2 margin [paddle_margin]. Each turn delta = theta_{k+1} - theta_k is drawn with weight
+  cos^2(min(continuity * |delta|, 90 deg)) [continuity] among the directions that keep the
+  paddle clear of the others.
+- Two target contours of `contour_length` paddles (6 / 9 / 14: curv_baseline /
+  curv_contour_length_9 / _14) grow one paddle at a time, alternately, from seeds placed exactly
+  `seed_distance` apart; the first seed lies at least 2 seed_distance from every border.
+- The origin marker sits on the origin tip (the first paddle's tail) of one target, the terminal
+  marker on the terminal tip (the last paddle's head) of the same target (label 1) or of the other
+  (label 0) [marker_radius]. So both labels put the markers one contour's end-to-end distance
+  apart, the negatives from seeds `seed_distance` apart: the markers' distance alone says little.
+- Then `distractor_paddles // distractor_length` distractor contours of contour_length // 3
+  paddles [num_distractor_snakes, distractor_length], each tried 5 times, skipped if it finds no
+  room. No single-paddle distractors [use_single_paddles=False].
+- Every paddle and disc is drawn at `antialias` times the resolution and resampled down with
+  Lanczos [antialias_scale; scipy.misc.imresize(interp='lanczos')], times its contrast
+  [snake_contrast_list * paddle_contrast_list for targets, snake_contrast_list for distractors];
+  the image is the pixel-wise maximum, scaled so that its maximum is 255 [scipy.misc.imsave].
+
+The parameters per resolution are those LRA's builders state (lra_benchmarks/data/pathfinder.py,
+`Pathfinder32` / `Pathfinder128`: the official script with these settings changed); the official
+script's own geometry (300 px: paddles 5, margin 3, thickness 2, markers 5, seeds 27 apart, 22 px
+border, continuity 1.8, 30 distractor paddles) is not scaled linearly, it is replaced:
+  32  (Pathfinder): paddle 2, thickness 0.5, margin 1, continuity 1.0, marker 1.5, seeds 7 apart,
+      border 1, 20 distractor paddles, contrast 2 x 0.75 = 1.5 (targets) and 2 (distractors);
+  128 (Path-X):     paddle 5 (the default), thickness 1.5, margin 2 or 3 (drawn per image),
+      continuity 1.8, marker 3, seeds 20 apart, border 1, 35 distractor paddles, contrast 0.9.
+One release metadata line (`imgs/0 sample_0.png 0 0 1.0 6 2 2 0.5 1 1`: continuity 1.0, length 6,
+distractor length 2, paddle 2, thickness 0.5, margin 1) agrees with the 32-pixel settings.
+
+Where we differ, for a label that is exact in the pixels: a pixel >= INK (of 255) is ink, and
+ink pixels within Chebyshev distance 2 margin of each other are linked (the gap between
+consecutive paddles). Every paddle links to its predecessor, and ink of different contours
+(markers included) stays more than 2 margin apart, where the official mask only keeps the
+paddles' margin rings from overlapping (at 32 px: 3 px between contours instead of about 2.5).
+A flood fill over linked ink from one marker so reaches the other exactly when the label is 1
+(tests/data/test_pathfinder_gen.py checks it on every image); a finished image whose targets
+would not pass it is drawn again, a test that does not look at the label. The markers are placed
+before the distractors, which keep clear of them (the official draws the markers last, over
+whatever is there). And the official design alone leaves the markers' distance a clue (a
+distance-only classifier: 56-60 % at 32 px): within each file, samples are kept with a
+probability that depends on their label and distance, so that both labels share one
+distribution of distances (`batch_samples`; `--report` measures it, `--report --no_balance`
+the design alone).
 
 Output (what `config.data.format='lra_release'` reads):
   {out_dir}/pathfinder{R}/{difficulty}/imgs/{b}/sample_{k}.png      (8-bit grayscale)
   {out_dir}/pathfinder{R}/{difficulty}/metadata/{b}.npy            (text, one line per image:
-      `imgs/{b} sample_{k}.png {k} {label} {max_turn_deg} {contour_length} {distractor_length}
-      {dash_length} 1 {gap} 1`, the release's columns)
+      `imgs/{b} sample_{k}.png {k} {label} {continuity} {contour_length} {distractor_length}
+      {paddle_length} {paddle_thickness} {margin} 1`, the release's columns)
 Each batch b of `images_per_file` images is made from its own seeded stream, so the files are
 byte-identical for a seed whatever the number of processes; labels are balanced in every batch.
 
   python -m poolformers_jax.data.pathfinder_gen --out_dir data_cache/pathfinder_gen \
       --resolution 32 --difficulty curv_baseline --num_examples 200000
+  python -m poolformers_jax.data.pathfinder_gen --report     # statistics of 2 000 images
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import io
 import math
 import os
 import random
 import shutil
-from typing import Optional
+from typing import Iterator, Optional
 
 import numpy as np
 
 DIFFICULTIES = {'curv_baseline': 6, 'curv_contour_length_9': 9, 'curv_contour_length_14': 14}
-LINK = 2            # Chebyshev distance within which ink pixels count as one stroke
-_NEIGHBOURS = [(dy, dx) for dy in range(-LINK, LINK + 1) for dx in range(-LINK, LINK + 1)]
+VERSION = 2        # of the drawing; names the cache folder of format='generated'
+INK = 32           # pixels >= INK are ink; below: background and the Lanczos filter's ringing
+PADDLE_TRIES = 8   # directions tried per paddle before the contour gives up
+DISTRACTOR_TRIES = 5   # [max_distractor_contour_retrial = 4] + 1
+
+# LRA's builder settings (see the module docstring); other fields keep the Style defaults.
+LRA_SETTINGS = {
+    32: dict(paddle_length=2, paddle_thickness=0.5, margins=(1,), continuity=1.0,
+             marker_radius=1.5, seed_distance=7, padding=1, distractor_paddles=20,
+             target_contrast=1.5, distractor_contrast=2.0),
+    128: dict(paddle_length=5, paddle_thickness=1.5, margins=(2, 3), continuity=1.8,
+              marker_radius=3, seed_distance=20, padding=1, distractor_paddles=35,
+              target_contrast=0.9, distractor_contrast=0.9),
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class Style:
-  """Geometry in pixels at resolution R (32 = Pathfinder, 128 = Path-X: lengths scale by R/32)."""
+  """The generator's parameters, lengths in pixels of the output image."""
   resolution: int = 32
-  contour_length: int = 6
-  max_turn_deg: float = 30.0   # bounded curvature: turn between consecutive dashes
-  num_distractors: int = 0     # 0 = by resolution and length (see `distractors`)
-  distractor_length: int = 0   # 0 = contour_length // 2
-  gap: float = 1.6             # between dashes; fixed in pixels so that LINK always bridges it
+  contour_length: int = 6          # paddles per target contour
+  paddle_length: float = 2
+  paddle_thickness: float = 0.5
+  margins: tuple = (1,)            # paddle margin, one drawn per image
+  continuity: float = 1.0          # turn weight cos^2(min(continuity * |turn|, 90 deg))
+  marker_radius: float = 1.5
+  seed_distance: float = 7         # between the two targets' first tails
+  padding: int = 1                 # border kept free
+  antialias: int = 2               # drawn at this many times the resolution, then resampled
+  distractor_paddles: int = 20     # distractors: distractor_paddles // distractor_length contours
+  target_contrast: float = 1.5
+  distractor_contrast: float = 2.0
+
+  @classmethod
+  def lra(cls, resolution: int = 32, contour_length: int = 6) -> 'Style':
+    if resolution not in LRA_SETTINGS:
+      raise ValueError(f'resolution={resolution}: LRA states the generator settings of '
+                       f'{sorted(LRA_SETTINGS)} (Pathfinder, Path-X); choose one of them.')
+    return cls(resolution=resolution, contour_length=contour_length, **LRA_SETTINGS[resolution])
 
   @property
-  def scale(self) -> float:
-    return self.resolution / 32
+  def distractor_length(self) -> int:
+    return max(1, self.contour_length // 3)
 
   @property
-  def dash(self) -> float:
-    return 1.5 * self.scale
+  def num_distractors(self) -> int:
+    return self.distractor_paddles // self.distractor_length
 
-  @property
-  def disc_radius(self) -> float:
-    return 1.5 * self.scale
 
-  @property
-  def distractors(self) -> int:
-    if self.num_distractors:
-      return self.num_distractors
-    return max(1, round(2 * self.scale * 6 / self.contour_length))
+@dataclasses.dataclass
+class Sample:
+  image: np.ndarray      # [R, R] uint8
+  label: int             # 1: the markers sit on one contour
+  markers: tuple         # ((y, x) origin, (y, x) terminal): disc centres, pixel units
+  margin: int            # the paddle margin drawn for this image; ink links within 2 margin
+  contours: int          # targets + distractors drawn
 
-  @property
-  def distractor_dashes(self) -> int:
-    return self.distractor_length or max(self.contour_length // 2, 2)
+
+def _unit(theta: float):
+  return math.sin(theta), math.cos(theta)
+
+
+def _along(point, theta: float, distance: float):
+  dy, dx = _unit(theta)
+  return point[0] + distance * dy, point[1] + distance * dx
+
+
+def _stamp(style: Style, points, draw) -> tuple[int, int, np.ndarray]:
+  """Coverage in [0, 1] of a shape near `points`, drawn by draw(ImageDraw, to_canvas) at
+  `antialias` times the resolution and resampled with Lanczos; returns (y0, x0, crop). The crop
+  leaves room for the filter's reach (3 px) and for a link (2 margin) around the ink."""
+  from PIL import Image, ImageDraw
+  a = style.antialias
+  pad = int(math.ceil(style.paddle_thickness + style.marker_radius)) + 3 + 2 * max(style.margins)
+  y0 = int(math.floor(min(p[0] for p in points))) - pad
+  x0 = int(math.floor(min(p[1] for p in points))) - pad
+  h = int(math.ceil(max(p[0] for p in points))) + pad - y0
+  w = int(math.ceil(max(p[1] for p in points))) + pad - x0
+  big = Image.new('L', (w * a, h * a), 0)
+  # PIL puts integer coordinates at pixel centres: point (y, x) is at ((x - x0) a - 0.5, ...).
+  draw(ImageDraw.Draw(big), lambda p: ((p[1] - x0) * a - 0.5, (p[0] - y0) * a - 0.5))
+  small = big.resize((w, h), Image.LANCZOS)       # uint8, clipped, as imresize returns it
+  return y0, x0, np.asarray(small, np.float32) / 255
+
+
+def _paddle(style: Style, tail, head):
+  width = int(round(style.paddle_thickness * style.antialias))
+  return _stamp(style, (tail, head),
+                lambda d, at: d.line([at(tail), at(head)], fill=255, width=width))
+
+
+def _disc(style: Style, center):
+  r = style.marker_radius * style.antialias
+  def draw(d, at):
+    x, y = at(center)
+    d.ellipse([x - r, y - r, x + r, y + r], fill=255)
+  return _stamp(style, (center,), draw)
+
+
+def _dilate(mask: np.ndarray, k: int) -> np.ndarray:
+  """Pixels within Chebyshev distance k of a True pixel."""
+  window = np.lib.stride_tricks.sliding_window_view
+  rows = window(np.pad(mask, k), 2 * k + 1, axis=0).any(-1)
+  return window(rows, 2 * k + 1, axis=1).any(-1)
+
+
+class _Stroke:
+  """A stamp's ink and its reach (pixels within 2 margin of the ink), clipped to the image."""
+
+  def __init__(self, canvas: '_Canvas', stamp, contrast: float):
+    y0, x0, crop = stamp
+    r = canvas.style.resolution
+    self.value = crop * contrast
+    self.image = (slice(max(y0, 0), min(y0 + crop.shape[0], r)),
+                  slice(max(x0, 0), min(x0 + crop.shape[1], r)))
+    self.crop = tuple(slice(part.start - origin, part.stop - origin)
+                      for part, origin in zip(self.image, (y0, x0)))
+    self.ink_crop = self.value * 255 >= INK - 0.5          # rounds to >= INK
+    self.ink = self.ink_crop[self.crop]
+
+  def reach(self, link: int) -> np.ndarray:
+    return _dilate(self.ink_crop, link)[self.crop]
 
 
 class _Canvas:
-  """Ink pixels: (y, x) -> (contour, dash index), and their grey values."""
+  """The image being drawn. Per pixel: the contrast-scaled coverage, the contour owning it if it
+  is ink, and `near`: -1 if no ink lies within 2 margin, else the one contour whose ink does
+  (-2: several); `kept`, the same for the terminal discs the targets may get (while they grow).
+  Per contour: the reach of its last paddle (the next one must touch it) and of the others (the
+  next one must keep out of it), its end (pivot, direction) and tips."""
 
-  def __init__(self, resolution: int, ink=None, values=None):
-    self.resolution = resolution
-    self.ink = dict(ink or {})
-    self.values = dict(values or {})
+  def __init__(self, style: Style, margin: int):
+    r = style.resolution
+    self.style, self.margin, self.link = style, margin, 2 * margin
+    self.value = np.zeros((r, r), np.float32)
+    self.owner = np.full((r, r), -1, np.int16)
+    self.near = np.full((r, r), -1, np.int16)
+    self.kept = np.full((r, r), -1, np.int16)
+    self.last, self.earlier, self.ends, self.tips, self.discs = {}, {}, {}, {}, {}
 
   def copy(self) -> '_Canvas':
-    return _Canvas(self.resolution, self.ink, self.values)
+    other = object.__new__(_Canvas)
+    other.__dict__.update(self.__dict__)
+    for name in ('value', 'owner', 'near', 'kept'):
+      setattr(other, name, getattr(self, name).copy())
+    for name in ('last', 'earlier', 'ends', 'tips', 'discs'):   # values replaced, not changed
+      setattr(other, name, dict(getattr(self, name)))
+    return other
 
-  def allowed(self, pixels, owner: int, dash: int) -> bool:
-    """In the image, and more than LINK away from other contours and from own dashes < dash-1."""
-    r, ink = self.resolution, self.ink
-    for y, x in pixels:
-      if not (0 <= y < r and 0 <= x < r):
+  def in_bounds(self, *points) -> bool:
+    lo = self.style.padding + self.margin
+    hi = self.style.resolution - lo
+    return all(lo <= c <= hi for point in points for c in point)
+
+  def free(self, point, contour: int) -> bool:
+    """The pixel at `point` is within 2 margin of no other contour's ink nor of this contour's
+    paddles other than the last."""
+    y, x = int(point[0]), int(point[1])
+    return (all(near[y, x] in (-1, contour) for near in (self.near, self.kept))
+            and not (contour in self.earlier and self.earlier[contour][y, x]))
+
+  def clear(self, stroke: _Stroke, contour: int) -> bool:
+    """No ink within 2 margin of another contour's ink (or kept disc)."""
+    for near in (self.near, self.kept):
+      near = near[stroke.image][stroke.ink]
+      if np.any((near != -1) & (near != contour)):
         return False
-      for dy, dx in _NEIGHBOURS:
-        hit = ink.get((y + dy, x + dx))
-        if hit is not None and (hit[0] != owner or hit[1] < dash - 1):
-          return False
     return True
 
-  def draw(self, pixels, owner: int, dash: int, value: int) -> None:
-    for pixel in pixels:   # discs (255) stay on top; a pixel keeps its first dash index
-      self.ink.setdefault(pixel, (owner, dash))
-      self.values[pixel] = max(self.values.get(pixel, 0), value)
+  def _mark(self, near: np.ndarray, stroke: _Stroke, contour: int) -> np.ndarray:
+    reach = stroke.reach(self.link)
+    near = near[stroke.image]
+    near[reach & (near != -1) & (near != contour)] = -2
+    near[reach & (near == -1)] = contour
+    return reach
+
+  def draw(self, stroke: _Stroke, contour: int) -> np.ndarray:
+    """Adds the stroke; returns its reach as a full-size mask."""
+    part = self.value[stroke.image]
+    np.maximum(part, stroke.value[stroke.crop], out=part)
+    self.owner[stroke.image][stroke.ink] = contour
+    full = np.zeros(self.value.shape, bool)
+    full[stroke.image] = self._mark(self.near, stroke, contour)
+    return full
+
+  def place(self, contour: int, tail, head, pivot, theta: float, contrast: float,
+            disc: bool = False) -> bool:
+    """Adds the paddle tail -> head to `contour` if it fits (and, if `disc`, a marker disc on
+    its head: kept, not drawn); the contour's end moves on."""
+    if not self.in_bounds(tail, head):
+      return False
+    stroke = _Stroke(self, _paddle(self.style, tail, head), contrast)
+    if not stroke.ink.any() or not self.clear(stroke, contour):
+      return False
+    if disc:
+      marker = _Stroke(self, _disc(self.style, head), 1.0)
+      if not self.clear(marker, contour):
+        return False
+    if contour in self.last:     # touch the last paddle, keep out of the earlier ones' reach
+      if (not np.any(self.last[contour][stroke.image][stroke.ink])
+          or np.any(self.earlier[contour][stroke.image][stroke.ink])):
+        return False
+      self.earlier[contour] = self.earlier[contour] | self.last[contour]
+    else:
+      self.earlier[contour] = np.zeros(self.value.shape, bool)
+    self.last[contour] = self.draw(stroke, contour)
+    self.ends[contour] = (pivot, theta)
+    self.tips[contour] = (self.tips.get(contour, (tail,))[0], head)
+    if disc:
+      self._mark(self.kept, marker, contour)
+      self.discs[contour] = marker
+    return True
+
+  def seed(self, rng: random.Random, contour: int, tail, contrast: float) -> bool:
+    theta = rng.uniform(-math.pi, math.pi)
+    head = _along(tail, theta, self.style.paddle_length)
+    return self.place(contour, tail, head, _along(tail, theta, -self.margin), theta, contrast)
+
+  def extend(self, rng: random.Random, contour: int, contrast: float, disc: bool = False) -> bool:
+    """The official step: candidate heads 1 px of arc apart on the circle of radius
+    paddle_length + margin around the next pivot, weighted cos^2(min(continuity |turn|, 90 deg))
+    where the head is in bounds and free; up to PADDLE_TRIES draws must fit."""
+    s, m = self.style, self.margin
+    pivot, theta = self.ends[contour]
+    pivot = _along(pivot, theta, s.paddle_length + 2 * m)
+    radius = s.paddle_length + m
+    limit = math.pi / 2 / s.continuity
+    step = 1 / radius
+    turns = np.arange(-limit, limit, step) + rng.uniform(0, step)
+    turns = turns[np.abs(turns) < limit]
+    weights = np.cos(s.continuity * turns) ** 2
+    for i, turn in enumerate(turns):
+      head = _along(pivot, theta + turn, radius)
+      if not (self.in_bounds(head) and self.free(head, contour)):
+        weights[i] = 0
+    for _ in range(PADDLE_TRIES):
+      total = weights.sum()
+      if total <= 0:
+        return False
+      i = int(np.searchsorted(np.cumsum(weights), rng.random() * total, side='right'))
+      i = min(i, len(turns) - 1)
+      direction = theta + float(turns[i])
+      if self.place(contour, _along(pivot, direction, m), _along(pivot, direction, radius),
+                    pivot, direction, contrast, disc):
+        return True
+      weights[i] = 0
+    return False
 
   def image(self) -> np.ndarray:
-    out = np.zeros((self.resolution, self.resolution), np.uint8)
-    for (y, x), value in self.values.items():
-      out[y, x] = value
-    return out
+    """uint8, scaled so that the maximum is 255 (scipy.misc.imsave's bytescale), half up."""
+    return np.floor(self.value * (255 / self.value.max()) + 0.5).astype(np.uint8)
 
 
-def _segment_pixels(start, angle: float, length: float):
-  """Pixels of a 1-pixel-wide dash: points every 1/4 px along it, rounded half up."""
-  n = int(math.ceil(length * 4))
-  dy, dx = math.sin(angle) * length / n, math.cos(angle) * length / n
-  return list(dict.fromkeys((math.floor(start[0] + i * dy + 0.5), math.floor(start[1] + i * dx + 0.5))
-                            for i in range(n + 1)))
+def _targets(rng: random.Random, canvas: _Canvas, label: int):
+  """Grows the two targets with their markers; returns the marker centres (None: start over).
+
+  The origin marker goes on target `origin`, drawn as soon as its first paddle is: the other
+  target grows around it. Each target's last paddle must leave room for a disc on its head, kept
+  free while the targets grow; the terminal marker is then drawn on one of them by the label.
+  What is checked does not depend on the label."""
+  s = canvas.style
+  origin = rng.randrange(2)
+  lo, hi = 2 * s.seed_distance, s.resolution - 2 * s.seed_distance
+  first = (rng.uniform(lo, hi), rng.uniform(lo, hi))
+  seeds = (first, _along(first, rng.uniform(-math.pi, math.pi), s.seed_distance))
+  for c in (0, 1):
+    if not canvas.seed(rng, c, seeds[c], s.target_contrast):
+      return None
+    if c == origin:
+      disc = _Stroke(canvas, _disc(s, seeds[c]), 1.0)
+      if not canvas.clear(disc, c):
+        return None
+      canvas.draw(disc, c)
+  for k in range(1, s.contour_length):
+    for c in (0, 1):
+      if not canvas.extend(rng, c, s.target_contrast, disc=k == s.contour_length - 1):
+        return None
+  terminal = origin if label else 1 - origin
+  canvas.draw(canvas.discs[terminal], terminal)
+  canvas.kept[:] = -1            # the other disc is not drawn: distractors may come near
+  return canvas.tips[origin][0], canvas.tips[terminal][1]
 
 
-def _disc_pixels(center, radius: float):
-  cy, cx = (math.floor(c + 0.5) for c in center)
-  k = int(math.ceil(radius))
-  return [(cy + dy, cx + dx) for dy in range(-k, k + 1) for dx in range(-k, k + 1)
-          if dy * dy + dx * dx <= radius * radius + 1e-9]
+def _distractors(rng: random.Random, canvas: _Canvas) -> tuple[_Canvas, int]:
+  """Each distractor: a tail on a free pixel, up to DISTRACTOR_TRIES times; skipped if none fits."""
+  s = canvas.style
+  lo = s.padding + canvas.margin
+  hi = s.resolution - lo
+  drawn = 0
+  for i in range(s.num_distractors):
+    contour = 2 + i
+    for _ in range(DISTRACTOR_TRIES):
+      ys, xs = np.nonzero(canvas.near[lo:hi, lo:hi] == -1)
+      if not len(ys):
+        return canvas, drawn
+      k = rng.randrange(len(ys))
+      tail = (lo + ys[k] + rng.random(), lo + xs[k] + rng.random())
+      trial = canvas.copy()
+      if trial.seed(rng, contour, tail, s.distractor_contrast) and all(
+          trial.extend(rng, contour, s.distractor_contrast)
+          for _ in range(s.distractor_length - 1)):
+        canvas, drawn = trial, drawn + 1
+        break
+  return canvas, drawn
 
 
-def _clear_of_border(pixels, resolution: int) -> bool:
-  """Discs keep a 1-pixel border free, the start disc and the end disc alike (else a disc on the
-  border would give the label away)."""
-  return all(1 <= y < resolution - 1 and 1 <= x < resolution - 1 for y, x in pixels)
+def ink_components(image: np.ndarray, link: int) -> np.ndarray:
+  """Component id per pixel (0: not ink) of ink pixels linked within Chebyshev distance `link`:
+  link x link boxes anchored at the ink pixels touch (8-connected) exactly then."""
+  from scipy import ndimage
+  ink = image >= INK
+  boxes = ndimage.maximum_filter(ink, size=link, mode='constant')
+  labels, _ = ndimage.label(boxes, structure=np.ones((3, 3)))
+  return np.where(ink, labels, 0)
 
 
-def _linked(a, b) -> bool:
-  return any(max(abs(y1 - y2), abs(x1 - x2)) <= LINK for y1, x1 in a for y2, x2 in b)
+def _targets_apart(image: np.ndarray, canvas: _Canvas) -> bool:
+  """Each target (with its markers) is one component, and not the other's: a check on the final
+  pixels (the scaling to 255 can take a pixel under INK), independent of the label."""
+  ids = ink_components(image, canvas.link)
+  a = np.unique(ids[(canvas.owner == 0) & (ids > 0)])
+  b = np.unique(ids[(canvas.owner == 1) & (ids > 0)])
+  return len(a) == 1 and len(b) == 1 and a[0] != b[0]
 
 
-def _contour(canvas: _Canvas, rng: random.Random, style: Style, owner: int, dashes: int,
-             discs: tuple[bool, bool], tries: int = 30, budget_per_dash: int = 30) -> bool:
-  """Draws one contour (discs at its start / end as asked) into `canvas`; False if no room.
-
-  Grown dash by dash, each turning by a uniform angle in [-max_turn, max_turn]; a dash that
-  finds no room in 4 turns takes back the previous one (backtracking), within a budget.
-  """
-  max_turn = math.radians(style.max_turn_deg)
-  r = style.resolution
-  margin = style.disc_radius + 1
-  value = 160 + int(rng.random() * 96)               # grey level of this contour, 160..255
-  for _ in range(tries):
-    start = (rng.uniform(margin, r - margin), rng.uniform(margin, r - margin))
-    # Head roughly towards the centre (within 90 degrees) so that long contours fit.
-    heading = math.atan2(r / 2 - start[0], r / 2 - start[1]) + rng.uniform(-math.pi / 2, math.pi / 2)
-    base = []                                        # strokes: (pixels, dash index, value)
-    if discs[0]:
-      disc = _disc_pixels(start, style.disc_radius)
-      if not (_clear_of_border(disc, r) and canvas.allowed(disc, owner, 0)):
-        continue
-      base.append((disc, 0, 255))
-    path = [(start, heading)]                          # (next dash start, heading) per dash
-    placed, failures, budget = [], [0] * (dashes + 1), budget_per_dash * dashes
-    current = canvas.copy()
-    for stroke in base:
-      current.draw(stroke[0], owner, stroke[1], stroke[2])
-    end_disc = None
-    while len(placed) < dashes and budget > 0:
-      budget -= 1
-      i = len(placed)
-      position, heading = path[-1]
-      angle = heading + rng.uniform(-max_turn, max_turn)
-      pixels = _segment_pixels(position, angle, style.dash)
-      ok = current.allowed(pixels, owner, i) and (not placed or _linked(pixels, placed[-1][0]))
-      sin, cos = math.sin(angle), math.cos(angle)
-      end = (position[0] + style.dash * sin, position[1] + style.dash * cos)
-      if ok and i == dashes - 1 and discs[1]:
-        end_disc = _disc_pixels(end, style.disc_radius)
-        ok = _clear_of_border(end_disc, r) and current.allowed(end_disc, owner, i)
-      if ok:
-        placed.append((pixels, i, value))
-        current.draw(pixels, owner, i, value)
-        path.append(((end[0] + style.gap * sin, end[1] + style.gap * cos), angle))
-        failures[i + 1] = 0
-        continue
-      failures[i] += 1
-      if failures[i] >= 4 and placed:                  # take back the previous dash
-        placed.pop()
-        path.pop()
-        failures[i] = 0
-        current = canvas.copy()
-        for stroke in base + placed:
-          current.draw(stroke[0], owner, stroke[1], stroke[2])
-    if len(placed) == dashes:
-      if discs[1]:
-        placed.append((end_disc, dashes - 1, 255))
-      for pixels, index, v in base + placed:
-        canvas.draw(pixels, owner, index, v)
-      return True
-  return False
-
-
-def render(rng: random.Random, style: Style, label: int) -> np.ndarray:
-  """One [R, R] uint8 image of class `label` (1 = the discs are on one contour)."""
-  main = [(True, True), (False, False)] if label else [(True, False), (True, False)]
-  plan = [(style.contour_length, d) for d in main]
-  plan += [(style.distractor_dashes, (False, False))] * style.distractors
+def render(rng: random.Random, style: Style, label: int) -> Sample:
+  """One image of class `label` (1 = the markers are on one contour)."""
+  margin = rng.choice(style.margins)
   while True:
-    canvas = _Canvas(style.resolution)
-    if all(_contour(canvas, rng, style, owner, n, discs) for owner, (n, discs) in enumerate(plan)):
-      return canvas.image()
+    canvas = _Canvas(style, margin)
+    markers = _targets(rng, canvas, label)
+    if markers is None:
+      continue
+    canvas, drawn = _distractors(rng, canvas)
+    image = canvas.image()
+    if _targets_apart(image, canvas):
+      return Sample(image, label, markers, margin, 2 + drawn)
 
 
 def _batch_rng(seed: int, style: Style, batch: int) -> random.Random:
   # A str seed is hashed with SHA-512: the same stream on every platform and Python version.
-  return random.Random(f'pathfinder/{seed}/{style.resolution}/{style.contour_length}/{batch}')
+  return random.Random(f'pathfinder/v{VERSION}/{seed}/{style.resolution}/{style.contour_length}/'
+                       f'{batch}')
+
+
+def batch_samples(seed: int, style: Style, batch: int, count: int,
+                  balance: bool = True) -> Iterator[Sample]:
+  """The samples of file `batch`: count // 2 positives, the rest negatives, shuffled.
+
+  `balance`: the official design alone leaves the markers' distance a clue (the negatives' spans
+  one contour plus the seeds' offset: wider, and longer than any positive; see `report`). So a
+  sample in distance bin b (resolution / 32 px wide) is kept with probability
+  min(1, p_other(b) / p_own(b)), p the two labels' frequencies of b among the samples drawn so far
+  in the file (the other's with 0.1 added): both labels are then kept with one distribution of
+  distances, proportional to min(p_0, p_1). A dropped sample is drawn again with its label."""
+  rng = _batch_rng(seed, style, batch)
+  labels = [k % 2 for k in range(count)]
+  rng.shuffle(labels)
+  drawn, totals = collections.Counter(), [0, 0]
+  for label in labels:
+    while True:
+      sample = render(rng, style, label)
+      (ya, xa), (yb, xb) = sample.markers
+      key = int(math.hypot(ya - yb, xa - xb) * 32 / style.resolution)
+      drawn[label, key] += 1
+      totals[label] += 1
+      own = drawn[label, key] / totals[label]
+      other = (drawn[1 - label, key] + 0.1) / (totals[1 - label] + 1)
+      if not balance or rng.random() * own < other:
+        break
+    yield sample
 
 
 def _png(image: np.ndarray) -> bytes:
@@ -220,25 +457,42 @@ def _png(image: np.ndarray) -> bytes:
   return out.getvalue()
 
 
+def metadata_line(batch: int, k: int, sample: Sample, style: Style) -> str:
+  return (f'imgs/{batch} sample_{k}.png {k} {sample.label} {float(style.continuity)} '
+          f'{style.contour_length} {style.distractor_length} {style.paddle_length:g} '
+          f'{float(style.paddle_thickness)} {sample.margin} 1\n')
+
+
 def write_batch(args) -> int:
   """Writes imgs/{batch}/sample_*.png and metadata/{batch}.npy under `folder`; returns the count."""
   folder, seed, style, batch, count = args
-  rng = _batch_rng(seed, style, batch)
-  labels = [k % 2 for k in range(count)]       # balanced: count // 2 of each (+1 if odd)
-  rng.shuffle(labels)
   image_dir = os.path.join(folder, 'imgs', str(batch))
   os.makedirs(image_dir, exist_ok=True)
   lines = []
-  for k, label in enumerate(labels):
-    image = render(rng, style, label)
+  for k, sample in enumerate(batch_samples(seed, style, batch, count)):
     with open(os.path.join(image_dir, f'sample_{k}.png'), 'wb') as f:
-      f.write(_png(image))
-    lines.append(f'imgs/{batch} sample_{k}.png {k} {label} {style.max_turn_deg:g} '
-                 f'{style.contour_length} {style.distractor_dashes} {style.dash:g} 1 {style.gap:g} 1\n')
+      f.write(_png(sample.image))
+    lines.append(metadata_line(batch, k, sample, style))
   os.makedirs(os.path.join(folder, 'metadata'), exist_ok=True)
   with open(os.path.join(folder, 'metadata', f'{batch}.npy'), 'w') as f:
     f.write(''.join(lines))
   return count
+
+
+def _style(resolution: int, difficulty: str) -> Style:
+  if difficulty not in DIFFICULTIES:
+    raise ValueError(f'difficulty={difficulty!r}; choose one of {sorted(DIFFICULTIES)}.')
+  return Style.lra(resolution, DIFFICULTIES[difficulty])
+
+
+def _map(fn, tasks, workers: Optional[int]):
+  if workers is None:
+    workers = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+  if workers > 1 and len(tasks) > 1:
+    import multiprocessing
+    with multiprocessing.get_context('spawn').Pool(min(workers, len(tasks))) as pool:
+      return pool.map(fn, tasks, chunksize=1)
+  return [fn(task) for task in tasks]
 
 
 def generate(out_dir: str, *, seed: int = 0, resolution: int = 32,
@@ -248,27 +502,14 @@ def generate(out_dir: str, *, seed: int = 0, resolution: int = 32,
 
   Written into a temporary folder and renamed at the end, so a folder that exists is complete.
   """
-  if difficulty not in DIFFICULTIES:
-    raise ValueError(f'difficulty={difficulty!r}; choose one of {sorted(DIFFICULTIES)}.')
-  if resolution < 16:
-    raise ValueError(f'resolution={resolution}: Pathfinder needs at least 16 pixels (32 or 128).')
+  style = _style(resolution, difficulty)
   folder = os.path.join(out_dir, f'pathfinder{resolution}', difficulty)
   if os.path.isdir(folder):
     return folder
-  style = Style(resolution=resolution, contour_length=DIFFICULTIES[difficulty])
   tmp = f'{folder}.tmp{os.getpid()}'
   counts = [min(images_per_file, num_examples - start) for start in range(0, num_examples,
                                                                           images_per_file)]
-  tasks = [(tmp, seed, style, b, n) for b, n in enumerate(counts)]
-  if workers is None:
-    workers = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-  if workers > 1 and len(tasks) > 1:
-    import multiprocessing
-    with multiprocessing.get_context('spawn').Pool(min(workers, len(tasks))) as pool:
-      pool.map(write_batch, tasks, chunksize=1)
-  else:
-    for task in tasks:
-      write_batch(task)
+  _map(write_batch, [(tmp, seed, style, b, n) for b, n in enumerate(counts)], workers)
   try:
     os.rename(tmp, folder)
   except OSError:   # another process finished the same (seeded, identical) folder first
@@ -278,15 +519,87 @@ def generate(out_dir: str, *, seed: int = 0, resolution: int = 32,
   return folder
 
 
+# --------------------------------------------------------------------------------------------
+# Statistics (`--report`) and the README's sample grid.
+
+def _stats_batch(args):
+  seed, style, batch, count, balance = args
+  out = []
+  for sample in batch_samples(seed, style, batch, count, balance):
+    (ya, xa), (yb, xb) = sample.markers
+    ids = ink_components(sample.image, 2 * sample.margin)
+    out.append((sample.label, math.hypot(ya - yb, xa - xb), float(np.mean(sample.image > 0)),
+                float(np.mean(sample.image >= INK)), len(np.unique(ids)) - 1, sample.contours))
+  return out
+
+
+def _distance_classifiers(distance: np.ndarray, label: np.ndarray) -> dict:
+  """Held-out accuracy (fit on the first half, scored on the second) of two distance-only
+  classifiers: the best threshold, and the majority label in each of 20 equal-count bins."""
+  n = len(label) // 2
+  fit_d, fit_y, test_d, test_y = distance[:n], label[:n], distance[n:], label[n:]
+  best = (0.0, 0.0, 1)
+  for t in np.unique(fit_d):
+    for sign in (1, -1):
+      acc = np.mean((sign * (fit_d - t) <= 0) == fit_y)
+      best = max(best, (acc, t, sign))
+  _, t, sign = best
+  threshold = float(np.mean((sign * (test_d - t) <= 0) == test_y))
+  edges = np.quantile(fit_d, np.linspace(0, 1, 21)[1:-1])
+  fit_bin, test_bin = np.searchsorted(edges, fit_d), np.searchsorted(edges, test_d)
+  vote = np.array([np.mean(fit_y[fit_bin == b]) >= 0.5 if np.any(fit_bin == b) else 1
+                   for b in range(20)])
+  bins = float(np.mean(vote[test_bin] == test_y))
+  return {'threshold': threshold, 'bins': bins}
+
+
+def report(num_examples: int = 2000, seed: int = 12345, resolution: int = 32,
+           difficulty: str = 'curv_baseline', workers: Optional[int] = None,
+           balance: bool = True, images_per_file: int = 1000) -> str:
+  """Statistics of `num_examples` images, made as `generate` makes them but not written, as
+  text. `balance=False`: without the distance balancing (the official design alone)."""
+  style = _style(resolution, difficulty)
+  tasks = [(seed, style, b, min(images_per_file, num_examples - start), balance)
+           for b, start in enumerate(range(0, num_examples, images_per_file))]
+  rows = np.asarray([row for part in _map(_stats_batch, tasks, workers) for row in part])
+  label, distance, lit, ink, components, contours = rows.T
+  label = label.astype(int)
+  acc = _distance_classifiers(distance, label)
+  nominal_contours = 2 + style.num_distractors
+  nominal_paddles = 2 * style.contour_length + style.num_distractors * style.distractor_length
+  paddles = 2 * style.contour_length + (contours - 2) * style.distractor_length
+  lines = [
+      f'Pathfinder-{resolution} {difficulty}, {len(label)} images (seed {seed}), generator '
+      f'v{VERSION}, distance balancing {"on" if balance else "off"}',
+      f'  label balance: {label.mean():.3f} positive',
+      f'  lit pixels: {lit.mean():.1%} > 0, {ink.mean():.1%} >= {INK} (ink)',
+      f'  contours drawn: {contours.mean():.2f} per image (min {contours.min():.0f}, max '
+      f'{contours.max():.0f}; official parameters: 2 targets + {style.num_distractors} distractors '
+      f'= {nominal_contours}); ink components {components.mean():.2f}',
+      f'  paddles: {paddles.mean():.1f} per image (official parameters: {nominal_paddles})',
+      f'  marker distance, label 1: mean {distance[label == 1].mean():.2f} px, max '
+      f'{distance[label == 1].max():.1f}; label 0: mean {distance[label == 0].mean():.2f}, max '
+      f'{distance[label == 0].max():.1f}',
+      f'  distance-only classifier, held-out half: threshold {acc["threshold"]:.1%}, '
+      f'20 bins {acc["bins"]:.1%} (chance 50 %)',
+      '  histogram of the marker distance (px): label 1 | label 0']
+  edges = np.linspace(0, math.ceil(distance.max() / 2) * 2, 13)
+  h1, _ = np.histogram(distance[label == 1], edges)
+  h0, _ = np.histogram(distance[label == 0], edges)
+  for lo, hi, a, b in zip(edges[:-1], edges[1:], h1, h0):
+    lines.append(f'    {lo:5.1f}-{hi:5.1f}: {a:5d} | {b:5d}')
+  return '\n'.join(lines)
+
+
 def sample_grid(path: str, *, seed: int = 0, resolution: int = 32, per_row: int = 6,
                 scale: int = 3) -> None:
   """A PNG grid for docs/data.md: one row per difficulty, positives left, negatives right."""
   from PIL import Image
   rows = []
-  for difficulty, length in DIFFICULTIES.items():
-    style = Style(resolution=resolution, contour_length=length)
+  for length in DIFFICULTIES.values():
+    style = Style.lra(resolution, length)
     rng = _batch_rng(seed, style, 0)
-    images = [render(rng, style, int(i < per_row // 2)) for i in range(per_row)]
+    images = [render(rng, style, int(i < per_row // 2)).image for i in range(per_row)]
     pad = np.full((resolution, 2), 90, np.uint8)
     rows.append(np.concatenate([x for image in images for x in (image, pad)][:-1], axis=1))
   gap = np.full((2, rows[0].shape[1]), 90, np.uint8)
@@ -298,22 +611,35 @@ def sample_grid(path: str, *, seed: int = 0, resolution: int = 32, per_row: int 
 def main(argv=None) -> None:
   import argparse
   parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--out_dir', required=True)
-  parser.add_argument('--seed', type=int, default=0)
-  parser.add_argument('--resolution', type=int, default=32)
+  parser.add_argument('--out_dir', default=None, help='where to write the images (required '
+                      'unless --report or --grid)')
+  parser.add_argument('--seed', type=int, default=None, help='default: 0 (--report: 12345)')
+  parser.add_argument('--resolution', type=int, default=32, choices=sorted(LRA_SETTINGS))
   parser.add_argument('--difficulty', default='curv_baseline', choices=sorted(DIFFICULTIES))
-  parser.add_argument('--num_examples', type=int, default=200000)
+  parser.add_argument('--num_examples', type=int, default=None,
+                      help='default: 200000 (--report: 2000)')
   parser.add_argument('--images_per_file', type=int, default=1000)
   parser.add_argument('--workers', type=int, default=None, help='default: all cores')
   parser.add_argument('--grid', default=None, help='write a sample grid PNG here and exit')
+  parser.add_argument('--report', action='store_true', help='print statistics and exit')
+  parser.add_argument('--no_balance', action='store_true',
+                      help='--report: without the distance balancing (the official design alone)')
   args = parser.parse_args(argv)
   if args.grid:
-    sample_grid(args.grid, seed=args.seed, resolution=args.resolution)
+    sample_grid(args.grid, seed=args.seed or 0, resolution=args.resolution)
     return
-  folder = generate(args.out_dir, seed=args.seed, resolution=args.resolution,
-                    difficulty=args.difficulty, num_examples=args.num_examples,
+  if args.report:
+    print(report(args.num_examples or 2000, 12345 if args.seed is None else args.seed,
+                 args.resolution, args.difficulty, args.workers, not args.no_balance,
+                 args.images_per_file))
+    return
+  if not args.out_dir:
+    parser.error('--out_dir is required (or --report / --grid).')
+  num_examples = args.num_examples or 200000
+  folder = generate(args.out_dir, seed=args.seed or 0, resolution=args.resolution,
+                    difficulty=args.difficulty, num_examples=num_examples,
                     images_per_file=args.images_per_file, workers=args.workers)
-  print(f'{args.num_examples} images in {folder}')
+  print(f'{num_examples} images in {folder}')
 
 
 if __name__ == '__main__':

@@ -56,12 +56,29 @@ def test_lra_image_grayscale_pixel_tokens_on_mock_cifar(tmp_path):
     labels = [int(raw[i]['label']) for i in range(3)]
     rows, targets = _all_eval_rows(config, 'test', 2)
   for image, row in zip(images, rows):
-    gray = np.floor(0.2989 * image[..., 0] + 0.5870 * image[..., 1] + 0.1140 * image[..., 2] + 0.5)
+    # tf.image.rgb_to_grayscale on uint8, step by step in float32: x * (1/255), dot with the
+    # weights, * 255.5, truncate.
+    f = image.astype(np.float32) * np.float32(1 / 255)
+    w = np.float32([0.2989, 0.5870, 0.1140])
+    gray = np.trunc((f[..., 0] * w[0] + f[..., 1] * w[1] + f[..., 2] * w[2]) * np.float32(255.5))
     np.testing.assert_array_equal(row, gray.reshape(-1) + 1)
   assert targets == labels and rows[0].shape == (1024,)
   from poolformers_jax.data import lra
   corners = np.asarray([[[0, 0, 0], [255, 255, 255]]], np.uint8)
   np.testing.assert_array_equal(lra.to_gray(corners), [[0, 255]])  # black -> token 1, not padding
+
+
+def test_lra_image_gray_levels_truncate_as_tensorflow_does():
+  """Hand-computed: gray = floor(luma * 255.5 / 255), luma = 0.2989 r + 0.5870 g + 0.1140 b."""
+  from poolformers_jax.data import lra
+  pixels = [([0, 255, 0], 149),       # luma 149.685 -> 149.978: 149 (rounding would give 150)
+            ([50, 20, 10], 27),       # 14.945 + 11.74 + 1.14 = 27.825 -> 27.880: 27 (not 28)
+            ([0, 1, 0], 0),           # 0.587 -> 0.588: 0 (not 1)
+            ([100, 150, 200], 141),   # 140.74 -> 141.016: 141
+            ([255, 0, 0], 76),        # 76.2195 -> 76.369: 76
+            ([255, 255, 255], 255)]   # 254.9745 -> 255.474: 255
+  image = np.asarray([[rgb for rgb, _ in pixels]], np.uint8)
+  np.testing.assert_array_equal(lra.to_gray(image), [[gray for _, gray in pixels]])
 
 
 def _write_aan(path, rows):
