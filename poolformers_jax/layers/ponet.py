@@ -26,7 +26,10 @@ Ablations of the paper's Table "Ablation Analysis" are switches: `use_ga=False` 
 `use_ga_cross_attention=False` (w/o SS-GA: g' = g), `use_smp=False`, `use_lmp=False`
 (both False = w/o SMP & LMP). A removed term creates no parameters.
 
-The pooling steps are pure functions below so they can be tested alone.
+The pooling steps are pure functions below so they can be tested alone. Two of them are written
+for speed, with the same values (docs/results/ponet_speed.md): GA applies the Q and K projections
+to averages of the input instead of to every token, and LMP is a running maximum of shifted copies
+(no max-pool window, whose gradient XLA lowers to a scatter).
 """
 from __future__ import annotations
 
