@@ -17,6 +17,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from poolformers_jax import convert as convert_lib
+from poolformers_jax.data.base import DatasetInfo
 from poolformers_jax.models import build_model
 from poolformers_jax.train import checkpoint as checkpoint_lib, optim, sharding
 from poolformers_jax.train import state as state_lib
@@ -40,20 +41,13 @@ def tiny_config(case, **more):
   return config
 
 
-class _Info:   # the DatasetInfo fields the abstract train state reads
-  vocab_size = None
-  task = 'classification'
-
-  def __init__(self, shape):
-    self.input_shape = shape
-
-
 def restore_like_eval(config, workdir):
   """What eval.py does after make_setup: the abstract sharded state, then restore 'latest'."""
   model = build_model(config)
   mesh = sharding.make_mesh(-1)
   abstract, _ = state_lib.state_shardings(model, optim.make_optimizer(config),
-                                          _Info(model.input_shape()), mesh)
+                                          DatasetInfo('official', 'classification', model.num_classes, None,
+                                                      model.input_shape(), {}), mesh)
   checkpointer = checkpoint_lib.Checkpointer(str(workdir), read_only=True)
   state, step = checkpointer.restore_state('latest', abstract)
   checkpointer.close()
