@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ('status', 'step_ms', 'steps_per_s', 'timed_steps', 'forward_gflops',
           'compiled_temp_bytes', 'argument_bytes', 'memory_bytes', 'memory_kind',
@@ -11,6 +13,7 @@ FIELDS = ('status', 'step_ms', 'steps_per_s', 'timed_steps', 'forward_gflops',
           'memory_ratio_to_lower_bound', 'load_average')
 
 
+@pytest.mark.slow
 def test_quick_training_step_benchmark_writes_every_field(tmp_path):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu', XLA_FLAGS='')
   proc = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'efficiency.py'),

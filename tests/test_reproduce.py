@@ -13,6 +13,7 @@ def _mtimes(root):
           for d, _, names in os.walk(root) for n in names}
 
 
+@pytest.mark.slow
 def test_reproduce_listops_two_families_and_resume(tmp_path, caplog):
   workdir = str(tmp_path / 'repro')
   argv = ['lra', '--task', 'listops', '--families', 'transformer,ponet', '--size', 'tiny',

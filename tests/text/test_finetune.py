@@ -7,6 +7,7 @@ import os
 import flax
 import jax
 import numpy as np
+import pytest
 
 import long_text
 from text_corpus import SPECIALS, WORDS, document
@@ -72,6 +73,7 @@ def test_long_text_jsonl_records(text_dir):
   assert int(ex['targets']) == 1            # sorted labels ['false', 'true'] (official label_list)
 
 
+@pytest.mark.slow
 def test_finetune_restores_encoder_only_head_new(pretrained, text_dir, tmp_path):
   files = [_write_jsonl(str(tmp_path / 'hnd'), n, s) for n, s in ((24, 0), (10, 1))]
   config = _finetune_config(text_dir, pretrained['workdir'], files)

@@ -25,6 +25,7 @@ def _losses(workdir):
   return np.array([r['loss'] for r in read_metrics(workdir, 'train')])
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_process(data_dir, tmp_path):
   # Reference: one process on 2 devices; the data iterator gives it the same global batches.
   config = tiny_config(data_dir, num_train_steps=3, eval_every_steps=3, checkpoint_every_steps=3,

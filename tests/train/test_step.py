@@ -3,6 +3,7 @@
 tiny HVT with mixup / cutmix on CIFAR (tfds mock data) and the paper's WMT14 Transformer-Base."""
 import os
 
+import pytest
 import tensorflow_datasets as tfds
 
 import cifar
@@ -42,6 +43,7 @@ def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_
   assert out['train_step_memory'] == trained and out['batch_size'] == 8
 
 
+@pytest.mark.slow
 def test_wmt14_base_is_sized_and_its_step_memory_is_the_trainers():
   """At 8 packed rows (the paper's 128 compile for minutes on a CPU; `python -m
   poolformers_jax.summary --config configs/wmt14.py:base` prints that one)."""

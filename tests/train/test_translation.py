@@ -54,6 +54,7 @@ def tiny_translation_config(folder, **updates):
   return config_utils.override(config, **overrides)
 
 
+@pytest.mark.slow
 def test_learns_held_out_translations_to_bleu_above_90(tmp_path):
   write_corpus(tmp_path)
   config = tiny_translation_config(tmp_path)
