@@ -1,6 +1,7 @@
 """One training step (train/step.py): the memory `python -m poolformers_jax.summary` prints is the
 `memory_analysis()` of the very step the trainer compiles and runs, for a tiny ListOps run, a
-tiny HVT with mixup / cutmix on CIFAR (tfds mock data), and the paper's WMT14 Transformer-Base (its setup)."""
+tiny HVT with mixup / cutmix on CIFAR (tfds mock data), and the paper's WMT14 Transformer-Base
+(the setup it compiles)."""
 import os
 
 import jax
