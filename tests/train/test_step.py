@@ -42,7 +42,7 @@ def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_
   with tfds.testing.mock_data(num_examples=12):
     trained = _trained_step_memory(config, str(tmp_path / 'run'))
   out = summary.summarize(config)                 # no data: sizes from the dataset's constants
-  assert out['train_step_memory'] == trained and out['batch_size'] == 2
+  assert out['train_step_memory'] == trained and out['batch_size'] == 8
 
 
 @pytest.mark.slow
