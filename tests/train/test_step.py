@@ -45,22 +45,26 @@ def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_
   assert out['train_step_memory'] == trained and out['batch_size'] == 8
 
 
-@pytest.mark.slow
-def test_wmt14_base_is_sized_and_its_step_memory_is_the_trainers(monkeypatch):
-  """At 2 packed rows (the paper's 128 take longer to compile; `python -m
-  poolformers_jax.summary --config configs/wmt14.py:base` prints that one). One compile: the
-  Base step takes 5-7 GB of host memory to compile, so the step summary compiled is compared, as
-  its inputs, with the trainer's; the two tests above compare compiled bytes with a real run."""
+def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch):
+  """`python -m poolformers_jax.summary --config configs/wmt14.py:base` prints 60.52 M parameters
+  and the memory of compile_train_step(setup) for the trainer's setup. Compiling Base's step
+  takes minutes and 5-7 GB of host memory on XLA:CPU, too much for the suite, so the compile is
+  replaced by a spy here; the two tests above compare compiled bytes with a real trainer run."""
   compiled = []
-  trainer_compile = step.compile_train_step
-  monkeypatch.setattr(step, 'compile_train_step',
-                      lambda setup: compiled.append(setup) or trainer_compile(setup))
+  memory = {'argument': 1, 'output': 2, 'temp': 3, 'alias': 1, 'total': 5}
+
+  def spy(setup):
+    compiled.append(setup)
+    return step.CompiledStep(run=None, sums_shapes=None, memory=memory)
+
+  monkeypatch.setattr(step, 'compile_train_step', spy)
   config = cli.load_config_file(os.path.join(REPO, 'configs', 'wmt14.py') + ':base')
-  out = summary.summarize(config, batch_size=2)
+  out = summary.summarize(config, batch_size=8)
   assert out['model'] == 'transformer_seq2seq' and round(out['params'] / 1e6, 2) == 60.52
+  assert out['train_step_memory'] == memory and out['train_step_memory_bytes'] == 5
   # The trainer compiles its step with compile_train_step(make_setup(config)) (loop.py); the
   # data's files are missing here, so the sizes come from the dataset's constants.
-  setup = make_setup(config_utils.override(config, num_devices=1, batch_size=2), need_files=False)
+  setup = make_setup(config_utils.override(config, num_devices=1, batch_size=8), need_files=False)
   assert setup.info.packed and setup.config.model.vocab_size == 32000
   (summarized,) = compiled
   assert summarized.config.to_dict() == setup.config.to_dict() and summarized.info == setup.info
@@ -68,6 +72,4 @@ def test_wmt14_base_is_sized_and_its_step_memory_is_the_trainers(monkeypatch):
   for part in ('params', 'opt_state'):
     assert (shapes(getattr(summarized.abstract_state, part))
             == shapes(getattr(setup.abstract_state, part)))
-  # float32 parameters and two Adam moments at least, for 2 packed rows of 256 tokens.
-  assert out['train_step_memory_bytes'] > 3 * 4 * out['params']
-  assert out['batch_size'] == 2 and out['input_shape'] == [256]
+  assert out['batch_size'] == 8 and out['input_shape'] == [256]
