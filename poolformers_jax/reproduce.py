@@ -9,8 +9,10 @@ the one training loop (`train.train_and_evaluate`: resumes from the latest check
 the best checkpoint on test). A finished run (its result.json exists) is not trained again. It
 then writes WORKDIR/results.json and WORKDIR/results.md: per task and family the test accuracy
 (mean ± sample std over seeds), the papers' numbers beside it (PAPER below, the only copy),
-steps/s, wall time, peak memory, device, seeds and git commit. A task whose data is missing is
-reported as such, with the one line that says how to get it.
+steps/s, wall time (summed over every invocation that trained the run, resumptions included),
+peak memory, device, seeds and git commit; and WORKDIR/curves.png, the validation accuracy of
+every run against its step. A task whose data is missing is reported as such, with the one line
+that says how to get it.
 """
 from __future__ import annotations
 
@@ -122,6 +124,24 @@ class RunStopped(RuntimeError):
   """A run stopped before its end (SIGTERM / preemption): its checkpoint is kept."""
 
 
+_clock = time.time   # a module attribute so that tests can give the runs a known duration
+WALL_FILE = 'wall_time.json'
+
+
+def _add_wall_time(workdir: str, seconds: float) -> dict[str, float]:
+  """Adds one invocation's seconds to WORKDIR/wall_time.json: a resumed run counts them all."""
+  path = os.path.join(workdir, WALL_FILE)
+  total = {'seconds': 0.0, 'invocations': 0}
+  if os.path.exists(path):
+    with open(path) as f:
+      total = json.load(f)
+  total = {'seconds': total['seconds'] + seconds, 'invocations': total['invocations'] + 1}
+  os.makedirs(workdir, exist_ok=True)
+  with open(path, 'w') as f:
+    json.dump(total, f)
+  return total
+
+
 def run_one(task: str, family: str, size: str, seed: int, workdir: str,
             overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR) -> dict[str, Any]:
   """Trains and tests one (task, family, seed) in `workdir` unless its result.json exists."""
@@ -133,9 +153,11 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
   from poolformers_jax.train import train_and_evaluate
   config = load_config(task, family, size, seed, overrides, configs_dir)
   log.info('%s/%s seed %d: training in %s', task, family, seed, workdir)
-  start = time.time()
-  result = train_and_evaluate(config, workdir)
-  wall = time.time() - start
+  start = _clock()
+  try:
+    result = train_and_evaluate(config, workdir)
+  finally:   # stopped or crashed, the time it trained counts towards the run's wall time
+    wall = _add_wall_time(workdir, _clock() - start)
   if result.status != 'finished' or result.test is None:
     raise RunStopped(f'{task}/{family} seed {seed} stopped at step {result.step} '
                        f'({result.status}); run the same command again to resume.')
@@ -143,7 +165,8 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
   record = dict(task=task, family=family, size=size, seed=seed, workdir=workdir,
                 test_accuracy=100.0 * result.test['accuracy'], test=result.test,
                 steps=result.step, steps_per_second=_median_steps_per_second(workdir),
-                wall_seconds=wall, peak_memory_bytes=memory, peak_memory_kind=memory_kind,
+                wall_seconds=wall['seconds'], invocations=wall['invocations'],
+                peak_memory_bytes=memory, peak_memory_kind=memory_kind,
                 device=device_name(), git_commit=git_commit(), overrides=list(overrides))
   with open(result_path, 'w') as f:
     json.dump(record, f, indent=1, sort_keys=True, default=str)
@@ -178,6 +201,7 @@ def markdown(results: dict[str, Any]) -> str:
   lines = [title, '',
            f'Device: {results["device"]}; git commit {results["git_commit"]}; '
            f'command: `{results["command"]}`.', '',
+           'Validation curves: [curves.png](curves.png).', '',
            '| task | family | test acc. % (mean ± std) | paper % | seeds | steps/s | wall time '
            '| peak memory | device | commit |',
            '|---|---|---|---|---|---|---|---|---|---|']
@@ -223,7 +247,46 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
     json.dump(results, f, indent=1, sort_keys=True, default=str)
   with open(os.path.join(workdir, 'results.md'), 'w') as f:
     f.write(markdown(results))
+  plot_curves(results, os.path.join(workdir, 'curves.png'))
   return results
+
+
+def validation_curves(results: dict[str, Any]) -> dict[str, dict[str, tuple[list, list]]]:
+  """task -> '<family> seed <s>' -> (steps, validation accuracy %) from each run's metrics.jsonl."""
+  from poolformers_jax.train.metrics import read_metrics
+  curves = {}
+  for task, entry in results['tasks'].items():
+    for family, runs in entry.get('families', {}).items():
+      for run in runs:
+        records = read_metrics(run['workdir'], 'validation')
+        if records:
+          curves.setdefault(task, {})[f'{family} seed {run["seed"]}'] = (
+              [r['step'] for r in records], [100.0 * r['accuracy'] for r in records])
+  return curves
+
+
+def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:
+  """One panel per task, one line per run; the papers' numbers as dotted lines. None: no curve."""
+  curves = validation_curves(results)
+  if not curves:
+    return None
+  import matplotlib
+  matplotlib.use('Agg')
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 3.8), squeeze=False)
+  for ax, (task, runs) in zip(axes[0], curves.items()):
+    for i, (name, (steps, accuracy)) in enumerate(sorted(runs.items())):
+      line, = ax.plot(steps, accuracy, label=name, color=f'C{i}')
+      family = name.split(' seed ')[0]
+      for number, _ in PAPER.get(task, {}).get(family, [])[:1]:
+        ax.axhline(number, color=line.get_color(), linestyle=':', linewidth=1)
+    ax.set(title=f'{task} (dotted: paper test)', xlabel='step', ylabel='validation accuracy %')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return path
 
 
 def _names(text: str, valid: Sequence[str], what: str) -> list[str]:

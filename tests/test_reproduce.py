@@ -69,3 +69,39 @@ def test_paper_numbers_are_one_table():
   assert reproduce.paper_text('listops', 'adamra') == '40.40 (AdaMRA)'
   assert reproduce.paper_text('listops', 'msac') == 'not reported'
   assert set(reproduce.PAPER) == set(reproduce.TASKS)
+
+
+def test_wall_time_and_curves_count_every_invocation(tmp_path, monkeypatch):
+  """A run stopped once and resumed reports the time of both invocations; curves.png is drawn
+  from every run's validation records, one point per step."""
+  import poolformers_jax.train as train
+  from poolformers_jax.train.loop import TrainResult
+  clock = iter([100.0, 130.0, 500.0, 545.0])        # 30 s, stopped; then 45 s, finished
+  monkeypatch.setattr(reproduce, '_clock', lambda: next(clock))
+  calls = []
+
+  def fake_train(config, workdir):
+    calls.append(config.num_train_steps)
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, 'metrics.jsonl'), 'a') as f:
+      for step, acc in ([(100, 0.2)] if len(calls) == 1 else [(200, 0.3), (300, 0.35)]):
+        f.write(json.dumps({'step': step, 'split': 'validation', 'accuracy': acc}) + '\n')
+        f.write(json.dumps({'step': step, 'split': 'train', 'steps_per_second': 2.0}) + '\n')
+    if len(calls) == 1:
+      return TrainResult(None, 100, 'preempted', None, None, None, None)
+    return TrainResult(None, 300, 'finished', None, {'accuracy': 0.4}, None, None)
+
+  monkeypatch.setattr(train, 'train_and_evaluate', fake_train)
+  workdir = str(tmp_path / 'repro')
+  with pytest.raises(reproduce.RunStopped, match='stopped at step 100'):
+    reproduce.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny')
+  results = reproduce.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny')
+  (run,) = results['tasks']['listops']['families']['ponet']
+  assert run['wall_seconds'] == pytest.approx(75.0) and run['invocations'] == 2
+  assert run['test_accuracy'] == pytest.approx(40.0) and run['steps_per_second'] == 2.0
+  assert reproduce.validation_curves(results) == {
+      'listops': {'ponet seed 0': ([100, 200, 300], [20.0, 30.0, 35.0])}}
+  with open(os.path.join(workdir, 'curves.png'), 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  with open(os.path.join(workdir, 'results.md')) as f:
+    assert '| listops | ponet | 40.00 | 37.80 (PoNet) | 0 | 2.00 | 1.2 min |' in f.read()
