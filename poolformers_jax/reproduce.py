@@ -10,8 +10,8 @@ the best checkpoint on test). A finished run (its result.json exists) is not tra
 then writes WORKDIR/results.json and WORKDIR/results.md: per task and family the test accuracy
 (mean ± sample std over seeds), the papers' numbers beside it (PAPER below, the only copy),
 steps/s, wall time (summed over every invocation that trained the run, resumptions included),
-peak memory, device, seeds and git commit; and WORKDIR/curves.png, the validation accuracy of
-every run against its step. A task whose data is missing is reported as such, with the one line
+peak memory, device, seeds and git commit; and WORKDIR/curves.png and curves.csv, the
+validation accuracy of every run against its step. A task whose data is missing is reported as such, with the one line
 that says how to get it.
 """
 from __future__ import annotations
@@ -248,6 +248,7 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
   with open(os.path.join(workdir, 'results.md'), 'w') as f:
     f.write(markdown(results))
   plot_curves(results, os.path.join(workdir, 'curves.png'))
+  write_curves_csv(results, os.path.join(workdir, 'curves.csv'))
   return results
 
 
@@ -263,6 +264,22 @@ def validation_curves(results: dict[str, Any]) -> dict[str, dict[str, tuple[list
           curves.setdefault(task, {})[f'{family} seed {run["seed"]}'] = (
               [r['step'] for r in records], [100.0 * r['accuracy'] for r in records])
   return curves
+
+
+def write_curves_csv(results: dict[str, Any], path: str) -> None:
+  """One row per (task, step), one column per run: the validation accuracy %, blank where absent."""
+  curves = validation_curves(results)
+  names = sorted({name for runs in curves.values() for name in runs})
+  with open(path, 'w') as f:
+    f.write(','.join(['task', 'step'] + names) + '\n')
+    for task, runs in curves.items():
+      by_step = {}
+      for name, (steps, accuracy) in runs.items():
+        for step, value in zip(steps, accuracy):
+          by_step.setdefault(step, {})[name] = value
+      for step in sorted(by_step):
+        f.write(','.join([task, str(step)] + [
+            f'{by_step[step][n]:.2f}' if n in by_step[step] else '' for n in names]) + '\n')
 
 
 def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:

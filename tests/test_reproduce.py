@@ -101,6 +101,8 @@ def test_wall_time_and_curves_count_every_invocation(tmp_path, monkeypatch):
   assert run['test_accuracy'] == pytest.approx(40.0) and run['steps_per_second'] == 2.0
   assert reproduce.validation_curves(results) == {
       'listops': {'ponet seed 0': ([100, 200, 300], [20.0, 30.0, 35.0])}}
+  with open(os.path.join(workdir, 'curves.csv')) as f:
+    assert f.read() == 'task,step,ponet seed 0\nlistops,100,20.00\nlistops,200,30.00\nlistops,300,35.00\n'
   with open(os.path.join(workdir, 'curves.png'), 'rb') as f:
     assert f.read(8) == b'\x89PNG\r\n\x1a\n'
   with open(os.path.join(workdir, 'results.md')) as f:
