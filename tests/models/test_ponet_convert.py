@@ -46,22 +46,24 @@ def test_port_reproduces_official_outputs(ported):
     np.testing.assert_allclose(pooled, io[f'{case}_pooled'], atol=1e-4)
   np.testing.assert_allclose(np.asarray(captured['derived']['mlm_logits'])[real],
                              io['derived_mlm_logits_real'], atol=1e-4)
-  # The two segmentations differ (so the explicit path is really exercised).
-  assert np.abs(io['derived_hidden'] - io['explicit_hidden'])[real].max() > 0.1
 
 
 def test_hidden_states_match(ported):
   model, params, _ = ported
   io = np.load(os.path.join(FIXTURES, 'ponet_tiny_io.npz'))
   real = io['input_ids'] != 0
+  ours = {}
   for case, segments in (('derived', None), ('explicit', io['segment_ids'])):
     _, state = model.apply({'params': params}, jnp.asarray(io['input_ids'], jnp.int32),
                            segment_ids=None if segments is None else jnp.asarray(segments, jnp.int32),
                            token_type_ids=jnp.asarray(io['token_type_ids'], jnp.int32),
                            capture_intermediates=lambda m, _: m.name == 'layer_1',
                            mutable=['intermediates'])
-    hidden = np.asarray(state['intermediates']['layer_1']['__call__'][0])
+    ours[case] = hidden = np.asarray(state['intermediates']['layer_1']['__call__'][0])
     np.testing.assert_allclose(hidden[real], io[f'{case}_hidden'][real], atol=1e-4)
+  # Our model reads the explicit segment_ids (they change its output, so the explicit match
+  # above is not the derived path matching twice).
+  assert np.abs(ours['derived'] - ours['explicit'])[real].max() > 0.1
 
 
 def test_converter_rejects_foreign_and_untied(ported):
