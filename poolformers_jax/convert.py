@@ -217,11 +217,12 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   return os.path.join(directory, '0')
 
 
-def convert(config, source: str, workdir: str) -> str:
-  """Reads `source`, fills the configured model, writes DIR/checkpoints/0; returns its path."""
+def convert(config, source: str, workdir: str, allow_missing: str = '') -> str:
+  """Reads `source`, fills the configured model, writes DIR/checkpoints/0; returns its path.
+  `allow_missing` (PoNet): a regex of parameter names the checkpoint may lack (a new head)."""
   from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
   if config.model.name in ponet_convert.MODELS:   # chtan/ponet-base-uncased (HF BERT names)
-    config, params = ponet_convert.config_and_params(config, source)
+    config, params = ponet_convert.config_and_params(config, source, allow_missing)
   else:
     _, params = model_params_of(config, read_state_dict(source))
   return write_checkpoint(config, params, workdir)
@@ -232,7 +233,8 @@ def main(argv):
   from poolformers_jax.train import cli
   del argv
   cli.quiet_library_logs()
-  path = convert(flags.FLAGS['config'].value, flags.FLAGS.source, flags.FLAGS.workdir)
+  path = convert(flags.FLAGS['config'].value, flags.FLAGS.source, flags.FLAGS.workdir,
+                 flags.FLAGS.allow_missing)
   print(json.dumps({'checkpoint': path, 'source': os.path.abspath(flags.FLAGS.source)}))
 
 
@@ -242,5 +244,7 @@ if __name__ == '__main__':
   config_flags.DEFINE_config_file('config', None, 'configs/<file>.py:<arg>', lock_config=True)
   flags.DEFINE_string('source', None, 'official checkpoint: .safetensors, or .pth with torch')
   flags.DEFINE_string('workdir', None, 'run directory to write (DIR/checkpoints/0)')
+  flags.DEFINE_string('allow_missing', '', "PoNet: regex of parameters the checkpoint may lack, "
+                      "kept as initialised (e.g. '^classifier/'); anything else missing fails")
   flags.mark_flags_as_required(['config', 'source', 'workdir'])
   app.run(main)

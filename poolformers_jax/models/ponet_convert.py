@@ -60,9 +60,30 @@ def _leaf(module: str, kind: str, value: np.ndarray) -> tuple[str, np.ndarray]:
   return ('kernel', value.T) if kind == 'weight' else ('bias', value)
 
 
-def convert_state_dict(state: dict[str, np.ndarray]) -> dict[str, Any]:
-  """Official state dict (numpy) -> our nested params dict; unknown names raise."""
-  flat, decoder = {}, None
+def _listed(names: list[str], limit: int = 8) -> str:
+  return f'{names[:limit]}{" ..." if len(names) > limit else ""}'
+
+
+def mismatch_line(missing: list[str], unexpected: list[str], misshaped: list[str]) -> str:
+  """One line naming what does not fit ('' when everything does)."""
+  parts = ([f'{len(missing)} missing from the checkpoint {_listed(missing)}'] if missing else []) + (
+      [f'{len(unexpected)} unknown parameter(s) with no counterpart here {_listed(unexpected)}']
+      if unexpected else []) + (
+      [f'{len(misshaped)} of another shape (checkpoint -> model) {_listed(misshaped)}']
+      if misshaped else [])
+  return '; '.join(parts)
+
+
+def convert_state_dict(state: dict[str, np.ndarray], expected: Any = None,
+                       allow_missing: str = '') -> dict[str, Any]:
+  """Official state dict (numpy) -> our nested params dict.
+
+  Names with no counterpart here raise. With `expected` (the model's params tree, arrays or
+  ShapeDtypeStructs) every parameter must also be filled with its shape, except those whose
+  '/'-joined name matches the regex `allow_missing` (e.g. '^sso_head/', a head the checkpoint
+  lacks: they are left out of the result). One line lists everything that does not fit.
+  """
+  flat, decoder, unknown = {}, None, []
   for name, value in state.items():
     value = np.asarray(value, np.float32)
     key = name[len('ponet.'):] if name.startswith('ponet.') else name
@@ -83,10 +104,24 @@ def convert_state_dict(state: dict[str, np.ndarray]) -> dict[str, Any]:
     elif module in _TOP:
       path = _TOP[module]
     else:
-      raise ValueError(f'PoNet checkpoint: unknown parameter {name!r}; is it a PoNet (BERT-style) '
-                       'checkpoint?')
+      unknown.append(name)
+      continue
     leaf, value = _leaf(module, kind, value)
     flat[path + (leaf,)] = value
+  missing, misshaped = [], []
+  if expected is not None:
+    target = {'/'.join(k): v for k, v in traverse_util.flatten_dict(dict(expected)).items()}
+    ours = {'/'.join(k): v for k, v in flat.items()}
+    missing = sorted(k for k in target if k not in ours
+                     and not (allow_missing and re.search(allow_missing, k)))
+    unknown += sorted(k for k in ours if k not in target)   # a real name this model lacks
+    misshaped = sorted(f'{k} {ours[k].shape} -> {tuple(target[k].shape)}' for k in ours
+                       if k in target and ours[k].shape != tuple(target[k].shape))
+  problems = mismatch_line(missing, unknown, misshaped)
+  if problems:
+    raise ValueError(f'PoNet checkpoint does not fit the model: {problems}; is it a PoNet '
+                     '(BERT-style) checkpoint of this size? (allow a head the checkpoint lacks '
+                     "with allow_missing, e.g. '^classifier/')")
   if decoder is not None and not np.array_equal(decoder, flat[('token_embed', 'embedding')]):
     raise ValueError('PoNet checkpoint: cls.predictions.decoder.weight differs from the word '
                      'embeddings; this model ties them.')
@@ -135,22 +170,58 @@ def load_official(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     raise FileNotFoundError(f'{config_path} not found: point at the chtan/ponet-base-uncased folder.')
   with open(config_path) as f:
     config = json.load(f)
-  return convert_state_dict(read_state_dict(path)), model_config(config)
+  state = read_state_dict(path)
+  return convert_state_dict(state), dict(model_config(config), **_heads_found(state))
 
 
 MODELS = ('ponet_mlm', 'ponet_classifier')
 
 
-def config_and_params(config, source: str):
+def model_params(model_config_dict, abstract: bool = True, seed: int = 0) -> Any:
+  """The params tree of config.model (ShapeDtypeStructs when `abstract`: nothing computed)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp
+  from poolformers_jax.models import build_model
+  model = build_model(model_config_dict)
+  ids = jnp.zeros((1, 8), jnp.int32)
+  init = lambda: model.init(jax.random.PRNGKey(seed), ids)['params']
+  return jax.eval_shape(init) if abstract else init()
+
+
+def _heads_found(state: dict[str, np.ndarray]) -> dict[str, int]:
+  """Head sizes the checkpoint decides: SSO/NSP classes, classifier outputs (num_labels)."""
+  found = {}
+  for name, value in state.items():
+    if name.endswith('cls.seq_relationship.weight'):
+      found['sentence_classes'] = int(value.shape[0])
+    elif name.endswith('classifier.weight'):
+      found['num_classes'] = int(value.shape[0])
+  return found
+
+
+def config_and_params(config, source: str, allow_missing: str = ''):
   """(config with config.model completed from the checkpoint, params) for poolformers_jax.convert.
 
-  `source`: the checkpoint folder, or its weights file (config.json must sit beside it). Sizes
-  set in config.model must agree with the checkpoint; unset ones (vocab_size, cls/sep ids) are
-  taken from it ([CLS] 101, [SEP] 102: the BERT uncased vocabulary the checkpoint uses).
+  `source`: the checkpoint folder, or its weights file (config.json must sit beside it): a
+  pre-training layout (PoNetForPreTraining) for a ponet_mlm config, a sequence-classification
+  one (PoNetForSequenceClassification) for ponet_classifier. Sizes set in config.model must agree
+  with the checkpoint; unset ones (vocab_size, head sizes, cls/sep ids) are taken from it ([CLS]
+  101, [SEP] 102: the BERT uncased vocabulary the checkpoint uses). Every parameter of the model
+  must be in the checkpoint and every tensor must land on one, with its shape, else one line says
+  which; `allow_missing` (a regex of our names, e.g. '^classifier/') lets named heads be missing:
+  they keep the model's initialisation (seed config.seed).
   """
+  import jax  # pylint: disable=g-import-not-at-top
   folder = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
-  params, found = load_official(folder)
-  found = dict(found, cls_id=101, sep_id=102)
+  if config.model.name not in MODELS:
+    raise ValueError(f'model {config.model.name!r}: PoNet checkpoints convert into {MODELS}.')
+  config_path = os.path.join(folder, 'config.json')
+  if not os.path.exists(config_path):
+    raise FileNotFoundError(f'{config_path} not found: point at the chtan/ponet-base-uncased folder.')
+  with open(config_path) as f:
+    hf_config = json.load(f)
+  state = read_state_dict(folder)
+  found = dict(model_config(hf_config), cls_id=101, sep_id=102, **_heads_found(state))
   model = config.model
   differ = [f'{k}: config {model[k]} vs checkpoint {v}' for k, v in found.items()
             if k in model and model[k] is not None and model[k] != v
@@ -162,7 +233,9 @@ def config_and_params(config, source: str):
     for key, value in found.items():
       if key in model and (model[key] is None or key == 'max_length'):
         config.model[key] = value
-  if config.model.name != 'ponet_mlm':
-    raise ValueError('convert PoNet-Base with its pre-training config (configs/ponet_pretrain.py:'
-                     'sso); fine-tuning configs then read it with config.init_from.')
-  return config, params
+  params = convert_state_dict(state, model_params(config.model), allow_missing)
+  fresh = model_params(config.model, abstract=False, seed=config.seed)
+  flat = traverse_util.flatten_dict(params)
+  for path, value in traverse_util.flatten_dict(fresh).items():   # the allowed missing heads
+    flat.setdefault(path, np.asarray(jax.device_get(value)))
+  return config, traverse_util.unflatten_dict(flat)
