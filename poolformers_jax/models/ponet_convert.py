@@ -7,7 +7,7 @@ or, as an orbax checkpoint that `config.init_from` and eval.py read (poolformers
         --source path/to/ponet-base-uncased --workdir runs/ponet_base_official
 
 Weights: `model.safetensors` (read with the `safetensors` package into numpy) or
-`pytorch_model.bin` (only when torch is installed; torch is never a dependency). Linear weights
+`pytorch_model.bin` (read without torch by a restricted unpickler; torch is never a dependency). Linear weights
 are [out, in] in PyTorch and [in, out] kernels here. The MLM decoder is tied to the word
 embeddings (a stored `cls.predictions.decoder.weight` must equal them). The SSO head
 (`cls.seq_relationship`) and a fine-tuned `classifier` are converted when present.
@@ -140,8 +140,60 @@ def model_config(config: dict[str, Any]) -> dict[str, Any]:
               layer_norm_eps=config.get('layer_norm_eps', 1e-12), mixer='ponet')
 
 
+# torch storage class -> numpy dtype, for reading pytorch_model.bin without torch
+_STORAGE_DTYPES = {'FloatStorage': np.float32, 'DoubleStorage': np.float64,
+                   'HalfStorage': np.float16, 'LongStorage': np.int64, 'IntStorage': np.int32,
+                   'ShortStorage': np.int16, 'ByteStorage': np.uint8, 'BoolStorage': np.bool_}
+
+
+def read_torch_zip(path: str) -> dict[str, np.ndarray]:
+  """A `torch.save`d state dict (the zip format of torch >= 1.6: pytorch_model.bin) as numpy,
+  without torch: a restricted unpickler that rebuilds only tensors of known storages and the
+  OrderedDict around them (anything else in the pickle is refused, so nothing runs)."""
+  import collections  # pylint: disable=g-import-not-at-top
+  import pickle
+  import zipfile
+  if not zipfile.is_zipfile(path):
+    raise ValueError(f'{path}: not a zip-format torch file (saved by torch < 1.6?); convert it to '
+                     'model.safetensors on a machine with torch.')
+  with zipfile.ZipFile(path) as archive:
+    pickled = next(n for n in archive.namelist() if n.endswith('data.pkl'))
+    prefix = pickled[:-len('data.pkl')]
+
+    def rebuild(storage, offset, size, stride, *_):
+      item = storage.itemsize
+      view = np.lib.stride_tricks.as_strided(storage[offset:], tuple(size),
+                                             tuple(s * item for s in stride))
+      return np.array(view)
+
+    class Unpickler(pickle.Unpickler):
+
+      def find_class(self, module, name):
+        if (module, name) == ('torch._utils', '_rebuild_tensor_v2'):
+          return rebuild
+        if (module, name) == ('torch._utils', '_rebuild_parameter'):
+          return lambda data, *_: data
+        if (module, name) == ('collections', 'OrderedDict'):
+          return collections.OrderedDict
+        if module == 'torch' and name in _STORAGE_DTYPES:
+          return name
+        raise pickle.UnpicklingError(f'{path}: {module}.{name} is not a tensor of a known type; '
+                                     'convert the file to model.safetensors with torch.')
+
+      def persistent_load(self, pid):
+        kind, storage, key = pid[:3]
+        if kind != 'storage' or storage not in _STORAGE_DTYPES:
+          raise pickle.UnpicklingError(f'{path}: unknown storage {pid[:2]}.')
+        return np.frombuffer(archive.read(f'{prefix}data/{key}'), _STORAGE_DTYPES[storage])
+
+    with archive.open(pickled) as f:
+      state = Unpickler(f).load()
+  return {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
+
+
 def read_state_dict(path: str) -> dict[str, np.ndarray]:
-  """Weights of a checkpoint folder (or file): safetensors, else pytorch_model.bin via torch."""
+  """Weights of a checkpoint folder (or file): model.safetensors, else pytorch_model.bin (read
+  without torch, `read_torch_zip`)."""
   if os.path.isdir(path):
     for file in ('model.safetensors', 'pytorch_model.bin'):
       if os.path.exists(os.path.join(path, file)):
@@ -154,13 +206,7 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
   if path.endswith('.safetensors'):
     from safetensors.numpy import load_file
     return load_file(path)
-  try:
-    import torch
-  except ImportError as e:
-    raise ImportError(f'{path} is a PyTorch pickle: reading it needs torch (pip install torch), '
-                      'or convert it to model.safetensors on a machine that has torch.') from e
-  state = torch.load(path, map_location='cpu', weights_only=True)
-  return {k: v.float().numpy() for k, v in state.items()}
+  return read_torch_zip(path)
 
 
 def load_official(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -172,6 +218,89 @@ def load_official(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
     config = json.load(f)
   state = read_state_dict(path)
   return convert_state_dict(state), dict(model_config(config), **_heads_found(state))
+
+
+# ---------------------------------------------------------------- ours -> Hugging Face
+
+def is_hf_folder(path: str) -> bool:
+  """A Hugging Face checkpoint folder: config.json beside model.safetensors / pytorch_model.bin."""
+  return os.path.isfile(os.path.join(path, 'config.json')) and any(
+      os.path.isfile(os.path.join(path, f)) for f in ('model.safetensors', 'pytorch_model.bin'))
+
+
+def to_state_dict(params: dict[str, Any]) -> dict[str, np.ndarray]:
+  """Our params -> the official names (PoNetForPreTraining / PoNetForSequenceClassification):
+  kernels transposed back to [out, in]; the tied decoder left out, as Hugging Face saves it."""
+  layer = {v: k for k, v in _LAYER.items()}
+  top = {v: k for k, v in _TOP.items()}
+  out = {}
+  for path, value in traverse_util.flatten_dict(params).items():
+    value = np.asarray(value, np.float32)
+    *module, leaf = path
+    module = tuple(module)
+    if module == () and leaf == 'mlm_bias':
+      out['cls.predictions.bias'] = value
+      continue
+    if module[0].startswith('layer_') and module[1:] in layer:
+      name = f'ponet.encoder.layer.{module[0][len("layer_"):]}.{layer[module[1:]]}'
+    elif module in top:
+      name = top[module]
+      name = name if name.startswith(('cls.', 'classifier')) else 'ponet.' + name
+    else:
+      raise ValueError(f'{"/".join(path)}: no PoNet (BERT) name; only ponet_mlm / '
+                       'ponet_classifier parameters export.')
+    if leaf == 'embedding':
+      out[name + '.weight'] = value
+    elif leaf == 'scale':
+      out[name + '.weight'] = value
+    elif leaf == 'kernel':
+      out[name + '.weight'] = np.ascontiguousarray(value.T)
+    else:
+      out[name + '.bias'] = value
+  return out
+
+
+def hf_config(params: dict[str, Any], model_config_dict) -> dict[str, Any]:
+  """config.json of the official code (BertConfig fields + clsgsepg) for our params."""
+  if model_config_dict.get('mixer', 'ponet') != 'ponet':
+    raise ValueError('export to Hugging Face: only the PoNet mixer has an official model '
+                     "(modeling_ponet.py); this model has mixer='softmax'.")
+  for key, official in (('cls_id', 101), ('sep_id', 102)):
+    if model_config_dict.get(key) not in (None, official):
+      raise ValueError(f'export to Hugging Face: the official code hard-codes {key}={official} '
+                       f'(BERT uncased); this model has {model_config_dict.get(key)}.')
+  vocab, width = params['token_embed']['embedding'].shape
+  layers = sum(1 for k in params if re.fullmatch(r'layer_\d+', k))
+  dropout = float(model_config_dict.get('dropout_rate', 0.1))
+  config = dict(
+      architectures=['PoNetForSequenceClassification' if 'classifier' in params
+                     else 'PoNetForPreTraining'],
+      model_type='bert', vocab_size=int(vocab), hidden_size=int(width),
+      num_hidden_layers=layers, num_attention_heads=int(model_config_dict['num_heads']),
+      intermediate_size=int(params['layer_0']['mlp']['fc1']['kernel'].shape[1]),
+      max_position_embeddings=int(params['position_embed']['embedding'].shape[0]),
+      type_vocab_size=int(params['type_embed']['embedding'].shape[0]),
+      layer_norm_eps=float(model_config_dict.get('layer_norm_eps', 1e-12)), hidden_act='gelu',
+      hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+      initializer_range=0.02, clsgsepg=True, pad_token_id=0, position_embedding_type='absolute')
+  if 'classifier' in params:
+    labels = int(params['classifier']['kernel'].shape[1])
+    config['id2label'] = {str(i): f'LABEL_{i}' for i in range(labels)}
+    config['label2id'] = {f'LABEL_{i}': i for i in range(labels)}
+  return config
+
+
+def save_hf(folder: str, params: dict[str, Any], model_config_dict) -> str:
+  """Writes FOLDER/model.safetensors + config.json, which the official modeling code loads
+  (`PoNetForPreTraining.from_pretrained(FOLDER)`) and `config.init_from=FOLDER` reads back."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  config = hf_config(params, model_config_dict)
+  os.makedirs(folder, exist_ok=True)
+  save_file(to_state_dict(params), os.path.join(folder, 'model.safetensors'),
+            metadata={'format': 'pt'})
+  with open(os.path.join(folder, 'config.json'), 'w') as f:
+    json.dump(config, f, indent=1, sort_keys=True)
+  return folder
 
 
 MODELS = ('ponet_mlm', 'ponet_classifier')

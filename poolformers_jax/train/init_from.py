@@ -117,7 +117,8 @@ def _best_of(workdir: str) -> dict[str, str]:
 
 def checkpoint_dir(path: str) -> str:
   """The orbax PyTree directory behind `path`: a workdir (its best checkpoint, else the latest),
-  a step directory (DIR/checkpoints/<step>) or the PyTree directory itself."""
+  a step directory (DIR/checkpoints/<step>) or the PyTree directory itself (a Hugging Face
+  folder is read by `read_variables`)."""
   path = os.path.abspath(os.path.expanduser(path))
   if os.path.isdir(os.path.join(path, 'state')):
     return os.path.join(path, 'state')
@@ -133,13 +134,23 @@ def checkpoint_dir(path: str) -> str:
     finally:
       checkpointer.close()
   raise FileNotFoundError(f'config.init_from={path!r} is neither a workdir with checkpoints nor '
-                          'a checkpoint directory; point it at a training workdir or at '
-                          'DIR/checkpoints/<step>.')
+                          'a checkpoint directory nor a Hugging Face PoNet folder; point it at a '
+                          'training workdir, DIR/checkpoints/<step> or a folder with config.json '
+                          'and model.safetensors.')
 
 
 def read_variables(path: str) -> dict[str, Any]:
   """{'params': ..., ['batch_stats': ...]} of the checkpoint at `path` as host numpy arrays,
-  without reading the optimizer state. A tree without 'params' is taken as the params."""
+  without reading the optimizer state. A tree without 'params' is taken as the params. A Hugging
+  Face PoNet folder (config.json + model.safetensors / pytorch_model.bin, pre-training or
+  sequence-classification layout, e.g. chtan/ponet-base-uncased) is converted on the fly."""
+  from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
+  folder = os.path.abspath(os.path.expanduser(path))
+  if ponet_convert.is_hf_folder(folder) and not os.path.isdir(
+      os.path.join(folder, checkpoint_lib.LATEST_DIR)):
+    params, _ = ponet_convert.load_official(folder)
+    logging.info('init_from: read the Hugging Face folder %s', folder)
+    return {'params': params}
   directory = checkpoint_dir(path)
   checkpointer = ocp.PyTreeCheckpointer()
   tree = dict(checkpointer.metadata(directory).item_metadata)

@@ -1,5 +1,11 @@
 """The official PoNet-Base weights format: our port of the authors' PyTorch model reproduces its
-outputs (fixture made once with their modeling code: tests/fixtures/make_ponet_fixture.py)."""
+outputs. The fixture (tests/fixtures/ponet_tiny.*) is made by the authors' modeling code with
+
+    /tmp/hfenv/bin/python tests/fixtures/make_ponet_fixture.py --official_dir PoNet/models
+
+in a venv of torch 2.13.0 (CPU), transformers 4.46.3, safetensors 0.8.0, numpy 2.4.6 and
+lxchtan/PoNet @ ae23a71 (the script's docstring: environment and the two run-time shims); that
+command regenerates the three committed files byte for byte."""
 import json
 import os
 import shutil
@@ -167,3 +173,103 @@ def test_init_from_refuses_missing_encoder_weights(ported, tmp_path):
   loaded = init_from.load_init_params(params, target, allow_missing='^classifier/')
   np.testing.assert_array_equal(loaded['layer_1']['PoNet_0']['local']['kernel'],
                                 params['layer_1']['PoNet_0']['local']['kernel'])
+
+
+def _flat(tree):
+  return {'/'.join(k): np.asarray(v) for k, v in flax.traverse_util.flatten_dict(dict(tree)).items()}
+
+
+def test_hf_round_trip_ours_to_hf_to_ours(ported, tmp_path):
+  """Fixture -> our checkpoint -> `convert --to hf` gives back the official tensors and config
+  exactly (so the official code loads it as it made it); init_from reads that folder directly,
+  equal to what we exported, and the model on it reproduces the official outputs."""
+  model, params, state = ported
+  folder = _folder_without(tmp_path, set())
+  convert.convert(_pretrain_config(), str(folder), str(tmp_path / 'run'))
+  hf = tmp_path / 'hf'
+  convert.export_hf(_pretrain_config(), str(tmp_path / 'run'), str(hf))
+  exported = load_file(str(hf / 'model.safetensors'))
+  assert sorted(exported) == sorted(state)
+  for name, value in state.items():
+    np.testing.assert_array_equal(exported[name], value, err_msg=name)
+  with open(hf / 'config.json') as f:
+    written = json.load(f)
+  with open(os.path.join(FIXTURES, 'ponet_tiny_config.json')) as f:
+    official = json.load(f)
+  assert {k: written[k] for k in official} == official
+  assert written['architectures'] == ['PoNetForPreTraining']
+  back = init_from.read_variables(str(hf))['params']
+  assert sorted(_flat(back)) == sorted(_flat(params))
+  for name, value in _flat(params).items():
+    np.testing.assert_array_equal(_flat(back)[name], value, err_msg=name)
+  io = np.load(os.path.join(FIXTURES, 'ponet_tiny_io.npz'))
+  out = model.apply({'params': back}, jnp.asarray(io['input_ids'], jnp.int32),
+                    token_type_ids=jnp.asarray(io['token_type_ids'], jnp.int32))
+  np.testing.assert_allclose(np.asarray(out['sso_logits']), io['derived_sso_logits'], atol=1e-4)
+  with pytest.raises(FileExistsError, match='already holds model.safetensors'):
+    convert.export_hf(_pretrain_config(), str(tmp_path / 'run'), str(hf))
+
+
+def test_hf_sequence_classification_layout(ported, tmp_path):
+  """PoNetForSequenceClassification folders (classifier.* instead of cls.*): init_from reads the
+  trained head with the encoder (nothing allowed missing), convert fills a ponet_classifier
+  config from them, and they export back to the same tensors."""
+  _, params, state = ported
+  rng = np.random.default_rng(0)
+  tuned = {k: v for k, v in state.items() if not k.startswith('cls.')}
+  tuned['classifier.weight'] = rng.normal(size=(3, 8)).astype(np.float32)
+  tuned['classifier.bias'] = rng.normal(size=(3,)).astype(np.float32)
+  folder = tmp_path / 'mnli'
+  folder.mkdir()
+  save_file(tuned, str(folder / 'model.safetensors'))
+  shutil.copy(os.path.join(FIXTURES, 'ponet_tiny_config.json'), folder / 'config.json')
+  with open(os.path.join(FIXTURES, 'ponet_tiny_config.json')) as f:
+    sizes = ponet_convert.model_config(json.load(f))
+  classifier = ml_collections.ConfigDict(dict(name='ponet_classifier', num_classes=3, **sizes))
+  target = ponet_convert.model_params(classifier, abstract=False)
+  loaded = init_from.load_init_params(init_from.read_variables(str(folder))['params'], target)
+  np.testing.assert_array_equal(loaded['classifier']['kernel'], tuned['classifier.weight'].T)
+  np.testing.assert_array_equal(loaded['layer_1']['PoNet_0']['local']['kernel'],
+                                params['layer_1']['PoNet_0']['local']['kernel'])
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(FIXTURES)), 'configs'))
+  import glue  # pylint: disable=g-import-not-at-top
+  config = config_utils.override(glue.get_config('mnli,tiny'), **{
+      'model.emb_dim': 8, 'model.mlp_dim': 16, 'model.num_heads': 2})
+  filled, converted = ponet_convert.config_and_params(config, str(folder))
+  assert filled.model.num_classes == 3 and filled.model.vocab_size == 104
+  np.testing.assert_array_equal(converted['classifier']['bias'], tuned['classifier.bias'])
+  ponet_convert.save_hf(str(tmp_path / 'back'), loaded, classifier)
+  again = load_file(str(tmp_path / 'back' / 'model.safetensors'))
+  assert sorted(again) == sorted(tuned)
+  for name, value in tuned.items():
+    np.testing.assert_array_equal(again[name], value, err_msg=name)
+  with open(tmp_path / 'back' / 'config.json') as f:
+    assert json.load(f)['id2label'] == {'0': 'LABEL_0', '1': 'LABEL_1', '2': 'LABEL_2'}
+
+
+def test_pytorch_model_bin_read_without_torch(ported, tmp_path):
+  """pytorch_model.bin (torch.save's zip; tests/fixtures/ponet_tiny.bin holds the fixture's state
+  dict, written by make_ponet_fixture.py) reads without torch to the same arrays, also as a
+  folder through init_from; a pickle that names anything but tensors is refused."""
+  import pickle  # pylint: disable=g-import-not-at-top
+  import zipfile
+  assert 'torch' not in sys.modules
+  _, params, state = ported
+  read = ponet_convert.read_torch_zip(os.path.join(FIXTURES, 'ponet_tiny.bin'))
+  assert sorted(read) == sorted(state)
+  for name, value in state.items():
+    assert read[name].dtype == np.float32
+    np.testing.assert_array_equal(read[name], value, err_msg=name)
+  folder = tmp_path / 'bin'
+  folder.mkdir()
+  shutil.copy(os.path.join(FIXTURES, 'ponet_tiny.bin'), folder / 'pytorch_model.bin')
+  shutil.copy(os.path.join(FIXTURES, 'ponet_tiny_config.json'), folder / 'config.json')
+  back = _flat(init_from.read_variables(str(folder))['params'])
+  for name, value in _flat(params).items():
+    np.testing.assert_array_equal(back[name], value, err_msg=name)
+  evil = tmp_path / 'evil.bin'
+  with zipfile.ZipFile(evil, 'w') as archive:
+    archive.writestr('evil/data.pkl', pickle.dumps({'x': os.getcwd}))
+  with pytest.raises(pickle.UnpicklingError, match='not a tensor of a known type'):
+    ponet_convert.read_torch_zip(str(evil))
+  assert 'torch' not in sys.modules
