@@ -26,8 +26,9 @@ Schedule horizon, a stated choice: the linear decay reaches 0 at step 340K, the 
 slides report. The official script sets `--num_train_epochs 500` instead, so its Trainer decays
 towards 0 at 500 epochs (of the 5x-duplicated corpus), far past 340K steps: its learning rate at
 340K was still well above 0. Set --config.num_train_steps to change the horizon and the length
-together (the schedule always ends at num_train_steps). Pre-training accuracies of the slides' ablation table
-(MLM / SST %): PoNet 59.44 / 80.75, L_MN 62.53 / 79.28 (NSP), L_OM 63.11 / -.
+together (the schedule always ends at num_train_steps).
+Pre-training accuracies of the slides' ablation table (MLM / SST %): PoNet 59.44 / 80.75,
+L_MN 62.53 / 79.28 (NSP), L_OM 63.11 / -.
 """
 from __future__ import annotations
 

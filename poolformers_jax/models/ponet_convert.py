@@ -7,10 +7,11 @@ or, as an orbax checkpoint that `config.init_from` and eval.py read (poolformers
         --source path/to/ponet-base-uncased --workdir runs/ponet_base_official
 
 Weights: `model.safetensors` (read with the `safetensors` package into numpy) or
-`pytorch_model.bin` (read without torch by a restricted unpickler; torch is never a dependency). Linear weights
-are [out, in] in PyTorch and [in, out] kernels here. The MLM decoder is tied to the word
-embeddings (a stored `cls.predictions.decoder.weight` must equal them). The SSO head
-(`cls.seq_relationship`) and a fine-tuned `classifier` are converted when present.
+`pytorch_model.bin` (read without torch by a restricted unpickler; torch is never a
+dependency). Linear weights are [out, in] in PyTorch and [in, out] kernels here. The MLM decoder
+is tied to the word embeddings (a stored `cls.predictions.decoder.weight` must equal them). The
+SSO head (`cls.seq_relationship`) and a fine-tuned `classifier` are converted when present.
+`save_hf` writes our params back in these names (`python -m poolformers_jax.convert --to hf`).
 Proven against the official modeling code by tests/models/test_ponet_convert.py (fixture made
 with tests/fixtures/make_ponet_fixture.py).
 """
@@ -66,7 +67,8 @@ def _listed(names: list[str], limit: int = 8) -> str:
 
 def mismatch_line(missing: list[str], unexpected: list[str], misshaped: list[str]) -> str:
   """One line naming what does not fit ('' when everything does)."""
-  parts = ([f'{len(missing)} missing from the checkpoint {_listed(missing)}'] if missing else []) + (
+  parts = ([f'{len(missing)} missing from the checkpoint {_listed(missing)}']
+           if missing else []) + (
       [f'{len(unexpected)} unknown parameter(s) with no counterpart here {_listed(unexpected)}']
       if unexpected else []) + (
       [f'{len(misshaped)} of another shape (checkpoint -> model) {_listed(misshaped)}']
@@ -346,7 +348,8 @@ def config_and_params(config, source: str, allow_missing: str = ''):
     raise ValueError(f'model {config.model.name!r}: PoNet checkpoints convert into {MODELS}.')
   config_path = os.path.join(folder, 'config.json')
   if not os.path.exists(config_path):
-    raise FileNotFoundError(f'{config_path} not found: point at the chtan/ponet-base-uncased folder.')
+    raise FileNotFoundError(f'{config_path} not found: point at the chtan/ponet-base-uncased '
+                            'folder.')
   with open(config_path) as f:
     hf_config = json.load(f)
   state = read_state_dict(folder)

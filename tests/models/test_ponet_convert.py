@@ -176,7 +176,8 @@ def test_init_from_refuses_missing_encoder_weights(ported, tmp_path):
 
 
 def _flat(tree):
-  return {'/'.join(k): np.asarray(v) for k, v in flax.traverse_util.flatten_dict(dict(tree)).items()}
+  return {'/'.join(k): np.asarray(v)
+          for k, v in flax.traverse_util.flatten_dict(dict(tree)).items()}
 
 
 def test_hf_round_trip_ours_to_hf_to_ours(ported, tmp_path):
