@@ -13,15 +13,18 @@ Argument: `task[,bert][,small|tiny]`, task one of cola sst2 mrpc qqp stsb mnli q
 
 The official setting (run_shell/2-GLUE.sh): 128 tokens, 4 epochs, the best of a grid of batch
 sizes {8, 16, 32, 64, 128} x learning rates {3e-5, 5e-5, 1e-4, 3e-4}, linear decay, no warmup.
-Defaults here: batch 32, lr 5e-5 (set --config.batch_size / --config.optimizer.learning_rate
-for the grid). GLUE dev results of the slides (PoNet-Base / BERT-Base, pre-trained 340K steps
-on 5 GB): MNLI-m/mm 76.99/77.21 vs 81.35/80.98, QQP 87.55 vs 88.89, QNLI 84.33 vs 88.01,
+Defaults here: batch 32, lr 5e-5. `num_train_steps` follows `num_epochs` (4) and the batch size
+when the config is resolved: --config.batch_size=8 trains 4 epochs in 4x the steps of batch 32
+(setting --config.num_train_steps fixes the steps instead). The whole grid, the best on dev and
+the paper's numbers beside it, in one command:
+  python -m poolformers_jax.reproduce glue --task all --workdir runs/glue_grid \
+      --set init_from=runs/ponet_pretrain
+GLUE dev results of the slides (PoNet-Base / BERT-Base, pre-trained 340K steps on 5 GB):
+MNLI-m/mm 76.99/77.21 vs 81.35/80.98, QQP 87.55 vs 88.89, QNLI 84.33 vs 88.01,
 SST-2 89.22 vs 91.17, CoLA 45.36 vs 47.66, STS-B 84.57 vs 87.83, MRPC 81.76 vs 86.66,
 RTE 64.26 vs 69.31 (QQP / MRPC: mean of accuracy and F1; STS-B: Spearman).
 """
 from __future__ import annotations
-
-import math
 
 from ml_collections import config_dict
 
@@ -44,11 +47,15 @@ def get_config(arg: str | None = None):
   model = model_config('ponet_classifier', words['family'], max_length=64 if size == 'tiny' else 512)
   model.num_classes = config_dict.placeholder(int)     # from the data; 1 = regression (STS-B)
   train_size, metric = TASKS[task]
-  batch_size = 32
   config = transfer_config('glue', model, size, lengths={'tiny': 32}, learning_rate=5e-5,
-                           warmup_steps=0, batch_size=batch_size,
-                           num_train_steps=math.ceil(EPOCHS * train_size / batch_size),
+                           warmup_steps=0, batch_size=32, num_train_steps=0,
                            best_metric=metric, eval_every_steps=1000)
+  if size == 'full':   # (small and tiny keep their fixed steps)
+    # ceil(epochs * train_size / batch_size), evaluated when the config is resolved, so that an
+    # override of batch_size or num_epochs changes the steps (ml_collections FieldReferences).
+    config.num_epochs = EPOCHS
+    config.num_train_steps = -((-train_size * config.get_ref('num_epochs'))
+                               // config.get_ref('batch_size'))
   config.data.task = task
   if task == 'mnli':
     config.data.tfds_splits = dict(train='train', validation='validation_matched',

@@ -19,9 +19,16 @@ Argument: `objective[,bert][,small|tiny]`
 The paper's setting (slides; official run_shell/1-pretrain_bookcorpus_wikitext.sh): PoNet-Base =
 BERT-Base sizes, uncased, 512 tokens, 340K steps on 5 GB (Wikitext-103 + BooksCorpus), batch 192
 (4 GPUs x 48), AdamW lr 1e-4 (eps 1e-8, no weight decay, clipping 1.0), 5000 warmup steps then
-linear decay, fp16, examples duplicated 5 times with fresh masks (dupe_factor; here every epoch
-draws new masks, chunks and pairs). Pre-training accuracies of the slides' ablation table
-(MLM / SST %): PoNet 59.44 / 80.75, L_MN 62.53 / 79.28 (NSP), L_OM 63.11 / -.
+linear decay, fp16. Sampling as the official script: every chunk of every document is an
+example, the corpus repeated 5 times per epoch with fresh pairs and masks
+(config.data.dupe_factor = 5; data/bert_text.py).
+Schedule horizon, a stated choice: the linear decay reaches 0 at step 340K, the length the
+slides report. The official script sets `--num_train_epochs 500` instead, so its Trainer decays
+towards 0 at 500 epochs (of the 5x-duplicated corpus), far past 340K steps: its learning rate at
+340K was still well above 0. Set --config.num_train_steps to change the horizon and the length
+together (the schedule always ends at num_train_steps).
+Pre-training accuracies of the slides' ablation table (MLM / SST %): PoNet 59.44 / 80.75,
+L_MN 62.53 / 79.28 (NSP), L_OM 63.11 / -.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-r"""Official PyTorch weights -> an orbax checkpoint that `eval.py` and `config.init_from` read.
+r"""Official PyTorch weights -> an orbax checkpoint that `eval.py` and `config.init_from` read,
+and (PoNet, `--to hf`) our checkpoint back to a Hugging Face folder.
 
     python -m poolformers_jax.convert --config configs/imagenet.py:deit_ti \
         --source deit_tiny_patch16_224.safetensors --workdir runs/deit_ti_timm
@@ -13,6 +14,12 @@ Sources (the format is read from the names):
   --config configs/ponet_pretrain.py:sso): models/ponet_convert.py.
 - HVT release checkpoints (MonashAI/HVT, `{'model': state_dict, 'args': ...}` `.pth`, or the same
   state dict saved as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
+
+PoNet back to Hugging Face (model.safetensors + config.json, the official names; the official
+modeling code loads it with `PoNetForPreTraining.from_pretrained` or, with a classifier,
+`PoNetForSequenceClassification`; `config.init_from` reads such a folder directly):
+    python -m poolformers_jax.convert --to hf --config configs/ponet_pretrain.py:sso \
+        --source runs/ponet_pretrain --workdir runs/ponet_pretrain_hf
 
 The config names the model (`configs/imagenet.py:hvt_s_1`, ...); every tensor must land on a
 parameter of the same shape and every parameter must be filled, else one line says which names
@@ -217,14 +224,29 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   return os.path.join(directory, '0')
 
 
-def convert(config, source: str, workdir: str) -> str:
-  """Reads `source`, fills the configured model, writes DIR/checkpoints/0; returns its path."""
+def convert(config, source: str, workdir: str, allow_missing: str = '') -> str:
+  """Reads `source`, fills the configured model, writes DIR/checkpoints/0; returns its path.
+  `allow_missing` (PoNet): a regex of parameter names the checkpoint may lack (a new head)."""
   from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
   if config.model.name in ponet_convert.MODELS:   # chtan/ponet-base-uncased (HF BERT names)
-    config, params = ponet_convert.config_and_params(config, source)
+    config, params = ponet_convert.config_and_params(config, source, allow_missing)
   else:
     _, params = model_params_of(config, read_state_dict(source))
   return write_checkpoint(config, params, workdir)
+
+
+def export_hf(config, source: str, folder: str) -> str:
+  """Our PoNet checkpoint (a workdir or DIR/checkpoints/<step>) -> a Hugging Face folder
+  (model.safetensors + config.json) that the official modeling code loads; returns the folder."""
+  from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.train import init_from
+  if config.model.name not in ponet_convert.MODELS:
+    raise ConversionError(f'--to hf: only PoNet models {ponet_convert.MODELS} have a Hugging Face '
+                          f'layout; the config names {config.model.name!r}.')
+  if os.path.exists(os.path.join(folder, 'model.safetensors')):
+    raise FileExistsError(f'{folder} already holds model.safetensors; pass an empty --workdir.')
+  params = init_from.read_variables(source)['params']
+  return ponet_convert.save_hf(folder, params, config.model)
 
 
 def main(argv):
@@ -232,7 +254,12 @@ def main(argv):
   from poolformers_jax.train import cli
   del argv
   cli.quiet_library_logs()
-  path = convert(flags.FLAGS['config'].value, flags.FLAGS.source, flags.FLAGS.workdir)
+  if flags.FLAGS.to == 'hf':
+    path = export_hf(flags.FLAGS['config'].value, flags.FLAGS.source, flags.FLAGS.workdir)
+    print(json.dumps({'hf_folder': path, 'source': os.path.abspath(flags.FLAGS.source)}))
+    return
+  path = convert(flags.FLAGS['config'].value, flags.FLAGS.source, flags.FLAGS.workdir,
+                 flags.FLAGS.allow_missing)
   print(json.dumps({'checkpoint': path, 'source': os.path.abspath(flags.FLAGS.source)}))
 
 
@@ -242,5 +269,10 @@ if __name__ == '__main__':
   config_flags.DEFINE_config_file('config', None, 'configs/<file>.py:<arg>', lock_config=True)
   flags.DEFINE_string('source', None, 'official checkpoint: .safetensors, or .pth with torch')
   flags.DEFINE_string('workdir', None, 'run directory to write (DIR/checkpoints/0)')
+  flags.DEFINE_enum('to', 'orbax', ['orbax', 'hf'], 'orbax: official weights -> our checkpoint '
+                    '(DIR/checkpoints/0); hf: our PoNet checkpoint (--source a workdir) -> a '
+                    'Hugging Face folder (--workdir) with model.safetensors + config.json')
+  flags.DEFINE_string('allow_missing', '', "PoNet: regex of parameters the checkpoint may lack, "
+                      "kept as initialised (e.g. '^classifier/'); anything else missing fails")
   flags.mark_flags_as_required(['config', 'source', 'workdir'])
   app.run(main)

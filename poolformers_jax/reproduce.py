@@ -1,4 +1,4 @@
-r"""Reproduce a Long Range Arena table in one command.
+r"""Reproduce a Long Range Arena table, or PoNet's GLUE table, in one command.
 
   python -m poolformers_jax.reproduce lra --task listops --families all --workdir runs/repro \
       [--seeds 0,1,2] [--size full|small|tiny] [--set key=value ...]
@@ -13,6 +13,20 @@ steps/s, wall time (summed over every invocation that trained the run, resumptio
 peak memory, device, seeds and git commit; and WORKDIR/curves.png and curves.csv, the
 validation accuracy of every run against its step. A task whose data is missing is reported as such, with the one line
 that says how to get it.
+
+The GLUE table of PoNet's slides: the paper's grid per task, the best run on dev.
+
+  python -m poolformers_jax.reproduce glue --task all --workdir runs/glue_grid \
+      --set init_from=runs/ponet_pretrain [--families ponet|bert] [--batch_sizes 8,16,32,64,128] \
+      [--learning_rates 3e-5,5e-5,1e-4,3e-4] [--size full|small|tiny]
+
+Every (batch size, learning rate) of the grid trains configs/glue.py:<task>,<family> in
+WORKDIR/glue/<family>/<task>/b<batch>_lr<lr> (4 epochs: the config's steps follow the batch size;
+a finished run is not trained again). A run's dev score is its best validation evaluation of the
+task's metric (the one its best checkpoint keeps); the task's result is the run with the highest
+dev score. MNLI's matched accuracy is that score, its mismatched one the test split (validation
+mismatched) of the same best checkpoint. WORKDIR/glue_results.md (one table: ours beside the
+slides' PoNet-Base and BERT-Base numbers, GLUE_PAPER below) and glue_results.json (every run).
 """
 from __future__ import annotations
 
@@ -49,6 +63,19 @@ PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
 }
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
 FAMILIES = ('transformer', 'linear', 'ponet', 'adamra', 'contextpool', 'msac')
+# GLUE dev (%) of the slides (pre-trained 340K steps on 5 GB): task -> (PoNet-Base, BERT-Base);
+# MNLI matched / mismatched. QQP / MRPC: mean of accuracy and F1, CoLA: Matthews, STS-B: Spearman.
+GLUE_PAPER: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    'mnli': ((76.99, 77.21), (81.35, 80.98)), 'qqp': ((87.55,), (88.89,)),
+    'qnli': ((84.33,), (88.01,)), 'sst2': ((89.22,), (91.17,)), 'cola': ((45.36,), (47.66,)),
+    'stsb': ((84.57,), (87.83,)), 'mrpc': ((81.76,), (86.66,)), 'rte': ((64.26,), (69.31,)),
+}
+GLUE_PAPER_AVERAGE = (76.80, 80.21)       # over the nine numbers above
+GLUE_TASKS = tuple(GLUE_PAPER)            # WNLI: not in the slides
+GLUE_FAMILIES = ('ponet', 'bert')
+# The official grid (run_shell/2-GLUE.sh; "20 sets of hyperparameter configurations").
+GLUE_BATCH_SIZES = (8, 16, 32, 64, 128)
+GLUE_LEARNING_RATES = (3e-5, 5e-5, 1e-4, 3e-4)
 CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
 
 log = logging.getLogger('poolformers_jax.reproduce')
@@ -306,6 +333,143 @@ def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:
   return path
 
 
+# ------------------------------------------------------------------------------------------ GLUE
+
+def load_glue_config(task: str, family: str, size: str, batch_size: int, learning_rate: float,
+                     overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR):
+  """configs/glue.py:<task>,<family>,<size> at one grid point, then `key=value` overrides."""
+  from poolformers_jax.train import cli, config_utils
+  spec = os.path.join(configs_dir, 'glue.py') + f':{task},{family},{size}'
+  updates = {'batch_size': batch_size, 'optimizer.learning_rate': learning_rate}
+  for item in overrides:
+    key, sep, value = item.partition('=')
+    if not sep:
+      raise ValueError(f'--set {item!r}: expected key=value, e.g. --set init_from=runs/pretrain.')
+    updates[key] = _parse_value(value)
+  return config_utils.override(cli.load_config_file(spec), **updates)
+
+
+def run_glue_point(task: str, family: str, size: str, batch_size: int, learning_rate: float,
+                   workdir: str, overrides: Sequence[str] = (),
+                   configs_dir: str = CONFIGS_DIR) -> dict[str, Any]:
+  """Trains one grid point unless its result.json exists; its dev score is the best validation
+  value of the task's metric over the run (the best checkpoint), in %."""
+  result_path = os.path.join(workdir, 'result.json')
+  if os.path.exists(result_path):
+    log.info('glue %s b%d lr%g: finished before (%s), not retrained.', task, batch_size,
+             learning_rate, result_path)
+    with open(result_path) as f:
+      return {**json.load(f), 'skipped': True}
+  from poolformers_jax.train import train_and_evaluate
+  from poolformers_jax.train.metrics import read_metrics
+  config = load_glue_config(task, family, size, batch_size, learning_rate, overrides, configs_dir)
+  log.info('glue %s b%d lr%g: training %d steps in %s', task, batch_size, learning_rate,
+           config.num_train_steps, workdir)
+  start = _clock()
+  try:
+    result = train_and_evaluate(config, workdir)
+  finally:
+    wall = _add_wall_time(workdir, _clock() - start)
+  if result.status != 'finished' or result.test is None:
+    raise RunStopped(f'glue {task} b{batch_size} lr{learning_rate:g} stopped at step '
+                     f'{result.step} ({result.status}); run the same command again to resume.')
+  metric = config.best_metric
+  evaluations = read_metrics(workdir, 'validation')
+  best = max(evaluations, key=lambda r: r[metric])   # the first of equals, as the checkpointer
+  record = dict(task=task, family=family, size=size, batch_size=batch_size,
+                learning_rate=learning_rate, workdir=workdir, metric=metric, steps=result.step,
+                dev=100.0 * best[metric], dev_step=best['step'],
+                test={k: v for k, v in result.test.items() if isinstance(v, (int, float))},
+                wall_seconds=wall['seconds'], device=device_name(), git_commit=git_commit(),
+                overrides=list(overrides))
+  if task == 'mnli':   # the best (matched) checkpoint on validation mismatched
+    record['dev_mismatched'] = 100.0 * result.test['accuracy']
+  with open(result_path, 'w') as f:
+    json.dump(record, f, indent=1, sort_keys=True, default=str)
+  return {**record, 'skipped': False}
+
+
+def _dev_text(run: dict[str, Any]) -> str:
+  if 'dev_mismatched' in run:
+    return f'{run["dev"]:.2f}/{run["dev_mismatched"]:.2f}'
+  return f'{run["dev"]:.2f}'
+
+
+def glue_markdown(results: dict[str, Any]) -> str:
+  overrides = results.get('overrides') or []
+  title = f'# GLUE dev results ({results["size"]} setting' + (
+      f' with overrides: {", ".join(overrides)})' if overrides else ')')
+  lines = [title, '',
+           f'Device: {results["device"]}; git commit {results["git_commit"]}; '
+           f'command: `{results["command"]}`.', '',
+           f'Grid per task: batch sizes {results["batch_sizes"]} x learning rates '
+           f'{results["learning_rates"]}; the run with the best dev score (%) is reported. '
+           'MNLI: matched/mismatched of the same checkpoint. Paper: PoNet\'s slides (pre-trained '
+           '340K steps on 5 GB).', '',
+           '| task | metric | family | ours (best on dev) | batch | lr | paper PoNet-Base | '
+           'paper BERT-Base | runs |', '|---|---|---|---|---|---|---|---|---|']
+  numbers: dict[str, list[float]] = {}
+  for family, tasks in results['families'].items():
+    for task, entry in tasks.items():
+      ponet, bert = ('/'.join(f'{v:.2f}' for v in x) for x in GLUE_PAPER[task])
+      if entry.get('missing'):
+        lines.append(f'| {task} | | {family} | data missing: {entry["missing"]} | | | {ponet} | '
+                     f'{bert} | 0 |')
+        continue
+      best = entry['best']
+      numbers.setdefault(family, []).extend(
+          [best['dev']] + ([best['dev_mismatched']] if 'dev_mismatched' in best else []))
+      lines.append(f'| {task} | {best["metric"]} | {family} | {_dev_text(best)} | '
+                   f'{best["batch_size"]} | {best["learning_rate"]:g} | {ponet} | {bert} | '
+                   f'{len(entry["runs"])} |')
+    if len(numbers.get(family, [])) == 9:     # every task: the slides' average
+      lines.append(f'| average | | {family} | {np.mean(numbers[family]):.2f} | | | '
+                   f'{GLUE_PAPER_AVERAGE[0]:.2f} | {GLUE_PAPER_AVERAGE[1]:.2f} | |')
+  return '\n'.join(lines) + '\n'
+
+
+def glue_data_status(task: str, family: str, size: str, overrides: Sequence[str],
+                     configs_dir: str) -> Optional[str]:
+  from poolformers_jax import data
+  config = load_glue_config(task, family, size, 8, 3e-5, overrides, configs_dir)
+  try:
+    data.get_dataset_info(config)
+  except data.DataNotFoundError as e:
+    return str(e)
+  return None
+
+
+def reproduce_glue(tasks: Sequence[str], families: Sequence[str], workdir: str, *,
+                   batch_sizes: Sequence[int] = GLUE_BATCH_SIZES,
+                   learning_rates: Sequence[float] = GLUE_LEARNING_RATES, size: str = 'full',
+                   overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
+                   command: str = '') -> dict[str, Any]:
+  """Runs what is missing of the grid, picks the best run on dev per task, writes
+  WORKDIR/glue_results.json and glue_results.md; returns the results."""
+  results = {'size': size, 'device': device_name(), 'git_commit': git_commit(),
+             'command': command, 'overrides': list(overrides), 'batch_sizes': list(batch_sizes),
+             'learning_rates': list(learning_rates), 'families': {}}
+  for family in families:
+    for task in tasks:
+      missing = glue_data_status(task, family, size, overrides, configs_dir)
+      if missing:
+        log.warning('glue %s: data missing: %s', task, missing)
+        results['families'].setdefault(family, {})[task] = {'missing': missing}
+        continue
+      runs = [run_glue_point(task, family, size, b, lr,
+                             os.path.join(workdir, 'glue', family, task, f'b{b}_lr{lr:g}'),
+                             overrides, configs_dir)
+              for b in batch_sizes for lr in learning_rates]
+      best = max(runs, key=lambda r: r['dev'])   # the first of equals, in grid order
+      results['families'].setdefault(family, {})[task] = {'runs': runs, 'best': best}
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, 'glue_results.json'), 'w') as f:
+    json.dump(results, f, indent=1, sort_keys=True, default=str)
+  with open(os.path.join(workdir, 'glue_results.md'), 'w') as f:
+    f.write(glue_markdown(results))
+  return results
+
+
 def _names(text: str, valid: Sequence[str], what: str) -> list[str]:
   names = list(valid) if text == 'all' else [n for n in text.replace(' ', '').split(',') if n]
   unknown = [n for n in names if n not in valid]
@@ -314,36 +478,60 @@ def _names(text: str, valid: Sequence[str], what: str) -> list[str]:
   return names
 
 
+def _numbers(text: str, kind: type, what: str) -> list:
+  try:
+    return [kind(v) for v in text.split(',') if v.strip()]
+  except ValueError:
+    raise SystemExit(f'--{what} {text!r}: expected comma-separated numbers.') from None
+
+
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
   from poolformers_jax.configs_lib import SIZES
   argv = list(sys.argv[1:] if argv is None else argv)
   parser = argparse.ArgumentParser(prog='python -m poolformers_jax.reproduce',
                                    description=__doc__.split('\n\n')[0])
-  parser.add_argument('benchmark', choices=['lra'])
-  parser.add_argument('--task', default='all', help=f'{",".join(TASKS)} or all')
-  parser.add_argument('--families', default='all', help=f'{",".join(FAMILIES)} or all')
+  parser.add_argument('benchmark', choices=['lra', 'glue'])
+  parser.add_argument('--task', default='all',
+                      help=f'lra: {",".join(TASKS)}; glue: {",".join(GLUE_TASKS)}; or all')
+  parser.add_argument('--families', default=None,
+                      help=f'lra: {",".join(FAMILIES)} or all (default); glue: '
+                      f'{",".join(GLUE_FAMILIES)} or all (default ponet)')
   parser.add_argument('--workdir', required=True)
-  parser.add_argument('--seeds', default='0', help='comma-separated, e.g. 0,1,2')
+  parser.add_argument('--seeds', default='0', help='lra: comma-separated, e.g. 0,1,2')
+  parser.add_argument('--batch_sizes', default=','.join(map(str, GLUE_BATCH_SIZES)),
+                      help='glue: the grid\'s batch sizes')
+  parser.add_argument('--learning_rates', default=','.join(f'{x:g}' for x in GLUE_LEARNING_RATES),
+                      help='glue: the grid\'s learning rates')
   parser.add_argument('--size', default='full', choices=SIZES,
                       help='full: the paper setting; small: CPU-sized; tiny: a smoke test')
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='config override for every run, e.g. --set data.format=generated')
   parser.add_argument('--configs_dir', default=CONFIGS_DIR)
   args = parser.parse_args(argv)
-  try:
-    seeds = [int(s) for s in args.seeds.split(',') if s.strip()]
-  except ValueError:
-    raise SystemExit(f'--seeds {args.seeds!r}: expected comma-separated integers, e.g. 0,1,2.')
-  tasks = _names(args.task, TASKS, 'task')
-  families = _names(args.families, FAMILIES, 'families')
+  seeds = _numbers(args.seeds, int, 'seeds')
+  if args.benchmark == 'glue':
+    tasks = _names(args.task, GLUE_TASKS, 'task')
+    families = _names(args.families or 'ponet', GLUE_FAMILIES, 'families')
+  else:
+    tasks = _names(args.task, TASKS, 'task')
+    families = _names(args.families or 'all', FAMILIES, 'families')
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
   from poolformers_jax.train import cli, host_memory
   cli.quiet_library_logs()
   host_memory.keep_freed_memory()
+  command = 'python -m poolformers_jax.reproduce ' + ' '.join(argv)
   try:
+    if args.benchmark == 'glue':
+      results = reproduce_glue(tasks, families, args.workdir,
+                               batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
+                               learning_rates=_numbers(args.learning_rates, float,
+                                                       'learning_rates'),
+                               size=args.size, overrides=args.set, configs_dir=args.configs_dir,
+                               command=command)
+      print(glue_markdown(results))
+      return results
     results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
-                            overrides=args.set, configs_dir=args.configs_dir,
-                            command='python -m poolformers_jax.reproduce ' + ' '.join(argv))
+                            overrides=args.set, configs_dir=args.configs_dir, command=command)
   except RunStopped as stopped:   # one line, not a traceback: nothing went wrong
     raise SystemExit(f'stopped: {stopped}') from None
   print(markdown(results))

@@ -69,6 +69,7 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.final_test = True               # evaluate the best checkpoint on test at the end
   config.init_from = ''                  # workdir / checkpoint: start from its parameters
   config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
+  config.init_from_allow_missing = ''    # regex of names the checkpoint may lack (a new head)
   config.num_devices = -1                # -1 = all local devices
   config.progress_bar = True
   config.profile_steps = ()              # (first, last): jax.profiler trace in DIR/profile

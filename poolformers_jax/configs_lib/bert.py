@@ -61,7 +61,10 @@ def transfer_config(data_name: str, model: ml_collections.ConfigDict, size: str,
   config.best_metric = best_metric
   config.best_mode = best_mode
   # Fine-tuning: config.init_from = a pre-training run (its workdir) or the official checkpoint
-  # folder (chtan/ponet-base-uncased); '' = train from scratch.
+  # folder (chtan/ponet-base-uncased); '' = train from scratch. The classifier is the one
+  # parameter a pre-training checkpoint may lack (anything else missing fails).
+  if model.name == 'ponet_classifier':
+    config.init_from_allow_missing = '^classifier/'
   configs_lib.shrink_run(config, size, small_batch_size=16)
   if size == 'small':
     model.update(emb_dim=256, num_layers=4, num_heads=4, mlp_dim=1024)

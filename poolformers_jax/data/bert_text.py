@@ -7,9 +7,15 @@ config.model.cls_id / sep_id (DatasetInfo.model_defaults).
 text_pretraining (official run_pretrained.py, StructBERT's SSO): records are documents, each a
   list of sentences. Sources: plain text files (documents = blank-line-separated blocks; a
   sentence per line, or `sentence_split='regex'`) or TFDS `wikipedia` (paragraphs split into
-  sentences by the regex). One example per document and epoch: the document's sentences are
-  grouped greedily into chunks of up to max_length - 3 tokens (10 % of the time a random shorter
-  target, short_seq_prob), one chunk is drawn and cut at a random sentence boundary into A and B.
+  sentences by the regex). Every chunk of every document, `dupe_factor` times (5, the official
+  run_pretrained.py's; each copy draws its own pair and masks; evaluation splits once): a
+  document's sentences are grouped greedily into chunks reaching max_length - 3 tokens, each chunk
+  is one example, cut at a random sentence boundary into A and B; 10 % of the time
+  (short_seq_prob) a random shorter target keeps only the chunk's first sentences reaching it
+  (decided here: the official code then re-chunks the rest of the document with the shorter
+  target; here the chunks are fixed so that an epoch has a known size). TFDS documents are
+  tokenized on read, so their chunks cannot be counted up front: there each record is one
+  document (times dupe_factor for training) and draws one of its chunks at random.
     objective 'sso': 1/3 keep (label 0, B follows A), 1/3 swap (1, B precedes A), 1/3 replace B
                      by a chunk of another document (2);
     objective 'nsp': 1/2 keep (0), 1/2 random B (1)  (BERT);   objective 'mlm': keep, no label.
@@ -125,6 +131,11 @@ class TokenizedDocuments:
     b = self.sentence_bounds
     return [self.tokens[b[i]:b[i + 1]] for i in range(first, last) if b[i + 1] > b[i]]
 
+  def sentence_lengths(self, index: int) -> np.ndarray:
+    """Token counts of the (non-empty) sentences of document `index`, without slicing."""
+    lengths = np.diff(self.sentence_bounds[self.doc_bounds[index]:self.doc_bounds[index + 1] + 1])
+    return lengths[lengths > 0]
+
 
 class TfdsDocuments:
   """TFDS documents ({'text': ...}, e.g. wikipedia), split into sentences and tokenized on read."""
@@ -141,16 +152,37 @@ class TfdsDocuments:
 
 
 class DocumentRecords:
-  """Record i = (documents, i): preprocessing also draws B from other documents."""
+  """Record i = (documents, document i mod n, None, i): a chunk drawn at random from the
+  document (TFDS); `dupe_factor` passes over the documents. Preprocessing also draws B from
+  other documents."""
 
-  def __init__(self, documents):
-    self.documents = documents
+  def __init__(self, documents, dupe_factor: int = 1):
+    self.documents, self.dupe_factor = documents, dupe_factor
 
   def __len__(self):
-    return len(self.documents)
+    return len(self.documents) * self.dupe_factor
 
   def __getitem__(self, index):
-    return self.documents, int(index)
+    return self.documents, int(index) % len(self.documents), None, int(index)
+
+
+class ChunkRecords:
+  """Record i = (documents, document, (first, end) sentences of one chunk, i): every chunk of
+  every document (chunks reaching `target` tokens), `dupe_factor` times."""
+
+  def __init__(self, documents, target: int, dupe_factor: int = 1):
+    self.documents, self.dupe_factor = documents, dupe_factor
+    self.chunks = np.asarray(
+        [(d, first, end) for d in range(len(documents))
+         for first, end in _chunk_bounds(documents.sentence_lengths(d), target)],
+        np.int64).reshape(-1, 3)
+
+  def __len__(self):
+    return len(self.chunks) * self.dupe_factor
+
+  def __getitem__(self, index):
+    document, first, end = (int(v) for v in self.chunks[int(index) % len(self.chunks)])
+    return self.documents, document, (first, end), int(index)
 
 
 @functools.lru_cache(maxsize=8)
@@ -174,31 +206,41 @@ def vocab_of(data_config) -> Vocab:
 def pretraining_source(data_config, split):
   base.check_split(split)
   vocab = vocab_of(data_config)
+  if int(data_config.dupe_factor) < 1:
+    raise ValueError(f'config.data.dupe_factor={data_config.dupe_factor} must be >= 1 (the number '
+                     'of passes over every chunk in one epoch; 5 in the official script).')
+  dupe = int(data_config.dupe_factor) if split == 'train' else 1
   if data_config.source == 'text_files':
-    return DocumentRecords(_text_file_documents(data_config.files[split], data_config.vocab_file,
-                                                bool(data_config.lowercase),
-                                                data_config.sentence_split))
+    return ChunkRecords(_text_file_documents(data_config.files[split], data_config.vocab_file,
+                                             bool(data_config.lowercase),
+                                             data_config.sentence_split),
+                        data_config.max_length - 3, dupe)
   if data_config.source == 'tfds':
     if data_config.tfds_name.startswith('wikipedia'):
       _register_tfds_builder('tensorflow_datasets.text.wikipedia')
     return DocumentRecords(TfdsDocuments(
         base.tfds_source(data_config.tfds_name, data_config.tfds_splits[split], data_config.data_dir),
-        vocab, data_config.sentence_split))
+        vocab, data_config.sentence_split), dupe)
   raise ValueError(f"config.data.source={data_config.source!r}; choose 'text_files' or 'tfds'.")
+
+
+def _chunk_bounds(lengths: Sequence[int], target: int) -> list[tuple[int, int]]:
+  """(first, end) of greedy groups of consecutive sentences reaching `target` tokens (the last
+  may be shorter)."""
+  bounds, first, length = [], 0, 0
+  for i, n in enumerate(lengths):
+    length += int(n)
+    if length >= target:
+      bounds.append((first, i + 1))
+      first, length = i + 1, 0
+  if first < len(lengths):
+    bounds.append((first, len(lengths)))
+  return bounds
 
 
 def _chunks(sentences: list[np.ndarray], target: int) -> list[list[np.ndarray]]:
   """Greedy groups of consecutive sentences reaching `target` tokens (the last may be shorter)."""
-  chunks, current, length = [], [], 0
-  for sentence in sentences:
-    current.append(sentence)
-    length += len(sentence)
-    if length >= target:
-      chunks.append(current)
-      current, length = [], 0
-  if current:
-    chunks.append(current)
-  return chunks
+  return [sentences[a:b] for a, b in _chunk_bounds([len(x) for x in sentences], target)]
 
 
 def _draw_chunk(documents, index: int, target: int, rng) -> list[np.ndarray]:
@@ -222,13 +264,18 @@ def _truncate_pair(a: list, b: list, max_tokens: int, rng) -> None:
     side[:] = [s for s in side if len(s)] or [side[0][:0]]
 
 
-def sentence_pair(documents, index: int, data_config, rng) -> tuple[list, list, int]:
-  """(sentences of A, sentences of B, label) for the configured objective."""
+def sentence_pair(documents, index: int, data_config, rng,
+                  span: Optional[tuple[int, int]] = None) -> tuple[list, list, int]:
+  """(sentences of A, sentences of B, label) for the configured objective, from the chunk
+  `span` (first, end sentences) of document `index`, or (None) a chunk drawn at random."""
   max_tokens = data_config.max_length - 3
   target = max_tokens
   if rng.random() < data_config.short_seq_prob:
     target = int(rng.integers(2, max_tokens + 1))
-  chunk = _draw_chunk(documents, index, target, rng)
+  if span is None:
+    chunk = _draw_chunk(documents, index, target, rng)
+  else:   # the chunk's first sentences reaching the (possibly shorter) target
+    chunk = _chunks(documents.sentences(index)[span[0]:span[1]], target)[0]
   if len(chunk) == 1:                              # one sentence: cut it in the middle
     half = max(len(chunk[0]) // 2, 1)
     chunk = [chunk[0][:half], chunk[0][half:]]
@@ -274,11 +321,11 @@ def mask_tokens(ids: np.ndarray, vocab: Vocab, probability: float, rng) -> tuple
 
 
 def pretraining_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
-  documents, index = record
+  documents, index, span, position = record
   if rng is None:      # evaluation: the same example every time
-    rng = np.random.default_rng([int(data_config.eval_seed), index])
+    rng = np.random.default_rng([int(data_config.eval_seed), position])
   vocab = vocab_of(data_config)
-  a, b, label = sentence_pair(documents, index, data_config, rng)
+  a, b, label = sentence_pair(documents, index, data_config, rng, span)
   inputs = pair_inputs(a, b, vocab.cls, vocab.sep, data_config.max_length)
   inputs[0], mlm = mask_tokens(inputs[0], vocab, data_config.mask_probability, rng)
   return {'inputs': inputs, 'targets': {'mlm': mlm, 'sso': np.int32(label)}}
@@ -485,6 +532,7 @@ def pretraining_config():
   c.tfds_splits = dict(train='train[20000:]', validation='train[:10000]', test='train[10000:20000]')
   c.mask_probability = 0.15
   c.short_seq_prob = 0.1
+  c.dupe_factor = 5                # training passes over every chunk per epoch (official: 5)
   c.eval_seed = 0
   return c
 

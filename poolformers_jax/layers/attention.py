@@ -106,6 +106,7 @@ class MultiHeadAttention(nn.Module):
   use_bias: bool = True
   dtype: Optional[Dtype] = None
   implementation: str = 'explicit'   # explicit | xla | cudnn | auto
+  kernel_init: Callable = nn.linear.default_kernel_init   # BERT: normal(0.02)
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -117,7 +118,8 @@ class MultiHeadAttention(nn.Module):
     head_dim = check_heads(dim, self.num_heads, name)
     dtype = compute_dtype(self.dtype, x)
     implementation = resolve_implementation(self.implementation, dtype, head_dim, name)
-    dense = lambda name: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=name)
+    dense = lambda name: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype,
+                                  kernel_init=self.kernel_init, name=name)
     q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))
     dropout = nn.Dropout(self.dropout_rate)
     allowed = None if segment_ids is None else segment_allowed(segment_ids, mask)   # [B, L, L]

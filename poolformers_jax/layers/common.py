@@ -66,10 +66,11 @@ class Projection(nn.Module):
   (PoNet's GA and AdaMRA fold them into averages instead of projecting every token)."""
   features: int
   use_bias: bool = True
+  kernel_init: Callable = nn.linear.default_kernel_init
 
   @nn.compact
   def __call__(self, in_features: int) -> tuple[Array, Optional[Array]]:
-    kernel = self.param('kernel', nn.linear.default_kernel_init, (in_features, self.features))
+    kernel = self.param('kernel', self.kernel_init, (in_features, self.features))
     if not self.use_bias:
       return kernel, None
     return kernel, self.param('bias', nn.initializers.zeros_init(), (self.features,))

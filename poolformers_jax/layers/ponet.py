@@ -33,7 +33,7 @@ to averages of the input instead of to every token, and LMP is a running maximum
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import flax.linen as nn
 import jax
@@ -140,6 +140,8 @@ class PoNet(nn.Module):
   use_smp: bool = True
   use_lmp: bool = True
   dropout_rate: float = 0.0  # unused: the official mixer has no dropout (see module docstring)
+  # Every projection's kernel (the BERT version passes normal(0.02), the official init).
+  kernel_init: Callable = nn.linear.default_kernel_init
   dtype: Optional[Dtype] = None
 
   def _check(self, x: Array, segment_ids: Optional[Array], boundary_mask: Optional[Array]) -> None:
@@ -175,12 +177,13 @@ class PoNet(nn.Module):
     check_heads(dim, self.num_heads, name)
     self._check(x, segment_ids, boundary_mask)
     dtype = compute_dtype(self.dtype, x)
-    dense = lambda n: nn.Dense(dim, dtype=dtype, name=n)
+    dense = lambda n: nn.Dense(dim, dtype=dtype, kernel_init=self.kernel_init, name=n)
     not_boundary = mask if boundary_mask is None else mask & ~boundary_mask.astype(bool)
 
     gated = jnp.zeros((batch, length, dim), dtype)   # (g' + s), multiplied by the gate H_O
     if self.use_ga:
-      query, key = (Projection(dim, name=n)(dim) for n in ('query', 'key'))
+      query, key = (Projection(dim, kernel_init=self.kernel_init, name=n)(dim)
+                    for n in ('query', 'key'))
       g, weights = global_aggregation(x, mask, query, key, self.num_heads,
                                       cross_attention=self.use_ga_cross_attention)
       if weights is not None:

@@ -12,8 +12,8 @@ BERT with self-attention replaced by the PoNet mixer:
 - MLM head: Dense -> GELU -> LayerNorm -> logits tied to the token embedding, plus a bias.
 - SSO head (StructBERT's sentence structural objective, 3 classes): BERT pooler
   tanh(Dense(h[CLS])) -> Dense(3).
-- Init: normal(0.02) for the embeddings and the Dense layers outside the mixer, as BERT's
-  initializer_range (the mixer keeps Flax's default Dense init).
+- Init: normal(0.02) for the embeddings and every Dense kernel, the mixer's projections
+  included, biases 0, LayerNorm 1 / 0: the official `_init_weights` (BERT's initializer_range).
 - Fine-tuning (`ponet_classifier`, official PoNetForSequenceClassification): the same encoder
   and pooler, dropout, a new Dense head; one output = regression (STS-B).
 - `mixer='softmax'` gives BERT itself (the baseline of the paper's tables, and of
@@ -90,7 +90,7 @@ class BertEncoderFields(nn.Module):
                        f'{self.mixer!r}.')
     # The model sets these itself (heads, sentence segments from the inputs, dtype, dropout).
     allowed = mixer_fields(MIXERS[self.mixer]) - {'num_heads', 'segment_num', 'dtype',
-                                                  'dropout_rate'}
+                                                  'dropout_rate', 'kernel_init'}
     bad = sorted(set(self.mixer_kwargs) - allowed)
     if bad:
       raise ValueError(f'{name}: mixer_kwargs {bad} are not {self.mixer} options this model '
@@ -131,7 +131,7 @@ class BertEncoderFields(nn.Module):
     # PoNet's mixer reads the sentences and the [CLS]/[SEP] positions; BERT's attention does not.
     mixer_inputs = (dict(segment_ids=segment_ids, boundary_mask=boundary)
                     if self.mixer == 'ponet' else {})
-    mixer_kwargs = dict(self.mixer_kwargs)
+    mixer_kwargs = dict(self.mixer_kwargs, kernel_init=_init)   # official: every Linear 0.02
     if self.mixer == 'ponet':
       mixer_kwargs['segment_num'] = 1    # unused: BERT input always brings sentence segment_ids
     for i in range(self.num_layers):

@@ -7,6 +7,7 @@ and the JSON).
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import os
 from typing import Any, Iterable
@@ -87,9 +88,11 @@ def override_keys_from_argv(argv: Iterable[str], flag_name: str = 'config') -> l
 
 
 def override(config: ml_collections.ConfigDict, **updates: Any) -> ml_collections.ConfigDict:
-  """Returns a copy with dotted-key updates (`override(c, **{'model.dim': 32})`), checked."""
+  """Returns a copy with dotted-key updates (`override(c, **{'model.dim': 32})`), checked.
+  Fields computed from others (FieldReferences, e.g. glue.py's steps from epochs and batch size)
+  stay linked in the copy, as on the command line."""
   check_keys(config, updates)
-  config = ml_collections.ConfigDict(config.to_dict(), type_safe=False)
+  config = ml_collections.ConfigDict(copy.deepcopy(config), type_safe=False)
   config.update_from_flattened_dict(updates)
   config.lock()
   return config

@@ -5,8 +5,14 @@ optimizer state and the step start fresh. Per parameter (names are '/'-joined pa
 - same name, same shape: copied;
 - same name, other shape: resized by the first matching rule of `resize_rules` (a list of
   (regex, fn(name, old, new_shape) -> new)); no rule -> one error line listing them all;
-- only in the new model (a fresh head), or matching `fresh` (a regex): kept as initialised,
-  listed in one log line; only in the checkpoint: listed in one log line, ignored.
+- only in the new model: an error, unless its name matches `allow_missing` (a regex naming the
+  heads the checkpoint may lack, `config.init_from_allow_missing`, e.g. '^classifier/' when
+  fine-tuning from a pre-training run): kept as initialised, listed in one log line;
+- matching `fresh` (a regex, `config.init_from_fresh`): kept as initialised even when the
+  checkpoint has it (a new head of another size);
+- only in the checkpoint (the pre-training heads a classifier drops): listed in one log line,
+  ignored.
+Missing and unmatched-in-shape names fail together, in one line that also lists the unused ones.
 
 Default rule: position embeddings of ViT / DeiT / HVT (`pos_embed*/pos_embedding`, [1, L, D]).
 A table whose patch part is a square grid on both sides is resized on the 2D grid with PyTorch's
@@ -111,7 +117,8 @@ def _best_of(workdir: str) -> dict[str, str]:
 
 def checkpoint_dir(path: str) -> str:
   """The orbax PyTree directory behind `path`: a workdir (its best checkpoint, else the latest),
-  a step directory (DIR/checkpoints/<step>) or the PyTree directory itself."""
+  a step directory (DIR/checkpoints/<step>) or the PyTree directory itself (a Hugging Face
+  folder is read by `read_variables`)."""
   path = os.path.abspath(os.path.expanduser(path))
   if os.path.isdir(os.path.join(path, 'state')):
     return os.path.join(path, 'state')
@@ -127,13 +134,23 @@ def checkpoint_dir(path: str) -> str:
     finally:
       checkpointer.close()
   raise FileNotFoundError(f'config.init_from={path!r} is neither a workdir with checkpoints nor '
-                          'a checkpoint directory; point it at a training workdir or at '
-                          'DIR/checkpoints/<step>.')
+                          'a checkpoint directory nor a Hugging Face PoNet folder; point it at a '
+                          'training workdir, DIR/checkpoints/<step> or a folder with config.json '
+                          'and model.safetensors.')
 
 
 def read_variables(path: str) -> dict[str, Any]:
   """{'params': ..., ['batch_stats': ...]} of the checkpoint at `path` as host numpy arrays,
-  without reading the optimizer state. A tree without 'params' is taken as the params."""
+  without reading the optimizer state. A tree without 'params' is taken as the params. A Hugging
+  Face PoNet folder (config.json + model.safetensors / pytorch_model.bin, pre-training or
+  sequence-classification layout, e.g. chtan/ponet-base-uncased) is converted on the fly."""
+  from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
+  folder = os.path.abspath(os.path.expanduser(path))
+  if ponet_convert.is_hf_folder(folder) and not os.path.isdir(
+      os.path.join(folder, checkpoint_lib.LATEST_DIR)):
+    params, _ = ponet_convert.load_official(folder)
+    logging.info('init_from: read the Hugging Face folder %s', folder)
+    return {'params': params}
   directory = checkpoint_dir(path)
   checkpointer = ocp.PyTreeCheckpointer()
   tree = dict(checkpointer.metadata(directory).item_metadata)
@@ -163,11 +180,12 @@ def _place(value: np.ndarray, like: Any) -> Any:
 
 def load_init_params(path_or_tree: Any, target_params: Any,
                      resize_rules: Optional[Sequence[tuple[str, ResizeFn]]] = None, *,
-                     fresh: str = '', what: str = 'params') -> Any:
+                     fresh: str = '', allow_missing: str = '', what: str = 'params') -> Any:
   """`target_params` (the new model's initialised tree) with the checkpoint's values put in.
 
   `path_or_tree`: a path (see `checkpoint_dir`) or an already read tree of the same collection.
   `fresh`: a regex of names kept as initialised even when the checkpoint has them.
+  `allow_missing`: a regex of names the checkpoint may lack (kept as initialised).
   """
   rules = RESIZE_RULES if resize_rules is None else resize_rules
   source = path_or_tree
@@ -177,8 +195,12 @@ def load_init_params(path_or_tree: Any, target_params: Any,
       flax.core.unfreeze(source)).items()}
   new = {'/'.join(k): v for k, v in flax.traverse_util.flatten_dict(
       flax.core.unfreeze(target_params)).items()}
-  merged, kept_fresh, resized, mismatched = {}, [], [], []
+  merged, kept_fresh, resized, mismatched, missing = {}, [], [], [], []
   for name, like in new.items():
+    if name not in old and not (allow_missing and re.search(allow_missing, name)) and not (
+        fresh and re.search(fresh, name)):
+      missing.append(name)
+      continue
     if name not in old or (fresh and re.search(fresh, name)):
       merged[name] = like
       kept_fresh.append(name)
@@ -192,12 +214,17 @@ def load_init_params(path_or_tree: Any, target_params: Any,
       value = rule(name, value, tuple(like.shape))
       resized.append(f'{name} {old[name].shape} -> {value.shape}')
     merged[name] = _place(value, like)
-  if mismatched:
-    raise ValueError(f'init_from: {len(mismatched)} {what} cannot be matched in shape (checkpoint '
-                     f'-> this model): {"; ".join(mismatched)}. Keep them freshly initialised '
-                     "with config.init_from_fresh (a regex, e.g. '^head/') or start from a "
-                     'checkpoint of the same architecture.')
   unused = sorted(set(old) - set(new))
+  if mismatched or missing:
+    found = ([f'{len(missing)} {what} missing from the checkpoint: {", ".join(missing)}']
+             if missing else []) + (
+        [f'{len(mismatched)} {what} cannot be matched in shape (checkpoint -> this model): '
+         f'{"; ".join(mismatched)}'] if mismatched else []) + (
+        [f'{len(unused)} checkpoint {what} unused: {", ".join(unused)}'] if unused else [])
+    raise ValueError(f'init_from: {". ".join(found)}. Allow a new head the checkpoint lacks with '
+                     "config.init_from_allow_missing (a regex, e.g. '^classifier/'), keep "
+                     "mismatched ones freshly initialised with config.init_from_fresh (e.g. "
+                     "'^head/'), or start from a checkpoint of the same architecture.")
   logging.info('init_from: %d %s loaded, %d resized%s', len(new) - len(kept_fresh), what,
                len(resized), f' ({"; ".join(resized)})' if resized else '')
   if kept_fresh:
@@ -210,11 +237,13 @@ def load_init_params(path_or_tree: Any, target_params: Any,
   return type(target_params)(out) if isinstance(target_params, flax.core.FrozenDict) else out
 
 
-def init_state_from(state: Any, path: str, fresh: str = '') -> Any:
+def init_state_from(state: Any, path: str, fresh: str = '', allow_missing: str = '') -> Any:
   """The train state with params (and batch_stats) from `path`; optimizer and step untouched."""
   variables = read_variables(path)
-  state = state.replace(params=load_init_params(variables['params'], state.params, fresh=fresh))
+  state = state.replace(params=load_init_params(variables['params'], state.params, fresh=fresh,
+                                                allow_missing=allow_missing))
   if getattr(state, 'batch_stats', None) is not None and 'batch_stats' in variables:
     state = state.replace(batch_stats=load_init_params(
-        variables['batch_stats'], state.batch_stats, fresh=fresh, what='batch_stats'))
+        variables['batch_stats'], state.batch_stats, fresh=fresh, allow_missing=allow_missing,
+        what='batch_stats'))
   return state

@@ -172,7 +172,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh)
     step, resumed_from = 0, None
     if config.init_from:   # fine-tuning: parameters only, fresh optimizer and step
-      state = init_from.init_state_from(state, config.init_from, config.init_from_fresh)
+      state = init_from.init_state_from(state, config.init_from, config.init_from_fresh,
+                                        config.init_from_allow_missing)
   logging.info('model %s: %d parameters', config.model.name, state_lib.param_count(state.params))
 
   tokens = int(np.prod(setup.info.input_shape)) if setup.info.vocab_size is not None else 0

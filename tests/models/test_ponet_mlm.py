@@ -1,6 +1,7 @@
 """PoNet MLM + SSO pre-training model at a tiny size: input-derived segments, shapes, padding,
 finite grads, and the loss against numpy with masked-out positions contributing nothing."""
 import chex
+import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -122,3 +123,28 @@ def test_config_errors():
   ablated = build_model(_config(mixer_kwargs={'use_lmp': False}))
   params = ablated.init(jax.random.PRNGKey(0), jnp.asarray(INPUTS))['params']
   assert 'local' not in params['layer_0']['PoNet_0'] and 'segment' in params['layer_0']['PoNet_0']
+
+
+@pytest.mark.parametrize('mixer', ['ponet', 'softmax'])
+def test_init_is_the_official_normal_002_for_every_dense(mixer):
+  """Official `_init_weights`: every Linear (the mixer's projections included) N(0, 0.02^2) with
+  zero bias, embeddings N(0, 0.02^2), LayerNorm 1 / 0 (Flax's default would give 1/16 at width
+  256); std and mean within 4 standard errors."""
+  model = build_model(ml_collections.ConfigDict(dict(
+      name='ponet_classifier', vocab_size=300, emb_dim=256, num_layers=1, num_heads=4,
+      mlp_dim=512, max_length=16, num_classes=2, mixer=mixer)))
+  params = model.init(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32))['params']
+  flat = {'/'.join(k): np.asarray(v) for k, v in
+          flax.traverse_util.flatten_dict(params).items()}
+  kernels = [k for k in flat if k.endswith(('kernel', 'embedding'))]
+  assert len([k for k in kernels if k.startswith('layer_0/') and 'mlp' not in k]) == (
+      6 if mixer == 'ponet' else 4)          # every projection of the mixer is covered
+  for name in kernels:
+    n = flat[name].size
+    assert abs(flat[name].std() - 0.02) < 4 * 0.02 / np.sqrt(2 * n), name
+    assert abs(flat[name].mean()) < 4 * 0.02 / np.sqrt(n), name
+  for name in flat:
+    if name.endswith('bias'):
+      assert not flat[name].any(), name
+    elif name.endswith('scale'):
+      assert (flat[name] == 1).all(), name

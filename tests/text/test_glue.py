@@ -1,6 +1,8 @@
 """GLUE through the data layer and exact evaluation, on tfds.testing.mock_data with records we
 choose: every official metric equals its hand computation on the model's predictions (last
 batch padded), and the metric formulas themselves match values worked out by hand."""
+import json
+import os
 import zlib
 
 import jax
@@ -15,6 +17,7 @@ from poolformers_jax.data import bert_text
 from poolformers_jax.train import config_utils, setup as setup_lib, state as state_lib
 from poolformers_jax.train import text_tasks
 from poolformers_jax.train.evaluate import evaluate_state
+from poolformers_jax.train.metrics import read_metrics
 
 WORDS = ['first', 'second', 'the', 'cat'] + [f'tp{t}w{j}' for t in range(6) for j in range(8)]
 
@@ -157,3 +160,66 @@ def test_metric_formulas_by_hand():
                              (5 * n - t @ p) / np.sqrt((n * n - p @ p) * (n * n - t @ t)))
   # Spearman with a tie: ranks x = [1, 2.5, 2.5, 4], y = [1, 3, 2, 4] -> 4.5 / sqrt(4.5 * 5).
   np.testing.assert_allclose(text_tasks.spearman([1, 2, 2, 3], [1, 3, 2, 4]), 4.5 / np.sqrt(22.5))
+
+
+def test_glue_steps_follow_epochs_at_the_chosen_batch_size():
+  """4 epochs at every batch size of the grid (the steps are computed when the config is read,
+  so an override of batch_size changes them); an explicit num_train_steps wins."""
+  config = glue.get_config('mrpc')
+  steps = {b: config_utils.override(config, batch_size=b).num_train_steps
+           for b in (8, 16, 32, 64, 128)}
+  assert steps == {b: -(-4 * 3668 // b) for b in steps} and steps[8] == 1834
+  assert config_utils.override(config, num_epochs=2).num_train_steps == 230
+  assert config_utils.override(config, batch_size=8, num_train_steps=5).num_train_steps == 5
+  assert config.copy_and_resolve_references().num_train_steps == 459
+
+
+@pytest.mark.slow
+def test_glue_sweep_end_to_end_best_on_dev(text_dir, tmp_path):
+  """`python -m poolformers_jax.reproduce glue` on mock MRPC and MNLI with a 1 x 2 grid: every
+  run trained, the best on dev chosen, one table with the slides' numbers beside ours."""
+  from poolformers_jax import reproduce
+  records = {}
+
+  def as_data_source(builder, split, **kwargs):
+    del kwargs
+    task = builder.builder_config.name
+    return records.setdefault((task, split), _records(task, split, n=16))
+
+  workdir = str(tmp_path / 'sweep')
+  argv = ['glue', '--task', 'mrpc,mnli', '--size', 'tiny', '--workdir', workdir,
+          '--batch_sizes', '4', '--learning_rates', '1e-3,0.05',
+          '--set', f'data.vocab_file={text_dir["vocab"]}', '--set', f'data.data_dir={tmp_path}',
+          '--set', 'num_train_steps=3', '--set', 'eval_every_steps=1',
+          '--set', 'checkpoint_every_steps=1', '--set', 'progress_bar=False',
+          '--set', 'num_devices=1', '--set', 'model.dropout_rate=0.0']
+  with tfds.testing.mock_data(as_data_source_fn=as_data_source):
+    results = reproduce.main(argv)
+  with open(os.path.join(workdir, 'glue_results.md')) as f:
+    table = f.read()
+  assert table.startswith('# GLUE dev results (tiny setting with overrides: ')
+  for task, metric in (('mrpc', 'accuracy_f1'), ('mnli', 'accuracy')):
+    entry = results['families']['ponet'][task]
+    runs = entry['runs']
+    assert [(r['batch_size'], r['learning_rate']) for r in runs] == [(4, 1e-3), (4, 0.05)]
+    dev = []
+    for run in runs:   # a run's dev score: its best validation evaluation (from the loop's log)
+      evaluations = read_metrics(run['workdir'], 'validation')
+      assert run['steps'] == 3 and len(evaluations) == 3 and run['metric'] == metric
+      dev.append(100 * max(r[metric] for r in evaluations))
+      assert run['dev'] == pytest.approx(dev[-1])
+    best = entry['best']
+    assert best['dev'] == max(dev) and best is runs[int(np.argmax(dev))]
+    row = next(line for line in table.splitlines() if line.startswith(f'| {task} |'))
+    cells = [c.strip() for c in row.strip('|').split('|')]
+    paper = '76.99/77.21' if task == 'mnli' else '81.76'
+    assert cells[:3] == [task, metric, 'ponet'] and cells[4:] == [
+        '4', f'{best["learning_rate"]:g}', paper, '81.35/80.98' if task == 'mnli' else '86.66', '2']
+    if task == 'mnli':   # matched = dev, mismatched = the same best checkpoint on test
+      with open(os.path.join(best['workdir'], 'eval', 'test.json')) as f:
+        mismatched = 100 * json.load(f)['accuracy']
+      assert cells[3] == f'{best["dev"]:.2f}/{mismatched:.2f}'
+      assert ('mnli', 'validation_mismatched') in records
+    else:
+      assert cells[3] == f'{best["dev"]:.2f}'
+  assert not any(line.startswith('| average') for line in table.splitlines())   # 2 of 8 tasks

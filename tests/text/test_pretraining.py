@@ -102,7 +102,7 @@ def test_nsp_and_mlm_only_objectives(text_dir):
 def test_pretraining_learns_mlm_and_sso(pretrained):
   before, after = pretrained['before'], pretrained['result'].validation
   vocab_chance = 1 / pretrained['vocab_size']
-  assert pretrained['result'].status == 'finished' and pretrained['result'].step == 120
+  assert pretrained['result'].status == 'finished' and pretrained['result'].step == 240
   assert before['count'] == after['count'] == 96
   assert before['mlm_accuracy'] < 5 * vocab_chance and 0.2 < before['sso_accuracy'] < 0.47
   assert after['mlm_accuracy'] > 0.3, after          # chance 1/57
@@ -127,9 +127,39 @@ def test_wikipedia_through_tfds_data_source(text_dir, tmp_path):
                                 'data.mask_probability': 0.0})
   with tfds.testing.mock_data(as_data_source_fn=as_data_source):
     records = data.DATASETS['text_pretraining'].source(config.data, 'train')
-    assert len(records) == 5
+    assert len(records) == 5 * config.data.dupe_factor == 25   # 5 passes per epoch
     # Article 0: "first ... ." / "second ... ." / "the cat ." are three sentences.
     assert [len(s) for s in records.documents.sentences(0)] == [6, 6, 3]
     ex = bert_text.pretraining_preprocess(records[0], config.data, np.random.default_rng(0))
   ids, segments = ex['inputs']
   assert ids[0] == CLS and (ids == SEP).sum() == 2 and segments.max() >= 4
+
+
+def test_every_chunk_of_every_document_dupe_factor_times(text_dir, tmp_path):
+  """The official sampling: a document of 10 five-token sentences at 20 tokens per chunk gives
+  3 examples (sentences 0-3, 4-7, 8-9), a two-sentence one 1; each is in an epoch 5 times
+  (dupe_factor), with exactly its chunk's tokens; evaluation splits pass once."""
+  from text_corpus import document
+  long_doc = '\n'.join(f'first tp{k % 6}w0 tp{k % 6}w1 tp{k % 6}w2 tp{k % 6}w3' for k in range(10))
+  (tmp_path / 'corpus').mkdir()
+  (tmp_path / 'corpus' / 'a.txt').write_text(long_doc + '\n\n' + document(1) + '\n')
+  config = _config(text_dir, 'mlm', **{'data.files.train': str(tmp_path / 'corpus' / '*.txt'),
+                                       'data.files.validation': str(tmp_path / 'corpus' / '*.txt'),
+                                       'data.max_length': 23, 'model.max_length': 23,
+                                       'data.mask_probability': 0.0})
+  records = data.DATASETS['text_pretraining'].source(config.data, 'train')
+  documents = records.documents
+  assert config.data.dupe_factor == 5 and len(records) == 4 * 5
+  seen = collections.Counter()
+  for i in range(len(records)):
+    _, doc, span, _ = records[i]
+    seen[(doc, span)] += 1
+    ids = bert_text.pretraining_preprocess(records[i], config.data,
+                                           np.random.default_rng(i))['inputs'][0]
+    np.testing.assert_array_equal(ids[(ids != 0) & (ids != CLS) & (ids != SEP)],
+                                  np.concatenate(documents.sentences(doc)[span[0]:span[1]]))
+  assert seen == {(0, (0, 4)): 5, (0, (4, 8)): 5, (0, (8, 10)): 5, (1, (0, 2)): 5}
+  assert len(data.DATASETS['text_pretraining'].source(config.data, 'validation')) == 4
+  with pytest.raises(ValueError, match='dupe_factor=0 must be >= 1'):
+    data.DATASETS['text_pretraining'].source(
+        config_utils.override(config, **{'data.dupe_factor': 0}).data, 'train')

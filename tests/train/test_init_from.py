@@ -90,7 +90,7 @@ def test_vit_224_to_384_style_and_hvt_stages_load_into_the_bigger_model():
                              init_from.resize_grid(grid, (6, 6)), atol=1e-6)
 
 
-def test_fresh_head_listed_unmatched_shape_one_line_and_1d_rule_hook(caplog):
+def test_missing_head_refused_unless_allowed_unmatched_shape_one_line_and_1d_rule_hook(caplog):
   old = {'body': {'kernel': np.ones((2, 2))}, 'pos': {'table': np.arange(4.0)[:, None]}}
   target = {'body': {'kernel': jnp.zeros((2, 2))}, 'head': {'kernel': jnp.zeros((2, 3))},
             'pos': {'table': jnp.zeros((8, 1))}}
@@ -99,15 +99,22 @@ def test_fresh_head_listed_unmatched_shape_one_line_and_1d_rule_hook(caplog):
     init_from.load_init_params(old, target)
   assert '\n' not in str(err.value)
   tile = lambda name, a, shape: np.resize(a, shape)          # a cyclic-tiling rule, as PoNet's
+  # A parameter the checkpoint lacks fails (one line naming it) unless allowed by name.
+  with pytest.raises(ValueError, match=r"init_from: 1 params missing from the checkpoint: "
+                                       r"head/kernel\..*init_from_allow_missing") as err:
+    init_from.load_init_params(old, target, resize_rules=[(r'^pos/', tile)])
+  assert '\n' not in str(err.value) and 'pos/table' not in str(err.value)
   with caplog.at_level(logging.INFO):
-    new = init_from.load_init_params(old, target, resize_rules=[(r'^pos/', tile)])
+    new = init_from.load_init_params(old, target, resize_rules=[(r'^pos/', tile)],
+                                     allow_missing='^head/')
   np.testing.assert_array_equal(new['pos']['table'][:, 0], [0, 1, 2, 3, 0, 1, 2, 3])
   np.testing.assert_array_equal(new['body']['kernel'], np.ones((2, 2)))
   np.testing.assert_array_equal(new['head']['kernel'], np.zeros((2, 3)))
   fresh_lines = [r.message for r in caplog.records if 'freshly initialised' in r.message]
   assert len(fresh_lines) == 1 and 'head/kernel' in fresh_lines[0]
   # `fresh` keeps a parameter the checkpoint has as initialised (a new head of another size).
-  new = init_from.load_init_params(old, target, resize_rules=[(r'^pos/', tile)], fresh='^body/')
+  new = init_from.load_init_params(old, target, resize_rules=[(r'^pos/', tile)], fresh='^body/',
+                                   allow_missing='^head/')
   np.testing.assert_array_equal(new['body']['kernel'], np.zeros((2, 2)))
 
 
