@@ -79,13 +79,19 @@ def _bias(allowed: Array) -> Array:
 class Attention(nn.Module):
   """Softmax multi-head attention of `x` over `memory` with an additive bias [B, 1, Lq, Lk].
 
-  Parameters query/key/value/out as MultiHeadAttention. `decode=True` (self-attention only):
-  keys and values are appended to the 'cache' collection one step at a time; the bias is then
-  'every cached position so far'.
+  Parameters query/key/value/out as MultiHeadAttention. With `decode=True` (one token per call),
+  `cache` says what the 'cache' collection keeps:
+  - 'steps' (decoder self-attention): the keys and values of every step so far, appended one at
+    a time; the bias is then 'every cached position so far'.
+  - 'memory' (cross-attention): the keys and values of the encoder output, projected once when
+    the cache is created (seq2seq_decode.init_cache) instead of at every step.
+  - 'none': nothing (cross-attention projecting the encoder output at every step: the slower
+    reference benchmarks/translation.py compares with).
   """
   num_heads: int
   dropout_rate: float = 0.0
   decode: bool = False
+  cache: str = 'steps'
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -95,9 +101,18 @@ class Attention(nn.Module):
     check_heads(dim, self.num_heads, type(self).__name__)
     dense = lambda name: nn.Dense(dim, dtype=self.dtype, name=name)
     q = split_heads(dense('query')(x), self.num_heads)
-    k = split_heads(dense('key')(memory), self.num_heads)
-    v = split_heads(dense('value')(memory), self.num_heads)
-    if self.decode:
+    if self.decode and self.cache == 'memory':
+      if self.has_variable('cache', 'memory_key'):
+        k, v = self.get_variable('cache', 'memory_key'), self.get_variable('cache', 'memory_value')
+      else:   # cache creation: project the encoder output once
+        k = split_heads(dense('key')(memory), self.num_heads)
+        v = split_heads(dense('value')(memory), self.num_heads)
+        self.put_variable('cache', 'memory_key', k)
+        self.put_variable('cache', 'memory_value', v)
+    else:
+      k = split_heads(dense('key')(memory), self.num_heads)
+      v = split_heads(dense('value')(memory), self.num_heads)
+    if self.decode and self.cache == 'steps':
       initialized = self.has_variable('cache', 'cached_key')
       cached_k = self.variable('cache', 'cached_key', jnp.zeros, k.shape, k.dtype)
       cached_v = self.variable('cache', 'cached_value', jnp.zeros, v.shape, v.dtype)
@@ -223,7 +238,7 @@ class DecoderSelfAttention(nn.Module):
     length = x.shape[1]
     allowed = (segment_ids[:, :, None] == segment_ids[:, None, :]) & mask[:, None, :]
     allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
-    return Attention(self.num_heads, self.dropout_rate, self.decode, self.dtype,
+    return Attention(self.num_heads, self.dropout_rate, self.decode, dtype=self.dtype,
                      name='attention')(x, x, _bias(allowed), deterministic=deterministic)
 
 
@@ -238,6 +253,7 @@ class DecoderBlock(nn.Module):
   drop_path_rate: float = 0.0
   activation: str = 'relu'
   decode: bool = False
+  cache_cross_attention: bool = True
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -250,7 +266,8 @@ class DecoderBlock(nn.Module):
                                           name='self_attention')
     y = residual('norm1', self_attention, self.dropout_rate)(y, segment_ids, mask,
                                                             deterministic=deterministic)
-    cross = Attention(self.num_heads, self.attention_dropout_rate, dtype=self.dtype,
+    cross = Attention(self.num_heads, self.attention_dropout_rate, self.decode,
+                      'memory' if self.cache_cross_attention else 'none', dtype=self.dtype,
                       name='cross_attention')
     y = residual('norm_cross', cross, self.dropout_rate)(y, memory, cross_bias,
                                                          deterministic=deterministic)
@@ -275,6 +292,8 @@ class TransformerSeq2Seq(nn.Module):
   drop_path_rate: float = 0.0
   activation: str = 'relu'
   decode: bool = False
+  # Decoding: cross-attention keys/values projected once per sentence (False: at every step).
+  cache_cross_attention: bool = True
   dtype: Optional[Dtype] = None
 
   def setup(self):
@@ -291,7 +310,7 @@ class TransformerSeq2Seq(nn.Module):
         for _ in range(self.num_layers)]
     self.decoder_blocks = [
         DecoderBlock(self.num_heads, self.mlp_dim, self.decoder_context_pool, decode=self.decode,
-                     **common)
+                     cache_cross_attention=self.cache_cross_attention, **common)
         for _ in range(self.num_decoder_layers or self.num_layers)]
     self.encoder_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype)
     self.decoder_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype)

@@ -40,7 +40,7 @@ def test_cached_decoding_equals_full_recomputation(variant):
   full = model.apply({'params': params}, {'inputs': src, 'targets': tgt})
   decoder = model.clone(decode=True)
   memory = model.apply({'params': params}, src, method='encode')
-  cache = sd._init_cache(decoder, params, src, 9)
+  cache = sd.init_cache(decoder, params, memory, src, 9)
   previous = jnp.pad(tgt, ((0, 0), (1, 0)))[:, :-1]   # start token 0, then the targets
   step = jax.jit(lambda cache, token, t: decoder.apply(
       {'params': params, 'cache': cache}, memory, src, token, t, method='decode_step',
