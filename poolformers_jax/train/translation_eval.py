@@ -1,20 +1,23 @@
 """BLEU of a translation model on a split: decode (beam search on the KV cache, sharded over the
 data axis), detokenize with the shared SentencePiece model, score against the raw references.
 
-Two numbers, both from the `sacrebleu` package:
+Two numbers:
 - `bleu`: sacreBLEU on detokenized text (13a tokenization, case-sensitive; signature reported
   as `bleu_signature`), the number to compare across papers today.
 - `tokenized_bleu`: the paper-style number of Vaswani et al. / tensor2tensor's get_ende_bleu.sh:
-  hypothesis and reference tokenized (here by sacreBLEU's 13a tokenizer, a close stand-in for the
-  Moses tokenizer, which is not a dependency), for EN-DE with compound splitting (every
-  `a-b` inside a word becomes `a ##AT##-##AT## b`), then BLEU on those tokens (tokenize='none').
-  The ContextPool paper's Table 4 numbers are of this kind.
+  hypothesis and reference tokenized by the Moses tokenizer (`sacremoses`, `-l <target
+  language>`, escaping on, as tokenizer.perl), for EN-DE with compound splitting (every `a-b`
+  inside a word becomes `a ##AT##-##AT## b`), then BLEU on those tokens (sacreBLEU with
+  tokenize='none', which is multi-bleu.perl's formula). The ContextPool paper's Table 4 numbers
+  are of this kind. config.decode.tokenized_bleu='13a' uses sacreBLEU's 13a tokenizer instead
+  (it differs from Moses, e.g. it splits "2013-2014" and keeps quotes unescaped).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
@@ -33,20 +36,38 @@ def split_compounds(text: str) -> str:
   return _COMPOUND.sub(r'\1 ##AT##-##AT## \2', text)
 
 
-def bleu_scores(hypotheses: list[str], references: list[str], target_language: str) -> dict[str, Any]:
+TOKENIZERS = ('moses', '13a')
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(kind: str, language: str) -> Callable[[str], str]:
+  if kind == 'moses':
+    from sacremoses import MosesTokenizer
+    moses = MosesTokenizer(lang=language)
+    return lambda text: moses.tokenize(text, escape=True, return_str=True)
+  if kind == '13a':
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+    return Tokenizer13a()
+  raise ValueError(f'config.decode.tokenized_bleu={kind!r}; choose one of {TOKENIZERS}.')
+
+
+def tokenize_for_bleu(text: str, target_language: str, kind: str = 'moses') -> str:
+  """get_ende_bleu.sh's preparation: tokenized, then compounds split for German."""
+  tokens = _tokenizer(kind, target_language)(text)
+  return split_compounds(tokens) if target_language == 'de' else tokens
+
+
+def bleu_scores(hypotheses: list[str], references: list[str], target_language: str,
+                tokenized: str = 'moses') -> dict[str, Any]:
   """sacreBLEU (detokenized) and paper-style tokenized BLEU of hypotheses vs references."""
   from sacrebleu.metrics import BLEU
-  from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
   bleu = BLEU()
   detok = bleu.corpus_score(hypotheses, [references])
-  tokenize = Tokenizer13a()
-  prepare = lambda t: tokenize(t)
-  if target_language == 'de':
-    prepare = lambda t: split_compounds(tokenize(t))
-  tokenized = BLEU(tokenize='none', force=True).corpus_score(
+  prepare = lambda t: tokenize_for_bleu(t, target_language, tokenized)
+  paper = BLEU(tokenize='none', force=True).corpus_score(
       [prepare(h) for h in hypotheses], [[prepare(r) for r in references]])
-  return {'bleu': detok.score, 'tokenized_bleu': tokenized.score,
-          'bleu_signature': str(bleu.get_signature())}
+  return {'bleu': detok.score, 'tokenized_bleu': paper.score,
+          'bleu_signature': str(bleu.get_signature()), 'tokenized_bleu_tokenizer': tokenized}
 
 
 # Source lengths are padded up to one of these (then to multiples of 128), so a split compiles
@@ -155,5 +176,6 @@ def bleu_metrics(setup, state, split: str, output_path: Optional[str] = None) ->
   _, hypotheses, references = translate_split(setup, state, split, limit=limit)
   if output_path:
     write_lines(output_path, hypotheses)
-  out = bleu_scores(hypotheses, references, setup.config.data.target_language)
+  out = bleu_scores(hypotheses, references, setup.config.data.target_language,
+                    str(decode.tokenized_bleu))
   return {**out, 'decoded_sentences': len(hypotheses)}

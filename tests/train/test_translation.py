@@ -15,7 +15,7 @@ from poolformers_jax.train import checkpoint as checkpoint_lib, config_utils, ev
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.cli import load_config_file
 from poolformers_jax.train.setup import make_setup
-from poolformers_jax.train.translation_eval import bleu_scores, split_compounds
+from poolformers_jax.train.translation_eval import bleu_scores, split_compounds, tokenize_for_bleu
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_WORDS = ['zap', 'mib', 'tor', 'kel', 'vun', 'rax', 'dop', 'sil', 'gum', 'fep']
@@ -134,3 +134,22 @@ def test_bleu_scores_and_compound_splitting():
   de = bleu_scores(['das US-Team gewann heute das Spiel'], ['das US-Team gewann gestern das Spiel'],
                    'de')
   assert de['tokenized_bleu'] > de['bleu']
+
+
+def test_tokenized_bleu_is_moses_with_compound_splitting():
+  """get_ende_bleu.sh: tokenizer.perl -l de (escaping on), then ##AT## compound splitting. The
+  13a stand-in differs: it splits digits at a hyphen and keeps quotes unescaped."""
+  text = 'Die Saison 2013-2014 des US-Teams war "gut".'
+  assert tokenize_for_bleu(text, 'de') == (
+      'Die Saison 2013 ##AT##-##AT## 2014 des US ##AT##-##AT## Teams war &quot; gut &quot; .')
+  assert tokenize_for_bleu(text, 'de', '13a') == (
+      'Die Saison 2013 - 2014 des US ##AT##-##AT## Teams war " gut " .')
+  assert tokenize_for_bleu('Le 3,5 Mio. est-ce "bon"?', 'fr') == (
+      'Le 3,5 Mio. est-ce &quot; bon &quot; ?')        # no compound splitting outside German
+  # The two tokenizations give different BLEU on the same pair.
+  hyp, ref = ['Die Saison 2013-2014 war gut .'], ['Die Saison 2013 - 2014 war gut .']
+  moses, t13a = bleu_scores(hyp, ref, 'de'), bleu_scores(hyp, ref, 'de', '13a')
+  assert t13a['tokenized_bleu'] == pytest.approx(100.0) and moses['tokenized_bleu'] < 70.0
+  assert moses['tokenized_bleu_tokenizer'] == 'moses'
+  with pytest.raises(ValueError, match='tokenized_bleu'):
+    bleu_scores(hyp, ref, 'de', 'perl')
