@@ -91,9 +91,14 @@ def greedy(model, params, inputs: jax.Array, max_length: int,
   return state[3]
 
 
-def _gather(tree, flat_index: jax.Array, rows: int):
-  """Rows `flat_index` of every array in `tree` whose leading axis has `rows` entries."""
-  return jax.tree.map(lambda x: x[flat_index] if x.ndim and x.shape[0] == rows else x, tree)
+def _gather(cache, flat_index: jax.Array, rows: int):
+  """Rows `flat_index` of every cache array whose leading axis has `rows` entries; the
+  cross-attention keys/values are the same for every beam of a sentence and are left as they
+  are (no copy of [rows, heads, source length, head dim] per step)."""
+  flat = traverse_util.flatten_dict(cache)
+  return traverse_util.unflatten_dict({
+      k: x[flat_index] if x.ndim and x.shape[0] == rows and k[-1] not in _MEMORY else x
+      for k, x in flat.items()})
 
 
 def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: int = 4,

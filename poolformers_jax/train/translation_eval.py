@@ -92,23 +92,26 @@ def encode_source(tokenizer, text: str, max_length: int) -> np.ndarray:
 
 
 def length_batches(sources: list[np.ndarray], batch_tokens: int, multiple: int):
-  """Yields (indices, ids [rows, length]): sources sorted by length, grouped by bucket length,
-  `rows` = batch_tokens // length rounded down to a multiple of `multiple` (the devices);
-  rows beyond the sentences are all padding."""
+  """Yields (indices, ids [rows, length]): sources sorted by length, grouped by bucket length;
+  `rows` = batch_tokens // length rounded down to a multiple of `multiple` (the devices), or
+  for a bucket's last sentences the power of two (times `multiple`) that holds them, so the
+  shapes stay few; rows beyond the sentences are all padding, after the real ones."""
   order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
   start = 0
   while start < len(order):
     length = bucket_length(len(sources[order[start]]))
-    rows = max(multiple, batch_tokens // length // multiple * multiple)
-    chunk = []
-    while (start < len(order) and len(chunk) < rows
-           and bucket_length(len(sources[order[start]])) == length):
-      chunk.append(order[start])
-      start += 1
-    ids = np.zeros((rows, length), np.int32)
-    for row, i in enumerate(chunk):
-      ids[row, :len(sources[i])] = sources[i]
-    yield chunk, ids
+    end = start
+    while end < len(order) and bucket_length(len(sources[order[end]])) == length:
+      end += 1
+    full = max(multiple, batch_tokens // length // multiple * multiple)
+    for first in range(start, end, full):
+      chunk = order[first:min(first + full, end)]
+      rows = min(full, multiple * 2 ** int(np.ceil(np.log2(-(-len(chunk) // multiple)))))
+      ids = np.zeros((rows, length), np.int32)
+      for row, i in enumerate(chunk):
+        ids[row, :len(sources[i])] = sources[i]
+      yield chunk, ids
+    start = end
 
 
 def _translator(setup, beam_size: int, alpha: float):
