@@ -16,7 +16,7 @@ Argument: `<model>[,cp][,enfr][,L<n>][,small|tiny]`
          big (6, 1024, 4096, 16): the Small / Base / Big models of Li et al. (2019b) the paper
          uses. (Small is `paper_small`: `small` is the size word every config file shares.)
   cp     CP-attention: ContextPool before every attention layer of the encoder (mixer
-         'contextpool') and, causally, of the decoder's self-attention.
+         'contextpool') and, causally, of the decoder (self- and cross-attention).
   enfr   WMT14 EN-FR instead of EN-DE.
   L<n>   n layers in encoder and decoder (Fig. 5: L = 4..10 with the Base width).
   small  a CPU-sized run on the same data (2 layers, d 64, 8K vocabulary, 64 tokens, 2 000 steps).
@@ -27,7 +27,8 @@ Paper's BLEU (Table 4; tokenized BLEU, newstest2014), EN-DE / EN-FR:
          on a V100 for Base vs CP-Base)
   big:   standard 29.26 / 41.00, CP 30.11 / 41.59
 Fig. 5 (EN-DE, Base width): CP (L=6) 28.91; CP with L=8 matches standard attention with L=10.
-Parameters (summary tool, 32K shared vocabulary): base 60.5M, base,cp 61.1M.
+Parameters (summary tool, 32K shared vocabulary): base 60.5M, base,cp 61.4M (61.1M with the
+decoder placement 'self_attention').
 
 From the paper: 250k iterations (Small, Base), 600k with a smaller batch (Big); Adam with the
 schedule of Vaswani et al. Our choices where it is silent: Adam b1 0.9, b2 0.98, eps 1e-9 and
@@ -76,9 +77,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       num_layers=LAYERS.number(words['layers']) or num_layers, emb_dim=dim, num_heads=heads,
       mlp_dim=mlp_dim,
       mixer='contextpool' if cp else 'softmax',
-      mixer_kwargs=ml_collections.ConfigDict(dict(CP_OPTIONS)),
-      # ContextPool options for the decoder's causal CP; None = standard decoder attention.
-      decoder_context_pool=ml_collections.ConfigDict(dict(CP_OPTIONS)) if cp else None,
+      # Encoder CP placement: 'mixer_input' (pool each attention's input) or 'block_output'.
+      mixer_kwargs=ml_collections.ConfigDict(dict(CP_OPTIONS, placement='mixer_input') if cp
+                                             else {}),
+      # The decoder's causal CP (None = standard decoder attention); placement
+      # 'every_attention' (before self- and cross-attention), 'self_attention' or 'block_output'.
+      decoder_context_pool=ml_collections.ConfigDict(
+          dict(CP_OPTIONS, placement='every_attention')) if cp else None,
       dropout_rate=dropout, attention_dropout_rate=dropout, drop_path_rate=0.0,
       activation='relu', dtype='float32',          # 'bfloat16': bf16 compute, float32 params
       vocab_size=config_dict.placeholder(int),     # from the SentencePiece model
