@@ -33,8 +33,11 @@ decoder placement 'self_attention').
 From the paper: 250k iterations (Small, Base), 600k with a smaller batch (Big); Adam with the
 schedule of Vaswani et al. Our choices where it is silent: Adam b1 0.9, b2 0.98, eps 1e-9 and
 lr = d^-0.5 * min(step^-0.5, step * 4000^-1.5) (Vaswani et al.'s Eq. 3, 4000 warmup steps),
-label smoothing 0.1, dropout 0.1 (Big EN-DE 0.3, EN-FR 0.1), pre-LN blocks, rows of 256 packed
-tokens, 128 rows per batch (Big: 64), no weight decay or clipping.
+label smoothing 0.1, residual dropout 0.1 (Big EN-DE 0.3, EN-FR 0.1: Vaswani et al. sec. 5.4 and
+Table 3, dropout of every sublayer output and of the embedding sums) and no attention dropout
+(their paper has none; `attention_dropout_rate` drops the decoder's attention probabilities,
+the encoder mixer's attention output), pre-LN blocks, rows of 256 packed tokens, 128 rows per
+batch (Big: 64), no weight decay or clipping.
 """
 from __future__ import annotations
 
@@ -84,7 +87,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # 'every_attention' (before self- and cross-attention), 'self_attention' or 'block_output'.
       decoder_context_pool=ml_collections.ConfigDict(
           dict(CP_OPTIONS, placement='every_attention')) if cp else None,
-      dropout_rate=dropout, attention_dropout_rate=dropout, drop_path_rate=0.0,
+      # Vaswani et al.'s P_drop is residual dropout (sublayer outputs, embeddings + positions);
+      # their paper has no attention dropout.
+      dropout_rate=dropout, attention_dropout_rate=0.0, drop_path_rate=0.0,
       activation='relu', dtype='float32',          # 'bfloat16': bf16 compute, float32 params
       vocab_size=config_dict.placeholder(int),     # from the SentencePiece model
   ))

@@ -127,9 +127,12 @@ class Attention(nn.Module):
         index.value = i + 1
         seen = jnp.arange(k.shape[2]) <= i
         bias = jnp.where(seen, 0.0, NEG_INF)[None, None, None, :].astype(jnp.float32)
-    out, weights = softmax_attention(q, k, v, bias)
+    # softmax_attention's weights, then dropout on them (attention-probability dropout, as
+    # tensor2tensor's attention_dropout), then the values.
+    _, weights = softmax_attention(q, k, v, bias)
     self.sow('intermediates', 'attention_weights', weights)
-    out = nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
+    dropped = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
+    out = jnp.einsum('bhqk,bhkd->bhqd', dropped.astype(v.dtype), v)
     return dense('out')(merge_heads(out))
 
 
@@ -334,8 +337,8 @@ class TransformerSeq2Seq(nn.Module):
   mixer: str = 'softmax'                     # the encoder's self-attention
   mixer_kwargs: Optional[Mapping[str, Any]] = None
   decoder_context_pool: Optional[Mapping[str, Any]] = None   # ContextPool options; None = off
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
+  dropout_rate: float = 0.1                  # residual dropout (Vaswani et al. P_drop)
+  attention_dropout_rate: float = 0.0        # on the decoder's attention probabilities
   drop_path_rate: float = 0.0
   activation: str = 'relu'
   decode: bool = False

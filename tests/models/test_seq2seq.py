@@ -235,3 +235,24 @@ def test_unknown_decoder_placement_is_one_line():
   model = tiny({'placement': 'everywhere'}, encoder_cp=True)
   with pytest.raises(ValueError, match=r"placement='everywhere'; choose one of"):
     init(model, tokens((1, 5), 0), tokens((1, 5), 1))
+
+
+def test_attention_dropout_drops_probabilities():
+  """With identity value/out projections and the identity as memory, the output IS the dropped
+  attention-probability matrix: each entry 0 or weight / (1 - rate), some of both."""
+  from poolformers_jax.models.seq2seq import Attention
+  dim, rate = 8, 0.5
+  attention = Attention(num_heads=1, dropout_rate=rate)
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((1, 8, dim)), jnp.float32)
+  memory = jnp.eye(dim)[None]
+  bias = jnp.zeros((1, 1, 8, dim))
+  params = attention.init(jax.random.PRNGKey(0), x, memory, bias)['params']
+  eye = {'kernel': jnp.eye(dim), 'bias': jnp.zeros(dim)}
+  params = {**params, 'value': eye, 'out': eye}
+  (out, ), weights = attention.apply({'params': params}, x, memory, bias, deterministic=False,
+                                     rngs={'dropout': jax.random.PRNGKey(1)},
+                                     mutable=['intermediates'])
+  weights = weights['intermediates']['attention_weights'][0][0, 0]
+  kept = np.isclose(np.asarray(out), np.asarray(weights) / (1 - rate), rtol=1e-5)
+  dropped = np.asarray(out) == 0
+  assert np.all(kept | dropped) and kept.any() and dropped.any()
