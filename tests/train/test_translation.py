@@ -153,3 +153,13 @@ def test_tokenized_bleu_is_moses_with_compound_splitting():
   assert moses['tokenized_bleu_tokenizer'] == 'moses'
   with pytest.raises(ValueError, match='tokenized_bleu'):
     bleu_scores(hyp, ref, 'de', 'perl')
+
+
+@pytest.mark.parametrize('key,value,message', [
+    ('decode.tokenized_bleu', 'perl', r"config.decode.tokenized_bleu='perl' is unknown"),
+    ('decode.batch_tokens', 0, r'config.decode.batch_tokens=0 must be a positive integer'),
+    ('decode.beam_size', 0, r'config.decode.beam_size=0 must be a positive integer')])
+def test_bad_decode_settings_fail_before_compiling(tmp_path, key, value, message):
+  write_corpus(tmp_path, train=50, held_out=4)
+  with pytest.raises(ValueError, match=message):
+    make_setup(tiny_translation_config(tmp_path, **{key: value}))
