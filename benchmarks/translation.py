@@ -7,8 +7,15 @@ encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
   config's Adam update) on packed rows of random tokens, after a warm-up, the runs of both
   models interleaved; steps/s and the ratio CP / standard;
 - memory: XLA's compiled temp + argument bytes of that step (memory_analysis(): deterministic);
-- decoding: tokens/s of jitted greedy and beam-4 decoding on the KV cache (random source, the
-  untrained model decodes all max_length steps: no early EOS, so every run does the same work).
+- decoding, before / after (the ratio of output tokens/s in this one process): greedy and beam-4
+  translation of `--decode_sentences` random sources of 4..60 tokens, whose EOS logit is raised
+  from the source length on (so every run outputs the same tokens, as a trained model would
+  end near the source length).
+    before: sources in input order, `--decode_batch` per batch, each padded to
+            `--decode_pad_length` (the data max_length of the real config), decode length fixed
+            to it, cross-attention keys/values projected at every step (the decoder as it was);
+    after:  translation_eval's path: sources sorted and bucketed by length (`--batch_tokens`),
+            caches sized to source length + 50, cross-attention keys/values projected once.
 
   nice -n 19 .venv/bin/python benchmarks/translation.py --output_dir /tmp/translation_bench
 
@@ -27,8 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax.models import seq2seq_decode
+from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
 from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
+from poolformers_jax.train.translation_eval import length_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,8 +51,12 @@ flags.DEFINE_integer('vocab', 8000, 'Shared vocabulary.')
 flags.DEFINE_integer('batch', 16, 'Packed rows per training step.')
 flags.DEFINE_integer('length', 64, 'Tokens per row (source and target).')
 flags.DEFINE_integer('repeats', 5, 'Timed runs (median).')
-flags.DEFINE_integer('decode_batch', 8, 'Sentences decoded at once.')
-flags.DEFINE_integer('decode_length', 32, 'Tokens decoded per sentence.')
+flags.DEFINE_integer('decode_sentences', 16, 'Sentences translated per run.')
+flags.DEFINE_integer('decode_batch', 8, 'Before: sentences decoded at once.')
+flags.DEFINE_integer('decode_pad_length', 256, 'Before: every source padded to this length.')
+flags.DEFINE_integer('batch_tokens', 512, 'After: source tokens (padding included) per batch.')
+flags.DEFINE_bool('decode_only', False, 'Skip the training-step measurements.')
+flags.DEFINE_list('models', ['standard', 'cp'], 'Which of standard, cp to measure.')
 
 
 def _setup(cp: bool):
@@ -77,11 +90,13 @@ def _packed_batch(rng: np.random.Generator) -> dict:
   return {k: jnp.asarray(v) for k, v in out.items()}
 
 
-def _interleaved_medians(calls: dict) -> dict:
+def _interleaved_medians(calls: dict, warmed=()) -> dict:
   """Median seconds of each `name -> (fn, args)`, the runs of all names interleaved, so a load
-  that changes during the benchmark hits every model alike (the ratios are what we report)."""
-  for fn, args in calls.values():
-    jax.block_until_ready(fn(*args))                    # warm-up (compiled already)
+  that changes during the benchmark hits every model alike (the ratios are what we report).
+  Every call but those `warmed` already runs once first (compilation, warm-up)."""
+  for name, (fn, args) in calls.items():
+    if name not in warmed:
+      jax.block_until_ready(fn(*args))
   times = {name: [] for name in calls}
   for _ in range(FLAGS.repeats):
     for name, (fn, args) in calls.items():
@@ -91,57 +106,122 @@ def _interleaved_medians(calls: dict) -> dict:
   return {name: statistics.median(t) for name, t in times.items()}
 
 
-def build(cp: bool, batch: dict) -> dict:
+class EndsAtSourceLength(TransformerSeq2Seq):
+  """The model with its EOS logit raised by 30 from target position `source length - 1` on:
+  each output ends after as many tokens as its source has (EOS included), in both regimes."""
+
+  def decode_logits(self, memory, inputs, decoder_inputs, targets_segment_ids, targets_positions,
+                    inputs_segment_ids=None, **kwargs):
+    logits = super().decode_logits(memory, inputs, decoder_inputs, targets_segment_ids,
+                                   targets_positions, inputs_segment_ids, **kwargs)
+    if targets_positions is None:      # cache creation (teacher-forcing shapes)
+      targets_positions = jnp.arange(logits.shape[1])[None]
+    lengths = jnp.sum(inputs != 0, axis=1, keepdims=True)
+    ends = targets_positions >= lengths - 1
+    return logits.at[..., EOS_ID].add(jnp.where(ends, 30.0, 0.0))
+
+
+def _sources() -> list:
+  rng = np.random.default_rng(3)
+  lengths = rng.integers(4, 61, FLAGS.decode_sentences)
+  return [np.concatenate([rng.integers(3, FLAGS.vocab, n - 1), [EOS_ID]]).astype(np.int32)
+          for n in lengths]
+
+
+def _output_tokens(tokens: np.ndarray) -> int:
+  """Tokens up to and including each row's EOS."""
+  ends = np.argmax(tokens == EOS_ID, axis=1)
+  return int(np.sum(np.where((tokens == EOS_ID).any(1), ends + 1, tokens.shape[1])))
+
+
+def decoders(model, params, sources: list) -> dict:
+  """name -> (fn, args): each translates every source and returns its output token count."""
+  model = EndsAtSourceLength(**{f: getattr(model, f) for f in TransformerSeq2Seq.__dataclass_fields__
+                                if f not in ('parent', 'name')})
+  slow = model.clone(cache_cross_attention=False)
+  before_batches = []
+  for start in range(0, len(sources), FLAGS.decode_batch):
+    ids = np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32)
+    chunk = sources[start:start + FLAGS.decode_batch]
+    for row, src in enumerate(chunk):
+      ids[row, :len(src)] = src
+    before_batches.append((len(chunk), ids))
+  after_batches = [(len(indices), ids)
+                   for indices, ids in length_batches(sources, FLAGS.batch_tokens, 1)]
+
+  def regime(fn, batches):
+    def run():   # the real sentences of each batch are its first rows
+      return sum(_output_tokens(np.asarray(fn(params, ids))[:n]) for n, ids in batches)
+    return run, ()
+
+  calls = {}
+  for name, beam in (('greedy', 1), ('beam4', 4)):
+    calls[f'{name}_before'] = regime(seq2seq_decode.make_translate(
+        slow, FLAGS.decode_pad_length, beam_size=beam, alpha=0.6), before_batches)
+    calls[f'{name}_after'] = regime(seq2seq_decode.make_translate(
+        model, None, beam_size=beam, alpha=0.6), after_batches)
+  return calls
+
+
+def build(cp: bool, batch: dict, sources: list) -> dict:
   """The compiled trainer step (step.compile_train_step) and decoders of one model, with their
   arguments and memory."""
   setup = _setup(cp)
-  compiled = step_lib.compile_train_step(setup)
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
   params = jax.tree.map(jnp.copy, state.params)   # the decoders' own: the step donates the state
-  steps = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))
-  src = jnp.asarray(np.random.default_rng(2).integers(3, FLAGS.vocab, (FLAGS.decode_batch, 24)),
-                    jnp.int32)
-  calls = {'train': (steps, (batch,))}
-  for name, beam in (('greedy', 1), ('beam4', 4)):
-    calls[name] = (seq2seq_decode.make_translate(setup.model, FLAGS.decode_length,
-                                                 beam_size=beam, alpha=0.6), (params, src))
-  return {'calls': calls,
-          'params': state_lib.param_count(params),
-          'train_temp_bytes': compiled.memory['temp'],
-          'train_argument_bytes': compiled.memory['argument']}
+  calls = decoders(setup.model, params, sources)
+  out = {'calls': calls, 'params': state_lib.param_count(params)}
+  if not FLAGS.decode_only:
+    compiled = step_lib.compile_train_step(setup)
+    calls['train'] = (compiled.runner(state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
+    out.update(train_temp_bytes=compiled.memory['temp'],
+               train_argument_bytes=compiled.memory['argument'])
+  return out
 
 
 def measure(models: dict) -> dict:
   calls = {(m, c): call for m, built in models.items() for c, call in built['calls'].items()}
-  seconds = _interleaved_medians(calls)
+  # First runs: compile every bucket shape, count the output tokens.
+  tokens = {key: fn(*args) for key, (fn, args) in calls.items() if key[1] != 'train'}
+  seconds = _interleaved_medians(calls, warmed=tokens)
   out = {}
   for m, built in models.items():
-    step = seconds[(m, 'train')]
     out[m] = {k: v for k, v in built.items() if k != 'calls'}
-    out[m].update(train_step_seconds=step, steps_per_second=1.0 / step, decode={
-        name: {'seconds': seconds[(m, name)],
-               'tokens_per_second': FLAGS.decode_batch * FLAGS.decode_length / seconds[(m, name)]}
-        for name in ('greedy', 'beam4')})
+    if not FLAGS.decode_only:
+      step = seconds[(m, 'train')]
+      out[m].update(train_step_seconds=step, steps_per_second=1.0 / step)
+    out[m]['decode'] = {
+        name: {'seconds': seconds[(m, name)], 'output_tokens': tokens[(m, name)],
+               'tokens_per_second': tokens[(m, name)] / seconds[(m, name)]}
+        for name in built['calls'] if name != 'train'}
+    for name in ('greedy', 'beam4'):
+      assert tokens[(m, f'{name}_before')] == tokens[(m, f'{name}_after')], (m, name, tokens)
+      out[m]['decode'][f'{name}_speedup_after_over_before'] = (
+          seconds[(m, f'{name}_before')] / seconds[(m, f'{name}_after')])
   return out
+
+
+def _ratios(std: dict, cp: dict) -> dict:
+  ratios = {f'{name}_tokens_per_second': (cp['decode'][f'{name}_after']['tokens_per_second']
+                                          / std['decode'][f'{name}_after']['tokens_per_second'])
+            for name in ('greedy', 'beam4')}
+  if not FLAGS.decode_only:
+    ratios.update(steps_per_second=cp['steps_per_second'] / std['steps_per_second'],
+                  train_temp_bytes=cp['train_temp_bytes'] / std['train_temp_bytes'])
+  return ratios
 
 
 def main(argv):
   del argv
   batch = _packed_batch(np.random.default_rng(0))
-  results = measure({'standard': build(False, batch), 'cp': build(True, batch)})
-  std, cp = results['standard'], results['cp']
-  results['ratios_cp_over_standard'] = {
-      'steps_per_second': cp['steps_per_second'] / std['steps_per_second'],
-      'train_temp_bytes': cp['train_temp_bytes'] / std['train_temp_bytes'],
-      'greedy_tokens_per_second': (cp['decode']['greedy']['tokens_per_second']
-                                   / std['decode']['greedy']['tokens_per_second']),
-      'beam4_tokens_per_second': (cp['decode']['beam4']['tokens_per_second']
-                                  / std['decode']['beam4']['tokens_per_second']),
-  }
+  sources = _sources()
+  results = measure({name: build(name == 'cp', batch, sources) for name in FLAGS.models})
+  if set(FLAGS.models) == {'standard', 'cp'}:
+    results['ratios_cp_over_standard'] = _ratios(results['standard'], results['cp'])
   results['setup'] = {k: getattr(FLAGS, k) for k in (
       'num_layers', 'emb_dim', 'mlp_dim', 'num_heads', 'vocab', 'batch', 'length', 'repeats',
-      'decode_batch', 'decode_length')}
+      'decode_sentences', 'decode_batch', 'decode_pad_length', 'batch_tokens', 'models')}
   results['setup']['devices'] = str(jax.devices())
   text = json.dumps(results, indent=2, sort_keys=True)
   print(text)

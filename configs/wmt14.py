@@ -16,7 +16,7 @@ Argument: `<model>[,cp][,enfr][,L<n>][,small|tiny]`
          big (6, 1024, 4096, 16): the Small / Base / Big models of Li et al. (2019b) the paper
          uses. (Small is `paper_small`: `small` is the size word every config file shares.)
   cp     CP-attention: ContextPool before every attention layer of the encoder (mixer
-         'contextpool') and, causally, of the decoder's self-attention.
+         'contextpool') and, causally, of the decoder (self- and cross-attention).
   enfr   WMT14 EN-FR instead of EN-DE.
   L<n>   n layers in encoder and decoder (Fig. 5: L = 4..10 with the Base width).
   small  a CPU-sized run on the same data (2 layers, d 64, 8K vocabulary, 64 tokens, 2 000 steps).
@@ -27,13 +27,17 @@ Paper's BLEU (Table 4; tokenized BLEU, newstest2014), EN-DE / EN-FR:
          on a V100 for Base vs CP-Base)
   big:   standard 29.26 / 41.00, CP 30.11 / 41.59
 Fig. 5 (EN-DE, Base width): CP (L=6) 28.91; CP with L=8 matches standard attention with L=10.
-Parameters (summary tool, 32K shared vocabulary): base 60.5M, base,cp 61.1M.
+Parameters (summary tool, 32K shared vocabulary): base 60.5M, base,cp 61.4M (61.1M with the
+decoder placement 'self_attention').
 
 From the paper: 250k iterations (Small, Base), 600k with a smaller batch (Big); Adam with the
 schedule of Vaswani et al. Our choices where it is silent: Adam b1 0.9, b2 0.98, eps 1e-9 and
 lr = d^-0.5 * min(step^-0.5, step * 4000^-1.5) (Vaswani et al.'s Eq. 3, 4000 warmup steps),
-label smoothing 0.1, dropout 0.1 (Big EN-DE 0.3, EN-FR 0.1), pre-LN blocks, rows of 256 packed
-tokens, 128 rows per batch (Big: 64), no weight decay or clipping.
+label smoothing 0.1, residual dropout 0.1 (Big EN-DE 0.3, EN-FR 0.1: Vaswani et al. sec. 5.4 and
+Table 3, dropout of every sublayer output and of the embedding sums) and no attention dropout
+(their paper has none; `attention_dropout_rate` drops the decoder's attention probabilities,
+the encoder mixer's attention output), pre-LN blocks, rows of 256 packed tokens, 128 rows per
+batch (Big: 64), no weight decay or clipping.
 """
 from __future__ import annotations
 
@@ -76,10 +80,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       num_layers=LAYERS.number(words['layers']) or num_layers, emb_dim=dim, num_heads=heads,
       mlp_dim=mlp_dim,
       mixer='contextpool' if cp else 'softmax',
-      mixer_kwargs=ml_collections.ConfigDict(dict(CP_OPTIONS)),
-      # ContextPool options for the decoder's causal CP; None = standard decoder attention.
-      decoder_context_pool=ml_collections.ConfigDict(dict(CP_OPTIONS)) if cp else None,
-      dropout_rate=dropout, attention_dropout_rate=dropout, drop_path_rate=0.0,
+      # Encoder CP placement: 'mixer_input' (pool each attention's input) or 'block_output'.
+      mixer_kwargs=ml_collections.ConfigDict(dict(CP_OPTIONS, placement='mixer_input') if cp
+                                             else {}),
+      # The decoder's causal CP (None = standard decoder attention); placement
+      # 'every_attention' (before self- and cross-attention), 'self_attention' or 'block_output'.
+      decoder_context_pool=ml_collections.ConfigDict(
+          dict(CP_OPTIONS, placement='every_attention')) if cp else None,
+      # Vaswani et al.'s P_drop is residual dropout (sublayer outputs, embeddings + positions);
+      # their paper has no attention dropout.
+      dropout_rate=dropout, attention_dropout_rate=0.0, drop_path_rate=0.0,
       activation='relu', dtype='float32',          # 'bfloat16': bf16 compute, float32 params
       vocab_size=config_dict.placeholder(int),     # from the SentencePiece model
   ))
@@ -90,7 +100,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.batch_size = batch              # packed rows of data.max_length tokens, global
   config.eval_batch_size = 64            # pairs (padded, not packed)
   config.num_train_steps = steps
-  config.eval_every_steps = config.checkpoint_every_steps = 5_000
+  config.eval_every_steps = 5_000
+  # Vaswani et al. average the last 5 (Base) / 20 (Big) checkpoints, written every 10 minutes
+  # (Base: 100k steps in 12 hours, about 1 400 steps): keep as many, average with
+  # `python -m poolformers_jax.average --workdir DIR --last N`.
+  config.checkpoint_every_steps = 1_000
+  config.keep_checkpoints = 20 if model == 'big' else 5
   config.best_metric = 'loss'
   config.best_mode = 'min'
   config.decode.bleu_splits = ('test',)
@@ -98,7 +113,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   if size in SMALLER:
     config.optimizer.learning_rate = 1e-3
     config.data.vocab_size = 8000
-    config.data.max_length = config.decode.max_length = 64
+    config.data.max_length = 64
     config.decode.max_sentences = 256
   config.lock()
   return config

@@ -76,10 +76,12 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   # Generated outputs scored at evaluation (translation: beam search, then BLEU).
   config.decode = ml_collections.ConfigDict(dict(
       beam_size=4, alpha=0.6,            # Vaswani et al.; beam_size 1 = greedy
-      max_length=256,                    # decoded tokens at most
-      batch_size=64,                     # sentences decoded at once (global)
+      batch_tokens=4096,                 # source tokens (padding included) decoded at once
       bleu_splits=(),                    # splits whose evaluation also decodes and scores BLEU
-      max_sentences=0,                   # 0 = every sentence of the split
+      max_sentences=0,                   # of those splits; 0 = every sentence
+      validation_sentences=0,            # > 0: BLEU of the first N validation sentences at
+                                         # every evaluation during training (0 = off)
+      tokenized_bleu='moses',            # 'moses' (sacremoses, t2t get_ende_bleu.sh) | '13a'
   ))
   return config
 

@@ -561,14 +561,13 @@ class ContextPoolAttention(ContextPoolOptions):
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
     """`segment_ids` [B, L] (packed rows): pooling and attention stay inside each segment."""
-    if segment_ids is not None and self.placement != 'mixer_input':
-      raise ValueError("ContextPoolAttention: packed rows (segment_ids) need placement "
-                       "'mixer_input'.")
     if self.placement == 'mixer_input':
       x = self.context_pool(x, mask, segment_ids=segment_ids)
     return self.attention(x, mask, segment_ids=segment_ids, deterministic=deterministic)
 
-  def pool_block_output(self, x: Array, mask: Optional[Array] = None) -> Array:
-    """ContextPool of a block's output (placement 'block_output'; called by TransformerBlock)."""
-    return self.context_pool(x, mask)
+  def pool_block_output(self, x: Array, mask: Optional[Array] = None, *,
+                        segment_ids: Optional[Array] = None) -> Array:
+    """ContextPool of a block's output (placement 'block_output'; called by TransformerBlock);
+    packed rows: each segment pooled as if alone."""
+    return self.context_pool(x, mask, segment_ids=segment_ids)
 

@@ -105,7 +105,8 @@ class TransformerBlock(nn.Module):
                         self.drop_path_rate, post)(x, deterministic=deterministic)
     if getattr(mixer, 'placement', None) == 'block_output':
       # ContextPool Fig. 2c: the block's output tokens are pooled for the next block.
-      x = mixer.pool_block_output(x, mask)
+      packed = {k: v for k, v in mixer_inputs.items() if k == 'segment_ids'}
+      x = mixer.pool_block_output(x, mask, **packed)
     return x
 
 

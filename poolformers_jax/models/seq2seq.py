@@ -14,19 +14,21 @@ d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
 - Encoder self-attention: ANY registered mixer (`mixer`, `mixer_kwargs`); 'contextpool' is
   CP-attention. Decoder: causal self-attention, cross-attention over the encoder output, MLP.
 - ContextPool "after every attention layer" (paper sec. 4.1): in the encoder via the
-  'contextpool' mixer (pool, then attention on the pooled tokens: ContextPoolAttention), in the
-  decoder by `decoder_context_pool` (a dict of ContextPool options, None = off): CAUSAL pooling
-  of the self-attention input (position t pools only target tokens <= t; its n is t + 1), then
-  causal attention on the pooled tokens. Cross-attention queries come from the (unpooled) residual
-  stream and attend to the encoder output, which the encoder's ContextPool already pooled: we do
-  not pool twice.
+  'contextpool' mixer (pool, then attention on the pooled tokens: ContextPoolAttention; its
+  `placement` 'block_output' pools each block's output instead, Fig. 2c), in the decoder by
+  `decoder_context_pool` (a dict of ContextPool options, None = off), always CAUSAL (position t
+  pools only target tokens <= t; its n is t + 1). Its `placement` (DecoderBlock):
+  'every_attention' (default) pools the input of the self-attention AND the queries of the
+  cross-attention (keys/values: the encoder output); 'self_attention' only the former (this
+  model's earlier reading); 'block_output' the decoder block's output.
 - Packed rows: `{inputs,targets}_segment_ids` / `_positions` (data/translation.py): attention,
   cross-attention and ContextPool stay inside each sentence; with them absent, one sentence per row
   and id 0 is padding. The decoder input is the target shifted right with 0 as start token at
   every sentence start (Flax wmt).
 - Decoding (`decode=True`): keys and values of the decoder self-attention are cached, one token
-  per call; the decoder ContextPool keeps its input, its predictor's hidden states and its pooling
-  logits, and pools the new token over them (O(L) per token) with the same parameters.
+  per call, those of the cross-attention projected once per sentence; every decoder ContextPool
+  keeps its input, its predictor's hidden states and its pooling logits, and pools the new token
+  over them (O(L) per token) with the same parameters.
 """
 from __future__ import annotations
 
@@ -79,13 +81,19 @@ def _bias(allowed: Array) -> Array:
 class Attention(nn.Module):
   """Softmax multi-head attention of `x` over `memory` with an additive bias [B, 1, Lq, Lk].
 
-  Parameters query/key/value/out as MultiHeadAttention. `decode=True` (self-attention only):
-  keys and values are appended to the 'cache' collection one step at a time; the bias is then
-  'every cached position so far'.
+  Parameters query/key/value/out as MultiHeadAttention. With `decode=True` (one token per call),
+  `cache` says what the 'cache' collection keeps:
+  - 'steps' (decoder self-attention): the keys and values of every step so far, appended one at
+    a time; the bias is then 'every cached position so far'.
+  - 'memory' (cross-attention): the keys and values of the encoder output, projected once when
+    the cache is created (seq2seq_decode.init_cache) instead of at every step.
+  - 'none': nothing (cross-attention projecting the encoder output at every step: the slower
+    reference benchmarks/translation.py compares with).
   """
   num_heads: int
   dropout_rate: float = 0.0
   decode: bool = False
+  cache: str = 'steps'
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -95,9 +103,18 @@ class Attention(nn.Module):
     check_heads(dim, self.num_heads, type(self).__name__)
     dense = lambda name: nn.Dense(dim, dtype=self.dtype, name=name)
     q = split_heads(dense('query')(x), self.num_heads)
-    k = split_heads(dense('key')(memory), self.num_heads)
-    v = split_heads(dense('value')(memory), self.num_heads)
-    if self.decode:
+    if self.decode and self.cache == 'memory':
+      if self.has_variable('cache', 'memory_key'):
+        k, v = self.get_variable('cache', 'memory_key'), self.get_variable('cache', 'memory_value')
+      else:   # cache creation: project the encoder output once
+        k = split_heads(dense('key')(memory), self.num_heads)
+        v = split_heads(dense('value')(memory), self.num_heads)
+        self.put_variable('cache', 'memory_key', k)
+        self.put_variable('cache', 'memory_value', v)
+    else:
+      k = split_heads(dense('key')(memory), self.num_heads)
+      v = split_heads(dense('value')(memory), self.num_heads)
+    if self.decode and self.cache == 'steps':
       initialized = self.has_variable('cache', 'cached_key')
       cached_k = self.variable('cache', 'cached_key', jnp.zeros, k.shape, k.dtype)
       cached_v = self.variable('cache', 'cached_value', jnp.zeros, v.shape, v.dtype)
@@ -110,9 +127,12 @@ class Attention(nn.Module):
         index.value = i + 1
         seen = jnp.arange(k.shape[2]) <= i
         bias = jnp.where(seen, 0.0, NEG_INF)[None, None, None, :].astype(jnp.float32)
-    out, weights = softmax_attention(q, k, v, bias)
+    # softmax_attention's weights, then dropout on them (attention-probability dropout, as
+    # tensor2tensor's attention_dropout), then the values.
+    _, weights = softmax_attention(q, k, v, bias)
     self.sow('intermediates', 'attention_weights', weights)
-    out = nn.Dropout(self.dropout_rate)(out, deterministic=deterministic)
+    dropped = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
+    out = jnp.einsum('bhqk,bhkd->bhqd', dropped.astype(v.dtype), v)
     return dense('out')(merge_heads(out))
 
 
@@ -223,13 +243,39 @@ class DecoderSelfAttention(nn.Module):
     length = x.shape[1]
     allowed = (segment_ids[:, :, None] == segment_ids[:, None, :]) & mask[:, None, :]
     allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
-    return Attention(self.num_heads, self.dropout_rate, self.decode, self.dtype,
+    return Attention(self.num_heads, self.dropout_rate, self.decode, dtype=self.dtype,
                      name='attention')(x, x, _bias(allowed), deterministic=deterministic)
 
 
+DECODER_PLACEMENTS = ('every_attention', 'self_attention', 'block_output')
+
+
+class PooledQueries(nn.Module):
+  """`attention(pool(x), memory, bias)`: cross-attention whose queries are first pooled by a
+  causal ContextPool; both modules built (and named) by the caller, as PreNormResidual's."""
+  pool: nn.Module
+  attention: nn.Module
+
+  def __call__(self, x: Array, memory: Array, bias: Array, *, mask: Array, segment_ids: Array,
+               deterministic: bool = True) -> Array:
+    if isinstance(self.pool, ContextPoolStep):
+      x = self.pool(x)
+    else:
+      x = self.pool(x, mask, segment_ids=segment_ids)
+    return self.attention(x, memory, bias, deterministic=deterministic)
+
+
 class DecoderBlock(nn.Module):
-  """Pre-LN: causal self-attention (ContextPool first when `context_pool` is set), then
-  cross-attention over the encoder output, then the MLP; each a PreNormResidual (block.py)."""
+  """Pre-LN: causal self-attention, then cross-attention over the encoder output, then the MLP;
+  each a PreNormResidual (block.py). `context_pool` (ContextPool options, None = off) places a
+  CAUSAL ContextPool by its 'placement' (DECODER_PLACEMENTS):
+  - 'every_attention' (default): before self-attention (parameters 'self_attention/
+    context_pool') and before cross-attention ('cross_context_pool': the queries are pooled
+    decoder tokens; keys/values are the encoder output): "after every attention layer".
+  - 'self_attention': only before self-attention (this model's earlier reading).
+  - 'block_output': plain attention inside; the block's output is pooled ('output_context_pool'),
+    as the encoder's 'block_output' placement (Fig. 2c).
+  """
   num_heads: int
   mlp_dim: int
   context_pool: Optional[Mapping[str, Any]] = None
@@ -238,25 +284,46 @@ class DecoderBlock(nn.Module):
   drop_path_rate: float = 0.0
   activation: str = 'relu'
   decode: bool = False
+  cache_cross_attention: bool = True
   dtype: Optional[Dtype] = None
+
+  def _pool(self, options: dict, name: str) -> nn.Module:
+    if self.decode:
+      return ContextPoolStep(dtype=self.dtype, name=name, **options)
+    return ContextPool(causal=True, dtype=self.dtype, name=name, **options)
 
   @nn.compact
   def __call__(self, y: Array, memory: Array, segment_ids: Array, mask: Array, cross_bias: Array,
                *, deterministic: bool = True) -> Array:
+    options = None if self.context_pool is None else dict(self.context_pool)
+    placement = None if options is None else options.pop('placement', 'every_attention')
+    if placement is not None and placement not in DECODER_PLACEMENTS:
+      raise ValueError(f'decoder_context_pool.placement={placement!r}; choose one of '
+                       f'{list(DECODER_PLACEMENTS)}.')
     norm = lambda name: nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype, name=name)
     residual = lambda name, fn, rate: PreNormResidual(norm(name), fn, rate, self.drop_path_rate)
-    self_attention = DecoderSelfAttention(self.num_heads, self.context_pool,
-                                          self.attention_dropout_rate, self.decode, self.dtype,
-                                          name='self_attention')
+    self_attention = DecoderSelfAttention(
+        self.num_heads, options if placement in ('every_attention', 'self_attention') else None,
+        self.attention_dropout_rate, self.decode, self.dtype, name='self_attention')
     y = residual('norm1', self_attention, self.dropout_rate)(y, segment_ids, mask,
                                                             deterministic=deterministic)
-    cross = Attention(self.num_heads, self.attention_dropout_rate, dtype=self.dtype,
+    cross = Attention(self.num_heads, self.attention_dropout_rate, self.decode,
+                      'memory' if self.cache_cross_attention else 'none', dtype=self.dtype,
                       name='cross_attention')
-    y = residual('norm_cross', cross, self.dropout_rate)(y, memory, cross_bias,
-                                                         deterministic=deterministic)
+    if placement == 'every_attention':
+      pooled = PooledQueries(self._pool(options, 'cross_context_pool'), cross)
+      y = residual('norm_cross', pooled, self.dropout_rate)(
+          y, memory, cross_bias, mask=mask, segment_ids=segment_ids, deterministic=deterministic)
+    else:
+      y = residual('norm_cross', cross, self.dropout_rate)(y, memory, cross_bias,
+                                                           deterministic=deterministic)
     mlp = MlpBlock(self.mlp_dim, activation=ACTIVATIONS[self.activation],
                    dropout_rate=self.dropout_rate, dtype=self.dtype, name='mlp')
-    return residual('norm2', mlp, 0.0)(y, deterministic=deterministic)
+    y = residual('norm2', mlp, 0.0)(y, deterministic=deterministic)
+    if placement == 'block_output':
+      pool = self._pool(options, 'output_context_pool')
+      y = pool(y) if self.decode else pool(y, mask, segment_ids=segment_ids)
+    return y
 
 
 class TransformerSeq2Seq(nn.Module):
@@ -270,11 +337,13 @@ class TransformerSeq2Seq(nn.Module):
   mixer: str = 'softmax'                     # the encoder's self-attention
   mixer_kwargs: Optional[Mapping[str, Any]] = None
   decoder_context_pool: Optional[Mapping[str, Any]] = None   # ContextPool options; None = off
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
+  dropout_rate: float = 0.1                  # residual dropout (Vaswani et al. P_drop)
+  attention_dropout_rate: float = 0.0        # on the decoder's attention probabilities
   drop_path_rate: float = 0.0
   activation: str = 'relu'
   decode: bool = False
+  # Decoding: cross-attention keys/values projected once per sentence (False: at every step).
+  cache_cross_attention: bool = True
   dtype: Optional[Dtype] = None
 
   def setup(self):
@@ -291,7 +360,7 @@ class TransformerSeq2Seq(nn.Module):
         for _ in range(self.num_layers)]
     self.decoder_blocks = [
         DecoderBlock(self.num_heads, self.mlp_dim, self.decoder_context_pool, decode=self.decode,
-                     **common)
+                     cache_cross_attention=self.cache_cross_attention, **common)
         for _ in range(self.num_decoder_layers or self.num_layers)]
     self.encoder_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype)
     self.decoder_norm = nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=self.dtype)

@@ -1,9 +1,12 @@
 """Greedy and beam-search decoding of TransformerSeq2Seq on its KV cache (jit-able, shardable).
 
-Both encode the source once, then call the decoder one token per step with `decode=True`
-(keys/values and the decoder ContextPool's state cached). Start token 0, stop at EOS (id 1).
-Every operation is per batch row, so under `jax.jit` with the batch sharded over the 'data' axis
-the decode runs sharded (see translate() and the tests).
+Both encode the source once, project the encoder output to every cross-attention's keys and
+values once (init_cache), then call the decoder one token per step with `decode=True` (the
+self-attention keys/values and the decoder ContextPool's state cached, sized to the decode
+length). Start token 0, stop at EOS (id 1). A sentence's output has at most its source length
++ 50 tokens, EOS included (Vaswani et al.: "input length + 50"); the decode length of a batch
+is its padded source length + 50 unless `max_length` fixes it. Every operation is per batch
+row, so under `jax.jit` with the batch sharded over the 'data' axis the decode runs sharded.
 
 Beam search (Vaswani et al. 2017; the Flax wmt example's algorithm): beam K, length penalty
 lp(n) = ((5 + n) / 6)^alpha (Wu et al. 2016) with alpha 0.6; each step takes the 2K best
@@ -13,44 +16,65 @@ log p / lp(length); fairseq's rule, so beam 1 is greedy) and keeps the K best ot
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
 from poolformers_jax.models.seq2seq import EOS_ID, PAD_ID
 
 NEG_INF = -1.0e7
+EXTRA_LENGTH = 50       # output tokens at most: source length + this (Vaswani et al. 2017)
+_MEMORY = ('memory_key', 'memory_value')
 
 
 def length_penalty(length, alpha: float):
   return ((5.0 + length) / 6.0) ** alpha
 
 
-def _init_cache(decoder, params, inputs: jax.Array, max_length: int) -> Any:
-  """Zeros for every cache variable (their initial values), shaped for inputs.shape[0] rows."""
+def init_cache(decoder, params, memory: jax.Array, inputs: jax.Array, max_length: int) -> Any:
+  """The decoding cache of inputs.shape[0] rows: zeros for the per-step state (sized
+  max_length), every cross-attention's keys and values of `memory` projected once."""
   batch = {'inputs': inputs, 'targets': jnp.zeros((inputs.shape[0], max_length), jnp.int32)}
   shapes = jax.eval_shape(lambda: decoder.init(jax.random.PRNGKey(0), batch))['cache']
-  del params
-  return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+  flat = traverse_util.flatten_dict(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
+  # Without the memory entries, the cross-attentions project `memory` and store it (one step
+  # of the decoder, whose other updates are dropped).
+  steps = traverse_util.unflatten_dict({k: v for k, v in flat.items() if k[-1] not in _MEMORY})
+  _, updates = decoder.apply({'params': params, 'cache': steps}, memory, inputs,
+                             jnp.zeros((inputs.shape[0], 1), jnp.int32), 0, method='decode_step',
+                             mutable=['cache'])
+  projected = traverse_util.flatten_dict(updates['cache'])
+  flat.update({k: projected[k] for k in flat if k[-1] in _MEMORY})
+  return traverse_util.unflatten_dict(flat)
 
 
-def _step_fn(decoder, params, memory, inputs):
+def source_lengths(inputs: jax.Array) -> jax.Array:
+  return jnp.sum(inputs != PAD_ID, axis=1).astype(jnp.int32)
+
+
+def _step_fn(decoder, params, memory, inputs, limits):
+  """One decoding step -> log-probabilities; a row at its output limit can only end (EOS)."""
   def step(cache, token, position):
     logits, updates = decoder.apply({'params': params, 'cache': cache}, memory, inputs,
                                     token[:, None], position, method='decode_step',
                                     mutable=['cache'])
     # Padding (id 0) is never a prediction: it carries no loss in training.
     logits = logits.at[:, PAD_ID].set(NEG_INF)
-    return jax.nn.log_softmax(logits), updates['cache']
+    logp = jax.nn.log_softmax(logits)
+    only_eos = jnp.where(jnp.arange(logp.shape[-1]) == EOS_ID, 0.0, NEG_INF)
+    logp = jnp.where((position + 1 >= limits)[:, None], only_eos, logp)
+    return logp, updates['cache']
   return step
 
 
-def greedy(model, params, inputs: jax.Array, max_length: int) -> jax.Array:
+def greedy(model, params, inputs: jax.Array, max_length: int,
+           extra_length: int = EXTRA_LENGTH) -> jax.Array:
   """Source ids [B, Ls] -> [B, max_length] tokens (argmax each step; 0 after EOS)."""
   decoder = model.clone(decode=True)
   memory = model.apply({'params': params}, inputs, method='encode')
-  step = _step_fn(decoder, params, memory, inputs)
+  step = _step_fn(decoder, params, memory, inputs, source_lengths(inputs) + extra_length)
   batch = inputs.shape[0]
 
   def body(state):
@@ -61,25 +85,35 @@ def greedy(model, params, inputs: jax.Array, max_length: int) -> jax.Array:
     return i + 1, token, cache, out, done | (token == EOS_ID)
 
   state = (jnp.array(0), jnp.zeros((batch,), jnp.int32),
-           _init_cache(decoder, params, inputs, max_length),
+           init_cache(decoder, params, memory, inputs, max_length),
            jnp.zeros((batch, max_length), jnp.int32), jnp.zeros((batch,), bool))
   state = jax.lax.while_loop(lambda s: (s[0] < max_length) & ~jnp.all(s[4]), body, state)
   return state[3]
 
 
-def _gather(tree, flat_index: jax.Array, rows: int):
-  """Rows `flat_index` of every array in `tree` whose leading axis has `rows` entries."""
-  return jax.tree.map(lambda x: x[flat_index] if x.ndim and x.shape[0] == rows else x, tree)
+def _gather(cache, flat_index: jax.Array, rows: int):
+  """Rows `flat_index` of every cache array whose leading axis has `rows` entries; the
+  cross-attention keys/values are the same for every beam of a sentence and are left as they
+  are (no copy of [rows, heads, source length, head dim] per step)."""
+  flat = traverse_util.flatten_dict(cache)
+  return traverse_util.unflatten_dict({
+      k: x[flat_index] if x.ndim and x.shape[0] == rows and k[-1] not in _MEMORY else x
+      for k, x in flat.items()})
 
 
 def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: int = 4,
-                alpha: float = 0.6) -> tuple[jax.Array, jax.Array]:
+                alpha: float = 0.6, extra_length: int = EXTRA_LENGTH
+                ) -> tuple[jax.Array, jax.Array]:
   """Source ids [B, Ls] -> (best sequence [B, max_length], its score [B])."""
   batch, k = inputs.shape[0], beam_size
   decoder = model.clone(decode=True)
   memory = model.apply({'params': params}, inputs, method='encode')
   tile = lambda x: jnp.repeat(x, k, axis=0)                 # row b*K + j = beam j of b
-  step = _step_fn(decoder, params, tile(memory), tile(inputs))
+  step = _step_fn(decoder, params, tile(memory), tile(inputs),
+                  tile(source_lengths(inputs) + extra_length))
+  # The cache of each sentence is made once, then copied to its K beams.
+  cache0 = jax.tree.map(lambda x: tile(x) if x.ndim else x,
+                        init_cache(decoder, params, memory, inputs, max_length))
   offsets = (jnp.arange(batch) * k)[:, None]
   max_lp = length_penalty(max_length, alpha)
 
@@ -115,7 +149,7 @@ def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: in
   seqs0 = jnp.zeros((batch, k, max_length + 1), jnp.int32)
   live_logp0 = jnp.tile(jnp.array([0.0] + [NEG_INF] * (k - 1)), (batch, 1))
   state = (jnp.array(0), seqs0, live_logp0, seqs0, jnp.full((batch, k), NEG_INF),
-           jnp.zeros((batch, k), bool), _init_cache(decoder, params, tile(inputs), max_length))
+           jnp.zeros((batch, k), bool), cache0)
   _, live, live_logp, fin, fin_scores, fin_flags, _ = jax.lax.while_loop(not_done, body, state)
   # A row with no finished hypothesis returns its best live one.
   any_fin = fin_flags.any(1)
@@ -124,13 +158,15 @@ def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: in
   return seqs, scores
 
 
-def make_translate(model, max_length: int, beam_size: int = 4, alpha: float = 0.6,
-                   **jit_kwargs):
-  """A jitted `(params, inputs [B, Ls]) -> tokens [B, max_length]`: beam_size 1 = greedy (the
-  argmax path), else beam search. `jit_kwargs` (in_shardings, ...) go to jax.jit: shard the
-  inputs over the data axis to decode sharded."""
+def make_translate(model, max_length: Optional[int] = None, beam_size: int = 4,
+                   alpha: float = 0.6, extra_length: int = EXTRA_LENGTH, **jit_kwargs):
+  """A jitted `(params, inputs [B, Ls]) -> tokens [B, T]`: beam_size 1 = greedy (the argmax
+  path), else beam search. T = max_length, or Ls + extra_length when None (the default: caches
+  sized to the batch's source length, one compilation per source shape). `jit_kwargs`
+  (in_shardings, ...) go to jax.jit: shard the inputs over the data axis to decode sharded."""
   def run(params, inputs):
+    length = max_length or inputs.shape[1] + extra_length
     if beam_size <= 1:
-      return greedy(model, params, inputs, max_length)
-    return beam_search(model, params, inputs, max_length, beam_size, alpha)[0]
+      return greedy(model, params, inputs, length, extra_length)
+    return beam_search(model, params, inputs, length, beam_size, alpha, extra_length)[0]
   return jax.jit(run, **jit_kwargs)

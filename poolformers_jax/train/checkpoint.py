@@ -4,6 +4,9 @@ DIR/checkpoints/<step>/{state, data}   every `checkpoint_every_steps`, at the en
                                        `data` is the grain iterator state of every process, so a
                                        resumed run reads exactly the batches it would have read.
 DIR/best/<step>/state                  the best `config.best_metric` on validation so far.
+DIR/averaged/<step>/{state, averaged}  the mean parameters of the last N latest checkpoints
+                                       (`python -m poolformers_jax.average`; <step> = the newest
+                                       of them, whose other state it keeps; `averaged` lists them).
 
 Restores take an abstract target carrying the *current* shardings, so a checkpoint written on
 8 devices restores onto 1 (or the reverse).
@@ -29,6 +32,7 @@ from poolformers_jax.train import integrity
 
 LATEST_DIR = 'checkpoints'
 BEST_DIR = 'best'
+AVERAGED_DIR = 'averaged'
 REJECTED_DIR = 'rejected'
 
 
@@ -102,6 +106,11 @@ class Checkpointer:
             best_fn=lambda metrics: metrics[best_metric], best_mode=best_mode,
             keep_checkpoints_without_metrics=False, create=not read_only, read_only=read_only,
             **_multiprocess_options('best')))
+    self.averaged = ocp.CheckpointManager(
+        os.path.join(workdir, AVERAGED_DIR),
+        options=ocp.CheckpointManagerOptions(max_to_keep=None if read_only else 1,
+                                             create=not read_only, read_only=read_only,
+                                             **_multiprocess_options('averaged')))
 
   # -- saving -----------------------------------------------------------------------------------
   def _save(self, manager: ocp.CheckpointManager, step: int, state: Any, args: dict,
@@ -144,6 +153,16 @@ class Checkpointer:
     self._save(self.best, step, state, dict(state=ocp.args.StandardSave(state)),
                metrics={k: float(v) for k, v in metrics.items()})
 
+  def save_averaged(self, step: int, state: Any, averaged_steps: list[int]) -> None:
+    """`state` (the mean parameters of `averaged_steps`) as DIR/averaged/<step>; replaces the
+    previous average (the same step is overwritten)."""
+    if step in self.averaged.all_steps():
+      self.averaged.delete(step)
+    self._save(self.averaged, step, state, dict(
+        state=ocp.args.StandardSave(state),
+        averaged=ocp.args.JsonSave({'steps': [int(s) for s in averaged_steps]})))
+    self._write_records(self.averaged)
+
   def wait(self) -> None:
     self._write_records()
 
@@ -156,6 +175,7 @@ class Checkpointer:
   def close(self) -> None:
     self.latest.close()
     self.best.close()
+    self.averaged.close()
 
   # -- restoring --------------------------------------------------------------------------------
   def latest_step(self) -> Optional[int]:
@@ -235,8 +255,15 @@ class Checkpointer:
     return None
 
   def resolve(self, which: Union[str, int]) -> tuple[ocp.CheckpointManager, int]:
-    """'best' | 'latest' | a step number -> (manager, step); a clear error if there is none."""
+    """'best' | 'latest' | 'averaged' | a step number -> (manager, step); a clear error if there
+    is none."""
     which = str(which)
+    if which == 'averaged':
+      step = self.averaged.latest_step()
+      if step is None:
+        raise CheckpointError(f'no averaged checkpoint in {self.averaged.directory}: run python '
+                              f'-m poolformers_jax.average --workdir {self.workdir} --last N first')
+      return self.averaged, step
     if which == 'best':
       step = self.best.best_step()
       if step is None:
@@ -250,13 +277,23 @@ class Checkpointer:
                               '(python train.py --config ... --workdir DIR)')
       return self.latest, step
     if not which.isdigit():
-      raise CheckpointError(f"--checkpoint={which!r}: use 'best', 'latest' or a step number")
+      raise CheckpointError(f"--checkpoint={which!r}: use 'best', 'latest', 'averaged' or a step "
+                            'number')
     step = int(which)
     for manager in (self.latest, self.best):
       if step in manager.all_steps():
         return manager, step
     raise CheckpointError(f'no checkpoint at step {step}; kept steps: latest '
                           f'{list(self.latest.all_steps())}, best {list(self.best.all_steps())}')
+
+  def restore_latest_steps(self, steps: list[int], abstract_state: Any):
+    """Yields (step, verified state) of each of `steps` of DIR/checkpoints, one at a time."""
+    for step in steps:
+      try:
+        yield step, self._verified_restore(self.latest, step, abstract_state)
+      except integrity.CheckpointDamaged as reason:
+        raise CheckpointError(f'checkpoint {self._step_dir(self.latest, step)} is damaged '
+                              f'({reason}); average fewer (--last) or other steps') from None
 
   def restore_state(self, which: Union[str, int], abstract_state: Any) -> tuple[Any, int]:
     """The verified state of `which`; a damaged one raises CheckpointError naming what differs."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import json
 import os
 from typing import Any, Iterable
 
@@ -111,6 +112,18 @@ def complete_from_dataset(config: ml_collections.ConfigDict, info) -> None:
 
 def to_json(config: ml_collections.ConfigDict) -> str:
   return config.to_json_best_effort(indent=2, sort_keys=True)
+
+
+def load_saved_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config a train.py run saved as DIR/config.json (locked, as a --config file's)."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{path} not found: pass the --workdir of a train.py run (it writes '
+                            'config.json there)')
+  with open(path) as f:
+    config = ml_collections.ConfigDict(json.load(f))
+  config.lock()
+  return config
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: str) -> str:

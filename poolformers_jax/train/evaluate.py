@@ -42,8 +42,9 @@ def make_eval_step(setup: Setup):
 
 
 def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional[int] = None,
-                   eval_step=None) -> dict[str, float]:
-  """Metrics of `state` on every example of `split` (exact; see the module docstring)."""
+                   eval_step=None, outputs_path: Optional[str] = None) -> dict[str, float]:
+  """Metrics of `state` on every example of `split` (exact; see the module docstring).
+  `outputs_path`: where generated outputs (translations) go, one line per example."""
   config = setup.config
   batch_size = setup.eval_batch_size if batch_size is None else batch_size
   validate.check_batch_size(batch_size, setup.mesh, 'eval batch_size')
@@ -65,8 +66,12 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
   else:
     metrics = setup.task.summary(totals, rows={k: np.concatenate(v) for k, v in rows.items()})
   if setup.task.decoded_metrics is not None:   # e.g. BLEU of beam-search translations
-    metrics.update(setup.task.decoded_metrics(setup, state, split))
+    metrics.update(setup.task.decoded_metrics(setup, state, split, outputs_path))
   return metrics
+
+
+def hypotheses_path(workdir: str, split: str) -> str:
+  return os.path.join(workdir, 'eval', f'{split}.hyp.txt')
 
 
 def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:
@@ -81,10 +86,11 @@ def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:
 def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
              checkpoint: Union[str, int] = 'best', split: str = 'test',
              batch_size: Optional[int] = None) -> dict[str, Any]:
-  """Restores `checkpoint` ('best' | 'latest' | step) from `workdir` and evaluates on `split`.
+  """Restores `checkpoint` ('best' | 'latest' | 'averaged' | step) from `workdir` and evaluates
+  on `split`.
 
   Returns the metrics (plus 'step', 'checkpoint' and 'split') and writes them to
-  DIR/eval/<split>.json.
+  DIR/eval/<split>.json (translation: the hypotheses to DIR/eval/<split>.hyp.txt).
   """
   setup = make_setup(config)
   validate.check_eval_batch_size(batch_size, setup.mesh)
@@ -99,7 +105,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     state, step = checkpointer.restore_state(checkpoint, setup.abstract_state)
   finally:
     checkpointer.close()
-  metrics = evaluate_state(setup, state, split, batch_size=batch_size)
+  metrics = evaluate_state(setup, state, split, batch_size=batch_size,
+                           outputs_path=hypotheses_path(workdir, split))
   metrics = {**metrics, 'step': int(step), 'checkpoint': str(checkpoint), 'split': split}
   write_eval_json(workdir, split, metrics)
   return metrics

@@ -28,7 +28,8 @@ from poolformers_jax.train import checkpoint as checkpoint_lib
 from poolformers_jax.train import config_utils, init_from, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
-from poolformers_jax.train.evaluate import evaluate_state, make_eval_step, write_eval_json
+from poolformers_jax.train.evaluate import (evaluate_state, hypotheses_path, make_eval_step,
+                                            write_eval_json)
 from poolformers_jax.train.metrics import MetricWriter
 from poolformers_jax.train.setup import Setup, make_setup, process_slice
 
@@ -250,7 +251,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     if status == 'finished' and config.final_test:
       which = 'best' if checkpointer.best.best_step() is not None else 'latest'
       best_state, best_step = checkpointer.restore_state(which, setup.abstract_state)
-      test = evaluate_state(setup, best_state, 'test', eval_step=eval_step)
+      test = evaluate_state(setup, best_state, 'test', eval_step=eval_step,
+                            outputs_path=hypotheses_path(workdir, 'test'))
       test = {**test, 'step': best_step, 'checkpoint': which, 'split': 'test'}
       writer.write(step, 'test', test)
       write_eval_json(workdir, 'test', test)

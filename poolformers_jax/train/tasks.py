@@ -145,9 +145,9 @@ def pretraining_example(info) -> dict[str, Any]:
           'targets': {'mlm': Spec((length,), jnp.int32), 'sso': Spec((), jnp.int32)}}
 
 
-def _bleu_metrics(setup, state, split: str) -> dict[str, Any]:
+def _bleu_metrics(setup, state, split: str, output_path: Optional[str] = None) -> dict[str, Any]:
   from poolformers_jax.train import translation_eval  # pylint: disable=g-import-not-at-top
-  return translation_eval.bleu_metrics(setup, state, split)
+  return translation_eval.bleu_metrics(setup, state, split, output_path)
 
 
 def mean_loss(sums: Sums) -> Array:
@@ -162,8 +162,9 @@ class Task:
   rows: Optional[Callable[[Any, Any], dict[str, Array]]] = None   # (outputs, targets) -> [B] each
   model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
   train_example: Callable[[Any], Any] = class_example      # DatasetInfo -> one training example
-  decoded_metrics: Optional[Callable[..., dict[str, Any]]] = None   # (setup, state, split) ->
-                                                           # metrics of generated outputs (BLEU)
+  decoded_metrics: Optional[Callable[..., dict[str, Any]]] = None   # (setup, state, split,
+                                # output_path) -> metrics of generated outputs (BLEU); the
+                                # outputs are written to output_path (one line each) if given
 
 
 register_task('classification', Task(classification_sums, classification_summary))

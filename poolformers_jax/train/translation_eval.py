@@ -1,19 +1,23 @@
 """BLEU of a translation model on a split: decode (beam search on the KV cache, sharded over the
 data axis), detokenize with the shared SentencePiece model, score against the raw references.
 
-Two numbers, both from the `sacrebleu` package:
+Two numbers:
 - `bleu`: sacreBLEU on detokenized text (13a tokenization, case-sensitive; signature reported
   as `bleu_signature`), the number to compare across papers today.
 - `tokenized_bleu`: the paper-style number of Vaswani et al. / tensor2tensor's get_ende_bleu.sh:
-  hypothesis and reference tokenized (here by sacreBLEU's 13a tokenizer, a close stand-in for the
-  Moses tokenizer, which is not a dependency), for EN-DE with compound splitting (every
-  `a-b` inside a word becomes `a ##AT##-##AT## b`), then BLEU on those tokens (tokenize='none').
-  The ContextPool paper's Table 4 numbers are of this kind.
+  hypothesis and reference tokenized by the Moses tokenizer (`sacremoses`, `-l <target
+  language>`, escaping on, as tokenizer.perl), for EN-DE with compound splitting (every `a-b`
+  inside a word becomes `a ##AT##-##AT## b`), then BLEU on those tokens (sacreBLEU with
+  tokenize='none', which is multi-bleu.perl's formula). The ContextPool paper's Table 4 numbers
+  are of this kind. config.decode.tokenized_bleu='13a' uses sacreBLEU's 13a tokenizer instead
+  (it differs from Moses, e.g. it splits "2013-2014" and keeps quotes unescaped).
 """
 from __future__ import annotations
 
+import functools
+import os
 import re
-from typing import Any
+from typing import Any, Callable, Optional
 
 import jax
 import numpy as np
@@ -32,61 +36,149 @@ def split_compounds(text: str) -> str:
   return _COMPOUND.sub(r'\1 ##AT##-##AT## \2', text)
 
 
-def bleu_scores(hypotheses: list[str], references: list[str], target_language: str) -> dict[str, Any]:
+TOKENIZERS = ('moses', '13a')
+
+
+@functools.lru_cache(maxsize=4)
+def _tokenizer(kind: str, language: str) -> Callable[[str], str]:
+  if kind == 'moses':
+    from sacremoses import MosesTokenizer
+    moses = MosesTokenizer(lang=language)
+    return lambda text: moses.tokenize(text, escape=True, return_str=True)
+  if kind == '13a':
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+    return Tokenizer13a()
+  raise ValueError(f'config.decode.tokenized_bleu={kind!r}; choose one of {TOKENIZERS}.')
+
+
+def tokenize_for_bleu(text: str, target_language: str, kind: str = 'moses') -> str:
+  """get_ende_bleu.sh's preparation: tokenized, then compounds split for German."""
+  tokens = _tokenizer(kind, target_language)(text)
+  return split_compounds(tokens) if target_language == 'de' else tokens
+
+
+def bleu_scores(hypotheses: list[str], references: list[str], target_language: str,
+                tokenized: str = 'moses') -> dict[str, Any]:
   """sacreBLEU (detokenized) and paper-style tokenized BLEU of hypotheses vs references."""
   from sacrebleu.metrics import BLEU
-  from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
   bleu = BLEU()
   detok = bleu.corpus_score(hypotheses, [references])
-  tokenize = Tokenizer13a()
-  prepare = lambda t: tokenize(t)
-  if target_language == 'de':
-    prepare = lambda t: split_compounds(tokenize(t))
-  tokenized = BLEU(tokenize='none', force=True).corpus_score(
+  prepare = lambda t: tokenize_for_bleu(t, target_language, tokenized)
+  paper = BLEU(tokenize='none', force=True).corpus_score(
       [prepare(h) for h in hypotheses], [[prepare(r) for r in references]])
-  return {'bleu': detok.score, 'tokenized_bleu': tokenized.score,
-          'bleu_signature': str(bleu.get_signature())}
+  return {'bleu': detok.score, 'tokenized_bleu': paper.score,
+          'bleu_signature': str(bleu.get_signature()), 'tokenized_bleu_tokenizer': tokenized}
+
+
+# Source lengths are padded up to one of these (then to multiples of 128), so a split compiles
+# the decoder for a few shapes only; each bucket's batch has batch_tokens // length rows.
+BUCKETS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+_TRANSLATORS: dict = {}    # (id(setup), beam, alpha) -> (setup, jitted decoder): compiled once
+
+
+def bucket_length(length: int) -> int:
+  for bucket in BUCKETS:
+    if length <= bucket:
+      return bucket
+  return -(-length // 128) * 128
+
+
+def encode_source(tokenizer, text: str, max_length: int) -> np.ndarray:
+  """Source ids ending in EOS; a longer source is cut to max_length tokens, EOS kept last."""
+  ids = translation.encode(tokenizer, text)
+  if len(ids) > max_length:
+    ids = np.concatenate([ids[:max_length - 1], ids[-1:]])
+  return ids
+
+
+def length_batches(sources: list[np.ndarray], batch_tokens: int, multiple: int):
+  """Yields (indices, ids [rows, length]): sources sorted by length, grouped by bucket length;
+  `rows` = batch_tokens // length rounded down to a multiple of `multiple` (the devices), or
+  for a bucket's last sentences the power of two (times `multiple`) that holds them, so the
+  shapes stay few; rows beyond the sentences are all padding, after the real ones."""
+  order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+  start = 0
+  while start < len(order):
+    length = bucket_length(len(sources[order[start]]))
+    end = start
+    while end < len(order) and bucket_length(len(sources[order[end]])) == length:
+      end += 1
+    full = max(multiple, batch_tokens // length // multiple * multiple)
+    for first in range(start, end, full):
+      chunk = order[first:min(first + full, end)]
+      rows = min(full, multiple * 2 ** int(np.ceil(np.log2(-(-len(chunk) // multiple)))))
+      ids = np.zeros((rows, length), np.int32)
+      for row, i in enumerate(chunk):
+        ids[row, :len(sources[i])] = sources[i]
+      yield chunk, ids
+    start = end
+
+
+def _translator(setup, beam_size: int, alpha: float):
+  key = (id(setup), beam_size, alpha)
+  if key not in _TRANSLATORS:
+    _TRANSLATORS[key] = (setup, make_translate(
+        setup.model, None, beam_size, alpha,
+        in_shardings=(setup.state_shardings.params, sharding.batch_sharded(setup.mesh)),
+        out_shardings=sharding.replicated(setup.mesh)))
+  return _TRANSLATORS[key][1]
+
+
+def translate_texts(setup, params, texts: list[str], *, beam_size: Optional[int] = None,
+                    alpha: Optional[float] = None,
+                    batch_tokens: Optional[int] = None) -> list[str]:
+  """Detokenized translations of `texts`, in their order (config.decode's settings unless
+  given). Sources are cut to config.data.max_length tokens (EOS kept), bucketed by length."""
+  decode, data_config = setup.config.decode, setup.config.data
+  beam_size = int(decode.beam_size if beam_size is None else beam_size)
+  alpha = float(decode.alpha if alpha is None else alpha)
+  batch_tokens = int(decode.batch_tokens if batch_tokens is None else batch_tokens)
+  if beam_size < 1 or batch_tokens < 1:
+    raise ValueError(f'beam size {beam_size} and batch_tokens {batch_tokens} must be positive.')
+  tokenizer = translation.get_tokenizer(data_config)
+  sources = [encode_source(tokenizer, t, int(data_config.max_length)) for t in texts]
+  run = _translator(setup, beam_size, alpha)
+  hypotheses = [''] * len(texts)
+  for indices, ids in length_batches(sources, batch_tokens, setup.mesh.devices.size):
+    # Every process holds the whole batch here (multi-process: its slice would be given instead).
+    tokens = np.asarray(jax.device_get(run(params, ids)))
+    for row, i in enumerate(indices):
+      hypotheses[i] = translation.decode(tokenizer, tokens[row]).replace('\n', ' ')
+  return hypotheses
 
 
 def translate_split(setup, state, split: str, *, limit: int = 0) -> tuple[list[str], list[str],
                                                                           list[str]]:
   """(sources, hypotheses, references) of `split` (the first `limit` pairs if limit > 0)."""
-  config = setup.config
-  decode = config.decode
-  data_config = config.data
-  tokenizer = translation.get_tokenizer(data_config)
+  data_config = setup.config.data
   records = data.DATASETS[data_config.name].source(data_config, split)
   count = len(records) if limit <= 0 else min(limit, len(records))
-  batch_size = int(decode.batch_size)
-  sharding.check_batch_size(batch_size, setup.mesh, 'config.decode.batch_size')
-  run = make_translate(setup.model, int(decode.max_length), int(decode.beam_size),
-                       float(decode.alpha),
-                       in_shardings=(setup.state_shardings.params,
-                                     sharding.batch_sharded(setup.mesh)),
-                       out_shardings=sharding.replicated(setup.mesh))
-  sources, hypotheses, references = [], [], []
-  for start in range(0, count, batch_size):
-    pairs = [translation.record_texts(records[i], data_config)
-             for i in range(start, min(start + batch_size, count))]
-    ids = np.zeros((batch_size, data_config.max_length), np.int32)   # padded rows: all zeros
-    for row, (src, _) in enumerate(pairs):
-      ids[row] = data.base.fit_length(translation.encode(tokenizer, src),
-                                      data_config.max_length, 'truncate')
-    # Every process holds the whole batch here (multi-process: its slice would be given instead).
-    tokens = np.asarray(jax.device_get(run(state.params, ids)))
-    for row, (src, ref) in enumerate(pairs):
-      sources.append(src)
-      references.append(ref)
-      hypotheses.append(translation.decode(tokenizer, tokens[row]))
-  return sources, hypotheses, references
+  pairs = [translation.record_texts(records[i], data_config) for i in range(count)]
+  sources = [src for src, _ in pairs]
+  return sources, translate_texts(setup, state.params, sources), [ref for _, ref in pairs]
 
 
-def bleu_metrics(setup, state, split: str) -> dict[str, Any]:
-  """BLEU metrics of `split` when config.decode.bleu_splits names it, else {}."""
+def write_lines(path: str, lines: list[str]) -> None:
+  if jax.process_index() == 0:
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    with open(path, 'w', encoding='utf-8') as f:
+      f.writelines(line + '\n' for line in lines)
+
+
+def bleu_metrics(setup, state, split: str, output_path: Optional[str] = None) -> dict[str, Any]:
+  """BLEU metrics of `split`: all sentences (or decode.max_sentences) when decode.bleu_splits
+  names it; the first decode.validation_sentences of 'validation' otherwise (BLEU during
+  training); else {}. `output_path`: where the hypotheses go, one line per sentence."""
   decode = setup.config.decode
-  if split not in tuple(decode.bleu_splits):
+  if split in tuple(decode.bleu_splits):
+    limit = int(decode.max_sentences)
+  elif split == 'validation' and int(decode.validation_sentences) > 0:
+    limit = int(decode.validation_sentences)
+  else:
     return {}
-  _, hypotheses, references = translate_split(setup, state, split,
-                                              limit=int(decode.max_sentences))
-  out = bleu_scores(hypotheses, references, setup.config.data.target_language)
+  _, hypotheses, references = translate_split(setup, state, split, limit=limit)
+  if output_path:
+    write_lines(output_path, hypotheses)
+  out = bleu_scores(hypotheses, references, setup.config.data.target_language,
+                    str(decode.tokenized_bleu))
   return {**out, 'decoded_sentences': len(hypotheses)}

@@ -30,10 +30,11 @@ def _is_int(value: Any) -> bool:
   return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _positive_int(config, key: str) -> None:
+def _positive_int(config, key: str, prefix: str = '') -> None:
   value = config[key]
-  _require(_is_int(value) and value >= 1, f'config.{key}={value!r} must be a positive integer',
-           f'set --config.{key} to 1 or more')
+  _require(_is_int(value) and value >= 1,
+           f'config.{prefix}{key}={value!r} must be a positive integer',
+           f'set --config.{prefix}{key} to 1 or more')
 
 
 def check_batch_size(batch_size: Any, mesh: Mesh, what: str) -> None:
@@ -149,6 +150,12 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
              f'config.mixup is for image classification but {info.name} is {info.task} of '
              f'inputs {tuple(info.input_shape)}', 'set config.mixup.mixup_alpha and cutmix_alpha '
              'to 0')
+  if info.task == 'seq2seq':
+    _positive_int(config.decode, 'beam_size', 'decode.')
+    _positive_int(config.decode, 'batch_tokens', 'decode.')
+    _require(config.decode.tokenized_bleu in ('moses', '13a'),
+             f'config.decode.tokenized_bleu={config.decode.tokenized_bleu!r} is unknown',
+             "choose 'moses' (tensor2tensor's get_ende_bleu.sh) or '13a'")
   _check_model(config.model, info)
   _check_optimizer(config.optimizer)
   _check_profile_steps(config.profile_steps)

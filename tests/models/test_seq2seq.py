@@ -13,12 +13,18 @@ from poolformers_jax.train import tasks
 
 VOCAB = 40
 CP_VARIANTS = {'plain': None, 'cp': {},
-               'cp_nonlocal_window': {'weights': 'nonlocal', 'locality': 'fixed_window'}}
+               'cp_nonlocal_window': {'weights': 'nonlocal', 'locality': 'fixed_window'},
+               'cp_self_attention_only': {'placement': 'self_attention'},
+               'cp_block_output': {'placement': 'block_output'}}
+PLACEMENT_VARIANTS = ['plain', 'cp', 'cp_self_attention_only', 'cp_block_output']
 
 
 def tiny(decoder_cp=None, encoder_cp=None):
+  """decoder placement 'block_output' goes with the encoder's 'block_output' placement."""
+  block_output = (decoder_cp or {}).get('placement') == 'block_output'
   return TransformerSeq2Seq(vocab_size=VOCAB, num_layers=2, emb_dim=32, num_heads=4, mlp_dim=64,
                             mixer='contextpool' if encoder_cp else 'softmax',
+                            mixer_kwargs={'placement': 'block_output'} if block_output else None,
                             decoder_context_pool=decoder_cp, dropout_rate=0.0,
                             attention_dropout_rate=0.0)
 
@@ -40,7 +46,7 @@ def test_cached_decoding_equals_full_recomputation(variant):
   full = model.apply({'params': params}, {'inputs': src, 'targets': tgt})
   decoder = model.clone(decode=True)
   memory = model.apply({'params': params}, src, method='encode')
-  cache = sd._init_cache(decoder, params, src, 9)
+  cache = sd.init_cache(decoder, params, memory, src, 9)
   previous = jnp.pad(tgt, ((0, 0), (1, 0)))[:, :-1]   # start token 0, then the targets
   step = jax.jit(lambda cache, token, t: decoder.apply(
       {'params': params, 'cache': cache}, memory, src, token, t, method='decode_step',
@@ -103,7 +109,7 @@ def test_beam_search_returns_its_best_scored_hypothesis():
   assert np.all(score(seqs) >= score(greedy) - 1e-5)
 
 
-@pytest.mark.parametrize('variant', ['plain', 'cp'])
+@pytest.mark.parametrize('variant', PLACEMENT_VARIANTS)
 def test_decoder_is_causal(variant):
   model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
   src, tgt = tokens((2, 6), 6), tokens((2, 10), 7)
@@ -119,7 +125,7 @@ def test_decoder_is_causal(variant):
     assert np.abs(out[:, t + 1] - base[:, t + 1]).max() > 1e-4
 
 
-@pytest.mark.parametrize('variant', ['plain', 'cp'])
+@pytest.mark.parametrize('variant', PLACEMENT_VARIANTS)
 def test_packed_rows_give_the_loss_of_the_sentences_alone(variant):
   model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
   pairs = [(tokens((1, 5), 8), tokens((1, 4), 9)), (tokens((1, 3), 10), tokens((1, 6), 11)),
@@ -167,8 +173,10 @@ def test_decoding_sharded_over_the_data_axis_matches_one_device():
   np.testing.assert_array_equal(np.asarray(out), expected)
 
 
-@pytest.mark.parametrize('cp,millions', [(False, 60.52), (True, 61.12)])
-def test_base_parameter_count_with_a_32k_shared_vocabulary(cp, millions):
+@pytest.mark.parametrize('cp,placement,millions', [(False, None, 60.52),
+                                                   (True, 'self_attention', 61.12),
+                                                   (True, 'every_attention', 61.41)])
+def test_base_parameter_count_with_a_32k_shared_vocabulary(cp, placement, millions):
   from poolformers_jax.train.cli import load_config_file
   import os
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -176,6 +184,8 @@ def test_base_parameter_count_with_a_32k_shared_vocabulary(cp, millions):
                                                                          ':base'))
   with config.unlocked():
     config.model.vocab_size = 32000
+    if placement:
+      config.model.decoder_context_pool.placement = placement
   model = build_model(config)
   batch = {'inputs': jnp.zeros((1, 8), jnp.int32), 'targets': jnp.zeros((1, 8), jnp.int32)}
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), batch))['params']
@@ -192,3 +202,57 @@ def test_packed_rows_need_a_segment_aware_mixer():
            'inputs_segment_ids': jnp.ones((1, 6), jnp.int32)}
   with pytest.raises(ValueError, match='config.data.pack=False'):
     model.init(jax.random.PRNGKey(0), batch)
+
+
+def test_decoder_placements_pool_where_they_say():
+  """'every_attention' pools before self- and cross-attention, 'self_attention' before the
+  self-attention only, 'block_output' the block's output: their parameters say so, and the
+  cross-attention pooling changes the output."""
+  src, tgt = tokens((2, 6), 16), tokens((2, 7), 17)
+  names = {}
+  for variant in ('cp', 'cp_self_attention_only', 'cp_block_output'):
+    params = init(tiny(CP_VARIANTS[variant], encoder_cp=True), src, tgt)
+    names[variant] = {k for k in params['decoder_blocks_0']}
+    names[variant] |= {f'self_attention/{k}' for k in params['decoder_blocks_0']['self_attention']}
+  assert {'cross_context_pool', 'self_attention/context_pool'} <= names['cp']
+  assert 'cross_context_pool' not in names['cp_self_attention_only']
+  assert 'self_attention/context_pool' in names['cp_self_attention_only']
+  assert 'output_context_pool' in names['cp_block_output']
+  assert not {'cross_context_pool', 'self_attention/context_pool'} & names['cp_block_output']
+  # The same parameters without the cross-attention pooling give another output.
+  every, self_only = tiny({}, encoder_cp=True), tiny(CP_VARIANTS['cp_self_attention_only'], True)
+  params = init(every, src, tgt)
+  reduced = jax.tree.map(lambda x: x, params)
+  for i in range(2):
+    reduced[f'decoder_blocks_{i}'] = {k: v for k, v in params[f'decoder_blocks_{i}'].items()
+                                      if k != 'cross_context_pool'}
+  batch = {'inputs': src, 'targets': tgt}
+  assert np.abs(every.apply({'params': params}, batch)
+                - self_only.apply({'params': reduced}, batch)).max() > 1e-3
+
+
+def test_unknown_decoder_placement_is_one_line():
+  model = tiny({'placement': 'everywhere'}, encoder_cp=True)
+  with pytest.raises(ValueError, match=r"placement='everywhere'; choose one of"):
+    init(model, tokens((1, 5), 0), tokens((1, 5), 1))
+
+
+def test_attention_dropout_drops_probabilities():
+  """With identity value/out projections and the identity as memory, the output IS the dropped
+  attention-probability matrix: each entry 0 or weight / (1 - rate), some of both."""
+  from poolformers_jax.models.seq2seq import Attention
+  dim, rate = 8, 0.5
+  attention = Attention(num_heads=1, dropout_rate=rate)
+  x = jnp.asarray(np.random.default_rng(0).standard_normal((1, 8, dim)), jnp.float32)
+  memory = jnp.eye(dim)[None]
+  bias = jnp.zeros((1, 1, 8, dim))
+  params = attention.init(jax.random.PRNGKey(0), x, memory, bias)['params']
+  eye = {'kernel': jnp.eye(dim), 'bias': jnp.zeros(dim)}
+  params = {**params, 'value': eye, 'out': eye}
+  (out, ), weights = attention.apply({'params': params}, x, memory, bias, deterministic=False,
+                                     rngs={'dropout': jax.random.PRNGKey(1)},
+                                     mutable=['intermediates'])
+  weights = weights['intermediates']['attention_weights'][0][0, 0]
+  kept = np.isclose(np.asarray(out), np.asarray(weights) / (1 - rate), rtol=1e-5)
+  dropped = np.asarray(out) == 0
+  assert np.all(kept | dropped) and kept.any() and dropped.any()

@@ -1,14 +1,21 @@
 """Translation end to end, offline: a tiny parallel corpus made here (a fixed invertible word
 mapping, target in reverse order) through the wmt14 data layer (SentencePiece trained on it,
-packed rows), the one training loop, beam-search decoding and BLEU on held-out sentences."""
+packed rows), the one training loop, beam-search decoding and BLEU on held-out sentences;
+checkpoint averaging and the translate command on the same run."""
 import os
+import subprocess
+import sys
 
+import jax
 import numpy as np
 import pytest
 
-from poolformers_jax.train import config_utils, train_and_evaluate
+from poolformers_jax.average import average_checkpoints
+from poolformers_jax.train import checkpoint as checkpoint_lib, config_utils, evaluate
+from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.cli import load_config_file
-from poolformers_jax.train.translation_eval import bleu_scores, split_compounds
+from poolformers_jax.train.setup import make_setup
+from poolformers_jax.train.translation_eval import bleu_scores, split_compounds, tokenize_for_bleu
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_WORDS = ['zap', 'mib', 'tor', 'kel', 'vun', 'rax', 'dop', 'sil', 'gum', 'fep']
@@ -48,7 +55,7 @@ def tiny_translation_config(folder, **updates):
       'batch_size': 16, 'eval_batch_size': 64, 'num_train_steps': 250,
       'log_every_steps': 250, 'eval_every_steps': 250, 'checkpoint_every_steps': 0,
       'progress_bar': False, 'label_smoothing': 0.0,
-      'decode.max_length': 12, 'decode.batch_size': 64, 'decode.max_sentences': 0,
+      'decode.batch_tokens': 1024, 'decode.max_sentences': 0,
   }
   overrides.update(updates)
   return config_utils.override(config, **overrides)
@@ -66,6 +73,53 @@ def test_learns_held_out_translations_to_bleu_above_90(tmp_path):
   assert 'nrefs:1|case:mixed|eff:no|tok:13a' in test['bleu_signature']
 
 
+@pytest.mark.slow
+def test_averaged_checkpoint_translated_through_the_command_scores_as_eval(tmp_path):
+  """Train briefly keeping 2 checkpoints, average them (parameters = their mean, integrity
+  record written), evaluate the average, then translate the test sources with
+  `python -m poolformers_jax.translate`: the same lines as eval's hypotheses file, the same BLEU."""
+  splits = write_corpus(tmp_path)
+  config = tiny_translation_config(tmp_path, num_train_steps=160, checkpoint_every_steps=80,
+                                   eval_every_steps=160, log_every_steps=160, final_test=False)
+  workdir = str(tmp_path / 'run')
+  train_and_evaluate(config, workdir)
+  assert average_checkpoints(workdir, last=2) == {'step': 160, 'averaged_steps': [80, 160]}
+
+  setup = make_setup(config_utils.load_saved_config(workdir))
+  checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True)
+  try:
+    states = dict(checkpointer.restore_latest_steps([80, 160], setup.abstract_state))
+    averaged, step = checkpointer.restore_state('averaged', setup.abstract_state)  # verified
+  finally:
+    checkpointer.close()
+  assert step == 160
+  mean = jax.tree.map(lambda a, b: (np.asarray(a) + np.asarray(b)) / 2, states[80].params,
+                      states[160].params)
+  jax.tree.map(lambda m, p: np.testing.assert_allclose(np.asarray(p), m, rtol=1e-6, atol=1e-7),
+               mean, averaged.params)
+  differs = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
+                         states[80].params, states[160].params)
+  assert max(jax.tree.leaves(differs)) > 1e-3        # the two checkpoints do differ
+
+  metrics = evaluate(config_utils.load_saved_config(workdir), workdir, checkpoint='averaged',
+                     split='test')
+  assert metrics['decoded_sentences'] == 64 and metrics['checkpoint'] == 'averaged'
+  with open(os.path.join(workdir, 'eval', 'test.hyp.txt')) as f:
+    eval_lines = f.read().splitlines()
+
+  sources = tmp_path / 'test.src'
+  sources.write_text(''.join(src + '\n' for src, _ in splits['test']))
+  output = tmp_path / 'test.out'
+  subprocess.run([sys.executable, '-m', 'poolformers_jax.translate', '--workdir', workdir,
+                  '--checkpoint', 'averaged', '--input', str(sources), '--output', str(output)],
+                 check=True, cwd=REPO, env={**os.environ, 'PYTHONPATH': REPO})
+  lines = output.read_text().splitlines()
+  assert lines == eval_lines and len(lines) == 64
+  scores = bleu_scores(lines, [tgt for _, tgt in splits['test']], 'de')
+  assert scores['bleu'] == metrics['bleu'] and scores['tokenized_bleu'] == metrics['tokenized_bleu']
+  assert metrics['bleu'] > 5.0, metrics      # a translation, not an empty or constant output
+
+
 def test_bleu_scores_and_compound_splitting():
   assert split_compounds('Ein US-amerikanisch-deutsches Team') == (
       'Ein US ##AT##-##AT## amerikanisch ##AT##-##AT## deutsches Team')
@@ -80,3 +134,32 @@ def test_bleu_scores_and_compound_splitting():
   de = bleu_scores(['das US-Team gewann heute das Spiel'], ['das US-Team gewann gestern das Spiel'],
                    'de')
   assert de['tokenized_bleu'] > de['bleu']
+
+
+def test_tokenized_bleu_is_moses_with_compound_splitting():
+  """get_ende_bleu.sh: tokenizer.perl -l de (escaping on), then ##AT## compound splitting. The
+  13a stand-in differs: it splits digits at a hyphen and keeps quotes unescaped."""
+  text = 'Die Saison 2013-2014 des US-Teams war "gut".'
+  assert tokenize_for_bleu(text, 'de') == (
+      'Die Saison 2013 ##AT##-##AT## 2014 des US ##AT##-##AT## Teams war &quot; gut &quot; .')
+  assert tokenize_for_bleu(text, 'de', '13a') == (
+      'Die Saison 2013 - 2014 des US ##AT##-##AT## Teams war " gut " .')
+  assert tokenize_for_bleu('Le 3,5 Mio. est-ce "bon"?', 'fr') == (
+      'Le 3,5 Mio. est-ce &quot; bon &quot; ?')        # no compound splitting outside German
+  # The two tokenizations give different BLEU on the same pair.
+  hyp, ref = ['Die Saison 2013-2014 war gut .'], ['Die Saison 2013 - 2014 war gut .']
+  moses, t13a = bleu_scores(hyp, ref, 'de'), bleu_scores(hyp, ref, 'de', '13a')
+  assert t13a['tokenized_bleu'] == pytest.approx(100.0) and moses['tokenized_bleu'] < 70.0
+  assert moses['tokenized_bleu_tokenizer'] == 'moses'
+  with pytest.raises(ValueError, match='tokenized_bleu'):
+    bleu_scores(hyp, ref, 'de', 'perl')
+
+
+@pytest.mark.parametrize('key,value,message', [
+    ('decode.tokenized_bleu', 'perl', r"config.decode.tokenized_bleu='perl' is unknown"),
+    ('decode.batch_tokens', 0, r'config.decode.batch_tokens=0 must be a positive integer'),
+    ('decode.beam_size', 0, r'config.decode.beam_size=0 must be a positive integer')])
+def test_bad_decode_settings_fail_before_compiling(tmp_path, key, value, message):
+  write_corpus(tmp_path, train=50, held_out=4)
+  with pytest.raises(ValueError, match=message):
+    make_setup(tiny_translation_config(tmp_path, **{key: value}))

@@ -1,0 +1,78 @@
+r"""Translate text with a trained model: one detokenized line out per line in, same order.
+
+  python -m poolformers_jax.translate --workdir DIR [--checkpoint best|latest|averaged|STEP]
+      --input FILE|- --output FILE|- [--beam 4 --alpha 0.6 --batch_tokens N]
+
+The run's config (model, SentencePiece vocabulary, decode settings) comes from DIR/config.json;
+--beam, --alpha and --batch_tokens override config.decode. Decoding is the one eval.py uses
+(beam search on the KV cache, sources bucketed by length, output at most source length + 50
+tokens; sources longer than config.data.max_length tokens are cut, EOS kept), so the same
+sentences give the same translations. `-` reads stdin / writes stdout. Bad input ends with one
+line `error: ...` and exit code 2.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from absl import app, flags
+
+from poolformers_jax.data import translation
+from poolformers_jax.train import checkpoint as checkpoint_lib, cli, config_utils
+from poolformers_jax.train.setup import make_setup
+from poolformers_jax.train.translation_eval import translate_texts
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'The training run directory.')
+_CHECKPOINT = flags.DEFINE_string('checkpoint', 'best',
+                                  "'best', 'latest', 'averaged' or a step number.")
+_INPUT = flags.DEFINE_string('input', '-', 'Source sentences, one per line; - = stdin.')
+_OUTPUT = flags.DEFINE_string('output', '-', 'Translations, one per line; - = stdout.')
+_BEAM = flags.DEFINE_integer('beam', None, 'Beam size (1 = greedy; default config.decode).')
+_ALPHA = flags.DEFINE_float('alpha', None, 'Length penalty alpha (default config.decode).')
+_BATCH_TOKENS = flags.DEFINE_integer('batch_tokens', None, 'Source tokens (padding included) '
+                                     'decoded at once (default config.decode).')
+
+
+def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', **decode) -> list[str]:
+  """Translations of `lines` by the `checkpoint` of `workdir` (decode: beam_size, alpha,
+  batch_tokens)."""
+  config = config_utils.load_saved_config(workdir)
+  if config.model.name != 'transformer_seq2seq':
+    raise ValueError(f'{workdir} trained {config.model.name!r}, not a translation model.')
+  path = translation.vocab_path(config.data)
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'{path} (the SentencePiece model of this run) is missing; it is '
+                            'written beside the data by train.py')
+  setup = make_setup(config, need_files=False)
+  checkpointer = checkpoint_lib.Checkpointer(workdir, best_metric=config.best_metric,
+                                             best_mode=config.best_mode, read_only=True)
+  try:
+    state, _ = checkpointer.restore_state(checkpoint, setup.abstract_state)
+  finally:
+    checkpointer.close()
+  return translate_texts(setup, state.params, lines, **decode)
+
+
+def _translate():
+  source = sys.stdin if _INPUT.value == '-' else open(_INPUT.value, encoding='utf-8')
+  with source:
+    lines = [line.rstrip('\n') for line in source]
+  out = translate_file(_WORKDIR.value, lines, checkpoint=_CHECKPOINT.value, beam_size=_BEAM.value,
+                       alpha=_ALPHA.value, batch_tokens=_BATCH_TOKENS.value)
+  text = ''.join(line + '\n' for line in out)
+  if _OUTPUT.value == '-':
+    sys.stdout.write(text)
+    sys.stdout.flush()
+  else:
+    with open(_OUTPUT.value, 'w', encoding='utf-8') as f:
+      f.write(text)
+
+
+@cli.one_line_errors
+def main(argv):
+  cli.run(argv, _translate)
+
+
+if __name__ == '__main__':
+  flags.mark_flags_as_required(['workdir'])
+  app.run(main, flags_parser=cli.parse_flags)
