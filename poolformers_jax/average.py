@@ -55,12 +55,8 @@ def average_checkpoints(workdir: str, last: Optional[int] = None, config=None) -
   return {'step': int(steps[-1]), 'averaged_steps': [int(s) for s in steps]}
 
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'The training run directory.')
-_LAST = flags.DEFINE_integer('last', None, 'Average the last N checkpoints (default: all kept).')
-
-
 def _average():
-  print(json.dumps(average_checkpoints(_WORKDIR.value, _LAST.value)), flush=True)
+  print(json.dumps(average_checkpoints(flags.FLAGS.workdir, flags.FLAGS.last)), flush=True)
 
 
 @cli.one_line_errors
@@ -68,6 +64,8 @@ def main(argv):
   cli.run(argv, _average)
 
 
-if __name__ == '__main__':
+if __name__ == '__main__':   # flags defined here: the package's modules import side by side
+  flags.DEFINE_string('workdir', None, 'The training run directory.')
+  flags.DEFINE_integer('last', None, 'Average the last N checkpoints (default: all kept).')
   flags.mark_flags_as_required(['workdir'])
   app.run(main, flags_parser=cli.parse_flags)

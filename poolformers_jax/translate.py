@@ -22,17 +22,6 @@ from poolformers_jax.train import checkpoint as checkpoint_lib, cli, config_util
 from poolformers_jax.train.setup import make_setup
 from poolformers_jax.train.translation_eval import translate_texts
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'The training run directory.')
-_CHECKPOINT = flags.DEFINE_string('checkpoint', 'best',
-                                  "'best', 'latest', 'averaged' or a step number.")
-_INPUT = flags.DEFINE_string('input', '-', 'Source sentences, one per line; - = stdin.')
-_OUTPUT = flags.DEFINE_string('output', '-', 'Translations, one per line; - = stdout.')
-_BEAM = flags.DEFINE_integer('beam', None, 'Beam size (1 = greedy; default config.decode).')
-_ALPHA = flags.DEFINE_float('alpha', None, 'Length penalty alpha (default config.decode).')
-_BATCH_TOKENS = flags.DEFINE_integer('batch_tokens', None, 'Source tokens (padding included) '
-                                     'decoded at once (default config.decode).')
-
-
 def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', **decode) -> list[str]:
   """Translations of `lines` by the `checkpoint` of `workdir` (decode: beam_size, alpha,
   batch_tokens)."""
@@ -54,17 +43,17 @@ def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', 
 
 
 def _translate():
-  source = sys.stdin if _INPUT.value == '-' else open(_INPUT.value, encoding='utf-8')
+  source = sys.stdin if flags.FLAGS.input == '-' else open(flags.FLAGS.input, encoding='utf-8')
   with source:
     lines = [line.rstrip('\n') for line in source]
-  out = translate_file(_WORKDIR.value, lines, checkpoint=_CHECKPOINT.value, beam_size=_BEAM.value,
-                       alpha=_ALPHA.value, batch_tokens=_BATCH_TOKENS.value)
+  out = translate_file(flags.FLAGS.workdir, lines, checkpoint=flags.FLAGS.checkpoint, beam_size=flags.FLAGS.beam,
+                       alpha=flags.FLAGS.alpha, batch_tokens=flags.FLAGS.batch_tokens)
   text = ''.join(line + '\n' for line in out)
-  if _OUTPUT.value == '-':
+  if flags.FLAGS.output == '-':
     sys.stdout.write(text)
     sys.stdout.flush()
   else:
-    with open(_OUTPUT.value, 'w', encoding='utf-8') as f:
+    with open(flags.FLAGS.output, 'w', encoding='utf-8') as f:
       f.write(text)
 
 
@@ -73,6 +62,15 @@ def main(argv):
   cli.run(argv, _translate)
 
 
-if __name__ == '__main__':
+if __name__ == '__main__':   # flags defined here: the package's modules import side by side
+  flags.DEFINE_string('workdir', None, 'The training run directory.')
+  flags.DEFINE_string('checkpoint', 'best',
+                      "'best', 'latest', 'averaged' or a step number.")
+  flags.DEFINE_string('input', '-', 'Source sentences, one per line; - = stdin.')
+  flags.DEFINE_string('output', '-', 'Translations, one per line; - = stdout.')
+  flags.DEFINE_integer('beam', None, 'Beam size (1 = greedy; default config.decode).')
+  flags.DEFINE_float('alpha', None, 'Length penalty alpha (default config.decode).')
+  flags.DEFINE_integer('batch_tokens', None, 'Source tokens (padding included) '
+                       'decoded at once (default config.decode).')
   flags.mark_flags_as_required(['workdir'])
   app.run(main, flags_parser=cli.parse_flags)
