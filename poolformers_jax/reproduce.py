@@ -220,18 +220,22 @@ def _mean_std(values: list[float]) -> str:
   return f'{np.mean(values):.2f} ± {np.std(values, ddof=1):.2f}'
 
 
-def markdown(results: dict[str, Any]) -> str:
+def _heading(what: str, results: dict[str, Any]) -> list[str]:
+  """Title, device, commit and command of a results table."""
   overrides = results.get('overrides') or []
   # A run with overrides (fewer steps, other data) is not the paper setting: say so in the title.
-  title = f'# LRA results ({results["size"]} setting' + (
+  title = f'# {what} ({results["size"]} setting' + (
       f' with overrides: {", ".join(overrides)})' if overrides else ')')
-  lines = [title, '',
-           f'Device: {results["device"]}; git commit {results["git_commit"]}; '
-           f'command: `{results["command"]}`.', '',
-           'Validation curves: [curves.png](curves.png).', '',
-           '| task | family | test acc. % (mean ± std) | paper % | seeds | steps/s | wall time '
-           '| peak memory | device | commit |',
-           '|---|---|---|---|---|---|---|---|---|---|']
+  return [title, '', f'Device: {results["device"]}; git commit {results["git_commit"]}; '
+          f'command: `{results["command"]}`.', '']
+
+
+def markdown(results: dict[str, Any]) -> str:
+  lines = _heading('LRA results', results) + [
+      'Validation curves: [curves.png](curves.png).', '',
+      '| task | family | test acc. % (mean ± std) | paper % | seeds | steps/s | wall time '
+      '| peak memory | device | commit |',
+      '|---|---|---|---|---|---|---|---|---|---|']
   for task, entry in results['tasks'].items():
     if entry.get('missing'):
       lines.append(f'| {task} | all | data missing: {entry["missing"]} | | | | | | | |')
@@ -396,18 +400,13 @@ def _dev_text(run: dict[str, Any]) -> str:
 
 
 def glue_markdown(results: dict[str, Any]) -> str:
-  overrides = results.get('overrides') or []
-  title = f'# GLUE dev results ({results["size"]} setting' + (
-      f' with overrides: {", ".join(overrides)})' if overrides else ')')
-  lines = [title, '',
-           f'Device: {results["device"]}; git commit {results["git_commit"]}; '
-           f'command: `{results["command"]}`.', '',
-           f'Grid per task: batch sizes {results["batch_sizes"]} x learning rates '
-           f'{results["learning_rates"]}; the run with the best dev score (%) is reported. '
-           'MNLI: matched/mismatched of the same checkpoint. Paper: PoNet\'s slides (pre-trained '
-           '340K steps on 5 GB).', '',
-           '| task | metric | family | ours (best on dev) | batch | lr | paper PoNet-Base | '
-           'paper BERT-Base | runs |', '|---|---|---|---|---|---|---|---|---|']
+  lines = _heading('GLUE dev results', results) + [
+      f'Grid per task: batch sizes {results["batch_sizes"]} x learning rates '
+      f'{results["learning_rates"]}; the run with the best dev score (%) is reported. '
+      'MNLI: matched/mismatched of the same checkpoint. Paper: PoNet\'s slides (pre-trained '
+      '340K steps on 5 GB).', '',
+      '| task | metric | family | ours (best on dev) | batch | lr | paper PoNet-Base | '
+      'paper BERT-Base | runs |', '|---|---|---|---|---|---|---|---|---|']
   numbers: dict[str, list[float]] = {}
   for family, tasks in results['families'].items():
     for task, entry in tasks.items():
