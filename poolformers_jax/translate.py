@@ -33,12 +33,7 @@ def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', 
     raise FileNotFoundError(f'{path} (the SentencePiece model of this run) is missing; it is '
                             'written beside the data by train.py')
   setup = make_setup(config, need_files=False)
-  checkpointer = checkpoint_lib.Checkpointer(workdir, best_metric=config.best_metric,
-                                             best_mode=config.best_mode, read_only=True)
-  try:
-    state, _ = checkpointer.restore_state(checkpoint, setup.abstract_state)
-  finally:
-    checkpointer.close()
+  state, _ = checkpoint_lib.restore_for_reading(workdir, config, checkpoint, setup.abstract_state)
   return translate_texts(setup, state.params, lines, **decode)
 
 

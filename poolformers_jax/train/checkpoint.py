@@ -305,3 +305,14 @@ class Checkpointer:
       raise CheckpointError(
           f'checkpoint {self._step_dir(manager, step)} is damaged ({reason}); evaluate another '
           f'one (--checkpoint latest, best or a step of {kept})') from None
+
+
+def restore_for_reading(workdir: str, config, which: str, abstract_state: Any) -> tuple[Any, int]:
+  """(state, step) of checkpoint `which` (best | latest | averaged | a step) of a run, opened
+  read-only and closed again: what eval and translate load."""
+  checkpointer = Checkpointer(workdir, best_metric=config.best_metric, best_mode=config.best_mode,
+                              read_only=True)
+  try:
+    return checkpointer.restore_state(which, abstract_state)
+  finally:
+    checkpointer.close()

@@ -99,12 +99,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     raise checkpoint_lib.CheckpointError(f'{workdir} holds no training run (no '
                                          f'{checkpoint_lib.LATEST_DIR}/); pass the --workdir of '
                                          'a train.py run')
-  checkpointer = checkpoint_lib.Checkpointer(workdir, best_metric=config.best_metric,
-                                             best_mode=config.best_mode, read_only=True)
-  try:
-    state, step = checkpointer.restore_state(checkpoint, setup.abstract_state)
-  finally:
-    checkpointer.close()
+  state, step = checkpoint_lib.restore_for_reading(workdir, config, checkpoint,
+                                                   setup.abstract_state)
   metrics = evaluate_state(setup, state, split, batch_size=batch_size,
                            outputs_path=hypotheses_path(workdir, split))
   metrics = {**metrics, 'step': int(step), 'checkpoint': str(checkpoint), 'split': split}
