@@ -96,9 +96,14 @@ def _parse_value(text: str) -> Any:
 def load_config(task: str, family: str, size: str, seed: int, overrides: Sequence[str] = (),
                 configs_dir: str = CONFIGS_DIR):
   """configs/lra_<task>.py:<family>,<size> with config.seed and `key=value` overrides."""
-  from poolformers_jax.train import cli, config_utils
   spec = os.path.join(configs_dir, f'lra_{task}.py') + f':{family},{size}'
-  updates = {'seed': seed}
+  return _config_with(spec, {'seed': seed}, overrides)
+
+
+def _config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
+  """The config file `spec` with `updates`, then the `--set key=value` overrides."""
+  from poolformers_jax.train import cli, config_utils
+  updates = dict(updates)
   for item in overrides:
     key, sep, value = item.partition('=')
     if not sep:
@@ -342,15 +347,9 @@ def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:
 def load_glue_config(task: str, family: str, size: str, batch_size: int, learning_rate: float,
                      overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR):
   """configs/glue.py:<task>,<family>,<size> at one grid point, then `key=value` overrides."""
-  from poolformers_jax.train import cli, config_utils
   spec = os.path.join(configs_dir, 'glue.py') + f':{task},{family},{size}'
-  updates = {'batch_size': batch_size, 'optimizer.learning_rate': learning_rate}
-  for item in overrides:
-    key, sep, value = item.partition('=')
-    if not sep:
-      raise ValueError(f'--set {item!r}: expected key=value, e.g. --set init_from=runs/pretrain.')
-    updates[key] = _parse_value(value)
-  return config_utils.override(cli.load_config_file(spec), **updates)
+  return _config_with(spec, {'batch_size': batch_size, 'optimizer.learning_rate': learning_rate},
+                      overrides)
 
 
 def run_glue_point(task: str, family: str, size: str, batch_size: int, learning_rate: float,
