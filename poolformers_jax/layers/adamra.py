@@ -94,6 +94,87 @@ def random_routes(length: int, num_routes: int) -> np.ndarray:
   return np.random.default_rng(RANDOM_ROUTING_SEED).integers(0, num_routes, size=length)
 
 
+ROUTED_BLOCK_ROWS = 128
+
+
+@jax.custom_vjp
+def move_rows(x: Array, index: Array, inverse: Array) -> Array:
+  """Rows `x[index]` (zeros where `index` is out of range) of a one-to-one row map, whose
+  reverse is `inverse` (for every row of x, the output row it went to, out of range for none).
+  The gradient is the reverse gather: XLA would otherwise scatter-add, slow on CPU."""
+  return jnp.take(x, index, axis=0, mode='fill', fill_value=0)
+
+
+def _move_rows_fwd(x, index, inverse):
+  return move_rows(x, index, inverse), inverse
+
+
+def _move_rows_bwd(inverse, grad):
+  return jnp.take(grad, inverse, axis=0, mode='fill', fill_value=0), None, None
+
+
+move_rows.defvjp(_move_rows_fwd, _move_rows_bwd)
+
+
+def routed_layout(chosen: Array, num_routes: int, block_rows: int
+                  ) -> tuple[Array, Array, Array]:
+  """Tokens grouped by (batch row, routed head), each group padded to whole blocks.
+
+  chosen: [B, n] head of every token. Returns `slot` [B*n] (each token's row in the layout),
+  `source` [P] (the token of each row, B*n for padding) and `group` [P / block_rows] (b * H + h
+  of each block). P = block_rows * (ceil(B*n / block_rows) + B*H - 1), enough for any routing.
+  """
+  batch, length = chosen.shape
+  tokens, groups = batch * length, batch * num_routes
+  onehot = jax.nn.one_hot(chosen, num_routes, dtype=jnp.int32)  # [B, n, H]
+  rank = jnp.take_along_axis(jnp.cumsum(onehot, axis=1), chosen[..., None], 2)[..., 0] - 1
+  sizes = -(-onehot.sum(axis=1).reshape(groups) // block_rows) * block_rows
+  ends = jnp.cumsum(sizes)
+  token_group = (jnp.arange(batch, dtype=jnp.int32)[:, None] * num_routes + chosen).reshape(-1)
+  slot = (ends - sizes)[token_group] + rank.reshape(-1)
+  blocks = -(-tokens // block_rows) + groups - 1
+  source = jnp.full((blocks * block_rows,), tokens, jnp.int32).at[slot].set(
+      jnp.arange(tokens, dtype=jnp.int32))
+  group = jnp.searchsorted(ends, jnp.arange(blocks) * block_rows, side='right')
+  return slot, source, jnp.minimum(group, groups - 1)
+
+
+def kernel_attention_state(k: Array, v: Array, valid: Array, phi) -> Array:
+  """[B, S, Dh, Dh + 1]: sum_j phi(k_j) v_j^T beside sum_j phi(k_j) (Eq. 7's two sums), float32,
+  for keys / values [B, S, m, Dh] of which `valid` [B, m] are real."""
+  k = phi(k).astype(jnp.float32) * valid[:, None, :, None]
+  kv = jnp.einsum('bsmd,bsme->bsde', k, v.astype(jnp.float32))
+  return jnp.concatenate([kv, k.sum(axis=2)[..., None]], axis=-1)
+
+
+def routed_kernel_attention(x: Array, chosen: Array, kernels: Array, biases: Optional[Array],
+                            states: Array, phi, dtype: Dtype, eps: float = 1e-6) -> Array:
+  """Eq. 7 for each query in its routed head only -> [B, n, D] in `dtype`.
+
+  x [B, n, D] is projected by its head's query map (kernels [H, D, D], biases [H, D] or None)
+  and attends to that head's state (states [B, H, S, Dh, Dh + 1], kernel_attention_state).
+  Tokens are grouped by (row, head) into blocks of one head (routed_layout), so the work is one
+  head's per token, not H heads' of which H - 1 are thrown away; same values as linear_attention.
+  """
+  batch, length, dim = x.shape
+  num_routes, subheads, head_dim = states.shape[1], states.shape[2], states.shape[3]
+  tokens = batch * length
+  block_rows = int(min(ROUTED_BLOCK_ROWS, 8 * -(-tokens // (8 * batch * num_routes))))
+  slot, source, group = routed_layout(chosen, num_routes, block_rows)
+  blocks = group.shape[0]
+  head = group % num_routes
+  rows = move_rows(x.reshape(tokens, dim), source, slot).reshape(blocks, block_rows, dim)
+  q = jnp.einsum('ktd,kde->kte', rows.astype(dtype), kernels[head].astype(dtype))
+  if biases is not None:
+    q = q + biases[head][:, None, :].astype(dtype)
+  q = phi(q).astype(jnp.float32).reshape(blocks, block_rows, subheads, head_dim)
+  state = states.reshape((batch * num_routes,) + states.shape[2:])[group]
+  num = jnp.einsum('ktsd,ksde->ktse', q, state)
+  out = (num[..., :head_dim] / (num[..., head_dim:] + eps)).astype(dtype)
+  out = out.reshape(blocks * block_rows, dim)
+  return move_rows(out, slot, source).reshape(batch, length, dim)
+
+
 @register_mixer('adamra')
 class AdaMRA(nn.Module):
   """Adaptive multi-resolution kernel attention; mixer interface of docs/design.md.
@@ -142,50 +223,71 @@ class AdaMRA(nn.Module):
     # (the heads' queries and W^O) instead of 3 + 3 + 1.
     project = lambda n: Projection(dim, use_bias=self.use_bias, name=n)(dim)
     eq1 = {n: project(n) for n in ('query', 'key', 'value')}
-    gates = self._gates(x, eq1['query'], dtype)  # [B, n, H]
     if self.per_head_projections:  # W_hs of Eq. 9, the S subheads side by side
       init = nn.initializers.lecun_normal(in_axis=-2, out_axis=-1, batch_axis=(0,))
       eq9 = {n: self.param(f'head_{n}', init, (len(counts), dim, dim))
              for n in ('query', 'key', 'value')}
 
-    def affine(t: Array, name: str, h: int) -> Array:  # t @ W_name (@ W_hs) + bias, in `dtype`
+    def head_map(name: str, h: int) -> tuple[Array, Optional[Array]]:  # W_name (@ W_hs), bias
       kernel, bias = eq1[name]
       if self.per_head_projections:
         kernel = kernel @ eq9[name][h]
         bias = None if bias is None else bias @ eq9[name][h]
+      return kernel, bias
+
+    def affine(t: Array, name: str, h: int) -> Array:  # t @ W_name (@ W_hs) + bias, in `dtype`
+      kernel, bias = head_map(name, h)
       y = t.astype(dtype) @ kernel.astype(dtype)
       return y if bias is None else y + bias.astype(dtype)
 
-    mixed = jnp.zeros(x.shape, dtype)
-    for h, count in enumerate(counts):
-      means, valid = segment_means(x, mask, count)
-      q_h, k_h, v_h = affine(x, 'query', h), affine(means, 'key', h), affine(means, 'value', h)
-      q_h, k_h, v_h = (split_heads(t, self.num_heads) for t in (q_h, k_h, v_h))
-      head = merge_heads(self._attend(q_h, k_h, v_h, valid))  # Eq. 8: concat of subheads
-      mixed = mixed + gates[..., h:h + 1] * head  # Eq. 8: sum over heads of routed queries
+    chosen, gate = self._route(x, eq1['query'], dtype)  # [B, n] head and weight of each query
+    heads = [segment_means(x, mask, count) for count in counts]
+    heads = [(affine(means, 'key', h), affine(means, 'value', h), valid)
+             for h, (means, valid) in enumerate(heads)]
+    if chosen is None or self.feature_map == 'softmax':
+      # Every query in every head (routing 'none', or the softmax ablation), summed with the
+      # one-hot gates: Eq. 8 as written.
+      mixed = jnp.zeros(x.shape, dtype)
+      for h, (k_h, v_h, valid) in enumerate(heads):
+        q_h, k_h, v_h = (split_heads(t, self.num_heads) for t in (affine(x, 'query', h), k_h, v_h))
+        weight = 1.0 if chosen is None else jnp.where(chosen == h, gate, 0)[..., None]
+        mixed = mixed + weight * merge_heads(self._attend(q_h, k_h, v_h, valid))
+    else:
+      # Each query only in the head it is routed to: a third of the work of evaluating all
+      # heads and keeping one (same values; see routed_kernel_attention).
+      kernels, biases = zip(*(head_map('query', h) for h in range(len(counts))))
+      biases = None if biases[0] is None else jnp.stack(biases)
+      states = [kernel_attention_state(*(split_heads(t, self.num_heads) for t in (k_h, v_h)),
+                                       valid, FEATURE_MAPS[self.feature_map])
+                for k_h, v_h, valid in heads]
+      mixed = gate[..., None] * routed_kernel_attention(
+          x, chosen, jnp.stack(kernels), biases, jnp.stack(states, axis=1),
+          FEATURE_MAPS[self.feature_map], dtype)
     mixed = nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
     return nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name='out')(mixed)  # W^O of Eq. 8
 
-  def _gates(self, x: Array, query: tuple[Array, Optional[Array]], dtype: Dtype) -> Array:
-    """[B, n, H]: the weight of head h in the output of query i (zero unless routed there)."""
+  def _route(self, x: Array, query: tuple[Array, Optional[Array]], dtype: Dtype
+             ) -> tuple[Optional[Array], Optional[Array]]:
+    """(head [B, n] int32, weight [B, n]) of every query; (None, None) for routing 'none'."""
     num_routes = len(self.compression_rates)
     if self.routing == 'none':
-      return jnp.ones(x.shape[:2] + (num_routes,), dtype)
+      return None, None
     if self.routing == 'random':
-      chosen = jnp.broadcast_to(jnp.asarray(random_routes(x.shape[1], num_routes)), x.shape[:2])
+      chosen = jnp.broadcast_to(jnp.asarray(random_routes(x.shape[1], num_routes), jnp.int32),
+                                x.shape[:2])
       self.sow('intermediates', 'routed_head', chosen)
-      return jax.nn.one_hot(chosen, num_routes, dtype=dtype)
+      return chosen, jnp.ones(x.shape[:2], dtype)
     router, _ = Projection(num_routes, use_bias=False, name='router')(x.shape[-1])
     kernel, bias = query  # Eq. 6 reads Q = x W_Q + b_Q: the router matrix is folded into W_Q
     logits = x.astype(dtype) @ (kernel @ router).astype(dtype)
     if bias is not None:
       logits = logits + (bias @ router).astype(dtype)
     probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
-    chosen = jnp.argmax(probs, axis=-1)
+    chosen = jnp.argmax(probs, axis=-1).astype(jnp.int32)
     self.sow('intermediates', 'router_probs', probs)
     self.sow('intermediates', 'routed_head', chosen)
     # Switch-Transformer gate: the chosen head's output times its probability carries the gradient.
-    return (jax.nn.one_hot(chosen, num_routes, dtype=jnp.float32) * probs).astype(dtype)
+    return chosen, jnp.take_along_axis(probs, chosen[..., None], -1)[..., 0].astype(dtype)
 
   def _attend(self, q: Array, k: Array, v: Array, valid: Array) -> Array:
     """Attention of all queries [B, S, n, Dh] over the compressed keys [B, S, m, Dh]."""

@@ -8,7 +8,9 @@ import pytest
 
 from poolformers_jax import testing as T
 from poolformers_jax.layers import AdaMRA, LinearAttention, build_mixer
-from poolformers_jax.layers.adamra import random_routes, segment_means
+from poolformers_jax.layers.adamra import (kernel_attention_state, move_rows, random_routes,
+                                          routed_kernel_attention, routed_layout, segment_means)
+from poolformers_jax.layers.attention import FEATURE_MAPS, linear_attention, merge_heads, split_heads
 
 RATES = (1 / 2, 1 / 3, 1 / 5)  # at length 10: 5, 3 (10 is not divisible by 3) and 2 segments
 
@@ -104,6 +106,75 @@ def test_matches_numpy_routing_reference(feature_map, routing, per_head):
   assert len(np.unique(chosen)) == len(RATES), 'every head must be used, else the test is weak'
   np.testing.assert_array_equal(np.asarray(state['intermediates']['routed_head'][0]), chosen)
   np.testing.assert_allclose(np.asarray(y), ref, atol=2e-5, rtol=2e-4)
+
+
+def _every_head_then_select(x, chosen, kernels, biases, k, v, valid, phi):
+  """Each query through every head's linear_attention, then its routed head's row kept."""
+  outs = []
+  for h in range(kernels.shape[0]):
+    q = split_heads(x @ kernels[h] + biases[h], 2)
+    k_h, v_h = split_heads(k[h], 2), split_heads(v[h], 2)
+    outs.append(merge_heads(linear_attention(phi(q), phi(k_h), v_h, valid[h], causal=False)))
+  return jnp.take_along_axis(jnp.stack(outs, 2), chosen[:, :, None, None], 2)[:, :, 0]
+
+
+@pytest.mark.parametrize('routes', ['mixed', 'one_head'])
+def test_routed_evaluation_equals_every_head_then_select(routes):
+  # 2 rows x 50 tokens, 3 heads: blocks of 24 rows, so groups span several blocks and blocks
+  # are padded; 'one_head' sends every token of a row to one head (empty groups).
+  keys = jax.random.split(jax.random.PRNGKey(0), 6)
+  x = jax.random.normal(keys[0], (2, 50, 8))
+  chosen = jax.random.randint(keys[1], (2, 50), 0, 3)
+  if routes == 'one_head':
+    chosen = jnp.stack([jnp.full((50,), 2), jnp.full((50,), 0)])
+  kernels, biases = jax.random.normal(keys[2], (3, 8, 8)), jax.random.normal(keys[3], (3, 8))
+  k, v = jax.random.normal(keys[4], (3, 2, 7, 8)), jax.random.normal(keys[5], (3, 2, 7, 8))
+  # [H, B, m]: keys / values per head and row; some compressed keys are padding
+  valid = jnp.arange(7)[None, None, :] < jnp.array([[7, 4], [7, 7], [5, 2]])[..., None]
+  phi = FEATURE_MAPS['relu']
+  weights = jax.random.normal(keys[0], (2, 50, 8))
+
+  def routed(x, kernels, biases, k, v):
+    states = jnp.stack([kernel_attention_state(split_heads(k[h], 2), split_heads(v[h], 2),
+                                               valid[h], phi) for h in range(3)], axis=1)
+    return routed_kernel_attention(x, chosen, kernels, biases, states, phi, jnp.float32)
+
+  def dense(x, kernels, biases, k, v):
+    return _every_head_then_select(x, chosen, kernels, biases, k, v, valid, phi)
+
+  args = (x, kernels, biases, k, v)
+  np.testing.assert_allclose(np.asarray(routed(*args)), np.asarray(dense(*args)),
+                             atol=1e-5, rtol=1e-4)
+  grads = [jax.grad(lambda *a: jnp.sum(weights * f(*a)), argnums=range(5))(*args)
+           for f in (jax.jit(routed), dense)]
+  for g_routed, g_dense in zip(*grads):
+    np.testing.assert_allclose(np.asarray(g_routed), np.asarray(g_dense), atol=1e-4, rtol=1e-4)
+
+
+def test_routed_layout_is_a_block_aligned_permutation():
+  chosen = jnp.array([[2, 0, 2, 2, 1, 0, 2], [1, 1, 1, 1, 1, 1, 1]])
+  slot, source, group = routed_layout(chosen, 3, 2)
+  slot, source, group = np.asarray(slot), np.asarray(source), np.asarray(group)
+  assert len(set(slot)) == 14 and np.all(source[slot] == np.arange(14))
+  assert np.sum(source < 14) == 14  # every other row is padding
+  flat = np.asarray(chosen).reshape(-1)
+  for token in range(14):  # each token sits in a block of its own (row, head)
+    assert group[slot[token] // 2] == (token // 7) * 3 + flat[token]
+  # within a group, tokens keep their order
+  for g in range(6):
+    members = [t for t in range(14) if (t // 7) * 3 + flat[t] == g]
+    assert list(slot[members]) == sorted(slot[members])
+
+
+def test_move_rows_gradient_is_the_gathers_gradient():
+  x = jax.random.normal(jax.random.PRNGKey(1), (5, 3))
+  index = jnp.array([3, 5, 0, 4, 5, 1, 2])  # 5 = out of range: a zero row
+  inverse = jnp.array([2, 5, 6, 0, 3])
+  w = jax.random.normal(jax.random.PRNGKey(2), (7, 3))
+  plain = lambda x: jnp.sum(w * jnp.take(x, index, axis=0, mode='fill', fill_value=0))
+  moved = lambda x: jnp.sum(w * move_rows(x, index, inverse))
+  assert float(plain(x)) == pytest.approx(float(moved(x)))
+  np.testing.assert_allclose(np.asarray(jax.grad(moved)(x)), np.asarray(jax.grad(plain)(x)))
 
 
 def test_sown_routing_is_a_distribution_and_its_argmax():
