@@ -34,6 +34,9 @@ What the paper leaves open, and what we decided (see also docs/papers/adamra.md)
   "Softmax": exact softmax attention over the compressed keys, memory O(n * sum_h m_h)).
 - No causal form: the paper defines none (segment means mix future tokens), so there is no
   `causal` field and the registry refuses to build AdaMRA for a language model.
+- Evaluation. With learned or random routing and a kernel feature map, each query is projected
+  and attends in its routed head only (tokens grouped by head into blocks, routed_kernel_attention);
+  routing 'none' and the softmax ablation evaluate every head. Same values either way.
 - Dropout (the paper is silent): on the summed heads before W^O, as MultiHeadAttention does.
 """
 from __future__ import annotations
