@@ -14,7 +14,8 @@ encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
     before: sources in input order, `--decode_batch` per batch, each padded to
             `--decode_pad_length` (the data max_length of the real config), decode length fixed
             to it, cross-attention keys/values projected at every step (the decoder as it was);
-    after:  translation_eval's path: sources sorted and bucketed by length (`--batch_tokens`),
+    after:  translation_eval's path: sources sorted by length, cut into batches of at most
+            `--batch_tokens` (the config's) padded to length buckets,
             caches sized to source length + 50, cross-attention keys/values projected once.
 
   nice -n 19 .venv/bin/python benchmarks/translation.py --output_dir /tmp/translation_bench
@@ -54,7 +55,8 @@ flags.DEFINE_integer('repeats', 5, 'Timed runs (median).')
 flags.DEFINE_integer('decode_sentences', 16, 'Sentences translated per run.')
 flags.DEFINE_integer('decode_batch', 8, 'Before: sentences decoded at once.')
 flags.DEFINE_integer('decode_pad_length', 256, 'Before: every source padded to this length.')
-flags.DEFINE_integer('batch_tokens', 512, 'After: source tokens (padding included) per batch.')
+flags.DEFINE_integer('batch_tokens', None, 'After: source tokens (padding included) per batch '
+                     '(default: the config\'s decode.batch_tokens, 4096).')
 flags.DEFINE_bool('decode_only', False, 'Skip the training-step measurements.')
 flags.DEFINE_list('models', ['standard', 'cp'], 'Which of standard, cp to measure.')
 
@@ -134,7 +136,7 @@ def _output_tokens(tokens: np.ndarray) -> int:
   return int(np.sum(np.where((tokens == EOS_ID).any(1), ends + 1, tokens.shape[1])))
 
 
-def decoders(model, params, sources: list) -> dict:
+def decoders(model, params, sources: list, batch_tokens: int) -> dict:
   """name -> (fn, args): each translates every source and returns its output token count."""
   model = EndsAtSourceLength(**{f: getattr(model, f) for f in TransformerSeq2Seq.__dataclass_fields__
                                 if f not in ('parent', 'name')})
@@ -147,7 +149,7 @@ def decoders(model, params, sources: list) -> dict:
       ids[row, :len(src)] = src
     before_batches.append((len(chunk), ids))
   after_batches = [(len(indices), ids)
-                   for indices, ids in length_batches(sources, FLAGS.batch_tokens, 1)]
+                   for indices, ids in length_batches(sources, batch_tokens, 1)]
 
   def regime(fn, batches):
     def run():   # the real sentences of each batch are its first rows
@@ -170,7 +172,8 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
   params = jax.tree.map(jnp.copy, state.params)   # the decoders' own: the step donates the state
-  calls = decoders(setup.model, params, sources)
+  calls = decoders(setup.model, params, sources,
+                   FLAGS.batch_tokens or setup.config.decode.batch_tokens)
   out = {'calls': calls, 'params': state_lib.param_count(params)}
   if not FLAGS.decode_only:
     compiled = step_lib.compile_train_step(setup)

@@ -127,13 +127,35 @@ class Attention(nn.Module):
         index.value = i + 1
         seen = jnp.arange(k.shape[2]) <= i
         bias = jnp.where(seen, 0.0, NEG_INF)[None, None, None, :].astype(jnp.float32)
+    # Beam search keeps one copy of a sentence's memory keys / values for its K beams (rows
+    # b*K .. b*K+K-1 of q): their queries attend as K query positions of row b, so the memory
+    # is read once per sentence, not once per beam.
+    beams = q.shape[0] // k.shape[0]
+    if beams > 1:
+      q, bias = _beams_to_positions(q, beams), _beams_to_positions(bias, beams)
     # softmax_attention's weights, then dropout on them (attention-probability dropout, as
     # tensor2tensor's attention_dropout), then the values.
     _, weights = softmax_attention(q, k, v, bias)
     self.sow('intermediates', 'attention_weights', weights)
     dropped = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
     out = jnp.einsum('bhqk,bhkd->bhqd', dropped.astype(v.dtype), v)
+    if beams > 1:
+      out = _positions_to_beams(out, beams)
     return dense('out')(merge_heads(out))
+
+
+def _beams_to_positions(t: Array, beams: int) -> Array:
+  """[B*K, H, Lq, X] -> [B, H, K*Lq, X]: the K beams of a sentence as query positions."""
+  rows, heads, length, width = t.shape
+  t = t.reshape(rows // beams, beams, heads, length, width).transpose(0, 2, 1, 3, 4)
+  return t.reshape(rows // beams, heads, beams * length, width)
+
+
+def _positions_to_beams(t: Array, beams: int) -> Array:
+  """The inverse of _beams_to_positions."""
+  batch, heads, length, width = t.shape
+  t = t.reshape(batch, heads, beams, length // beams, width).transpose(0, 2, 1, 3, 4)
+  return t.reshape(batch * beams, heads, length // beams, width)
 
 
 class _PredictorStep(nn.Module):

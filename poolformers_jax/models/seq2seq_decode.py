@@ -93,8 +93,7 @@ def greedy(model, params, inputs: jax.Array, max_length: int,
 
 def _gather(cache, flat_index: jax.Array, rows: int):
   """Rows `flat_index` of every cache array whose leading axis has `rows` entries; the
-  cross-attention keys/values are the same for every beam of a sentence and are left as they
-  are (no copy of [rows, heads, source length, head dim] per step)."""
+  cross-attention keys/values, one per sentence for all its beams, are left as they are."""
   flat = traverse_util.flatten_dict(cache)
   return traverse_util.unflatten_dict({
       k: x[flat_index] if x.ndim and x.shape[0] == rows and k[-1] not in _MEMORY else x
@@ -111,9 +110,11 @@ def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: in
   tile = lambda x: jnp.repeat(x, k, axis=0)                 # row b*K + j = beam j of b
   step = _step_fn(decoder, params, tile(memory), tile(inputs),
                   tile(source_lengths(inputs) + extra_length))
-  # The cache of each sentence is made once, then copied to its K beams.
-  cache0 = jax.tree.map(lambda x: tile(x) if x.ndim else x,
-                        init_cache(decoder, params, memory, inputs, max_length))
+  # The cache of each sentence is made once, then copied to its K beams; the cross-attention
+  # keys / values stay one per sentence (the beams' queries share them: seq2seq.Attention).
+  flat = traverse_util.flatten_dict(init_cache(decoder, params, memory, inputs, max_length))
+  cache0 = traverse_util.unflatten_dict({
+      key: tile(x) if x.ndim and key[-1] not in _MEMORY else x for key, x in flat.items()})
   offsets = (jnp.arange(batch) * k)[:, None]
   max_lp = length_penalty(max_length, alpha)
 

@@ -15,7 +15,9 @@ from poolformers_jax.train import checkpoint as checkpoint_lib, config_utils, ev
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.cli import load_config_file
 from poolformers_jax.train.setup import make_setup
-from poolformers_jax.train.translation_eval import bleu_scores, split_compounds, tokenize_for_bleu
+from poolformers_jax.train.translation_eval import (BUCKETS, bleu_scores, bucket_length,
+                                                    length_batches, split_compounds,
+                                                    tokenize_for_bleu)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_WORDS = ['zap', 'mib', 'tor', 'kel', 'vun', 'rax', 'dop', 'sil', 'gum', 'fep']
@@ -163,3 +165,27 @@ def test_bad_decode_settings_fail_before_compiling(tmp_path, key, value, message
   write_corpus(tmp_path, train=50, held_out=4)
   with pytest.raises(ValueError, match=message):
     make_setup(tiny_translation_config(tmp_path, **{key: value}))
+
+
+@pytest.mark.parametrize('batch_tokens,multiple', [(4096, 1), (512, 1), (512, 8), (40, 2)])
+def test_length_batches_hold_every_source_once_within_the_token_budget(batch_tokens, multiple):
+  rng = np.random.default_rng(0)
+  sources = [rng.integers(3, 100, n).astype(np.int32) for n in rng.integers(1, 300, 57)]
+  seen, batches = [], list(length_batches(sources, batch_tokens, multiple))
+  for indices, ids in batches:
+    rows, length = ids.shape
+    assert length in BUCKETS or length % 128 == 0
+    assert length == bucket_length(max(len(sources[i]) for i in indices))
+    assert rows % multiple == 0 and rows >= len(indices)
+    assert rows * length <= batch_tokens or rows == multiple   # the budget, or one row per device
+    full = max(multiple, batch_tokens // length // multiple * multiple)
+    pow2 = (rows // multiple) & (rows // multiple - 1) == 0
+    assert rows == full or pow2   # a full batch, or a power of two: few shapes
+    for row, i in enumerate(indices):
+      np.testing.assert_array_equal(ids[row, :len(sources[i])], sources[i])
+      assert not ids[row, len(sources[i]):].any()
+    assert not ids[len(indices):].any()
+    seen += indices
+  assert sorted(seen) == list(range(57))
+  lengths = [len(sources[i]) for i in seen]
+  assert lengths == sorted(lengths)   # sorted by length, so a batch's padding is small
