@@ -1,4 +1,5 @@
-r"""Evaluate a checkpoint: prints one JSON line of metrics and writes DIR/eval/<split>.json.
+r"""Evaluate a checkpoint: prints one JSON line of metrics and writes DIR/eval/<split>.json
+(DIR/eval/<split>.data-<hash>.json when the data settings differ from the run's).
 
 python eval.py --config configs/<task>.py[:arg] --workdir DIR [--checkpoint best|latest|STEP]
                [--split validation|test] [--batch_size N] [--config.k=v ...]

@@ -121,25 +121,25 @@ move_rows.defvjp(_move_rows_fwd, _move_rows_bwd)
 
 def routed_layout(chosen: Array, num_routes: int, block_rows: int
                   ) -> tuple[Array, Array, Array]:
-  """Tokens grouped by (batch row, routed head), each group padded to whole blocks.
+  """Each batch row's tokens grouped by routed head, each group padded to whole blocks.
 
-  chosen: [B, n] head of every token. Returns `slot` [B*n] (each token's row in the layout),
-  `source` [P] (the token of each row, B*n for padding) and `group` [P / block_rows] (b * H + h
-  of each block). P = block_rows * (ceil(B*n / block_rows) + B*H - 1), enough for any routing.
+  chosen: [B, n] head of every token. Returns `slot` [B, n] (each token's place in its row's
+  layout), `source` [B, P] (the token at each place, n for padding) and `head` [B, P / block_rows]
+  (the head of each block); P = block_rows * (ceil(n / block_rows) + H - 1), enough for any
+  routing. Rows stay apart, so a batch sharded over devices stays sharded.
   """
   batch, length = chosen.shape
-  tokens, groups = batch * length, batch * num_routes
   onehot = jax.nn.one_hot(chosen, num_routes, dtype=jnp.int32)  # [B, n, H]
   rank = jnp.take_along_axis(jnp.cumsum(onehot, axis=1), chosen[..., None], 2)[..., 0] - 1
-  sizes = -(-onehot.sum(axis=1).reshape(groups) // block_rows) * block_rows
-  ends = jnp.cumsum(sizes)
-  token_group = (jnp.arange(batch, dtype=jnp.int32)[:, None] * num_routes + chosen).reshape(-1)
-  slot = (ends - sizes)[token_group] + rank.reshape(-1)
-  blocks = -(-tokens // block_rows) + groups - 1
-  source = jnp.full((blocks * block_rows,), tokens, jnp.int32).at[slot].set(
-      jnp.arange(tokens, dtype=jnp.int32))
-  group = jnp.searchsorted(ends, jnp.arange(blocks) * block_rows, side='right')
-  return slot, source, jnp.minimum(group, groups - 1)
+  sizes = -(-onehot.sum(axis=1) // block_rows) * block_rows      # [B, H], whole blocks
+  ends = jnp.cumsum(sizes, axis=1)
+  slot = jnp.take_along_axis(ends - sizes, chosen, 1) + rank
+  blocks = -(-length // block_rows) + num_routes - 1
+  source = jnp.full((batch, blocks * block_rows), length, jnp.int32).at[
+      jnp.arange(batch)[:, None], slot].set(jnp.arange(length, dtype=jnp.int32)[None])
+  starts = jnp.arange(blocks) * block_rows
+  head = jnp.sum(starts[None, :, None] >= ends[:, None, :], axis=2)  # groups ended before it
+  return slot, source, jnp.minimum(head, num_routes - 1)
 
 
 def kernel_attention_state(k: Array, v: Array, valid: Array, phi) -> Array:
@@ -156,26 +156,26 @@ def routed_kernel_attention(x: Array, chosen: Array, kernels: Array, biases: Opt
 
   x [B, n, D] is projected by its head's query map (kernels [H, D, D], biases [H, D] or None)
   and attends to that head's state (states [B, H, S, Dh, Dh + 1], kernel_attention_state).
-  Tokens are grouped by (row, head) into blocks of one head (routed_layout), so the work is one
-  head's per token, not H heads' of which H - 1 are thrown away; same values as linear_attention.
+  Each row's tokens are grouped by head into blocks of one head (routed_layout), so the work is
+  one head's per token, not H heads' of which H - 1 are thrown away; same values as
+  linear_attention.
   """
   batch, length, dim = x.shape
   num_routes, subheads, head_dim = states.shape[1], states.shape[2], states.shape[3]
-  tokens = batch * length
-  block_rows = int(min(ROUTED_BLOCK_ROWS, 8 * -(-tokens // (8 * batch * num_routes))))
-  slot, source, group = routed_layout(chosen, num_routes, block_rows)
-  blocks = group.shape[0]
-  head = group % num_routes
-  rows = move_rows(x.reshape(tokens, dim), source, slot).reshape(blocks, block_rows, dim)
-  q = jnp.einsum('ktd,kde->kte', rows.astype(dtype), kernels[head].astype(dtype))
+  # Blocks of at least `dim` rows, so that a block's [dim, dim] query map costs no more to
+  # read than its rows; fewer for short inputs.
+  block_rows = int(min(max(ROUTED_BLOCK_ROWS, dim), 8 * -(-length // (8 * num_routes))))
+  slot, source, head = routed_layout(chosen, num_routes, block_rows)
+  blocks = head.shape[1]
+  rows = jax.vmap(move_rows)(x, source, slot).reshape(batch, blocks, block_rows, dim)
+  q = jnp.einsum('bktd,bkde->bkte', rows.astype(dtype), kernels[head].astype(dtype))
   if biases is not None:
-    q = q + biases[head][:, None, :].astype(dtype)
-  q = phi(q).astype(jnp.float32).reshape(blocks, block_rows, subheads, head_dim)
-  state = states.reshape((batch * num_routes,) + states.shape[2:])[group]
-  num = jnp.einsum('ktsd,ksde->ktse', q, state)
+    q = q + biases[head][:, :, None, :].astype(dtype)
+  q = phi(q).astype(jnp.float32).reshape(batch, blocks, block_rows, subheads, head_dim)
+  state = jnp.take_along_axis(states, head[:, :, None, None, None], axis=1)
+  num = jnp.einsum('bktsd,bksde->bktse', q, state)
   out = (num[..., :head_dim] / (num[..., head_dim:] + eps)).astype(dtype)
-  out = out.reshape(blocks * block_rows, dim)
-  return move_rows(out, slot, source).reshape(batch, length, dim)
+  return jax.vmap(move_rows)(out.reshape(batch, blocks * block_rows, dim), slot, source)
 
 
 @register_mixer('adamra')

@@ -8,6 +8,7 @@ float64 on the host, so the loss is exact up to the float32 rounding of each bat
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from typing import Any, Optional, Union
@@ -19,7 +20,7 @@ import numpy as np
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import sharding, validate
+from poolformers_jax.train import config_utils, sharding, validate
 from poolformers_jax.train.setup import Setup, make_setup, process_slice, variables_of
 
 
@@ -83,6 +84,37 @@ def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:
   return path
 
 
+def data_changes(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """The data settings of `config` that differ from the run's own (DIR/config.json), e.g. another
+  test file: {dotted key: value}, empty for the run's own data."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    saved = json.load(f).get('data', {})
+
+  def flat(d: dict, prefix: str = '') -> dict[str, Any]:
+    out = {}
+    for key, value in d.items():
+      if isinstance(value, dict):
+        out.update(flat(value, f'{prefix}{key}.'))
+      else:
+        out[f'{prefix}{key}'] = value
+    return out
+
+  ours, theirs = flat(json.loads(config_utils.to_json(config.data))), flat(saved)
+  return {f'data.{k}': v for k, v in sorted(ours.items()) if k in theirs and theirs[k] != v}
+
+
+def record_name(split: str, changes: dict[str, Any]) -> str:
+  """`split` for the run's own data, else `split` + a short hash of the changed data settings,
+  so evaluating on other data never writes over the run's own record."""
+  if not changes:
+    return split
+  digest = hashlib.sha1(json.dumps(changes, sort_keys=True).encode()).hexdigest()[:8]
+  return f'{split}.data-{digest}'
+
+
 def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
              checkpoint: Union[str, int] = 'best', split: str = 'test',
              batch_size: Optional[int] = None) -> dict[str, Any]:
@@ -90,7 +122,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   on `split`.
 
   Returns the metrics (plus 'step', 'checkpoint' and 'split') and writes them to
-  DIR/eval/<split>.json (translation: the hypotheses to DIR/eval/<split>.hyp.txt).
+  DIR/eval/<split>.json (translation: the hypotheses to DIR/eval/<split>.hyp.txt). With data
+  settings other than the run's (another test file, say), the record is
+  DIR/eval/<split>.data-<hash>.json with those settings in 'data_changes'.
   """
   setup = make_setup(config)
   validate.check_eval_batch_size(batch_size, setup.mesh)
@@ -101,8 +135,12 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                                          'a train.py run')
   state, step = checkpoint_lib.restore_for_reading(workdir, config, checkpoint,
                                                    setup.abstract_state)
+  changes = data_changes(setup.config, workdir)
+  name = record_name(split, changes)
   metrics = evaluate_state(setup, state, split, batch_size=batch_size,
-                           outputs_path=hypotheses_path(workdir, split))
+                           outputs_path=hypotheses_path(workdir, name))
   metrics = {**metrics, 'step': int(step), 'checkpoint': str(checkpoint), 'split': split}
-  write_eval_json(workdir, split, metrics)
+  if changes:
+    metrics['data_changes'] = changes
+  write_eval_json(workdir, name, metrics)
   return metrics

@@ -153,17 +153,16 @@ def test_routed_evaluation_equals_every_head_then_select(routes):
 
 def test_routed_layout_is_a_block_aligned_permutation():
   chosen = jnp.array([[2, 0, 2, 2, 1, 0, 2], [1, 1, 1, 1, 1, 1, 1]])
-  slot, source, group = routed_layout(chosen, 3, 2)
-  slot, source, group = np.asarray(slot), np.asarray(source), np.asarray(group)
-  assert len(set(slot)) == 14 and np.all(source[slot] == np.arange(14))
-  assert np.sum(source < 14) == 14  # every other row is padding
-  flat = np.asarray(chosen).reshape(-1)
-  for token in range(14):  # each token sits in a block of its own (row, head)
-    assert group[slot[token] // 2] == (token // 7) * 3 + flat[token]
-  # within a group, tokens keep their order
-  for g in range(6):
-    members = [t for t in range(14) if (t // 7) * 3 + flat[t] == g]
-    assert list(slot[members]) == sorted(slot[members])
+  slot, source, head = (np.asarray(t) for t in routed_layout(chosen, 3, 2))
+  assert source.shape == (2, 2 * (4 + 2)) and head.shape == (2, 6)
+  for b in range(2):
+    assert len(set(slot[b])) == 7 and np.all(source[b, slot[b]] == np.arange(7))
+    assert np.sum(source[b] < 7) == 7  # every other place is padding
+    for token in range(7):  # each token sits in a block of its own head
+      assert head[b, slot[b, token] // 2] == chosen[b, token]
+    for h in range(3):  # within a head, tokens keep their order
+      members = np.flatnonzero(np.asarray(chosen[b]) == h)
+      assert list(slot[b, members]) == sorted(slot[b, members])
 
 
 def test_move_rows_gradient_is_the_gathers_gradient():

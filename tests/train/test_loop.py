@@ -73,6 +73,20 @@ def test_eval_is_exact_for_any_batch_size_and_restores_onto_fewer_devices(traine
   assert json.load(open(os.path.join(workdir, 'eval', 'test.json')))['step'] == 4
 
 
+def test_eval_on_other_data_keeps_the_runs_own_record(trained):
+  config, workdir, result = trained
+  own_path = os.path.join(workdir, 'eval', 'test.json')
+  own = json.load(open(own_path))
+  from poolformers_jax.train import config_utils
+  other = evaluate(config_utils.override(config, **{'data.generator.seed': 1}), workdir,
+                   checkpoint='latest', split='test')
+  assert json.load(open(own_path)) == own   # the run's own test record is untouched
+  assert other['data_changes'] == {'data.generator.seed': 1}
+  (name,) = [f for f in os.listdir(os.path.join(workdir, 'eval')) if f.startswith('test.data-')]
+  assert json.load(open(os.path.join(workdir, 'eval', name))) == other
+  assert other['count'] == 20 and other['loss'] != pytest.approx(own['loss'], rel=1e-6)
+
+
 def test_eval_py_prints_one_json_line_and_writes_the_split_file(trained, data_dir):
   config, workdir, result = trained
   overrides = [f'--config.{k}={v}' for k, v in tiny_overrides(data_dir).items()]
