@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any, Optional, Union
 
+from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import ml_collections
@@ -93,15 +94,7 @@ def data_changes(config: ml_collections.ConfigDict, workdir: str) -> dict[str, A
   with open(path) as f:
     saved = json.load(f).get('data', {})
 
-  def flat(d: dict, prefix: str = '') -> dict[str, Any]:
-    out = {}
-    for key, value in d.items():
-      if isinstance(value, dict):
-        out.update(flat(value, f'{prefix}{key}.'))
-      else:
-        out[f'{prefix}{key}'] = value
-    return out
-
+  flat = lambda d: traverse_util.flatten_dict(d, sep='.')
   ours, theirs = flat(json.loads(config_utils.to_json(config.data))), flat(saved)
   return {f'data.{k}': v for k, v in sorted(ours.items()) if k in theirs and theirs[k] != v}
 
