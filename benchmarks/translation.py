@@ -13,10 +13,12 @@ encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
   end near the source length).
     before: sources in input order, `--decode_batch` per batch, each padded to
             `--decode_pad_length` (the data max_length of the real config), decode length fixed
-            to it, cross-attention keys/values projected at every step (the decoder as it was);
+            to it, cross-attention keys/values written inside the step (the decoder as it was);
     after:  translation_eval's path: sources sorted by length, cut into batches of at most
             `--batch_tokens` (the config's) padded to length buckets,
             caches sized to source length + 50, cross-attention keys/values projected once.
+  `before_cross_kv_projections`: how many of the before decoder's per-step cross-attention
+  key/value projections XLA moved out of the decoding loop (compiled once per batch anyway).
 
   nice -n 19 .venv/bin/python benchmarks/translation.py --output_dir /tmp/translation_bench
 
@@ -26,6 +28,7 @@ Base size on an accelerator.
 """
 import json
 import os
+import re
 import statistics
 import time
 
@@ -165,6 +168,17 @@ def decoders(model, params, sources: list, batch_tokens: int) -> dict:
   return calls
 
 
+def cross_kv_outside_loop(translate, params, ids) -> int:
+  """How many cross-attention key/value projections the compiled `translate` computes in its
+  entry computation, i.e. once, outside the decoding loop. The before decoder writes them
+  inside the loop body; XLA's loop-invariant code motion moves them out (each fusion keeps its
+  op_name, so a projection found in ENTRY was hoisted)."""
+  text = translate.lower(params, ids).compile().as_text()
+  entry = text[text.index('\nENTRY'):]
+  entry = entry[:entry.index('\n}')]
+  return len(re.findall(r'op_name="[^"]*cross_attention/(?:key|value)/dot_general"', entry))
+
+
 def build(cp: bool, batch: dict, sources: list) -> dict:
   """The compiled trainer step (step.compile_train_step) and decoders of one model, with their
   arguments and memory."""
@@ -175,6 +189,12 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
   calls = decoders(setup.model, params, sources,
                    FLAGS.batch_tokens or setup.config.decode.batch_tokens)
   out = {'calls': calls, 'params': state_lib.param_count(params)}
+  before = seq2seq_decode.make_translate(setup.model.clone(cache_cross_attention=False),
+                                         FLAGS.decode_pad_length, beam_size=4, alpha=0.6)
+  out['before_cross_kv_projections'] = {
+      'in_the_decoder': 2 * FLAGS.num_layers,
+      'hoisted_out_of_the_loop_by_xla': cross_kv_outside_loop(
+          before, params, np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32))}
   if not FLAGS.decode_only:
     compiled = step_lib.compile_train_step(setup)
     calls['train'] = (compiled.runner(state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
