@@ -328,11 +328,18 @@ def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 3.8), squeeze=False)
   for ax, (task, runs) in zip(axes[0], curves.items()):
-    for i, (name, (steps, accuracy)) in enumerate(sorted(runs.items())):
-      line, = ax.plot(steps, accuracy, label=name, color=f'C{i}')
+    # One colour per family (its paper line too), one line style per seed.
+    families = sorted({name.split(' seed ')[0] for name in runs})
+    seen = {}
+    for name, (steps, accuracy) in sorted(runs.items()):
       family = name.split(' seed ')[0]
-      for number, _ in PAPER.get(task, {}).get(family, [])[:1]:
-        ax.axhline(number, color=line.get_color(), linestyle=':', linewidth=1)
+      color = f'C{families.index(family)}'
+      ax.plot(steps, accuracy, label=name, color=color,
+              linestyle=('-', '--', '-.', ':')[min(seen.get(family, 0), 3)])
+      if family not in seen:
+        for number, _ in PAPER.get(task, {}).get(family, [])[:1]:
+          ax.axhline(number, color=color, linestyle=':', linewidth=1)
+      seen[family] = seen.get(family, 0) + 1
     ax.set(title=f'{task} (dotted: paper test)', xlabel='step', ylabel='validation accuracy %')
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
