@@ -67,6 +67,7 @@ def test_reproduce_reports_missing_data(tmp_path):
 
 def test_paper_numbers_are_one_table():
   assert reproduce.paper_text('listops', 'adamra') == '40.40 (AdaMRA)'
+  assert reproduce.paper_text('listops', 'linear') == '37.35 (AdaMRA T1) / 16.13 (LRA)'
   assert reproduce.paper_text('listops', 'msac') == 'not reported'
   assert set(reproduce.PAPER) == set(reproduce.TASKS)
 
