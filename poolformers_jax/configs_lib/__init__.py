@@ -158,7 +158,8 @@ FAMILIES = {
     'transformer': ('softmax', {}),
     'linear': ('linear', {}),
     'ponet': ('ponet', {'segment_num': 64}),
-    'adamra': ('adamra', {}),
+    # router_gate 'probability' (Switch) or 'straight_through': docs/papers/adamra.md
+    'adamra': ('adamra', {'router_gate': 'probability'}),
     # placement 'mixer_input' or 'block_output': docs/results/contextpool_placement.md
     'contextpool': ('contextpool', {'placement': 'mixer_input'}),
     'msac': ('msac', {'heads': 'full'}),   # MSAC Sec. 2.1 heads, or 'split'

@@ -26,6 +26,9 @@ What the paper leaves open, and what we decided (see also docs/papers/adamra.md)
   n * c_h < 1 is an error.
 - Routing. argmax of the router probability P has no gradient, so the routed head's output is
   multiplied by its probability (Switch Transformer), and the router learns through that factor.
+  The paper does not say how its router learns (and has no public code): `router_gate=
+  'straight_through'` keeps Eq. 8's output as written (weight exactly 1) with the same gradient
+  reaching the router (1 + P - stop_gradient(P)).
   `routing='random'` (the "Rand" ablation of Table 5) sends each position to a head drawn once from
   a fixed seed (content-independent, the same at training and evaluation, no gate);
   `routing='none'` sends every query to every head with weight 1 (Eq. 8 without the router mask;
@@ -56,6 +59,7 @@ from poolformers_jax.layers.common import (Array, Dtype, Projection, attention_b
 from poolformers_jax.layers.registry import register_mixer
 
 ROUTINGS = ('learned', 'random', 'none')
+ROUTER_GATES = ('probability', 'straight_through')
 ATTENTIONS = tuple(sorted(FEATURE_MAPS)) + ('softmax',)
 RANDOM_ROUTING_SEED = 0
 
@@ -186,12 +190,15 @@ class AdaMRA(nn.Module):
     num_heads: subheads S of every resolution head (head width dim / S); see the module docstring.
     compression_rates: c_h of each head; H = len(compression_rates).
     routing: 'learned' (Eq. 6, gated by the router probability), 'random' or 'none'.
+    router_gate: how learned routing carries a gradient: 'probability' (output x P, Switch
+      Transformer) or 'straight_through' (output x 1, the gradient of x P).
     feature_map: 'relu', 'elu+1' (kernel attention, Eq. 7) or 'softmax' (ablation).
     per_head_projections: use the per-head matrices W_hs of Eq. 9.
   """
   num_heads: int
   compression_rates: Sequence[float] = (1 / 2, 1 / 8, 1 / 32)
   routing: str = 'learned'
+  router_gate: str = 'probability'
   feature_map: str = 'relu'
   per_head_projections: bool = True
   dropout_rate: float = 0.0
@@ -201,6 +208,9 @@ class AdaMRA(nn.Module):
   def _check_options(self, name: str) -> None:
     if self.routing not in ROUTINGS:
       raise ValueError(f'{name}: unknown routing {self.routing!r}; choose one of {ROUTINGS}.')
+    if self.router_gate not in ROUTER_GATES:
+      raise ValueError(f'{name}: unknown router_gate {self.router_gate!r}; choose one of '
+                       f'{ROUTER_GATES}.')
     if self.feature_map not in ATTENTIONS:
       raise ValueError(f'{name}: unknown feature_map {self.feature_map!r}; '
                        f'choose one of {ATTENTIONS}.')
@@ -290,7 +300,10 @@ class AdaMRA(nn.Module):
     self.sow('intermediates', 'router_probs', probs)
     self.sow('intermediates', 'routed_head', chosen)
     # Switch-Transformer gate: the chosen head's output times its probability carries the gradient.
-    return chosen, jnp.take_along_axis(probs, chosen[..., None], -1)[..., 0].astype(dtype)
+    gate = jnp.take_along_axis(probs, chosen[..., None], -1)[..., 0]
+    if self.router_gate == 'straight_through':   # exactly 1 forward (P - P = 0), dP backward
+      gate = 1.0 + (gate - jax.lax.stop_gradient(gate))
+    return chosen, gate.astype(dtype)
 
   def _attend(self, q: Array, k: Array, v: Array, valid: Array) -> Array:
     """Attention of all queries [B, S, n, Dh] over the compressed keys [B, S, m, Dh]."""

@@ -219,6 +219,32 @@ def test_padding_jit_and_grads_reach_the_router():
   assert np.all(np.isfinite(router_grad)) and float(jnp.max(jnp.abs(router_grad))) > 0.0
 
 
+@pytest.mark.parametrize('feature_map', ['relu', 'softmax'])   # routed path and all-heads path
+def test_straight_through_gate_keeps_eq8_output_and_the_routers_gradient(feature_map):
+  """router_gate='straight_through': forward, the Switch output without the factor P (W^O is
+  affine, so (y_switch - b) = P * (y_straight - b)); backward, the router's gradient equals the
+  Switch gate's for any loss linear in the output."""
+  x, mask = T.random_inputs(8, 2, 16, 8, num_real=[16, 11])
+  options = dict(num_heads=2, compression_rates=(1 / 2, 1 / 4, 1 / 8), feature_map=feature_map)
+  switch = AdaMRA(**options)
+  straight = AdaMRA(router_gate='straight_through', **options)
+  variables = switch.init(jax.random.PRNGKey(0), x, mask)
+  y_switch, state = switch.apply(variables, x, mask, mutable=['intermediates'])
+  (probs,), (chosen,) = state['intermediates']['router_probs'], state['intermediates']['routed_head']
+  gate = jnp.take_along_axis(probs, chosen[..., None], -1)
+  assert float(jnp.min(gate)) < 0.9          # the factor is not ~1 anywhere it matters
+  bias = variables['params']['out']['bias']
+  y_straight = straight.apply(variables, x, mask)
+  np.testing.assert_allclose(np.asarray(y_switch - bias), np.asarray(gate * (y_straight - bias)),
+                             atol=1e-5, rtol=1e-4)
+  cotangent = jax.random.normal(jax.random.PRNGKey(1), y_switch.shape)
+  router_grad = lambda m: jax.grad(lambda v: jnp.sum(cotangent * m.apply(v, x, mask)))(
+      variables)['params']['router']['kernel']
+  g_switch, g_straight = router_grad(switch), router_grad(straight)
+  assert float(jnp.max(jnp.abs(g_switch))) > 0.0
+  np.testing.assert_allclose(np.asarray(g_straight), np.asarray(g_switch), atol=1e-6, rtol=1e-4)
+
+
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize('feature_map', ['relu', 'softmax'])
 def test_shapes_and_dtypes(dtype, feature_map):
@@ -241,6 +267,8 @@ def test_bad_input_messages():
     init(AdaMRA(num_heads=3))
   with pytest.raises(ValueError, match='unknown routing'):
     init(AdaMRA(num_heads=2, compression_rates=(1 / 2,), routing='topk'))
+  with pytest.raises(ValueError, match='unknown router_gate'):
+    init(AdaMRA(num_heads=2, compression_rates=(1 / 2,), router_gate='gumbel'))
   with pytest.raises(ValueError, match='unknown feature_map'):
     init(AdaMRA(num_heads=2, compression_rates=(1 / 2,), feature_map='tanh'))
   with pytest.raises(ValueError, match=r'expected input of shape \[batch, length, dim\]'):
