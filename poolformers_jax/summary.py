@@ -20,6 +20,17 @@ Fields:
   when it has one, else the input length (tokens) or H * W (images).
 The dataset's files are not needed: its sizes come from the dataset's constants
 (`DatasetSpec.shapes`) where the files are missing, so every registered model can be sized.
+
+On accelerators this machine does not have (train/accelerators.py):
+
+    python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --topology v5e:2x2
+    python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --export_cuda step.mlir
+
+--topology compiles the training and eval steps for that TPU slice (needs libtpu; the global
+batch is split over its chips) and reports, per chip, memory against HBM, flops, bytes, the
+collectives, XLA's and a roofline step time and the time to train. --export_cuda writes the
+training step lowered for CUDA by `jax.export` (StableHLO text, one device): what a GPU compiles,
+checked here without one.
 """
 from __future__ import annotations
 
@@ -31,7 +42,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from poolformers_jax.train import config_utils, state as state_lib, step as step_lib
+from poolformers_jax.train import accelerators, cli, config_utils, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup, variables_of
 
 
@@ -142,16 +153,35 @@ def summarize(config, batch_size: Optional[int] = None) -> dict[str, Any]:
 
 
 def main(argv):
-  del argv
-  config = flags.FLAGS['config'].value
-  print(json.dumps(summarize(config, flags.FLAGS.batch_size)))
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  config = cli.config_value(flags.FLAGS['config'])
+  if flags.FLAGS.batch_size:
+    config = config_utils.override(config, batch_size=int(flags.FLAGS.batch_size))
+  if flags.FLAGS.topology:
+    out = accelerators.topology_report(config, flags.FLAGS.topology)
+  elif flags.FLAGS.export_cuda:
+    setup = make_setup(config_utils.override(config, num_devices=1), need_files=False)
+    exported = accelerators.export_for_cuda(setup)
+    text = exported.mlir_module()
+    with open(flags.FLAGS.export_cuda, 'w') as f:
+      f.write(text)
+    out = {'export_cuda': flags.FLAGS.export_cuda, 'platforms': list(exported.platforms),
+           'devices': exported.nr_devices, 'stablehlo_lines': text.count('\n')}
+  else:
+    out = summarize(config)
+  print(json.dumps(out))
 
 
 if __name__ == '__main__':
   # Flags are defined only when run as a program, so importing this module (tests, train.py)
   # never collides with another `--config` flag.
   config_flags.DEFINE_config_file('config', None, 'configs/<file>.py:<arg>', lock_config=True)
-  flags.DEFINE_integer('batch_size', None, 'batch size of the measured training step '
+  flags.DEFINE_integer('batch_size', None, 'global batch size of the measured training step '
                        '(default: config.batch_size).')
+  flags.DEFINE_string('topology', None, 'compile for this TPU slice instead of this machine, e.g. '
+                      + ', '.join(accelerators.TOPOLOGY_EXAMPLES) + ' (needs libtpu).')
+  flags.DEFINE_string('export_cuda', None, 'write the training step exported for CUDA (StableHLO '
+                      'text) to this file.')
   flags.mark_flag_as_required('config')
-  app.run(main)
+  app.run(cli.one_line_errors(main), flags_parser=cli.parse_flags)

@@ -14,9 +14,9 @@ import pytest
 from poolformers_jax import summary
 from poolformers_jax.models import build_model
 from poolformers_jax.train.setup import completed_config
+from sized_models import SIZED_BY, TINY_OVERRIDES, load_sized
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY_OVERRIDES = dict(hidden_dim=16, depth=2, num_heads=2, image_size=32, patch_size=4, num_stages=2)
 
 
 def tiny_hvt_config():
@@ -72,29 +72,6 @@ def test_command_line_prints_one_json_object():
   assert {'params', 'macs', 'train_step_memory_bytes'} <= set(out)
 
 
-# Every registered model, sized by summary from a config file: the file's smallest size, made
-# smaller still by overrides (as --config.k=v) where the file has no size word (vision); batch 8.
-MODEL = lambda **fields: {f'model.{k}': v for k, v in fields.items()}
-SMALL_MSAC = dict(MODEL(stage_widths=(8, 8, 8), stage_blocks=(1, 1, 1), msac_stages=(2,),
-                        num_heads=1), **{'data.image_size': 16})
-SIZED_BY = {
-    'lra_encoder': ('lra_listops.py:tiny', {}),
-    'lra_dual_encoder': ('lra_retrieval.py:tiny', {}),
-    'char_lm': ('enwik8.py:tiny', {}),
-    'transformer_seq2seq': ('wmt14.py:tiny', {}),
-    'ponet_mlm': ('ponet_pretrain.py:sso,tiny', {}),
-    'ponet_classifier': ('glue.py:cola,tiny', {}),
-    'vit': ('cifar.py:deit_ti', MODEL(**{k: v for k, v in TINY_OVERRIDES.items()
-                                         if k != 'num_stages'})),
-    'hvt': ('cifar.py:hvt_s_4', MODEL(**TINY_OVERRIDES)),
-    'swin': ('imagenet.py:swin_b', MODEL(image_size=32, embed_dim=8, depths=(1, 1),
-                                         num_heads=(1, 2), window_size=4)),
-    'cp_convnet': ('cifar.py:cp_convnet', MODEL(widths=(8, 8, 8), convs_per_stage=1)),
-    'msac_resnet': ('cifar.py:msac_resnet', SMALL_MSAC),
-    'cross_attentive_similarity': ('cifar.py:cross_attentive_similarity', SMALL_MSAC),
-}
-
-
 def test_every_registered_model_has_a_config_file_to_size_it():
   from poolformers_jax.models import MODELS
   assert set(SIZED_BY) == set(MODELS)
@@ -102,11 +79,7 @@ def test_every_registered_model_has_a_config_file_to_size_it():
 
 @pytest.mark.parametrize('name', sorted(SIZED_BY))
 def test_summary_sizes_the_model_from_its_config_file(name):
-  from poolformers_jax.train import cli
-  spec, overrides = SIZED_BY[name]
-  config = cli.load_config_file(os.path.join(ROOT, 'configs', spec))
-  config.update_from_flattened_dict(overrides)   # as --config.k=v: the data follows image_size
-  out = summary.summarize(config, batch_size=8)
+  out = summary.summarize(load_sized(name), batch_size=8)
   assert out['model'] == name and out['params'] > 0 and out['macs'] > 0, out
   # float32 parameters and two AdamW moments are arguments of the step, at least
   assert out['train_step_memory']['argument'] >= 3 * 4 * out['params'], out

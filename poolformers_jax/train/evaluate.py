@@ -21,7 +21,7 @@ import numpy as np
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, sharding, validate
+from poolformers_jax.train import config_utils, sharding, step as step_lib, validate
 from poolformers_jax.train.setup import Setup, make_setup, process_slice, variables_of
 
 
@@ -41,6 +41,21 @@ def make_eval_step(setup: Setup):
 
   return jax.jit(eval_step, in_shardings=(setup.state_shardings, sharding.batch_sharded(setup.mesh)),
                  out_shardings=sharding.replicated(setup.mesh))
+
+
+def eval_batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
+  """The abstract global eval batch (sharded over 'data'): the training example's arrays and
+  the `mask` of real examples, `batch_size` (default: the setup's eval batch size) of them."""
+  size = int(setup.eval_batch_size if batch_size is None else batch_size)
+  batch = step_lib.batch_spec(setup, size)
+  return {**batch, 'mask': jax.ShapeDtypeStruct((size,), jnp.bool_,
+                                                sharding=sharding.batch_sharded(setup.mesh))}
+
+
+def compile_eval_step(setup: Setup, batch_size: Optional[int] = None):
+  """The eval step of `setup` compiled from abstract shapes (summary --topology)."""
+  return make_eval_step(setup).lower(setup.abstract_state,
+                                     eval_batch_spec(setup, batch_size)).compile()
 
 
 def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional[int] = None,

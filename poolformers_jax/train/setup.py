@@ -45,12 +45,13 @@ def completed_config(config: ml_collections.ConfigDict, *, need_files: bool = Tr
 
 
 def make_setup(config: ml_collections.ConfigDict, *, need_files: bool = True,
-               info: Optional[Any] = None) -> Setup:
+               info: Optional[Any] = None, mesh: Optional[Mesh] = None) -> Setup:
   """Every check of the config (validate.py), then the model, optimizer and abstract state;
   raises before compiling. need_files=False builds it without the dataset's files (sizes from
-  its constants: the summary tool and the benchmarks); `info` as in `completed_config`."""
+  its constants: the summary tool and the benchmarks); `info` as in `completed_config`; `mesh`
+  instead of the local devices' (summary --topology: the chips of a TPU slice, compile only)."""
   config, info = completed_config(config, need_files=need_files, info=info)
-  mesh = sharding.make_mesh(config.num_devices)
+  mesh = sharding.make_mesh(config.num_devices) if mesh is None else mesh
   validate.check_config(config, info, mesh)   # every config problem, before any model is built
   model = build_model(config)
   tx = optim.make_optimizer(config)

@@ -165,13 +165,18 @@ def memory_of(compiled) -> dict[str, int]:
   return parts
 
 
-def compile_train_step(setup: Setup) -> CompiledStep:
-  """The training step of `setup`, compiled from abstract shapes (nothing is read or run)."""
-  sums_shapes = accumulator_shapes(setup)
+def abstract_step_args(setup: Setup, sums_shapes: Any = None) -> tuple[Any, Any, Any, Any]:
+  """(state, accumulator, batch, rng) of the training step as sharded ShapeDtypeStructs."""
+  sums_shapes = accumulator_shapes(setup) if sums_shapes is None else sums_shapes
   replicated = sharding.replicated(setup.mesh)
   acc = _accumulator(sums_shapes, lambda shape, dtype: jax.ShapeDtypeStruct(
       shape, dtype, sharding=replicated))
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)   # jax.random.PRNGKey
-  compiled = make_train_step(setup).lower(setup.abstract_state, acc, batch_spec(setup),
-                                          rng).compile()
+  return setup.abstract_state, acc, batch_spec(setup), rng
+
+
+def compile_train_step(setup: Setup) -> CompiledStep:
+  """The training step of `setup`, compiled from abstract shapes (nothing is read or run)."""
+  sums_shapes = accumulator_shapes(setup)
+  compiled = make_train_step(setup).lower(*abstract_step_args(setup, sums_shapes)).compile()
   return CompiledStep(run=compiled, sums_shapes=sums_shapes, memory=memory_of(compiled))

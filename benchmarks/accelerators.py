@@ -1,0 +1,106 @@
+r"""What every paper setting costs on a TPU slice: each config's training and eval steps compiled
+for the slice (`python -m poolformers_jax.summary --topology`, one process per config), as JSON
+files, then one markdown table (docs/accelerators.md). Resumable: finished configs are skipped.
+
+    python benchmarks/accelerators.py --output_dir runs/accelerators --topologies v5e:2x2,v5e:2x4
+    python benchmarks/accelerators.py --output_dir runs/accelerators --table   # print the table
+    python benchmarks/accelerators.py --output_dir runs/accelerators --only lra_listops.py:ponet
+
+The mixers against softmax and the no-mixing model at 1K-16K tokens on the same cost model:
+`python benchmarks/efficiency.py --topology v5e:2x2`.
+
+Needs libtpu (pip install libtpu==0.0.42.1); compiling runs on the CPU (JAX_PLATFORMS=cpu).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LRA_TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
+LRA_FAMILIES = ('transformer', 'linear', 'ponet', 'adamra', 'contextpool', 'msac')
+
+# Every paper setting the library has: (config spec, what it reproduces).
+PAPER_SETTINGS = [
+    *[(f'lra_listops.py:{family}', f'LRA listops, {family}') for family in LRA_FAMILIES],
+    ('imagenet.py:deit_s', 'ImageNet DeiT-S (HVT baseline)'),
+    ('imagenet.py:hvt_s_1', 'ImageNet HVT-S-1'),
+    ('imagenet.py:hvt_s_4', 'ImageNet Scale HVT-Ti-4'),
+    ('imagenet.py:vit_b16', 'ImageNet ViT-B/16 at 384 (ContextPool baseline)'),
+    ('imagenet.py:cp_vit_b16', 'ImageNet CP-ViT-B/16 at 384'),
+    ('imagenet.py:cp_swin_b', 'ImageNet CP-Swin-B'),
+    ('cifar.py:hvt_s_4', 'CIFAR-100 HVT-S-4'),
+    ('cifar.py:cp_convnet', 'CIFAR-10 ConvNet with ContextPool'),
+    ('cifar.py:msac_resnet', 'CIFAR-10 MSAC ResNet'),
+    ('enwik8.py:transformer_l12', 'enwik8 Transformer (12 layers), stage 1'),
+    ('enwik8.py:cp_transformer_l12', 'enwik8 CP-Transformer (12 layers), stage 1'),
+    ('wmt14.py:base', 'WMT14 EN-DE Transformer Base'),
+    ('wmt14.py:base,cp', 'WMT14 EN-DE CP-Transformer Base'),
+    ('wmt14.py:big', 'WMT14 EN-DE Transformer Big'),
+    ('wmt14.py:big,cp', 'WMT14 EN-DE CP-Transformer Big'),
+    ('ponet_pretrain.py:sso', 'PoNet-Base pre-training (MLM + SSO)'),
+    ('glue.py:mnli', 'GLUE MNLI fine-tuning, PoNet-Base'),
+    ('long_text.py:arxiv11', 'Long text (4096 tokens) Arxiv-11, PoNet-Base'),
+    *[(f'lra_{task}.py:{family}', f'LRA {task}, {family}') for task in LRA_TASKS[1:]
+      for family in LRA_FAMILIES],
+]
+
+def _name(spec: str, topology: str) -> str:
+  tag = spec.replace('.py:', '__').replace(',', '_').replace('.py', '')
+  return f'{tag}__{topology.replace(":", "_")}.json'
+
+
+def run_one(spec: str, topology: str, out_path: str, overrides: tuple[str, ...] = ()) -> dict:
+  """One config compiled for one slice, in its own process (the compile's memory is freed)."""
+  command = [sys.executable, '-m', 'poolformers_jax.summary', '--config',
+             os.path.join('configs', spec), '--topology', topology, *overrides]
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  start = time.time()
+  result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+  record = {'config': spec, 'overrides': list(overrides), 'topology': topology,
+            'compile_seconds': round(time.time() - start, 1),
+            'command': 'python -m poolformers_jax.summary ' + ' '.join(command[3:])}
+  lines = [line for line in result.stdout.splitlines() if line.startswith('{')]
+  if result.returncode == 0 and lines:
+    record.update(json.loads(lines[-1]))
+  else:
+    errors = [line for line in result.stderr.splitlines() if line.startswith('error:')]
+    record['error'] = errors[-1] if errors else result.stderr.strip().splitlines()[-1:]
+  with open(out_path, 'w') as f:
+    json.dump(record, f)
+  return record
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser.add_argument('--output_dir', required=True)
+  parser.add_argument('--topologies', default='v5e:2x2,v5e:2x4')
+  parser.add_argument('--only', default='', help='comma list of config specs (default: all)')
+  parser.add_argument('--table', action='store_true', help='print the markdown tables and exit')
+  args = parser.parse_args()
+  os.makedirs(args.output_dir, exist_ok=True)
+  if args.table:
+    from accelerators_table import print_tables   # benchmarks/accelerators_table.py
+    print_tables(args.output_dir)
+    return
+  topologies = args.topologies.split(',')
+  only = set(filter(None, args.only.split(',')))
+  for topology in topologies:
+    for spec, _ in PAPER_SETTINGS:
+      path = os.path.join(args.output_dir, _name(spec, topology))
+      if (only and spec not in only) or os.path.exists(path):
+        continue
+      record = run_one(spec, topology, path)
+      status = record.get('error') or (
+          f"{record['train_step']['memory']['total'] / 2**20:.0f} MiB/device, "
+          f"{record['train_step']['roofline']['seconds'] * 1e3:.2f} ms/step")
+      print(f'{spec} {topology}: {status} ({record["compile_seconds"]} s)',
+            flush=True)
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,140 @@
+"""Every registered model's training step compiled for a TPU slice (libtpu's compile-only v5e 2x2
+topology: 4 chips, the batch split over them) and exported for CUDA, on this CPU machine; the
+program's collectives, memory and cost read back; the roofline arithmetic; the command line."""
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from poolformers_jax import summary
+from poolformers_jax.configs_lib import FAMILIES
+from poolformers_jax.train import accelerators, config_utils, state as state_lib, step as step_lib
+from poolformers_jax.train.setup import make_setup
+from sized_models import ROOT, SIZED_BY, load_config, load_sized
+
+TOPOLOGY = 'v5e:2x2'
+V5E = accelerators.CHIPS['v5e']
+# Every registered model, and the LRA encoder with every family's mixer.
+CASES = {**{name: (SIZED_BY[name][0], SIZED_BY[name][1]) for name in SIZED_BY},
+         **{f'lra_encoder[{family}]': (f'lra_listops.py:{family},tiny', {})
+            for family in FAMILIES}}
+BATCH_NORM_MODELS = ('cp_convnet', 'msac_resnet', 'cross_attentive_similarity')
+
+
+def _config(case):
+  spec, overrides = CASES[case]
+  return config_utils.override(load_config(spec, overrides), batch_size=8, eval_batch_size=8)
+
+
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_training_step_compiles_for_a_tpu_slice_and_exports_for_cuda(case):
+  setup, train, eval_step = accelerators.compile_for_topology(_config(case), TOPOLOGY)
+  assert [d.device_kind for d in setup.mesh.devices.flat] == ['TPU v5 lite'] * 4
+  text = train.as_text()
+  assert ':T(' in text   # TPU tiled layouts: a TPU program, not a CPU one compiled by mistake
+  report = accelerators.program_report(train, V5E, 4)
+  memory = report['memory']
+  param_bytes = 4 * state_lib.param_count(setup.abstract_state.params)
+  # Replicated float32 parameters and two AdamW moments are arguments on every chip.
+  assert memory['argument'] >= 3 * param_bytes and report['fits']
+  assert report['flops'] > 0 and report['bytes_accessed'] > memory['argument'] / 2
+  # Data parallelism: the gradients cross the chips in all-reduces holding exactly the float32
+  # parameters (plus the step's scalar metric sums); nothing else moves between chips. BatchNorm
+  # models also all-reduce batch statistics (global-batch moments) in the forward pass.
+  found = report['collectives']
+  assert set(found) == {'all-reduce'}, found
+  extra = found['all-reduce']['bytes'] - param_bytes
+  if case in BATCH_NORM_MODELS:
+    assert extra > 0
+  else:
+    assert found['all-reduce']['count'] == 1 and 0 <= extra <= 64, (found, param_bytes)
+  # The eval step reads the replicated parameters and all-reduces only its metric sums.
+  eval_report = accelerators.program_report(eval_step, V5E, 4)
+  assert set(eval_report['collectives']) <= {'all-reduce'}
+  assert eval_report['collectives'].get('all-reduce', {'bytes': 0})['bytes'] < param_bytes / 4 or \
+      case in BATCH_NORM_MODELS
+
+  one_device = make_setup(config_utils.override(_config(case), num_devices=1), need_files=False)
+  exported = accelerators.export_for_cuda(one_device)
+  assert exported.platforms == ('cuda',) and exported.nr_devices == 1
+  state_avals = jax.tree.leaves(one_device.abstract_state)
+  assert [a.shape for a in exported.in_avals[:len(state_avals)]] == [a.shape for a in state_avals]
+  assert exported.out_avals[:len(state_avals)] == exported.in_avals[:len(state_avals)]
+  module = exported.mlir_module()
+  assert 'stablehlo.dot_general' in module or 'stablehlo.convolution' in module
+  assert 'callback' not in module   # a host callback cannot run in a GPU program
+
+
+def test_per_chip_cost_follows_the_per_chip_batch():
+  """The same global batch on twice the chips: half the examples per chip, so the step's flops
+  per chip halve (up to the optimizer update, which every chip repeats); memory per chip falls."""
+  config = _config('lra_encoder[ponet]')
+  reports = {}
+  for topology, chips in (('v5e:2x2', 4), ('v5e:2x4', 8)):
+    _, train, _ = accelerators.compile_for_topology(config, topology)
+    reports[chips] = accelerators.program_report(train, V5E, chips)
+  ratio = reports[8]['flops'] / reports[4]['flops']
+  assert 0.45 < ratio < 0.6, ratio
+  assert reports[8]['memory']['temp'] < reports[4]['memory']['temp']
+
+
+HLO = '''
+  %all-reduce.5 = (f32[]{:T(128)}, f32[32,64]{1,0:T(8,128)S(1)}, bf16[16]{0}) all-reduce(%a, %b, %c), channel_id=1
+  %x = f32[4]{0} add(%y, %z)
+  %all-gather-start.2 = (f32[2,8]{1,0}, f32[8,8]{1,0}) all-gather-start(%w), dimensions={0}
+  %all-gather-done.2 = f32[8,8]{1,0} all-gather-done(%all-gather-start.2)
+  %cp = s32[10]{0} collective-permute(%v), source_target_pairs={{0,1}}
+  %all-reduce-start = f32[3]{0} all-reduce-start(%u), to_apply=%sum
+'''
+
+
+def test_collectives_are_counted_with_their_bytes():
+  assert accelerators.collectives(HLO) == {
+      'all-reduce': {'count': 2, 'bytes': 4 + 32 * 64 * 4 + 16 * 2 + 3 * 4},
+      'all-gather': {'count': 1, 'bytes': (2 * 8 * 4 + 8 * 8 * 4) // 2},   # '-start': the result
+      'collective-permute': {'count': 1, 'bytes': 40},
+  }
+
+
+def test_roofline_takes_the_largest_term():
+  chip = accelerators.Chip('x', 2, 64e9, 100e12, 1e12, 0.5e12, '')   # per device: half of each
+  flops_bound = accelerators.roofline(chip, 4, flops=5e12, bytes_accessed=1e9, all_reduce_bytes=1e6)
+  assert flops_bound['bound'] == 'flops' and flops_bound['seconds'] == pytest.approx(0.1)
+  assert flops_bound['memory_seconds'] == pytest.approx(2e-3)
+  assert flops_bound['ici_seconds'] == pytest.approx(2 * 3 / 4 * 1e6 / 0.25e12)
+  memory_bound = accelerators.roofline(chip, 4, flops=1e9, bytes_accessed=1e12, all_reduce_bytes=0)
+  assert memory_bound['bound'] == 'memory' and memory_bound['seconds'] == pytest.approx(2.0)
+  ici_bound = accelerators.roofline(chip, 2, flops=0, bytes_accessed=0, all_reduce_bytes=1e9)
+  assert ici_bound['bound'] == 'ici' and ici_bound['seconds'] == pytest.approx(1e9 / 0.25e12)
+  no_ici = accelerators.CHIPS['v4']                  # no published ICI figure: no ICI term
+  assert 'ici_seconds' not in accelerators.roofline(no_ici, 8, 1.0, 1.0, 1e9)
+
+
+def _summary(*args):
+  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  return subprocess.run([sys.executable, '-m', 'poolformers_jax.summary', *args], cwd=ROOT,
+                        env=env, capture_output=True, text=True)
+
+
+def test_summary_topology_prints_one_json_object_and_bad_slices_one_line(tmp_path):
+  result = _summary('--config', 'configs/lra_listops.py:ponet,tiny', '--topology', TOPOLOGY)
+  assert result.returncode == 0, result.stderr
+  assert result.stderr == ''   # libtpu's host-lookup warnings are not shown
+  out = json.loads(result.stdout)
+  assert out['devices'] == 4 and out['per_device_batch'] == out['batch_size'] // 4
+  train = out['train_step']
+  assert train['fits'] and train['collectives']['all-reduce']['count'] == 1
+  assert out['train_hours'] == pytest.approx(
+      out['num_train_steps'] * train['roofline']['seconds'] / 3600)
+  bad = _summary('--config', 'configs/lra_listops.py:ponet,tiny', '--topology', 'v9:2x2')
+  assert bad.returncode == 2 and bad.stderr.count('\n') == 1
+  assert bad.stderr.startswith("error: --topology 'v9:2x2': give <chip>:<shape>")
+  path = tmp_path / 'step.mlir'
+  exported = _summary('--config', 'configs/lra_listops.py:ponet,tiny', '--export_cuda', str(path))
+  assert exported.returncode == 0, exported.stderr
+  assert json.loads(exported.stdout)['platforms'] == ['cuda']
+  assert path.read_text().startswith('module @jit_train_step')
