@@ -12,6 +12,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
+from poolformers_jax import errors
 from poolformers_jax.train import cli, evaluate
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
@@ -28,7 +29,7 @@ def _evaluate():
   print(json.dumps(metrics, sort_keys=True), flush=True)
 
 
-@cli.one_line_errors
+@errors.one_line_errors
 def main(argv):
   cli.run(argv, _evaluate)
 

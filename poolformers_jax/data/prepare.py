@@ -9,12 +9,12 @@ skipped (the release has one empty PNG); the reader skips them the same way.
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import sys
 from typing import Optional, Sequence
 
+from poolformers_jax import errors
 from poolformers_jax.data import base, listops, lra, pathfinder_gen
 
 _W = 38   # width of the task column
@@ -82,15 +82,19 @@ def report(release_dir: str, data_dir: Optional[str] = None) -> list[str]:
   return lines
 
 
+@errors.one_line_errors
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = argparse.ArgumentParser(prog='python -m poolformers_jax.data.prepare',
-                                   description=__doc__.split('\n\n')[0])
+  parser = errors.ArgumentParser(prog='python -m poolformers_jax.data.prepare',
+                                 description=__doc__.split('\n\n')[0])
   parser.add_argument('benchmark', choices=['lra'])
   parser.add_argument('--release_dir', required=True, help='the unpacked LRA release')
   parser.add_argument('--data_dir', default=None,
                       help='TFDS array_record data (default: POOLFORMERS_DATA_DIR or data_cache)')
   args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-  for line in report(args.release_dir, args.data_dir):
+  if not os.path.isdir(os.path.expanduser(args.release_dir)):
+    raise FileNotFoundError(f'--release_dir {args.release_dir} is not a folder; {GET_RELEASE} '
+                            '(ListOps needs none: it is generated offline)')
+  for line in report(os.path.expanduser(args.release_dir), args.data_dir):
     print(line)
 
 
