@@ -54,11 +54,11 @@ def _tfds_line(task: str, data_config) -> str:
     sizes = {split: len(base.tfds_source(data_config.tfds_name, split, data_config.data_dir))
              for split in ('train', 'test')}
   except base.DataNotFoundError as e:
-    folder = os.path.join(base.expand_path(data_config.data_dir), data_config.tfds_name.split('/')[0])
+    data_dir = base.expand_path(data_config.data_dir)
+    folder = os.path.join(data_dir, data_config.tfds_name.split('/')[0])
     if glob.glob(os.path.join(folder, '**', '*.tfrecord*'), recursive=True):
-      return (f'{task:<{_W}} missing  {folder} holds TFRecord files, not array_record: convert '
-              f'them (TensorFlow needed) with `tfds convert_format --dataset_dir={folder} '
-              '--out_file_format=array_record`.')
+      return (f'{task:<{_W}} missing  {folder} holds TFRecord files, not array_record: build it '
+              f'as array_record: `{base.build_command(data_config.tfds_name, data_dir)}`.')
     return f'{task:<{_W}} missing  {e}'
   return (f'{task:<{_W}} found    {sizes["train"]}/{sizes["test"]} train/test examples '
           f'({data_config.tfds_name} in {base.expand_path(data_config.data_dir)})')

@@ -148,6 +148,8 @@ ENTRY_POINTS = {
     'pathfinder generator': (['-m', 'poolformers_jax.data.pathfinder_gen', '--out_dir', 'OUT',
                               '--resolution', '64'],
                              'argument --resolution: invalid choice: 64 (choose from 32, 128)'),
+    'build_tfds': (['poolformers_jax/data/build_tfds.py', 'imdb_reviews', '--data_dir', 'OUT'],
+                   "No module named 'tensorflow': run this in the data-preparation environment"),
     'efficiency': (['benchmarks/efficiency.py', '--output_dir', 'OUT', '--mixers', 'ponet,pnet'],
                    "--mixers: ['pnet'] are not registered; choose from"),
     'host_memory': (['benchmarks/host_memory.py', '--output_dir', 'OUT', '--steps', 'many'],
