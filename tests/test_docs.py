@@ -319,3 +319,52 @@ def test_the_command_splitter():
       ['python', 'a.py', '--x', '1', '--y', '2'], ['echo', 'a b'], ['python', '-m', 'm', '--z'],
       ['make', 'test']]
 
+
+def test_api_md_lists_every_registered_mixer_and_model():
+  """docs/api.md has one section per registered mixer and model, naming its class, with its
+  arguments (and their simple defaults) as the code has them; the mixer table's `causal` column
+  says yes exactly where the class has a `causal` option."""
+  import dataclasses
+  import typing
+  from poolformers_jax.registry import MIXERS, MODELS
+  text = _text(os.path.join(ROOT, 'docs', 'api.md'))
+  sections = {name: (cls, args) for name, cls, args in re.findall(
+      r'^### `(\w+)` — `(\w+)`\n\n.*?\n\nArguments: (.*)$', text, re.M)}
+  classes = {**{name: MIXERS[name] for name in MIXERS},
+             **{name: typing.get_type_hints(MODELS[name])['return'] for name in MODELS}}
+  assert sorted(sections) == sorted(classes)
+
+  def documented(cls):
+    items = []
+    for field in dataclasses.fields(cls):
+      if field.name in ('parent', 'name'):
+        continue
+      default = field.default
+      if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+      simple = isinstance(default, (int, float, str, bool, type(None), tuple))
+      items.append(f'`{field.name}={default!r}`' if simple and default is not dataclasses.MISSING
+                   else f'`{field.name}`')
+    return ', '.join(items)
+
+  for name, cls in classes.items():
+    assert sections[name] == (cls.__name__, documented(cls)), name
+  table = dict(re.findall(r'^\| `(\w+)` \| `\w+` \| .*? \| .*? \| (yes|no) \|', text, re.M))
+  assert table == {name: 'yes' if 'causal' in {f.name for f in dataclasses.fields(cls)} else 'no'
+                   for name, cls in MIXERS.items()}
+
+
+def test_the_readme_example_runs_and_padding_does_not_reach_real_tokens():
+  """README's "PoNet in your own Flax model", run as written: y is [2, 128, 64], and changing the
+  padded positions of the second row changes none of its 90 real outputs."""
+  import jax
+  (example,) = [block for where, language, block in fenced_blocks()
+                if where.startswith('README.md') and language == 'python']
+  scope = {}
+  exec(compile(example, 'README.md', 'exec'), scope)  # pylint: disable=exec-used
+  y = scope['y']
+  assert y.shape == (2, 128, 64)
+  x = scope['x'].at[1, 90:].set(jax.random.normal(jax.random.PRNGKey(7), (38, 64)) * 100)
+  y_other_padding = scope['Block']().apply(scope['params'], x, scope['mask'])
+  assert float(abs(y_other_padding[1, :90] - y[1, :90]).max()) < 1e-5
+  assert float(abs(y_other_padding[1, 90:] - y[1, 90:]).max()) > 1.0   # the change did arrive
