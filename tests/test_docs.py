@@ -320,6 +320,16 @@ def test_the_command_splitter():
       ['make', 'test']]
 
 
+def test_pyproject_installs_the_tested_stack():
+  """`pip install .` resolves to requirements.txt's versions: every dependency pinned alike."""
+  import tomllib
+  with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+    project = tomllib.load(f)['project']
+  listed = project['dependencies'] + project['optional-dependencies']['test']
+  assert all('==' in spec for spec in listed), listed
+  assert dict(spec.split('==') for spec in listed) == _pins('requirements.txt')
+
+
 def test_api_md_lists_every_registered_mixer_and_model():
   """docs/api.md has one section per registered mixer and model, naming its class, with its
   arguments (and their simple defaults) as the code has them; the mixer table's `causal` column
