@@ -375,6 +375,6 @@ def test_the_readme_example_runs_and_padding_does_not_reach_real_tokens():
   y = scope['y']
   assert y.shape == (2, 128, 64)
   x = scope['x'].at[1, 90:].set(jax.random.normal(jax.random.PRNGKey(7), (38, 64)) * 100)
-  y_other_padding = scope['Block']().apply(scope['params'], x, scope['mask'])
+  y_other_padding = scope['forward'](scope['params'], x, scope['mask'])
   assert float(abs(y_other_padding[1, :90] - y[1, :90]).max()) < 1e-5
   assert float(abs(y_other_padding[1, 90:] - y[1, 90:]).max()) > 1.0   # the change did arrive
