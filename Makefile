@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine with only python3:
 #   make train   -- the main job (offline default: train on generated ListOps)
 #   make test    -- the test suite (8 fake CPU devices)
+# make data-env: the data-preparation environment .venv-data (TensorFlow; docs/data.md).
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -15,10 +16,18 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 install: $(VENV)/.installed
 
+.venv-data/.installed: requirements-data.txt
+	$(PYTHON) -m venv .venv-data
+	.venv-data/bin/python -m pip install -q --upgrade pip
+	.venv-data/bin/python -m pip install -q -r requirements-data.txt
+	touch $@
+
+data-env: .venv-data/.installed
+
 train: install
 	$(PY) train.py --config configs/lra_listops.py --workdir $(WORKDIR)
 
 test: install
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -n 2 -q tests notebooks --nbmake
 
-.PHONY: install train test
+.PHONY: install train test data-env

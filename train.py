@@ -11,6 +11,7 @@ every process. --distributed=off forces one process.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from poolformers_jax import errors
 from poolformers_jax.train import cli, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
@@ -27,7 +28,7 @@ def _train():
                result.validation, result.test)
 
 
-@cli.one_line_errors
+@errors.one_line_errors
 def main(argv):
   cli.run(argv, _train)
 

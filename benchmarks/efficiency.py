@@ -61,10 +61,11 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
+from poolformers_jax import errors  # noqa: E402
 from poolformers_jax.layers import MIXERS, build_mixer, register_mixer  # noqa: E402
 from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
 from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
-from poolformers_jax.train import host_memory, state as state_lib, step as step_lib  # noqa: E402
+from poolformers_jax.train import cli, host_memory, state as state_lib, step as step_lib  # noqa: E402
 from poolformers_jax.train.setup import make_setup, variables_of  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -391,8 +392,8 @@ def run_train(argv_command: str) -> None:
   entries = FLAGS.mixers or default_entries(FLAGS.dtype)
   unknown = [e for e in entries if e.partition('/')[0] not in MIXERS]
   if unknown:
-    raise app.UsageError(f'--mixers: {unknown} are not registered; choose from '
-                         f'{sorted(MIXERS)} (softmax/<explicit|xla|cudnn|auto>).')
+    raise ValueError(f'--mixers: {unknown} are not registered; choose from '
+                     f'{sorted(MIXERS)} (softmax/<explicit|xla|cudnn|auto>)')
   lengths = [int(n) for n in FLAGS.lengths]
   long_lengths = [int(n) for n in FLAGS.long_lengths]
   isolate = FLAGS.isolate == 'yes' or (FLAGS.isolate == 'auto' and on_gpu())
@@ -515,11 +516,12 @@ def run_layer() -> None:
   write_outputs(report, lengths, '')
 
 
+@errors.one_line_errors
 def main(argv):
   del argv
   host_memory.keep_freed_memory()   # the allocator train.py runs with (every point process too)
   if not (FLAGS.output_dir or FLAGS.point):
-    raise app.UsageError('--output_dir is required.')
+    raise ValueError('--output_dir is required: the folder the results are written to')
   if FLAGS.mode == 'layer':
     run_layer()
   else:
@@ -527,4 +529,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

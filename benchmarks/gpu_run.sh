@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The GPU part of issue 9 in one call per dtype (docs/efficiency.md, "On a GPU").
+# The efficiency benchmark on a GPU, one call per dtype (docs/efficiency.md, "On a GPU").
 #
-# 1. Wheels the GPU image lacks (it has jax 0.11.2 + CUDA, flax, optax, orbax, chex): on a machine
-#    with PyPI access, from the repository root, once (fills the git-ignored .whl/, ~11 MB):
+# 1. Wheels a GPU image with jax + CUDA, flax, optax, orbax and chex lacks: on a machine with PyPI
+#    access, from the repository root, once (fills the git-ignored .whl/, ~11 MB):
 #        bash benchmarks/gpu_run.sh download
-# 2. On the GPU machine (the device tool: run(command=..., carry=['.whl'])), one call per dtype,
-#    each well under the 10-minute limit of one command:
+# 2. On the GPU machine, with .whl/ copied beside the repository, one call per dtype, each under
+#    ten minutes:
 #        bash benchmarks/gpu_run.sh float32
 #        bash benchmarks/gpu_run.sh bfloat16
 #    It installs the wheels into /tmp/site, records nvidia-smi and jax.devices(), checks that
@@ -21,7 +21,14 @@ WHEELS=(grain==0.2.18 tensorflow-datasets==4.9.10 ml_collections==1.1.0 tensorbo
         immutabledict==4.3.1 simple-parsing==0.1.9 tensorflow-metadata==1.21.0 termcolor==3.3.0
         toml==0.10.2 wrapt==2.5.2)
 
-if [[ "${1:-}" == download ]]; then
+MODES=(download float32 bfloat16)
+MODE=${1:-}
+if [[ " ${MODES[*]} " != *" $MODE "* ]]; then
+  echo "error: mode '$MODE' is not one of ${MODES[*]}; e.g. bash benchmarks/gpu_run.sh bfloat16" >&2
+  exit 2
+fi
+
+if [[ "$MODE" == download ]]; then
   mkdir -p .whl
   "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
@@ -30,7 +37,12 @@ if [[ "${1:-}" == download ]]; then
   exit 0
 fi
 
-DTYPE=${1:-bfloat16}
+if ! compgen -G '.whl/*.whl' > /dev/null; then
+  echo "error: .whl/ holds no wheels; run 'bash benchmarks/gpu_run.sh download' first, on a" \
+       "machine with PyPI access, and copy .whl/ beside the repository" >&2
+  exit 2
+fi
+DTYPE=$MODE
 OUT=${OUT:-/tmp/gpu_run}
 mkdir -p "$OUT/$DTYPE"
 if [[ ! -d /tmp/site ]]; then

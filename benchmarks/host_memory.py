@@ -21,6 +21,9 @@ sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
 
+from poolformers_jax import errors  # noqa: E402
+from poolformers_jax.train import cli  # noqa: E402
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'configs/lra_listops.py', 'configs/<task>.py[:arg]')
 flags.DEFINE_integer('steps', 200, 'Timed steps per phase.')
@@ -70,6 +73,7 @@ def measure(config_spec: str, steps: int) -> dict:
               kernel_seconds=kernel_after - kernel, step_only_seconds=steps / step_only)
 
 
+@errors.one_line_errors
 def main(argv):
   del argv
   if FLAGS.child:
@@ -97,4 +101,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -34,8 +34,9 @@ from absl import app, flags  # noqa: E402
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poolformers_jax import data  # noqa: E402
+from poolformers_jax import data, errors  # noqa: E402
 from poolformers_jax.data import base, vision  # noqa: E402
+from poolformers_jax.train import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where input_pipeline.json is written.')
@@ -85,7 +86,8 @@ def _jpeg_source(data_config, split):
 
 
 base.register_dataset('imagenet_jpeg', base.DatasetSpec(
-    info=None, source=_jpeg_source, preprocess=vision.preprocess))
+    info=None, source=_jpeg_source, preprocess=vision.preprocess,
+    config=lambda: data.get_data_config('imagenet2012')))
 
 
 def make_config(name: str, folder: str, quick: bool) -> ml_collections.ConfigDict:
@@ -154,10 +156,11 @@ def measure(config, workers: int, seconds: float) -> dict:
           'first_batch_s': first_s, 'batch_shapes': shape}
 
 
+@errors.one_line_errors
 def main(argv):
   del argv
   if not FLAGS.output_dir:
-    raise app.UsageError('--output_dir is required.')
+    raise ValueError('--output_dir is required: the folder the results are written to')
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   seconds = 0.5 if FLAGS.quick else FLAGS.seconds
   results: dict = {}
@@ -197,4 +200,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

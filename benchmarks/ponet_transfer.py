@@ -29,7 +29,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poolformers_jax import data  # noqa: E402
+from poolformers_jax import data, errors  # noqa: E402
 from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib  # noqa: E402
 from poolformers_jax.train.setup import make_setup  # noqa: E402
 
@@ -91,6 +91,7 @@ def timed(run, batch) -> float:
   return time.perf_counter() - start
 
 
+@errors.one_line_errors
 def main(argv):
   del argv
   results = {family: {} for family in FAMILIES}
@@ -123,4 +124,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

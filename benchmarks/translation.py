@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from poolformers_jax import errors
 from poolformers_jax.models import seq2seq_decode
 from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
 from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib
@@ -235,6 +236,7 @@ def _ratios(std: dict, cp: dict) -> dict:
   return ratios
 
 
+@errors.one_line_errors
 def main(argv):
   del argv
   batch = _packed_batch(np.random.default_rng(0))
@@ -255,4 +257,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

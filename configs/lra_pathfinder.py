@@ -8,7 +8,8 @@ Data: the LRA release PNGs (config.data.pathfinder_dir; the default at the paper
 files (`--config.data.format=npz`), or images generated offline (`--config.data.format=generated`,
 poolformers_jax/data/pathfinder_gen.py: the LRA layout, made once under data_dir). `small` and
 `tiny` use generated images: `:ponet,small` is 20 000 curv_baseline images, 2 000 steps
-(measured on 2 CPU cores: 52.3 % test, 11 min; 57.65 % after 3 000 more steps, docs/results/pathfinder_cpu.md).
+(measured on 2 CPU cores with today's generator: 50.0 % test, chance, at `dce5276`,
+docs/results/pathfinder_generator.md; the first generator's images gave 52.3 %).
 
 Test accuracy to expect at the paper setting (%):
   transformer 71.40 (LRA) / 74.16 (Nystromformer setting);

@@ -19,6 +19,7 @@ from absl import app, flags
 import jax
 import jax.numpy as jnp
 
+from poolformers_jax import errors
 from poolformers_jax.train import checkpoint as checkpoint_lib, cli, config_utils
 from poolformers_jax.train.setup import make_setup
 
@@ -59,7 +60,7 @@ def _average():
   print(json.dumps(average_checkpoints(flags.FLAGS.workdir, flags.FLAGS.last)), flush=True)
 
 
-@cli.one_line_errors
+@errors.one_line_errors
 def main(argv):
   cli.run(argv, _average)
 

@@ -30,7 +30,6 @@ slides' PoNet-Base and BERT-Base numbers, GLUE_PAPER below) and glue_results.jso
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import json
 import logging
@@ -42,6 +41,8 @@ import time
 from typing import Any, Optional, Sequence
 
 import numpy as np
+
+from poolformers_jax import errors
 
 # Test accuracy (%) at the paper setting: task -> family -> [(number, where it is from)].
 PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
@@ -109,7 +110,12 @@ def _config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
     if not sep:
       raise ValueError(f'--set {item!r}: expected key=value, e.g. --set num_train_steps=100.')
     updates[key] = _parse_value(value)
-  return config_utils.override(cli.load_config_file(spec), **updates)
+  try:
+    return config_utils.override(cli.load_config_file(spec), **updates)
+  except config_utils.ConfigKeyError as error:   # name the config: --set applies to every run
+    raise config_utils.ConfigKeyError(
+        f'--set for {os.path.relpath(spec)}: {str(error).rstrip(".")}; pass only --families whose config has '
+        'that key') from None
 
 
 def git_commit() -> str:
@@ -206,10 +212,11 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
 
 
 def data_status(task: str, size: str, overrides: Sequence[str] = (),
-                configs_dir: str = CONFIGS_DIR) -> Optional[str]:
-  """None when the task's data can be read (ListOps is generated), else the line saying why."""
+                configs_dir: str = CONFIGS_DIR, family: str = 'transformer') -> Optional[str]:
+  """None when the task's data can be read (ListOps is generated), else the line saying why.
+  Read with `family`'s config: the --set overrides may name keys only that family has."""
   from poolformers_jax import data
-  config = load_config(task, 'transformer', size, 0, overrides, configs_dir)
+  config = load_config(task, family, size, 0, overrides, configs_dir)
   if config.data.name == 'lra_pathfinder' and config.data.format == 'generated':
     return None    # made on first use
   try:
@@ -259,15 +266,47 @@ def markdown(results: dict[str, Any]) -> str:
   return '\n'.join(lines) + '\n'
 
 
+def check_configs(tasks: Sequence[str], families: Sequence[str], size: str,
+                  overrides: Sequence[str], configs_dir: str = CONFIGS_DIR) -> None:
+  """Loads every (task, family) config with the overrides before anything trains, so that a bad
+  --set fails at once in one line, not after the first family's run."""
+  for task in tasks:
+    for family in families:
+      load_config(task, family, size, 0, overrides, configs_dir)
+
+
+def plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *, seeds: Sequence[int],
+         size: str, overrides: Sequence[str] = (),
+         configs_dir: str = CONFIGS_DIR) -> list[str]:
+  """--dry_run: one line per run (finished / to train, its steps) or per task whose data is
+  missing; every config is loaded with the overrides, nothing is written or compiled."""
+  check_configs(tasks, families, size, overrides, configs_dir)
+  lines = []
+  for task in tasks:
+    missing = data_status(task, size, overrides, configs_dir, families[0])
+    if missing:
+      lines.append(f'{task}: data missing: {missing}')
+      continue
+    for family in families:
+      for seed in seeds:
+        run_dir = os.path.join(workdir, task, family, f'seed{seed}')
+        steps = load_config(task, family, size, seed, overrides, configs_dir).num_train_steps
+        state = ('finished' if os.path.exists(os.path.join(run_dir, 'result.json'))
+                 else f'to train ({steps} steps)')
+        lines.append(f'{task}/{family} seed {seed}: {state} in {run_dir}')
+  return lines
+
+
 def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *,
                   seeds: Sequence[int] = (0,), size: str = 'full', overrides: Sequence[str] = (),
                   configs_dir: str = CONFIGS_DIR, command: str = '') -> dict[str, Any]:
   """Runs what is missing and writes WORKDIR/results.json and results.md; returns the results."""
+  check_configs(tasks, families, size, overrides, configs_dir)
   results = {'size': size, 'seeds': list(seeds), 'device': device_name(),
              'git_commit': git_commit(), 'command': command, 'overrides': list(overrides),
              'tasks': {}}
   for task in tasks:
-    missing = data_status(task, size, overrides, configs_dir)
+    missing = data_status(task, size, overrides, configs_dir, families[0])
     if missing:
       log.warning('%s: data missing: %s', task, missing)
       results['tasks'][task] = {'missing': missing}
@@ -444,6 +483,25 @@ def glue_data_status(task: str, family: str, size: str, overrides: Sequence[str]
   return None
 
 
+def glue_plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *,
+              batch_sizes: Sequence[int], learning_rates: Sequence[float], size: str,
+              overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR) -> list[str]:
+  """--dry_run: per family and task, how many grid runs are finished, or why its data is missing."""
+  lines = []
+  for family in families:
+    for task in tasks:
+      missing = glue_data_status(task, family, size, overrides, configs_dir)
+      if missing:
+        lines.append(f'glue {family}/{task}: data missing: {missing}')
+        continue
+      grid = [os.path.join(workdir, 'glue', family, task, f'b{b}_lr{lr:g}')
+              for b in batch_sizes for lr in learning_rates]
+      done = sum(os.path.exists(os.path.join(run, 'result.json')) for run in grid)
+      lines.append(f'glue {family}/{task}: {done} of {len(grid)} grid runs finished in '
+                   f'{os.path.join(workdir, "glue", family, task)}')
+  return lines
+
+
 def reproduce_glue(tasks: Sequence[str], families: Sequence[str], workdir: str, *,
                    batch_sizes: Sequence[int] = GLUE_BATCH_SIZES,
                    learning_rates: Sequence[float] = GLUE_LEARNING_RATES, size: str = 'full',
@@ -479,7 +537,8 @@ def _names(text: str, valid: Sequence[str], what: str) -> list[str]:
   names = list(valid) if text == 'all' else [n for n in text.replace(' ', '').split(',') if n]
   unknown = [n for n in names if n not in valid]
   if unknown or not names:
-    raise SystemExit(f'--{what} {text!r}: unknown {unknown}; choose from {list(valid)} or all.')
+    raise ValueError(f'--{what} {text!r}: unknown {unknown}; choose from {",".join(valid)} or '
+                     'all (comma-separated)')
   return names
 
 
@@ -487,14 +546,16 @@ def _numbers(text: str, kind: type, what: str) -> list:
   try:
     return [kind(v) for v in text.split(',') if v.strip()]
   except ValueError:
-    raise SystemExit(f'--{what} {text!r}: expected comma-separated numbers.') from None
+    raise ValueError(f'--{what} {text!r}: expected comma-separated numbers, e.g. '
+                     f'--{what} 0,1,2') from None
 
 
-def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
+@errors.one_line_errors
+def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
   from poolformers_jax.configs_lib import SIZES
   argv = list(sys.argv[1:] if argv is None else argv)
-  parser = argparse.ArgumentParser(prog='python -m poolformers_jax.reproduce',
-                                   description=__doc__.split('\n\n')[0])
+  parser = errors.ArgumentParser(prog='python -m poolformers_jax.reproduce',
+                                 description=__doc__.split('\n\n')[0])
   parser.add_argument('benchmark', choices=['lra', 'glue'])
   parser.add_argument('--task', default='all',
                       help=f'lra: {",".join(TASKS)}; glue: {",".join(GLUE_TASKS)}; or all')
@@ -512,6 +573,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='config override for every run, e.g. --set data.format=generated')
   parser.add_argument('--configs_dir', default=CONFIGS_DIR)
+  parser.add_argument('--dry_run', action='store_true',
+                      help='load every config with --set, check the data, print what would run; '
+                      'train nothing')
   args = parser.parse_args(argv)
   seeds = _numbers(args.seeds, int, 'seeds')
   if args.benchmark == 'glue':
@@ -520,6 +584,16 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
   else:
     tasks = _names(args.task, TASKS, 'task')
     families = _names(args.families or 'all', FAMILIES, 'families')
+  if args.dry_run:
+    lines = (glue_plan(tasks, families, args.workdir,
+                       batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
+                       learning_rates=_numbers(args.learning_rates, float, 'learning_rates'),
+                       size=args.size, overrides=args.set, configs_dir=args.configs_dir)
+             if args.benchmark == 'glue' else
+             plan(tasks, families, args.workdir, seeds=seeds, size=args.size, overrides=args.set,
+                  configs_dir=args.configs_dir))
+    print('\n'.join(lines))
+    return None
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
   from poolformers_jax.train import cli, host_memory
   cli.quiet_library_logs()

@@ -17,6 +17,7 @@ import sys
 
 from absl import app, flags
 
+from poolformers_jax import errors
 from poolformers_jax.data import translation
 from poolformers_jax.train import checkpoint as checkpoint_lib, cli, config_utils
 from poolformers_jax.train.setup import make_setup
@@ -52,7 +53,7 @@ def _translate():
       f.write(text)
 
 
-@cli.one_line_errors
+@errors.one_line_errors
 def main(argv):
   cli.run(argv, _translate)
 

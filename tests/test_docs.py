@@ -7,11 +7,16 @@ its `#anchor` is a heading of the target; nothing cites notes that live outside 
 README.md stays within 250 lines and its results table links every row to its record in
 docs/.
 """
+import ast
 import functools
 import glob
 import json
 import os
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -169,3 +174,207 @@ def test_anchor_slugs_follow_github(tmp_path, heading, slug):
   page = tmp_path / 'page.md'
   page.write_text(f'# {heading}\n\n```\n# not a heading\n```\n')
   assert _slugs(str(page)) == {slug}
+
+
+# ----------------------------------------------------------- every documented command still runs
+
+DOCUMENTS = ['README.md', 'docs/**/*.md', 'notebooks/README.md']
+FENCE = re.compile(r'^```(\w*)\n(.*?)^```', re.S | re.M)
+# Wrappers in front of a command: what they wrap is checked.
+WRAPPERS = {'nice': ('-n',), 'taskset': ('-c',), 'timeout': ()}
+PROJECT_PYTHONS = ('python', 'python3', '.venv/bin/python')
+SHELL_TOOLS = ('echo', 'cmp', 'git', 'cat', 'mkdir')
+
+
+def fenced_blocks():
+  """(file:line, language, text) of every fenced block of the documents."""
+  for pattern in DOCUMENTS:
+    for path in sorted(glob.glob(os.path.join(ROOT, pattern), recursive=True)):
+      text = _text(path)
+      for match in FENCE.finditer(text):
+        line = text[:match.start()].count('\n') + 1
+        yield f'{RELATIVE(path)}:{line}', match.group(1), match.group(2)
+
+
+def shell_commands(block: str) -> list[list[str]]:
+  """The simple commands of a bash block: continuations joined, comments dropped, split at
+  `|`, `&&` and `;`; wrappers (nice, taskset, env assignments) removed."""
+  commands = []
+  for line in block.replace('\\\n', ' ').splitlines():
+    words, current = shlex.split(line, comments=True), []
+    for word in words + ['|']:
+      if word in ('|', '&&', ';'):
+        if current:
+          commands.append(current)
+        current = []
+      else:
+        current.append(word)
+  unwrapped = []
+  for words in commands:
+    while words and (re.match(r'^\w+=', words[0]) or words[0] in WRAPPERS):
+      options = WRAPPERS.get(words[0], ())
+      words = words[1:]
+      while words and (words[0] in options or re.match(r'^-?\d+$', words[0])):
+        words = words[1:]
+    unwrapped.append(words)
+  return unwrapped
+
+
+def _argparse_options(script: str) -> set[str]:
+  """The --options a script's argparse parser defines (read, not imported: another venv's)."""
+  tree = ast.parse(_text(os.path.join(ROOT, script)))
+  return {node.args[0].value for node in ast.walk(tree)
+          if isinstance(node, ast.Call) and getattr(node.func, 'attr', '') == 'add_argument'
+          and node.args and isinstance(node.args[0], ast.Constant)}
+
+
+def _pins(path: str) -> dict[str, str]:
+  return dict(re.findall(r'^([\w\-\[\]]+)==([^\s#]+)', _text(os.path.join(ROOT, path)), re.M))
+
+
+def check_outside_python(words: list[str]) -> str | None:
+  """What is wrong with a command of a tool or of another environment, or None."""
+  program = words[0]
+  if program == 'make':
+    proc = subprocess.run(['make', '-n', *words[1:]], cwd=ROOT, capture_output=True, text=True)
+    return None if proc.returncode == 0 else f'make -n: {proc.stderr.strip()}'
+  if program == 'bash':
+    script = os.path.join(ROOT, words[1])
+    proc = subprocess.run(['bash', '-n', script], capture_output=True, text=True)
+    modes = re.search(r'^MODES=\(([^)]*)\)', _text(script), re.M)
+    if proc.returncode:
+      return f'bash -n: {proc.stderr.strip()}'
+    if modes and words[2:3] and words[2] not in modes.group(1).split():
+      return f'{words[2]!r} is not one of the modes {modes.group(1)} of {words[1]}'
+    return None
+  if program in SHELL_TOOLS:
+    return None if shutil.which(program) else f'{program} is not installed'
+  if program.startswith('.venv-data/'):      # the data-preparation environment (docs/data.md)
+    data_pins, pins = _pins('requirements-data.txt'), _pins('requirements.txt')
+    differ = [n for n in data_pins if n in pins and data_pins[n] != pins[n]]
+    if differ or 'tensorflow-datasets' not in data_pins:
+      return f'requirements-data.txt pins {differ} otherwise than requirements.txt'
+  if program.endswith('/bin/pip') and words[1] == 'install':
+    loose = [w for w in words[2:] if not w.startswith('-') and '==' not in w
+             and not os.path.exists(os.path.join(ROOT, w))]
+    return f'unpinned: {loose}' if loose else None
+  if program.endswith('/bin/python') and words[1].endswith('.py'):   # another venv's python
+    unknown = {w.split('=')[0] for w in words[2:] if w.startswith('--')} - _argparse_options(
+        words[1])
+    return f'{words[1]} has no options {sorted(unknown)}' if unknown else None
+  return f'the docs test does not know how to check {program!r}'
+
+
+def python_form(words: list[str]) -> list[str] | None:
+  """The argv after `python` that the parse runner checks; None for `python -m venv`."""
+  argv = words[1:]
+  if argv[:2] == ['-m', 'venv']:
+    return None
+  if argv[:2] == ['-m', 'pytest']:
+    return argv + ['--collect-only']
+  return argv
+
+
+def test_every_documented_command_parses_and_starts():
+  """Every command of every bash block of README.md and docs/: the entry points read their
+  arguments with their own parsers and load their --config with the overrides (reproduce runs
+  its --dry_run; pytest collects), one forked process each; tools are checked by `make -n`,
+  `bash -n`, pins or presence. Nothing is trained."""
+  python, problems, blocks = [], [], 0
+  for where, language, block in fenced_blocks():
+    if language != 'bash':
+      continue
+    blocks += 1
+    for words in shell_commands(block):
+      if words[0] in PROJECT_PYTHONS:
+        argv = python_form(words)
+        if argv is not None:
+          python.append((where, argv))
+      else:
+        problem = check_outside_python(words)
+        if problem:
+          problems.append(f'{where}: {shlex.join(words)}: {problem}')
+  assert blocks >= 25 and len(python) >= 40, (blocks, len(python))
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, 'tests', 'commands.py'), 'parse'],
+                        input=json.dumps([argv for _, argv in python]), capture_output=True,
+                        text=True, cwd=ROOT, timeout=600, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for (where, argv), result in zip(python, json.loads(proc.stdout)):
+    if result['code'] != 0:
+      problems.append(f'{where}: python {shlex.join(argv)}: exit {result["code"]}: '
+                      f'{result["stderr"].strip()[-500:]}')
+  assert not problems, 'documented commands that do not run:\n' + '\n'.join(problems)
+
+
+def test_every_fenced_block_says_what_it_is():
+  """Commands are `bash` (run by the test above), code `python`, the rest `text`."""
+  unlabelled = [where for where, language, _ in fenced_blocks()
+                if language not in ('bash', 'python', 'text')]
+  assert not unlabelled, 'fenced blocks without bash / python / text: ' + ', '.join(unlabelled)
+
+
+def test_the_command_splitter():
+  assert shell_commands('nice -n 19 python a.py --x 1 \\\n  --y 2   # note\n'
+                        'echo "a b" | X=1 taskset -c 1 python -m m --z && make test') == [
+      ['python', 'a.py', '--x', '1', '--y', '2'], ['echo', 'a b'], ['python', '-m', 'm', '--z'],
+      ['make', 'test']]
+
+
+def test_pyproject_installs_the_tested_stack():
+  """`pip install .` resolves to requirements.txt's versions: every dependency pinned alike."""
+  import tomllib
+  with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+    project = tomllib.load(f)['project']
+  listed = project['dependencies'] + project['optional-dependencies']['test']
+  assert all('==' in spec for spec in listed), listed
+  assert dict(spec.split('==') for spec in listed) == _pins('requirements.txt')
+
+
+def test_api_md_lists_every_registered_mixer_and_model():
+  """docs/api.md has one section per registered mixer and model, naming its class, with its
+  arguments (and their simple defaults) as the code has them; the mixer table's `causal` column
+  says yes exactly where the class has a `causal` option."""
+  import dataclasses
+  import typing
+  from poolformers_jax.registry import MIXERS, MODELS
+  text = _text(os.path.join(ROOT, 'docs', 'api.md'))
+  sections = {name: (cls, args) for name, cls, args in re.findall(
+      r'^### `(\w+)` — `(\w+)`\n\n.*?\n\nArguments: (.*)$', text, re.M)}
+  classes = {**{name: MIXERS[name] for name in MIXERS},
+             **{name: typing.get_type_hints(MODELS[name])['return'] for name in MODELS}}
+  assert sorted(sections) == sorted(classes)
+
+  def documented(cls):
+    items = []
+    for field in dataclasses.fields(cls):
+      if field.name in ('parent', 'name'):
+        continue
+      default = field.default
+      if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+      simple = isinstance(default, (int, float, str, bool, type(None), tuple))
+      items.append(f'`{field.name}={default!r}`' if simple and default is not dataclasses.MISSING
+                   else f'`{field.name}`')
+    return ', '.join(items)
+
+  for name, cls in classes.items():
+    assert sections[name] == (cls.__name__, documented(cls)), name
+  table = dict(re.findall(r'^\| `(\w+)` \| `\w+` \| .*? \| .*? \| (yes|no) \|', text, re.M))
+  assert table == {name: 'yes' if 'causal' in {f.name for f in dataclasses.fields(cls)} else 'no'
+                   for name, cls in MIXERS.items()}
+
+
+def test_the_readme_example_runs_and_padding_does_not_reach_real_tokens():
+  """README's "PoNet in your own Flax model", run as written: y is [2, 128, 64], and changing the
+  padded positions of the second row changes none of its 90 real outputs."""
+  import jax
+  (example,) = [block for where, language, block in fenced_blocks()
+                if where.startswith('README.md') and language == 'python']
+  scope = {}
+  exec(compile(example, 'README.md', 'exec'), scope)  # pylint: disable=exec-used
+  y = scope['y']
+  assert y.shape == (2, 128, 64)
+  x = scope['x'].at[1, 90:].set(jax.random.normal(jax.random.PRNGKey(7), (38, 64)) * 100)
+  y_other_padding = scope['forward'](scope['params'], x, scope['mask'])
+  assert float(abs(y_other_padding[1, :90] - y[1, :90]).max()) < 1e-5
+  assert float(abs(y_other_padding[1, 90:] - y[1, 90:]).max()) > 1.0   # the change did arrive

@@ -10,7 +10,7 @@ files are listed in poolformers_jax/registry.py).
 Nothing is downloaded at run time. Where each dataset's files must be:
   listops         nothing (generated into data_dir on first use), or source='tsv':
                   {tsv_dir}/basic_{train,val,test}.tsv of the LRA release
-  lra_text        TFDS imdb_reviews as array_record in data_dir   (tfds build ... --file_format=array_record)
+  lra_text        TFDS imdb_reviews as array_record in data_dir   (poolformers_jax/data/build_tfds.py)
   lra_image       TFDS cifar10 as array_record in data_dir
   cifar10/100     TFDS cifar10 / cifar100 as array_record in data_dir (cifar10_pairs: cifar10)
   imagenet2012    TFDS imagenet2012 as array_record in data_dir (manual download)

@@ -177,6 +177,11 @@ def byte_ids(text) -> np.ndarray:
 BYTE_VOCAB_SIZE = 257
 
 
+def build_command(name: str, data_dir: str) -> str:
+  """The command that prepares TFDS dataset `name` as array_record (docs/data.md)."""
+  return f'.venv-data/bin/python poolformers_jax/data/build_tfds.py {name} --data_dir={data_dir}'
+
+
 def tfds_source(name: str, split: str, data_dir: str):
   """`tfds.data_source` of a prepared array_record dataset; one clear line if it is missing."""
   import tensorflow_datasets as tfds
@@ -185,6 +190,6 @@ def tfds_source(name: str, split: str, data_dir: str):
     return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
   except (AssertionError, FileNotFoundError, NotImplementedError, ValueError) as e:
     raise DataNotFoundError(
-        f'{data_dir}/{name} is not prepared as array_record ({type(e).__name__}); on a machine '
-        f'with network run `tfds build {name} --data_dir={data_dir} --file_format=array_record` '
-        'and copy the folder here.') from e
+        f'{data_dir}/{name} is not prepared as array_record ({type(e).__name__}); run '
+        f'`{build_command(name, data_dir)}` (network needed; `make data-env` makes .venv-data), '
+        'or copy a folder prepared elsewhere here.') from e

@@ -38,6 +38,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from poolformers_jax import errors
 from poolformers_jax.data import base
 
 MIN, MAX, MED, SUM_MOD, END = '[MIN', '[MAX', '[MED', '[SM', ']'
@@ -432,10 +433,10 @@ base.register_dataset('listops', base.DatasetSpec(info=info, source=source, prep
                                                   config=config))
 
 
+@errors.one_line_errors
 def main(argv: Optional[Sequence[str]] = None) -> None:
   """`python -m poolformers_jax.data.listops --out_dir DIR --seed 1`: official-format TSV files."""
-  import argparse
-  parser = argparse.ArgumentParser(
+  parser = errors.ArgumentParser(
       prog='python -m poolformers_jax.data.listops',
       description='Write ListOps in the LRA release format (basic_{train,val,test}.tsv) from a seed.')
   parser.add_argument('--out_dir', required=True)

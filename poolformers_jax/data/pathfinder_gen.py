@@ -76,6 +76,8 @@ from typing import Iterator, Optional
 
 import numpy as np
 
+from poolformers_jax import errors
+
 DIFFICULTIES = {'curv_baseline': 6, 'curv_contour_length_9': 9, 'curv_contour_length_14': 14}
 VERSION = 2        # of the drawing; names the cache folder of format='generated'
 INK = 32           # pixels >= INK are ink; below: background and the Lanczos filter's ringing
@@ -608,9 +610,10 @@ def sample_grid(path: str, *, seed: int = 0, resolution: int = 32, per_row: int 
   Image.fromarray(grid).save(path, optimize=True)
 
 
+@errors.one_line_errors
 def main(argv=None) -> None:
-  import argparse
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = errors.ArgumentParser(prog='python -m poolformers_jax.data.pathfinder_gen',
+                                 description=__doc__.split('\n\n')[0])
   parser.add_argument('--out_dir', default=None, help='where to write the images (required '
                       'unless --report or --grid)')
   parser.add_argument('--seed', type=int, default=None, help='default: 0 (--report: 12345)')

@@ -9,12 +9,12 @@ skipped (the release has one empty PNG); the reader skips them the same way.
 """
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import sys
 from typing import Optional, Sequence
 
+from poolformers_jax import errors
 from poolformers_jax.data import base, listops, lra, pathfinder_gen
 
 _W = 38   # width of the task column
@@ -54,11 +54,11 @@ def _tfds_line(task: str, data_config) -> str:
     sizes = {split: len(base.tfds_source(data_config.tfds_name, split, data_config.data_dir))
              for split in ('train', 'test')}
   except base.DataNotFoundError as e:
-    folder = os.path.join(base.expand_path(data_config.data_dir), data_config.tfds_name.split('/')[0])
+    data_dir = base.expand_path(data_config.data_dir)
+    folder = os.path.join(data_dir, data_config.tfds_name.split('/')[0])
     if glob.glob(os.path.join(folder, '**', '*.tfrecord*'), recursive=True):
-      return (f'{task:<{_W}} missing  {folder} holds TFRecord files, not array_record: convert '
-              f'them (TensorFlow needed) with `tfds convert_format --dataset_dir={folder} '
-              '--out_file_format=array_record`.')
+      return (f'{task:<{_W}} missing  {folder} holds TFRecord files, not array_record: build it '
+              f'as array_record: `{base.build_command(data_config.tfds_name, data_dir)}`.')
     return f'{task:<{_W}} missing  {e}'
   return (f'{task:<{_W}} found    {sizes["train"]}/{sizes["test"]} train/test examples '
           f'({data_config.tfds_name} in {base.expand_path(data_config.data_dir)})')
@@ -82,15 +82,19 @@ def report(release_dir: str, data_dir: Optional[str] = None) -> list[str]:
   return lines
 
 
+@errors.one_line_errors
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = argparse.ArgumentParser(prog='python -m poolformers_jax.data.prepare',
-                                   description=__doc__.split('\n\n')[0])
+  parser = errors.ArgumentParser(prog='python -m poolformers_jax.data.prepare',
+                                 description=__doc__.split('\n\n')[0])
   parser.add_argument('benchmark', choices=['lra'])
   parser.add_argument('--release_dir', required=True, help='the unpacked LRA release')
   parser.add_argument('--data_dir', default=None,
                       help='TFDS array_record data (default: POOLFORMERS_DATA_DIR or data_cache)')
   args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-  for line in report(args.release_dir, args.data_dir):
+  if not os.path.isdir(os.path.expanduser(args.release_dir)):
+    raise FileNotFoundError(f'--release_dir {args.release_dir} is not a folder; {GET_RELEASE} '
+                            '(ListOps needs none: it is generated offline)')
+  for line in report(os.path.expanduser(args.release_dir), args.data_dir):
     print(line)
 
 

@@ -18,8 +18,8 @@ property of the sample order: data/pipeline.py.
 Mixup / cutmix mix whole batches: the trainer owns them (train/mixing.py, config.mixup).
 cifar10_pairs (MSAC Sec. 6.1's cross-attentive similarity model): CIFAR-10 image pairs
 [2, H, W, C], half of them of one class, labelled same (1) / different (0) class (ImagePairs).
-TFDS datasets must be prepared as array_record beforehand (`tfds build <name>
---file_format=array_record`; ImageNet needs its manual download).
+TFDS datasets must be prepared as array_record beforehand (poolformers_jax/data/build_tfds.py in
+the data-preparation environment, docs/data.md; ImageNet needs its manual download).
 """
 from __future__ import annotations
 

@@ -1,19 +1,19 @@
-"""What train.py and eval.py share: the --config flag parser with close-key suggestions, the
-multi-process flags, `run` (logs, multi-process start and end around the work) and the one-line
-error report: a bad config, dataset or checkpoint ends as ONE stderr line,
-`error: <what is wrong>; <what to do>`, with exit code 2 (`--verbose_errors` for a traceback)."""
+"""What the absl entry points share: the --config flag parser with close-key suggestions, the
+multi-process flags and `run` (logs, multi-process start and end around the work). The one-line
+error report they all follow is `poolformers_jax.errors` (`one_line_errors` is re-exported here)."""
 from __future__ import annotations
 
 import importlib.util
 import logging
 import os
-import functools
 import sys
 from typing import Callable, Sequence
 
-from absl import app, flags
+from absl import flags
 from absl import logging as absl_logging
 
+from poolformers_jax import errors
+from poolformers_jax.errors import one_line_errors  # noqa: F401  (re-exported)
 from poolformers_jax.train import config_utils, host_memory, sharding
 
 _DISTRIBUTED = flags.DEFINE_enum(
@@ -24,27 +24,6 @@ _COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'host:port of pr
 _NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Number of processes.')
 _PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
 
-VERBOSE_ERRORS = flags.DEFINE_bool('verbose_errors', False,
-                                   'Show the traceback of an error instead of its one line.')
-# Problems of the input (config, data, checkpoint): exit code 2. NonFiniteLossError (a
-# FloatingPointError) is a failure of the run: one line too, exit code 1.
-INPUT_ERRORS = (ValueError, FileNotFoundError, config_utils.ConfigKeyError)
-
-
-def _one_line(message: str) -> str:
-  """A message as one line; one that embeds a traceback (config_flags does) -> its last line."""
-  lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-  if len(lines) > 1 and ('Traceback (most recent call last)' in message or '[Errno' in lines[-1]):
-    return lines[-1]
-  return ' '.join(' '.join(lines).split())
-
-
-def _fail(message: str, code: int) -> None:
-  sys.stderr.write('error: ' + _one_line(message) + '\n')
-  sys.stderr.flush()
-  sys.exit(code)
-
-
 def config_value(holder):
   """The --config value; config_flags loads the file at first use and fails with an OSError."""
   try:
@@ -53,26 +32,8 @@ def config_value(holder):
     return config
   except OSError as error:
     cause = error.__cause__ or error.__context__ or error
-    raise ValueError(f'cannot load the --config file: {_one_line(str(cause))}; check its path '
+    raise ValueError(f'cannot load the --config file: {errors.one_line(str(cause))}; check its path '
                      '(e.g. configs/lra_listops.py)') from None
-
-
-def one_line_errors(main: Callable[[list[str]], None]) -> Callable[[list[str]], None]:
-  """Wraps an absl main: input errors -> one stderr line + exit 2; a diverged run -> exit 1."""
-
-  @functools.wraps(main)
-  def wrapped(argv):
-    try:
-      return main(argv)
-    except (*INPUT_ERRORS, flags.Error, FloatingPointError) as error:
-      if flags.FLAGS.is_parsed() and VERBOSE_ERRORS.value:
-        raise
-      message = str(error)
-      if isinstance(error, flags.Error):  # --config files load lazily, at first use
-        message = f'{_one_line(message)}; check the --config file and its argument'
-      _fail(message, 1 if isinstance(error, FloatingPointError) else 2)
-
-  return wrapped
 
 
 def load_config_file(spec: str):
@@ -95,9 +56,11 @@ def _config_spec(argv: Sequence[str]) -> str | None:
 
 
 def parse_flags(argv: Sequence[str]) -> list[str]:
-  """absl flag parsing; a misspelled --config.key exits with one line naming close valid keys."""
+  """absl flag parsing with the one-line contract: a misspelled --config.key names close valid
+  keys, a bad flag value or an unknown flag says so, a stray positional argument (often a space
+  for the colon of --config FILE.py:WORDS) says how to write it."""
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except Exception as error:  # config_flags raises a bare AttributeError for unknown keys
     spec = _config_spec(argv)
     keys = config_utils.override_keys_from_argv(argv)
@@ -105,12 +68,27 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
       try:
         config_utils.check_keys(load_config_file(spec), keys)
       except config_utils.ConfigKeyError as key_error:
-        _fail(str(key_error), 2)
+        errors.fail(str(key_error), 2)
       except Exception as config_error:  # pylint: disable=broad-except  (the config file itself)
-        _fail(f'{spec}: {type(config_error).__name__}: {config_error}', 2)
+        errors.fail(f'{spec}: {type(config_error).__name__}: {config_error}', 2)
     if isinstance(error, (flags.Error, ValueError)):
-      _fail(f'{_one_line(str(error))}; see --helpfull for the flags', 2)
+      errors.fail(f'{errors.one_line(str(error)).removeprefix("ValueError: ").rstrip(".")}; '
+                  'see --helpfull for the flags', 2)
     raise
+  if len(rest) > 1:
+    errors.fail(_stray_arguments(argv, rest[1:]), 2)
+  return rest
+
+
+def _stray_arguments(argv: Sequence[str], stray: Sequence[str]) -> str:
+  spec = _config_spec(argv)
+  after_config = spec is not None and list(argv).index(spec) + 1 < len(argv) and (
+      argv[list(argv).index(spec) + 1] == stray[0])
+  if after_config and ':' not in spec:
+    return (f'unexpected argument {stray[0]!r} after --config {spec}: the words go after a colon, '
+            f'without a space: --config {spec}:{stray[0]}')
+  return (f'unexpected arguments {list(stray)}: every option is a flag (--name=value); '
+          'see --helpfull for the flags')
 
 
 class _LibraryInfoFilter(logging.Filter):
@@ -130,9 +108,9 @@ def quiet_library_logs() -> None:
 
 
 def run(argv: Sequence[str], work: Callable[[], None]) -> None:
-  """The main() of train.py and eval.py: `work()` between the multi-process start and end."""
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  """The main() of train.py and eval.py: `work()` between the multi-process start and end
+  (stray arguments were refused by parse_flags)."""
+  del argv
   quiet_library_logs()
   host_memory.keep_freed_memory()   # before XLA and the data threads allocate (see its docstring)
   sharding.maybe_initialize_distributed(_DISTRIBUTED.value, _COORDINATOR.value,

@@ -15,12 +15,7 @@ from typing import Any, Iterable
 
 import ml_collections
 
-
-class ConfigKeyError(KeyError):
-  """An unknown or misspelled config key; the message lists close valid keys."""
-
-  def __str__(self) -> str:  # KeyError would quote the message
-    return str(self.args[0])
+from poolformers_jax.errors import ConfigKeyError
 
 
 def flat_keys(config: ml_collections.ConfigDict, prefix: str = '') -> list[str]:

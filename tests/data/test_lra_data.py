@@ -162,7 +162,7 @@ def test_lra_pathfinder_release_layout(tmp_path):
 
 def test_missing_tfds_dataset_is_one_clear_line(tmp_path):
   config = _config('lra_text', data_dir=str(tmp_path / 'empty'))
-  with pytest.raises(data.DataNotFoundError, match='tfds build imdb_reviews') as e:
+  with pytest.raises(data.DataNotFoundError, match='build_tfds.py imdb_reviews') as e:
     data.get_dataset_info(config)
   assert '\n' not in str(e.value) and str(tmp_path / 'empty') in str(e.value)
 

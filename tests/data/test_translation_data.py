@@ -67,5 +67,5 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
 
 def test_missing_wmt14_says_how_to_prepare_it(tmp_path):
   config = _config(tmp_path / 'nothing')
-  with pytest.raises(data.DataNotFoundError, match='tfds build wmt14_translate/de-en'):
+  with pytest.raises(data.DataNotFoundError, match='build_tfds.py wmt14_translate/de-en'):
     data.get_dataset_info(config)

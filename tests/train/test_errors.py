@@ -1,5 +1,8 @@
 """Bad input: every config / data problem is found before anything is compiled, as one line
-`<what is wrong>; <what to do>`; train.py / eval.py print it as `error: ...` with exit code 2."""
+`<what is wrong>; <what to do>`; every entry point (train.py, eval.py, the `python -m
+poolformers_jax.<tool>` commands, the data generators, the benchmarks) prints it as `error: ...`
+with exit code 2 (poolformers_jax/errors.py)."""
+import json
 import os
 import subprocess
 import sys
@@ -113,3 +116,110 @@ def test_command_lines_end_in_one_stderr_line_with_exit_code_2(argv, message, tm
   (line,) = proc.stderr.splitlines()
   assert line.startswith(message), proc.stderr
   assert not os.listdir(tmp_path)                  # nothing written, nothing trained
+
+
+# Every entry point, one bad input each: argv after `python` -> what its one line must say. All
+# run as a user runs them (tests/commands.py `run`: one forked process per command).
+ENTRY_POINTS = {
+    'train.py': (['train.py', '--config', 'configs/lra_listops.py', 'ponet,small'],
+                 "unexpected argument 'ponet,small' after --config configs/lra_listops.py: the "
+                 'words go after a colon, without a space: --config configs/lra_listops.py:ponet,small'),
+    'eval.py': (['eval.py', '--config', 'configs/lra_listops.py:ponet,smal'],
+                "unknown model family / size 'smal'"),
+    'average': (['-m', 'poolformers_jax.average', '--last', '5'],
+                '/config.json not found: pass the --workdir of a train.py run'),
+    'translate': (['-m', 'poolformers_jax.translate', '--input', '-'],
+                  '/config.json not found: pass the --workdir of a train.py run'),
+    'reproduce --task': (['-m', 'poolformers_jax.reproduce', 'lra', '--task', 'listop'],
+                         "--task 'listop': unknown ['listop']; choose from listops,text,"),
+    'reproduce --set': (['-m', 'poolformers_jax.reproduce', 'lra', '--task', 'listops', '--families',
+                         'transformer,adamra', '--set',
+                         'model.mixer_kwargs.router_gate=straight_through', '--dry_run'],
+                        "--set for configs/lra_listops.py:transformer,full: unknown config key "
+                        "'model.mixer_kwargs.router_gate'"),
+    'reproduce flag': (['-m', 'poolformers_jax.reproduce', 'lra', '--familes', 'all', '--workdir',
+                        'OUT'],
+                       'unrecognized arguments: --familes all; see python -m '
+                       'poolformers_jax.reproduce --help'),
+    'prepare': (['-m', 'poolformers_jax.data.prepare', 'lra', '--release_dir', '/missing'],
+                '--release_dir /missing is not a folder; download lra_release.gz'),
+    'listops generator': (['-m', 'poolformers_jax.data.listops', '--out_dir', 'OUT'],
+                          'the following arguments are required: --seed'),
+    'pathfinder generator': (['-m', 'poolformers_jax.data.pathfinder_gen', '--out_dir', 'OUT',
+                              '--resolution', '64'],
+                             'argument --resolution: invalid choice: 64 (choose from 32, 128)'),
+    'build_tfds': (['poolformers_jax/data/build_tfds.py', 'imdb_reviews', '--data_dir', 'OUT'],
+                   "No module named 'tensorflow': run this in the data-preparation environment"),
+    'efficiency': (['benchmarks/efficiency.py', '--output_dir', 'OUT', '--mixers', 'ponet,pnet'],
+                   "--mixers: ['pnet'] are not registered; choose from"),
+    'host_memory': (['benchmarks/host_memory.py', '--output_dir', 'OUT', '--steps', 'many'],
+                    "flag --steps=many: invalid literal for int()"),
+    'input_pipeline': (['benchmarks/input_pipeline.py', '--datasets', 'listops'],
+                       '--output_dir is required'),
+    'translation benchmark': (['benchmarks/translation.py', '--output_dir', 'OUT',
+                               '--decode_length', '16'],
+                              "Unknown command line flag 'decode_length'. Did you mean: "
+                              'decode_sentences ?'),
+    'ponet_transfer': (['benchmarks/ponet_transfer.py', '--output_dir', 'OUT', '--lenghts', '512'],
+                       "Unknown command line flag 'lenghts'"),
+}
+
+
+@pytest.fixture(scope='module')
+def entry_point_runs(tmp_path_factory):
+  """Each ENTRY_POINTS command run once, OUT (and the missing --workdir) inside a fresh folder."""
+  out = tmp_path_factory.mktemp('entry_points')
+  names = sorted(ENTRY_POINTS)
+  commands = []
+  for name in names:
+    argv = [str(out / 'OUT') if a == 'OUT' else a for a in ENTRY_POINTS[name][0]]
+    if name in ('average', 'translate', 'train.py', 'eval.py', 'reproduce --task',
+                'reproduce --set'):
+      argv += ['--workdir', str(out / 'no_run')]
+    commands.append(argv)
+  proc = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'commands.py'), 'run'],
+                        input=json.dumps(commands), capture_output=True, text=True, cwd=REPO,
+                        timeout=600, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return dict(zip(names, json.loads(proc.stdout))), out
+
+
+@pytest.mark.parametrize('name', sorted(ENTRY_POINTS))
+def test_every_entry_point_ends_bad_input_in_one_line_with_exit_code_2(entry_point_runs, name):
+  runs, out = entry_point_runs
+  result = runs[name]
+  assert result['code'] == 2, result
+  (line,) = result['stderr'].splitlines()       # nothing before it, nothing after it
+  assert line.startswith('error: ') and ENTRY_POINTS[name][1] in line, line
+  assert result['stdout'] == ''
+  assert not os.path.exists(out / 'OUT') and not os.path.exists(out / 'no_run')  # nothing written
+
+
+def test_reproduce_checks_the_data_with_the_configs_of_the_families_it_runs(tmp_path):
+  """A --set key that only AdaMRA's config has passes with --families adamra (the data check
+  used to load the transformer config with it), and fails in one line for families without it."""
+  from poolformers_jax import reproduce
+  args = ['lra', '--task', 'listops', '--families', 'adamra', '--size', 'tiny', '--workdir',
+          str(tmp_path), '--set', 'model.mixer_kwargs.router_gate=straight_through', '--dry_run']
+  assert reproduce.main(args) is None
+  assert reproduce.plan(['listops'], ['adamra'], str(tmp_path), seeds=[0, 1], size='tiny',
+                        overrides=['model.mixer_kwargs.router_gate=straight_through']) == [
+      f'listops/adamra seed {s}: to train (20 steps) in {tmp_path}/listops/adamra/seed{s}'
+      for s in (0, 1)]
+  with pytest.raises(config_utils.ConfigKeyError, match=r'--set for .*lra_listops.py:ponet,tiny'):
+    reproduce.check_configs(['listops'], ['adamra', 'ponet'], 'tiny',
+                            ['model.mixer_kwargs.router_gate=straight_through'])
+  assert not os.listdir(tmp_path)
+
+
+def test_gpu_run_needs_its_wheels_first(tmp_path):
+  script = os.path.join(REPO, 'benchmarks', 'gpu_run.sh')
+  os.makedirs(tmp_path / 'benchmarks')
+  os.symlink(script, tmp_path / 'benchmarks' / 'gpu_run.sh')   # a checkout without .whl/
+  for mode, message in (('bfloat16', "error: .whl/ holds no wheels; run 'bash benchmarks/"
+                                     "gpu_run.sh download' first"),
+                        ('bf16', "error: mode 'bf16' is not one of download float32 bfloat16")):
+    proc = subprocess.run(['bash', str(tmp_path / 'benchmarks' / 'gpu_run.sh'), mode],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith(message), proc.stderr
+    assert len(proc.stderr.splitlines()) == 1

@@ -1,0 +1,89 @@
+"""The one error contract of every command-line entry point (train.py, eval.py, the `python -m
+poolformers_jax.<module>` tools, the benchmarks): bad input ends as ONE stderr line
+
+    error: <what is wrong>; <what to do>
+
+with exit code 2, raised before anything is compiled; a diverged run (non-finite loss) as one line
+with exit code 1. `--verbose_errors` shows the traceback instead. Light on purpose (absl and the
+standard library only), so that a tool can fail before it imports jax.
+
+- absl mains: decorate `main` with `one_line_errors`; run with `app.run(main,
+  flags_parser=train.cli.parse_flags)` so that bad flags end the same way.
+- argparse mains: build the parser with `ArgumentParser` and decorate `main` the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import sys
+from typing import Callable, NoReturn
+
+from absl import flags
+
+
+class ConfigKeyError(KeyError):
+  """An unknown or misspelled config key; the message lists close valid keys."""
+
+  def __str__(self) -> str:  # KeyError would quote the message
+    return str(self.args[0])
+
+
+# Problems of the input (flags, config, data, checkpoint, files): exit code 2.
+INPUT_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
+                IsADirectoryError, ConfigKeyError, flags.Error)
+VERBOSE_FLAG = '--verbose_errors'
+flags.DEFINE_bool('verbose_errors', False, 'Show the traceback of an error instead of its one line.')
+
+
+def one_line(message: str) -> str:
+  """A message as one line; one that embeds a traceback (config_flags does) -> its last line."""
+  lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+  if len(lines) > 1 and ('Traceback (most recent call last)' in message or '[Errno' in lines[-1]):
+    return lines[-1]
+  return ' '.join(' '.join(lines).split())
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+  """Prints `error: <message>` as one stderr line and exits with `code`."""
+  sys.stdout.flush()
+  sys.stderr.write('error: ' + one_line(message) + '\n')
+  sys.stderr.flush()
+  sys.exit(code)
+
+
+def verbose() -> bool:
+  """Whether --verbose_errors was given (absl flag, or an argparse tool's argument)."""
+  if flags.FLAGS.is_parsed() and flags.FLAGS.verbose_errors:
+    return True
+  return VERBOSE_FLAG in sys.argv[1:]
+
+
+def one_line_errors(main: Callable[..., object]) -> Callable[..., object]:
+  """Wraps a main: input errors -> one stderr line + exit 2; a diverged run -> exit 1."""
+
+  @functools.wraps(main)
+  def wrapped(*args, **kwargs):
+    try:
+      return main(*args, **kwargs)
+    except (*INPUT_ERRORS, FloatingPointError) as error:
+      if verbose():
+        raise
+      message = str(error)
+      if isinstance(error, flags.Error):  # --config files load lazily, at first use
+        message = f'{one_line(message)}; check the --config file and its argument'
+      fail(message, 1 if isinstance(error, FloatingPointError) else 2)
+
+  return wrapped
+
+
+class ArgumentParser(argparse.ArgumentParser):
+  """argparse with the contract: a bad argument is one `error:` line naming --help, exit 2
+  (argparse's own error prints the usage block first)."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self.add_argument(VERBOSE_FLAG, action='store_true',
+                      help='show the traceback of an error instead of its one line')
+
+  def error(self, message: str) -> NoReturn:
+    fail(f'{message}; see {self.prog} --help')
