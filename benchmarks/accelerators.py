@@ -13,12 +13,13 @@ Needs libtpu (pip install libtpu==0.0.42.1); compiling runs on the CPU (JAX_PLAT
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
+
+from poolformers_jax import errors
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LRA_TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
@@ -75,8 +76,9 @@ def run_one(spec: str, topology: str, out_path: str, overrides: tuple[str, ...] 
   return record
 
 
+@errors.one_line_errors
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  parser = errors.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--output_dir', required=True)
   parser.add_argument('--topologies', default='v5e:2x2,v5e:2x4')
   parser.add_argument('--only', default='', help='comma list of config specs (default: all)')

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The efficiency benchmark on a GPU, one call per dtype (docs/efficiency.md, "On a GPU").
+# On a GPU machine: the efficiency benchmark, one call per dtype (docs/efficiency.md, "On a GPU"),
+# and the ListOps paper-setting column (docs/accelerators.md, "ListOps on one GPU").
 #
 # 1. Wheels a GPU image with jax + CUDA, flax, optax, orbax and chex lacks: on a machine with PyPI
 #    access, from the repository root, once (fills the git-ignored .whl/, ~11 MB):
@@ -13,6 +14,18 @@
 #    and runs benchmarks/efficiency.py (batch 32, one subprocess per point for peak device
 #    memory) for softmax explicit / xla / cudnn (bf16 only: cuDNN needs bf16/fp16) and the
 #    paper mixers. Results: $OUT/<dtype>/efficiency.{json,md,png} and the logs.
+# 3. The ListOps column at the paper setting (configs/lra_listops.py:<family>, seed 0, every
+#    family), resumable in calls of at most ten minutes:
+#        bash benchmarks/gpu_run.sh listops
+#    Each call unpacks the run directories of the last call ($LISTOPS_STATE, default
+#    .gpu_state/listops_runs.tar, if present), trains the unfinished families in turn until
+#    $LISTOPS_BUDGET_S seconds (default 480) are spent (SIGTERM: each run saves a checkpoint
+#    and stops), and packs the run directories (checkpoints, metrics, eval JSON; no data, no
+#    tensorboard) into $OUT/listops_runs.tar (under 64 MiB: copy it to .gpu_state/ for the next
+#    call), with $OUT/listops.md, the column so far. A family is finished when its
+#    DIR/eval/test.json exists (the best-on-validation checkpoint's test accuracy).
+#    $LISTOPS_FAMILIES (default: transformer linear ponet adamra contextpool) and $LISTOPS_SIZE
+#    (default full) change what runs; LISTOPS_INSTALL=0 uses the python at hand (CPU test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -21,7 +34,7 @@ WHEELS=(grain==0.2.18 tensorflow-datasets==4.9.10 ml_collections==1.1.0 tensorbo
         immutabledict==4.3.1 simple-parsing==0.1.9 tensorflow-metadata==1.21.0 termcolor==3.3.0
         toml==0.10.2 wrapt==2.5.2)
 
-MODES=(download float32 bfloat16)
+MODES=(download float32 bfloat16 listops)
 MODE=${1:-}
 if [[ " ${MODES[*]} " != *" $MODE "* ]]; then
   echo "error: mode '$MODE' is not one of ${MODES[*]}; e.g. bash benchmarks/gpu_run.sh bfloat16" >&2
@@ -34,6 +47,38 @@ if [[ "$MODE" == download ]]; then
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux_2_28_x86_64 --platform any -d .whl "${WHEELS[@]}"
   "$PY" -m pip download --no-deps --no-binary=:all: -d .whl promise==2.3   # sdist only
+  exit 0
+fi
+
+if [[ "$MODE" == listops ]]; then
+  OUT=${OUT:-/tmp/gpu_run}
+  STATE=${LISTOPS_STATE:-.gpu_state/listops_runs.tar}
+  FAMILIES=${LISTOPS_FAMILIES:-transformer linear ponet adamra contextpool}
+  SIZE=${LISTOPS_SIZE:-full}
+  BUDGET=${LISTOPS_BUDGET_S:-480}
+  RUNS=${LISTOPS_RUNS:-/tmp/listops_runs}
+  if [[ "${LISTOPS_INSTALL:-1}" == 1 ]]; then
+    if ! compgen -G '.whl/*.whl' > /dev/null; then
+      echo "error: .whl/ holds no wheels; run 'bash benchmarks/gpu_run.sh download' first" >&2
+      exit 2
+    fi
+    [[ -d /tmp/site ]] || "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
+    export PYTHONPATH=/tmp/site:$PWD
+  fi
+  mkdir -p "$OUT" "$RUNS"
+  [[ -f "$STATE" ]] && tar xf "$STATE" -C "$RUNS"
+  deadline=$((SECONDS + BUDGET))
+  for family in $FAMILIES; do
+    left=$((deadline - SECONDS))
+    [[ -f "$RUNS/$family/eval/test.json" ]] && continue
+    (( left >= 30 )) || break
+    timeout --signal=TERM --kill-after=60 "$left" "$PY" train.py \
+      --config "configs/lra_listops.py:$family,$SIZE" --workdir "$RUNS/$family" \
+      --config.progress_bar=False --config.eval_every_steps=100 \
+      --config.checkpoint_every_steps=100 2>&1 | grep -v Warning > "$OUT/listops_$family.log" || true
+  done
+  tar cf "$OUT/listops_runs.tar" -C "$RUNS" --exclude=tensorboard .
+  "$PY" benchmarks/listops_column.py --runs "$RUNS" --families "$FAMILIES" | tee "$OUT/listops.md"
   exit 0
 fi
 

@@ -42,6 +42,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
+from poolformers_jax import errors
 from poolformers_jax.train import accelerators, cli, config_utils, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup, variables_of
 
@@ -152,6 +153,7 @@ def summarize(config, batch_size: Optional[int] = None) -> dict[str, Any]:
   }
 
 
+@errors.one_line_errors
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
@@ -184,4 +186,4 @@ if __name__ == '__main__':
   flags.DEFINE_string('export_cuda', None, 'write the training step exported for CUDA (StableHLO '
                       'text) to this file.')
   flags.mark_flag_as_required('config')
-  app.run(cli.one_line_errors(main), flags_parser=cli.parse_flags)
+  app.run(main, flags_parser=cli.parse_flags)
