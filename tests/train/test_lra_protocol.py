@@ -66,13 +66,52 @@ def _adamw_torch(params, grads, lrs, b1s, b2=0.999, eps=1e-6):
   return p
 
 
+def _torch_one_cycle(max_lr, total_steps, pct_start, step_num):
+  """torch.optim.lr_scheduler.OneCycleLR.get_lr at `step_num`, transcribed (two phases,
+  anneal_strategy='linear', the other arguments at their defaults, as the reference's
+  run_tasks.py builds it): (learning rate, beta1)."""
+  group = {'initial_lr': max_lr / 25.0, 'max_lr': max_lr, 'max_momentum': 0.95,
+           'base_momentum': 0.85}
+  group['min_lr'] = group['initial_lr'] / 1e4
+  phases = [dict(end_step=float(pct_start * total_steps) - 1, start_lr='initial_lr',
+                 end_lr='max_lr', start_momentum='max_momentum', end_momentum='base_momentum'),
+            dict(end_step=total_steps - 1, start_lr='max_lr', end_lr='min_lr',
+                 start_momentum='base_momentum', end_momentum='max_momentum')]
+  anneal = lambda start, end, pct: (end - start) * pct + start
+  start_step = 0.0
+  for i, phase in enumerate(phases):
+    end_step = phase['end_step']
+    if step_num <= end_step or i == len(phases) - 1:
+      pct = (step_num - start_step) / (end_step - start_step)
+      return (anneal(group[phase['start_lr']], group[phase['end_lr']], pct),
+              anneal(group[phase['start_momentum']], group[phase['end_momentum']], pct))
+    start_step = phase['end_step']
+
+
+# (warmup, steps): every LRA task's, plus a pct_start that is not exact in binary and no warmup.
+@pytest.mark.parametrize('warmup,total', [(1000, 5000), (8000, 20000), (800, 30000), (175, 35000),
+                                          (312, 62400), (3, 7), (0, 10), (20, 100)])
+def test_one_cycle_lr_and_beta1_equal_pytorch_onecycle_at_every_step(warmup, total):
+  lr, b1 = optim.make_schedule(config_utils.override(tiny_config('/unused'), **{
+      'optimizer.schedule': 'one_cycle', 'optimizer.warmup_steps': warmup,
+      'num_train_steps': total, 'optimizer.learning_rate': 1e-4})), optim.one_cycle_b1(warmup, total)
+  steps = jnp.arange(total)
+  expected = np.array([_torch_one_cycle(1e-4, total, warmup / total, s) for s in range(total)])
+  np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(lr))(steps)), expected[:, 0], rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(jax.jit(jax.vmap(b1))(steps)), expected[:, 1], rtol=1e-6)
+  if warmup:   # the peak at step warmup - 1, the end value at the last step
+    assert int(np.argmax(expected[:, 0])) == warmup - 1
+  assert expected[-1, 0] == pytest.approx(1e-4 / 25 / 1e4, rel=1e-12)
+
+
 def test_one_cycle_momentum_cycles_beta1_like_pytorch():
   config = config_utils.override(tiny_config('/unused'), **{
       'optimizer.schedule': 'one_cycle', 'optimizer.cycle_momentum': True,
       'optimizer.warmup_steps': 4, 'num_train_steps': 12, 'optimizer.learning_rate': 0.1})
   b1 = optim.one_cycle_b1(4, 12)
-  np.testing.assert_allclose([float(b1(s)) for s in (0, 2, 4, 8, 12)],
-                             [0.95, 0.90, 0.85, 0.90, 0.95], rtol=1e-6)
+  # PyTorch: the rise ends at float(4 / 12 * 12) - 1 = 3, the fall at 11.
+  np.testing.assert_allclose([float(b1(s)) for s in (0, 3, 7, 11)],
+                             [0.95, 0.85, 0.90, 0.95], rtol=1e-6)
   tx, lr = optim.make_optimizer(config), optim.make_schedule(config)
   rng = np.random.default_rng(0)
   grads = rng.normal(size=(6, 3)).astype(np.float32)
@@ -86,8 +125,9 @@ def test_one_cycle_momentum_cycles_beta1_like_pytorch():
 
   for g in grads:
     params, state = step(params, state, jnp.asarray(g))
-  expected = _adamw_torch(np.zeros(3), grads, [float(lr(s)) for s in range(6)],
-                          [float(b1(s)) for s in range(6)])
+  torch_values = [_torch_one_cycle(0.1, 12, 4 / 12, s) for s in range(6)]
+  expected = _adamw_torch(np.zeros(3), grads, [v[0] for v in torch_values],
+                          [v[1] for v in torch_values])
   np.testing.assert_allclose(np.asarray(params['w']), expected, rtol=1e-5, atol=1e-7)
   with pytest.raises(ValueError, match='needs schedule one_cycle'):
     optim.make_optimizer(config_utils.override(config, **{'optimizer.schedule': 'cosine'}))
