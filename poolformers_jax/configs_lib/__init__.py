@@ -54,6 +54,7 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
       grad_accum_steps=1,        # optax.MultiSteps: one update per k steps; steps count micro-batches
   ))
   config.label_smoothing = 0.0
+  config.param_init = 'default'          # 'torch': PyTorch's module defaults (train/param_init.py)
   # DeiT's batch mixing for image classification (train/mixing.py); both alphas 0 = off.
   config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.0, cutmix_alpha=0.0,
                                                 switch_prob=0.5))
@@ -183,6 +184,8 @@ def model_config(family: str, *, retrieval: bool = False) -> ml_collections.Conf
       dim=64, num_layers=2, num_heads=2, mlp_dim=128, head_hidden_dim=128,
       dropout_rate=0.1, attention_dropout_rate=0.1,
       pooling='mean',                       # 'mean' (real tokens) | 'mean_padded' (reference) | 'cls'
+      activation='gelu',                    # the MLP's; 'gelu_exact' (erf) is PyTorch's nn.GELU()
+      layer_norm_epsilon=1e-6,              # PyTorch's nn.LayerNorm: 1e-5
       dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
       # Filled from the dataset (data.get_dataset_info) when left unset:
       vocab_size=config_dict.placeholder(int),

@@ -37,12 +37,16 @@ def merge_heads(x: Array) -> Array:
   return x.transpose(0, 2, 1, 3).reshape(b, l, h * dh)
 
 
-def softmax_attention(q: Array, k: Array, v: Array, bias: Array) -> tuple[Array, Array]:
-  """Scaled dot-product attention on [B, H, L, Dh]; softmax in float32. Returns (out, weights)."""
+def softmax_attention(q: Array, k: Array, v: Array, bias: Array,
+                      drop: Optional[Callable[[Array], Array]] = None) -> tuple[Array, Array]:
+  """Scaled dot-product attention on [B, H, L, Dh]; softmax in float32. Returns (out, weights).
+  `drop`: applied to the weights before they average the values (attention-probability dropout);
+  the returned weights are the undropped ones."""
   scale = q.shape[-1] ** -0.5
   logits = jnp.einsum('bhqd,bhkd->bhqk', q, k, preferred_element_type=jnp.float32) * scale
   weights = jax.nn.softmax(logits + bias, axis=-1)
-  out = jnp.einsum('bhqk,bhkd->bhqd', weights.astype(v.dtype), v)
+  probs = weights if drop is None else drop(weights)
+  out = jnp.einsum('bhqk,bhkd->bhqd', probs.astype(v.dtype), v)
   return out, weights
 
 
@@ -98,7 +102,9 @@ class MultiHeadAttention(nn.Module):
   layers built on top of attention (SelfAttention2D, ContextPool + attention) can share
   weights with it in identity tests. `implementation` picks how the softmax is computed (module
   docstring); only 'explicit' sows 'attention_weights'. Dropout acts on the attention output
-  (before the out projection) in every implementation.
+  (before the out projection) in every implementation, or with `dropout_on='weights'`
+  ('explicit' only) on the attention probabilities, as the Nystromformer / PoNet LRA code does
+  (attention.py: `attn = self.drop_attn(softmax(dot))`).
   """
   num_heads: int
   causal: bool = False
@@ -107,6 +113,7 @@ class MultiHeadAttention(nn.Module):
   dtype: Optional[Dtype] = None
   implementation: str = 'explicit'   # explicit | xla | cudnn | auto
   kernel_init: Callable = nn.linear.default_kernel_init   # BERT: normal(0.02)
+  dropout_on: str = 'output'         # 'output' | 'weights' (explicit only)
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -118,6 +125,12 @@ class MultiHeadAttention(nn.Module):
     head_dim = check_heads(dim, self.num_heads, name)
     dtype = compute_dtype(self.dtype, x)
     implementation = resolve_implementation(self.implementation, dtype, head_dim, name)
+    if self.dropout_on not in ('output', 'weights'):
+      raise ValueError(f"{name}: unknown dropout_on {self.dropout_on!r}; choose 'output' or "
+                       "'weights'.")
+    if self.dropout_on == 'weights' and implementation != 'explicit':
+      raise ValueError(f"{name}: dropout_on='weights' needs implementation='explicit' (the fused "
+                       f"kernels never form the weights), got {implementation!r}.")
     dense = lambda name: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype,
                                   kernel_init=self.kernel_init, name=name)
     q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))
@@ -133,9 +146,11 @@ class MultiHeadAttention(nn.Module):
       bias = attention_bias(mask, self.causal)
       if allowed is not None:
         bias = jnp.where(allowed[:, None], bias, NEG_INF)
-      out, weights = softmax_attention(q, k, v, bias)
+      drop = lambda t: dropout(t, deterministic=deterministic)
+      on_weights = self.dropout_on == 'weights'
+      out, weights = softmax_attention(q, k, v, bias, drop if on_weights else None)
       self.sow('intermediates', 'attention_weights', weights)
-      out = merge_heads(dropout(out, deterministic=deterministic))
+      out = merge_heads(out if on_weights else drop(out))
     else:
       heads = lambda t: t.reshape(t.shape[:2] + (self.num_heads, head_dim))   # [B, L, H, Dh]
       out = fused_attention(heads(q), heads(k), heads(v), mask if allowed is None else allowed,

@@ -170,7 +170,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     (state, step), resumed_from = resumed, resumed[1]
     logging.info('resumed from step %d in %s', step, workdir)
   else:
-    state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh)
+    state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh,
+                                         param_init=config.param_init)
     step, resumed_from = 0, None
     if config.init_from:   # fine-tuning: parameters only, fresh optimizer and step
       state = init_from.init_state_from(state, config.init_from, config.init_from_fresh,

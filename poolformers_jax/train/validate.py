@@ -14,7 +14,7 @@ from typing import Any, Optional
 import ml_collections
 from jax.sharding import Mesh
 
-from poolformers_jax.train import sharding, tasks
+from poolformers_jax.train import param_init, sharding, tasks
 
 
 class ConfigError(ValueError):
@@ -141,6 +141,9 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
            f'{info.task} task', f'choose one of {produced}')
   _require(config.best_mode in ('max', 'min'), f"config.best_mode={config.best_mode!r} must be "
            "'max' or 'min'", "set --config.best_mode=max (accuracy) or min (loss)")
+  _require(config.param_init in param_init.SCHEMES,
+           f'config.param_init={config.param_init!r} is unknown',
+           f'choose one of {list(param_init.SCHEMES)}')
   ls = config.label_smoothing
   _require(isinstance(ls, numbers.Real) and 0 <= ls < 1,
            f'config.label_smoothing={ls!r} must be in [0, 1)', 'e.g. 0.1, or 0 for none')

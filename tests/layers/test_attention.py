@@ -1,4 +1,5 @@
 """Softmax and linear attention: numerics against plain numpy, padding, causality, jit, dtypes."""
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -158,3 +159,40 @@ def test_cudnn_request_fails_clearly_without_gpu():
   _, state = module.apply(module.init(jax.random.PRNGKey(0), x, mask), x, mask,
                           mutable=['intermediates'])
   assert 'attention_weights' not in state.get('intermediates', {})
+
+
+def test_dropout_on_weights_drops_the_attention_probabilities():
+  """dropout_on='weights' (the Nystromformer / PoNet LRA attention.py): out = W_o ((P * M / keep) V)
+  for one Bernoulli mask M over the [B, H, Lq, Lk] probabilities P; 'output' drops P V instead."""
+  x, mask = T.random_inputs(8, 2, 6, 8, num_real=[6, 4])
+  module = MultiHeadAttention(num_heads=2, dropout_rate=0.5, dropout_on='weights')
+  params = module.init(jax.random.PRNGKey(0), x, mask)
+  seen = []
+
+  def record(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    if isinstance(context.module, nn.Dropout):
+      seen.append((np.asarray(args[0]), np.asarray(out)))
+    return out
+
+  with nn.intercept_methods(record):
+    y, state = module.apply(params, x, mask, deterministic=False, mutable=['intermediates'],
+                            rngs={'dropout': jax.random.PRNGKey(5)})
+  (weights,) = state['intermediates']['attention_weights']
+  (probs, dropped), = seen
+  np.testing.assert_allclose(probs, np.asarray(weights), rtol=1e-6)
+  kept = dropped != 0
+  assert 0.3 < kept.mean() < 0.7
+  np.testing.assert_allclose(dropped[kept], 2 * probs[kept], rtol=1e-6)
+  v = _dense(params, 'value', x).reshape(2, 6, 2, 4).transpose(0, 2, 1, 3)
+  merged = np.einsum('bhqk,bhkd->bqhd', dropped, v).reshape(2, 6, 8)
+  np.testing.assert_allclose(np.asarray(y), _dense(params, 'out', merged), atol=1e-5, rtol=1e-5)
+  # Deterministic: the same function as the default placement.
+  default = MultiHeadAttention(num_heads=2, dropout_rate=0.5)
+  np.testing.assert_allclose(np.asarray(module.apply(params, x, mask)),
+                             np.asarray(default.apply(params, x, mask)), rtol=1e-6, atol=1e-7)
+  with pytest.raises(ValueError, match="dropout_on='weights' needs implementation='explicit'"):
+    MultiHeadAttention(2, dropout_on='weights', implementation='xla').init(
+        jax.random.PRNGKey(0), x, mask)
+  with pytest.raises(ValueError, match="unknown dropout_on 'values'"):
+    MultiHeadAttention(2, dropout_on='values').init(jax.random.PRNGKey(0), x, mask)

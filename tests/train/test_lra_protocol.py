@@ -1,4 +1,8 @@
-"""LRA protocol as the reference code runs it: eval cadence, byte cut, padded mean pooling, beta1."""
+"""LRA protocol as the reference code runs it: eval cadence, byte cut, padded mean pooling,
+OneCycleLR and beta1, PyTorch-default initialisation."""
+import functools
+
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,9 +15,12 @@ import lra_pathfinder
 import lra_retrieval
 import lra_text
 from tiny_runs import tiny_config
+from poolformers_jax.configs_lib import FAMILIES
 from poolformers_jax.data import get_data_config, lra
 from poolformers_jax.models.encoder import POOLINGS, SequenceEncoder
-from poolformers_jax.train import config_utils, optim
+from poolformers_jax.train import config_utils, optim, param_init
+from poolformers_jax.train import state as state_lib
+from poolformers_jax.train.setup import make_setup
 
 
 def test_full_configs_evaluate_as_often_as_the_reference_and_cut_bytes_at_4000():
@@ -131,3 +138,84 @@ def test_one_cycle_momentum_cycles_beta1_like_pytorch():
   np.testing.assert_allclose(np.asarray(params['w']), expected, rtol=1e-5, atol=1e-7)
   with pytest.raises(ValueError, match='needs schedule one_cycle'):
     optim.make_optimizer(config_utils.override(config, **{'optimizer.schedule': 'cosine'}))
+
+
+# ------------------------------------------------------------------ config.param_init = 'torch'
+
+@functools.lru_cache(maxsize=None)
+def _setup(family):
+  return make_setup(tiny_config('/unused', family, **{'model.dim': 32, 'model.mlp_dim': 64}),
+                    need_files=False)
+
+
+@functools.lru_cache(maxsize=None)
+def _fresh_and_torch(family):
+  """A jitted rng -> (model.init's parameters, the same redrawn by 'torch'), flattened."""
+  setup = _setup(family)
+
+  def both(rng):
+    fresh = setup.model.init({'params': rng, 'dropout': rng}, state_lib.dummy_inputs(setup.info),
+                             deterministic=True)['params']
+    return fresh, param_init.initialize('torch', fresh, rng)
+  flat = lambda tree: flax.traverse_util.flatten_dict(jax.device_get(tree), sep='/')
+  return lambda seed: tuple(map(flat, jax.jit(both)(jax.random.PRNGKey(seed))))
+
+
+def _fan_in(name, shape):
+  """PyTorch's fan-in of the module owning parameter `name` (nn.Linear: in_features;
+  nn.Conv1d/2d: in_channels x kernel size; AdaMRA's per-head [H, in, out]: in)."""
+  if name.rsplit('/', 1)[-1].startswith('head_'):
+    return shape[1]
+  return int(np.prod(shape[:-1]))
+
+
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_torch_init_draws_pytorch_defaults_for_every_parameter(family):
+  """Every Dense / Conv kernel and its bias ~ U(+-1/sqrt(fan_in)), embeddings ~ N(0, 0.02^2),
+  LayerNorms (and MSAC's relative bias, which the reference has no module for) as built."""
+  fresh, torch = _fresh_and_torch(family)(0)
+  unit = []                             # every uniform draw divided by its bound: U(-1, 1)
+  for name, value in torch.items():
+    leaf = name.rsplit('/', 1)[-1]
+    if leaf in ('embedding', 'pos_embedding'):
+      assert abs(value.mean()) < 0.003 and value.std() == pytest.approx(0.02, rel=0.08), name
+      assert np.abs(value).max() > 2.5 * 0.02, f'{name}: looks truncated'   # a plain normal_
+      continue
+    kernel = name[:-len('bias')] + 'kernel' if leaf == 'bias' else name
+    if leaf == 'kernel' or leaf.startswith('head_') or (leaf == 'bias' and kernel in torch):
+      bound = 1 / np.sqrt(_fan_in(kernel, torch[kernel].shape))
+      assert np.abs(value).max() <= bound, name
+      if value.size >= 64:              # draws reach their bound: the fan-in is not too small
+        assert np.abs(value).max() > 0.9 * bound, name
+      assert not np.array_equal(value, fresh[name]), name
+      unit.append(value.ravel() / bound)
+    else:
+      assert leaf in ('scale', 'bias', 'relative_bias'), name
+      np.testing.assert_array_equal(value, fresh[name], err_msg=name)
+  unit = np.concatenate(unit)
+  assert abs(unit.mean()) < 4 * np.sqrt(1 / 3 / unit.size)
+  assert unit.var() == pytest.approx(1 / 3, rel=0.03)
+  expected_kept = {n for n in torch if '_norm/' in n or '/norm' in n or 'relative_bias' in n}
+  assert set(param_init.kept(_setup(family).abstract_state.params)) == expected_kept
+
+
+def test_torch_init_is_seeded_and_applied_where_the_state_is_made():
+  draw = _fresh_and_torch('transformer')
+  (_, a), (_, b), (_, c) = draw(3), draw(3), draw(4)
+  kernel = 'encoder/block_0/MultiHeadAttention_0/query/kernel'
+  for name in a:
+    np.testing.assert_array_equal(a[name], b[name])
+  assert not np.array_equal(a[kernel], c[kernel])
+  # The train state holds the redrawn parameters with config.param_init='torch', and exactly
+  # what model.init makes with 'default' (the same jitted computation: bit for bit).
+  setup = _setup('transformer')
+  fresh, torch = draw(3)
+  for scheme, expected in (('torch', torch), ('default', fresh)):
+    state = state_lib.create_train_state(setup.model, setup.tx, setup.info,
+                                         jax.random.PRNGKey(3), setup.mesh, param_init=scheme)
+    got = flax.traverse_util.flatten_dict(jax.device_get(state.params), sep='/')
+    assert got.keys() == expected.keys()
+    for name in got:
+      np.testing.assert_array_equal(got[name], expected[name], err_msg=f'{scheme} {name}')
+  with pytest.raises(ValueError, match=r"config.param_init='jax' is unknown; choose one of"):
+    make_setup(config_utils.override(tiny_config('/unused'), param_init='jax'), need_files=False)
