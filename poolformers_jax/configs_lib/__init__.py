@@ -63,6 +63,9 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.num_train_steps = 1000          # 0: nothing to train (init_from, then evaluate)
   config.log_every_steps = 100           # every N steps; 0 or less = only at the end
   config.eval_every_steps = 1000         # on validation; the best checkpoint is kept
+  config.eval_num_batches = 0            # 0: all of validation, exactly; N: N eval batches of an
+                                         # endless reshuffled validation stream (LRA reference)
+  config.test_drop_last = False          # True: test on the first N - N % eval batch size examples
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 2            # latest checkpoints kept (the best is kept apart)
   config.best_metric = 'accuracy'        # a validation metric of the task

@@ -135,6 +135,12 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
     _require(_is_int(value), f'config.{key}={value!r} must be an integer',
              f'set --config.{key} (0 or less = only at the end)')
   _positive_int(config, 'keep_checkpoints')
+  _require(_is_int(config.eval_num_batches) and config.eval_num_batches >= 0,
+           f'config.eval_num_batches={config.eval_num_batches!r} must be an integer >= 0',
+           'set it to 0 (all of validation) or the number of eval batches per validation')
+  _require(isinstance(config.test_drop_last, bool),
+           f'config.test_drop_last={config.test_drop_last!r} must be True or False',
+           'set --config.test_drop_last=True or False')
   produced = _metric_names(info)
   _require(produced is None or config.best_metric in produced,
            f'config.best_metric={config.best_metric!r} is not a validation metric of this '

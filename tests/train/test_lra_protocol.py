@@ -18,8 +18,9 @@ from tiny_runs import tiny_config
 from poolformers_jax.configs_lib import FAMILIES
 from poolformers_jax.data import get_data_config, lra
 from poolformers_jax.models.encoder import POOLINGS, SequenceEncoder
-from poolformers_jax.train import config_utils, optim, param_init
+from poolformers_jax.train import config_utils, optim, param_init, train_and_evaluate
 from poolformers_jax.train import state as state_lib
+from poolformers_jax.train.metrics import read_metrics
 from poolformers_jax.train.setup import make_setup
 
 
@@ -219,3 +220,29 @@ def test_torch_init_is_seeded_and_applied_where_the_state_is_made():
       np.testing.assert_array_equal(got[name], expected[name], err_msg=f'{scheme} {name}')
   with pytest.raises(ValueError, match=r"config.param_init='jax' is unknown; choose one of"):
     make_setup(config_utils.override(tiny_config('/unused'), param_init='jax'), need_files=False)
+
+
+# ------------------------------------------------------- evaluation: dev stream, test drop_last
+
+def test_validation_stream_resumes_exactly_and_test_drops_the_last_batch(data_dir, tmp_path):
+  """eval_num_batches: each validation reads the next batches of the endless reshuffled stream,
+  whose position is checkpointed (a resumed run validates on the batches the straight run saw);
+  test_drop_last: test on the first N - N % eval_batch_size examples (tiny: 20 -> 16)."""
+  config = tiny_config(data_dir, num_train_steps=6, eval_every_steps=2, checkpoint_every_steps=2,
+                       eval_num_batches=2, test_drop_last=True, eval_batch_size=8)
+  straight = train_and_evaluate(config, str(tmp_path / 'straight'))
+  interrupted = str(tmp_path / 'interrupted')
+  assert train_and_evaluate(config, interrupted, stop_at=2).status == 'preempted'
+  resumed = train_and_evaluate(config, interrupted)
+  want = read_metrics(str(tmp_path / 'straight'), 'validation')
+  got = read_metrics(interrupted, 'validation')
+  assert [r['step'] for r in want] == [2, 4, 6] and [r['step'] for r in got] == [2, 4, 6]
+  for w, g in zip(want, got):
+    assert w['count'] == g['count'] == 16                   # 2 batches of 8, all real
+    assert g['loss'] == pytest.approx(w['loss'], rel=1e-6)
+  # Consecutive validations read different batches of the 20-example split (a fresh pass each
+  # time would repeat the same 16 examples); the loss moves with the batches and the model.
+  assert len({round(r['loss'], 7) for r in want}) == 3
+  assert straight.test['count'] == resumed.test['count'] == 16
+  exact = tiny_config(data_dir, num_train_steps=2, eval_every_steps=2, eval_batch_size=8)
+  assert train_and_evaluate(exact, str(tmp_path / 'exact')).test['count'] == 20
