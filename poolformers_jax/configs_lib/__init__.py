@@ -18,7 +18,8 @@ decides (vocabulary, classes, sequence length) are placeholders filled from the 
 run starts (train/setup.py).
 
 The argument string of an LRA task config is `family[,size]` (also `size` alone):
-  family: transformer | linear | ponet | adamra | contextpool | msac  (the token mixer)
+  family: transformer | linear | linear_reference | ponet | adamra | contextpool | msac
+          (the token mixer)
   size:   full | small | tiny (above)
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
@@ -161,6 +162,8 @@ def shrink_run(config: ml_collections.ConfigDict, size: str, small_batch_size: i
 FAMILIES = {
     'transformer': ('softmax', {}),
     'linear': ('linear', {}),
+    # The LRA reference code's linear attention (no normaliser, L^(-1/4) scaling): docs/papers/lra.md
+    'linear_reference': ('linear', {'normalizer': 'padded_length'}),
     'ponet': ('ponet', {'segment_num': 64}),
     # router_gate 'probability' (Switch) or 'straight_through': docs/papers/adamra.md
     'adamra': ('adamra', {'router_gate': 'probability'}),
