@@ -17,10 +17,12 @@ Configs hold numbers and names only: this file imports no model code. Model size
 decides (vocabulary, classes, sequence length) are placeholders filled from the dataset when a
 run starts (train/setup.py).
 
-The argument string of an LRA task config is `family[,size]` (also `size` alone):
-  family: transformer | linear | linear_reference | ponet | adamra | contextpool | msac
-          (the token mixer)
-  size:   full | small | tiny (above)
+The argument string of an LRA task config is `family[,size][,protocol]` (words in any order):
+  family:   transformer | linear | linear_reference | ponet | adamra | contextpool | msac
+            (the token mixer)
+  size:     full | small | tiny (above)
+  protocol: ours (the default) | reference (the LRA code PoNet and AdaMRA ran, as far as it can
+            be followed here: `reference_protocol`, docs/papers/lra.md)
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
 mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
@@ -173,12 +175,18 @@ FAMILIES = {
 }
 
 
+PROTOCOLS = ('ours', 'reference')
+
+
 def parse_arg(arg: str | None, default_family: str = 'transformer',
-              default_size: str = 'full') -> tuple[str, str]:
-  """'ponet,small' -> ('ponet', 'small'); unknown words fail with the valid choices."""
-  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT},
-                      example='configs/lra_listops.py:ponet,small')
-  return words['family'] or default_family, words['size'] or default_size
+              default_size: str = 'full') -> tuple[str, str, str]:
+  """'ponet,small,reference' -> ('ponet', 'small', 'reference'); unknown words fail with the
+  valid choices. The protocol defaults to 'ours'."""
+  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT,
+                            'protocol': ('a protocol', PROTOCOLS)},
+                      example='configs/lra_listops.py:ponet,small or :ponet,reference')
+  return (words['family'] or default_family, words['size'] or default_size,
+          words['protocol'] or 'ours')
 
 
 def model_config(family: str, *, retrieval: bool = False) -> ml_collections.ConfigDict:
@@ -212,13 +220,32 @@ class LraTask:
   small_length: int
   tiny_length: int
   eval_every_steps: int = 1000
+  eval_batches: int = 0      # the reference's num_eval_steps (lra_config.py): dev batches per eval
   retrieval: bool = False
+
+
+def reference_protocol(config: ml_collections.ConfigDict, family: str, task: LraTask,
+                       size: str) -> None:
+  """What the LRA code of Nystromformer / PoNet does that our default does not, where it can be
+  followed exactly here (each line: docs/papers/lra.md, 'Reference protocol'). Not followed:
+  fp16 autocast with a GradScaler, and its unseeded data orders."""
+  config.model.update(pooling='mean_padded',          # model.py: (LN(x) * mask).mean(dim=1)
+                      activation='gelu_exact',        # nn.GELU()
+                      layer_norm_epsilon=1e-5)        # nn.LayerNorm
+  if family == 'transformer':                         # attention.py: dropout on softmax(dot)
+    config.model.mixer_kwargs.dropout_on = 'weights'
+  config.param_init = 'torch'                         # nn.Linear defaults, normal_(std=0.02)
+  config.optimizer.cycle_momentum = True              # OneCycleLR's default cycle_momentum=True
+  config.test_drop_last = True                        # DataLoader(test, drop_last=True)
+  if size == 'full':                                  # num_eval_steps batches of the dev stream
+    config.eval_num_batches = task.eval_batches
 
 
 def task_config(task: LraTask, arg: str | None,
                 size_overrides: dict[str, Callable[[ml_collections.ConfigDict], None]] | None = None
                 ) -> ml_collections.ConfigDict:
-  """The locked config of `task` for `arg` = 'family[,size]' (no argument: transformer,small).
+  """The locked config of `task` for `arg` = 'family[,size][,protocol]' (no argument:
+  transformer,small).
 
   The settings of PoNet / AdaMRA on LRA (Nystromformer's LRA code): 2 pre-LN layers, dim 64,
   FFN 128, 2 heads, learned positions, dropout 0.1, mean pooling, head
@@ -226,9 +253,9 @@ def task_config(task: LraTask, arg: str | None,
   one-cycle linear schedule; batch, warmup and steps from `task`.
   `small` keeps the model and shortens sequences, steps and batch for a CPU; `tiny` also shrinks
   the model. PoNet's segment count scales with the length. A task file can change more per size
-  with `size_overrides[size](config)`.
+  with `size_overrides[size](config)`. `reference` then applies `reference_protocol`.
   """
-  family, size = parse_arg(arg, default_size='full' if arg else 'small')
+  family, size, protocol = parse_arg(arg, default_size='full' if arg else 'small')
   config = base_config(task.data)
   config.model = model_config(family, retrieval=task.retrieval)
   config.optimizer.update(learning_rate=1e-4, eps=1e-6, schedule='one_cycle',
@@ -248,6 +275,8 @@ def task_config(task: LraTask, arg: str | None,
     config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
   if size in (size_overrides or {}):
     size_overrides[size](config)
+  if protocol == 'reference':
+    reference_protocol(config, family, task, size)
   config.lock()
   return config
 

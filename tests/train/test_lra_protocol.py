@@ -1,6 +1,7 @@
 """LRA protocol as the reference code runs it: eval cadence, byte cut, padded mean pooling,
 OneCycleLR and beta1, PyTorch-default initialisation."""
 import functools
+import math
 
 import flax
 import jax
@@ -246,3 +247,82 @@ def test_validation_stream_resumes_exactly_and_test_drops_the_last_batch(data_di
   assert straight.test['count'] == resumed.test['count'] == 16
   exact = tiny_config(data_dir, num_train_steps=2, eval_every_steps=2, eval_batch_size=8)
   assert train_and_evaluate(exact, str(tmp_path / 'exact')).test['count'] == 20
+
+
+# ------------------------------------------------------------------ the `reference` config word
+
+PROTOCOL_KEYS = ('model.pooling', 'model.activation', 'model.layer_norm_epsilon', 'param_init',
+                 'optimizer.cycle_momentum', 'test_drop_last', 'eval_num_batches')
+
+
+def _flat(config):
+  return flax.traverse_util.flatten_dict(config.to_dict(), sep='.')
+
+
+@pytest.mark.parametrize('module,batches', [(lra_listops, 62), (lra_text, 781),
+                                            (lra_retrieval, 565), (lra_image, 20),
+                                            (lra_pathfinder, 312)])
+def test_reference_word_sets_the_reference_protocol_and_nothing_else(module, batches):
+  """lra_config.py num_eval_steps per task; every other key as in our protocol."""
+  ours, ref = _flat(module.get_config('ponet')), _flat(module.get_config('ponet,reference'))
+  assert _flat(module.get_config('ponet,ours')) == ours
+  assert [ours[k] for k in PROTOCOL_KEYS] == ['mean', 'gelu', 1e-6, 'default', False, False, 0]
+  assert [ref[k] for k in PROTOCOL_KEYS] == ['mean_padded', 'gelu_exact', 1e-5, 'torch', True,
+                                             True, batches]
+  assert {k: v for k, v in ref.items() if k not in PROTOCOL_KEYS} == {
+      k: v for k, v in ours.items() if k not in PROTOCOL_KEYS}
+
+
+def test_reference_word_per_family_and_size():
+  transformer = lra_listops.get_config('transformer,reference')
+  assert transformer.model.mixer_kwargs.dropout_on == 'weights'      # attention.py drop_attn
+  linear = lra_listops.get_config('reference,linear_reference')      # words in any order
+  assert (linear.model.mixer, linear.model.mixer_kwargs.normalizer) == ('linear', 'padded_length')
+  small = lra_listops.get_config('adamra,small,reference')
+  assert small.param_init == 'torch' and small.eval_num_batches == 0   # CPU sizes: exact eval
+  assert small.model.mixer_kwargs.router_gate == 'probability'
+
+
+def _reference_logits(p, tokens, heads, layers):
+  """model.py + attention.py (softmax) + model_wrapper.py of the reference in eval mode, in
+  numpy: pre-LN blocks (nn.LayerNorm eps 1e-5, nn.GELU erf), -1e6 on padded keys, final
+  LN(x) * mask averaged over all L positions, head Linear-ReLU-Linear."""
+  e = jax.tree.map(lambda a: np.asarray(a, np.float64), p['encoder'])
+  ln = lambda x, n: ((x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+                     * n['scale'] + n['bias'])
+  lin = lambda x, n: x @ np.asarray(n['kernel'], np.float64) + np.asarray(n['bias'], np.float64)
+  gelu = np.vectorize(lambda t: 0.5 * t * (1 + math.erf(t / math.sqrt(2))))
+  b, l = tokens.shape
+  mask = (tokens != 0).astype(np.float64)
+  x = e['token_embedding']['embedding'][tokens] + e['position_embedding']['pos_embedding'][0, :l]
+  for i in range(layers):
+    block, a = e[f'block_{i}'], e[f'block_{i}']['MultiHeadAttention_0']
+    h = ln(x, block['norm1'])
+    q, k, v = (lin(h, a[n]).reshape(b, l, heads, -1).transpose(0, 2, 1, 3)
+               for n in ('query', 'key', 'value'))
+    dot = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1]) - 1e6 * (1 - mask[:, None, None])
+    attn = np.exp(dot - dot.max(-1, keepdims=True))
+    attn /= attn.sum(-1, keepdims=True)
+    x = lin((attn @ v).transpose(0, 2, 1, 3).reshape(b, l, -1), a['out']) + x
+    x = lin(gelu(lin(ln(x, block['norm2']), block['mlp']['fc1'])), block['mlp']['fc2']) + x
+  pooled = (ln(x, e['final_norm']) * mask[..., None]).mean(1)
+  return lin(np.maximum(lin(pooled, p['head']['hidden']), 0), p['head']['logits'])
+
+
+def test_reference_transformer_equals_a_transcription_of_the_lra_code():
+  overrides = {'model.num_layers': 2, 'model.dim': 16, 'model.num_heads': 2}
+  setup = make_setup(tiny_config('/unused', 'transformer,reference', **overrides),
+                     need_files=False)
+  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
+                                       setup.mesh, param_init=setup.config.param_init)
+  params = jax.device_get(state.params)
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(1, setup.info.vocab_size, size=(3, 32)).astype(np.int32)
+  tokens[1, 20:], tokens[2, 7:] = 0, 0
+  expected = _reference_logits(params, tokens, heads=2, layers=2)
+  logits = np.asarray(setup.model.apply({'params': params}, jnp.asarray(tokens)))
+  np.testing.assert_allclose(logits, expected, rtol=1e-4, atol=1e-5)
+  # Our protocol's encoder (tanh GELU, eps 1e-6, real-token mean) is another function.
+  ours = make_setup(tiny_config('/unused', 'transformer', **overrides), need_files=False)
+  other = np.asarray(ours.model.apply({'params': params}, jnp.asarray(tokens)))
+  assert np.abs(other - expected).max() > 100 * np.abs(logits - expected).max()
