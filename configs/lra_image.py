@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from poolformers_jax.configs_lib import LraTask, task_config
 
+# eval_every_steps, eval_batches: eval_frequency, num_eval_steps of PoNet's / Nystromformer's
+# lra_config.py.
 TASK = LraTask('lra_image', length=1024, batch_size=256, warmup_steps=175, num_train_steps=35000,
                segment_num=32, small_length=1024, tiny_length=1024,
-               eval_every_steps=175)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
+               eval_every_steps=175, eval_batches=20)
 
 
 def get_config(arg: str | None = None):

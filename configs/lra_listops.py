@@ -7,6 +7,8 @@ Paper setting for one model family (length 2048, 5000 steps, batch 32):
   python eval.py  --config configs/lra_listops.py:ponet --workdir runs/listops_ponet \
       --checkpoint best --split test
 Smaller variants: `:ponet,small` (CPU-sized, short trees), `:ponet,tiny` (a smoke test).
+The LRA code PoNet and AdaMRA ran (docs/papers/lra.md): add `reference`, e.g. `:ponet,reference`,
+`:linear_reference,reference` (its linear attention).
 
 Test accuracy to expect at the paper setting (LRA ListOps, %):
   transformer 36.37 (LRA paper) / 37.10 (Nystromformer setting); linear 37.35 (AdaMRA Table 1);
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 from poolformers_jax.configs_lib import LraTask, task_config
 
+# eval_every_steps, eval_batches: eval_frequency, num_eval_steps of PoNet's / Nystromformer's
+# lra_config.py.
 TASK = LraTask('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
                segment_num=64, small_length=128, tiny_length=48,
-               eval_every_steps=50)   # eval_frequency of PoNet's / Nystromformer's lra_config.py
+               eval_every_steps=50, eval_batches=62)
 
 
 def _small(config):

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from poolformers_jax.configs_lib import LraTask, task_config
 
+# eval_every_steps, eval_batches: eval_frequency, num_eval_steps of PoNet's / Nystromformer's
+# lra_config.py.
 TASK = LraTask('lra_pathfinder', length=1024, batch_size=256, warmup_steps=312,
                num_train_steps=62400, segment_num=1, small_length=1024, tiny_length=1024,
-               eval_every_steps=312)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
+               eval_every_steps=312, eval_batches=312)
 
 
 def _full(config):

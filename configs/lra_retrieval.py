@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from poolformers_jax.configs_lib import LraTask, task_config
 
+# eval_every_steps, eval_batches: eval_frequency, num_eval_steps of PoNet's / Nystromformer's
+# lra_config.py.
 TASK = LraTask('lra_retrieval', length=4096, batch_size=32, warmup_steps=800,
                num_train_steps=30000, segment_num=64, small_length=512, tiny_length=64,
-               retrieval=True, eval_every_steps=300)  # eval_frequency of PoNet's lra_config.py
+               retrieval=True,
+               eval_every_steps=300, eval_batches=565)
 
 
 def _full(config):

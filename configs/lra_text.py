@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from poolformers_jax.configs_lib import LraTask, task_config
 
+# eval_every_steps, eval_batches: eval_frequency, num_eval_steps of PoNet's / Nystromformer's
+# lra_config.py.
 TASK = LraTask('lra_text', length=4096, batch_size=32, warmup_steps=8000, num_train_steps=20000,
                segment_num=4096, small_length=512, tiny_length=64,
-               eval_every_steps=500)  # eval_frequency of PoNet's / Nystromformer's lra_config.py
+               eval_every_steps=500, eval_batches=781)
 
 
 def _full(config):

@@ -17,9 +17,12 @@ Configs hold numbers and names only: this file imports no model code. Model size
 decides (vocabulary, classes, sequence length) are placeholders filled from the dataset when a
 run starts (train/setup.py).
 
-The argument string of an LRA task config is `family[,size]` (also `size` alone):
-  family: transformer | linear | ponet | adamra | contextpool | msac  (the token mixer)
-  size:   full | small | tiny (above)
+The argument string of an LRA task config is `family[,size][,protocol]` (words in any order):
+  family:   transformer | linear | linear_reference | ponet | adamra | contextpool | msac
+            (the token mixer)
+  size:     full | small | tiny (above)
+  protocol: ours (the default) | reference (the LRA code PoNet and AdaMRA ran, as far as it can
+            be followed here: `reference_protocol`, docs/papers/lra.md)
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
 mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
@@ -54,6 +57,7 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
       grad_accum_steps=1,        # optax.MultiSteps: one update per k steps; steps count micro-batches
   ))
   config.label_smoothing = 0.0
+  config.param_init = 'default'          # 'torch': PyTorch's module defaults (train/param_init.py)
   # DeiT's batch mixing for image classification (train/mixing.py); both alphas 0 = off.
   config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.0, cutmix_alpha=0.0,
                                                 switch_prob=0.5))
@@ -62,6 +66,9 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.num_train_steps = 1000          # 0: nothing to train (init_from, then evaluate)
   config.log_every_steps = 100           # every N steps; 0 or less = only at the end
   config.eval_every_steps = 1000         # on validation; the best checkpoint is kept
+  config.eval_num_batches = 0            # 0: all of validation, exactly; N: N eval batches of an
+                                         # endless reshuffled validation stream (LRA reference)
+  config.test_drop_last = False          # True: test on the first N - N % eval batch size examples
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 2            # latest checkpoints kept (the best is kept apart)
   config.best_metric = 'accuracy'        # a validation metric of the task
@@ -157,6 +164,8 @@ def shrink_run(config: ml_collections.ConfigDict, size: str, small_batch_size: i
 FAMILIES = {
     'transformer': ('softmax', {}),
     'linear': ('linear', {}),
+    # The LRA reference code's linear attention (no normaliser, L^(-1/4) scaling): docs/papers/lra.md
+    'linear_reference': ('linear', {'normalizer': 'padded_length'}),
     'ponet': ('ponet', {'segment_num': 64}),
     # router_gate 'probability' (Switch) or 'straight_through': docs/papers/adamra.md
     'adamra': ('adamra', {'router_gate': 'probability'}),
@@ -166,12 +175,18 @@ FAMILIES = {
 }
 
 
+PROTOCOLS = ('ours', 'reference')
+
+
 def parse_arg(arg: str | None, default_family: str = 'transformer',
-              default_size: str = 'full') -> tuple[str, str]:
-  """'ponet,small' -> ('ponet', 'small'); unknown words fail with the valid choices."""
-  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT},
-                      example='configs/lra_listops.py:ponet,small')
-  return words['family'] or default_family, words['size'] or default_size
+              default_size: str = 'full') -> tuple[str, str, str]:
+  """'ponet,small,reference' -> ('ponet', 'small', 'reference'); unknown words fail with the
+  valid choices. The protocol defaults to 'ours'."""
+  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT,
+                            'protocol': ('a protocol', PROTOCOLS)},
+                      example='configs/lra_listops.py:ponet,small or :ponet,reference')
+  return (words['family'] or default_family, words['size'] or default_size,
+          words['protocol'] or 'ours')
 
 
 def model_config(family: str, *, retrieval: bool = False) -> ml_collections.ConfigDict:
@@ -183,6 +198,8 @@ def model_config(family: str, *, retrieval: bool = False) -> ml_collections.Conf
       dim=64, num_layers=2, num_heads=2, mlp_dim=128, head_hidden_dim=128,
       dropout_rate=0.1, attention_dropout_rate=0.1,
       pooling='mean',                       # 'mean' (real tokens) | 'mean_padded' (reference) | 'cls'
+      activation='gelu',                    # the MLP's; 'gelu_exact' (erf) is PyTorch's nn.GELU()
+      layer_norm_epsilon=1e-6,              # PyTorch's nn.LayerNorm: 1e-5
       dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
       # Filled from the dataset (data.get_dataset_info) when left unset:
       vocab_size=config_dict.placeholder(int),
@@ -203,13 +220,32 @@ class LraTask:
   small_length: int
   tiny_length: int
   eval_every_steps: int = 1000
+  eval_batches: int = 0      # the reference's num_eval_steps (lra_config.py): dev batches per eval
   retrieval: bool = False
+
+
+def reference_protocol(config: ml_collections.ConfigDict, family: str, task: LraTask,
+                       size: str) -> None:
+  """What the LRA code of Nystromformer / PoNet does that our default does not, where it can be
+  followed exactly here (each line: docs/papers/lra.md, 'Reference protocol'). Not followed:
+  fp16 autocast with a GradScaler, and its unseeded data orders."""
+  config.model.update(pooling='mean_padded',          # model.py: (LN(x) * mask).mean(dim=1)
+                      activation='gelu_exact',        # nn.GELU()
+                      layer_norm_epsilon=1e-5)        # nn.LayerNorm
+  if family == 'transformer':                         # attention.py: dropout on softmax(dot)
+    config.model.mixer_kwargs.dropout_on = 'weights'
+  config.param_init = 'torch'                         # nn.Linear defaults, normal_(std=0.02)
+  config.optimizer.cycle_momentum = True              # OneCycleLR's default cycle_momentum=True
+  config.test_drop_last = True                        # DataLoader(test, drop_last=True)
+  if size == 'full':                                  # num_eval_steps batches of the dev stream
+    config.eval_num_batches = task.eval_batches
 
 
 def task_config(task: LraTask, arg: str | None,
                 size_overrides: dict[str, Callable[[ml_collections.ConfigDict], None]] | None = None
                 ) -> ml_collections.ConfigDict:
-  """The locked config of `task` for `arg` = 'family[,size]' (no argument: transformer,small).
+  """The locked config of `task` for `arg` = 'family[,size][,protocol]' (no argument:
+  transformer,small).
 
   The settings of PoNet / AdaMRA on LRA (Nystromformer's LRA code): 2 pre-LN layers, dim 64,
   FFN 128, 2 heads, learned positions, dropout 0.1, mean pooling, head
@@ -217,9 +253,9 @@ def task_config(task: LraTask, arg: str | None,
   one-cycle linear schedule; batch, warmup and steps from `task`.
   `small` keeps the model and shortens sequences, steps and batch for a CPU; `tiny` also shrinks
   the model. PoNet's segment count scales with the length. A task file can change more per size
-  with `size_overrides[size](config)`.
+  with `size_overrides[size](config)`. `reference` then applies `reference_protocol`.
   """
-  family, size = parse_arg(arg, default_size='full' if arg else 'small')
+  family, size, protocol = parse_arg(arg, default_size='full' if arg else 'small')
   config = base_config(task.data)
   config.model = model_config(family, retrieval=task.retrieval)
   config.optimizer.update(learning_rate=1e-4, eps=1e-6, schedule='one_cycle',
@@ -239,6 +275,8 @@ def task_config(task: LraTask, arg: str | None,
     config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
   if size in (size_overrides or {}):
     size_overrides[size](config)
+  if protocol == 'reference':
+    reference_protocol(config, family, task, size)
   config.lock()
   return config
 

@@ -28,9 +28,10 @@ With worker_count > 0 the iterator state has another format: resume with the sam
 """
 from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo, DatasetSpec,
                                        get_data_config, register_dataset)
-from poolformers_jax.data.pipeline import (eval_num_batches, get_dataset_info, make_eval_iterator,
+from poolformers_jax.data.pipeline import (Streams, eval_num_batches, get_dataset_info,
+                                           make_eval_iterator, make_eval_stream,
                                            make_train_iterator)
 
 __all__ = ['DATASETS', 'DataNotFoundError', 'DatasetInfo', 'DatasetSpec', 'register_dataset',
            'get_data_config', 'get_dataset_info', 'make_train_iterator', 'make_eval_iterator',
-           'eval_num_batches']
+           'eval_num_batches', 'make_eval_stream', 'Streams']

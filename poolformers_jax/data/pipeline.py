@@ -13,8 +13,15 @@ it with `grain.checkpoint.CheckpointSave`.
 
 Eval: every example of the split exactly once across processes: process p reads examples
 p, p + P, p + 2P, ...; all processes yield the same number of batches (collectives need that),
-the last ones filled with zero examples whose 'mask' is False.
+the last ones filled with zero examples whose 'mask' is False. `drop_last=b` keeps only the
+first N - N % b examples (PyTorch's DataLoader(drop_last=True) with batch size b).
 `batch_size` is GLOBAL (like config.batch_size); each process yields batch_size // P examples.
+
+Eval stream (`make_eval_stream`, config.eval_num_batches > 0): a split read like the training
+data -- shuffled, reshuffled every epoch, endless, batches crossing epoch boundaries -- for
+validating on a fixed number of batches as the Nystromformer / PoNet LRA code does (its dev
+set is an endless LRADataset); every example real ('mask' True), not augmented. `Streams`
+saves the positions of the train iterator and this stream as one checkpoint item.
 """
 from __future__ import annotations
 
@@ -75,6 +82,11 @@ def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
     return spec.shapes(config.data)
 
 
+def _endless(records, seed: int) -> grain.MapDataset:
+  """Every record once per epoch, in a new permutation every epoch (from the seed), forever."""
+  return grain.MapDataset.source(records).seed(seed).shuffle().repeat()
+
+
 class RepeatedAugmentation(grain.MapDataset):
   """DeiT's repeated augmentation (RASampler) on the global order: epoch e shows the first
   epoch_length / repeats images of its permutation, each `repeats` times in a row; the copies sit
@@ -108,7 +120,7 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   records = base.get_spec(data_config).source(data_config, 'train')
   if len(records) == 0:
     raise ValueError(f'the train split of {data_config.name} is empty.')
-  examples = grain.MapDataset.source(records).seed(seed).shuffle().repeat()
+  examples = _endless(records, seed)
   repeats = int(data_config.repeated_augmentation)
   if repeats > 1:
     examples = RepeatedAugmentation(examples, repeats, len(records))
@@ -124,16 +136,19 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
 
 
 class _EvalExample:
-  """Index i of the padded per-process range -> example (mask True) or zeros (mask False)."""
+  """Index i of the padded per-process range -> example (mask True) or zeros (mask False); only
+  the first `num_examples` records count."""
 
-  def __init__(self, records, data_config, process_index: int, process_count: int):
+  def __init__(self, records, data_config, process_index: int, process_count: int,
+               num_examples: int):
     self.records, self.preprocess = records, _Preprocess(data_config)
     self.process_index, self.process_count = process_index, process_count
+    self.num_examples = num_examples
     self._padding = None
 
   def __call__(self, i: int):
     index = self.process_index + i * self.process_count
-    if index < len(self.records):
+    if index < self.num_examples:
       return dict(self.preprocess(self.records[index]), mask=np.bool_(True))
     if self._padding is None:
       example = self.preprocess(self.records[0])
@@ -148,15 +163,61 @@ def eval_num_batches(num_examples: int, batch_size: int, process_count: int) -> 
 
 
 def make_eval_iterator(config, split: str, batch_size: int, process_index: int = 0,
-                       process_count: int = 1) -> Iterator[dict[str, Any]]:
+                       process_count: int = 1, drop_last: int = 0) -> Iterator[dict[str, Any]]:
   """One pass over `split` in global batches of `batch_size` (the trainer's: Setup's
-  eval_batch_size): batches with 'mask' (False = padding) for this process."""
+  eval_batch_size): batches with 'mask' (False = padding) for this process. `drop_last` > 0:
+  only the first N - N % drop_last examples of the split's N."""
+  data_config = config.data
+  per_process = _per_process(batch_size, process_count, 'eval batch_size')
+  records = base.get_spec(data_config).source(data_config, base.check_split(split))
+  num_examples = len(records) - (len(records) % drop_last if drop_last > 0 else 0)
+  if num_examples == 0:
+    raise ValueError(f'split {split!r} of {data_config.name} is empty'
+                     + (f' (fewer examples than drop_last={drop_last})' if len(records) else '')
+                     + '.')
+  num_batches = eval_num_batches(num_examples, batch_size, process_count)
+  ds = grain.MapDataset.range(num_batches * per_process).map(
+      _EvalExample(records, data_config, process_index, process_count, num_examples))
+  return _to_iterator(ds.batch(per_process), data_config)
+
+
+class _StreamExample:
+  """Picklable record -> example with 'mask' True (no augmentation: rng None)."""
+
+  def __init__(self, data_config):
+    self.preprocess = _Preprocess(data_config)
+
+  def __call__(self, record):
+    return dict(self.preprocess(record), mask=np.bool_(True))
+
+
+def make_eval_stream(config, split: str, batch_size: int, seed: int, process_index: int = 0,
+                     process_count: int = 1) -> grain.DatasetIterator:
+  """Endless reshuffled batches of `split` (module docstring), this process's rows of each
+  global batch of `batch_size`; a grain iterator (get_state / set_state resume it exactly)."""
   data_config = config.data
   per_process = _per_process(batch_size, process_count, 'eval batch_size')
   records = base.get_spec(data_config).source(data_config, base.check_split(split))
   if len(records) == 0:
     raise ValueError(f'split {split!r} of {data_config.name} is empty.')
-  num_batches = eval_num_batches(len(records), batch_size, process_count)
-  ds = grain.MapDataset.range(num_batches * per_process).map(
-      _EvalExample(records, data_config, process_index, process_count))
-  return _to_iterator(ds.batch(per_process), data_config)
+  chunks = _endless(records, seed).map(_StreamExample(data_config)).batch(
+      per_process, drop_remainder=True)
+  return _to_iterator(chunks[process_index::process_count], data_config)
+
+
+class Streams:
+  """Several iterators' positions as one checkpoint item: {name: state}. With one iterator (no
+  eval stream) the state is that iterator's own, the format of every earlier checkpoint."""
+
+  def __init__(self, **iterators):
+    self.iterators = {name: it for name, it in iterators.items() if it is not None}
+
+  def get_state(self) -> Any:
+    states = {name: it.get_state() for name, it in self.iterators.items()}
+    return next(iter(states.values())) if len(states) == 1 else states
+
+  def set_state(self, state: Any) -> None:
+    if len(self.iterators) == 1:
+      state = {next(iter(self.iterators)): state}
+    for name, it in self.iterators.items():
+      it.set_state(state[name])

@@ -37,12 +37,16 @@ def merge_heads(x: Array) -> Array:
   return x.transpose(0, 2, 1, 3).reshape(b, l, h * dh)
 
 
-def softmax_attention(q: Array, k: Array, v: Array, bias: Array) -> tuple[Array, Array]:
-  """Scaled dot-product attention on [B, H, L, Dh]; softmax in float32. Returns (out, weights)."""
+def softmax_attention(q: Array, k: Array, v: Array, bias: Array,
+                      drop: Optional[Callable[[Array], Array]] = None) -> tuple[Array, Array]:
+  """Scaled dot-product attention on [B, H, L, Dh]; softmax in float32. Returns (out, weights).
+  `drop`: applied to the weights before they average the values (attention-probability dropout);
+  the returned weights are the undropped ones."""
   scale = q.shape[-1] ** -0.5
   logits = jnp.einsum('bhqd,bhkd->bhqk', q, k, preferred_element_type=jnp.float32) * scale
   weights = jax.nn.softmax(logits + bias, axis=-1)
-  out = jnp.einsum('bhqk,bhkd->bhqd', weights.astype(v.dtype), v)
+  probs = weights if drop is None else drop(weights)
+  out = jnp.einsum('bhqk,bhkd->bhqd', probs.astype(v.dtype), v)
   return out, weights
 
 
@@ -98,7 +102,9 @@ class MultiHeadAttention(nn.Module):
   layers built on top of attention (SelfAttention2D, ContextPool + attention) can share
   weights with it in identity tests. `implementation` picks how the softmax is computed (module
   docstring); only 'explicit' sows 'attention_weights'. Dropout acts on the attention output
-  (before the out projection) in every implementation.
+  (before the out projection) in every implementation, or with `dropout_on='weights'`
+  ('explicit' only) on the attention probabilities, as the Nystromformer / PoNet LRA code does
+  (attention.py: `attn = self.drop_attn(softmax(dot))`).
   """
   num_heads: int
   causal: bool = False
@@ -107,6 +113,7 @@ class MultiHeadAttention(nn.Module):
   dtype: Optional[Dtype] = None
   implementation: str = 'explicit'   # explicit | xla | cudnn | auto
   kernel_init: Callable = nn.linear.default_kernel_init   # BERT: normal(0.02)
+  dropout_on: str = 'output'         # 'output' | 'weights' (explicit only)
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -118,6 +125,12 @@ class MultiHeadAttention(nn.Module):
     head_dim = check_heads(dim, self.num_heads, name)
     dtype = compute_dtype(self.dtype, x)
     implementation = resolve_implementation(self.implementation, dtype, head_dim, name)
+    if self.dropout_on not in ('output', 'weights'):
+      raise ValueError(f"{name}: unknown dropout_on {self.dropout_on!r}; choose 'output' or "
+                       "'weights'.")
+    if self.dropout_on == 'weights' and implementation != 'explicit':
+      raise ValueError(f"{name}: dropout_on='weights' needs implementation='explicit' (the fused "
+                       f"kernels never form the weights), got {implementation!r}.")
     dense = lambda name: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype,
                                   kernel_init=self.kernel_init, name=name)
     q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))
@@ -133,9 +146,11 @@ class MultiHeadAttention(nn.Module):
       bias = attention_bias(mask, self.causal)
       if allowed is not None:
         bias = jnp.where(allowed[:, None], bias, NEG_INF)
-      out, weights = softmax_attention(q, k, v, bias)
+      drop = lambda t: dropout(t, deterministic=deterministic)
+      on_weights = self.dropout_on == 'weights'
+      out, weights = softmax_attention(q, k, v, bias, drop if on_weights else None)
       self.sow('intermediates', 'attention_weights', weights)
-      out = merge_heads(dropout(out, deterministic=deterministic))
+      out = merge_heads(out if on_weights else drop(out))
     else:
       heads = lambda t: t.reshape(t.shape[:2] + (self.num_heads, head_dim))   # [B, L, H, Dh]
       out = fused_attention(heads(q), heads(k), heads(v), mask if allowed is None else allowed,
@@ -150,15 +165,26 @@ FEATURE_MAPS: dict[str, Callable[[Array], Array]] = {
 }
 
 
-def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
-                     eps: float = 1e-6) -> Array:
-  """Kernel attention out_i = phi(q_i) . sum_j phi(k_j) v_j^T / phi(q_i) . sum_j phi(k_j).
+NORMALIZERS = ('keys', 'padded_length')
 
-  `q, k` are already feature-mapped, all [B, H, L, Dh]; `mask: [B, L]` removes padded keys.
-  Causal sums run over j <= i (prefix sums). Accumulation is in float32.
+
+def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
+                     eps: float = 1e-6, normalizer: str = 'keys') -> Array:
+  """Kernel attention on feature-mapped `q, k` and `v`, all [B, H, L, Dh]; `mask: [B, L]` removes
+  padded keys. Causal sums run over j <= i (prefix sums). Accumulation is in float32.
+
+  normalizer 'keys' (Katharopoulos et al. 2020):
+      out_i = phi(q_i) . sum_j phi(k_j) v_j^T / phi(q_i) . sum_j phi(k_j)
+  normalizer 'padded_length' (the Nystromformer / PoNet LRA code, attention_linear.py): no
+  normaliser; phi(q) and phi(k) are each scaled by L^(-1/4), L the padded length of the input:
+      out_i = phi(q_i) . sum_j phi(k_j) v_j^T / sqrt(L)
+  so the output depends on how much padding the batch carries (not on its values).
   """
   k = k * mask[:, None, :, None].astype(k.dtype)
   q32, k32, v32 = (t.astype(jnp.float32) for t in (q, k, v))
+  if normalizer == 'padded_length':
+    scale = float(q.shape[2]) ** -0.25
+    q32, k32 = q32 * scale, k32 * scale
   if causal:
     kv = jnp.cumsum(jnp.einsum('bhld,bhle->bhlde', k32, v32), axis=2)
     num = jnp.einsum('bhld,bhlde->bhle', q32, kv)
@@ -167,18 +193,22 @@ def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
     kv = jnp.einsum('bhld,bhle->bhde', k32, v32)
     num = jnp.einsum('bhld,bhde->bhle', q32, kv)
     den = jnp.einsum('bhld,bhd->bhl', q32, jnp.sum(k32, axis=2))
-  return (num / (den[..., None] + eps)).astype(v.dtype)
+  out = num if normalizer == 'padded_length' else num / (den[..., None] + eps)
+  return out.astype(v.dtype)
 
 
 @register_mixer('linear')
 class LinearAttention(nn.Module):
-  """Linear attention with a positive feature map (`elu+1` or `relu`): memory linear in length."""
+  """Linear attention with a positive feature map (`elu+1` or `relu`): memory linear in length.
+  `normalizer`: 'keys' (Katharopoulos et al.) or 'padded_length' (the LRA reference code's form,
+  family `linear_reference`; see `linear_attention`)."""
   num_heads: int
   feature_map: str = 'elu+1'
   causal: bool = False
   dropout_rate: float = 0.0  # accepted for interface parity; kernel attention has no weights to drop
   use_bias: bool = True
   dtype: Optional[Dtype] = None
+  normalizer: str = 'keys'
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -188,11 +218,14 @@ class LinearAttention(nn.Module):
     if self.feature_map not in FEATURE_MAPS:
       raise ValueError(f'{name}: unknown feature_map {self.feature_map!r}; '
                        f'choose one of {sorted(FEATURE_MAPS)}.')
+    if self.normalizer not in NORMALIZERS:
+      raise ValueError(f'{name}: unknown normalizer {self.normalizer!r}; '
+                       f'choose one of {list(NORMALIZERS)}.')
     dim = x.shape[-1]
     check_heads(dim, self.num_heads, name)
     dtype = compute_dtype(self.dtype, x)
     dense = lambda n: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=n)
     phi = FEATURE_MAPS[self.feature_map]
     q, k, v = (split_heads(dense(n)(x), self.num_heads) for n in ('query', 'key', 'value'))
-    out = linear_attention(phi(q), phi(k), v, mask, self.causal)
+    out = linear_attention(phi(q), phi(k), v, mask, self.causal, normalizer=self.normalizer)
     return dense('out')(merge_heads(out))

@@ -18,6 +18,9 @@ Decisions where the references are silent:
   stay float32; the head returns float32 logits.
 - Dropout after the embeddings and inside the MLP uses `dropout_rate`; the mixer gets
   `attention_dropout_rate` as its own `dropout_rate`.
+- `activation` (the MLP's) and `layer_norm_epsilon` (every LayerNorm, the final one included)
+  default to flax's tanh GELU and 1e-6; the reference's PyTorch modules are the erf GELU
+  ('gelu_exact', nn.GELU()) and eps 1e-5 (nn.LayerNorm), which the `reference` protocol sets.
 """
 from __future__ import annotations
 
@@ -65,6 +68,8 @@ class SequenceEncoder(nn.Module):
   mixer: str = 'softmax'
   mixer_kwargs: Optional[dict[str, Any]] = None
   pooling: str = 'mean'
+  activation: str = 'gelu'             # the MLP's: block.ACTIVATIONS ('gelu_exact': erf form)
+  layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
 
   @nn.compact
@@ -88,9 +93,11 @@ class SequenceEncoder(nn.Module):
     for i in range(self.num_layers):
       x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
                            dropout_rate=self.dropout_rate,
-                           attention_dropout_rate=self.attention_dropout_rate, dtype=self.dtype,
+                           attention_dropout_rate=self.attention_dropout_rate,
+                           activation=self.activation,
+                           layer_norm_epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                            name=f'block_{i}')(x, mask, deterministic=deterministic)
-    x = nn.LayerNorm(dtype=jnp.float32, name='final_norm')(x)
+    x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=jnp.float32, name='final_norm')(x)
     pooled = POOLINGS[self.pooling](x, mask)
     self.sow('intermediates', 'pooled', pooled)
     return pooled

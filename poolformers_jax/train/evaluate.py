@@ -5,13 +5,18 @@ them by 0, and the sums are divided once at the end. So the counts and the accur
 neither on the batch size nor on the number of devices or processes; the batch sums are added in
 float64 on the host, so the loss is exact up to the float32 rounding of each batch's sum
 (~1e-7 relative between batch sizes).
+
+Two settings of the LRA reference protocol (docs/papers/lra.md) change what is evaluated, not how:
+`config.test_drop_last` evaluates test on the first N - N % (eval batch size) examples only (a
+DataLoader's drop_last), and the training loop may pass `batches` (config.eval_num_batches
+batches of the endless validation stream) instead of one pass over the split.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Optional, Union
 
 from flax import traverse_util
 import jax
@@ -59,8 +64,10 @@ def compile_eval_step(setup: Setup, batch_size: Optional[int] = None):
 
 
 def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional[int] = None,
-                   eval_step=None, outputs_path: Optional[str] = None) -> dict[str, float]:
-  """Metrics of `state` on every example of `split` (exact; see the module docstring).
+                   eval_step=None, outputs_path: Optional[str] = None,
+                   batches: Optional[Iterable[dict[str, Any]]] = None) -> dict[str, float]:
+  """Metrics of `state` on every example of `split` (exact; see the module docstring), or on
+  `batches` when given (this process's rows of global batches with a 'mask').
   `outputs_path`: where generated outputs (translations) go, one line per example."""
   config = setup.config
   batch_size = setup.eval_batch_size if batch_size is None else batch_size
@@ -68,8 +75,12 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
   eval_step = eval_step or make_eval_step(setup)
   totals: dict[str, Any] = {}
   rows: dict[str, list] = {}
-  # batch_size is global; each process yields its batch_size // process_count share.
-  for batch in data.make_eval_iterator(config, split, batch_size=batch_size, **process_slice()):
+  if batches is None:
+    # batch_size is global; each process yields its batch_size // process_count share.
+    drop_last = setup.eval_batch_size if split == 'test' and config.test_drop_last else 0
+    batches = data.make_eval_iterator(config, split, batch_size=batch_size, drop_last=drop_last,
+                                      **process_slice())
+  for batch in batches:
     sums, batch_rows = jax.device_get(eval_step(state, sharding.global_batch(batch, setup.mesh)))
     for key, value in sums.items():
       totals[key] = totals.get(key, 0.0) + np.asarray(value, np.float64)

@@ -3,7 +3,9 @@
 Per step: this process's slice of the batch -> global sharded arrays -> the one training step
 (train/step.py, compiled before the first batch is read) with state and metric accumulator
 donated.
-Validation every `eval_every_steps` (the best checkpoint is kept), checkpoints every
+Validation every `eval_every_steps` (the best checkpoint is kept) on the whole split, or with
+`eval_num_batches` > 0 on that many batches of an endless reshuffled validation stream whose
+position is checkpointed with the train iterator's (the LRA reference protocol), checkpoints every
 `checkpoint_every_steps` and at the end, automatic resume from the latest checkpoint of DIR,
 SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step without saving, and
 at the end the best checkpoint is evaluated on test.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 import signal
@@ -152,6 +155,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   config = setup.config
   total_steps = int(config.num_train_steps)
   train_iter = data.make_train_iterator(config, seed=config.seed, **process_slice())
+  validation_stream = None
+  if config.eval_num_batches > 0:
+    validation_stream = data.make_eval_stream(config, 'validation', setup.eval_batch_size,
+                                              seed=config.seed + 1, **process_slice())
+  data_position = data.Streams(train=train_iter, validation=validation_stream)
   if jax.process_index() == 0:
     config_utils.save_config(config, workdir)
 
@@ -161,7 +169,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   rng = jax.random.PRNGKey(config.seed)
   init_rng, dropout_rng = jax.random.split(rng)
   try:
-    resumed = checkpointer.restore_for_resume(setup.abstract_state, train_iter,
+    resumed = checkpointer.restore_for_resume(setup.abstract_state, data_position,
                                               start_over=start_over)
   except Exception:
     checkpointer.close()
@@ -170,7 +178,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     (state, step), resumed_from = resumed, resumed[1]
     logging.info('resumed from step %d in %s', step, workdir)
   else:
-    state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh)
+    state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh,
+                                         param_init=config.param_init)
     step, resumed_from = 0, None
     if config.init_from:   # fine-tuning: parameters only, fresh optimizer and step
       state = init_from.init_state_from(state, config.init_from, config.init_from_fresh,
@@ -232,15 +241,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
         checkpointer.poll()          # integrity records of saves finished since
         sync_started = time.time()   # eval / checkpoint time is left out of the train rates
         if _due(step, config.eval_every_steps) or step == total_steps:
-          validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)
+          batches = (None if validation_stream is None else
+                     itertools.islice(validation_stream, config.eval_num_batches))
+          validation = evaluate_state(setup, state, 'validation', eval_step=eval_step,
+                                      batches=batches)
           writer.write(step, 'validation', validation)
           checkpointer.save_best(step, state, validation)
         if _due(step, config.checkpoint_every_steps) or step == total_steps:
-          checkpointer.save_latest(step, state, train_iter)
+          checkpointer.save_latest(step, state, data_position)
         profiler.stop(step, state)
         if stop:
           status = 'preempted'
-          checkpointer.save_latest(step, state, train_iter, force=True)
+          checkpointer.save_latest(step, state, data_position, force=True)
           break
         if step < total_steps:
           batch = next_batch()

@@ -27,28 +27,50 @@ def weight_decay_mask(params: Any) -> Any:
   return flax.traverse_util.unflatten_dict(mask)
 
 
-def _one_cycle(peak: float, warmup: int, total: int) -> optax.Schedule:
-  # PyTorch OneCycleLR, two linear phases (Nystromformer's LRA code): peak/25 -> peak over the
-  # warmup, then -> (peak/25)/1e4 at the end. optax divides the *peak* by final_div_factor.
-  return optax.linear_onecycle_schedule(
-      transition_steps=max(total, 1), peak_value=peak,
-      pct_start=min(max(warmup, 1) / max(total, 1), 0.99), pct_final=1.0,
-      div_factor=25.0, final_div_factor=25.0 * 1e4)
-
-
-# PyTorch OneCycleLR cycles momentum by default (cycle_momentum=True): for Adam, beta1 falls from
-# max_momentum to base_momentum while the learning rate rises, and climbs back while it decays.
-# The LRA runs of Nystromformer / PoNet use those defaults; `optimizer.cycle_momentum` turns it on.
+# PyTorch's OneCycleLR (two phases, anneal_strategy='linear'), as the LRA code of Nystromformer /
+# PoNet builds it (run_tasks.py: pct_start = warmup / steps, anneal_strategy = lr_decay = 'linear',
+# the other arguments at their defaults): update k uses the value at k. Phase one rises from its
+# start to its peak over steps 0 .. float(pct_start * total) - 1 (so the peak is at warmup - 1),
+# phase two falls to its end at total - 1. Momentum (beta1 for Adam, `cycle_momentum`) runs the
+# other way: 0.95 -> 0.85 at the peak -> 0.95. Values past the last step stay at the end value.
+DIV_FACTOR, FINAL_DIV_FACTOR = 25.0, 1e4
 BASE_MOMENTUM, MAX_MOMENTUM = 0.85, 0.95
 
 
+def one_cycle_phases(warmup: int, total: int) -> tuple[float, float]:
+  """The ends of OneCycleLR's two phases, as PyTorch computes them (in double precision)."""
+  total = max(int(total), 1)
+  pct_start = min(max(warmup, 0), total) / total
+  return float(pct_start * total) - 1.0, float(total - 1)
+
+
+def _two_phase(start: float, peak: float, end: float, warmup: int, total: int) -> optax.Schedule:
+  """start -> peak linearly over phase one, peak -> end over phase two: OneCycleLR's
+  (b - a) * pct + a with pct = (step - phase start) / (phase end - phase start), written as
+  a * (1 - pct) + b * pct with both weights from integers, so that float32 keeps the ~1e-10
+  learning rates of the last steps to ~1e-7 relative (PyTorch computes in double)."""
+  rise_end, last = one_cycle_phases(warmup, total)
+
+  def lerp(a, b, step, begin, finish):
+    if finish <= begin:    # a phase of no length (warmup 1: PyTorch divides by zero there)
+      return jnp.full_like(step, b)
+    return a * ((finish - step) / (finish - begin)) + b * ((step - begin) / (finish - begin))
+
+  def schedule(count):
+    step = jnp.minimum(jnp.asarray(count, jnp.float32), max(last, 0.0))
+    return jnp.where(step <= rise_end, lerp(start, peak, step, 0.0, rise_end),
+                     lerp(peak, end, step, rise_end, last))
+  return schedule
+
+
+def _one_cycle(peak: float, warmup: int, total: int) -> optax.Schedule:
+  start = peak / DIV_FACTOR
+  return _two_phase(start, peak, start / FINAL_DIV_FACTOR, warmup, total)
+
+
 def one_cycle_b1(warmup: int, total: int) -> optax.Schedule:
-  """beta1 mirrored on `_one_cycle`'s learning rate: 0.95 -> 0.85 (at its peak) -> 0.95."""
-  total = max(total, 1)
-  peak = int(min(max(warmup, 1) / total, 0.99) * total)   # the step optax's one-cycle peaks at
-  return optax.join_schedules(
-      [optax.linear_schedule(MAX_MOMENTUM, BASE_MOMENTUM, max(peak, 1)),
-       optax.linear_schedule(BASE_MOMENTUM, MAX_MOMENTUM, max(total - peak, 1))], [peak])
+  """beta1 of OneCycleLR's `cycle_momentum`: 0.95 -> 0.85 (at the learning rate's peak) -> 0.95."""
+  return _two_phase(MAX_MOMENTUM, BASE_MOMENTUM, MAX_MOMENTUM, warmup, total)
 
 
 def _with_warmup(decay: Callable[[float, int], optax.Schedule]):

@@ -11,6 +11,7 @@ import optax
 from flax.training import train_state
 from jax.sharding import Mesh
 
+from poolformers_jax.train import param_init as param_init_lib
 from poolformers_jax.train import sharding as sharding_lib
 from poolformers_jax.train.tasks import get_task, train_example
 
@@ -25,9 +26,12 @@ def dummy_inputs(info) -> Any:
   return get_task(info.task).model_inputs(batch)
 
 
-def _create(model: nn.Module, tx: optax.GradientTransformation, info, rng: jax.Array) -> TrainState:
+def _create(model: nn.Module, tx: optax.GradientTransformation, info, rng: jax.Array,
+            param_init: str = 'default') -> TrainState:
   variables = model.init({'params': rng, 'dropout': rng}, dummy_inputs(info), deterministic=True)
-  state = TrainState.create(apply_fn=model.apply, params=variables['params'], tx=tx,
+  # config.param_init: redraw the fresh parameters (PyTorch's defaults), the one place it happens.
+  params = param_init_lib.initialize(param_init, variables['params'], rng)
+  state = TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                             batch_stats=variables.get('batch_stats'))
   # TrainState.create leaves `step` a Python int; an array has a sharding and a checkpoint dtype.
   return state.replace(step=jnp.asarray(0, jnp.int32))
@@ -42,9 +46,11 @@ def state_shardings(model, tx, info, mesh: Mesh) -> tuple[Any, Any]:
   return abstract, shardings
 
 
-def create_train_state(model, tx, info, rng: jax.Array, mesh: Mesh) -> TrainState:
+def create_train_state(model, tx, info, rng: jax.Array, mesh: Mesh,
+                       param_init: str = 'default') -> TrainState:
+  """A fresh, sharded state; `param_init` is config.param_init (train/param_init.py)."""
   _, shardings = state_shardings(model, tx, info, mesh)
-  return jax.jit(lambda r: _create(model, tx, info, r), out_shardings=shardings)(rng)
+  return jax.jit(lambda r: _create(model, tx, info, r, param_init), out_shardings=shardings)(rng)
 
 
 def param_count(params: Any) -> int:

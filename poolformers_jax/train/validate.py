@@ -14,7 +14,7 @@ from typing import Any, Optional
 import ml_collections
 from jax.sharding import Mesh
 
-from poolformers_jax.train import sharding, tasks
+from poolformers_jax.train import param_init, sharding, tasks
 
 
 class ConfigError(ValueError):
@@ -135,12 +135,21 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
     _require(_is_int(value), f'config.{key}={value!r} must be an integer',
              f'set --config.{key} (0 or less = only at the end)')
   _positive_int(config, 'keep_checkpoints')
+  _require(_is_int(config.eval_num_batches) and config.eval_num_batches >= 0,
+           f'config.eval_num_batches={config.eval_num_batches!r} must be an integer >= 0',
+           'set it to 0 (all of validation) or the number of eval batches per validation')
+  _require(isinstance(config.test_drop_last, bool),
+           f'config.test_drop_last={config.test_drop_last!r} must be True or False',
+           'set --config.test_drop_last=True or False')
   produced = _metric_names(info)
   _require(produced is None or config.best_metric in produced,
            f'config.best_metric={config.best_metric!r} is not a validation metric of this '
            f'{info.task} task', f'choose one of {produced}')
   _require(config.best_mode in ('max', 'min'), f"config.best_mode={config.best_mode!r} must be "
            "'max' or 'min'", "set --config.best_mode=max (accuracy) or min (loss)")
+  _require(config.param_init in param_init.SCHEMES,
+           f'config.param_init={config.param_init!r} is unknown',
+           f'choose one of {list(param_init.SCHEMES)}')
   ls = config.label_smoothing
   _require(isinstance(ls, numbers.Real) and 0 <= ls < 1,
            f'config.label_smoothing={ls!r} must be in [0, 1)', 'e.g. 0.1, or 0 for none')

@@ -178,3 +178,46 @@ def test_each_process_preprocesses_only_its_own_rows(small_listops, monkeypatch)
   _take(data.make_train_iterator(config, seed=0, process_index=1, process_count=4), 3)
   # Decoding the global batches and then slicing would take 3 * 8 = 24 calls.
   assert 3 * rows <= len(calls) <= 4 * rows
+
+
+def test_eval_stream_cycles_reshuffled_epochs_and_resumes(small_listops):
+  """The reference's endless dev LRADataset: shuffled, reshuffled when exhausted, batches that
+  cross epochs; every example real; grain state resumes it exactly."""
+  source = listops.source(small_listops.data, 'validation')
+  keys = sorted(_key(listops.preprocess(source[i], small_listops.data)['inputs'])
+                for i in range(len(source)))
+  stream = data.make_eval_stream(small_listops, 'validation', batch_size=4, seed=3)
+  batches = _take(stream, 11)                # 44 examples = 4 epochs of 11
+  rows = np.concatenate([b['inputs'] for b in batches])
+  assert all(b['mask'].all() and b['mask'].shape == (4,) for b in batches)
+  epochs = [[_key(r) for r in rows[i * 11:(i + 1) * 11]] for i in range(4)]
+  for epoch in epochs:
+    assert sorted(epoch) == keys
+  assert len({tuple(e) for e in epochs}) == 4      # each epoch in a new order
+  again = data.make_eval_stream(small_listops, 'validation', batch_size=4, seed=3)
+  _take(again, 2)
+  position = data.Streams(validation=again).get_state()
+  expected = _take(again, 5)
+  both = data.Streams(train=data.make_train_iterator(small_listops, seed=0),
+                      validation=data.make_eval_stream(small_listops, 'validation',
+                                                       batch_size=4, seed=3))
+  both.set_state({'train': both.iterators['train'].get_state(), 'validation': position})
+  for want, got in zip(expected, _take(both.iterators['validation'], 5)):
+    np.testing.assert_array_equal(want['inputs'], got['inputs'])
+  # Two processes: the rows of the same global batches.
+  halves = [_take(data.make_eval_stream(small_listops, 'validation', batch_size=4, seed=3,
+                                        process_index=p, process_count=2), 3) for p in range(2)]
+  for i in range(3):
+    np.testing.assert_array_equal(
+        np.concatenate([halves[0][i]['inputs'], halves[1][i]['inputs']]), batches[i]['inputs'])
+
+
+def test_eval_drop_last_keeps_the_first_full_batches(small_listops):
+  """drop_last=b: the first N - N % b examples of the split, like DataLoader(drop_last=True)."""
+  source = listops.source(small_listops.data, 'test')          # 13 examples
+  batches = list(data.make_eval_iterator(small_listops, 'test', batch_size=4, drop_last=4))
+  real = np.concatenate([b['inputs'][b['mask']] for b in batches])
+  expected = [listops.preprocess(source[i], small_listops.data)['inputs'] for i in range(12)]
+  np.testing.assert_array_equal(real, np.stack(expected))
+  with pytest.raises(ValueError, match='fewer examples than drop_last=16'):
+    list(data.make_eval_iterator(small_listops, 'test', batch_size=4, drop_last=16))

@@ -1,4 +1,7 @@
 """Softmax and linear attention: numerics against plain numpy, padding, causality, jit, dtypes."""
+import math
+
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -158,3 +161,79 @@ def test_cudnn_request_fails_clearly_without_gpu():
   _, state = module.apply(module.init(jax.random.PRNGKey(0), x, mask), x, mask,
                           mutable=['intermediates'])
   assert 'attention_weights' not in state.get('intermediates', {})
+
+
+def test_dropout_on_weights_drops_the_attention_probabilities():
+  """dropout_on='weights' (the Nystromformer / PoNet LRA attention.py): out = W_o ((P * M / keep) V)
+  for one Bernoulli mask M over the [B, H, Lq, Lk] probabilities P; 'output' drops P V instead."""
+  x, mask = T.random_inputs(8, 2, 6, 8, num_real=[6, 4])
+  module = MultiHeadAttention(num_heads=2, dropout_rate=0.5, dropout_on='weights')
+  params = module.init(jax.random.PRNGKey(0), x, mask)
+  seen = []
+
+  def record(next_fun, args, kwargs, context):
+    out = next_fun(*args, **kwargs)
+    if isinstance(context.module, nn.Dropout):
+      seen.append((np.asarray(args[0]), np.asarray(out)))
+    return out
+
+  with nn.intercept_methods(record):
+    y, state = module.apply(params, x, mask, deterministic=False, mutable=['intermediates'],
+                            rngs={'dropout': jax.random.PRNGKey(5)})
+  (weights,) = state['intermediates']['attention_weights']
+  (probs, dropped), = seen
+  np.testing.assert_allclose(probs, np.asarray(weights), rtol=1e-6)
+  kept = dropped != 0
+  assert 0.3 < kept.mean() < 0.7
+  np.testing.assert_allclose(dropped[kept], 2 * probs[kept], rtol=1e-6)
+  v = _dense(params, 'value', x).reshape(2, 6, 2, 4).transpose(0, 2, 1, 3)
+  merged = np.einsum('bhqk,bhkd->bqhd', dropped, v).reshape(2, 6, 8)
+  np.testing.assert_allclose(np.asarray(y), _dense(params, 'out', merged), atol=1e-5, rtol=1e-5)
+  # Deterministic: the same function as the default placement.
+  default = MultiHeadAttention(num_heads=2, dropout_rate=0.5)
+  np.testing.assert_allclose(np.asarray(module.apply(params, x, mask)),
+                             np.asarray(default.apply(params, x, mask)), rtol=1e-6, atol=1e-7)
+  with pytest.raises(ValueError, match="dropout_on='weights' needs implementation='explicit'"):
+    MultiHeadAttention(2, dropout_on='weights', implementation='xla').init(
+        jax.random.PRNGKey(0), x, mask)
+  with pytest.raises(ValueError, match="unknown dropout_on 'values'"):
+    MultiHeadAttention(2, dropout_on='values').init(jax.random.PRNGKey(0), x, mask)
+
+
+def _reference_linear_numpy(params, x, mask, heads):
+  """attention_linear.py + attention.py of the Nystromformer / PoNet LRA code, transcribed:
+  Q = (elu(Q) + 1) / sqrt(sqrt(L)), K = (elu(K) + 1) * mask / sqrt(sqrt(L)), V = V * mask,
+  X = Q (K^T V) on [B, H, L, Dh] (L = Q.size(2), the padded length), heads combined, W_o."""
+  x = np.asarray(x, np.float64)
+  b, l, d = x.shape
+  split = lambda t: t.reshape(b, l, heads, d // heads).transpose(0, 2, 1, 3)
+  q, k, v = (split(_dense(params, n, x)) for n in ('query', 'key', 'value'))
+  elu1 = lambda t: np.where(t > 0, t + 1.0, np.exp(t))
+  m = np.asarray(mask, np.float64)[:, None, :, None]
+  q = elu1(q) / math.sqrt(math.sqrt(q.shape[2]))
+  k = elu1(k) * m / math.sqrt(math.sqrt(k.shape[2]))
+  out = q @ (k.transpose(0, 1, 3, 2) @ (v * m))
+  return _dense(params, 'out', out.transpose(0, 2, 1, 3).reshape(b, l, d))
+
+
+def test_linear_reference_equals_the_lra_code_at_every_position():
+  x, mask = T.random_inputs(9, 2, 10, 8, num_real=[10, 6])
+  module = build_mixer('linear', shared=dict(num_heads=2), normalizer='padded_length')
+  params, y = T.init_apply(module, x, mask)
+  # Padded positions too: the reference computes them the same way (pooling masks them later).
+  np.testing.assert_allclose(np.asarray(y), _reference_linear_numpy(params, x, mask, 2),
+                             atol=2e-5, rtol=2e-5)
+  T.assert_padding_values_irrelevant(module, x, mask, variables=params)
+  T.assert_jit_matches(module, x, mask, variables=params)
+  T.assert_finite_grads(module, x, mask, variables=params)
+  T.assert_causal(LinearAttention(num_heads=2, causal=True, normalizer='padded_length'), x)
+  # More padding scales the attention part by sqrt(L / L'), exactly as the reference's L^(-1/2).
+  extra = 6
+  x_long = jnp.concatenate([x, jnp.ones((2, extra, 8)) * 3.0], axis=1)
+  mask_long = jnp.concatenate([mask, jnp.zeros((2, extra), bool)], axis=1)
+  bias = np.asarray(params['params']['out']['bias'])
+  y_long = np.asarray(module.apply(params, x_long, mask_long))[:, :10]
+  np.testing.assert_allclose(y_long - bias, (np.asarray(y) - bias) * math.sqrt(10 / 16),
+                             atol=1e-5, rtol=1e-5)
+  with pytest.raises(ValueError, match="unknown normalizer 'none'"):
+    LinearAttention(num_heads=2, normalizer='none').init(jax.random.PRNGKey(0), x, mask)

@@ -52,14 +52,16 @@ def test_warmup_then_decay(schedule):
 
 
 def test_one_cycle_matches_pytorch_onecycle_linear():
+  """PyTorch's OneCycleLR(pct_start=20/100, anneal_strategy='linear'): its rise ends at step
+  float(0.2 * 100) - 1 = 19, its fall at 99 (every step: test_lra_protocol.py)."""
   config = _config(**{'optimizer.schedule': 'one_cycle', 'optimizer.warmup_steps': 20,
                       'optimizer.learning_rate': 1.0, 'num_train_steps': 100})
   lr = optim.make_schedule(config)
   assert float(lr(0)) == pytest.approx(1 / 25)
-  assert float(lr(20)) == pytest.approx(1.0)
-  assert float(lr(10)) == pytest.approx((1 / 25 + 1) / 2)
-  assert float(lr(60)) == pytest.approx((1.0 + 4e-6) / 2, rel=1e-4)
-  assert float(lr(100)) == pytest.approx(1 / 25 / 1e4, rel=1e-3)
+  assert float(lr(19)) == pytest.approx(1.0)
+  assert float(lr(10)) == pytest.approx(1 / 25 + (1 - 1 / 25) * 10 / 19)
+  assert float(lr(59)) == pytest.approx(1.0 + (4e-6 - 1.0) / 2, rel=1e-6)
+  assert float(lr(99)) == pytest.approx(1 / 25 / 1e4, rel=1e-3)
 
 
 def test_gradient_accumulation_equals_one_big_batch():
