@@ -295,6 +295,9 @@ class AdaMRA(nn.Module):
     logits = x.astype(dtype) @ (kernel @ router).astype(dtype)
     if bias is not None:
       logits = logits + (bias @ router).astype(dtype)
+    # The barrier keeps XLA:TPU from fusing x @ (W_Q W_R) into the softmax and argmax: that fusion
+    # overflows the stack of libtpu's convolution emitter (0.0.42.1; any batch > 1).
+    logits = jax.lax.optimization_barrier(logits)
     probs = jax.nn.softmax(logits.astype(jnp.float32), axis=-1)
     chosen = jnp.argmax(probs, axis=-1).astype(jnp.int32)
     self.sow('intermediates', 'router_probs', probs)

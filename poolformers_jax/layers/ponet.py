@@ -85,12 +85,14 @@ def segment_max_pool(x: Array, mask: Array, segment_ids: Array) -> Array:
   """SMP with explicit ids: every real token gets the max of H_S over the real tokens of its
   segment. `x: [B, L, D]`, `segment_ids: [B, L]` int in [0, L) (need not be contiguous).
   Padded rows are 0."""
-  b, l, d = x.shape
-  ids = jnp.clip(segment_ids.astype(jnp.int32), 0, l - 1) + l * jnp.arange(b)[:, None]
-  flat_ids = ids.reshape(-1)
-  pooled = jax.ops.segment_max(_padding_never_wins(x, mask).reshape(b * l, d), flat_ids,
-                               num_segments=b * l)
-  return jnp.where(mask[..., None], pooled[flat_ids].reshape(b, l, d), 0)
+  l = x.shape[1]
+  ids = jnp.clip(segment_ids.astype(jnp.int32), 0, l - 1)
+  # One row at a time (vmap): the batch stays a batch axis of the scatter and gather, so a
+  # batch sharded over devices stays sharded (rows flattened into one scatter made XLA
+  # all-reduce a [B*L, D] buffer across the devices in every layer).
+  row = lambda xr, ir: jax.ops.segment_max(xr, ir, num_segments=l)[ir]
+  pooled = jax.vmap(row)(_padding_never_wins(x, mask), ids)
+  return jnp.where(mask[..., None], pooled, 0)
 
 
 def chunk_segment_ids(length: int, segment_num: int) -> Array:
