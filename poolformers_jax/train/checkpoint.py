@@ -307,6 +307,12 @@ class Checkpointer:
           f'one (--checkpoint latest, best or a step of {kept})') from None
 
 
+def holds_checkpoints(workdir: str) -> bool:
+  """Whether DIR/checkpoints has a step directory: a run that train.py resumes."""
+  directory = os.path.join(workdir, LATEST_DIR)
+  return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+
+
 def restore_for_reading(workdir: str, config, which: str, abstract_state: Any) -> tuple[Any, int]:
   """(state, step) of checkpoint `which` (best | latest | averaged | a step) of a run, opened
   read-only and closed again: what eval and translate load."""

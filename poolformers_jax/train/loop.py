@@ -6,7 +6,8 @@ donated.
 Validation every `eval_every_steps` (the best checkpoint is kept), checkpoints every
 `checkpoint_every_steps` and at the end, automatic resume from the latest checkpoint of DIR,
 SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step without saving, and
-at the end the best checkpoint is evaluated on test.
+at the end the best checkpoint is evaluated on test. `num_train_steps=0` (a fresh run, e.g. from
+`init_from`): the initial state is evaluated on validation, saved as step 0 and tested.
 """
 from __future__ import annotations
 
@@ -148,6 +149,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   stopping with CheckpointError.
   """
   sharding.maybe_initialize_distributed()
+  if checkpoint_lib.holds_checkpoints(workdir):   # a resume continues the run's own model
+    config = config_utils.with_run_model(config, workdir, todo='resume with the config the run '
+                                         'was trained with, or train this one in another --workdir')
   setup = make_setup(config)          # every config / data check; raises before compiling
   config = setup.config
   total_steps = int(config.num_train_steps)
@@ -193,6 +197,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                    memory['total'] / 2**20)
       acc = compiled.new_accumulator(setup.mesh)
       batch = next_batch()
+    elif total_steps == 0 and resumed is None:   # nothing to train (init_from, then evaluate):
+      validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)
+      writer.write(step, 'validation', validation)  # step 0 becomes the run's best and latest
+      checkpointer.save_best(step, state, validation)   # checkpoint, which eval.py reads too
+      checkpointer.save_latest(step, state, train_iter)
     window_start = time.time()
 
     def check_finite(fetched=None):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tiny_runs import REPO, tiny_config, tiny_overrides
-from poolformers_jax import data
+from poolformers_jax import average, data
 from poolformers_jax.train import NonFiniteLossError, evaluate, loop, train_and_evaluate
 from poolformers_jax.train import checkpoint as checkpoint_lib
 from poolformers_jax.train import config_utils, integrity
@@ -183,6 +183,33 @@ def test_checkpoint_of_another_model_fails_naming_the_parameter_and_shapes(run):
     _resume(config, workdir, other)
   assert '24' in str(error.value) and '\n' not in str(error.value)
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']   # not rejected
+
+
+def test_commands_that_read_a_run_take_its_model_and_refuse_another(run):
+  """The one rule (config_utils.with_run_model): 4 heads instead of 2 leaves every parameter
+  shape as it is (the integrity check cannot see it); eval, average and a resume refuse it in
+  one line naming the keys and touch nothing. Without a config eval uses the run's own, with the
+  same metrics; a dropout rate (training only) may differ."""
+  config, workdir, _ = run
+  other = config_utils.override(config, **{'model.num_heads': 4, 'model.pooling': 'mean_padded'})
+  before = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'config.json')).read()
+  attempts = (lambda: evaluate(other, workdir, checkpoint='latest', split='validation'),
+              lambda: average.average_checkpoints(workdir, config=other),
+              lambda: train_and_evaluate(config_utils.override(other, num_train_steps=6), workdir))
+  for attempt in attempts:
+    with pytest.raises(config_utils.ModelMismatch) as error:
+      attempt()
+    message = str(error.value)
+    assert message.startswith(f'--config describes another model than the run in {workdir} (its '
+                              'config.json): model.num_heads 4 (run: 2), model.pooling '
+                              '"mean_padded" (run: "mean"); '), message
+    assert '\n' not in message
+  assert (sorted(os.listdir(workdir)), open(os.path.join(workdir, 'config.json')).read()) == before
+  own = evaluate(config, workdir, checkpoint='latest', split='validation')
+  assert evaluate(None, workdir, checkpoint='latest', split='validation') == own
+  dropout = config_utils.override(config, **{'model.dropout_rate': 0.5})
+  assert evaluate(dropout, workdir, checkpoint='latest', split='validation') == own
+  assert own['count'] == 20 and own['step'] == 4
 
 
 def test_eval_of_a_damaged_best_checkpoint_names_the_file_in_one_line(run, data_dir):
