@@ -345,6 +345,11 @@ def config_and_params(config, source: str, allow_missing: str = ''):
   they keep the model's initialisation (seed config.seed).
   """
   import jax  # pylint: disable=g-import-not-at-top
+  if not os.path.exists(source):
+    raise FileNotFoundError(f'--source {os.path.abspath(source)} not found: pass the '
+                            'chtan/ponet-base-uncased folder (config.json + model.safetensors), '
+                            'e.g. `huggingface-cli download chtan/ponet-base-uncased --local-dir '
+                            f'{source}`')
   folder = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
   if config.model.name not in MODELS:
     raise ValueError(f'model {config.model.name!r}: PoNet checkpoints convert into {MODELS}.')

@@ -380,3 +380,21 @@ def test_a_second_architecture_word_is_refused_on_the_command_line(ported, tmp_p
                                                             f'model than the run in {run}')
     assert keys in lines[-1] and 'Traceback' not in refused.stderr, refused.stderr[-2000:]
   assert not os.path.exists(tmp_path / 'hf2')
+
+
+def test_convert_missing_sources_fail_in_one_line(tmp_path):
+  """A missing .safetensors and a missing PoNet folder: one `error:` line naming the path given
+  (not its parent's config.json), exit 2, no traceback."""
+  repo = os.path.dirname(os.path.dirname(FIXTURES))
+  for config, source, expected in (
+      ('configs/imagenet.py:deit_ti', 'missing.safetensors',
+       f'error: {repo}/missing.safetensors not found: pass --source a .safetensors or .pth '
+       'checkpoint.'),
+      ('configs/ponet_pretrain.py:sso', 'ponet-base-uncased',
+       f'error: --source {repo}/ponet-base-uncased not found: pass the chtan/ponet-base-uncased '
+       'folder')):
+    failed = _command('-m', 'poolformers_jax.convert', '--config', config, '--source', source,
+                     '--workdir', str(tmp_path / 'out'))
+    lines = [line for line in failed.stderr.splitlines() if line.strip()]
+    assert failed.returncode == 2 and lines[-1].startswith(expected), failed.stderr[-2000:]
+    assert 'Traceback' not in failed.stderr
