@@ -201,10 +201,11 @@ class Checkpointer:
     integrity.verify_leaves(record, restored['state'])
     return restored['state']
 
-  def _reject(self, manager: ocp.CheckpointManager, step: int) -> str:
-    """Moves a damaged step to DIR/rejected/<checkpoints|best>-<step> (kept for inspection)."""
+  def _reject(self, manager: ocp.CheckpointManager, step: int, why: Optional[str] = None) -> str:
+    """Moves a damaged step to DIR/rejected/<checkpoints|best>-<step> (kept for inspection);
+    `why` replaces the manager's name (DIR/rejected/diverged-<step>)."""
     target = os.path.join(self.workdir, REJECTED_DIR,
-                          f'{os.path.basename(str(manager.directory))}-{step}')
+                          f'{why or os.path.basename(str(manager.directory))}-{step}')
     _sync('reject_before')
     if jax.process_index() == 0:
       os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -216,6 +217,18 @@ class Checkpointer:
     _sync('reject_after')
     manager.reload()
     return target
+
+  def reject_unconfirmed(self, first_bad_step: int) -> list[int]:
+    """A checkpoint is good once the step after it was finite: on a non-finite step
+    `first_bad_step`, the latest checkpoints from step `first_bad_step - 1` on (finite, but
+    possibly exploded: the update before a NaN step is often ~1e29) are moved to
+    DIR/rejected/diverged-<step>, so that neither the error nor a resume names them. Returns
+    their steps."""
+    self.wait()   # a save of one of them may still be in flight
+    steps = sorted(s for s in self.latest.all_steps() if s >= first_bad_step - 1)
+    for step in steps:
+      self._reject(self.latest, step, why='diverged')
+    return steps
 
   def _rejected_before(self) -> list[str]:
     root = os.path.join(self.workdir, REJECTED_DIR)

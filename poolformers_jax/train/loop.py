@@ -5,7 +5,8 @@ Per step: this process's slice of the batch -> global sharded arrays -> the one 
 donated.
 Validation every `eval_every_steps` (the best checkpoint is kept), checkpoints every
 `checkpoint_every_steps` and at the end, automatic resume from the latest checkpoint of DIR,
-SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step without saving, and
+SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step without saving (a
+checkpoint counts as good once the step after it was finite: checkpoint.reject_unconfirmed), and
 at the end the best checkpoint is evaluated on test. `num_train_steps=0` (a fresh run, e.g. from
 `init_from`): the initial state is evaluated on validation, saved as step 0 and tested.
 """
@@ -104,9 +105,15 @@ def _non_finite_error(acc: dict[str, Any], checkpointer, resumed_from: Optional[
   step, loss = int(acc['first_bad_step']), float(acc['bad_loss'])
   what = (f'training loss is {loss} at step {step}' if not np.isfinite(loss) else
           f'the update of step {step} is not finite (loss {loss:.4g})')
+  unconfirmed = checkpointer.reject_unconfirmed(step)
   last = checkpointer.latest_step()
   good = (f'the last good checkpoint is step {last} in {checkpointer.latest.directory}'
-          if last is not None else 'no checkpoint was saved before it')
+          if last is not None else 'no checkpoint was saved before it' if not unconfirmed
+          else 'no good checkpoint is kept')
+  if unconfirmed:
+    good += (f' (checkpoint {", ".join(map(str, unconfirmed))}, saved right before the step '
+             'that diverged, is not confirmed by a finite step after it: moved to '
+             f'{os.path.join(checkpointer.workdir, checkpoint_lib.REJECTED_DIR)})')
   resumed = (f', or the checkpoint of step {resumed_from} this run resumed from'
              if resumed_from else '')
   return NonFiniteLossError(
