@@ -395,10 +395,6 @@ class ContextPool(ContextPoolOptions):
     if segment_ids is not None and self.locality == 'random_sparse':
       raise ValueError(f"{name}: locality='random_sparse' samples by row index and does not take "
                        'packed rows (segment_ids); use unpacked data.')
-    if self.locality in ('fixed_window', 'random_sparse') and self.window_size > x.shape[1]:
-      raise ValueError(f"{name}: window_size={self.window_size} is larger than the input length "
-                       f"{x.shape[1]} (locality={self.locality!r} would see every token); use a "
-                       "smaller window_size or locality='none'.")
     dtype = compute_dtype(self.dtype, x)
     x = jnp.where(mask[..., None], x, 0).astype(dtype)
     length, dim = x.shape[1:]

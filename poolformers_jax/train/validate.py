@@ -5,9 +5,10 @@ or compiled; `check_eval_batch_size` for eval.py's --batch_size. Each failure is
 (a ValueError) whose message is one line, `<what is wrong>; <what to do>`, which train.py /
 eval.py print as `error: ...` with exit code 2.
 Settings a mixer can only judge against the sequence length (PoNet's segment_num and
-local_window, AdaMRA's compression rates, (M)SAC's windows, ContextPool's window_size) are
-checked by the layer itself, with the same kind of line, when `make_setup` traces the model's
-abstract state right after `check_config`: still before anything compiles.
+local_window, AdaMRA's compression rates, (M)SAC's windows) are checked by the layer itself,
+with the same kind of line, when `make_setup` traces the model's abstract state right after
+`check_config`: still before anything compiles. (ContextPool's window_size is not: a window
+longer than the input is the whole input, and the decoder calls it at every length.)
 """
 from __future__ import annotations
 

@@ -34,10 +34,6 @@ BAD = {
                          r'^AdaMRA: compression rate 0.015625 leaves no segment at length 32'),
     'msac window 40': ('msac', {'windows': (1, 40)}, {},
                        r'^SAC: window 1×40 is larger than the input 1×32'),
-    'contextpool window_size=40': ('contextpool', {'locality': 'fixed_window', 'window_size': 40},
-                                   {},
-                                   r"^ContextPool: window_size=40 is larger than the input length "
-                                   r"32 \(locality='fixed_window' would see every token\)"),
 }
 
 
@@ -54,7 +50,6 @@ def test_bad_dtype_and_lengths_fail_in_setup_with_one_line(data_dir, case):
 def test_the_limits_themselves_are_accepted(data_dir):
   """The boundaries: as many segments as tokens, a window as long as the input, every dtype."""
   for family, mixer_kwargs in (('ponet', {'segment_num': 32, 'local_window': 31}),
-                               ('contextpool', {'locality': 'fixed_window', 'window_size': 32}),
                                ('adamra', {'compression_rates': (0.5, 1 / 32)}),
                                ('msac', {'windows': (1, 32)})):
     make_setup(_config(data_dir, family, mixer_kwargs))
