@@ -203,7 +203,7 @@ class Checkpointer:
 
   def _reject(self, manager: ocp.CheckpointManager, step: int, why: Optional[str] = None) -> str:
     """Moves a damaged step to DIR/rejected/<checkpoints|best>-<step> (kept for inspection);
-    `why` replaces the manager's name (DIR/rejected/diverged-<step>)."""
+    `why` replaces the manager's name (DIR/rejected/diverged-checkpoints-<step>)."""
     target = os.path.join(self.workdir, REJECTED_DIR,
                           f'{why or os.path.basename(str(manager.directory))}-{step}')
     _sync('reject_before')
@@ -220,15 +220,17 @@ class Checkpointer:
 
   def reject_unconfirmed(self, first_bad_step: int) -> list[int]:
     """A checkpoint is good once the step after it was finite: on a non-finite step
-    `first_bad_step`, the latest checkpoints from step `first_bad_step - 1` on (finite, but
-    possibly exploded: the update before a NaN step is often ~1e29) are moved to
-    DIR/rejected/diverged-<step>, so that neither the error nor a resume names them. Returns
-    their steps."""
+    `first_bad_step`, the latest and best checkpoints from step `first_bad_step - 1` on (finite,
+    but possibly exploded: the update before a NaN step is often ~1e29) are moved to
+    DIR/rejected/diverged-<checkpoints|best>-<step>, so that neither the error, a resume nor
+    `--checkpoint best` uses them. Returns their steps."""
     self.wait()   # a save of one of them may still be in flight
-    steps = sorted(s for s in self.latest.all_steps() if s >= first_bad_step - 1)
-    for step in steps:
-      self._reject(self.latest, step, why='diverged')
-    return steps
+    steps = set()
+    for manager in (self.latest, self.best):
+      for step in sorted(s for s in manager.all_steps() if s >= first_bad_step - 1):
+        self._reject(manager, step, why=f'diverged-{os.path.basename(str(manager.directory))}')
+        steps.add(step)
+    return sorted(steps)
 
   def _rejected_before(self) -> list[str]:
     root = os.path.join(self.workdir, REJECTED_DIR)

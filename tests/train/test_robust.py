@@ -307,10 +307,10 @@ def test_fresh_run_that_diverges_names_the_step_and_that_nothing_was_saved(data_
 def test_divergence_never_names_an_exploded_checkpoint_and_resume_replays_it_exactly(
     data_dir, tmp_path):
   """Warmup from lr 0 to 1e30: step 1 leaves the parameters as they were (~1), step 2 makes them
-  finite but ~1e29, step 3 is NaN: the issue's steps 40 / 41 / 42. Checkpoint 2 is finite but not
-  good; it is moved aside, the error names checkpoint 1, which evaluates to a finite loss. A
-  resume (same config) replays step 2 bit for bit and stops the same way."""
-  config = tiny_config(data_dir, num_train_steps=6, checkpoint_every_steps=1, eval_every_steps=100,
+  finite but ~1e29, step 3 is NaN: the issue's steps 40 / 41 / 42. Checkpoint 2 (latest and best)
+  is finite but not good; it is moved aside, the error names checkpoint 1, which evaluates to a
+  finite loss. A resume (same config) replays step 2 bit for bit and stops the same way."""
+  config = tiny_config(data_dir, num_train_steps=6, checkpoint_every_steps=1, eval_every_steps=1,
                        log_every_steps=100, num_devices=1, final_test=False,
                        **{**DIVERGING, 'optimizer.warmup_steps': 10})
   messages = []
@@ -325,13 +325,18 @@ def test_divergence_never_names_an_exploded_checkpoint_and_resume_replays_it_exa
           'the step that diverged, is not confirmed by a finite step after it: moved to '
           f'{tmp_path}/rejected)') in messages[0]
   assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['1']
-  assert sorted(os.listdir(tmp_path / 'rejected')) == ['diverged-2', 'diverged-2.1']
+  rejected = sorted(os.listdir(tmp_path / 'rejected'))
+  assert [n for n in rejected if 'checkpoints' in n] == ['diverged-checkpoints-2',
+                                                         'diverged-checkpoints-2.1']
+  # The exploded step 2 validated *better* (accuracy 0.2 against 0.1, loss NaN): it was the best
+  # checkpoint, which eval.py --checkpoint best would have read; it is moved aside as well.
+  assert 'diverged-best-2' in rejected and os.listdir(tmp_path / 'best') == []
   largest = lambda path: max(float(np.abs(x).max()) for x in
                              jax.tree.leaves(init_from.read_variables(str(path))['params']))
   assert largest(tmp_path / 'checkpoints' / '1') < 10 and largest(
-      tmp_path / 'rejected' / 'diverged-2') > 1e20
+      tmp_path / 'rejected' / 'diverged-checkpoints-2') > 1e20
   first, replayed = (init_from.read_variables(str(tmp_path / 'rejected' / name))['params']
-                     for name in ('diverged-2', 'diverged-2.1'))
+                     for name in ('diverged-checkpoints-2', 'diverged-checkpoints-2.1'))
   jax.tree.map(np.testing.assert_array_equal, first, replayed)
   named = evaluate(None, str(tmp_path), checkpoint='latest', split='validation')
   assert named['step'] == 1 and np.isfinite(named['loss']) and named['loss'] < 10
