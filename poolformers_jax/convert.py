@@ -15,11 +15,17 @@ Sources (the format is read from the names):
 - HVT release checkpoints (MonashAI/HVT, `{'model': state_dict, 'args': ...}` `.pth`, or the same
   state dict saved as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
 
-PoNet back to Hugging Face (model.safetensors + config.json, the official names; the official
-modeling code loads it with `PoNetForPreTraining.from_pretrained` or, with a classifier,
-`PoNetForSequenceClassification`; `config.init_from` reads such a folder directly):
-    python -m poolformers_jax.convert --to hf --config configs/ponet_pretrain.py:sso \
-        --source runs/ponet_pretrain --workdir runs/ponet_pretrain_hf
+PoNet back to Hugging Face (model.safetensors + config.json + README.md, the official names;
+the official modeling code loads it with `PoNetForPreTraining.from_pretrained` or, with a
+classifier, `PoNetForSequenceClassification`; `config.init_from` reads such a folder directly):
+    python -m poolformers_jax.convert --to hf --source runs/ponet_pretrain \
+        --workdir runs/ponet_pretrain_hf
+The architecture is the run's own (DIR/config.json; a --config whose model differs is refused
+naming the keys); a run directory exports its best checkpoint, else its latest. An NSP sentence
+head (2 classes) is refused, the official class has a 3-class one: --drop_sentence_head exports
+the rest. The folder records the run, checkpoint, step and commit (config.json
+'poolformers_jax_export', README.md). Call the exported model with `token_type_ids` (ours derives
+them from [SEP], the official code defaults to zeros): docs/results/ponet_transfer.md.
 
 The config names the model (`configs/imagenet.py:hvt_s_1`, ...); every tensor must land on a
 parameter of the same shape and every parameter must be filled, else one line says which names
@@ -41,7 +47,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -211,7 +217,7 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   workdir = os.path.abspath(workdir)
   directory = os.path.join(workdir, checkpoint_lib.LATEST_DIR)
   if os.path.isdir(directory) and os.listdir(directory):
-    raise FileExistsError(f'{directory} already holds checkpoints; pass an empty --workdir.')
+    raise ConversionError(f'{directory} already holds checkpoints; pass an empty --workdir.')
   manager = ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(create=True))
   manager.save(0, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
   manager.wait_until_finished()
@@ -235,18 +241,95 @@ def convert(config, source: str, workdir: str, allow_missing: str = '') -> str:
   return write_checkpoint(config, params, workdir)
 
 
-def export_hf(config, source: str, folder: str) -> str:
-  """Our PoNet checkpoint (a workdir or DIR/checkpoints/<step>) -> a Hugging Face folder
-  (model.safetensors + config.json) that the official modeling code loads; returns the folder."""
+def _checkpoint_of_run(source: str) -> tuple[str, Optional[str], str, Optional[int]]:
+  """(the checkpoint's PyTree directory, the run directory or None, the checkpoint as
+  '<best|checkpoints|averaged>/<step>', its step) of `source`: a workdir (its best checkpoint,
+  else its latest: init_from.checkpoint_dir), DIR/checkpoints/<step> or its state directory."""
+  from poolformers_jax.train import checkpoint as checkpoint_lib, init_from
+  if not os.path.exists(source):
+    raise FileNotFoundError(f'--source {os.path.abspath(source)} not found: pass the --workdir '
+                            'of a train.py run (or DIR/checkpoints/<step>)')
+  try:
+    state_dir = init_from.checkpoint_dir(source)
+  except FileNotFoundError:
+    raise FileNotFoundError(f'--source {os.path.abspath(source)} holds no checkpoint: pass the '
+                            '--workdir of a train.py run (or DIR/checkpoints/<step>)') from None
+  step_dir = os.path.dirname(state_dir) if os.path.basename(state_dir) == 'state' else state_dir
+  kind_dir, step = os.path.dirname(step_dir), os.path.basename(step_dir)
+  kinds = (checkpoint_lib.BEST_DIR, checkpoint_lib.LATEST_DIR, checkpoint_lib.AVERAGED_DIR)
+  run = os.path.dirname(kind_dir) if os.path.basename(kind_dir) in kinds else None
+  return (state_dir, run, f'{os.path.basename(kind_dir)}/{step}',
+          int(step) if step.isdigit() else None)
+
+
+SSO_CLASSES = 3   # the official PoNetForPreTraining's sentence head: Linear(hidden, 3)
+
+
+def _hf_heads(params: dict[str, Any], drop_sentence_head: bool) -> tuple[dict[str, Any], str]:
+  """(the params to export, what the exported heads are): the official PoNetForPreTraining has
+  a 3-class sentence head (SSO), so a 2-class one (NSP) is refused unless dropped."""
+  if 'classifier' in params:
+    labels = params['classifier']['kernel'].shape[1]
+    return params, f'encoder + classifier ({labels} labels): PoNetForSequenceClassification'
+  classes = params['sso_head']['kernel'].shape[1] if 'sso_head' in params else 0
+  if classes and classes != SSO_CLASSES and not drop_sentence_head:
+    raise ConversionError(
+        f"--to hf: this run's sentence head has {classes} classes (NSP) and the official "
+        f'PoNetForPreTraining cannot load it (its head, cls.seq_relationship, has '
+        f'{SSO_CLASSES}: SSO); pass --drop_sentence_head to export the encoder and the MLM head '
+        'without it (the official code then starts a new 3-class head)')
+  if classes and not drop_sentence_head:
+    return params, 'encoder + MLM head + SSO head (3 classes): PoNetForPreTraining'
+  why = ('dropped (--drop_sentence_head)' if classes else 'none in this run (MLM only)')
+  return ({k: v for k, v in params.items() if k != 'sso_head'},
+          f'encoder + MLM head, sentence head {why}: PoNetForPreTraining loads it with a new '
+          '3-class cls.seq_relationship')
+
+
+_HF_README = """# PoNet exported by poolformers_jax
+
+- source run: {run}
+- checkpoint: {checkpoint} (step {step}; a run directory exports its best checkpoint, else its
+  latest); the architecture is the run's own (its config.json)
+- exported by poolformers_jax at commit {commit}
+- heads: {heads}
+
+Load it with the official modeling code (modeling_ponet.py of lxchtan/PoNet),
+`PoNetForPreTraining.from_pretrained(FOLDER)` or `PoNetForSequenceClassification`, and call it
+with `token_type_ids`: poolformers_jax derives them from [SEP] (0 up to and including the first
+[SEP], 1 after), the official code sets them to zeros when they are not given.
+"""
+
+
+def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = False
+              ) -> dict[str, Any]:
+  """Our PoNet checkpoint (a workdir: its best checkpoint, else the latest; or
+  DIR/checkpoints/<step>) -> a Hugging Face folder (model.safetensors + config.json + README.md)
+  that the official modeling code loads. The model is the run's (config None: the run's
+  config.json; a config whose model differs is refused: config_utils.with_run_model). Returns
+  what was written: folder, run, checkpoint, step, commit, heads (also in config.json under
+  'poolformers_jax_export' and in README.md)."""
   from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
-  from poolformers_jax.train import init_from
+  from poolformers_jax.reproduce import git_commit
+  from poolformers_jax.train import config_utils, init_from
+  state_dir, run, checkpoint, step = _checkpoint_of_run(source)
+  if run is not None:
+    config = config_utils.with_run_model(config, run)
+  elif config is None:
+    raise ConversionError(f'--source {source} is not in a run directory (no config.json says '
+                          'what the model is); pass --config')
   if config.model.name not in ponet_convert.MODELS:
     raise ConversionError(f'--to hf: only PoNet models {ponet_convert.MODELS} have a Hugging Face '
-                          f'layout; the config names {config.model.name!r}.')
+                          f'layout; the run trained {config.model.name!r}.')
   if os.path.exists(os.path.join(folder, 'model.safetensors')):
-    raise FileExistsError(f'{folder} already holds model.safetensors; pass an empty --workdir.')
-  params = init_from.read_variables(source)['params']
-  return ponet_convert.save_hf(folder, params, config.model)
+    raise ConversionError(f'{folder} already holds model.safetensors; pass an empty --workdir.')
+  params, heads = _hf_heads(init_from.read_variables(state_dir)['params'], drop_sentence_head)
+  record = {'run': run, 'checkpoint': checkpoint, 'step': step, 'commit': git_commit(),
+            'heads': heads}
+  ponet_convert.save_hf(folder, params, config.model, extra={'poolformers_jax_export': record})
+  with open(os.path.join(folder, 'README.md'), 'w') as f:
+    f.write(_HF_README.format(**record))
+  return {'hf_folder': os.path.abspath(folder), **record}
 
 
 def main(argv):
@@ -254,12 +337,15 @@ def main(argv):
   from poolformers_jax.train import cli
   del argv
   cli.quiet_library_logs()
+  config = cli.config_value(flags.FLAGS['config']) if flags.FLAGS['config'].present else None
   if flags.FLAGS.to == 'hf':
-    path = export_hf(flags.FLAGS['config'].value, flags.FLAGS.source, flags.FLAGS.workdir)
-    print(json.dumps({'hf_folder': path, 'source': os.path.abspath(flags.FLAGS.source)}))
+    print(json.dumps(export_hf(config, flags.FLAGS.source, flags.FLAGS.workdir,
+                               drop_sentence_head=flags.FLAGS.drop_sentence_head)))
     return
-  path = convert(flags.FLAGS['config'].value, flags.FLAGS.source, flags.FLAGS.workdir,
-                 flags.FLAGS.allow_missing)
+  if config is None:
+    raise ValueError('--config is required to convert official weights: it names the model '
+                     '(e.g. --config configs/ponet_pretrain.py:sso)')
+  path = convert(config, flags.FLAGS.source, flags.FLAGS.workdir, flags.FLAGS.allow_missing)
   print(json.dumps({'checkpoint': path, 'source': os.path.abspath(flags.FLAGS.source)}))
 
 
@@ -274,5 +360,8 @@ if __name__ == '__main__':
                     'Hugging Face folder (--workdir) with model.safetensors + config.json')
   flags.DEFINE_string('allow_missing', '', "PoNet: regex of parameters the checkpoint may lack, "
                       "kept as initialised (e.g. '^classifier/'); anything else missing fails")
-  flags.mark_flags_as_required(['config', 'source', 'workdir'])
-  app.run(main)
+  flags.DEFINE_bool('drop_sentence_head', False, "--to hf: export without the run's sentence "
+                    'head (needed for an NSP head: the official class has a 3-class SSO head)')
+  flags.mark_flags_as_required(['source', 'workdir'])
+  from poolformers_jax.train import cli  # pylint: disable=g-import-not-at-top
+  app.run(cli.one_line_errors(main), flags_parser=cli.parse_flags)

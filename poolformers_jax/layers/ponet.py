@@ -160,6 +160,10 @@ class PoNet(nn.Module):
     if self.use_lmp and self.local_window > length:
       raise ValueError(f'{name}: local_window={self.local_window} is larger than the input length '
                        f'{length}; use a smaller window or a longer input.')
+    if self.use_smp and segment_ids is None and self.segment_num > length:
+      raise ValueError(f'{name}: segment_num={self.segment_num} is larger than the input length '
+                       f'{length} (SMP would pool single tokens); use at most {length} segments '
+                       '(the paper: ListOps 64 of 2000 tokens).')
     for arg, value in (('segment_ids', segment_ids), ('boundary_mask', boundary_mask)):
       if value is not None and tuple(value.shape) != tuple(x.shape[:2]):
         raise ValueError(f'{name}: {arg} shape {tuple(value.shape)} does not match input '

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 from flax import traverse_util
@@ -292,11 +292,13 @@ def hf_config(params: dict[str, Any], model_config_dict) -> dict[str, Any]:
   return config
 
 
-def save_hf(folder: str, params: dict[str, Any], model_config_dict) -> str:
+def save_hf(folder: str, params: dict[str, Any], model_config_dict,
+            extra: Optional[dict[str, Any]] = None) -> str:
   """Writes FOLDER/model.safetensors + config.json, which the official modeling code loads
-  (`PoNetForPreTraining.from_pretrained(FOLDER)`) and `config.init_from=FOLDER` reads back."""
+  (`PoNetForPreTraining.from_pretrained(FOLDER)`) and `config.init_from=FOLDER` reads back.
+  `extra`: more config.json keys (the official config keeps unknown keys as attributes)."""
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-  config = hf_config(params, model_config_dict)
+  config = {**hf_config(params, model_config_dict), **(extra or {})}
   os.makedirs(folder, exist_ok=True)
   save_file(to_state_dict(params), os.path.join(folder, 'model.safetensors'),
             metadata={'format': 'pt'})
@@ -343,6 +345,11 @@ def config_and_params(config, source: str, allow_missing: str = ''):
   they keep the model's initialisation (seed config.seed).
   """
   import jax  # pylint: disable=g-import-not-at-top
+  if not os.path.exists(source):
+    raise FileNotFoundError(f'--source {os.path.abspath(source)} not found: pass the '
+                            'chtan/ponet-base-uncased folder (config.json + model.safetensors), '
+                            'e.g. `huggingface-cli download chtan/ponet-base-uncased --local-dir '
+                            f'{source}`')
   folder = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
   if config.model.name not in MODELS:
     raise ValueError(f'model {config.model.name!r}: PoNet checkpoints convert into {MODELS}.')

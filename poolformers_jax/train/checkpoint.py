@@ -201,10 +201,11 @@ class Checkpointer:
     integrity.verify_leaves(record, restored['state'])
     return restored['state']
 
-  def _reject(self, manager: ocp.CheckpointManager, step: int) -> str:
-    """Moves a damaged step to DIR/rejected/<checkpoints|best>-<step> (kept for inspection)."""
+  def _reject(self, manager: ocp.CheckpointManager, step: int, why: Optional[str] = None) -> str:
+    """Moves a damaged step to DIR/rejected/<checkpoints|best>-<step> (kept for inspection);
+    `why` replaces the manager's name (DIR/rejected/diverged-checkpoints-<step>)."""
     target = os.path.join(self.workdir, REJECTED_DIR,
-                          f'{os.path.basename(str(manager.directory))}-{step}')
+                          f'{why or os.path.basename(str(manager.directory))}-{step}')
     _sync('reject_before')
     if jax.process_index() == 0:
       os.makedirs(os.path.dirname(target), exist_ok=True)
@@ -216,6 +217,20 @@ class Checkpointer:
     _sync('reject_after')
     manager.reload()
     return target
+
+  def reject_unconfirmed(self, first_bad_step: int) -> list[int]:
+    """A checkpoint is good once the step after it was finite: on a non-finite step
+    `first_bad_step`, the latest and best checkpoints from step `first_bad_step - 1` on (finite,
+    but possibly exploded: the update before a NaN step is often ~1e29) are moved to
+    DIR/rejected/diverged-<checkpoints|best>-<step>, so that neither the error, a resume nor
+    `--checkpoint best` uses them. Returns their steps."""
+    self.wait()   # a save of one of them may still be in flight
+    steps = set()
+    for manager in (self.latest, self.best):
+      for step in sorted(s for s in manager.all_steps() if s >= first_bad_step - 1):
+        self._reject(manager, step, why=f'diverged-{os.path.basename(str(manager.directory))}')
+        steps.add(step)
+    return sorted(steps)
 
   def _rejected_before(self) -> list[str]:
     root = os.path.join(self.workdir, REJECTED_DIR)
@@ -305,6 +320,12 @@ class Checkpointer:
       raise CheckpointError(
           f'checkpoint {self._step_dir(manager, step)} is damaged ({reason}); evaluate another '
           f'one (--checkpoint latest, best or a step of {kept})') from None
+
+
+def holds_checkpoints(workdir: str) -> bool:
+  """Whether DIR/checkpoints has a step directory: a run that train.py resumes."""
+  directory = os.path.join(workdir, LATEST_DIR)
+  return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
 
 
 def restore_for_reading(workdir: str, config, which: str, abstract_state: Any) -> tuple[Any, int]:

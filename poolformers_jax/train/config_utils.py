@@ -1,9 +1,10 @@
 """Config helpers: close-key suggestions for misspelled keys, overrides, completion from data, JSON.
 
 ml_collections locks the configs, but its error for an unknown key is a traceback without a hint;
-here an unknown key fails with one line listing the closest valid keys (difflib): that, and
-filling model sizes from the dataset, is all this file adds to ConfigDict (which does the updates
-and the JSON).
+here an unknown key fails with one line listing the closest valid keys (difflib): that,
+filling model sizes from the dataset and the one rule of commands that read a run directory (its
+model is the run's own: `with_run_model`) is all this file adds to ConfigDict (which does the
+updates and the JSON).
 """
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import copy
 import difflib
 import json
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
+from flax import traverse_util
 import ml_collections
 
 from poolformers_jax.errors import ConfigKeyError
@@ -119,6 +121,58 @@ def load_saved_config(workdir: str) -> ml_collections.ConfigDict:
     config = ml_collections.ConfigDict(json.load(f))
   config.lock()
   return config
+
+
+class ModelMismatch(ValueError):
+  """A --config whose model is not the one of the run it reads (one line names the keys)."""
+
+
+def _flat_model(model: Any) -> dict[str, Any]:
+  """config.model as {dotted key: JSON value} (tuples as lists, as the run's config.json)."""
+  as_json = json.loads(to_json(model)) if isinstance(model, ml_collections.ConfigDict) else model
+  return traverse_util.flatten_dict(as_json, sep='.')
+
+
+def model_differences(given: Any, run: Any) -> list[str]:
+  """'model.<key> <given> (run: <value>)' for every key where a --config's model differs from a
+  run's. A key the --config leaves unset (None: filled from the data) takes the run's value;
+  dropout rates (`*_rate`) only act in training and may differ."""
+  ours, theirs = _flat_model(given), _flat_model(run)
+  absent = object()
+  text = lambda v: 'absent' if v is absent else json.dumps(v)
+  out = []
+  for key in sorted(set(ours) | set(theirs)):
+    mine, saved = ours.get(key, absent), theirs.get(key, absent)
+    if mine is None or key.endswith('_rate') or mine == saved:
+      continue
+    out.append(f'model.{key} {text(mine)} (run: {text(saved)})')
+  return out
+
+
+def with_run_model(config: Optional[ml_collections.ConfigDict], workdir: str, *,
+                   todo: str = 'leave --config out (the run\'s own config is used) or give the '
+                   'config it was trained with') -> ml_collections.ConfigDict:
+  """THE rule of every command that reads a run directory (eval.py, convert --to hf, average, a
+  resumed train.py / reproduce run; translate takes the run's config whole): the model is the
+  run's, DIR/config.json.
+  `config` None -> the run's config; a `config` whose model differs -> ModelMismatch naming
+  every differing key in one line; else `config` with its unset model keys filled from the run.
+  A directory without config.json (not a train.py / convert run) leaves `config` as it is."""
+  if not os.path.exists(os.path.join(workdir, 'config.json')):
+    if config is None:
+      load_saved_config(workdir)   # raises: nothing says what the model is
+    return config
+  run = load_saved_config(workdir)
+  if config is None:
+    return run
+  differences = model_differences(config.model, run.model)
+  if differences:
+    raise ModelMismatch(f'--config describes another model than the run in {workdir} (its '
+                        f'config.json): {", ".join(differences)}; {todo}')
+  given = _flat_model(config.model)
+  unset = {f'model.{k}': v for k, v in _flat_model(run.model).items() if k in given
+           and given[k] is None}
+  return override(config, **unset) if unset else config
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: str) -> str:

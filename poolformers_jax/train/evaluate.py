@@ -134,25 +134,26 @@ def record_name(split: str, changes: dict[str, Any]) -> str:
   return f'{split}.data-{digest}'
 
 
-def evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
              checkpoint: Union[str, int] = 'best', split: str = 'test',
              batch_size: Optional[int] = None) -> dict[str, Any]:
   """Restores `checkpoint` ('best' | 'latest' | 'averaged' | step) from `workdir` and evaluates
-  on `split`.
+  on `split`. The model is the run's (config_utils.with_run_model): `config` None evaluates
+  with the run's own config.json; a `config` whose model differs is refused.
 
   Returns the metrics (plus 'step', 'checkpoint' and 'split') and writes them to
   DIR/eval/<split>.json (translation: the hypotheses to DIR/eval/<split>.hyp.txt). With data
   settings other than the run's (another test file, say), the record is
   DIR/eval/<split>.data-<hash>.json with those settings in 'data_changes'.
   """
-  setup = make_setup(config)
+  setup = make_setup(config_utils.with_run_model(config, workdir))
   validate.check_eval_batch_size(batch_size, setup.mesh)
   data.base.check_split(split)
   if not os.path.isdir(os.path.join(workdir, checkpoint_lib.LATEST_DIR)):
     raise checkpoint_lib.CheckpointError(f'{workdir} holds no training run (no '
                                          f'{checkpoint_lib.LATEST_DIR}/); pass the --workdir of '
                                          'a train.py run')
-  state, step = checkpoint_lib.restore_for_reading(workdir, config, checkpoint,
+  state, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
                                                    setup.abstract_state)
   changes = data_changes(setup.config, workdir)
   name = record_name(split, changes)

@@ -7,8 +7,10 @@ Validation every `eval_every_steps` (the best checkpoint is kept) on the whole s
 `eval_num_batches` > 0 on that many batches of an endless reshuffled validation stream whose
 position is checkpointed with the train iterator's (the LRA reference protocol), checkpoints every
 `checkpoint_every_steps` and at the end, automatic resume from the latest checkpoint of DIR,
-SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step without saving, and
-at the end the best checkpoint is evaluated on test.
+SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step without saving (a
+checkpoint counts as good once the step after it was finite: checkpoint.reject_unconfirmed), and
+at the end the best checkpoint is evaluated on test. `num_train_steps=0` (a fresh run, e.g. from
+`init_from`): the initial state is evaluated on validation, saved as step 0 and tested.
 """
 from __future__ import annotations
 
@@ -106,9 +108,15 @@ def _non_finite_error(acc: dict[str, Any], checkpointer, resumed_from: Optional[
   step, loss = int(acc['first_bad_step']), float(acc['bad_loss'])
   what = (f'training loss is {loss} at step {step}' if not np.isfinite(loss) else
           f'the update of step {step} is not finite (loss {loss:.4g})')
+  unconfirmed = checkpointer.reject_unconfirmed(step)
   last = checkpointer.latest_step()
   good = (f'the last good checkpoint is step {last} in {checkpointer.latest.directory}'
-          if last is not None else 'no checkpoint was saved before it')
+          if last is not None else 'no checkpoint was saved before it' if not unconfirmed
+          else 'no good checkpoint is kept')
+  if unconfirmed:
+    good += (f' (checkpoint {", ".join(map(str, unconfirmed))}, saved right before the step '
+             'that diverged, is not confirmed by a finite step after it: moved to '
+             f'{os.path.join(checkpointer.workdir, checkpoint_lib.REJECTED_DIR)})')
   resumed = (f', or the checkpoint of step {resumed_from} this run resumed from'
              if resumed_from else '')
   return NonFiniteLossError(
@@ -151,6 +159,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   stopping with CheckpointError.
   """
   sharding.maybe_initialize_distributed()
+  if checkpoint_lib.holds_checkpoints(workdir):   # a resume continues the run's own model
+    config = config_utils.with_run_model(config, workdir, todo='resume with the config the run '
+                                         'was trained with, or train this one in another --workdir')
   setup = make_setup(config)          # every config / data check; raises before compiling
   config = setup.config
   total_steps = int(config.num_train_steps)
@@ -202,6 +213,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                    memory['total'] / 2**20)
       acc = compiled.new_accumulator(setup.mesh)
       batch = next_batch()
+    elif total_steps == 0 and resumed is None:   # nothing to train (init_from, then evaluate):
+      validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)
+      writer.write(step, 'validation', validation)  # step 0 becomes the run's best and latest
+      checkpointer.save_best(step, state, validation)   # checkpoint, which eval.py reads too
+      checkpointer.save_latest(step, state, train_iter)
     window_start = time.time()
 
     def check_finite(fetched=None):

@@ -4,6 +4,11 @@
 or compiled; `check_eval_batch_size` for eval.py's --batch_size. Each failure is a ConfigError
 (a ValueError) whose message is one line, `<what is wrong>; <what to do>`, which train.py /
 eval.py print as `error: ...` with exit code 2.
+Settings a mixer can only judge against the sequence length (PoNet's segment_num and
+local_window, AdaMRA's compression rates, (M)SAC's windows) are checked by the layer itself,
+with the same kind of line, when `make_setup` traces the model's abstract state right after
+`check_config`: still before anything compiles. (ContextPool's window_size is not: a window
+longer than the input is the whole input, and the decoder calls it at every length.)
 """
 from __future__ import annotations
 
@@ -56,9 +61,16 @@ _SIZES = ('dim', 'num_heads', 'num_layers', 'depth', 'patch_size', 'vocab_size',
           'num_classes', 'image_size')
 
 
+# Compute dtypes a model takes (config.model.dtype; parameters stay float32).
+DTYPES = ('float32', 'bfloat16', 'float16')
+
+
 def _check_model(model: ml_collections.ConfigDict, info) -> None:
   for key, value in model.items():
-    if _is_int(value):       # sizes and counts; some counts may be 0 (ViT num_stages)
+    if key == 'dtype':
+      _require(value is None or value in DTYPES, f'config.model.dtype={value!r} is not a '
+               'compute dtype of these models', f'choose one of {", ".join(DTYPES)}')
+    elif _is_int(value):       # sizes and counts; some counts may be 0 (ViT num_stages)
       least = 1 if key in _SIZES or key.endswith('_dim') else 0
       _require(value >= least, f'config.model.{key}={value} must be {">= 0" if least == 0 else "positive"}',
                f'set --config.model.{key} to {least} or more')

@@ -9,6 +9,7 @@ command regenerates the three committed files byte for byte."""
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import flax
@@ -207,7 +208,7 @@ def test_hf_round_trip_ours_to_hf_to_ours(ported, tmp_path):
   out = model.apply({'params': back}, jnp.asarray(io['input_ids'], jnp.int32),
                     token_type_ids=jnp.asarray(io['token_type_ids'], jnp.int32))
   np.testing.assert_allclose(np.asarray(out['sso_logits']), io['derived_sso_logits'], atol=1e-4)
-  with pytest.raises(FileExistsError, match='already holds model.safetensors'):
+  with pytest.raises(convert.ConversionError, match='already holds model.safetensors'):
     convert.export_hf(_pretrain_config(), str(tmp_path / 'run'), str(hf))
 
 
@@ -274,3 +275,126 @@ def test_pytorch_model_bin_read_without_torch(ported, tmp_path):
   with pytest.raises(pickle.UnpicklingError, match='not a tensor of a known type'):
     ponet_convert.read_torch_zip(str(evil))
   assert 'torch' not in sys.modules
+
+
+def _run_of(tmp_path, state, name='run', **overrides):
+  """`state` (official names) as a chtan/ponet-base-uncased folder, converted into a run
+  directory (DIR/checkpoints/0 + config.json: what train.py leaves) of the tiny config."""
+  folder = tmp_path / f'{name}_source'
+  folder.mkdir()
+  save_file(state, str(folder / 'model.safetensors'))
+  shutil.copy(os.path.join(FIXTURES, 'ponet_tiny_config.json'), folder / 'config.json')
+  convert.convert(config_utils.override(_pretrain_config(), **overrides), str(folder),
+                  str(tmp_path / name))
+  return str(tmp_path / name)
+
+
+def test_export_takes_the_runs_model_and_records_where_it_came_from(ported, tmp_path):
+  """`--to hf` writes the run's architecture (2 heads), never --config's: the documented
+  `ponet_pretrain.py:sso` (12 heads, width 768) is refused in one line naming every differing
+  key and writes nothing. The folder says which run, checkpoint, step and commit it holds."""
+  _, _, state = ported
+  run = _run_of(tmp_path, state)
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(FIXTURES)), 'configs'))
+  import ponet_pretrain  # pylint: disable=g-import-not-at-top
+  with pytest.raises(config_utils.ModelMismatch) as error:
+    convert.export_hf(ponet_pretrain.get_config('sso'), run, str(tmp_path / 'hf'))
+  assert ('model.emb_dim 768 (run: 8), model.mlp_dim 3072 (run: 16), model.num_heads 12 (run: 2), '
+          'model.num_layers 12 (run: 2); ') in str(error.value) and '\n' not in str(error.value)
+  assert not os.path.exists(tmp_path / 'hf')
+  written = convert.export_hf(None, run, str(tmp_path / 'hf'))
+  with open(tmp_path / 'hf' / 'config.json') as f:
+    config = json.load(f)
+  with open(os.path.join(FIXTURES, 'ponet_tiny_config.json')) as f:
+    official = json.load(f)
+  assert {k: config[k] for k in official} == official     # the official sizes: 2 heads
+  assert config['num_attention_heads'] == 2 and config['architectures'] == ['PoNetForPreTraining']
+  commit = subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], capture_output=True, text=True,
+                          cwd=FIXTURES).stdout.strip()
+  record = {'run': run, 'checkpoint': 'checkpoints/0', 'step': 0}
+  assert {k: written[k] for k in record} == record
+  assert config['poolformers_jax_export'] == {k: v for k, v in written.items() if k != 'hf_folder'}
+  assert written['commit'].startswith(commit) and len(commit) >= 7
+  readme = (tmp_path / 'hf' / 'README.md').read_text()
+  assert f'source run: {run}' in readme and 'token_type_ids' in readme and commit in readme
+  exported = load_file(str(tmp_path / 'hf' / 'model.safetensors'))
+  assert sorted(exported) == sorted(state)
+
+
+def test_nsp_head_is_refused_unless_dropped_mlm_only_exports_without_one(ported, tmp_path):
+  """The official PoNetForPreTraining's sentence head has 3 classes: a run with a 2-class (NSP)
+  head is refused in one line and nothing is written; --drop_sentence_head exports every other
+  tensor exactly, and says so. An MLM-only run exports without a head, and says so."""
+  _, _, state = ported
+  nsp = {k: v for k, v in state.items() if not k.startswith('cls.seq_relationship')}
+  rng = np.random.default_rng(0)
+  nsp['cls.seq_relationship.weight'] = rng.normal(size=(2, 8)).astype(np.float32)
+  nsp['cls.seq_relationship.bias'] = rng.normal(size=(2,)).astype(np.float32)
+  run = _run_of(tmp_path, nsp)
+  assert init_from.read_variables(run)['params']['sso_head']['kernel'].shape == (8, 2)
+  with pytest.raises(convert.ConversionError, match=r"this run's sentence head has 2 classes "
+                     r'\(NSP\) and the official PoNetForPreTraining cannot load it .* pass '
+                     r'--drop_sentence_head') as error:
+    convert.export_hf(None, run, str(tmp_path / 'hf'))
+  assert '\n' not in str(error.value) and not os.path.exists(tmp_path / 'hf')
+  written = convert.export_hf(None, run, str(tmp_path / 'hf'), drop_sentence_head=True)
+  assert written['heads'].startswith('encoder + MLM head, sentence head dropped')
+  exported = load_file(str(tmp_path / 'hf' / 'model.safetensors'))
+  kept = {k: v for k, v in state.items() if not k.startswith('cls.seq_relationship')}
+  assert sorted(exported) == sorted(kept)
+  for name, value in kept.items():
+    np.testing.assert_array_equal(exported[name], value, err_msg=name)
+  assert 'sentence head dropped' in (tmp_path / 'hf' / 'README.md').read_text()
+  (tmp_path / 'mlm').mkdir()
+  mlm_run = _run_of(tmp_path / 'mlm', kept, **{'model.sentence_classes': 0})
+  written = convert.export_hf(None, mlm_run, str(tmp_path / 'hf_mlm'))
+  assert written['heads'].startswith('encoder + MLM head, sentence head none in this run')
+  assert sorted(load_file(str(tmp_path / 'hf_mlm' / 'model.safetensors'))) == sorted(kept)
+
+
+def _command(*args):
+  """`python *args` in the repository (CPU), as a user runs it."""
+  repo = os.path.dirname(os.path.dirname(FIXTURES))
+  return subprocess.run([sys.executable, *args], cwd=repo, capture_output=True, text=True,
+                        timeout=300, env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': repo})
+
+
+def test_a_second_architecture_word_is_refused_on_the_command_line(ported, tmp_path):
+  """A run exported with its own architecture word, then read again with another (`small`):
+  one `error:` line naming the differing keys, exit 2; eval.py refuses it the same way."""
+  _, _, state = ported
+  run = _run_of(tmp_path, state)
+  sizes = ['--config.model.emb_dim=8', '--config.model.mlp_dim=16']
+  ok = _command('-m', 'poolformers_jax.convert', '--to', 'hf', '--config',
+               'configs/ponet_pretrain.py:sso,tiny', *sizes, '--source', run, '--workdir',
+               str(tmp_path / 'hf'))
+  assert ok.returncode == 0, ok.stderr[-2000:]
+  assert json.loads(ok.stdout.strip().splitlines()[-1])['run'] == run
+  keys = ('model.emb_dim 256 (run: 8), model.mlp_dim 1024 (run: 16), model.num_heads 4 (run: 2), '
+          'model.num_layers 4 (run: 2)')
+  for args in (['-m', 'poolformers_jax.convert', '--to', 'hf', '--source', run, '--workdir',
+                str(tmp_path / 'hf2')], ['eval.py', '--workdir', run]):
+    refused = _command(*args, '--config', 'configs/ponet_pretrain.py:sso,small')
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and lines[-1].startswith('error: --config describes another '
+                                                            f'model than the run in {run}')
+    assert keys in lines[-1] and 'Traceback' not in refused.stderr, refused.stderr[-2000:]
+  assert not os.path.exists(tmp_path / 'hf2')
+
+
+def test_convert_missing_sources_fail_in_one_line(tmp_path):
+  """A missing .safetensors and a missing PoNet folder: one `error:` line naming the path given
+  (not its parent's config.json), exit 2, no traceback."""
+  repo = os.path.dirname(os.path.dirname(FIXTURES))
+  for config, source, expected in (
+      ('configs/imagenet.py:deit_ti', 'missing.safetensors',
+       f'error: {repo}/missing.safetensors not found: pass --source a .safetensors or .pth '
+       'checkpoint.'),
+      ('configs/ponet_pretrain.py:sso', 'ponet-base-uncased',
+       f'error: --source {repo}/ponet-base-uncased not found: pass the chtan/ponet-base-uncased '
+       'folder')):
+    failed = _command('-m', 'poolformers_jax.convert', '--config', config, '--source', source,
+                     '--workdir', str(tmp_path / 'out'))
+    lines = [line for line in failed.stderr.splitlines() if line.strip()]
+    assert failed.returncode == 2 and lines[-1].startswith(expected), failed.stderr[-2000:]
+    assert 'Traceback' not in failed.stderr

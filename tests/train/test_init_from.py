@@ -10,7 +10,7 @@ from flax.traverse_util import flatten_dict
 
 from tiny_runs import tiny_config
 from poolformers_jax.models.vit import VisionTransformer
-from poolformers_jax.train import init_from, train_and_evaluate
+from poolformers_jax.train import evaluate, init_from, train_and_evaluate
 
 # torch 2.13 `F.interpolate(g[None, None], size=..., mode='bicubic', align_corners=False)`, float64
 # (the call in DeiT's main.py), computed once; torch is not needed to run this file.
@@ -119,10 +119,19 @@ def test_missing_head_refused_unless_allowed_unmatched_shape_one_line_and_1d_rul
 
 
 def test_loop_takes_parameters_only_from_a_workdir(data_dir, tmp_path):
+  """init_from with num_train_steps=0 (load, then evaluate): the parameters of the source run,
+  a fresh optimizer, and a test result equal to evaluating the source's checkpoint; the new
+  workdir holds that state as step 0, which eval.py reads."""
   source = train_and_evaluate(tiny_config(data_dir, final_test=False), str(tmp_path / 'a'))
-  config = tiny_config(data_dir, num_train_steps=0, final_test=False,
-                       init_from=str(tmp_path / 'a'))
+  config = tiny_config(data_dir, num_train_steps=0, init_from=str(tmp_path / 'a'))
   result = train_and_evaluate(config, str(tmp_path / 'b'))
+  expected = evaluate(None, str(tmp_path / 'a'), checkpoint='best', split='test')
+  assert result.status == 'finished' and result.step == 0 and expected['step'] == 3
+  assert {k: result.test[k] for k in ('loss', 'accuracy', 'count', 'step')} == {
+      'loss': expected['loss'], 'accuracy': expected['accuracy'], 'count': 20, 'step': 0}
+  again = evaluate(None, str(tmp_path / 'b'), checkpoint='latest', split='test')
+  assert (again['loss'], again['step']) == (expected['loss'], 0)
+  assert result.validation['count'] == 20
   jax.tree.map(lambda a, b: np.testing.assert_array_equal(np.asarray(a), np.asarray(b)),
                result.state.params, source.state.params)
   assert int(result.state.step) == 0                      # fresh step ...

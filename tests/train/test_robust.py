@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from tiny_runs import REPO, tiny_config, tiny_overrides
-from poolformers_jax import data
+from poolformers_jax import average, data
 from poolformers_jax.train import NonFiniteLossError, evaluate, loop, train_and_evaluate
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, integrity
+from poolformers_jax.train import config_utils, init_from, integrity
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.metrics import read_metrics
 from poolformers_jax.train.setup import make_setup
@@ -185,6 +185,33 @@ def test_checkpoint_of_another_model_fails_naming_the_parameter_and_shapes(run):
   assert sorted(os.listdir(os.path.join(workdir, 'checkpoints'))) == ['2', '4']   # not rejected
 
 
+def test_commands_that_read_a_run_take_its_model_and_refuse_another(run):
+  """The one rule (config_utils.with_run_model): 4 heads instead of 2 leaves every parameter
+  shape as it is (the integrity check cannot see it); eval, average and a resume refuse it in
+  one line naming the keys and touch nothing. Without a config eval uses the run's own, with the
+  same metrics; a dropout rate (training only) may differ."""
+  config, workdir, _ = run
+  other = config_utils.override(config, **{'model.num_heads': 4, 'model.pooling': 'mean_padded'})
+  before = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'config.json')).read()
+  attempts = (lambda: evaluate(other, workdir, checkpoint='latest', split='validation'),
+              lambda: average.average_checkpoints(workdir, config=other),
+              lambda: train_and_evaluate(config_utils.override(other, num_train_steps=6), workdir))
+  for attempt in attempts:
+    with pytest.raises(config_utils.ModelMismatch) as error:
+      attempt()
+    message = str(error.value)
+    assert message.startswith(f'--config describes another model than the run in {workdir} (its '
+                              'config.json): model.num_heads 4 (run: 2), model.pooling '
+                              '"mean_padded" (run: "mean"); '), message
+    assert '\n' not in message
+  assert (sorted(os.listdir(workdir)), open(os.path.join(workdir, 'config.json')).read()) == before
+  own = evaluate(config, workdir, checkpoint='latest', split='validation')
+  assert evaluate(None, workdir, checkpoint='latest', split='validation') == own
+  dropout = config_utils.override(config, **{'model.dropout_rate': 0.5})
+  assert evaluate(dropout, workdir, checkpoint='latest', split='validation') == own
+  assert own['count'] == 20 and own['step'] == 4
+
+
 def test_eval_of_a_damaged_best_checkpoint_names_the_file_in_one_line(run, data_dir):
   config, workdir, _ = run
   (best,) = os.listdir(os.path.join(workdir, 'best'))
@@ -275,6 +302,44 @@ def test_fresh_run_that_diverges_names_the_step_and_that_nothing_was_saved(data_
   assert 'at step 2: stopped without saving anything after step 1; no checkpoint was saved' in message
   assert 'None' not in message and 'the data' in message and '\n' not in message
   assert not os.listdir(tmp_path / 'checkpoints')
+
+
+def test_divergence_never_names_an_exploded_checkpoint_and_resume_replays_it_exactly(
+    data_dir, tmp_path):
+  """Warmup from lr 0 to 1e30: step 1 leaves the parameters as they were (~1), step 2 makes them
+  finite but ~1e29, step 3 is NaN: the issue's steps 40 / 41 / 42. Checkpoint 2 (latest and best)
+  is finite but not good; it is moved aside, the error names checkpoint 1, which evaluates to a
+  finite loss. A resume (same config) replays step 2 bit for bit and stops the same way."""
+  config = tiny_config(data_dir, num_train_steps=6, checkpoint_every_steps=1, eval_every_steps=1,
+                       log_every_steps=100, num_devices=1, final_test=False,
+                       **{**DIVERGING, 'optimizer.warmup_steps': 10})
+  messages = []
+  for _ in range(2):
+    with pytest.raises(NonFiniteLossError) as error:
+      train_and_evaluate(config, str(tmp_path))
+    messages.append(str(error.value))
+  assert messages[0].split('. Causes')[0] == messages[1].split('. Causes')[0]
+  assert 'the checkpoint of step 1 this run resumed from' in messages[1] and '\n' not in messages[1]
+  assert ('training loss is nan at step 3: stopped without saving anything after step 2; the last '
+          f'good checkpoint is step 1 in {tmp_path}/checkpoints (checkpoint 2, saved right before '
+          'the step that diverged, is not confirmed by a finite step after it: moved to '
+          f'{tmp_path}/rejected)') in messages[0]
+  assert sorted(os.listdir(tmp_path / 'checkpoints')) == ['1']
+  rejected = sorted(os.listdir(tmp_path / 'rejected'))
+  assert [n for n in rejected if 'checkpoints' in n] == ['diverged-checkpoints-2',
+                                                         'diverged-checkpoints-2.1']
+  # The exploded step 2 validated *better* (accuracy 0.2 against 0.1, loss NaN): it was the best
+  # checkpoint, which eval.py --checkpoint best would have read; it is moved aside as well.
+  assert 'diverged-best-2' in rejected and os.listdir(tmp_path / 'best') == []
+  largest = lambda path: max(float(np.abs(x).max()) for x in
+                             jax.tree.leaves(init_from.read_variables(str(path))['params']))
+  assert largest(tmp_path / 'checkpoints' / '1') < 10 and largest(
+      tmp_path / 'rejected' / 'diverged-checkpoints-2') > 1e20
+  first, replayed = (init_from.read_variables(str(tmp_path / 'rejected' / name))['params']
+                     for name in ('diverged-checkpoints-2', 'diverged-checkpoints-2.1'))
+  jax.tree.map(np.testing.assert_array_equal, first, replayed)
+  named = evaluate(None, str(tmp_path), checkpoint='latest', split='validation')
+  assert named['step'] == 1 and np.isfinite(named['loss']) and named['loss'] < 10
 
 
 # -- the hot path -------------------------------------------------------------------------------
