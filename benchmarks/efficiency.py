@@ -33,6 +33,11 @@ ratio to softmax/explicit) to --output_dir. `--quick` is the smoke test the test
 
 Mode `layer`: the older per-mixer measurement (one mixer layer, forward+backward, no optimizer).
 
+`--topology v5e:2x2` (needs libtpu): nothing runs; the same training steps are compiled for that
+TPU slice, `--batch` examples per chip, and each point reports XLA:TPU's memory per chip, flops
+and bytes per chip and the roofline step time of poolformers_jax/train/accelerators.py, with
+ratios to softmax/xla and to the bound: efficiency_tpu.{json,md} (docs/accelerators.md).
+
 `--xla_cpu_experimental_ynn_fusion_type=-reduce` is added to XLA_FLAGS before jax is imported,
 otherwise XLA:CPU does not count the scratch of its fused softmax attention (docs/efficiency.md).
 
@@ -95,6 +100,8 @@ flags.DEFINE_string('point', None, 'Internal: measure ENTRY@LENGTH alone and pri
 flags.DEFINE_bool('quick', False, 'Smoke test: softmax/explicit and none (unless '
                   '--mixers), length 32 (+64 for the linear-memory ones), batch 2, one '
                   'repeat; every field is still written.')
+flags.DEFINE_string('topology', None, 'Compile every point for this TPU slice (e.g. v5e:2x2) '
+                    'and report its cost model instead of timing on this machine.')
 flags.DEFINE_integer('num_heads', 2, 'layer mode: heads.')
 flags.DEFINE_integer('dim', 64, 'layer mode: width.')
 flags.DEFINE_float('max_temp_gb', 4.0, 'layer mode: skip timing above this scratch memory.')
@@ -517,12 +524,70 @@ def run_layer() -> None:
 
 
 @errors.one_line_errors
+def run_topology(argv_command: str) -> None:
+  """Every entry x length compiled for --topology: per-chip memory, cost and roofline time."""
+  from poolformers_jax.train import accelerators  # pylint: disable=g-import-not-at-top
+  chip = accelerators.chip_of(FLAGS.topology)
+  entries = FLAGS.mixers or ['softmax/xla'] + [m for m in MIXERS if m not in ('softmax', 'none')] + ['none']
+  results: dict = {e: {} for e in entries}
+  chips = accelerators.topology_mesh(FLAGS.topology).devices.size
+  for length in [int(n) for n in FLAGS.lengths]:
+    for entry in entries:
+      # --batch is per chip here: the global batch is batch x chips.
+      config = lra_text_config(entry, length, FLAGS.batch * chips, FLAGS.dtype)
+      try:
+        setup, train, _ = accelerators.compile_for_topology(config, FLAGS.topology)
+        report = accelerators.program_report(train, chip, setup.mesh.devices.size)
+        point = {'status': 'ok', 'memory_bytes': report['memory']['total'],
+                 'fits': report['fits'], 'flops': report['flops'],
+                 'bytes_accessed': report['bytes_accessed'],
+                 'step_ms': report['roofline']['seconds'] * 1e3,
+                 'bound': report['roofline']['bound'], 'xla_ms': report['xla_seconds'] * 1e3}
+      except Exception as error:  # pylint: disable=broad-except  # record it and go on
+        point = {'status': f'error: {type(error).__name__}: {str(error).splitlines()[0][:200]}'}
+      results[entry][str(length)] = point
+      print(f'{entry:18s} L={length:6d} {point["status"]} {point.get("step_ms")} ms '
+            f'{point.get("memory_bytes")} B', flush=True)
+  for per_length in results.values():   # ratios to softmax/xla and to the no-mixing bound
+    for length, point in per_length.items():
+      for ref_name, suffix in (('softmax/xla', 'softmax'), ('none', 'lower_bound')):
+        ref = results.get(ref_name, {}).get(length, {})
+        for key, name in (('step_ms', 'time'), ('memory_bytes', 'memory')):
+          if point.get(key) and ref.get(key):
+            point[f'{name}_vs_{suffix}'] = point[key] / ref[key]
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
+  setup = dict(mode='topology', topology=FLAGS.topology, batch_per_chip=FLAGS.batch,
+               dtype=FLAGS.dtype, lengths=[int(n) for n in FLAGS.lengths], command=argv_command,
+               chip=chip.device_kind)
+  with open(os.path.join(FLAGS.output_dir, 'efficiency_tpu.json'), 'w') as f:
+    json.dump({'setup': setup, 'results': results}, f, indent=2)
+  lengths = setup['lengths']
+  lines = [f'Roofline step ms per chip ({FLAGS.topology}, {FLAGS.batch} per chip, {FLAGS.dtype}); '
+           '(x softmax/xla, x bound); MiB per chip', '',
+           '| entry | ' + ' | '.join(f'L={n}' for n in lengths) + ' |',
+           '|---' * (len(lengths) + 1) + '|']
+  for entry, per_length in results.items():
+    cells = []
+    for n in lengths:
+      p = per_length.get(str(n), {})
+      cells.append(p['status'] if p.get('status') != 'ok' else
+                   f"{p['step_ms']:.2f} ({p.get('time_vs_softmax', float('nan')):.2f}x, "
+                   f"{p.get('time_vs_lower_bound', float('nan')):.2f}x); "
+                   f"{p['memory_bytes'] / 2**20:.0f}")
+    lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
+  with open(os.path.join(FLAGS.output_dir, 'efficiency_tpu.md'), 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  print(f'wrote {FLAGS.output_dir}/efficiency_tpu.*', flush=True)
+
+
 def main(argv):
   del argv
   host_memory.keep_freed_memory()   # the allocator train.py runs with (every point process too)
   if not (FLAGS.output_dir or FLAGS.point):
     raise ValueError('--output_dir is required: the folder the results are written to')
-  if FLAGS.mode == 'layer':
+  if FLAGS.topology:
+    run_topology(' '.join(['benchmarks/efficiency.py'] + sys.argv[1:]))
+  elif FLAGS.mode == 'layer':
     run_layer()
   else:
     run_train(' '.join(['benchmarks/efficiency.py'] + sys.argv[1:]))

@@ -21,8 +21,13 @@ V5E = accelerators.CHIPS['v5e']
 # Every registered model, and the LRA encoder with every family's mixer.
 CASES = {**{name: (SIZED_BY[name][0], SIZED_BY[name][1]) for name in SIZED_BY},
          **{f'lra_encoder[{family}]': (f'lra_listops.py:{family},tiny', {})
-            for family in FAMILIES}}
-BATCH_NORM_MODELS = ('cp_convnet', 'msac_resnet', 'cross_attentive_similarity')
+            for family in FAMILIES if family not in ('transformer', 'linear_reference')}}
+# (the transformer is SIZED_BY's lra_encoder; linear_reference is linear's code path)
+TIED_EMBEDDINGS = ('char_lm', 'transformer_seq2seq', 'ponet_mlm')
+EXACT_GRADIENT_ALL_REDUCE = ('lra_encoder', 'lra_dual_encoder', 'lra_encoder[linear]',
+                             'lra_encoder[ponet]', 'lra_encoder[contextpool]')
+OTHER_COLLECTIVES = {'vit': ('collective-permute',), 'hvt': ('collective-permute',),
+                     'transformer_seq2seq': ('all-to-all',)}
 
 
 def _config(case):
@@ -42,21 +47,36 @@ def test_training_step_compiles_for_a_tpu_slice_and_exports_for_cuda(case):
   # Replicated float32 parameters and two AdamW moments are arguments on every chip.
   assert memory['argument'] >= 3 * param_bytes and report['fits']
   assert report['flops'] > 0 and report['bytes_accessed'] > memory['argument'] / 2
-  # Data parallelism: the gradients cross the chips in all-reduces holding exactly the float32
-  # parameters (plus the step's scalar metric sums); nothing else moves between chips. BatchNorm
-  # models also all-reduce batch statistics (global-batch moments) in the forward pass.
+  # Data parallelism: what crosses the chips is the gradient, all-reduced; for the LRA encoders
+  # as ONE all-reduce of exactly the float32 parameters (+ the step's scalar loss and metric
+  # sums). Elsewhere within bounds, each reason pinned: tied input/output embeddings (the
+  # lookup's and the output projection's gradient halves are all-reduced apart: + one
+  # embedding); BatchNorm (batch moments in the forward); gradients XLA reduces before a local
+  # transformation (AdaMRA's folded query maps: fewer bytes; relative-position tables: more);
+  # parameters with a zero gradient (not reduced). Other collectives: DeiT's mixup / cutmix pairs
+  # each image with its mirror in the GLOBAL batch (a collective-permute of input images), and
+  # the seq2seq step has a few small all-to-alls of XLA-made concatenates.
   found = report['collectives']
-  assert set(found) == {'all-reduce'}, found
-  extra = found['all-reduce']['bytes'] - param_bytes
-  if case in BATCH_NORM_MODELS:
-    assert extra > 0
+  reduced = found['all-reduce']['bytes']
+  largest = max(4 * leaf.size for leaf in jax.tree.leaves(setup.abstract_state.params))
+  if case in EXACT_GRADIENT_ALL_REDUCE:
+    assert set(found) == {'all-reduce'} and found['all-reduce']['count'] == 1, found
+    assert 0 <= reduced - param_bytes <= 64, (found, param_bytes)
   else:
-    assert found['all-reduce']['count'] == 1 and 0 <= extra <= 64, (found, param_bytes)
-  # The eval step reads the replicated parameters and all-reduces only its metric sums.
+    tied = largest if case in TIED_EMBEDDINGS else 0
+    assert 0.5 * param_bytes <= reduced <= 1.25 * param_bytes + tied + 64, (found, param_bytes)
+    others = {kind: v['bytes'] for kind, v in found.items() if kind != 'all-reduce'}
+    assert set(others) <= set(OTHER_COLLECTIVES.get(case, ())), found
+    if 'all-to-all' in others:
+      assert others['all-to-all'] < 0.05 * reduced, found
+    if 'collective-permute' in others:   # at most the chip's own images, in and out
+      images = step_lib.batch_spec(setup)['inputs']
+      assert others['collective-permute'] <= 2 * images.size // 4 * images.dtype.itemsize, found
+  # The eval step reads the replicated parameters and all-reduces only its metric sums: no
+  # activation ever crosses the chips in the forward pass.
   eval_report = accelerators.program_report(eval_step, V5E, 4)
-  assert set(eval_report['collectives']) <= {'all-reduce'}
-  assert eval_report['collectives'].get('all-reduce', {'bytes': 0})['bytes'] < param_bytes / 4 or \
-      case in BATCH_NORM_MODELS
+  assert set(eval_report['collectives']) <= {'all-reduce'}, eval_report['collectives']
+  assert eval_report['collectives'].get('all-reduce', {'bytes': 0})['bytes'] <= 64
 
   one_device = make_setup(config_utils.override(_config(case), num_devices=1), need_files=False)
   exported = accelerators.export_for_cuda(one_device)
@@ -114,8 +134,18 @@ def test_roofline_takes_the_largest_term():
   assert 'ici_seconds' not in accelerators.roofline(no_ici, 8, 1.0, 1.0, 1e9)
 
 
+def test_cpu_runs_start_quietly_with_libtpu_installed():
+  """libtpu is installed for the tests (requirements-test.txt); on this machine without TPU chips
+  an ordinary run must neither start the TPU runtime nor print its host-lookup warnings."""
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
+  result = subprocess.run(
+      [sys.executable, '-c', 'import poolformers_jax, jax; print(jax.default_backend())'],
+      env=env, capture_output=True, text=True, check=True)
+  assert result.stdout.strip() == 'cpu' and result.stderr == '', result.stderr
+
+
 def _summary(*args):
-  env = dict(os.environ, JAX_PLATFORMS='cpu')
+  env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}   # as a user runs it
   return subprocess.run([sys.executable, '-m', 'poolformers_jax.summary', *args], cwd=ROOT,
                         env=env, capture_output=True, text=True)
 
@@ -137,4 +167,4 @@ def test_summary_topology_prints_one_json_object_and_bad_slices_one_line(tmp_pat
   exported = _summary('--config', 'configs/lra_listops.py:ponet,tiny', '--export_cuda', str(path))
   assert exported.returncode == 0, exported.stderr
   assert json.loads(exported.stdout)['platforms'] == ['cuda']
-  assert path.read_text().startswith('module @jit_train_step')
+  assert 'module @jit_train_step' in path.read_text()

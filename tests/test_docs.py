@@ -321,13 +321,15 @@ def test_the_command_splitter():
 
 
 def test_pyproject_installs_the_tested_stack():
-  """`pip install .` resolves to requirements.txt's versions: every dependency pinned alike."""
+  """`pip install .[test]` resolves to requirements(-test).txt's versions: every dependency
+  pinned alike."""
   import tomllib
   with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
     project = tomllib.load(f)['project']
   listed = project['dependencies'] + project['optional-dependencies']['test']
   assert all('==' in spec for spec in listed), listed
-  assert dict(spec.split('==') for spec in listed) == _pins('requirements.txt')
+  assert dict(spec.split('==') for spec in listed) == {**_pins('requirements.txt'),
+                                                        **_pins('requirements-test.txt')}
 
 
 def test_api_md_lists_every_registered_mixer_and_model():
