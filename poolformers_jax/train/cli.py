@@ -71,6 +71,10 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
         errors.fail(str(key_error), 2)
       except Exception as config_error:  # pylint: disable=broad-except  (the config file itself)
         errors.fail(f'{spec}: {type(config_error).__name__}: {config_error}', 2)
+    if keys and spec is None:
+      errors.fail(f'--config.{keys[0]} overrides a config file: give --config too (for a run, '
+                  'the file and words it was trained with, e.g. --config '
+                  'configs/lra_listops.py:ponet)', 2)
     if isinstance(error, (flags.Error, ValueError)):
       errors.fail(f'{errors.one_line(str(error)).removeprefix("ValueError: ").rstrip(".")}; '
                   'see --helpfull for the flags', 2)

@@ -107,6 +107,8 @@ def test_the_wrapper_prints_one_line_and_exits_2(capsys):
     (['eval.py', '--config', 'configs/lra_nofile.py', '--batch_size=0'],
      "error: cannot load the --config file: [Errno 2] No such file or directory: "
      "'configs/lra_nofile.py'"),
+    (['eval.py', '--config.data.source=tsv'],   # an override of the run's data, no --config
+     'error: --config.data.source overrides a config file: give --config too'),
 ])
 def test_command_lines_end_in_one_stderr_line_with_exit_code_2(argv, message, tmp_path):
   proc = subprocess.run([sys.executable, *argv, '--workdir', str(tmp_path)], cwd=REPO,
