@@ -25,7 +25,8 @@
 #    call), with $OUT/listops.md, the column so far. A family is finished when its
 #    DIR/eval/test.json exists (the best-on-validation checkpoint's test accuracy).
 #    $LISTOPS_FAMILIES (default: transformer linear ponet adamra contextpool) and $LISTOPS_SIZE
-#    (default full) change what runs; LISTOPS_INSTALL=0 uses the python at hand (CPU test).
+#    (default full) change what runs, $LISTOPS_ARGS adds train.py flags; LISTOPS_INSTALL=0 uses
+#    the python at hand (the CPU test, tests/test_gpu_run.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -75,7 +76,8 @@ if [[ "$MODE" == listops ]]; then
     timeout --signal=TERM --kill-after=60 "$left" "$PY" train.py \
       --config "configs/lra_listops.py:$family,$SIZE" --workdir "$RUNS/$family" \
       --config.progress_bar=False --config.eval_every_steps=100 \
-      --config.checkpoint_every_steps=100 2>&1 | grep -v Warning > "$OUT/listops_$family.log" || true
+      --config.checkpoint_every_steps=100 ${LISTOPS_ARGS:-} 2>&1 | grep -v Warning \
+      > "$OUT/listops_$family.log" || true
   done
   tar cf "$OUT/listops_runs.tar" -C "$RUNS" --exclude=tensorboard .
   "$PY" benchmarks/listops_column.py --runs "$RUNS" --families "$FAMILIES" | tee "$OUT/listops.md"

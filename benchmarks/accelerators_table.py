@@ -1,0 +1,52 @@
+"""The markdown tables of benchmarks/accelerators.py's JSON records (one file per config and
+slice): `python benchmarks/accelerators.py --output_dir DIR --table`."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+MIB = 2 ** 20
+
+
+def _hours(seconds: float) -> str:
+  if seconds < 60:
+    return f'{seconds:.0f} s'
+  if seconds < 3600:
+    return f'{seconds / 60:.1f} min'
+  return f'{seconds / 3600:.1f} h'
+
+
+def row(record: dict) -> str:
+  spec = record['config']
+  if 'error' in record:
+    return f'| `{spec}` | {record["topology"]} | — | — | — | — | — | {record["error"]} |'
+  train = record['train_step']
+  memory, roof = train['memory'], train['roofline']
+  steps = record['num_train_steps']
+  fits = 'yes' if train['fits'] else '**no**'
+  reduced = train['collectives'].get('all-reduce', {}).get('bytes', 0)
+  return (f'| `{spec}` | {record["topology"]} | {record["per_device_batch"]} | '
+          f'{memory["total"] / MIB:,.0f} ({fits}) | {train["flops"] / 1e9:,.1f} / '
+          f'{train["bytes_accessed"] / 1e9:,.2f} | {roof["seconds"] * 1e3:,.2f} ({roof["bound"]}) | '
+          f'{_hours(steps * roof["seconds"])} for {steps:,} | '
+          f'{reduced / MIB:,.1f} MiB all-reduce; XLA {train["xla_seconds"] * 1e3:,.2f} ms |')
+
+
+HEADER = ('| config | slice | batch / chip | memory / chip, MiB (fits) | GFLOP / GB per step and '
+          'chip | roofline ms / step (bound) | time to train | notes |\n'
+          '|---|---|---|---|---|---|---|---|')
+
+
+def records(output_dir: str) -> list[dict]:
+  found = []
+  for path in sorted(glob.glob(os.path.join(output_dir, '*.json'))):
+    with open(path) as f:
+      found.append(json.load(f))
+  return found
+
+
+def print_tables(output_dir: str) -> None:
+  print(HEADER)
+  for record in records(output_dir):
+    print(row(record))
