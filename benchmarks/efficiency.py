@@ -523,7 +523,6 @@ def run_layer() -> None:
   write_outputs(report, lengths, '')
 
 
-@errors.one_line_errors
 def run_topology(argv_command: str) -> None:
   """Every entry x length compiled for --topology: per-chip memory, cost and roofline time."""
   from poolformers_jax.train import accelerators  # pylint: disable=g-import-not-at-top
@@ -580,6 +579,7 @@ def run_topology(argv_command: str) -> None:
   print(f'wrote {FLAGS.output_dir}/efficiency_tpu.*', flush=True)
 
 
+@errors.one_line_errors
 def main(argv):
   del argv
   host_memory.keep_freed_memory()   # the allocator train.py runs with (every point process too)

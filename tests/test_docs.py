@@ -254,7 +254,7 @@ def check_outside_python(words: list[str]) -> str | None:
     differ = [n for n in data_pins if n in pins and data_pins[n] != pins[n]]
     if differ or 'tensorflow-datasets' not in data_pins:
       return f'requirements-data.txt pins {differ} otherwise than requirements.txt'
-  if program.endswith('/bin/pip') and words[1] == 'install':
+  if (program == 'pip' or program.endswith('/bin/pip')) and words[1] == 'install':
     loose = [w for w in words[2:] if not w.startswith('-') and '==' not in w
              and not os.path.exists(os.path.join(ROOT, w))]
     return f'unpinned: {loose}' if loose else None

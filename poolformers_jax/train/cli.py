@@ -28,7 +28,8 @@ def config_value(holder):
   """The --config value; config_flags loads the file at first use and fails with an OSError."""
   try:
     config = holder.value
-    config.keys()     # a lazy stand-in until touched
+    if config is not None:   # an optional --config left out
+      config.keys()   # a lazy stand-in until touched
     return config
   except OSError as error:
     cause = error.__cause__ or error.__context__ or error
