@@ -17,12 +17,13 @@
 # 3. The ListOps column at the paper setting (configs/lra_listops.py:<family>, seed 0, every
 #    family), resumable in calls of at most ten minutes:
 #        bash benchmarks/gpu_run.sh listops
-#    Each call unpacks the run directories of the last call ($LISTOPS_STATE, default
-#    .gpu_state/listops_runs.tar, if present), trains the unfinished families in turn until
+#    Each call unpacks the run directories of the last call (the listops_<family>.tar files in
+#    $LISTOPS_STATE, default .gpu_state/), trains the unfinished families in turn until
 #    $LISTOPS_BUDGET_S seconds (default 480) are spent (SIGTERM: each run saves a checkpoint
-#    and stops), and packs the run directories (checkpoints, metrics, eval JSON; no data, no
-#    tensorboard) into $OUT/listops_runs.tar (under 64 MiB: copy it to .gpu_state/ for the next
-#    call), with $OUT/listops.md, the column so far. A family is finished when its
+#    and stops), and packs each family's run directory (checkpoints, metrics, eval JSON, its
+#    train.log; no data, no tensorboard) into $OUT/listops_<family>.tar — one file per family,
+#    as the device tool returns at most 8 files of 16 MiB: copy them to .gpu_state/ for the next
+#    call — with $OUT/listops.md, the column so far. A family is finished when its
 #    DIR/eval/test.json exists (the best-on-validation checkpoint's test accuracy).
 #    $LISTOPS_FAMILIES (default: transformer linear ponet adamra contextpool) and $LISTOPS_SIZE
 #    (default full) change what runs, $LISTOPS_ARGS adds train.py flags; LISTOPS_INSTALL=0 uses
@@ -53,7 +54,7 @@ fi
 
 if [[ "$MODE" == listops ]]; then
   OUT=${OUT:-/tmp/gpu_run}
-  STATE=${LISTOPS_STATE:-.gpu_state/listops_runs.tar}
+  STATE=${LISTOPS_STATE:-.gpu_state}
   FAMILIES=${LISTOPS_FAMILIES:-transformer linear ponet adamra contextpool}
   SIZE=${LISTOPS_SIZE:-full}
   BUDGET=${LISTOPS_BUDGET_S:-480}
@@ -67,19 +68,22 @@ if [[ "$MODE" == listops ]]; then
     export PYTHONPATH=/tmp/site:$PWD
   fi
   mkdir -p "$OUT" "$RUNS"
-  [[ -f "$STATE" ]] && tar xf "$STATE" -C "$RUNS"
+  for pack in "$STATE"/listops_*.tar; do [[ -f "$pack" ]] && tar xf "$pack" -C "$RUNS"; done
   deadline=$((SECONDS + BUDGET))
   for family in $FAMILIES; do
     left=$((deadline - SECONDS))
     [[ -f "$RUNS/$family/eval/test.json" ]] && continue
     (( left >= 30 )) || break
+    mkdir -p "$RUNS/$family"
     timeout --signal=TERM --kill-after=60 "$left" "$PY" train.py \
       --config "configs/lra_listops.py:$family,$SIZE" --workdir "$RUNS/$family" \
       --config.progress_bar=False --config.eval_every_steps=100 \
       --config.checkpoint_every_steps=100 ${LISTOPS_ARGS:-} 2>&1 | grep -v Warning \
-      > "$OUT/listops_$family.log" || true
+      >> "$RUNS/$family/train.log" || true
   done
-  tar cf "$OUT/listops_runs.tar" -C "$RUNS" --exclude=tensorboard .
+  for family in $FAMILIES; do
+    [[ -d "$RUNS/$family" ]] && tar cf "$OUT/listops_$family.tar" -C "$RUNS" --exclude=tensorboard "$family"
+  done
   "$PY" benchmarks/listops_column.py --runs "$RUNS" --families "$FAMILIES" | tee "$OUT/listops.md"
   exit 0
 fi
