@@ -33,6 +33,6 @@ train: install
 	$(PY) train.py --config configs/lra_listops.py --workdir $(WORKDIR)
 
 test: $(VENV)/.installed-test
-	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -n 2 -q tests notebooks --nbmake
+	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -n 2 --dist worksteal -q tests notebooks --nbmake
 
 .PHONY: install train test data-env

@@ -192,8 +192,10 @@ def test_batch_sharded_over_devices_equals_one_device():
   (value, grads), (value8, grads8) = value_and_grad(variables, x, mask), sharded(
       variables, x, mask)
   np.testing.assert_allclose(float(value8), float(value), rtol=1e-5)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5,
-                                                       rtol=1e-4), grads8, grads)
+  # Summed over rows in another order when sharded: float32 error scales with the largest term.
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(
+      np.asarray(a), np.asarray(b), rtol=1e-4, atol=max(1e-5, 2e-6 * float(np.abs(b).max()))),
+      grads8, grads)
 
 
 def test_sown_routing_is_a_distribution_and_its_argmax():
