@@ -93,6 +93,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       dropout_rate=dropout, attention_dropout_rate=0.0, drop_path_rate=0.0,
       activation='relu', dtype='float32',          # 'bfloat16': bf16 compute, float32 params
       vocab_size=config_dict.placeholder(int),     # from the SentencePiece model
+      eos_id=config_dict.placeholder(int),         # the vocabulary's (data/translation.py)
   ))
   config.optimizer.update(
       learning_rate=dim ** -0.5 * WARMUP ** -0.5,  # the peak of Vaswani's schedule

@@ -48,8 +48,9 @@ from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, Transform
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPSILON = 1e-6
-# The model's token ids: 0 = padding and the decoder's start token (shift_right), 1 = end of
-# sentence (decoding stops there). data/translation.py builds its vocabulary on them.
+# Token ids: 0 = padding and the decoder's start token (shift_right), as everywhere in the
+# package; the end of sentence (where decoding stops) is the vocabulary's: `eos_id`, filled from
+# the dataset's info (data/translation.py), EOS_ID when a model is built without one.
 PAD_ID, EOS_ID = 0, 1
 PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                 'targets_positions')
@@ -363,6 +364,7 @@ class TransformerSeq2Seq(nn.Module):
   attention_dropout_rate: float = 0.0        # on the decoder's attention probabilities
   drop_path_rate: float = 0.0
   activation: str = 'relu'
+  eos_id: int = EOS_ID                       # end of sentence (DatasetInfo.model_defaults)
   decode: bool = False
   # Decoding: cross-attention keys/values projected once per sentence (False: at every step).
   cache_cross_attention: bool = True
