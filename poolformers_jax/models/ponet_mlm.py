@@ -225,28 +225,6 @@ def pretraining_objective(sums):
   return loss
 
 
-def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
-  """MLM + SSO loss of PoNet pre-training (the official total is their plain sum): the
-  'pretraining' objective above on one unpadded batch.
-
-  batch keys:
-    'mlm_targets': int [B, L], the original token id at each position chosen for prediction
-                   (any value elsewhere);
-    'mlm_weights': float/bool [B, L], 1 at the positions chosen for prediction, 0 elsewhere
-                   (padding, unmasked tokens); only these positions contribute;
-    'sso_targets': int [B] in {0, 1, 2} (StructBERT: B follows A, B precedes A, B random).
-  The MLM loss is the mean cross-entropy over the chosen positions of the whole batch; the SSO loss
-  the mean over examples. Returns (loss, metrics with both parts and their accuracies).
-  """
-  chosen = batch['mlm_weights'] > 0
-  targets = {'mlm': jnp.where(chosen, batch['mlm_targets'], -1), 'sso': batch['sso_targets']}
-  sums = pretraining_sums(outputs, targets, jnp.ones(chosen.shape[:1], jnp.float32))
-  tokens, pairs = jnp.maximum(sums['mlm_count'], 1.0), sums['count']
-  metrics = {'mlm_loss': sums['mlm_loss'] / tokens, 'sso_loss': sums['sso_loss'] / pairs,
-             'mlm_accuracy': sums['mlm_correct'] / tokens, 'sso_accuracy': sums['sso_correct'] / pairs}
-  return pretraining_objective(sums), metrics
-
-
 _REQUIRED = ('vocab_size', 'emb_dim', 'num_layers', 'num_heads', 'mlp_dim', 'max_length')
 
 
