@@ -54,7 +54,7 @@ unless its `implementation` is a flash one ('cudnn').
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import flax.linen as nn
 import jax
@@ -62,14 +62,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax.layers.attention import MultiHeadAttention
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias,
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_choices,
                                            check_image_input, check_sequence_input,
                                            compute_dtype, segment_allowed, window_partition)
 from poolformers_jax.layers.registry import register_mixer
 
-WEIGHTS = ('learned', 'uniform', 'unnormalized', 'nonlocal')
-LOCALITIES = ('gaussian', 'none', 'fixed_window', 'adaptive_window', 'random_sparse')
-PREDICTORS = ('conv', 'mlp', 'attention')
 # Localities that need the predicted pooling size s.
 SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
 
@@ -89,10 +86,10 @@ class ContextPoolOptions(nn.Module, kw_only=True):
   redeclares the field as `dataclasses.field(default=..., kw_only=True)` (a plain redeclaration
   would make it positional): ContextPool2D's window_size 3, WindowContextPool's predictor_dim 8.
   """
-  weights: str = 'learned'            # learned | uniform | unnormalized | nonlocal (Tables 1-2)
-  locality: str = 'gaussian'          # gaussian | none | fixed_window | adaptive_window |
-                                      # random_sparse (Tables 1-2)
-  predictor: str = 'conv'             # conv | mlp | attention (Table 3)
+  weights: Literal['learned', 'uniform', 'unnormalized', 'nonlocal'] = 'learned'  # Tables 1-2
+  locality: Literal['gaussian', 'none', 'fixed_window', 'adaptive_window',
+                    'random_sparse'] = 'gaussian'                               # Tables 1-2
+  predictor: Literal['conv', 'mlp', 'attention'] = 'conv'                      # Table 3
   size_ratio: float = 0.1             # r in sigma_i = r n s_i
   predictor_dim: Optional[int] = None  # hidden width of m(X); None -> max(dim // 16, 8)
   window_size: int = 5                # fixed_window size; random_sparse expected count
@@ -106,11 +103,7 @@ class ContextPoolOptions(nn.Module, kw_only=True):
   def check_pool_options(self) -> None:
     """Raises a one-line ValueError for an unknown option string or an invalid number."""
     owner = type(self).__name__
-    for field, choices in (('weights', WEIGHTS), ('locality', LOCALITIES),
-                           ('predictor', PREDICTORS)):
-      if getattr(self, field) not in choices:
-        raise ValueError(f'{owner}: unknown {field} {getattr(self, field)!r}; choose one of '
-                         f'{list(choices)}.')
+    check_choices(self)
     if self.size_ratio < 0:
       raise ValueError(f'{owner}: size_ratio={self.size_ratio} is negative; use r >= 0 '
                        '(paper: 0.1).')
@@ -515,9 +508,6 @@ class WindowContextPool(ContextPoolOptions):
                         tokens_per_window, pos, pos, w_logit, s_logit, False, cell=1)
 
 
-PLACEMENTS = ('mixer_input', 'block_output')
-
-
 @register_mixer('contextpool')
 class ContextPoolAttention(ContextPoolOptions):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
@@ -542,15 +532,13 @@ class ContextPoolAttention(ContextPoolOptions):
   use_bias: bool = True
   query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
   implementation: str = 'explicit'             # the attention's (MultiHeadAttention)
-  placement: str = 'mixer_input'               # or 'block_output' (see above)
+  placement: Literal['mixer_input', 'block_output'] = 'mixer_input'   # see above
   token_grid: Optional[tuple[int, int]] = None  # ContextPool's (CP-ViT: set by the backbone)
   prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
   def setup(self):
-    if self.placement not in PLACEMENTS:
-      raise ValueError(f'ContextPoolAttention: unknown placement {self.placement!r}; choose one '
-                       f'of {list(PLACEMENTS)}.')
+    check_choices(self)
     self.context_pool = ContextPool(causal=self.causal, dtype=self.dtype,
                                     query_block=self.query_block, token_grid=self.token_grid,
                                     prefix_tokens=self.prefix_tokens, **self.pool_options())

@@ -24,20 +24,19 @@ before the token, capped at type_vocab_size - 1, so "[CLS] A [SEP]" is 0 and "B 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
 import optax
 from flax.core import FrozenDict
 
-from poolformers_jax.layers.common import Array, Dtype
+from poolformers_jax.layers.common import Array, Dtype, check_choices
 from poolformers_jax.layers.registry import MIXERS, mixer_fields
 from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 SSO_CLASSES = 3  # StructBERT: 0 = B follows A, 1 = B precedes A, 2 = B from another document
-MIXER_CHOICES = ('ponet', 'softmax')   # PoNet, or softmax attention (BERT, the baseline)
 _init = nn.initializers.normal(0.02)
 
 
@@ -76,7 +75,7 @@ class BertEncoderFields(nn.Module):
   cls_id: int = 101
   sep_id: int = 102
   layer_norm_eps: float = 1e-12
-  mixer: str = 'ponet'
+  mixer: Literal['ponet', 'softmax'] = 'ponet'   # PoNet, or softmax attention (BERT)
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
 
@@ -85,9 +84,7 @@ class BertEncoderFields(nn.Module):
     """One line if the mixer or its options are not this model's (the builders call it, so a
     config fails when the model is built)."""
     name = type(self).__name__
-    if self.mixer not in MIXER_CHOICES:
-      raise ValueError(f'{name}: mixer must be one of {MIXER_CHOICES} (softmax = BERT), got '
-                       f'{self.mixer!r}.')
+    check_choices(self)
     # The model sets these itself (heads, sentence segments from the inputs, dtype, dropout).
     allowed = mixer_fields(MIXERS[self.mixer]) - {'num_heads', 'segment_num', 'dtype',
                                                   'dropout_rate', 'kernel_init'}

@@ -41,7 +41,8 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.registry import MIXERS
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
-from poolformers_jax.layers.common import NEG_INF, Array, Dtype, MlpBlock, check_heads, sinusoids_at
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, MlpBlock, check_choice, check_heads,
+                                           sinusoids_at)
 from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, context_pool,
                                                  predicted_channels, predictor_width)
 from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
@@ -371,9 +372,7 @@ class TransformerSeq2Seq(nn.Module):
   dtype: Optional[Dtype] = None
 
   def setup(self):
-    if self.activation not in ACTIVATIONS:
-      raise ValueError(f'TransformerSeq2Seq: unknown activation {self.activation!r}; choose one '
-                       f'of {sorted(ACTIVATIONS)}.')
+    check_choice('TransformerSeq2Seq', 'activation', self.activation, sorted(ACTIVATIONS))
     self.embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=self.dtype or jnp.float32,
                           embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
     common = dict(dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
