@@ -43,7 +43,7 @@ from poolformers_jax.layers.registry import MIXERS
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, MlpBlock, check_choice, check_heads,
                                            sinusoids_at)
-from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, context_pool,
+from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, PoolSites,
                                                  predicted_channels, predictor_width)
 from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
@@ -239,8 +239,8 @@ class ContextPoolStep(ContextPoolOptions):
     n = jnp.full((batch, 1), t + 1, jnp.float32)
     key_pos = jnp.arange(length, dtype=jnp.float32)[:, None]
     query_pos = jnp.full((1, 1), t, jnp.float32)
-    y = context_pool(self, inputs[:, 2:], x[:, :1], seen, seen[:, None], n, query_pos,
-                     key_pos, w_logits, s_logit, True, cell=1)
+    y = self.pool(inputs[:, 2:], seen, PoolSites(query_pos, key_pos, n, causal=True),
+                  query_x=x[:, :1], allowed=seen[:, None], w_logit=w_logits, s_logit=s_logit)
     # Cache creation sees the whole decode length: keep that shape for the layers after.
     return y if initialized else jnp.broadcast_to(y, x.shape)
 
