@@ -1,7 +1,8 @@
 """The package's layers, read from its imports (ast): layers/ build on nothing but the registry,
 models/ on layers/, and neither imports data/ or train/ (a model is usable without the trainer);
 data/ imports neither models/ nor train/ (what a model must know of the data travels in
-DatasetInfo); conversion/ (other frameworks' checkpoints) on models/ only; configs_lib/ and the
+DatasetInfo); tasks/ (loss, metrics, decoding) on data/ and models/, never on the trainer;
+conversion/ (other frameworks' checkpoints) on models/ only; configs_lib/ and the
 config files build on data/'s defaults only, and loading any config file imports no flax, grain,
 optax or orbax (checked in a fresh interpreter)."""
 import ast
@@ -22,6 +23,7 @@ ALLOWED = {
     'data': ('data', 'errors', 'registry'),
     'configs_lib': ('configs_lib', 'data'),
     'conversion': ('conversion', 'models', 'registry'),
+    'tasks': ('data', 'models', 'registry', 'tasks'),
 }
 CONFIG_FILES_MAY_IMPORT = ('configs_lib',)
 # What loading a config must not import: the model, training and input-pipeline stacks.

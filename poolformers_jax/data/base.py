@@ -41,7 +41,7 @@ SPLITS = ('train', 'validation', 'test')
 class DatasetInfo:
   """What the trainer and the model need to know about a dataset."""
   name: str
-  task: str                      # a registered task (train/tasks.py): 'classification', 'lm', ...
+  task: str                      # a registered task (poolformers_jax/tasks/): 'classification', ...
   num_classes: int               # classes; for 'lm' the vocabulary size (targets are tokens)
   vocab_size: Optional[int]      # token vocabulary size incl. padding id 0; None for images
   input_shape: tuple[int, ...]   # one example: (L,), (2, L) or (H, W, C)

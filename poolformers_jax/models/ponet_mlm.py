@@ -28,7 +28,6 @@ from typing import Any, Literal, Mapping, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
-import optax
 from flax.core import FrozenDict
 
 from poolformers_jax.layers.common import Array, Dtype, check_choices
@@ -188,38 +187,6 @@ class PoNetClassifier(BertEncoderFields):
     pooled = nn.Dropout(self.dropout_rate)(self.pool(h), deterministic=deterministic)
     return nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=_init,
                     name='classifier')(pooled).astype(jnp.float32)
-
-
-# --------------------------------------------------------------------------------------------
-# The pre-training objective: the trainer's 'pretraining' task (train/tasks.py) uses these.
-
-def pretraining_sums(outputs, targets, weights, label_smoothing: float = 0.0):
-  """Per-batch sums of the 'pretraining' task (train/tasks.py): `outputs` of PoNetMLM,
-  `targets` {'mlm': [B, L] original ids at the chosen positions, -1 elsewhere; 'sso': [B]
-  sentence-structure labels}, `weights` [B] (0 = a padding example)."""
-  del label_smoothing
-  logits = outputs['mlm_logits'].astype(jnp.float32)
-  chosen = (targets['mlm'] >= 0).astype(jnp.float32) * weights[:, None]
-  ids = jnp.maximum(targets['mlm'], 0).astype(jnp.int32)
-  token_ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
-  sums = {'mlm_loss': jnp.sum(token_ce * chosen),
-          'mlm_correct': jnp.sum((jnp.argmax(logits, -1) == ids) * chosen),
-          'mlm_count': jnp.sum(chosen), 'count': jnp.sum(weights)}
-  if 'sso_logits' in outputs:
-    s_logits = outputs['sso_logits'].astype(jnp.float32)
-    labels = targets['sso'].astype(jnp.int32)
-    sums['sso_loss'] = jnp.sum(
-        optax.softmax_cross_entropy_with_integer_labels(s_logits, labels) * weights)
-    sums['sso_correct'] = jnp.sum((jnp.argmax(s_logits, -1) == labels) * weights)
-  return sums
-
-
-def pretraining_objective(sums):
-  """The official total: MLM mean over chosen tokens + sentence-task mean over pairs."""
-  loss = sums['mlm_loss'] / jnp.maximum(sums['mlm_count'], 1.0)
-  if 'sso_loss' in sums:
-    loss = loss + sums['sso_loss'] / jnp.maximum(sums['count'], 1.0)
-  return loss
 
 
 _REQUIRED = ('vocab_size', 'emb_dim', 'num_layers', 'num_heads', 'mlp_dim', 'max_length')

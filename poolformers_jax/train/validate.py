@@ -21,8 +21,10 @@ import jax
 import ml_collections
 from jax.sharding import Mesh
 
+from poolformers_jax import tasks
 from poolformers_jax.data import base as data_base
-from poolformers_jax.train import param_init, tasks
+from poolformers_jax.tasks.classification import TOP_K
+from poolformers_jax.train import param_init
 
 
 class ConfigError(ValueError):
@@ -126,8 +128,8 @@ def _check_profile_steps(steps: Any) -> None:
 def _metric_names(info) -> Optional[list[str]]:
   """The validation metrics of a classification-like task (None for tasks with other sums)."""
   sums = {'loss': 1.0, 'correct': 1.0, 'count': 1.0}
-  if info.task in ('classification', 'retrieval') and (info.num_classes or 0) >= tasks.TOP_K:
-    sums[f'correct_top{tasks.TOP_K}'] = 1.0
+  if info.task in ('classification', 'retrieval') and (info.num_classes or 0) >= TOP_K:
+    sums[f'correct_top{TOP_K}'] = 1.0
   try:
     return sorted(tasks.get_task(info.task).summary(sums))
   except (KeyError, TypeError, ValueError):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from poolformers_jax.models import build_model
-from poolformers_jax.models.ponet_mlm import (pretraining_objective, pretraining_sums,
-                                              sentence_segment_ids, token_type_ids_from_inputs)
+from poolformers_jax.models.ponet_mlm import sentence_segment_ids, token_type_ids_from_inputs
+from poolformers_jax.tasks.text import pretraining_objective, pretraining_sums
 
 CLS, SEP, V = 1, 2, 20
 INPUTS = np.array([[CLS, 5, 6, SEP, 7, 8, 9, SEP, 0, 0],
