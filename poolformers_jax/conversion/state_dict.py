@@ -24,8 +24,7 @@ def weights_file(path: str) -> str:
   """`path`, or the weights file of the Hugging Face folder `path`."""
   path = os.path.abspath(os.path.expanduser(path))
   if not os.path.exists(path):
-    raise FileNotFoundError(f'{path} not found: pass --source a .safetensors or .pth checkpoint '
-                            '(or a Hugging Face folder).')
+    raise FileNotFoundError(f'{path} not found: pass --source a .safetensors or .pth checkpoint.')
   if not os.path.isdir(path):
     return path
   for file in HF_WEIGHTS:
