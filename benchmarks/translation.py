@@ -14,7 +14,7 @@ encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
     before: sources in input order, `--decode_batch` per batch, each padded to
             `--decode_pad_length` (the data max_length of the real config), decode length fixed
             to it, cross-attention keys/values written inside the step (the decoder as it was);
-    after:  translation_eval's path: sources sorted by length, cut into batches of at most
+    after:  tasks/translation.py's path: sources sorted by length, cut into batches of at most
             `--batch_tokens` (the config's) padded to length buckets,
             caches sized to source length + 50, cross-attention keys/values projected once.
   `before_cross_kv_projections`: how many of the before decoder's per-step cross-attention
@@ -42,7 +42,7 @@ from poolformers_jax.models import seq2seq_decode
 from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
 from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
-from poolformers_jax.train.translation_eval import length_batches
+from poolformers_jax.tasks.translation import length_batches
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -10,9 +10,13 @@ Smaller variants: `:ponet,small` (CPU-sized, short trees), `:ponet,tiny` (a smok
 The LRA code PoNet and AdaMRA ran (docs/papers/lra.md): add `reference`, e.g. `:ponet,reference`,
 `:linear_reference,reference` (its linear attention).
 
-Test accuracy to expect at the paper setting (LRA ListOps, %):
-  transformer 36.37 (LRA paper) / 37.10 (Nystromformer setting); linear 37.35 (AdaMRA Table 1);
-  ponet 37.80 (PoNet); adamra 40.40 (AdaMRA); contextpool and msac report no ListOps number.
+Test accuracy to expect at the paper setting (LRA ListOps, %, as reproduce.PAPER;
+AdaMRA T1 = AdaMRA Table 1):
+  transformer 36.37 (LRA) / 37.10 (Nystromformer setting);
+  linear 37.35 (AdaMRA T1) / 16.13 (LRA);
+  ponet 37.80 (PoNet);
+  adamra 40.40 (AdaMRA);
+  contextpool / msac: no number reported.
 The default (`small`) reaches well above the majority-class rate; the measured number and
 time are in docs/results/make_train.md.
 """

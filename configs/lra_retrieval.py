@@ -6,9 +6,10 @@ Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or
 shrink for a CPU. No argument = `transformer,small`.
 Data: the LRA release tsv_data (config.data.tsv_dir).
 
-Test accuracy to expect at the paper setting (%):
+Test accuracy to expect at the paper setting (%, as reproduce.PAPER;
+AdaMRA T1 = AdaMRA Table 1):
   transformer 57.46 (LRA) / 79.35 (Nystromformer setting);
-  linear 81.10 (AdaMRA Table 1);
+  linear 81.10 (AdaMRA T1) / 53.09 (LRA);
   ponet 80.35 (PoNet);
   adamra 84.83 (AdaMRA);
   contextpool / msac: no number reported.

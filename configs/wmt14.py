@@ -55,8 +55,6 @@ MODELS = {
 }
 # size -> (width, FFN, heads): the model of the CPU sizes (2 layers unless L<n> says otherwise)
 SMALLER = {'small': (64, 256, 4), 'tiny': (32, 64, 2)}
-# ContextPool options of CP-attention (paper defaults: learned w, Gaussian g, conv m(X)).
-CP_OPTIONS = {}
 WARMUP = 4000
 LAYERS = Numbered('L')
 
@@ -81,18 +79,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       num_layers=LAYERS.number(words['layers']) or num_layers, emb_dim=dim, num_heads=heads,
       mlp_dim=mlp_dim,
       mixer='contextpool' if cp else 'softmax',
+      # CP-attention keeps the paper's ContextPool defaults (learned w, Gaussian g, conv m(X)).
       # Encoder CP placement: 'mixer_input' (pool each attention's input) or 'block_output'.
-      mixer_kwargs=ml_collections.ConfigDict(dict(CP_OPTIONS, placement='mixer_input') if cp
-                                             else {}),
+      mixer_kwargs=ml_collections.ConfigDict(dict(placement='mixer_input') if cp else {}),
       # The decoder's causal CP (None = standard decoder attention); placement
       # 'every_attention' (before self- and cross-attention), 'self_attention' or 'block_output'.
       decoder_context_pool=ml_collections.ConfigDict(
-          dict(CP_OPTIONS, placement='every_attention')) if cp else None,
+          dict(placement='every_attention')) if cp else None,
       # Vaswani et al.'s P_drop is residual dropout (sublayer outputs, embeddings + positions);
       # their paper has no attention dropout.
       dropout_rate=dropout, attention_dropout_rate=0.0, drop_path_rate=0.0,
       activation='relu', dtype='float32',          # 'bfloat16': bf16 compute, float32 params
       vocab_size=config_dict.placeholder(int),     # from the SentencePiece model
+      eos_id=config_dict.placeholder(int),         # the vocabulary's (data/translation.py)
   ))
   config.optimizer.update(
       learning_rate=dim ** -0.5 * WARMUP ** -0.5,  # the peak of Vaswani's schedule

@@ -9,9 +9,9 @@ and (PoNet, `--to hf`) our checkpoint back to a Hugging Face folder.
 Sources (the format is read from the names):
 - timm ViT / DeiT (`deit_tiny_patch16_224`, `deit_small_patch16_224`, `vit_base_patch16_384`, ...):
   `.safetensors` (read with the `safetensors` package and numpy: no torch needed), or the
-  official DeiT `.pth` (`{'model': state_dict}`) when torch is installed (torch stays optional).
+  official DeiT `.pth` (`{'model': state_dict}`; read without torch, conversion/state_dict.py).
 - PoNet-Base (`chtan/ponet-base-uncased`, BERT names; --source the folder with config.json,
-  --config configs/ponet_pretrain.py:sso): models/ponet_convert.py.
+  --config configs/ponet_pretrain.py:sso): conversion/ponet.py.
 - HVT release checkpoints (MonashAI/HVT, `{'model': state_dict, 'args': ...}` `.pth`, or the same
   state dict saved as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
 
@@ -33,175 +33,20 @@ differ. The checkpoint is a full train state at step 0 (parameters, a fresh opti
 DIR/checkpoints/0, the layout `train/checkpoint.py` writes, so `eval.py --checkpoint latest`,
 `config.init_from=DIR` and a training run started in DIR (it resumes from step 0) all read it.
 
-Name mapping (PyTorch `[out, in]` Linear weights transpose to Flax `[in, out]` kernels; the
-fused `attn.qkv` splits into query / key / value in that order, heads contiguous as in timm):
-  patch_embed.proj.weight [D, C, P, P]   -> patch_embed/kernel [P, P, C, D]
-  cls_token, pos_embed                   -> cls_token, pos_embed/pos_embedding
-  blocks.i.pos_embed (HVT)               -> pos_embed_stage<m>/pos_embedding (m-th pooling block)
-  blocks.i.norm1/2.weight, .bias         -> block<i>/norm1/2/scale, bias
-  blocks.i.attn.qkv / proj               -> block<i>/<attention>/query, key, value / out
-  blocks.i.mlp.fc1 / fc2, norm, head     -> block<i>/mlp/fc1 / fc2, norm, head
+The name mappings and the one reader of the weights live in poolformers_jax/conversion/.
 """
 from __future__ import annotations
 
 import json
 import os
-import re
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
-import numpy as np
-
-ATTENTION_CHILDREN = ('key', 'out', 'query', 'value')   # softmax attention's Dense layers
-
-
-class ConversionError(ValueError):
-  """A source checkpoint that does not fit the configured model (one line says why)."""
+from poolformers_jax.conversion import ponet as ponet_conversion
+from poolformers_jax.conversion.state_dict import ConversionError, read_state_dict
+from poolformers_jax.conversion.timm import model_params_of
 
 
-# ---------------------------------------------------------------- reading the source file
-
-def read_state_dict(path: str) -> dict[str, np.ndarray]:
-  """{name: float32 numpy array} of a `.safetensors` file, or of a torch `.pth` / `.pt` / `.bin`
-  (needs torch; the state dict is taken from 'model' / 'state_dict' when the file wraps it)."""
-  path = os.path.abspath(os.path.expanduser(path))
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'{path} not found: pass --source a .safetensors or .pth checkpoint.')
-  if path.endswith('.safetensors'):
-    from safetensors.numpy import load_file
-    tensors = load_file(path)
-  elif path.endswith(('.pth', '.pt', '.bin')):
-    tensors = _read_torch(path)
-  else:
-    raise ConversionError(f'{path}: unknown checkpoint format; use .safetensors (or .pth with '
-                          'torch installed).')
-  return {k: np.asarray(v, np.float32) for k, v in tensors.items()}
-
-
-def _read_torch(path: str) -> dict[str, Any]:
-  try:
-    import torch  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ConversionError(f'{path}: reading .pth needs torch (pip install torch), or convert the '
-                          'state dict to .safetensors first.') from e
-  import argparse  # HVT / DeiT release files keep their argparse.Namespace next to the weights
-  with torch.serialization.safe_globals([argparse.Namespace]):
-    checkpoint = torch.load(path, map_location='cpu', weights_only=True)
-  for key in ('model', 'state_dict'):
-    if isinstance(checkpoint, dict) and isinstance(checkpoint.get(key), dict):
-      checkpoint = checkpoint[key]
-      break
-  return {k: v.float().numpy() for k, v in checkpoint.items() if hasattr(v, 'numpy')}
-
-
-# ---------------------------------------------------------------- the name mapping
-
-def _linear(w: np.ndarray) -> np.ndarray:
-  return w.T
-
-
-def _conv(w: np.ndarray) -> np.ndarray:
-  return w.transpose(2, 3, 1, 0)            # [D, C, P, P] -> [P, P, C, D]
-
-
-def _same(w: np.ndarray) -> np.ndarray:
-  return w
-
-
-def _qkv(part: int, transform: Callable[[np.ndarray], np.ndarray]):
-  return lambda w: transform(np.split(w, 3, axis=0)[part])
-
-
-def _attention_name(block: dict[str, Any], where: str) -> str:
-  names = [k for k in block if k not in ('norm1', 'norm2', 'mlp')]
-  if len(names) != 1 or sorted(block[names[0]]) != list(ATTENTION_CHILDREN):
-    raise ConversionError(f'{where}: only softmax-attention models convert (the official DeiT / '
-                          f'HVT weights); this block has {sorted(block)}.')
-  return names[0]
-
-
-def torch_to_flax_names(params: dict[str, Any], stage_of_block: dict[int, int]) -> dict[str, tuple]:
-  """{torch name: (flax path tuple, transform)} for the model whose (abstract) params are given.
-  `stage_of_block[i] = m` when block i is followed by pooling stage m (HVT)."""
-  table: dict[str, tuple] = {
-      'patch_embed.proj.weight': (('patch_embed', 'kernel'), _conv),
-      'patch_embed.proj.bias': (('patch_embed', 'bias'), _same),
-      'pos_embed': (('pos_embed', 'pos_embedding'), _same),
-      'norm.weight': (('norm', 'scale'), _same),
-      'norm.bias': (('norm', 'bias'), _same),
-      'head.weight': (('head', 'kernel'), _linear),
-      'head.bias': (('head', 'bias'), _same),
-  }
-  if 'cls_token' in params:
-    table['cls_token'] = (('cls_token',), _same)
-  for i, m in stage_of_block.items():
-    table[f'blocks.{i}.pos_embed'] = ((f'pos_embed_stage{m}', 'pos_embedding'), _same)
-  blocks = sorted(int(k[len('block'):]) for k in params if re.fullmatch(r'block\d+', k))
-  for i in blocks:
-    block, t = f'block{i}', f'blocks.{i}'
-    attention = _attention_name(params[block], block)
-    for norm in ('norm1', 'norm2'):
-      table[f'{t}.{norm}.weight'] = ((block, norm, 'scale'), _same)
-      table[f'{t}.{norm}.bias'] = ((block, norm, 'bias'), _same)
-    for fc in ('fc1', 'fc2'):
-      table[f'{t}.mlp.{fc}.weight'] = ((block, 'mlp', fc, 'kernel'), _linear)
-      table[f'{t}.mlp.{fc}.bias'] = ((block, 'mlp', fc, 'bias'), _same)
-    for part, name in enumerate(('query', 'key', 'value')):   # '#part': a third of attn.qkv
-      table[f'{t}.attn.qkv.weight#{part}'] = ((block, attention, name, 'kernel'), _qkv(part, _linear))
-      table[f'{t}.attn.qkv.bias#{part}'] = ((block, attention, name, 'bias'), _qkv(part, _same))
-    table[f'{t}.attn.proj.weight'] = ((block, attention, 'out', 'kernel'), _linear)
-    table[f'{t}.attn.proj.bias'] = ((block, attention, 'out', 'bias'), _same)
-  return table
-
-
-def convert_params(state_dict: dict[str, np.ndarray], abstract_params: Any,
-                   stage_of_block: dict[int, int]) -> dict[str, Any]:
-  """The Flax params (numpy) of `state_dict`, checked name by name and shape by shape against
-  `abstract_params` (a tree of arrays / ShapeDtypeStructs)."""
-  import flax  # pylint: disable=g-import-not-at-top
-  table = torch_to_flax_names(abstract_params, stage_of_block)
-  if 'dist_token' in state_dict or 'head_dist.weight' in state_dict:
-    raise ConversionError('a distilled DeiT (dist_token, head_dist) has no counterpart here; '
-                          'convert the non-distilled checkpoint.')
-  wanted = {k.split('#')[0] for k in table}
-  unused = sorted(set(state_dict) - wanted)
-  missing = sorted(wanted - set(state_dict))
-  if unused or missing:
-    raise ConversionError(f'the checkpoint does not match the configured model: tensors with no '
-                          f'parameter {unused[:8]}{" ..." if len(unused) > 8 else ""}, parameters '
-                          f'not in the checkpoint {missing[:8]}{" ..." if len(missing) > 8 else ""}; '
-                          'check --config (depth, num_stages, classifier) against the source.')
-  target = flax.traverse_util.flatten_dict(dict(abstract_params))
-  out = {}
-  for name, (path, transform) in table.items():
-    value = transform(state_dict[name.split('#')[0]])
-    if path not in target:
-      raise ConversionError(f'{name} maps to {"/".join(path)}, which the model does not have.')
-    if tuple(value.shape) != tuple(target[path].shape):
-      raise ConversionError(f'{name}: shape {value.shape} (after conversion) does not fit '
-                            f'{"/".join(path)} {tuple(target[path].shape)}; check --config '
-                            '(image_size, patch_size, hidden_dim, num_classes).')
-    out[path] = np.ascontiguousarray(value, np.dtype(target[path].dtype))
-  unfilled = sorted('/'.join(p) for p in set(target) - set(out))
-  if unfilled:
-    raise ConversionError(f'model parameters the checkpoint does not fill: {unfilled[:8]}.')
-  return flax.traverse_util.unflatten_dict(out)
-
-
-# ---------------------------------------------------------------- model side and writing
-
-def model_params_of(config, state_dict: dict[str, np.ndarray]) -> tuple[Any, dict[str, Any]]:
-  """(model, Flax params) of the configured model filled from `state_dict`."""
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp
-  from poolformers_jax.models import build_model
-  model = build_model(config)
-  if not hasattr(model, 'pool_after_blocks'):
-    raise ConversionError(f'model {config.model.name!r}: only ViT / DeiT / HVT configs convert.')
-  images = jax.ShapeDtypeStruct((1,) + tuple(model.input_shape()), jnp.float32)
-  abstract = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), images)['params']
-  stage_of_block = {b: m + 1 for m, b in enumerate(model.pool_after_blocks())}
-  return model, convert_params(state_dict, abstract, stage_of_block)
-
+# ---------------------------------------------------------------- writing our checkpoint
 
 def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   """A train state at step 0 with `params` into DIR/checkpoints/0 (+ DIR/config.json)."""
@@ -233,9 +78,8 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
 def convert(config, source: str, workdir: str, allow_missing: str = '') -> str:
   """Reads `source`, fills the configured model, writes DIR/checkpoints/0; returns its path.
   `allow_missing` (PoNet): a regex of parameter names the checkpoint may lack (a new head)."""
-  from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
-  if config.model.name in ponet_convert.MODELS:   # chtan/ponet-base-uncased (HF BERT names)
-    config, params = ponet_convert.config_and_params(config, source, allow_missing)
+  if config.model.name in ponet_conversion.MODELS:   # chtan/ponet-base-uncased (HF BERT names)
+    config, params = ponet_conversion.config_and_params(config, source, allow_missing)
   else:
     _, params = model_params_of(config, read_state_dict(source))
   return write_checkpoint(config, params, workdir)
@@ -309,7 +153,6 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
   config.json; a config whose model differs is refused: config_utils.with_run_model). Returns
   what was written: folder, run, checkpoint, step, commit, heads (also in config.json under
   'poolformers_jax_export' and in README.md)."""
-  from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
   from poolformers_jax.reproduce import git_commit
   from poolformers_jax.train import config_utils, init_from
   state_dir, run, checkpoint, step = _checkpoint_of_run(source)
@@ -318,15 +161,15 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
   elif config is None:
     raise ConversionError(f'--source {source} is not in a run directory (no config.json says '
                           'what the model is); pass --config')
-  if config.model.name not in ponet_convert.MODELS:
-    raise ConversionError(f'--to hf: only PoNet models {ponet_convert.MODELS} have a Hugging Face '
+  if config.model.name not in ponet_conversion.MODELS:
+    raise ConversionError(f'--to hf: only PoNet models {ponet_conversion.MODELS} have a Hugging Face '
                           f'layout; the run trained {config.model.name!r}.')
   if os.path.exists(os.path.join(folder, 'model.safetensors')):
     raise ConversionError(f'{folder} already holds model.safetensors; pass an empty --workdir.')
   params, heads = _hf_heads(init_from.read_variables(state_dir)['params'], drop_sentence_head)
   record = {'run': run, 'checkpoint': checkpoint, 'step': step, 'commit': git_commit(),
             'heads': heads}
-  ponet_convert.save_hf(folder, params, config.model, extra={'poolformers_jax_export': record})
+  ponet_conversion.save_hf(folder, params, config.model, extra={'poolformers_jax_export': record})
   with open(os.path.join(folder, 'README.md'), 'w') as f:
     f.write(_HF_README.format(**record))
   return {'hf_folder': os.path.abspath(folder), **record}

@@ -8,7 +8,8 @@ For every task (`--task all`: every LRA task) and model family it trains the tas
 the one training loop (`train.train_and_evaluate`: resumes from the latest checkpoint, evaluates
 the best checkpoint on test). A finished run (its result.json exists) is not trained again. It
 then writes WORKDIR/results.json and WORKDIR/results.md: per task and family the test accuracy
-(mean ± sample std over seeds), the papers' numbers beside it (PAPER below, the only copy),
+(mean ± sample std over seeds), the papers' numbers beside it (PAPER below, the one copy:
+tests/test_reproduce.py keeps the configs' docstrings and docs/papers/lra.md equal to it),
 steps/s, wall time (summed over every invocation that trained the run, resumptions included),
 peak memory, device, seeds and git commit; and WORKDIR/curves.png and curves.csv, the
 validation accuracy of every run against its step. A task whose data is missing is reported as such, with the one line
@@ -42,7 +43,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from poolformers_jax import errors
+from poolformers_jax import configs_lib, errors
 
 # Test accuracy (%) at the paper setting: task -> family -> [(number, where it is from)].
 PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
@@ -63,7 +64,9 @@ PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
                    'adamra': [(75.77, 'AdaMRA')]},
 }
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
-FAMILIES = ('transformer', 'linear', 'ponet', 'adamra', 'contextpool', 'msac')
+# The LRA configs' model families (configs_lib.FAMILIES) but the `_reference` variants, which
+# only make sense with the reference protocol (configs/lra_<task>.py:linear_reference,reference).
+FAMILIES = tuple(f for f in configs_lib.FAMILIES if not f.endswith('_reference'))
 # GLUE dev (%) of the slides (pre-trained 340K steps on 5 GB): task -> (PoNet-Base, BERT-Base);
 # MNLI matched / mismatched. QQP / MRPC: mean of accuracy and F1, CoLA: Matthews, STS-B: Spearman.
 GLUE_PAPER: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {

@@ -21,7 +21,6 @@ from poolformers_jax import errors
 from poolformers_jax.data import translation
 from poolformers_jax.train import checkpoint as checkpoint_lib, cli, config_utils
 from poolformers_jax.train.setup import make_setup
-from poolformers_jax.train.translation_eval import translate_texts
 
 def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', **decode) -> list[str]:
   """Translations of `lines` by the `checkpoint` of `workdir` (decode: beam_size, alpha,
@@ -35,7 +34,7 @@ def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', 
                             'written beside the data by train.py')
   setup = make_setup(config, need_files=False)
   state, _ = checkpoint_lib.restore_for_reading(workdir, config, checkpoint, setup.abstract_state)
-  return translate_texts(setup, state.params, lines, **decode)
+  return setup.decoder.translate(state.params, lines, **decode)
 
 
 def _translate():

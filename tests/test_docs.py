@@ -36,7 +36,7 @@ OUTSIDE_NOTES = ('DESIGN' + '.md', 'PAPER' + '_NOTES', 'STACK' + '_NOTES', '../'
 # subfolder) followed by a file name with one of these extensions. Templates (`configs/<task>.py`,
 # `corpus/*.txt`) and example run folders (`runs/...`, `/tmp/...`) do not match.
 TOP = r'(?:docs|benchmarks|configs|poolformers_jax|tests|notebooks)'
-PACKAGE = r'(?:layers|models|data|train|configs_lib)'
+PACKAGE = r'(?:layers|models|data|train|configs_lib|tasks|conversion)'
 EXT = r'(?:md|png|py|json|ipynb|sh|npz|safetensors|txt)'
 PATH = re.compile(rf'(?<![\w/.\-])((?:{TOP}|{PACKAGE})/[\w./\-]*\w\.{EXT})(?![\w/])')
 LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)\)')
@@ -50,7 +50,8 @@ NOT_OURS = {
     ('tests/train/test_robust.py', 'data/process_0-of-1.json'): 'a file inside a checkpoint',
     **{('tests/test_layering.py', path): "the layering check's made-up module"
        for path in ('layers/x.py', 'poolformers_jax/layers/x.py', 'models/x.py',
-                    'poolformers_jax/models/x.py')},
+                    'poolformers_jax/models/x.py', 'data/x.py', 'poolformers_jax/data/x.py',
+                    'configs/x.py')},
 }
 
 

@@ -1,17 +1,33 @@
 """The package's layers, read from its imports (ast): layers/ build on nothing but the registry,
-models/ on layers/, and neither imports data/ or train/ (a model is usable without the trainer)."""
+models/ on layers/, and neither imports data/ or train/ (a model is usable without the trainer);
+data/ imports neither models/ nor train/ (what a model must know of the data travels in
+DatasetInfo); tasks/ (loss, metrics, decoding) on data/ and models/, never on the trainer;
+conversion/ (other frameworks' checkpoints) on models/ only; configs_lib/ and the
+config files build on data/'s defaults only, and loading any config file imports no flax, grain,
+optax or orbax (checked in a fresh interpreter)."""
 import ast
+import glob
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
-PACKAGE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       'poolformers_jax')
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, 'poolformers_jax')
 # folder -> the parts of poolformers_jax its files may import (poolformers_jax.<part>...).
 ALLOWED = {
     'layers': ('layers', 'registry'),
     'models': ('layers', 'models', 'registry'),
+    'data': ('data', 'errors', 'registry'),
+    'configs_lib': ('configs_lib', 'data'),
+    'conversion': ('conversion', 'models', 'registry'),
+    'tasks': ('data', 'models', 'registry', 'tasks'),
 }
+CONFIG_FILES_MAY_IMPORT = ('configs_lib',)
+# What loading a config must not import: the model, training and input-pipeline stacks.
+HEAVY = ('flax', 'grain', 'optax', 'orbax', 'tensorflow', 'tensorflow_datasets')
 
 
 def imported_names(source: str, module: str) -> list[tuple[int, str]]:
@@ -30,16 +46,20 @@ def imported_names(source: str, module: str) -> list[tuple[int, str]]:
   return sorted(found)
 
 
-def violations(folder: str, files: dict[str, str]) -> list[str]:
-  """'path:line imports name' for every import of poolformers_jax outside ALLOWED[folder]."""
+def violations(folder: str, files: dict[str, str],
+               allowed: tuple[str, ...] | None = None) -> list[str]:
+  """'path:line imports name' for every import of poolformers_jax outside `allowed` (default
+  ALLOWED[folder]); `files` maps paths inside the package (or, for configs/, the repository)."""
+  allowed = ALLOWED[folder] if allowed is None else allowed
+  inside = folder in ALLOWED
   bad = []
   for path, source in sorted(files.items()):
-    module = 'poolformers_jax.' + path[:-len('.py')].replace('/', '.')
+    module = ('poolformers_jax.' if inside else '') + path[:-len('.py')].replace('/', '.')
     for line, name in imported_names(source, module):
       parts = name.split('.')
-      if parts[0] == 'poolformers_jax' and len(parts) > 1 and parts[1] not in ALLOWED[folder]:
-        bad.append(f'poolformers_jax/{path}:{line} imports {name}; {folder}/ may import only '
-                   f'poolformers_jax.{{{", ".join(ALLOWED[folder])}}}')
+      if parts[0] == 'poolformers_jax' and len(parts) > 1 and parts[1] not in allowed:
+        bad.append(f'{"poolformers_jax/" if inside else ""}{path}:{line} imports {name}; '
+                   f'{folder}/ may import only poolformers_jax.{{{", ".join(allowed)}}}')
   return bad
 
 
@@ -55,8 +75,47 @@ def _sources(folder: str) -> dict[str, str]:
 @pytest.mark.parametrize('folder', sorted(ALLOWED))
 def test_imports_follow_the_layers(folder):
   files = _sources(folder)
-  assert len(files) > 3
+  assert len(files) >= 2
   assert violations(folder, files) == []
+
+
+def _config_files() -> dict[str, str]:
+  files = {}
+  for path in sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py'))):
+    with open(path, encoding='utf-8') as f:
+      files[os.path.relpath(path, ROOT)] = f.read()
+  return files
+
+
+def test_config_files_import_only_configs_lib():
+  files = _config_files()
+  assert len(files) > 10
+  assert violations('configs', files, CONFIG_FILES_MAY_IMPORT) == []
+
+
+# Loads every config file (its default argument) in one fresh interpreter; after each, the heavy
+# modules then imported.
+_LOAD_CONFIGS = """
+import importlib.util, json, sys
+heavy, found = json.loads(sys.argv[1]), {}
+for path in sys.argv[2:]:
+  spec = importlib.util.spec_from_file_location('config_under_test', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  config = module.get_config()
+  assert config.model and config.data.name, path
+  found[path] = sorted(name for name in heavy if name in sys.modules)
+print(json.dumps(found))
+"""
+
+
+def test_loading_any_config_imports_no_flax_grain_optax_or_orbax():
+  paths = sorted(_config_files())
+  env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get('PYTHONPATH', ''))
+  out = subprocess.run([sys.executable, '-c', _LOAD_CONFIGS, json.dumps(HEAVY), *paths],
+                       cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+  found = json.loads(out.stdout.strip().splitlines()[-1])
+  assert found == {path: [] for path in paths}
 
 
 def test_the_check_names_every_offending_import():
@@ -76,3 +135,11 @@ def test_the_check_names_every_offending_import():
                          (6, 'poolformers_jax.models.block'), (7, 'poolformers_jax.train.loop'))]
   assert violations('models', {'models/x.py': source})[0].startswith(
       'poolformers_jax/models/x.py:4 imports poolformers_jax.train.text_tasks')
+  assert [v.split(';')[0] for v in violations('data', {'data/x.py': source})] == [
+      f'poolformers_jax/data/x.py:{line} imports {name}' for line, name in (
+          (1, 'poolformers_jax.layers.common.Array'), (4, 'poolformers_jax.train.text_tasks'),
+          (6, 'poolformers_jax.models.block'), (7, 'poolformers_jax.train.loop'))]
+  assert violations('configs', {'configs/x.py': 'from poolformers_jax.models import vit\n'},
+                    CONFIG_FILES_MAY_IMPORT) == [
+      'configs/x.py:1 imports poolformers_jax.models.vit; configs/ may import only '
+      'poolformers_jax.{configs_lib}']

@@ -1,11 +1,15 @@
 """`python -m poolformers_jax.reproduce lra`: tables written, a finished family not retrained."""
+import ast
 import json
 import logging
 import os
+import re
 
 import pytest
 
-from poolformers_jax import reproduce
+from poolformers_jax import configs_lib, reproduce
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _mtimes(root):
@@ -70,6 +74,49 @@ def test_paper_numbers_are_one_table():
   assert reproduce.paper_text('listops', 'linear') == '37.35 (AdaMRA T1) / 16.13 (LRA)'
   assert reproduce.paper_text('listops', 'msac') == 'not reported'
   assert set(reproduce.PAPER) == set(reproduce.TASKS)
+
+
+def _read(path):
+  with open(os.path.join(ROOT, path), encoding='utf-8') as f:
+    return f.read()
+
+
+def _figures(text):
+  return re.findall(r'\d+\.\d\d', text)
+
+
+def test_config_docstrings_and_docs_quote_the_one_table():
+  """The papers' figures are written once (reproduce.PAPER, GLUE_PAPER); each LRA config's
+  docstring, the table of docs/papers/lra.md and configs/glue.py's docstring quote them exactly,
+  and nothing else."""
+  for task, families in reproduce.PAPER.items():
+    doc = _read(f'configs/lra_{task}.py')
+    block = re.search(r'Test accuracy to expect[\s\S]*?\):\n((?:  .*\n)+)', doc).group(1)
+    lines = [' '.join(line.split()) for line in block.splitlines()]
+    assert lines == [f'{family} {reproduce.paper_text(task, family)};' for family in families] + [
+        'contextpool / msac: no number reported.'], task
+  rows = {}
+  for line in _read('docs/papers/lra.md').splitlines():
+    match = re.match(r'\| `(\w+)` \(.*?\) \|(.*)\|$', line)
+    if match:
+      rows[match.group(1)] = [cell.strip() for cell in match.group(2).split('|')]
+  assert rows == {family: [' · '.join(f'{value:.2f}' for value, _ in reproduce.PAPER[task][family])
+                           for task in reproduce.TASKS]
+                  for family in reproduce.PAPER['listops']}
+  glue = ' '.join(ast.get_docstring(ast.parse(_read('configs/glue.py'))).split())
+  label = {'mnli': 'MNLI-m/mm', 'qqp': 'QQP', 'qnli': 'QNLI', 'sst2': 'SST-2', 'cola': 'CoLA',
+           'stsb': 'STS-B', 'mrpc': 'MRPC', 'rte': 'RTE'}
+  quoted = []
+  for task, (ponet, bert) in reproduce.GLUE_PAPER.items():
+    text = lambda numbers: '/'.join(f'{n:.2f}' for n in numbers)
+    assert f'{label[task]} {text(ponet)} vs {text(bert)}' in glue, task
+    quoted += [f'{n:.2f}' for n in ponet + bert]
+  assert sorted(_figures(glue.split('GLUE dev results of the slides')[1])) == sorted(quoted)
+
+
+def test_reproduce_trains_every_family_of_the_configs_but_the_reference_variants():
+  assert reproduce.FAMILIES == ('transformer', 'linear', 'ponet', 'adamra', 'contextpool', 'msac')
+  assert set(reproduce.FAMILIES) | {'linear_reference'} == set(configs_lib.FAMILIES)
 
 
 def test_wall_time_and_curves_count_every_invocation(tmp_path, monkeypatch):

@@ -28,10 +28,19 @@ With worker_count > 0 the iterator state has another format: resume with the sam
 """
 from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo, DatasetSpec,
                                        get_data_config, register_dataset)
-from poolformers_jax.data.pipeline import (Streams, eval_num_batches, get_dataset_info,
-                                           make_eval_iterator, make_eval_stream,
-                                           make_train_iterator)
+
+# The pipeline (grain, jax) loads on first use, so a config file, which needs only
+# get_data_config, imports nothing heavier than ml_collections and numpy.
+_PIPELINE = ('Streams', 'eval_num_batches', 'get_dataset_info', 'make_eval_iterator',
+             'make_eval_stream', 'make_train_iterator')
+
+
+def __getattr__(name: str):
+  if name in _PIPELINE:
+    from poolformers_jax.data import pipeline
+    return getattr(pipeline, name)
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+
 
 __all__ = ['DATASETS', 'DataNotFoundError', 'DatasetInfo', 'DatasetSpec', 'register_dataset',
-           'get_data_config', 'get_dataset_info', 'make_train_iterator', 'make_eval_iterator',
-           'eval_num_batches', 'make_eval_stream', 'Streams']
+           'get_data_config', *_PIPELINE]

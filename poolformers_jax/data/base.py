@@ -41,7 +41,7 @@ SPLITS = ('train', 'validation', 'test')
 class DatasetInfo:
   """What the trainer and the model need to know about a dataset."""
   name: str
-  task: str                      # a registered task (train/tasks.py): 'classification', 'lm', ...
+  task: str                      # a registered task (poolformers_jax/tasks/): 'classification', ...
   num_classes: int               # classes; for 'lm' the vocabulary size (targets are tokens)
   vocab_size: Optional[int]      # token vocabulary size incl. padding id 0; None for images
   input_shape: tuple[int, ...]   # one example: (L,), (2, L) or (H, W, C)
@@ -120,6 +120,22 @@ def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'seq
     return np.asarray(ids[..., :max_length], np.int32)
   pad = [(0, 0)] * (ids.ndim - 1) + [(0, max_length - length)]
   return np.pad(np.asarray(ids, np.int32), pad)
+
+
+def process_share(batch_size: int, what: str, process_count: int,
+                  devices: Optional[int] = None) -> int:
+  """The rows each process holds of a global batch of `batch_size`: THE check that a batch splits
+  evenly, over the processes (the pipeline) and, with `devices` (the mesh's; validate.py), over
+  the devices too. A bad size fails with one line."""
+  if devices is not None:
+    if batch_size % devices or batch_size % process_count:
+      raise ValueError(f'{what}={batch_size} must be divisible by the number of devices '
+                       f'({devices}) and processes ({process_count}); use a multiple of {devices}')
+  elif batch_size % process_count:
+    raise ValueError(f'{what}={batch_size} is not divisible by process_count={process_count}.')
+  if batch_size < process_count:
+    raise ValueError(f'{what}={batch_size} is smaller than process_count={process_count}.')
+  return batch_size // process_count
 
 
 def expand_path(path: str) -> str:

@@ -45,14 +45,6 @@ class _Preprocess:
     return base.get_spec(self.data_config).preprocess(record, self.data_config, rng)
 
 
-def _per_process(batch_size: int, process_count: int, what: str) -> int:
-  if batch_size % process_count:
-    raise ValueError(f'{what}={batch_size} is not divisible by process_count={process_count}.')
-  if batch_size < process_count:
-    raise ValueError(f'{what}={batch_size} is smaller than process_count={process_count}.')
-  return batch_size // process_count
-
-
 def _read_options(data_config) -> grain.ReadOptions:
   threads = int(data_config.read_threads)
   return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=max(2 * threads, 1))
@@ -116,7 +108,7 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   """Infinite shuffled iterator of this process's rows of the global training batches."""
   data_config = config.data
   seed = int(config.seed if seed is None else seed)
-  batch = _per_process(config.batch_size, process_count, 'config.batch_size')
+  batch = base.process_share(config.batch_size, 'config.batch_size', process_count)
   records = base.get_spec(data_config).source(data_config, 'train')
   if len(records) == 0:
     raise ValueError(f'the train split of {data_config.name} is empty.')
@@ -158,7 +150,7 @@ class _EvalExample:
 
 def eval_num_batches(num_examples: int, batch_size: int, process_count: int) -> int:
   """Batches every process yields for a split of `num_examples` (global batch_size)."""
-  per_process = _per_process(batch_size, process_count, 'eval batch_size')
+  per_process = base.process_share(batch_size, 'eval batch_size', process_count)
   return math.ceil(math.ceil(num_examples / process_count) / per_process)
 
 
@@ -168,7 +160,7 @@ def make_eval_iterator(config, split: str, batch_size: int, process_index: int =
   eval_batch_size): batches with 'mask' (False = padding) for this process. `drop_last` > 0:
   only the first N - N % drop_last examples of the split's N."""
   data_config = config.data
-  per_process = _per_process(batch_size, process_count, 'eval batch_size')
+  per_process = base.process_share(batch_size, 'eval batch_size', process_count)
   records = base.get_spec(data_config).source(data_config, base.check_split(split))
   num_examples = len(records) - (len(records) % drop_last if drop_last > 0 else 0)
   if num_examples == 0:
@@ -196,7 +188,7 @@ def make_eval_stream(config, split: str, batch_size: int, seed: int, process_ind
   """Endless reshuffled batches of `split` (module docstring), this process's rows of each
   global batch of `batch_size`; a grain iterator (get_state / set_state resume it exactly)."""
   data_config = config.data
-  per_process = _per_process(batch_size, process_count, 'eval batch_size')
+  per_process = base.process_share(batch_size, 'eval batch_size', process_count)
   records = base.get_spec(data_config).source(data_config, base.check_split(split))
   if len(records) == 0:
     raise ValueError(f'split {split!r} of {data_config.name} is empty.')

@@ -32,9 +32,10 @@ from typing import Optional
 import numpy as np
 
 from poolformers_jax.data import base
-from poolformers_jax.models.seq2seq import EOS_ID, PAD_ID   # the model's; the vocabulary keeps them
 
-UNK_ID = 2
+# The vocabulary's ids: 0 = padding (every dataset's), EOS, UNK. The model learns EOS_ID from
+# the info (model_defaults: config.model.eos_id), as BERT models learn [CLS] / [SEP].
+PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 PAIRS = ('de-en', 'fr-en')
 PACKED_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                'targets_positions')
@@ -190,6 +191,7 @@ def info(data_config, *, from_files: bool = True) -> base.DatasetInfo:
   return base.DatasetInfo(
       name=data_config.name, task='seq2seq', num_classes=vocab, vocab_size=vocab,
       input_shape=(data_config.max_length,), packed=bool(data_config.pack),
+      model_defaults={'eos_id': EOS_ID},
       split_sizes=({split: len(source(data_config, split)) for split in base.SPLITS}
                    if from_files else {}))
 

@@ -14,14 +14,16 @@ Softmax attention has four implementations of the same function (`implementation
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+import typing
+from typing import Callable, Literal, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_heads,
-                                           check_sequence_input, compute_dtype, segment_allowed)
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_choice,
+                                           check_choices, check_heads, check_sequence_input,
+                                           compute_dtype, segment_allowed)
 from poolformers_jax.layers.registry import register_mixer
 
 
@@ -50,7 +52,7 @@ def softmax_attention(q: Array, k: Array, v: Array, bias: Array,
   return out, weights
 
 
-IMPLEMENTATIONS = ('explicit', 'xla', 'cudnn', 'auto')
+Implementation = Literal['explicit', 'xla', 'cudnn', 'auto']
 
 
 def cudnn_unavailable_reason(dtype: Dtype, head_dim: int) -> Optional[str]:
@@ -67,9 +69,7 @@ def cudnn_unavailable_reason(dtype: Dtype, head_dim: int) -> Optional[str]:
 
 def resolve_implementation(implementation: str, dtype: Dtype, head_dim: int, owner: str) -> str:
   """'auto' -> 'cudnn' or 'xla'; a one-line ValueError for an unknown or impossible choice."""
-  if implementation not in IMPLEMENTATIONS:
-    raise ValueError(f'{owner}: unknown implementation {implementation!r}; '
-                     f'choose one of {list(IMPLEMENTATIONS)}.')
+  check_choice(owner, 'implementation', implementation, typing.get_args(Implementation))
   if implementation in ('cudnn', 'auto'):
     reason = cudnn_unavailable_reason(dtype, head_dim)
     if implementation == 'auto':
@@ -111,9 +111,9 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float = 0.0
   use_bias: bool = True
   dtype: Optional[Dtype] = None
-  implementation: str = 'explicit'   # explicit | xla | cudnn | auto
+  implementation: Implementation = 'explicit'
   kernel_init: Callable = nn.linear.default_kernel_init   # BERT: normal(0.02)
-  dropout_on: str = 'output'         # 'output' | 'weights' (explicit only)
+  dropout_on: Literal['output', 'weights'] = 'output'     # 'weights': explicit only
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -124,10 +124,8 @@ class MultiHeadAttention(nn.Module):
     dim = x.shape[-1]
     head_dim = check_heads(dim, self.num_heads, name)
     dtype = compute_dtype(self.dtype, x)
+    check_choices(self)
     implementation = resolve_implementation(self.implementation, dtype, head_dim, name)
-    if self.dropout_on not in ('output', 'weights'):
-      raise ValueError(f"{name}: unknown dropout_on {self.dropout_on!r}; choose 'output' or "
-                       "'weights'.")
     if self.dropout_on == 'weights' and implementation != 'explicit':
       raise ValueError(f"{name}: dropout_on='weights' needs implementation='explicit' (the fused "
                        f"kernels never form the weights), got {implementation!r}.")
@@ -163,9 +161,6 @@ FEATURE_MAPS: dict[str, Callable[[Array], Array]] = {
     'elu+1': lambda t: jax.nn.elu(t) + 1.0,   # Katharopoulos et al. (2020)
     'relu': jax.nn.relu,
 }
-
-
-NORMALIZERS = ('keys', 'padded_length')
 
 
 def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
@@ -208,19 +203,15 @@ class LinearAttention(nn.Module):
   dropout_rate: float = 0.0  # accepted for interface parity; kernel attention has no weights to drop
   use_bias: bool = True
   dtype: Optional[Dtype] = None
-  normalizer: str = 'keys'
+  normalizer: Literal['keys', 'padded_length'] = 'keys'
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                deterministic: bool = True) -> Array:
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
-    if self.feature_map not in FEATURE_MAPS:
-      raise ValueError(f'{name}: unknown feature_map {self.feature_map!r}; '
-                       f'choose one of {sorted(FEATURE_MAPS)}.')
-    if self.normalizer not in NORMALIZERS:
-      raise ValueError(f'{name}: unknown normalizer {self.normalizer!r}; '
-                       f'choose one of {list(NORMALIZERS)}.')
+    check_choice(name, 'feature_map', self.feature_map, sorted(FEATURE_MAPS))
+    check_choices(self)
     dim = x.shape[-1]
     check_heads(dim, self.num_heads, name)
     dtype = compute_dtype(self.dtype, x)

@@ -6,11 +6,14 @@ Every sequence mixer in this package follows one interface (docs/design.md):
     x: [batch, length, dim], mask: [batch, length] bool (True = real token), y like x.
 
 `check_sequence_input` validates that contract while tracing, so bad shapes fail with one
-clear line before XLA ever sees them.
+clear line before XLA ever sees them. "One of these" options are fields typed `Literal[...]`,
+checked all at once by `check_choices` (or `check_choice` for a name looked up in a table).
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+import functools
+import typing
+from typing import Any, Callable, Iterable, Literal, Optional
 
 import flax.linen as nn
 import jax
@@ -36,6 +39,26 @@ def check_sequence_input(x: Array, mask: Optional[Array], name: str) -> Array:
         f'{name}: mask shape {tuple(mask.shape)} does not match input [batch, length] = '
         f'{tuple(x.shape[:2])}; pass a [B, L] bool mask (True = real token).')
   return mask.astype(bool)
+
+
+def check_choice(owner: str, field: str, value: Any, choices: Iterable[Any]) -> None:
+  """THE "one of these" check of layers and models: one line naming every valid value."""
+  choices = list(choices)
+  if value not in choices:
+    raise ValueError(f'{owner}: unknown {field} {value!r}; choose one of {choices}.')
+
+
+@functools.lru_cache(maxsize=None)
+def literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
+  """{field: its values} for every field of (dataclass) `cls` typed `Literal[...]`."""
+  return {name: typing.get_args(hint) for name, hint in typing.get_type_hints(cls).items()
+          if typing.get_origin(hint) is Literal}
+
+
+def check_choices(module: Any, owner: Optional[str] = None) -> None:
+  """check_choice on every `Literal[...]` field of `module` (owner: its class name)."""
+  for field, choices in literal_fields(type(module)).items():
+    check_choice(owner or type(module).__name__, field, getattr(module, field), choices)
 
 
 def check_image_input(x: Array, name: str) -> None:

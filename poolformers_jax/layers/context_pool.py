@@ -54,7 +54,7 @@ unless its `implementation` is a flash one ('cudnn').
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import flax.linen as nn
 import jax
@@ -62,14 +62,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax.layers.attention import MultiHeadAttention
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias,
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_choices,
                                            check_image_input, check_sequence_input,
                                            compute_dtype, segment_allowed, window_partition)
 from poolformers_jax.layers.registry import register_mixer
 
-WEIGHTS = ('learned', 'uniform', 'unnormalized', 'nonlocal')
-LOCALITIES = ('gaussian', 'none', 'fixed_window', 'adaptive_window', 'random_sparse')
-PREDICTORS = ('conv', 'mlp', 'attention')
 # Localities that need the predicted pooling size s.
 SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
 
@@ -89,10 +86,10 @@ class ContextPoolOptions(nn.Module, kw_only=True):
   redeclares the field as `dataclasses.field(default=..., kw_only=True)` (a plain redeclaration
   would make it positional): ContextPool2D's window_size 3, WindowContextPool's predictor_dim 8.
   """
-  weights: str = 'learned'            # learned | uniform | unnormalized | nonlocal (Tables 1-2)
-  locality: str = 'gaussian'          # gaussian | none | fixed_window | adaptive_window |
-                                      # random_sparse (Tables 1-2)
-  predictor: str = 'conv'             # conv | mlp | attention (Table 3)
+  weights: Literal['learned', 'uniform', 'unnormalized', 'nonlocal'] = 'learned'  # Tables 1-2
+  locality: Literal['gaussian', 'none', 'fixed_window', 'adaptive_window',
+                    'random_sparse'] = 'gaussian'                               # Tables 1-2
+  predictor: Literal['conv', 'mlp', 'attention'] = 'conv'                      # Table 3
   size_ratio: float = 0.1             # r in sigma_i = r n s_i
   predictor_dim: Optional[int] = None  # hidden width of m(X); None -> max(dim // 16, 8)
   window_size: int = 5                # fixed_window size; random_sparse expected count
@@ -106,11 +103,7 @@ class ContextPoolOptions(nn.Module, kw_only=True):
   def check_pool_options(self) -> None:
     """Raises a one-line ValueError for an unknown option string or an invalid number."""
     owner = type(self).__name__
-    for field, choices in (('weights', WEIGHTS), ('locality', LOCALITIES),
-                           ('predictor', PREDICTORS)):
-      if getattr(self, field) not in choices:
-        raise ValueError(f'{owner}: unknown {field} {getattr(self, field)!r}; choose one of '
-                         f'{list(choices)}.')
+    check_choices(self)
     if self.size_ratio < 0:
       raise ValueError(f'{owner}: size_ratio={self.size_ratio} is negative; use r >= 0 '
                        '(paper: 0.1).')
@@ -119,6 +112,42 @@ class ContextPoolOptions(nn.Module, kw_only=True):
                        'dim//16).')
     if self.window_size < 1:
       raise ValueError(f'{owner}: window_size={self.window_size} must be >= 1 token.')
+
+  @nn.nowrap
+  def predict_pooling(self, x: Array, mask: Array, *, causal: bool = False,
+                      dtype: Optional[Dtype] = None, segment_ids: Optional[Array] = None
+                      ) -> tuple[Optional[Array], Optional[Array]]:
+    """{w, s} = m(X) (sec. 3.2) for this variant, inside this module's compact __call__: its
+    submodule 'predictor'.
+
+    x [B, *spatial, C], mask [B, *spatial]. Returns the float32 logits of w and of s at every
+    position ([B, *spatial]); None for the one(s) the variant does not use.
+    """
+    need_w, need_s = predicted_channels(self.weights, self.locality)
+    if not (need_w or need_s):
+      return None, None
+    raw = PoolingPredictor(self.predictor, predictor_width(x.shape[-1], self.predictor_dim),
+                           need_w + need_s, causal=causal, dtype=dtype,
+                           name='predictor')(x, mask, segment_ids).astype(jnp.float32)
+    return (raw[..., 0] if need_w else None), (raw[..., -1] if need_s else None)
+
+  @nn.nowrap
+  def pool(self, x: Array, mask: Array, sites: PoolSites, *, query_x: Optional[Array] = None,
+           allowed: Optional[Array] = None, w_logit: Optional[Array] = None,
+           s_logit: Optional[Array] = None, query_block: Optional[int] = None) -> Array:
+    """Eq. 4 (`pool_eq4`) inside this module's compact __call__: the non-local weights'
+    projections 'theta' (of `query_x`, default x) and 'phi' (of x) are this module's parameters,
+    and what Eq. 4 exposes ('pooling_weights', 'sigma') is sown here."""
+    theta = phi = None
+    if self.weights == 'nonlocal':
+      dim = x.shape[-1]
+      theta = nn.Dense(dim, dtype=x.dtype, name='theta')(x if query_x is None else query_x)
+      phi = nn.Dense(dim, dtype=x.dtype, name='phi')(x)
+    y, intermediates = pool_eq4(self, x, mask, sites, allowed=allowed, w_logit=w_logit,
+                                s_logit=s_logit, theta=theta, phi=phi, query_block=query_block)
+    for name, value in intermediates.items():
+      self.sow('intermediates', name, value)
+    return y
 
 
 # The option names (what ContextPoolAttention and a config's ContextPool dict pass on).
@@ -212,42 +241,53 @@ def _in_box(offset: Array, size) -> Array:
   return jnp.all((offset >= -size / 2) & (offset < size / 2), axis=-1)
 
 
-def context_pool(module, x: Array, query_x: Array, mask: Array, allowed: Optional[Array],
-                 n: Array, query_pos: Array, key_pos: Array, w_logit: Optional[Array],
-                 s_logit: Optional[Array], causal: bool, cell: int,
-                 query_block: Optional[int] = None) -> Array:
-  """Eq. 4 for flattened positions. Called inside a module's compact __call__.
+@dataclasses.dataclass(frozen=True)
+class PoolSites:
+  """Where Eq. 4 pools, over flattened positions (a sequence, a grid, a window, a stride cell)."""
+  query_pos: Array        # [Lq, D] the queries' coordinates c_i
+  key_pos: Array          # [Lk, D] the keys' coordinates p_j
+  n: Array                # [B, Lq] tokens per query: sigma_i = r n_i s_i
+  causal: bool = False    # keys j <= i only (used when no `allowed` is given)
+  cell: int = 1           # the query's own stride cell, which random_sparse always keeps
 
-  x [B, Lk, C] keys/values (zero at padding), query_x [B, Lq, C] features at the query positions,
-  mask [B, Lk], allowed [B, Lq, Lk] (padding, causality) or None (= the real keys, and j <= i
-  when `causal`, built block by block), n [B, Lq] tokens per query, query_pos [Lq, D] / key_pos
-  [Lk, D] coordinates, w_logit [B, Lk] / s_logit [B, Lq] float32 outputs of m(X) (None when the
-  variant needs none), cell = the query's own stride cell (always kept by random_sparse).
+
+def pool_eq4(options: ContextPoolOptions, x: Array, mask: Array, sites: PoolSites, *,
+             allowed: Optional[Array] = None, w_logit: Optional[Array] = None,
+             s_logit: Optional[Array] = None, theta: Optional[Array] = None,
+             phi: Optional[Array] = None, query_block: Optional[int] = None
+             ) -> tuple[Array, dict[str, Array]]:
+  """Eq. 4 for flattened positions: a pure function of arrays. Returns (y [B, Lq, C], the
+  intermediates to sow: 'pooling_weights' and / or 'sigma' as the variant has them).
+
+  options: the variant's settings (weights, locality, size_ratio, window_size; a ContextPool
+  form); x [B, Lk, C] keys/values (zero at padding); mask [B, Lk]; allowed [B, Lq, Lk]
+  (padding, causality) or None (= the real keys, and j <= i when sites.causal, built block by
+  block); w_logit [B, Lk] / s_logit [B, Lq] float32 outputs of m(X) (None when the variant
+  needs none); theta [B, Lq, C] / phi [B, Lk, C] the projections of the non-local weights (the
+  caller's parameters: ContextPoolOptions.pool).
 
   Every query row of Eq. 4 needs only its own row of logits. `query_block` pools that many
   queries at a time: a `jax.lax.map` over blocks of a rematerialised (`jax.checkpoint`) block
   function, so forward and backward hold [B, query_block, Lk] logits, never [B, Lq, Lk]
   (memory linear in length; the flops are the same). None = all queries in one block.
   """
+  query_pos, key_pos, n, causal, cell = (sites.query_pos, sites.key_pos, sites.n, sites.causal,
+                                         sites.cell)
   lq = query_pos.shape[0]
-  # Per-key and per-query terms: linear in length, computed (and sown) once.
-  key_logit, values, theta, phi, sigma = None, x, None, None, None
-  if module.weights == 'learned':
+  intermediates = {}
+  # Per-key and per-query terms: linear in length, computed once.
+  key_logit, values, sigma = None, x, None
+  if options.weights == 'learned':
     # log w_j up to a constant, which cancels in the normaliser C(X) of Eq. 4.
     key_logit = w_logit
-    module.sow('intermediates', 'pooling_weights',
-               jax.nn.softmax(jnp.where(mask, w_logit, NEG_INF), axis=-1))
-  elif module.weights == 'unnormalized':
+    intermediates['pooling_weights'] = jax.nn.softmax(jnp.where(mask, w_logit, NEG_INF), axis=-1)
+  elif options.weights == 'unnormalized':
     values = x * w_logit[..., None].astype(x.dtype)
-    module.sow('intermediates', 'pooling_weights', w_logit)
-  elif module.weights == 'nonlocal':
-    dim = x.shape[-1]
-    theta = nn.Dense(dim, dtype=x.dtype, name='theta')(query_x)
-    phi = nn.Dense(dim, dtype=x.dtype, name='phi')(x)
-  if module.locality in SIZED_LOCALITIES:
-    s = jax.nn.sigmoid(s_logit)                                 # s_i in [0, 1]
-    sigma = jnp.maximum(module.size_ratio * n * s, SIGMA_MIN)  # sigma_i = r n s_i
-    module.sow('intermediates', 'sigma', sigma)
+    intermediates['pooling_weights'] = w_logit
+  if options.locality in SIZED_LOCALITIES:
+    s = jax.nn.sigmoid(s_logit)                                  # s_i in [0, 1]
+    sigma = jnp.maximum(options.size_ratio * n * s, SIGMA_MIN)   # sigma_i = r n s_i
+    intermediates['sigma'] = sigma
 
   def pool_rows(rows: dict) -> tuple[Array, Optional[Array]]:
     """y for one block of queries (every per-query array in `rows` sliced to the block)."""
@@ -269,23 +309,23 @@ def context_pool(module, x: Array, query_x: Array, mask: Array, allowed: Optiona
       nl_weights = jax.nn.softmax(nl, axis=-1)                  # Eq. 3
       logits = logits + nl
     offset = key_pos[None, :, :] - q_pos[:, None, :]            # [Lq, Lk, D], p_j - c_i
-    if module.locality == 'gaussian':
+    if options.locality == 'gaussian':
       # log g_ij of the Gaussian mask N(i, sigma_i^2).
       logits = logits - jnp.sum(offset ** 2, -1)[None] / (2.0 * rows['sigma'][..., None] ** 2)
-    elif module.locality == 'adaptive_window':
+    elif options.locality == 'adaptive_window':
       # A box of half-width sigma_i per axis, soft over about one token.
       edge = rows['sigma'][..., None, None] + 0.5 - jnp.abs(offset)[None]
       logits = logits + jnp.sum(jax.nn.log_sigmoid(WINDOW_EDGE * edge), -1)
-    elif module.locality == 'fixed_window':
+    elif options.locality == 'fixed_window':
       # Causal windows look back: centre shifted (window-1)/2 tokens into the past.
-      shift = (module.window_size - 1) / 2 if causal else 0.0
-      ok = ok & _in_box(offset + shift, module.window_size)[None]
-    elif module.locality == 'random_sparse':
+      shift = (options.window_size - 1) / 2 if causal else 0.0
+      ok = ok & _in_box(offset + shift, options.window_size)[None]
+    elif options.locality == 'random_sparse':
       k_idx = jnp.arange(key_pos.shape[0])[None, :]
       # Keep about window_size^D of the keys each query may see (n_i tokens in 1D, H*W pixels).
       visible = jnp.sum(ok, axis=-1, keepdims=True).astype(jnp.float32)
       sampled = (_hash_uniform(q_idx[:, None], k_idx)[None]
-                 < module.window_size ** offset.shape[-1] / visible)
+                 < options.window_size ** offset.shape[-1] / visible)
       ok = ok & (sampled | _in_box(offset, cell)[None])
     # One masked softmax over j = w_j g_ij / sum_j w_j g_ij, max-subtracted (no underflow).
     p = jax.nn.softmax(jnp.where(ok, logits, NEG_INF), axis=-1)
@@ -301,8 +341,8 @@ def context_pool(module, x: Array, query_x: Array, mask: Array, allowed: Optiona
   else:
     y, nl_weights = _map_query_blocks(pool_rows, rows, lq, query_block)
   if nl_weights is not None:
-    module.sow('intermediates', 'pooling_weights', nl_weights)
-  return y
+    intermediates['pooling_weights'] = nl_weights
+  return y, intermediates
 
 
 def _map_query_blocks(fn, rows: dict, length: int, block: int):
@@ -344,24 +384,6 @@ def predictor_width(dim: int, predictor_dim: Optional[int]) -> int:
   return predictor_dim if predictor_dim is not None else max(dim // 16, 8)
 
 
-def predict_pooling(module: nn.Module, x: Array, mask: Array, *, causal: bool = False,
-                    dtype: Optional[Dtype] = None, segment_ids: Optional[Array] = None
-                    ) -> tuple[Optional[Array], Optional[Array]]:
-  """{w, s} = m(X) (sec. 3.2) for `module`'s variant, called inside its compact __call__.
-
-  x [B, *spatial, C], mask [B, *spatial]. Returns the float32 logits of w and of s at every
-  position ([B, *spatial]); None for the one(s) the variant does not use. Every ContextPool form
-  (sequence, 2D, window) gets its predictor, named 'predictor', from here.
-  """
-  need_w, need_s = predicted_channels(module.weights, module.locality)
-  if not (need_w or need_s):
-    return None, None
-  raw = PoolingPredictor(module.predictor, predictor_width(x.shape[-1], module.predictor_dim),
-                         need_w + need_s, causal=causal, dtype=dtype,
-                         name='predictor')(x, mask, segment_ids).astype(jnp.float32)
-  return (raw[..., 0] if need_w else None), (raw[..., -1] if need_s else None)
-
-
 class ContextPool(ContextPoolOptions):
   """ContextPool on token sequences: [B, L, D] -> [B, L, D] (mixer interface, Eq. 3-4).
 
@@ -369,7 +391,7 @@ class ContextPool(ContextPoolOptions):
   options (weights, locality, ...) are ContextPoolOptions'.
   """
   causal: bool = False
-  # Queries pooled at a time (memory linear in length, context_pool); None = [L, L] at once.
+  # Queries pooled at a time (memory linear in length, pool_eq4); None = [L, L] at once.
   query_block: Optional[int] = QUERY_BLOCK
   # Image tokens (CP-ViT, Fig. 3): `prefix_tokens` (the class token) then a raster token_grid
   # (h, w) of patches. The patches pool each other with a 2D Gaussian on the grid, distances and
@@ -409,12 +431,12 @@ class ContextPool(ContextPoolOptions):
         allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
       n = jnp.sum(allowed, axis=-1)                             # the same, within the segment
     n = jnp.maximum(n, 1).astype(jnp.float32)
-    w_logit, s_logit = predict_pooling(self, x, mask, causal=self.causal, dtype=dtype,
-                                       segment_ids=segment_ids)
+    w_logit, s_logit = self.predict_pooling(x, mask, causal=self.causal, dtype=dtype,
+                                            segment_ids=segment_ids)
     pos = jnp.arange(length, dtype=jnp.float32)[:, None]
     # allowed=None: padding (and causality) are applied block by block, never as [B, L, L].
-    return context_pool(self, x, x, mask, allowed, n, pos, pos, w_logit, s_logit, self.causal,
-                        cell=1, query_block=self.query_block)
+    return self.pool(x, mask, PoolSites(pos, pos, n, causal=self.causal), allowed=allowed,
+                     w_logit=w_logit, s_logit=s_logit, query_block=self.query_block)
 
   @nn.nowrap
   def _pool_grid(self, x: Array, mask: Array) -> Array:
@@ -430,13 +452,13 @@ class ContextPool(ContextPoolOptions):
     patches, patch_mask = x[:, p:], mask[:, p:]
     patches = jnp.where(patch_mask[..., None], patches, 0).astype(dtype)
     # m(X) runs along the raster sequence (the same parameters as the 1D form).
-    w_logit, s_logit = predict_pooling(self, patches, patch_mask, dtype=dtype)
+    w_logit, s_logit = self.predict_pooling(patches, patch_mask, dtype=dtype)
     rows, cols = jnp.meshgrid(jnp.arange(h, dtype=jnp.float32), jnp.arange(w, dtype=jnp.float32),
                               indexing='ij')
     pos = jnp.stack([rows.reshape(-1), cols.reshape(-1)], -1)       # [h * w, 2] patch coordinates
     n = jnp.full(patch_mask.shape, float(max(h, w)))
-    y = context_pool(self, patches, patches, patch_mask, None, n, pos, pos, w_logit, s_logit,
-                     False, cell=1, query_block=self.query_block)
+    y = self.pool(patches, patch_mask, PoolSites(pos, pos, n), w_logit=w_logit, s_logit=s_logit,
+                  query_block=self.query_block)
     return jnp.concatenate([x[:, :p].astype(y.dtype), y], axis=1)
 
 
@@ -465,7 +487,7 @@ class ContextPool2D(ContextPoolOptions):
     ho, wo = h // s, w // s
     cells = lambda t: nn.avg_pool(t, (s, s), strides=(s, s))
     query_x = cells(x).reshape(b, ho * wo, c)
-    w_logit, s_logit = predict_pooling(self, x, jnp.ones((b, h, w), bool), dtype=dtype)
+    w_logit, s_logit = self.predict_pooling(x, jnp.ones((b, h, w), bool), dtype=dtype)
     # w lives at input pixels, s at output cells: average the s logits over each cell.
     w_logit = None if w_logit is None else w_logit.reshape(b, h * w)
     s_logit = None if s_logit is None else cells(s_logit[..., None]).reshape(b, ho * wo)
@@ -475,8 +497,9 @@ class ContextPool2D(ContextPoolOptions):
     n = jnp.full((b, ho * wo), float(max(h, w)))
     allowed = jnp.ones((b, ho * wo, h * w), bool)
     x_flat = x.reshape(b, h * w, c)
-    y = context_pool(self, x_flat, query_x, jnp.ones((b, h * w), bool), allowed, n,
-                     coords(ho, wo, s), coords(h, w, 1), w_logit, s_logit, False, cell=s)
+    y = self.pool(x_flat, jnp.ones((b, h * w), bool),
+                  PoolSites(coords(ho, wo, s), coords(h, w, 1), n, cell=s), query_x=query_x,
+                  allowed=allowed, w_logit=w_logit, s_logit=s_logit)
     return y.reshape(b, ho, wo, c)
 
 
@@ -501,7 +524,7 @@ class WindowContextPool(ContextPoolOptions):
     tokens = window_partition(cyclic(x), m)                         # [B nW, M^2, C]
     bw, n = tokens.shape[:2]
     # m(X) on the un-shifted map, then shifted and partitioned like the tokens.
-    w_logit, s_logit = predict_pooling(self, x, jnp.ones((b, h, w), bool), dtype=self.dtype)
+    w_logit, s_logit = self.predict_pooling(x, jnp.ones((b, h, w), bool), dtype=self.dtype)
     to_windows = lambda t: None if t is None else window_partition(cyclic(t[..., None]), m)[..., 0]
     w_logit, s_logit = to_windows(w_logit), to_windows(s_logit)      # [B nW, M^2]
     if allowed is None:
@@ -511,11 +534,8 @@ class WindowContextPool(ContextPoolOptions):
     grid = np.stack(np.meshgrid(np.arange(m), np.arange(m), indexing='ij'), -1)
     pos = jnp.asarray(grid.reshape(-1, 2), jnp.float32)              # (row, col) in the window
     tokens_per_window = jnp.full((bw, n), float(n))                  # n of sigma_i = r n s_i
-    return context_pool(self, tokens, tokens, jnp.ones((bw, n), bool), pair_allowed,
-                        tokens_per_window, pos, pos, w_logit, s_logit, False, cell=1)
-
-
-PLACEMENTS = ('mixer_input', 'block_output')
+    return self.pool(tokens, jnp.ones((bw, n), bool), PoolSites(pos, pos, tokens_per_window),
+                     allowed=pair_allowed, w_logit=w_logit, s_logit=s_logit)
 
 
 @register_mixer('contextpool')
@@ -542,15 +562,13 @@ class ContextPoolAttention(ContextPoolOptions):
   use_bias: bool = True
   query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
   implementation: str = 'explicit'             # the attention's (MultiHeadAttention)
-  placement: str = 'mixer_input'               # or 'block_output' (see above)
+  placement: Literal['mixer_input', 'block_output'] = 'mixer_input'   # see above
   token_grid: Optional[tuple[int, int]] = None  # ContextPool's (CP-ViT: set by the backbone)
   prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
 
   def setup(self):
-    if self.placement not in PLACEMENTS:
-      raise ValueError(f'ContextPoolAttention: unknown placement {self.placement!r}; choose one '
-                       f'of {list(PLACEMENTS)}.')
+    check_choices(self)
     self.context_pool = ContextPool(causal=self.causal, dtype=self.dtype,
                                     query_block=self.query_block, token_grid=self.token_grid,
                                     prefix_tokens=self.prefix_tokens, **self.pool_options())

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Optional
+from typing import Literal, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, LearnedPositionEmbedding,
-                                           check_sequence_input, compute_dtype)
-
-POOL_METHODS = ('max', 'avg', 'conv')
+                                           check_choices, check_sequence_input, compute_dtype)
 
 
 def pooled_length(length: int, kernel_size: int = 3, stride: int = 2) -> int:
@@ -50,7 +48,7 @@ class HierarchicalPool(nn.Module):
     (tokens in row-major order, N = h * w).
   Returns `(pooled_tokens, pooled_mask)`.
   """
-  method: str = 'max'
+  method: Literal['max', 'avg', 'conv'] = 'max'
   kernel_size: int = 3
   stride: int = 2
   grid: Optional[tuple[int, int]] = None
@@ -60,8 +58,7 @@ class HierarchicalPool(nn.Module):
   def __call__(self, x: Array, mask: Optional[Array] = None) -> tuple[Array, Array]:
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
-    if self.method not in POOL_METHODS:
-      raise ValueError(f'{name}: unknown method {self.method!r}; choose one of {POOL_METHODS}.')
+    check_choices(self)
     if self.kernel_size < 1 or self.stride < 1:
       raise ValueError(f'{name}: kernel_size={self.kernel_size} and stride={self.stride} '
                        f'must both be >= 1.')
@@ -122,7 +119,7 @@ class PoolingStages:
   num_stages: int
   grid: tuple[int, int]
   pool_2d: bool = False
-  method: str = 'max'
+  method: Literal['max', 'avg', 'conv'] = 'max'
   kernel_size: int = 3
   stride: int = 2
 

@@ -49,15 +49,17 @@ What the paper leaves open, and what we decided:
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Sequence, Union
+import typing
+from typing import Literal, Optional, Sequence, Union
 
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
-from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_heads,
-                                           check_sequence_input, compute_dtype)
+from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_choice,
+                                           check_choices, check_heads, check_sequence_input,
+                                           compute_dtype)
 from poolformers_jax.layers.registry import register_mixer
 
 Window = Union[int, Sequence[int]]
@@ -99,14 +101,14 @@ def attention_on_grid(q: Array, k: Array, v: Array, num_heads: int,
   return merge_heads(out).reshape(b, rows, cols, -1), weights
 
 
-HEAD_FORMS = ('full', 'split')
+# Sec. 2.1: full-width filters per head ('full'), or the channels split over the heads (MHA).
+HeadForm = Literal['full', 'split']
 
 
-def head_channels(features: int, num_heads: int, heads: str, name: str) -> int:
+def head_channels(features: int, num_heads: int, heads: HeadForm, name: str) -> int:
   """Channels of the query / key / value filters: C * d_o with full-width heads (Sec. 2.1,
   heads='full'), or `features` split evenly over the heads (heads='split')."""
-  if heads not in HEAD_FORMS:
-    raise ValueError(f'{name}: unknown heads {heads!r}; choose one of {list(HEAD_FORMS)}.')
+  check_choice(name, 'heads', heads, typing.get_args(HeadForm))
   if heads == 'full':
     return features * num_heads
   check_heads(features, num_heads, name)
@@ -131,7 +133,7 @@ class SelfAttention2D(nn.Module):
   flattened to [B, H*W, C] with the same parameters; `heads='full'` (default) is Sec. 2.1's form.
   """
   num_heads: int
-  heads: str = 'full'                # Sec. 2.1: full-width filters per head; 'split': MHA
+  heads: HeadForm = 'full'
   relative_bias: bool = True
   max_distance: int = 64
   dropout_rate: float = 0.0
@@ -205,7 +207,7 @@ class SACOptions(nn.Module):
   """The options SAC and MSAC share (one list; MSAC hands them to each of its SACs)."""
   num_heads: int
   features: Optional[int] = None      # output channels; None = the input's
-  heads: str = 'full'                 # Sec. 2.1: full-width filters per head; 'split': MHA
+  heads: HeadForm = 'full'
   strides: int = 1
   regular_conv: bool = False          # Sec. 3: fuse a regular n×m convolution in
   relative_bias: bool = True          # b of Eq. 3
@@ -298,9 +300,6 @@ class MSAC(SACOptions):
 # Cross-attentive image similarity input (Sec. 6.1)
 # ---------------------------------------------------------------------------------------------
 
-SEGMENT_MODES = ('add', 'concat', 'none')
-
-
 class CrossAttentiveInput(nn.Module):
   """t = [x, z] side by side ([B, N, M, d] twice -> [B, N, 2M, d']) with segment augmentation.
 
@@ -309,15 +308,14 @@ class CrossAttentiveInput(nn.Module):
   (d' = d + segment_dim).
   segment='none': plain concatenation.
   """
-  segment: str = 'add'
+  segment: Literal['add', 'concat', 'none'] = 'add'
   segment_dim: int = 4
   std: float = 0.02
 
   @nn.compact
   def __call__(self, x: Array, z: Array) -> Array:
     name = type(self).__name__
-    if self.segment not in SEGMENT_MODES:
-      raise ValueError(f'{name}: unknown segment {self.segment!r}; choose one of {SEGMENT_MODES}.')
+    check_choices(self)
     if x.ndim != 4 or x.shape != z.shape:
       raise ValueError(f'{name}: expected two images [batch, height, width, channels] of the same '
                        f'shape, got {tuple(x.shape)} and {tuple(z.shape)}.')

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Optional
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock
+from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock, check_choice
 from poolformers_jax.layers.registry import build_mixer
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
@@ -85,9 +85,7 @@ class TransformerBlock(nn.Module):
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                deterministic: bool = True, **mixer_inputs: Any) -> Array:
     """`mixer_inputs`: further keyword arrays for the mixer (segment_ids of packed rows)."""
-    if self.activation not in ACTIVATIONS:
-      raise ValueError(f'TransformerBlock: unknown activation {self.activation!r}; '
-                       f'choose one of {sorted(ACTIVATIONS)}.')
+    check_choice('TransformerBlock', 'activation', self.activation, sorted(ACTIVATIONS))
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
     shared = dict(num_heads=self.num_heads, causal=self.causal,
                   dropout_rate=self.attention_dropout_rate, dtype=self.dtype)

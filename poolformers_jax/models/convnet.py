@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import Array, check_image_input
+from poolformers_jax.layers.common import Array, check_choice, check_image_input
 from poolformers_jax.layers.context_pool import ContextPool2D
 from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.models.registry import register_model
@@ -74,8 +74,7 @@ class CPConvNet(nn.Module):
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
-    if self.pool not in POOLS:
-      raise ValueError(f'CPConvNet: unknown pool {self.pool!r}; choose one of {sorted(POOLS)}.')
+    check_choice('CPConvNet', 'pool', self.pool, sorted(POOLS))
     check_image_input(inputs, 'CPConvNet')
     x = inputs.astype(jnp.float32)
     for stage, width in enumerate(self.widths):

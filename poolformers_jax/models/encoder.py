@@ -30,7 +30,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import LearnedPositionEmbedding, masked_mean
+from poolformers_jax.layers.common import LearnedPositionEmbedding, check_choice, masked_mean
 from poolformers_jax.models.block import TransformerBlock, fields_of, model_kwargs
 from poolformers_jax.models.registry import register_model
 
@@ -77,9 +77,7 @@ class SequenceEncoder(nn.Module):
     if tokens.ndim != 2:
       raise ValueError(f'SequenceEncoder: expected token ids [batch, length], got shape '
                        f'{tuple(tokens.shape)}.')
-    if self.pooling not in POOLINGS:
-      raise ValueError(f'SequenceEncoder: unknown pooling {self.pooling!r}; '
-                       f'choose one of {sorted(POOLINGS)}.')
+    check_choice('SequenceEncoder', 'pooling', self.pooling, sorted(POOLINGS))
     mask = tokens != 0
     x = nn.Embed(self.vocab_size, self.dim, embedding_init=nn.initializers.normal(0.02),
                  name='token_embedding')(tokens)

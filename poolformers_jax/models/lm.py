@@ -27,18 +27,17 @@ the model derives `mask = inputs != 0` and never lets a position see a later one
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding,
-                                           sinusoidal_position_embedding)
+from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, check_choice,
+                                           check_choices, sinusoidal_position_embedding)
 from poolformers_jax.models.block import ACTIVATIONS, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
-POSITION_EMBEDDINGS = ('sinusoidal', 'learned')
 
 
 def lm_inputs_targets(tokens: Array) -> tuple[Array, Array]:
@@ -62,7 +61,7 @@ class CharTransformerLM(nn.Module):
   dropout_rate: float = 0.2
   attention_dropout_rate: float = 0.2
   activation: str = 'relu'
-  position_embedding: str = 'sinusoidal'
+  position_embedding: Literal['sinusoidal', 'learned'] = 'sinusoidal'
   max_length: Optional[int] = None  # table size of position_embedding='learned'
   tie_embeddings: bool = True
   dtype: Optional[Dtype] = None
@@ -73,12 +72,8 @@ class CharTransformerLM(nn.Module):
     if inputs.ndim != 2 or not jnp.issubdtype(inputs.dtype, jnp.integer):
       raise ValueError(f'{name}: expected int tokens of shape [batch, length], got '
                        f'{inputs.dtype} shape {tuple(inputs.shape)}.')
-    if self.position_embedding not in POSITION_EMBEDDINGS:
-      raise ValueError(f'{name}: unknown position_embedding {self.position_embedding!r}; '
-                       f'choose one of {POSITION_EMBEDDINGS}.')
-    if self.activation not in ACTIVATIONS:
-      raise ValueError(f'{name}: unknown activation {self.activation!r}; '
-                       f'choose one of {sorted(ACTIVATIONS)}.')
+    check_choices(self)
+    check_choice(name, 'activation', self.activation, sorted(ACTIVATIONS))
     dtype = self.dtype if self.dtype is not None else jnp.float32
     mask = inputs != 0
     embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=dtype, name='embed',

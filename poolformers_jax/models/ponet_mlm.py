@@ -24,20 +24,18 @@ before the token, capped at type_vocab_size - 1, so "[CLS] A [SEP]" is 0 and "B 
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
-import optax
 from flax.core import FrozenDict
 
-from poolformers_jax.layers.common import Array, Dtype
+from poolformers_jax.layers.common import Array, Dtype, check_choices
 from poolformers_jax.layers.registry import MIXERS, mixer_fields
 from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 SSO_CLASSES = 3  # StructBERT: 0 = B follows A, 1 = B precedes A, 2 = B from another document
-MIXER_CHOICES = ('ponet', 'softmax')   # PoNet, or softmax attention (BERT, the baseline)
 _init = nn.initializers.normal(0.02)
 
 
@@ -76,7 +74,7 @@ class BertEncoderFields(nn.Module):
   cls_id: int = 101
   sep_id: int = 102
   layer_norm_eps: float = 1e-12
-  mixer: str = 'ponet'
+  mixer: Literal['ponet', 'softmax'] = 'ponet'   # PoNet, or softmax attention (BERT)
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
 
@@ -85,9 +83,7 @@ class BertEncoderFields(nn.Module):
     """One line if the mixer or its options are not this model's (the builders call it, so a
     config fails when the model is built)."""
     name = type(self).__name__
-    if self.mixer not in MIXER_CHOICES:
-      raise ValueError(f'{name}: mixer must be one of {MIXER_CHOICES} (softmax = BERT), got '
-                       f'{self.mixer!r}.')
+    check_choices(self)
     # The model sets these itself (heads, sentence segments from the inputs, dtype, dropout).
     allowed = mixer_fields(MIXERS[self.mixer]) - {'num_heads', 'segment_num', 'dtype',
                                                   'dropout_rate', 'kernel_init'}
@@ -191,60 +187,6 @@ class PoNetClassifier(BertEncoderFields):
     pooled = nn.Dropout(self.dropout_rate)(self.pool(h), deterministic=deterministic)
     return nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=_init,
                     name='classifier')(pooled).astype(jnp.float32)
-
-
-# --------------------------------------------------------------------------------------------
-# The pre-training objective: the trainer's 'pretraining' task (train/tasks.py) uses these.
-
-def pretraining_sums(outputs, targets, weights, label_smoothing: float = 0.0):
-  """Per-batch sums of the 'pretraining' task (train/tasks.py): `outputs` of PoNetMLM,
-  `targets` {'mlm': [B, L] original ids at the chosen positions, -1 elsewhere; 'sso': [B]
-  sentence-structure labels}, `weights` [B] (0 = a padding example)."""
-  del label_smoothing
-  logits = outputs['mlm_logits'].astype(jnp.float32)
-  chosen = (targets['mlm'] >= 0).astype(jnp.float32) * weights[:, None]
-  ids = jnp.maximum(targets['mlm'], 0).astype(jnp.int32)
-  token_ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
-  sums = {'mlm_loss': jnp.sum(token_ce * chosen),
-          'mlm_correct': jnp.sum((jnp.argmax(logits, -1) == ids) * chosen),
-          'mlm_count': jnp.sum(chosen), 'count': jnp.sum(weights)}
-  if 'sso_logits' in outputs:
-    s_logits = outputs['sso_logits'].astype(jnp.float32)
-    labels = targets['sso'].astype(jnp.int32)
-    sums['sso_loss'] = jnp.sum(
-        optax.softmax_cross_entropy_with_integer_labels(s_logits, labels) * weights)
-    sums['sso_correct'] = jnp.sum((jnp.argmax(s_logits, -1) == labels) * weights)
-  return sums
-
-
-def pretraining_objective(sums):
-  """The official total: MLM mean over chosen tokens + sentence-task mean over pairs."""
-  loss = sums['mlm_loss'] / jnp.maximum(sums['mlm_count'], 1.0)
-  if 'sso_loss' in sums:
-    loss = loss + sums['sso_loss'] / jnp.maximum(sums['count'], 1.0)
-  return loss
-
-
-def mlm_loss(outputs: dict[str, Array], batch: dict[str, Array]) -> tuple[Array, dict[str, Array]]:
-  """MLM + SSO loss of PoNet pre-training (the official total is their plain sum): the
-  'pretraining' objective above on one unpadded batch.
-
-  batch keys:
-    'mlm_targets': int [B, L], the original token id at each position chosen for prediction
-                   (any value elsewhere);
-    'mlm_weights': float/bool [B, L], 1 at the positions chosen for prediction, 0 elsewhere
-                   (padding, unmasked tokens); only these positions contribute;
-    'sso_targets': int [B] in {0, 1, 2} (StructBERT: B follows A, B precedes A, B random).
-  The MLM loss is the mean cross-entropy over the chosen positions of the whole batch; the SSO loss
-  the mean over examples. Returns (loss, metrics with both parts and their accuracies).
-  """
-  chosen = batch['mlm_weights'] > 0
-  targets = {'mlm': jnp.where(chosen, batch['mlm_targets'], -1), 'sso': batch['sso_targets']}
-  sums = pretraining_sums(outputs, targets, jnp.ones(chosen.shape[:1], jnp.float32))
-  tokens, pairs = jnp.maximum(sums['mlm_count'], 1.0), sums['count']
-  metrics = {'mlm_loss': sums['mlm_loss'] / tokens, 'sso_loss': sums['sso_loss'] / pairs,
-             'mlm_accuracy': sums['mlm_correct'] / tokens, 'sso_accuracy': sums['sso_correct'] / pairs}
-  return pretraining_objective(sums), metrics
 
 
 _REQUIRED = ('vocab_size', 'emb_dim', 'num_layers', 'num_heads', 'mlp_dim', 'max_length')

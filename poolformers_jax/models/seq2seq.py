@@ -41,15 +41,17 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.registry import MIXERS
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
-from poolformers_jax.layers.common import NEG_INF, Array, Dtype, MlpBlock, check_heads, sinusoids_at
-from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, context_pool,
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, MlpBlock, check_choice, check_heads,
+                                           sinusoids_at)
+from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, PoolSites,
                                                  predicted_channels, predictor_width)
 from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPSILON = 1e-6
-# The model's token ids: 0 = padding and the decoder's start token (shift_right), 1 = end of
-# sentence (decoding stops there). data/translation.py builds its vocabulary on them.
+# Token ids: 0 = padding and the decoder's start token (shift_right), as everywhere in the
+# package; the end of sentence (where decoding stops) is the vocabulary's: `eos_id`, filled from
+# the dataset's info (data/translation.py), EOS_ID when a model is built without one.
 PAD_ID, EOS_ID = 0, 1
 PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                 'targets_positions')
@@ -237,8 +239,8 @@ class ContextPoolStep(ContextPoolOptions):
     n = jnp.full((batch, 1), t + 1, jnp.float32)
     key_pos = jnp.arange(length, dtype=jnp.float32)[:, None]
     query_pos = jnp.full((1, 1), t, jnp.float32)
-    y = context_pool(self, inputs[:, 2:], x[:, :1], seen, seen[:, None], n, query_pos,
-                     key_pos, w_logits, s_logit, True, cell=1)
+    y = self.pool(inputs[:, 2:], seen, PoolSites(query_pos, key_pos, n, causal=True),
+                  query_x=x[:, :1], allowed=seen[:, None], w_logit=w_logits, s_logit=s_logit)
     # Cache creation sees the whole decode length: keep that shape for the layers after.
     return y if initialized else jnp.broadcast_to(y, x.shape)
 
@@ -363,15 +365,14 @@ class TransformerSeq2Seq(nn.Module):
   attention_dropout_rate: float = 0.0        # on the decoder's attention probabilities
   drop_path_rate: float = 0.0
   activation: str = 'relu'
+  eos_id: int = EOS_ID                       # end of sentence (DatasetInfo.model_defaults)
   decode: bool = False
   # Decoding: cross-attention keys/values projected once per sentence (False: at every step).
   cache_cross_attention: bool = True
   dtype: Optional[Dtype] = None
 
   def setup(self):
-    if self.activation not in ACTIVATIONS:
-      raise ValueError(f'TransformerSeq2Seq: unknown activation {self.activation!r}; choose one '
-                       f'of {sorted(ACTIVATIONS)}.')
+    check_choice('TransformerSeq2Seq', 'activation', self.activation, sorted(ACTIVATIONS))
     self.embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=self.dtype or jnp.float32,
                           embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
     common = dict(dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,

@@ -3,7 +3,7 @@
 Both encode the source once, project the encoder output to every cross-attention's keys and
 values once (init_cache), then call the decoder one token per step with `decode=True` (the
 self-attention keys/values and the decoder ContextPool's state cached, sized to the decode
-length). Start token 0, stop at EOS (id 1). A sentence's output has at most its source length
+length). Start token 0, stop at EOS (the model's `eos_id`). A sentence's output has at most its source length
 + 50 tokens, EOS included (Vaswani et al.: "input length + 50"); the decode length of a batch
 is its padded source length + 50 unless `max_length` fixes it. Every operation is per batch
 row, so under `jax.jit` with the batch sharded over the 'data' axis the decode runs sharded.
@@ -22,7 +22,7 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.models.seq2seq import EOS_ID, PAD_ID
+from poolformers_jax.models.seq2seq import PAD_ID
 
 NEG_INF = -1.0e7
 EXTRA_LENGTH = 50       # output tokens at most: source length + this (Vaswani et al. 2017)
@@ -63,7 +63,7 @@ def _step_fn(decoder, params, memory, inputs, limits):
     # Padding (id 0) is never a prediction: it carries no loss in training.
     logits = logits.at[:, PAD_ID].set(NEG_INF)
     logp = jax.nn.log_softmax(logits)
-    only_eos = jnp.where(jnp.arange(logp.shape[-1]) == EOS_ID, 0.0, NEG_INF)
+    only_eos = jnp.where(jnp.arange(logp.shape[-1]) == decoder.eos_id, 0.0, NEG_INF)
     logp = jnp.where((position + 1 >= limits)[:, None], only_eos, logp)
     return logp, updates['cache']
   return step
@@ -82,7 +82,7 @@ def greedy(model, params, inputs: jax.Array, max_length: int,
     logp, cache = step(cache, token, i)
     token = jnp.where(done, 0, jnp.argmax(logp, -1).astype(jnp.int32))
     out = out.at[:, i].set(token)
-    return i + 1, token, cache, out, done | (token == EOS_ID)
+    return i + 1, token, cache, out, done | (token == model.eos_id)
 
   state = (jnp.array(0), jnp.zeros((batch,), jnp.int32),
            init_cache(decoder, params, memory, inputs, max_length),
@@ -134,8 +134,8 @@ def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: in
     seqs = jnp.take_along_axis(live, beam[..., None], 1).at[:, :, i + 1].set(token)
     # The K best extensions that did not end stay alive (with their cache rows); those ending
     # in EOS among the K best overall are finished (fairseq's rule: beam 1 is then greedy).
-    alive_logp, alive = jax.lax.top_k(jnp.where(token == EOS_ID, NEG_INF, top_logp), k)
-    ended = (token == EOS_ID) & (jnp.arange(2 * k) < k)
+    alive_logp, alive = jax.lax.top_k(jnp.where(token == model.eos_id, NEG_INF, top_logp), k)
+    ended = (token == model.eos_id) & (jnp.arange(2 * k) < k)
     live = jnp.take_along_axis(seqs, alive[..., None], 1)
     cache = _gather(cache, (offsets + jnp.take_along_axis(beam, alive, 1)).reshape(-1),
                     batch * k)

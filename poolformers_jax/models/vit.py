@@ -28,19 +28,19 @@ What the papers leave open and what we decided (docs/papers/hvt.md; the official
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import Array, Dtype, LearnedPositionEmbedding, masked_mean
+from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, check_choices,
+                                           masked_mean)
 from poolformers_jax.layers.hierarchical_pool import PoolingStages
 from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPS = 1e-6
 dense_init = nn.initializers.truncated_normal(0.02)
-CLASSIFIERS = ('token', 'mean')
 
 
 class VisionTransformer(nn.Module):
@@ -54,7 +54,7 @@ class VisionTransformer(nn.Module):
   mlp_ratio: float = 4.0
   mixer: str = 'softmax'
   mixer_kwargs: Any = None
-  classifier: str = 'token'          # 'token' (ViT / DeiT) or 'mean' (HVT Eq. 6)
+  classifier: Literal['token', 'mean'] = 'token'   # ViT / DeiT, or HVT's mean (Eq. 6)
   num_stages: int = 0                # M, HVT pooling stages
   pool_method: str = 'max'
   pool_kernel_size: int = 3
@@ -94,8 +94,7 @@ class VisionTransformer(nn.Module):
     if self.image_size % self.patch_size:
       raise ValueError(f'{name}: image_size={self.image_size} is not a multiple of '
                        f'patch_size={self.patch_size}; pick sizes that tile the image.')
-    if self.classifier not in CLASSIFIERS:
-      raise ValueError(f'{name}: classifier={self.classifier!r}; choose one of {CLASSIFIERS}.')
+    check_choices(self)
     if self.num_stages and self.classifier != 'mean':
       raise ValueError(f"{name}: pooling stages need classifier='mean' (HVT drops the class "
                        f'token); got {self.classifier!r}.')

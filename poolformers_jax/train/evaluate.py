@@ -93,8 +93,8 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
     metrics = setup.task.summary(totals)
   else:
     metrics = setup.task.summary(totals, rows={k: np.concatenate(v) for k, v in rows.items()})
-  if setup.task.decoded_metrics is not None:   # e.g. BLEU of beam-search translations
-    metrics.update(setup.task.decoded_metrics(setup, state, split, outputs_path))
+  if setup.decoder is not None:   # e.g. BLEU of beam-search translations
+    metrics.update(setup.decoder.metrics(state.params, split, outputs_path))
   return metrics
 
 

@@ -144,11 +144,11 @@ def read_variables(path: str) -> dict[str, Any]:
   without reading the optimizer state. A tree without 'params' is taken as the params. A Hugging
   Face PoNet folder (config.json + model.safetensors / pytorch_model.bin, pre-training or
   sequence-classification layout, e.g. chtan/ponet-base-uncased) is converted on the fly."""
-  from poolformers_jax.models import ponet_convert  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.conversion import ponet as ponet_conversion
   folder = os.path.abspath(os.path.expanduser(path))
-  if ponet_convert.is_hf_folder(folder) and not os.path.isdir(
+  if ponet_conversion.is_hf_folder(folder) and not os.path.isdir(
       os.path.join(folder, checkpoint_lib.LATEST_DIR)):
-    params, _ = ponet_convert.load_official(folder)
+    params, _ = ponet_conversion.load_official(folder)
     logging.info('init_from: read the Hugging Face folder %s', folder)
     return {'params': params}
   directory = checkpoint_dir(path)

@@ -1,6 +1,7 @@
 """What training, evaluation, `summary` and the benchmarks share: dataset info, the completed
-config, model, optimizer, mesh, task, the abstract (sharded) train state, and the numbers derived
-from the config once (the eval batch size, the gradient-accumulation count)."""
+config, model, optimizer, mesh, task (and its decoder, built here once), the abstract (sharded)
+train state, and the numbers derived from the config once (the eval batch size, the
+gradient-accumulation count)."""
 from __future__ import annotations
 
 import copy
@@ -12,9 +13,9 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from poolformers_jax import data
+from poolformers_jax import data, tasks
 from poolformers_jax.models import build_model
-from poolformers_jax.train import config_utils, optim, sharding, state as state_lib, tasks, validate
+from poolformers_jax.train import config_utils, optim, sharding, state as state_lib, validate
 
 
 @dataclasses.dataclass
@@ -30,6 +31,7 @@ class Setup:
   state_shardings: Any
   eval_batch_size: int                   # global; config.eval_batch_size, 0 -> batch_size
   grad_accum_steps: int                  # micro-batches per optimizer update
+  decoder: Any = None                    # the task's, if it generates outputs (Task.decoder)
 
 
 def completed_config(config: ml_collections.ConfigDict, *, need_files: bool = True,
@@ -56,11 +58,15 @@ def make_setup(config: ml_collections.ConfigDict, *, need_files: bool = True,
   model = build_model(config)
   tx = optim.make_optimizer(config)
   abstract, shardings = state_lib.state_shardings(model, tx, info, mesh)
+  task = tasks.get_task(info.task)
+  decoder = None if task.decoder is None else task.decoder(
+      model=model, decode=config.decode, data=config.data, devices=mesh.devices.size,
+      params_sharding=shardings.params, batch_sharding=sharding.batch_sharded(mesh),
+      out_sharding=sharding.replicated(mesh))
   return Setup(config=config, info=info, model=model, tx=tx, schedule=optim.make_schedule(config),
-               mesh=mesh, task=tasks.get_task(info.task), abstract_state=abstract,
-               state_shardings=shardings,
+               mesh=mesh, task=task, abstract_state=abstract, state_shardings=shardings,
                eval_batch_size=int(config.eval_batch_size or config.batch_size),
-               grad_accum_steps=int(config.optimizer.grad_accum_steps))
+               grad_accum_steps=int(config.optimizer.grad_accum_steps), decoder=decoder)
 
 
 def variables_of(state) -> dict[str, Any]:

@@ -91,15 +91,6 @@ def batch_sharded(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P(DATA_AXIS))
 
 
-def check_batch_size(batch_size: int, mesh: Mesh, what: str) -> int:
-  """The per-process share of a global batch; it must split evenly over devices and processes."""
-  devices, processes = mesh.devices.size, jax.process_count()
-  if batch_size % devices or batch_size % processes:
-    raise ValueError(f'{what}={batch_size} must be divisible by the number of devices '
-                     f'({devices}) and processes ({processes}).')
-  return batch_size // processes
-
-
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
   """This process's slice of the batch -> arrays sharded over 'data' across all processes."""
   sharding = batch_sharded(mesh)   # every leaf (targets may be a dict of arrays)

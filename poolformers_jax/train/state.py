@@ -13,7 +13,7 @@ from jax.sharding import Mesh
 
 from poolformers_jax.train import param_init as param_init_lib
 from poolformers_jax.train import sharding as sharding_lib
-from poolformers_jax.train.tasks import get_task, train_example
+from poolformers_jax.tasks import get_task, train_example
 
 
 class TrainState(train_state.TrainState):

@@ -22,7 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from poolformers_jax.train import mixing, sharding, tasks
+from poolformers_jax import tasks
+from poolformers_jax.train import mixing, sharding
 from poolformers_jax.train.setup import Setup, variables_of
 
 _MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)

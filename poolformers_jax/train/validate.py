@@ -2,7 +2,8 @@
 
 `check_config` runs in `make_setup`, after the dataset info is read and before any model is built
 or compiled; `check_eval_batch_size` for eval.py's --batch_size. Each failure is a ConfigError
-(a ValueError) whose message is one line, `<what is wrong>; <what to do>`, which train.py /
+(a ValueError; a batch that does not split over the devices: data.base.process_share's, the
+one divisibility check) whose message is one line, `<what is wrong>; <what to do>`, which train.py /
 eval.py print as `error: ...` with exit code 2.
 Settings a mixer can only judge against the sequence length (PoNet's segment_num and
 local_window, AdaMRA's compression rates, (M)SAC's windows) are checked by the layer itself,
@@ -16,10 +17,14 @@ import math
 import numbers
 from typing import Any, Optional
 
+import jax
 import ml_collections
 from jax.sharding import Mesh
 
-from poolformers_jax.train import param_init, sharding, tasks
+from poolformers_jax import tasks
+from poolformers_jax.data import base as data_base
+from poolformers_jax.tasks.classification import TOP_K
+from poolformers_jax.train import param_init
 
 
 class ConfigError(ValueError):
@@ -45,10 +50,7 @@ def _positive_int(config, key: str, prefix: str = '') -> None:
 def check_batch_size(batch_size: Any, mesh: Mesh, what: str) -> None:
   _require(_is_int(batch_size) and batch_size >= 1, f'{what}={batch_size!r} must be a positive '
            'integer', f'set {what} to a multiple of {mesh.devices.size} (the number of devices)')
-  try:
-    sharding.check_batch_size(batch_size, mesh, what)
-  except ValueError as error:
-    raise ConfigError(f'{error}'.rstrip('.') + f'; use a multiple of {mesh.devices.size}') from None
+  data_base.process_share(batch_size, what, jax.process_count(), devices=mesh.devices.size)
 
 
 def check_eval_batch_size(batch_size: Any, mesh: Mesh) -> None:
@@ -126,8 +128,8 @@ def _check_profile_steps(steps: Any) -> None:
 def _metric_names(info) -> Optional[list[str]]:
   """The validation metrics of a classification-like task (None for tasks with other sums)."""
   sums = {'loss': 1.0, 'correct': 1.0, 'count': 1.0}
-  if info.task in ('classification', 'retrieval') and (info.num_classes or 0) >= tasks.TOP_K:
-    sums[f'correct_top{tasks.TOP_K}'] = 1.0
+  if info.task in ('classification', 'retrieval') and (info.num_classes or 0) >= TOP_K:
+    sums[f'correct_top{TOP_K}'] = 1.0
   try:
     return sorted(tasks.get_task(info.task).summary(sums))
   except (KeyError, TypeError, ValueError):

@@ -38,6 +38,10 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
   assert os.path.exists(tmp_path / 'wmt14_translate' / 'de-en' / 'spm_60_deen.model')
   assert info.task == 'seq2seq' and info.vocab_size == tokenizer.get_piece_size()
   assert info.split_sizes == {'train': 12, 'validation': 12, 'test': 12}
+  # The model's end of sentence is the vocabulary's, handed over by the info as BERT's ids.
+  model_config = ml_collections.ConfigDict({'vocab_size': None, 'eos_id': None})
+  config_utils.complete_from_dataset(ml_collections.ConfigDict({'model': model_config}), info)
+  assert translation.EOS_ID == tokenizer.eos_id() == model_config.eos_id == 1
   # Eval rows: source / target ids with EOS, zero padded; every row real (12 % 4 == 0).
   for row in range(4):
     src, tgt = as_text(test[row]['en']), as_text(test[row]['de'])

@@ -33,7 +33,7 @@ class EosBiased(TransformerSeq2Seq):
     bias = table[jnp.minimum(targets_positions, len(self.eos_bias))]
     if self.decode and self.steps is not None:
       jax.debug.callback(self.steps.count)
-    return logits.at[..., EOS_ID].add(bias)
+    return logits.at[..., self.eos_id].add(bias)
 
 
 class StepCounter:
@@ -147,3 +147,15 @@ def test_greedy_stops_at_eos_and_pads_after_it():
   assert np.all(out[:, :2] > EOS_ID)
   assert steps.n == 3 + 1          # the loop ends when every row has finished (+ init_cache)
 
+
+
+def test_decoding_ends_at_the_models_eos_id():
+  """The end of sentence is the model's `eos_id` (the dataset's, config.model.eos_id), not a
+  constant: with eos_id 3 raised at the first step, greedy and beam search end there."""
+  model, params, src = model_and_params((60.0,))
+  model = model.clone(eos_id=3)
+  src = jnp.repeat(src, 2, 0)
+  greedy = np.asarray(sd.make_translate(model, 12, beam_size=1)(params, src))
+  beam = np.asarray(sd.make_translate(model, 12, beam_size=2)(params, src))
+  for out in (greedy, beam):
+    assert np.all(out[:, 0] == 3) and np.all(out[:, 1:] == 0)

@@ -21,7 +21,7 @@ from safetensors.numpy import load_file, save_file
 
 from poolformers_jax import convert
 from poolformers_jax.models import build_model
-from poolformers_jax.models import ponet_convert
+from poolformers_jax.conversion import ponet as ponet_convert, state_dict
 from poolformers_jax.train import config_utils, init_from
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'fixtures')
@@ -257,7 +257,7 @@ def test_pytorch_model_bin_read_without_torch(ported, tmp_path):
   import zipfile
   assert 'torch' not in sys.modules
   _, params, state = ported
-  read = ponet_convert.read_torch_zip(os.path.join(FIXTURES, 'ponet_tiny.bin'))
+  read = state_dict.read_torch_zip(os.path.join(FIXTURES, 'ponet_tiny.bin'))
   assert sorted(read) == sorted(state)
   for name, value in state.items():
     assert read[name].dtype == np.float32
@@ -273,7 +273,7 @@ def test_pytorch_model_bin_read_without_torch(ported, tmp_path):
   with zipfile.ZipFile(evil, 'w') as archive:
     archive.writestr('evil/data.pkl', pickle.dumps({'x': os.getcwd}))
   with pytest.raises(pickle.UnpicklingError, match='not a tensor of a known type'):
-    ponet_convert.read_torch_zip(str(evil))
+    state_dict.read_torch_zip(str(evil))
   assert 'torch' not in sys.modules
 
 

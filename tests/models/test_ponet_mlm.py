@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from poolformers_jax.models import build_model
-from poolformers_jax.models.ponet_mlm import (mlm_loss, sentence_segment_ids,
-                                              token_type_ids_from_inputs)
+from poolformers_jax.models.ponet_mlm import sentence_segment_ids, token_type_ids_from_inputs
+from poolformers_jax.tasks.text import pretraining_objective, pretraining_sums
 
 CLS, SEP, V = 1, 2, 20
 INPUTS = np.array([[CLS, 5, 6, SEP, 7, 8, 9, SEP, 0, 0],
@@ -63,6 +63,17 @@ def _batch(seed=0):
   weights[1, [3]] = 1.0
   return {'mlm_targets': rng.integers(0, V, (2, 10)).astype(np.int32), 'mlm_weights': weights,
           'sso_targets': np.array([0, 2], np.int32)}
+
+
+def mlm_loss(outputs, batch):
+  """The 'pretraining' task's objective on one unpadded batch of `_batch()`'s form: (loss, its
+  MLM and SSO parts)."""
+  chosen = batch['mlm_weights'] > 0
+  targets = {'mlm': jnp.where(chosen, batch['mlm_targets'], -1), 'sso': batch['sso_targets']}
+  sums = pretraining_sums(outputs, targets, jnp.ones(chosen.shape[:1], jnp.float32))
+  parts = {'mlm_loss': sums['mlm_loss'] / sums['mlm_count'],
+           'sso_loss': sums['sso_loss'] / sums['count']}
+  return pretraining_objective(sums), parts
 
 
 def _numpy_loss(outputs, batch):

@@ -9,7 +9,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from poolformers_jax.models import build_model
 from poolformers_jax.models import seq2seq_decode as sd
 from poolformers_jax.models.seq2seq import TransformerSeq2Seq
-from poolformers_jax.train import tasks
+from poolformers_jax import tasks
 
 VOCAB = 40
 CP_VARIANTS = {'plain': None, 'cp': {},

@@ -15,7 +15,7 @@ import glue
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
 from poolformers_jax.train import config_utils, setup as setup_lib, state as state_lib
-from poolformers_jax.train import text_tasks
+from poolformers_jax.tasks import text as text_tasks
 from poolformers_jax.train.evaluate import evaluate_state
 from poolformers_jax.train.metrics import read_metrics
 

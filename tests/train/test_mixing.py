@@ -155,7 +155,7 @@ def test_tiny_hvt_trains_with_mixup_cutmix_and_random_erasing(tmp_path):
 
 
 def test_classification_sums_take_soft_targets_as_given():
-  from poolformers_jax.train.tasks import classification_sums
+  from poolformers_jax.tasks.classification import classification_sums
   rng = np.random.default_rng(0)
   logits = rng.standard_normal((B, K)).astype(np.float32)
   soft = rng.dirichlet(np.ones(K), B).astype(np.float32)

@@ -8,7 +8,8 @@ import optax
 import pytest
 
 from tiny_runs import tiny_config
-from poolformers_jax.train import config_utils, optim, tasks
+from poolformers_jax import tasks
+from poolformers_jax.train import config_utils, optim
 
 
 def _config(**updates):

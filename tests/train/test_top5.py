@@ -3,7 +3,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poolformers_jax.train import tasks
+from poolformers_jax.tasks import classification as tasks
 
 
 def test_top5_counts_match_lax_top_k_with_ties_and_padding():

@@ -15,9 +15,8 @@ from poolformers_jax.train import checkpoint as checkpoint_lib, config_utils, ev
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.cli import load_config_file
 from poolformers_jax.train.setup import make_setup
-from poolformers_jax.train.translation_eval import (BUCKETS, bleu_scores, bucket_length,
-                                                    length_batches, split_compounds,
-                                                    tokenize_for_bleu)
+from poolformers_jax.tasks.translation import (BUCKETS, bleu_scores, bucket_length,
+                                               length_batches, split_compounds, tokenize_for_bleu)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_WORDS = ['zap', 'mib', 'tor', 'kel', 'vun', 'rax', 'dop', 'sil', 'gum', 'fep']

@@ -6,9 +6,8 @@ or, as an orbax checkpoint that `config.init_from` and eval.py read (poolformers
     python -m poolformers_jax.convert --config configs/ponet_pretrain.py:sso \
         --source path/to/ponet-base-uncased --workdir runs/ponet_base_official
 
-Weights: `model.safetensors` (read with the `safetensors` package into numpy) or
-`pytorch_model.bin` (read without torch by a restricted unpickler; torch is never a
-dependency). Linear weights are [out, in] in PyTorch and [in, out] kernels here. The MLM decoder
+Weights: `model.safetensors` or `pytorch_model.bin`, read by conversion/state_dict.py (no torch
+needed). Linear weights are [out, in] in PyTorch and [in, out] kernels here. The MLM decoder
 is tied to the word embeddings (a stored `cls.predictions.decoder.weight` must equal them). The
 SSO head (`cls.seq_relationship`) and a fine-tuned `classifier` are converted when present.
 `save_hf` writes our params back in these names (`python -m poolformers_jax.convert --to hf`).
@@ -24,6 +23,8 @@ from typing import Any, Optional
 
 import numpy as np
 from flax import traverse_util
+
+from poolformers_jax.conversion.state_dict import read_state_dict
 
 # Official name (after the 'ponet.' prefix) -> our parameter path, for one BERT layer i.
 _LAYER = {
@@ -140,75 +141,6 @@ def model_config(config: dict[str, Any]) -> dict[str, Any]:
               mlp_dim=config['intermediate_size'], max_length=config['max_position_embeddings'],
               type_vocab_size=config['type_vocab_size'],
               layer_norm_eps=config.get('layer_norm_eps', 1e-12), mixer='ponet')
-
-
-# torch storage class -> numpy dtype, for reading pytorch_model.bin without torch
-_STORAGE_DTYPES = {'FloatStorage': np.float32, 'DoubleStorage': np.float64,
-                   'HalfStorage': np.float16, 'LongStorage': np.int64, 'IntStorage': np.int32,
-                   'ShortStorage': np.int16, 'ByteStorage': np.uint8, 'BoolStorage': np.bool_}
-
-
-def read_torch_zip(path: str) -> dict[str, np.ndarray]:
-  """A `torch.save`d state dict (the zip format of torch >= 1.6: pytorch_model.bin) as numpy,
-  without torch: a restricted unpickler that rebuilds only tensors of known storages and the
-  OrderedDict around them (anything else in the pickle is refused, so nothing runs)."""
-  import collections  # pylint: disable=g-import-not-at-top
-  import pickle
-  import zipfile
-  if not zipfile.is_zipfile(path):
-    raise ValueError(f'{path}: not a zip-format torch file (saved by torch < 1.6?); convert it to '
-                     'model.safetensors on a machine with torch.')
-  with zipfile.ZipFile(path) as archive:
-    pickled = next(n for n in archive.namelist() if n.endswith('data.pkl'))
-    prefix = pickled[:-len('data.pkl')]
-
-    def rebuild(storage, offset, size, stride, *_):
-      item = storage.itemsize
-      view = np.lib.stride_tricks.as_strided(storage[offset:], tuple(size),
-                                             tuple(s * item for s in stride))
-      return np.array(view)
-
-    class Unpickler(pickle.Unpickler):
-
-      def find_class(self, module, name):
-        if (module, name) == ('torch._utils', '_rebuild_tensor_v2'):
-          return rebuild
-        if (module, name) == ('torch._utils', '_rebuild_parameter'):
-          return lambda data, *_: data
-        if (module, name) == ('collections', 'OrderedDict'):
-          return collections.OrderedDict
-        if module == 'torch' and name in _STORAGE_DTYPES:
-          return name
-        raise pickle.UnpicklingError(f'{path}: {module}.{name} is not a tensor of a known type; '
-                                     'convert the file to model.safetensors with torch.')
-
-      def persistent_load(self, pid):
-        kind, storage, key = pid[:3]
-        if kind != 'storage' or storage not in _STORAGE_DTYPES:
-          raise pickle.UnpicklingError(f'{path}: unknown storage {pid[:2]}.')
-        return np.frombuffer(archive.read(f'{prefix}data/{key}'), _STORAGE_DTYPES[storage])
-
-    with archive.open(pickled) as f:
-      state = Unpickler(f).load()
-  return {k: v for k, v in state.items() if isinstance(v, np.ndarray)}
-
-
-def read_state_dict(path: str) -> dict[str, np.ndarray]:
-  """Weights of a checkpoint folder (or file): model.safetensors, else pytorch_model.bin (read
-  without torch, `read_torch_zip`)."""
-  if os.path.isdir(path):
-    for file in ('model.safetensors', 'pytorch_model.bin'):
-      if os.path.exists(os.path.join(path, file)):
-        path = os.path.join(path, file)
-        break
-    else:
-      raise FileNotFoundError(f'{path}: no model.safetensors or pytorch_model.bin; download '
-                              'chtan/ponet-base-uncased (e.g. `huggingface-cli download '
-                              'chtan/ponet-base-uncased --local-dir DIR`).')
-  if path.endswith('.safetensors'):
-    from safetensors.numpy import load_file
-    return load_file(path)
-  return read_torch_zip(path)
 
 
 def load_official(path: str) -> tuple[dict[str, Any], dict[str, Any]]:

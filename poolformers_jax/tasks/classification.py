@@ -1,27 +1,16 @@
-"""Loss and metrics per task: `TASKS` maps `DatasetInfo.task` to a `Task`. No if/elif chains.
-
-Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
-examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
-over batches and divided once at the end are exact whatever the batch size or device count.
-Sums may be arrays (a confusion matrix); the training objective of a batch is
-`task.objective(sums)` (default: summed loss / count). A metric that is no function of sums
-(Spearman's rank correlation) reads per-example `rows` that evaluation gathers once per split.
+"""Cross-entropy tasks: classification (top-1 and top-5), retrieval (a classifier of pairs), lm
+(bits per token) and seq2seq (perplexity; BLEU through the decoder of tasks/translation.py).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from poolformers_jax.registry import TASKS, register_task
-from poolformers_jax.train import text_tasks
-
-Array = jax.Array
-Sums = dict[str, Array]
+from poolformers_jax.tasks import Array, Spec, Sums, Task, inputs_spec, register_task
+from poolformers_jax.tasks.translation import Translator
 
 
 def _is_soft(logits: Array, targets: Array) -> bool:
@@ -107,26 +96,9 @@ def seq2seq_summary(sums: dict[str, float]) -> dict[str, float]:
   return out
 
 
-def _inputs_only(batch: dict[str, Array]) -> Array:
-  return batch['inputs']
-
-
 def _all_but_mask(batch: dict[str, Array]) -> dict[str, Array]:
   """The encoder-decoder reads the targets (teacher forcing) and the packing arrays."""
   return {k: v for k, v in batch.items() if k != 'mask'}
-
-
-# One training example of a task (ShapeDtypeStructs, no batch axis), from the DatasetInfo.
-Spec = jax.ShapeDtypeStruct
-
-
-def inputs_spec(info) -> Spec:
-  """Token ids (int32) when the data has a vocabulary, else images (float32)."""
-  return Spec(tuple(info.input_shape), jnp.int32 if info.vocab_size is not None else jnp.float32)
-
-
-def class_example(info) -> dict[str, Spec]:
-  return {'inputs': inputs_spec(info), 'targets': Spec((), jnp.int32)}
 
 
 def token_example(info) -> dict[str, Spec]:
@@ -134,67 +106,9 @@ def token_example(info) -> dict[str, Spec]:
   return {'inputs': inputs_spec(info), 'targets': Spec(tuple(info.input_shape), jnp.int32)}
 
 
-def regression_example(info) -> dict[str, Spec]:
-  return {'inputs': inputs_spec(info), 'targets': Spec((), jnp.float32)}
-
-
-def pretraining_example(info) -> dict[str, Any]:
-  """inputs [2, L] (ids, segment ids); targets: MLM ids [L] and the sentence label."""
-  length = info.input_shape[-1]
-  return {'inputs': inputs_spec(info),
-          'targets': {'mlm': Spec((length,), jnp.int32), 'sso': Spec((), jnp.int32)}}
-
-
-def _bleu_metrics(setup, state, split: str, output_path: Optional[str] = None) -> dict[str, Any]:
-  from poolformers_jax.train import translation_eval  # pylint: disable=g-import-not-at-top
-  return translation_eval.bleu_metrics(setup, state, split, output_path)
-
-
-def mean_loss(sums: Sums) -> Array:
-  return sums['loss'] / jnp.maximum(sums['count'], 1.0)
-
-
-@dataclasses.dataclass(frozen=True)
-class Task:
-  sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
-  summary: Callable[..., dict[str, float]]            # (totals[, rows=...]) -> metrics
-  objective: Callable[[Sums], Array] = mean_loss      # what a train step minimises
-  rows: Optional[Callable[[Any, Any], dict[str, Array]]] = None   # (outputs, targets) -> [B] each
-  model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
-  train_example: Callable[[Any], Any] = class_example      # DatasetInfo -> one training example
-  decoded_metrics: Optional[Callable[..., dict[str, Any]]] = None   # (setup, state, split,
-                                # output_path) -> metrics of generated outputs (BLEU); the
-                                # outputs are written to output_path (one line each) if given
-
-
 register_task('classification', Task(classification_sums, classification_summary))
 register_task('retrieval', Task(classification_sums, classification_summary))  # model takes pairs
 register_task('lm', Task(lm_sums, lm_summary, train_example=token_example))
 register_task('seq2seq', Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
-                             train_example=token_example, decoded_metrics=_bleu_metrics))
+                             train_example=token_example, decoder=Translator))
 
-
-# PoNet's transfer experiments (text_tasks.py): MLM + SSO/NSP pre-training; GLUE and long-text
-# classification (accuracy, F1, Matthews from one confusion matrix); STS-B regression.
-register_task('pretraining', Task(text_tasks.pretraining_sums, text_tasks.pretraining_summary,
-                                  objective=text_tasks.pretraining_objective,
-                                  train_example=pretraining_example))
-register_task('text_classification', Task(text_tasks.confusion_sums, text_tasks.confusion_summary))
-register_task('regression', Task(text_tasks.regression_sums, text_tasks.regression_summary,
-                                 rows=text_tasks.regression_rows, train_example=regression_example))
-
-
-def get_task(name: str) -> Task:
-  return TASKS[name]
-
-
-def train_example(info) -> Any:
-  """One training example of the dataset (ShapeDtypeStructs, no batch axis): the task's arrays,
-  and, when the rows are packed (DatasetInfo.packed), the segment ids and positions grain's
-  packing adds beside each of them."""
-  example = get_task(info.task).train_example(info)
-  if info.packed:
-    packing = {f'{key}_{what}': Spec(spec.shape, jnp.int32) for key, spec in example.items()
-               for what in ('segment_ids', 'positions')}
-    example = {**example, **packing}
-  return example

@@ -1,4 +1,5 @@
-"""Sums and summaries of the text tasks of PoNet's transfer experiments (registered in tasks.py).
+"""The tasks of PoNet's transfer experiments: MLM + SSO / NSP pre-training; GLUE and long-text
+classification (accuracy, F1, Matthews from one confusion matrix); STS-B regression.
 
 pretraining          outputs {'mlm_logits' [B, L, V], 'sso_logits' [B, C] (absent for MLM
                      only)}, targets {'mlm': [B, L] original ids at the chosen positions, -1
@@ -12,21 +13,54 @@ regression           predictions [B] (or [B, 1]), float targets [B]: MSE (the of
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from poolformers_jax.models.ponet_mlm import pretraining_objective, pretraining_sums  # noqa: F401
-
-Array = jax.Array
+from poolformers_jax.tasks import Spec, Task, inputs_spec, register_task
 
 
 # --------------------------------------------------------------------------------------------
-# Pre-training: MLM + sentence-structure objective. Its sums and objective live beside the
-# model they train (models/ponet_mlm.py, imported above); the summary is here.
+# Pre-training: MLM + sentence-structure objective (the official one).
+
+def pretraining_example(info) -> dict[str, Any]:
+  """inputs [2, L] (ids, segment ids); targets: MLM ids [L] and the sentence label."""
+  length = info.input_shape[-1]
+  return {'inputs': inputs_spec(info),
+          'targets': {'mlm': Spec((length,), jnp.int32), 'sso': Spec((), jnp.int32)}}
+
+
+def pretraining_sums(outputs, targets, weights, label_smoothing: float = 0.0):
+  """Per-batch sums of the 'pretraining' task: `outputs` of PoNetMLM (models/ponet_mlm.py),
+  `targets` {'mlm': [B, L] original ids at the chosen positions, -1 elsewhere; 'sso': [B]
+  sentence-structure labels}, `weights` [B] (0 = a padding example)."""
+  del label_smoothing
+  logits = outputs['mlm_logits'].astype(jnp.float32)
+  chosen = (targets['mlm'] >= 0).astype(jnp.float32) * weights[:, None]
+  ids = jnp.maximum(targets['mlm'], 0).astype(jnp.int32)
+  token_ce = optax.softmax_cross_entropy_with_integer_labels(logits, ids)
+  sums = {'mlm_loss': jnp.sum(token_ce * chosen),
+          'mlm_correct': jnp.sum((jnp.argmax(logits, -1) == ids) * chosen),
+          'mlm_count': jnp.sum(chosen), 'count': jnp.sum(weights)}
+  if 'sso_logits' in outputs:
+    s_logits = outputs['sso_logits'].astype(jnp.float32)
+    labels = targets['sso'].astype(jnp.int32)
+    sums['sso_loss'] = jnp.sum(
+        optax.softmax_cross_entropy_with_integer_labels(s_logits, labels) * weights)
+    sums['sso_correct'] = jnp.sum((jnp.argmax(s_logits, -1) == labels) * weights)
+  return sums
+
+
+def pretraining_objective(sums):
+  """The official total: MLM mean over chosen tokens + sentence-task mean over pairs."""
+  loss = sums['mlm_loss'] / jnp.maximum(sums['mlm_count'], 1.0)
+  if 'sso_loss' in sums:
+    loss = loss + sums['sso_loss'] / jnp.maximum(sums['count'], 1.0)
+  return loss
+
 
 def pretraining_summary(totals, rows=None):
   del rows
@@ -90,6 +124,10 @@ def confusion_summary(totals, rows=None):
 # --------------------------------------------------------------------------------------------
 # Regression (STS-B).
 
+def regression_example(info) -> dict[str, Spec]:
+  return {'inputs': inputs_spec(info), 'targets': Spec((), jnp.float32)}
+
+
 def _predictions(outputs):
   return outputs.reshape(outputs.shape[0], -1)[:, 0].astype(jnp.float32)
 
@@ -134,3 +172,11 @@ def regression_summary(totals, rows: Optional[dict] = None):
     out['spearman'] = spearman(rows['prediction'], rows['target'])
     out['pearson_spearman'] = (out['pearson'] + out['spearman']) / 2
   return {k: float(v) for k, v in out.items()}
+
+
+register_task('pretraining', Task(pretraining_sums, pretraining_summary,
+                                  objective=pretraining_objective,
+                                  train_example=pretraining_example))
+register_task('text_classification', Task(confusion_sums, confusion_summary))
+register_task('regression', Task(regression_sums, regression_summary, rows=regression_rows,
+                                 train_example=regression_example))

@@ -1,5 +1,7 @@
-"""BLEU of a translation model on a split: decode (beam search on the KV cache, sharded over the
-data axis), detokenize with the shared SentencePiece model, score against the raw references.
+"""The 'seq2seq' task's decoder: BLEU of a translation model on a split. `Translator` decodes (beam
+search on the KV cache, sharded over the data axis), detokenizes with the shared SentencePiece
+model and scores against the raw references. It is built once, with the setup (train/setup.py),
+from what it uses: the model, config.decode, config.data and the shardings.
 
 Two numbers:
 - `bleu`: sacreBLEU on detokenized text (13a tokenization, case-sensitive; signature reported
@@ -14,6 +16,7 @@ Two numbers:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -25,7 +28,6 @@ import numpy as np
 from poolformers_jax import data
 from poolformers_jax.data import translation
 from poolformers_jax.models.seq2seq_decode import make_translate
-from poolformers_jax.train import sharding
 
 _COMPOUND = re.compile(r'(\S)-(\S)')
 
@@ -73,7 +75,6 @@ def bleu_scores(hypotheses: list[str], references: list[str], target_language: s
 # Source lengths are padded up to one of these (then to multiples of 128), so a split compiles
 # the decoder for a few shapes only; each bucket's batch has batch_tokens // length rows.
 BUCKETS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256)
-_TRANSLATORS: dict = {}    # (id(setup), beam, alpha) -> (setup, jitted decoder): compiled once
 
 
 def bucket_length(length: int) -> int:
@@ -114,50 +115,6 @@ def length_batches(sources: list[np.ndarray], batch_tokens: int, multiple: int):
     start = end
 
 
-def _translator(setup, beam_size: int, alpha: float):
-  key = (id(setup), beam_size, alpha)
-  if key not in _TRANSLATORS:
-    _TRANSLATORS[key] = (setup, make_translate(
-        setup.model, None, beam_size, alpha,
-        in_shardings=(setup.state_shardings.params, sharding.batch_sharded(setup.mesh)),
-        out_shardings=sharding.replicated(setup.mesh)))
-  return _TRANSLATORS[key][1]
-
-
-def translate_texts(setup, params, texts: list[str], *, beam_size: Optional[int] = None,
-                    alpha: Optional[float] = None,
-                    batch_tokens: Optional[int] = None) -> list[str]:
-  """Detokenized translations of `texts`, in their order (config.decode's settings unless
-  given). Sources are cut to config.data.max_length tokens (EOS kept), bucketed by length."""
-  decode, data_config = setup.config.decode, setup.config.data
-  beam_size = int(decode.beam_size if beam_size is None else beam_size)
-  alpha = float(decode.alpha if alpha is None else alpha)
-  batch_tokens = int(decode.batch_tokens if batch_tokens is None else batch_tokens)
-  if beam_size < 1 or batch_tokens < 1:
-    raise ValueError(f'beam size {beam_size} and batch_tokens {batch_tokens} must be positive.')
-  tokenizer = translation.get_tokenizer(data_config)
-  sources = [encode_source(tokenizer, t, int(data_config.max_length)) for t in texts]
-  run = _translator(setup, beam_size, alpha)
-  hypotheses = [''] * len(texts)
-  for indices, ids in length_batches(sources, batch_tokens, setup.mesh.devices.size):
-    # Every process holds the whole batch here (multi-process: its slice would be given instead).
-    tokens = np.asarray(jax.device_get(run(params, ids)))
-    for row, i in enumerate(indices):
-      hypotheses[i] = translation.decode(tokenizer, tokens[row]).replace('\n', ' ')
-  return hypotheses
-
-
-def translate_split(setup, state, split: str, *, limit: int = 0) -> tuple[list[str], list[str],
-                                                                          list[str]]:
-  """(sources, hypotheses, references) of `split` (the first `limit` pairs if limit > 0)."""
-  data_config = setup.config.data
-  records = data.DATASETS[data_config.name].source(data_config, split)
-  count = len(records) if limit <= 0 else min(limit, len(records))
-  pairs = [translation.record_texts(records[i], data_config) for i in range(count)]
-  sources = [src for src, _ in pairs]
-  return sources, translate_texts(setup, state.params, sources), [ref for _, ref in pairs]
-
-
 def write_lines(path: str, lines: list[str]) -> None:
   if jax.process_index() == 0:
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
@@ -165,20 +122,73 @@ def write_lines(path: str, lines: list[str]) -> None:
       f.writelines(line + '\n' for line in lines)
 
 
-def bleu_metrics(setup, state, split: str, output_path: Optional[str] = None) -> dict[str, Any]:
-  """BLEU metrics of `split`: all sentences (or decode.max_sentences) when decode.bleu_splits
-  names it; the first decode.validation_sentences of 'validation' otherwise (BLEU during
-  training); else {}. `output_path`: where the hypotheses go, one line per sentence."""
-  decode = setup.config.decode
-  if split in tuple(decode.bleu_splits):
-    limit = int(decode.max_sentences)
-  elif split == 'validation' and int(decode.validation_sentences) > 0:
-    limit = int(decode.validation_sentences)
-  else:
-    return {}
-  _, hypotheses, references = translate_split(setup, state, split, limit=limit)
-  if output_path:
-    write_lines(output_path, hypotheses)
-  out = bleu_scores(hypotheses, references, setup.config.data.target_language,
-                    str(decode.tokenized_bleu))
-  return {**out, 'decoded_sentences': len(hypotheses)}
+@dataclasses.dataclass
+class Translator:
+  """Translations and BLEU of a seq2seq `model` (the 'seq2seq' task's decoder). `decode` is
+  config.decode, `data` config.data; decoding batches have a multiple of `devices` rows, laid out
+  by the shardings (None: jax's defaults). One jitted decoder per (beam, alpha), compiled once."""
+  model: Any
+  decode: Any
+  data: Any
+  devices: int = 1
+  params_sharding: Any = None
+  batch_sharding: Any = None
+  out_sharding: Any = None
+  _decoders: dict = dataclasses.field(default_factory=dict, repr=False)
+
+  def _decoder(self, beam_size: int, alpha: float):
+    if (beam_size, alpha) not in self._decoders:
+      shardings = ({} if self.batch_sharding is None else
+                   dict(in_shardings=(self.params_sharding, self.batch_sharding),
+                        out_shardings=self.out_sharding))
+      self._decoders[beam_size, alpha] = make_translate(self.model, None, beam_size, alpha,
+                                                        **shardings)
+    return self._decoders[beam_size, alpha]
+
+  def translate(self, params, texts: list[str], *, beam_size: Optional[int] = None,
+                alpha: Optional[float] = None, batch_tokens: Optional[int] = None) -> list[str]:
+    """Detokenized translations of `texts`, in their order (config.decode's settings unless
+    given). Sources are cut to config.data.max_length tokens (EOS kept), bucketed by length."""
+    decode = self.decode
+    beam_size = int(decode.beam_size if beam_size is None else beam_size)
+    alpha = float(decode.alpha if alpha is None else alpha)
+    batch_tokens = int(decode.batch_tokens if batch_tokens is None else batch_tokens)
+    if beam_size < 1 or batch_tokens < 1:
+      raise ValueError(f'beam size {beam_size} and batch_tokens {batch_tokens} must be positive.')
+    tokenizer = translation.get_tokenizer(self.data)
+    sources = [encode_source(tokenizer, t, int(self.data.max_length)) for t in texts]
+    run = self._decoder(beam_size, alpha)
+    hypotheses = [''] * len(texts)
+    for indices, ids in length_batches(sources, batch_tokens, self.devices):
+      # Every process holds the whole batch here (multi-process: its slice would be given).
+      tokens = np.asarray(jax.device_get(run(params, ids)))
+      for row, i in enumerate(indices):
+        hypotheses[i] = translation.decode(tokenizer, tokens[row]).replace('\n', ' ')
+    return hypotheses
+
+  def translate_split(self, params, split: str, *, limit: int = 0
+                      ) -> tuple[list[str], list[str], list[str]]:
+    """(sources, hypotheses, references) of `split` (the first `limit` pairs if limit > 0)."""
+    records = data.DATASETS[self.data.name].source(self.data, split)
+    count = len(records) if limit <= 0 else min(limit, len(records))
+    pairs = [translation.record_texts(records[i], self.data) for i in range(count)]
+    sources = [src for src, _ in pairs]
+    return sources, self.translate(params, sources), [ref for _, ref in pairs]
+
+  def metrics(self, params, split: str, output_path: Optional[str] = None) -> dict[str, Any]:
+    """BLEU metrics of `split`: all sentences (or decode.max_sentences) when decode.bleu_splits
+    names it; the first decode.validation_sentences of 'validation' otherwise (BLEU during
+    training); else {}. `output_path`: where the hypotheses go, one line per sentence."""
+    decode = self.decode
+    if split in tuple(decode.bleu_splits):
+      limit = int(decode.max_sentences)
+    elif split == 'validation' and int(decode.validation_sentences) > 0:
+      limit = int(decode.validation_sentences)
+    else:
+      return {}
+    _, hypotheses, references = self.translate_split(params, split, limit=limit)
+    if output_path:
+      write_lines(output_path, hypotheses)
+    out = bleu_scores(hypotheses, references, self.data.target_language,
+                      str(decode.tokenized_bleu))
+    return {**out, 'decoded_sentences': len(hypotheses)}

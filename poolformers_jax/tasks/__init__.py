@@ -1,0 +1,79 @@
+"""Tasks: what a model's outputs are scored by. `TASKS` maps `DatasetInfo.task` to a `Task`: the
+sums of a batch, the metrics from summed totals, the training objective, the model's input and one
+training example; a task that generates outputs (translation) also has a `decoder`, built once with
+the setup (train/setup.py) from what it uses, never from the trainer's Setup.
+
+Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
+examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
+over batches and divided once at the end are exact whatever the batch size or device count.
+Sums may be arrays (a confusion matrix); the training objective of a batch is
+`task.objective(sums)` (default: summed loss / count). A metric that is no function of sums
+(Spearman's rank correlation) reads per-example `rows` that evaluation gathers once per split.
+
+  classification.py  classification, retrieval, lm, seq2seq (cross-entropy, accuracy, top-5)
+  text.py            PoNet's transfer tasks: pre-training (MLM + SSO / NSP), GLUE-style
+                     classification (F1, Matthews), regression (Pearson, Spearman)
+  translation.py     the 'seq2seq' decoder: beam search, detokenized and tokenized BLEU
+The files that register tasks are listed in poolformers_jax/registry.py (MODULES['task']).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import jax
+import jax.numpy as jnp
+
+from poolformers_jax.registry import TASKS, register_task  # noqa: F401  (re-exported)
+
+Array = jax.Array
+Sums = dict[str, Array]
+# One training example of a task (ShapeDtypeStructs, no batch axis), from the DatasetInfo.
+Spec = jax.ShapeDtypeStruct
+
+
+def inputs_spec(info) -> Spec:
+  """Token ids (int32) when the data has a vocabulary, else images (float32)."""
+  return Spec(tuple(info.input_shape), jnp.int32 if info.vocab_size is not None else jnp.float32)
+
+
+def class_example(info) -> dict[str, Spec]:
+  return {'inputs': inputs_spec(info), 'targets': Spec((), jnp.int32)}
+
+
+def _inputs_only(batch: dict[str, Array]) -> Array:
+  return batch['inputs']
+
+
+def mean_loss(sums: Sums) -> Array:
+  return sums['loss'] / jnp.maximum(sums['count'], 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Task:
+  sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
+  summary: Callable[..., dict[str, float]]            # (totals[, rows=...]) -> metrics
+  objective: Callable[[Sums], Array] = mean_loss      # what a train step minimises
+  rows: Optional[Callable[[Any, Any], dict[str, Array]]] = None   # (outputs, targets) -> [B] each
+  model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
+  train_example: Callable[[Any], Any] = class_example      # DatasetInfo -> one training example
+  # Generated outputs scored at evaluation (BLEU): (model=, decode=config.decode,
+  # data=config.data, devices=, params_sharding=, batch_sharding=, out_sharding=) -> an object
+  # whose `metrics(params, split, output_path)` decodes `split` (output_path: one line each).
+  decoder: Optional[Callable[..., Any]] = None
+
+
+def get_task(name: str) -> Task:
+  return TASKS[name]
+
+
+def train_example(info) -> Any:
+  """One training example of the dataset (ShapeDtypeStructs, no batch axis): the task's arrays,
+  and, when the rows are packed (DatasetInfo.packed), the segment ids and positions grain's
+  packing adds beside each of them."""
+  example = get_task(info.task).train_example(info)
+  if info.packed:
+    packing = {f'{key}_{what}': Spec(spec.shape, jnp.int32) for key, spec in example.items()
+               for what in ('segment_ids', 'positions')}
+    example = {**example, **packing}
+  return example
