@@ -37,6 +37,7 @@ PAPER_SETTINGS = [
     ('cifar.py:hvt_s_4', 'CIFAR-100 HVT-S-4'),
     ('cifar.py:cp_convnet', 'CIFAR-10 ConvNet with ContextPool'),
     ('cifar.py:msac_resnet', 'CIFAR-10 MSAC ResNet'),
+    ('cifar.py:cross_attentive_similarity', 'CIFAR-10 cross-attentive similarity (MSAC)'),
     ('enwik8.py:transformer_l12', 'enwik8 Transformer (12 layers), stage 1'),
     ('enwik8.py:cp_transformer_l12', 'enwik8 CP-Transformer (12 layers), stage 1'),
     ('wmt14.py:base', 'WMT14 EN-DE Transformer Base'),

@@ -99,7 +99,7 @@ def test_training_step_compiles_for_a_tpu_slice_and_exports_for_cuda(case):
 def test_per_chip_cost_follows_the_per_chip_batch():
   """The same global batch on twice the chips: half the examples per chip, so the step's flops
   per chip halve (up to the optimizer update, which every chip repeats); memory per chip falls."""
-  config = _config('lra_encoder[ponet]')
+  config = _config('lra_encoder[linear]')
   reports = {}
   for topology, chips in (('v5e:2x2', 4), ('v5e:2x4', 8)):
     _, train, _ = accelerators.compile_for_topology(config, topology)
@@ -158,7 +158,7 @@ def _summary(*args):
 
 
 def test_summary_topology_prints_one_json_object_and_bad_slices_one_line(tmp_path):
-  result = _summary('--config', 'configs/lra_listops.py:ponet,tiny', '--topology', TOPOLOGY)
+  result = _summary('--config', 'configs/lra_listops.py:linear,tiny', '--topology', TOPOLOGY)
   assert result.returncode == 0, result.stderr
   assert result.stderr == ''   # libtpu's host-lookup warnings are not shown
   out = json.loads(result.stdout)
@@ -167,11 +167,11 @@ def test_summary_topology_prints_one_json_object_and_bad_slices_one_line(tmp_pat
   assert train['fits'] and train['collectives']['all-reduce']['count'] == 1
   assert out['train_hours'] == pytest.approx(
       out['num_train_steps'] * train['roofline']['seconds'] / 3600)
-  bad = _summary('--config', 'configs/lra_listops.py:ponet,tiny', '--topology', 'v9:2x2')
+  bad = _summary('--config', 'configs/lra_listops.py:linear,tiny', '--topology', 'v9:2x2')
   assert bad.returncode == 2 and bad.stderr.count('\n') == 1
   assert bad.stderr.startswith("error: --topology 'v9:2x2': give <chip>:<shape>")
   path = tmp_path / 'step.mlir'
-  exported = _summary('--config', 'configs/lra_listops.py:ponet,tiny', '--export_cuda', str(path))
+  exported = _summary('--config', 'configs/lra_listops.py:linear,tiny', '--export_cuda', str(path))
   assert exported.returncode == 0, exported.stderr
   assert json.loads(exported.stdout)['platforms'] == ['cuda']
   assert 'module @jit_train_step' in path.read_text()
