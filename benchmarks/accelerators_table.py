@@ -18,7 +18,7 @@ def _hours(seconds: float) -> str:
 
 
 def row(record: dict) -> str:
-  spec = record['config']
+  spec = ' '.join([record['config'], *record.get('overrides', [])])
   if 'error' in record:
     return f'| `{spec}` | {record["topology"]} | — | — | — | — | — | {record["error"]} |'
   train = record['train_step']
