@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, Optional
 
 import jax
@@ -162,6 +163,12 @@ def main(argv):
     config = config_utils.override(config, batch_size=int(flags.FLAGS.batch_size))
   if flags.FLAGS.topology:
     out = accelerators.topology_report(config, flags.FLAGS.topology)
+    train = out['train_step']
+    if not train['fits']:   # compiled, but arguments + outputs + temporaries exceed the chip
+      memory = train['memory']
+      print('warning: ' + accelerators.fit_advice(
+          flags.FLAGS.topology, config, devices=out['devices'], temp=memory['temp'],
+          fixed=memory['total'] - memory['temp'], hbm=train['hbm_bytes']), file=sys.stderr)
   elif flags.FLAGS.export_cuda:
     setup = make_setup(config_utils.override(config, num_devices=1), need_files=False)
     exported = accelerators.export_for_cuda(setup)

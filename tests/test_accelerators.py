@@ -141,6 +141,27 @@ def test_roofline_takes_the_largest_term():
   assert 'ici_seconds' not in accelerators.roofline(no_ici, 8, 1.0, 1.0, 1e9)
 
 
+def test_fit_advice_names_the_accumulation_that_fits():
+  # CP-ViT-B/16 at 384 px, batch 1024 on v5e 2x2: libtpu's refusal said 70.98G of temporaries
+  # against 15.75G; its parameters + optimizer state ~1.4 GiB per chip. Halving the
+  # per-chip batch halves the temporaries: 1.42 + 70.98 / 8 <= 15.75 first at k = 8.
+  gib = 2 ** 30
+  config = config_utils.override(load_config('lra_listops.py:linear,tiny', {}), batch_size=1024,
+                                 num_train_steps=1000, **{'optimizer.warmup_steps': 10})
+  line = accelerators.fit_advice('v5e:2x2', config, devices=4, temp=70.98 * gib,
+                                 fixed=1.42 * gib, hbm=15.75 * gib)
+  assert line.startswith('v5e:2x2: the training step needs 72.4 GiB per chip, the chip has 15.8')
+  assert ('--config.batch_size=128 --config.optimizer.grad_accum_steps=8 '
+          '--config.num_train_steps=8000 --config.optimizer.warmup_steps=80') in line
+  assert '~10.3 GiB estimated' in line
+  # Parameters alone too large, or a per-chip batch of 1 already: no accumulation helps.
+  assert 'use a slice with more chips' in accelerators.fit_advice(
+      'v5e:2x2', config, devices=4, temp=gib, fixed=16 * gib, hbm=15.75 * gib)
+  assert 'use a slice with more chips' in accelerators.fit_advice(
+      'v5e:2x2', config_utils.override(config, batch_size=4), devices=4, temp=20 * gib,
+      fixed=gib, hbm=15.75 * gib)
+
+
 def test_cpu_runs_start_quietly_with_libtpu_installed():
   """libtpu is installed for the tests (requirements-test.txt); on this machine without TPU chips
   an ordinary run must neither start the TPU runtime nor print its host-lookup warnings."""

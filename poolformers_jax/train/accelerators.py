@@ -183,14 +183,57 @@ def program_report(compiled, chip: Chip, num_devices: int) -> dict[str, Any]:
                                all_reduce)}
 
 
+def fit_advice(topology: str, config, *, devices: int, temp: float, fixed: float,
+               hbm: float) -> str:
+  """One line for a training step that does not fit a chip: by how much, and the gradient
+  accumulation that keeps the global batch while cutting the per-chip one. Temporaries
+  (activations) scale with the per-chip batch; `fixed` bytes (parameters, optimizer state,
+  outputs) do not, so when they alone exceed the chip only sharding them would help."""
+  gib, batch = 2 ** 30, int(config.batch_size)
+  per_device = batch // devices
+  need = (f'{topology}: the training step needs {(fixed + temp) / gib:.1f} GiB per chip, the '
+          f'chip has {hbm / gib:.1f} GiB')
+  k = 2
+  while k <= per_device and fixed + temp / k > hbm:
+    k *= 2
+  if fixed >= hbm or k > per_device or batch % k:
+    return (f'{need}; parameters and optimizer state alone take {fixed / gib:.1f} GiB: use a '
+            f'slice with more chips (data parallelism does not split them)')
+  # Steps and warmup count micro-batches (train/optim.py): times k keeps the schedule.
+  return (f'{need}: try --config.batch_size={batch // k} --config.optimizer.grad_accum_steps='
+          f'{int(config.optimizer.grad_accum_steps) * k} --config.num_train_steps='
+          f'{int(config.num_train_steps) * k} --config.optimizer.warmup_steps='
+          f'{int(config.optimizer.warmup_steps) * k} (the same updates of the same global batch, '
+          f'~{(fixed + temp / k) / gib:.1f} GiB estimated: check with this command)')
+
+
+def _compile_or_advise(setup: Setup, topology: str):
+  """The compiled training step; libtpu refuses one whose temporaries exceed the chip
+  (RESOURCE_EXHAUSTED at compile time): then one line with the change that makes it fit."""
+  try:
+    return step_lib.compile_train_step(setup).run
+  except jax.errors.JaxRuntimeError as e:
+    found = re.search(r'HLO temporaries \(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)', str(e))
+    if not found:
+      raise
+    fixed = sum(_per_device_bytes(x) for x in jax.tree.leaves(step_lib.abstract_step_args(setup)))
+    temp, hbm = (float(g) * 2 ** 30 for g in found.groups())
+    raise ValueError(fit_advice(topology, setup.config, devices=setup.mesh.devices.size,
+                                 temp=temp, fixed=fixed, hbm=hbm)) from None
+
+
+def _per_device_bytes(x: jax.ShapeDtypeStruct) -> int:
+  shape = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
+  return math.prod(shape) * np.dtype(x.dtype).itemsize
+
+
 # ------------------------------------------------------------------ the reports
 
 def compile_for_topology(config, topology: str) -> tuple[Setup, Any, Any]:
   """(setup on the slice's mesh, compiled train step, compiled eval step) of `config`; the
   dataset's files are not needed. The config's batch sizes are global, split over the slice."""
   setup = make_setup(config, need_files=False, mesh=topology_mesh(topology))
-  train = step_lib.compile_train_step(setup).run
-  return setup, train, compile_eval_step(setup)
+  return setup, _compile_or_advise(setup, topology), compile_eval_step(setup)
 
 
 def topology_report(config, topology: str) -> dict[str, Any]:
