@@ -191,7 +191,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
                         progress_bar=config.progress_bar)
   profiler = _Profiler(config.profile_steps, workdir)
-  next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
   status, validation, compile_seconds, memory = 'finished', None, None, None
   try:
     if step < total_steps:
@@ -201,6 +200,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
                    memory['total'] / 2**20)
       acc = compiled.new_accumulator(setup.mesh)
+      next_batch = lambda: compiled.put(next(train_iter))   # global arrays (or micro-batches)
       batch = next_batch()
     window_start = time.time()
 
