@@ -10,7 +10,8 @@ Any registered token mixer can be used: the shared `TransformerBlock` (block.py)
 Pooling: the reference code averages `LN(x) * mask` over the *padded* length L (model.py then
 `inp.mean(dim=1)`), so its features shrink with the padding. `pooling='mean'` (default) is the
 masked mean over real tokens instead, independent of how much padding a batch carries;
-`pooling='mean_padded'` is the reference's, for exact reproduction.
+`pooling='mean_padded'` is the reference's, for exact reproduction; it divides by `pool_length`
+when set (config.length_buckets cuts batches shorter and sets the data's padded length).
 
 Decisions where the references are silent:
 - `pooling='cls'` prepends one learned vector (not a vocabulary token), always unmasked.

@@ -1,8 +1,8 @@
 """`train_and_evaluate(config, workdir)`: the one training loop (train.py, tests and notebooks).
 
-Per step: this process's slice of the batch -> global sharded arrays -> the one training step
-(train/step.py, compiled before the first batch is read) with state and metric accumulator
-donated.
+Per step: this process's slice of the batch -> global sharded arrays (config.length_buckets:
+length-grouped micro-batches) -> the one training step (train/step.py, compiled before the first
+batch is read) with state and metric accumulator donated.
 Validation every `eval_every_steps` (the best checkpoint is kept) on the whole split, or with
 `eval_num_batches` > 0 on that many batches of an endless reshuffled validation stream whose
 position is checkpointed with the train iterator's (the LRA reference protocol), checkpoints every

@@ -8,7 +8,9 @@ program `train.py` runs, and benchmarks/* time it.
 
 One step: dropout rng folded with the step, DeiT mixup / cutmix when config.mixup asks, forward,
 the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
-metrics summed on device. The guard: if the objective or any updated array (parameters,
+metrics summed on device. With config.length_buckets the same step takes the batch as
+length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
+device, then the same update runs once. The guard: if the objective or any updated array (parameters,
 optimizer state) is not finite, the step returns the state it was given (so no non-finite state
 ever exists to be saved) and records the step in acc['first_bad_step'].
 """

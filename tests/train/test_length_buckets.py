@@ -15,7 +15,8 @@ import pytest
 
 from test_robust import DIVERGING, _NoDeviceToHost
 from tiny_runs import tiny_config
-from poolformers_jax.train import NonFiniteLossError, config_utils, length_buckets, loop
+from poolformers_jax.train import (NonFiniteLossError, accelerators, config_utils, length_buckets,
+                                   loop)
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train import train_and_evaluate
@@ -197,3 +198,10 @@ def test_families_that_read_the_padded_length_are_refused_in_one_line(family, wh
   with pytest.raises(ConfigError, match=why) as error:
     make_setup(config, need_files=False)
   assert '\n' not in str(error.value) and 'length_buckets.multiple=0' in str(error.value)
+
+
+def test_one_program_reports_refuse_the_bucketed_step_in_one_line():
+  _, bucketed = _setups('transformer', 'mean', 1, 8, 4)
+  with pytest.raises(ConfigError, match='one program per bucket length') as error:
+    accelerators.export_for_cuda(bucketed)
+  assert '\n' not in str(error.value)
