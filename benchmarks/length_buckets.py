@@ -88,7 +88,7 @@ def measure(config, batches, passes: int) -> dict:
         times[name]['cpu'].append(time.process_time() - cpu)
   for name, t in times.items():
     report[name].update({f'{k}_s_median': statistics.median(v) for k, v in t.items()},
-                        steps_timed=len(t['wall']))
+                        steps_timed=len(t['wall']), seconds=t)
   for clock in ('wall', 'cpu'):
     report[f'speedup_{clock}'] = (report['plain'][f'{clock}_s_median']
                                   / report['bucketed'][f'{clock}_s_median'])
