@@ -11,6 +11,8 @@ SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step with
 checkpoint counts as good once the step after it was finite: checkpoint.reject_unconfirmed), and
 at the end the best checkpoint is evaluated on test. `num_train_steps=0` (a fresh run, e.g. from
 `init_from`): the initial state is evaluated on validation, saved as step 0 and tested.
+The progress bar moves at the steps that sync (log, validation, checkpoint): it counts finished
+steps, not dispatched ones.
 """
 from __future__ import annotations
 
@@ -219,6 +221,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       checkpointer.save_best(step, state, validation)   # checkpoint, which eval.py reads too
       checkpointer.save_latest(step, state, train_iter)
     window_start = time.time()
+    writer.start_clock()
 
     def check_finite(fetched=None):
       fetched = fetched or {'first_bad_step': jax.device_get(acc['first_bad_step'])}
@@ -237,7 +240,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           profiler.start(nxt)
           state, acc = train_step(state, acc, batch, dropout_rng)
           step = nxt
-          writer.progress(1)
           stop = preemption.should_stop() or step == stop_at
           if not (sync or stop):
             batch = next_batch()
@@ -250,10 +252,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
           if compile_seconds is not None:
             metrics['compile_seconds'], compile_seconds = compile_seconds, None
           writer.write(step, 'train', metrics)
-          writer.progress(0, loss=metrics['loss'])
+          postfix = {'loss': metrics['loss']}
           acc, window_start = compiled.new_accumulator(setup.mesh), time.time()
         else:
           check_finite()             # one scalar: nothing non-finite may be evaluated or saved
+          postfix = {}
+        writer.progress(step, **postfix)   # the fetch above waited for every step up to `step`
         checkpointer.poll()          # integrity records of saves finished since
         sync_started = time.time()   # eval / checkpoint time is left out of the train rates
         if _due(step, config.eval_every_steps) or step == total_steps:

@@ -1,5 +1,5 @@
 """Where metrics go: DIR/metrics.jsonl (one JSON object per line), TensorBoard event files
-(tensorboardX) and a tqdm progress bar with rate and ETA. Only process 0 writes.
+(tensorboardX) and a tqdm progress bar of finished steps with rate and ETA. Only process 0 writes.
 
 A resumed run replays the steps after its checkpoint: the records of those steps are dropped
 from metrics.jsonl and purged from TensorBoard (`purge_step`), so every curve has one point per
@@ -65,11 +65,20 @@ class MetricWriter:
     elif split != 'train':         # with a bar, train metrics are its postfix
       self._bar.write(line)
 
-  def progress(self, steps: int = 1, **postfix: Any) -> None:
+  def start_clock(self) -> None:
+    """Training starts now: the bar's clock leaves out what came before (data preparation,
+    compilation, logged on their own), so its first rate is one of training steps."""
     if self._bar is not None:
-      self._bar.update(steps)
+      self._bar.unpause()
+
+  def progress(self, finished_step: int, **postfix: Any) -> None:
+    """Moves the bar to `finished_step`, a step the device has finished (the loop calls it after
+    fetching that step's results), never to one only dispatched: with asynchronous dispatch the
+    bar would otherwise race ahead and stall at every sync, and its rate and ETA would lie."""
+    if self._bar is not None:
       if postfix:
         self._bar.set_postfix({k: f'{_plain(v):.4g}' for k, v in postfix.items()}, refresh=False)
+      self._bar.update(finished_step - self._bar.n)
 
   def close(self) -> None:
     if self._bar is not None:

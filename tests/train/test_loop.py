@@ -166,6 +166,34 @@ def test_non_finite_loss_stops_naming_the_step_and_no_unconfirmed_checkpoint(dat
           'is not confirmed by a finite step after it') in str(error.value)
 
 
+def test_progress_bar_counts_the_steps_whose_results_were_fetched(data_dir, tmp_path,
+                                                                  monkeypatch):
+  """Steps are dispatched ahead of the device; the bar moves only where the loop has fetched a
+  step's results (log steps 3 and 6, validation / checkpoint 5, the stop at 4, the end 7), to
+  that step, with the loss logged there; a resumed run's bar starts at its checkpoint."""
+  import io
+  import tqdm.auto
+  shown = []   # (bar position, postfix) after every change of position
+
+  class Recording(tqdm.auto.tqdm):
+    def __init__(self, *args, **kwargs):
+      super().__init__(*args, file=io.StringIO(), **kwargs)
+      shown.append((self.n, 'start'))
+
+    def update(self, n=1):
+      super().update(n)
+      shown.append((self.n, self.postfix or ''))
+  monkeypatch.setattr(tqdm.auto, 'tqdm', Recording)
+  config = tiny_config(data_dir, num_train_steps=7, log_every_steps=3, eval_every_steps=5,
+                       checkpoint_every_steps=5, num_devices=1, progress_bar=True)
+  assert train_and_evaluate(config, str(tmp_path), stop_at=4).status == 'preempted'
+  assert train_and_evaluate(config, str(tmp_path)).status == 'finished'
+  loss = {r['step']: f"loss={r['loss']:.4g}" for r in read_metrics(str(tmp_path), 'train')}
+  assert sorted(loss) == [3, 6, 7]
+  assert shown == [(0, 'start'), (3, loss[3]), (4, loss[3]),
+                   (4, 'start'), (5, ''), (6, loss[6]), (7, loss[7])]
+
+
 def test_missing_dataset_fails_before_compiling_with_the_path(data_dir, tmp_path):
   missing = str(tmp_path / 'nowhere')
   config = tiny_config(data_dir, **{'data.source': 'tsv', 'data.tsv_dir': missing})
