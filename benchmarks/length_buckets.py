@@ -14,7 +14,8 @@ CPU time (pinned to one core, the CPU time leaves out other processes' load), af
 pass over every batch (which compiles every bucket length that occurs), the speed-up, XLA's
 compiled memory (`memory_analysis()`, bytes per device; bucketed: the micro step at each bucket
 length that occurred, the largest reported: the full-length one), the cut lengths seen, and the
-load average before and after. `--quick` is a smoke run of a tiny model on short trees.
+load average before and after. `--quick` is a smoke run of a tiny model on short trees (64
+tokens, buckets of 16).
 """
 import os
 import sys
@@ -100,7 +101,8 @@ def main() -> None:
   parser = errors.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--families', default='transformer,contextpool')
   parser.add_argument('--protocols', default='ours,reference')
-  parser.add_argument('--multiple', type=int, default=256)
+  parser.add_argument('--multiple', type=int, default=None,
+                      help='bucket multiple (default 256; --quick: 16, so its 64-token batches are cut)')
   parser.add_argument('--micro_batch_size', type=int, default=8)
   parser.add_argument('--batches', type=int, default=3, help='distinct generated batches')
   parser.add_argument('--passes', type=int, default=2, help='timed passes over the batches')
@@ -108,6 +110,8 @@ def main() -> None:
   parser.add_argument('--output', default=None, help='JSON file for the results')
   parser.add_argument('--quick', action='store_true', help='tiny model, short trees')
   args = parser.parse_args()
+  if args.multiple is None:
+    args.multiple = 16 if args.quick else 256
   host_memory.keep_freed_memory()   # as train.py does
   results = {'devices': str(jax.devices()), 'cpus_allowed': sorted(os.sched_getaffinity(0)),
              'loadavg_before': os.getloadavg(), 'args': vars(args), 'runs': []}
