@@ -7,6 +7,9 @@ Paper setting for one model family (length 2048, 5000 steps, batch 32):
   python eval.py  --config configs/lra_listops.py:ponet --workdir runs/listops_ponet \
       --checkpoint best --split test
 Smaller variants: `:ponet,small` (CPU-sized, short trees), `:ponet,tiny` (a smoke test).
+The quadratic families on a CPU: `--config.length_buckets.multiple=256` trains `transformer` and
+`contextpool` on length-grouped micro-batches, each cut to its longest tree: the same update to
+float rounding (docs/training.md).
 The LRA code PoNet and AdaMRA ran (docs/papers/lra.md): add `reference`, e.g. `:ponet,reference`,
 `:linear_reference,reference` (its linear attention).
 

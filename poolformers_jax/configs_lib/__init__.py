@@ -62,6 +62,13 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.0, cutmix_alpha=0.0,
                                                 switch_prob=0.5))
   config.batch_size = 32                 # global, over all processes and devices
+  # Length-grouped micro-batches (train/length_buckets.py, docs/training.md): each global batch
+  # is sorted by real length, split into micro-batches of `micro_batch_size` examples (rounded up
+  # to the device count), each cut to a multiple of `multiple` tokens; their summed gradients
+  # make ONE update, the same as the whole batch's to float rounding (softmax / ContextPool LRA
+  # encoders; exact with dropout off, since dropout masks follow the batch's shape). Evaluation
+  # batches are then length-sorted and cut the same way. multiple=0: off (one uncut batch).
+  config.length_buckets = ml_collections.ConfigDict(dict(multiple=0, micro_batch_size=8))
   config.eval_batch_size = 0             # global; 0 = batch_size
   config.num_train_steps = 1000          # 0: nothing to train (init_from, then evaluate)
   config.log_every_steps = 100           # every N steps; 0 or less = only at the end

@@ -10,7 +10,8 @@ Any registered token mixer can be used: the shared `TransformerBlock` (block.py)
 Pooling: the reference code averages `LN(x) * mask` over the *padded* length L (model.py then
 `inp.mean(dim=1)`), so its features shrink with the padding. `pooling='mean'` (default) is the
 masked mean over real tokens instead, independent of how much padding a batch carries;
-`pooling='mean_padded'` is the reference's, for exact reproduction.
+`pooling='mean_padded'` is the reference's, for exact reproduction; it divides by `pool_length`
+when set (config.length_buckets cuts batches shorter and sets the data's padded length).
 
 Decisions where the references are silent:
 - `pooling='cls'` prepends one learned vector (not a vocabulary token), always unmasked.
@@ -37,21 +38,27 @@ from poolformers_jax.models.registry import register_model
 Array = jax.Array
 
 
-def mean_pool(x: Array, mask: Array) -> Array:
+def mean_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+  del length
   return masked_mean(x, mask, axis=1)
 
 
-def mean_padded_pool(x: Array, mask: Array) -> Array:
-  """The Nystromformer / PoNet LRA code: sum over real tokens / padded length L."""
-  return jnp.mean(x * mask[..., None].astype(x.dtype), axis=1)
+def mean_padded_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+  """The Nystromformer / PoNet LRA code: sum over real tokens / padded length L. `length`: L
+  when `x` is cut shorter than the data's padding (length-bucketed batches); None = x's own."""
+  masked = x * mask[..., None].astype(x.dtype)
+  if length is None:
+    return jnp.mean(masked, axis=1)
+  return jnp.sum(masked, axis=1) / length
 
 
-def first_token_pool(x: Array, mask: Array) -> Array:
-  del mask
+def first_token_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+  del mask, length
   return x[:, 0]
 
 
-POOLINGS: dict[str, Callable[[Array, Array], Array]] = {
+# (features [B, L, D], mask [B, L], padded length or None) -> [B, D]
+POOLINGS: dict[str, Callable[..., Array]] = {
     'mean': mean_pool, 'mean_padded': mean_padded_pool, 'cls': first_token_pool}
 
 
@@ -71,6 +78,9 @@ class SequenceEncoder(nn.Module):
   activation: str = 'gelu'             # the MLP's: block.ACTIVATIONS ('gelu_exact': erf form)
   layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
+  # The padded length 'mean_padded' divides by, when batches are cut shorter than the data's
+  # padding (config.length_buckets sets the data's length); None = the input's own length.
+  pool_length: Optional[int] = None
 
   @nn.compact
   def __call__(self, tokens: Array, *, deterministic: bool = True) -> Array:
@@ -96,7 +106,7 @@ class SequenceEncoder(nn.Module):
                            layer_norm_epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                            name=f'block_{i}')(x, mask, deterministic=deterministic)
     x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=jnp.float32, name='final_norm')(x)
-    pooled = POOLINGS[self.pooling](x, mask)
+    pooled = POOLINGS[self.pooling](x, mask, self.pool_length)
     self.sow('intermediates', 'pooled', pooled)
     return pooled
 

@@ -32,7 +32,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from poolformers_jax.train import sharding, step as step_lib
+from poolformers_jax.train import sharding, step as step_lib, validate
 from poolformers_jax.train.evaluate import compile_eval_step
 from poolformers_jax.train.setup import Setup, make_setup
 
@@ -233,6 +233,7 @@ def compile_for_topology(config, topology: str) -> tuple[Setup, Any, Any]:
   """(setup on the slice's mesh, compiled train step, compiled eval step) of `config`; the
   dataset's files are not needed. The config's batch sizes are global, split over the slice."""
   setup = make_setup(config, need_files=False, mesh=topology_mesh(topology))
+  _one_program(setup)
   return setup, _compile_or_advise(setup, topology), compile_eval_step(setup)
 
 
@@ -254,8 +255,17 @@ def topology_report(config, topology: str) -> dict[str, Any]:
   }
 
 
+def _one_program(setup: Setup) -> None:
+  """The reports and the export take the step as one program; the bucketed one is several."""
+  if setup.config.length_buckets.multiple:
+    raise validate.ConfigError('config.length_buckets makes the training step one program per '
+                               'bucket length, which this report does not take; set '
+                               '--config.length_buckets.multiple=0 (the same update, one program)')
+
+
 def export_for_cuda(setup: Setup) -> Any:
   """THE training step of `setup` exported for CUDA (`jax.export`, StableHLO): what a GPU would
   compile, lowered on this machine. The mesh is the setup's (one device per mesh device)."""
+  _one_program(setup)
   return jax.export.export(step_lib.make_train_step(setup), platforms=['cuda'])(
       *step_lib.abstract_step_args(setup))

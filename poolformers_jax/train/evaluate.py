@@ -10,6 +10,8 @@ Two settings of the LRA reference protocol (docs/papers/lra.md) change what is e
 `config.test_drop_last` evaluates test on the first N - N % (eval batch size) examples only (a
 DataLoader's drop_last), and the training loop may pass `batches` (config.eval_num_batches
 batches of the endless validation stream) instead of one pass over the split.
+With config.length_buckets the same examples are evaluated length-sorted, each batch cut to its
+longest example's bucket (train/length_buckets.py): the sums are the same to float rounding.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, sharding, step as step_lib, validate
+from poolformers_jax.train import config_utils, length_buckets, sharding, step as step_lib, validate
 from poolformers_jax.train.setup import Setup, make_setup, process_slice, variables_of
 
 
@@ -80,6 +82,8 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
     drop_last = setup.eval_batch_size if split == 'test' and config.test_drop_last else 0
     batches = data.make_eval_iterator(config, split, batch_size=batch_size, drop_last=drop_last,
                                       **process_slice())
+  if config.length_buckets.multiple:   # one process (validate.py): sorted by length, cut
+    batches = length_buckets.sorted_batches(batches, batch_size, config.length_buckets.multiple)
   for batch in batches:
     sums, batch_rows = jax.device_get(eval_step(state, sharding.global_batch(batch, setup.mesh)))
     for key, value in sums.items():

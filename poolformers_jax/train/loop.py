@@ -1,8 +1,8 @@
 """`train_and_evaluate(config, workdir)`: the one training loop (train.py, tests and notebooks).
 
-Per step: this process's slice of the batch -> global sharded arrays -> the one training step
-(train/step.py, compiled before the first batch is read) with state and metric accumulator
-donated.
+Per step: this process's slice of the batch -> global sharded arrays (config.length_buckets:
+length-grouped micro-batches) -> the one training step (train/step.py, compiled before the first
+batch is read) with state and metric accumulator donated.
 Validation every `eval_every_steps` (the best checkpoint is kept) on the whole split, or with
 `eval_num_batches` > 0 on that many batches of an endless reshuffled validation stream whose
 position is checkpointed with the train iterator's (the LRA reference protocol), checkpoints every
@@ -204,7 +204,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
                         progress_bar=config.progress_bar)
   profiler = _Profiler(config.profile_steps, workdir)
-  next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
   status, validation, compile_seconds, memory = 'finished', None, None, None
   try:
     if step < total_steps:
@@ -214,6 +213,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
       logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
                    memory['total'] / 2**20)
       acc = compiled.new_accumulator(setup.mesh)
+      next_batch = lambda: compiled.put(next(train_iter))   # global arrays (or micro-batches)
       batch = next_batch()
     elif total_steps == 0 and resumed is None:   # nothing to train (init_from, then evaluate):
       validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)

@@ -15,7 +15,8 @@ from jax.sharding import Mesh
 
 from poolformers_jax import data, tasks
 from poolformers_jax.models import build_model
-from poolformers_jax.train import config_utils, optim, sharding, state as state_lib, validate
+from poolformers_jax.train import (config_utils, length_buckets, optim, sharding,
+                                   state as state_lib, validate)
 
 
 @dataclasses.dataclass
@@ -56,6 +57,8 @@ def make_setup(config: ml_collections.ConfigDict, *, need_files: bool = True,
   mesh = sharding.make_mesh(config.num_devices) if mesh is None else mesh
   validate.check_config(config, info, mesh)   # every config problem, before any model is built
   model = build_model(config)
+  if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
+    model = length_buckets.padded_length_model(model, info)
   tx = optim.make_optimizer(config)
   abstract, shardings = state_lib.state_shardings(model, tx, info, mesh)
   task = tasks.get_task(info.task)

@@ -8,13 +8,16 @@ program `train.py` runs, and benchmarks/* time it.
 
 One step: dropout rng folded with the step, DeiT mixup / cutmix when config.mixup asks, forward,
 the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
-metrics summed on device. The guard: if the objective or any updated array (parameters,
+metrics summed on device. With config.length_buckets the same step takes the batch as
+length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
+device, then the same update runs once. The guard: if the objective or any updated array (parameters,
 optimizer state) is not finite, the step returns the state it was given (so no non-finite state
 ever exists to be saved) and records the step in acc['first_bad_step'].
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable, Optional
 
 import jax
@@ -23,7 +26,7 @@ import numpy as np
 import optax
 
 from poolformers_jax import tasks
-from poolformers_jax.train import mixing, sharding
+from poolformers_jax.train import length_buckets, mixing, sharding
 from poolformers_jax.train.setup import Setup, variables_of
 
 _MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
@@ -90,29 +93,31 @@ def new_accumulator(mesh, sums_shapes: Any) -> dict[str, Any]:
   return jax.device_put(_accumulator(sums_shapes, np.zeros), sharding.replicated(mesh))
 
 
-def make_train_step(setup: Setup):
-  """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated."""
+def _step_parts(setup: Setup):
+  """(gradients, update) of the one step, shared by its plain and its bucketed form.
+
+  gradients(state, inputs, targets, weights, rng, reduce) -> ((reduce(sums), (sums, updates)),
+  grads): forward with dropout, the task's weighted sums, the gradient of `reduce(sums)`.
+  update(state, acc, objective, sums, grads, updates) -> (state, acc): the optimizer update, the
+  NaN guard and the train metrics summed on device.
+  """
   model, task, schedule = setup.model, setup.task, setup.schedule
   label_smoothing = float(setup.config.label_smoothing)
   accum = setup.grad_accum_steps
-  mix = _mixing_kwargs(setup)
 
-  def train_step(state, acc, batch, rng):
-    rng = jax.random.fold_in(rng, state.step)
+  def gradients(state, inputs, targets, weights, rng, reduce):
     mutable = ['batch_stats'] if state.batch_stats is not None else False
-    inputs, targets = task.model_inputs(batch), batch['targets']
-    if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
-      inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
-                                         setup.info.num_classes, **mix)
 
     def loss_fn(params):
       out = model.apply({**variables_of(state), 'params': params}, inputs,
                         deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
-      sums = task.sums(logits, targets, example_weights(targets), label_smoothing)
-      return task.objective(sums), (sums, updates)
+      sums = task.sums(logits, targets, weights, label_smoothing)
+      return reduce(sums), (sums, updates)
 
-    (objective, (sums, updates)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    return jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+
+  def update(state, acc, objective, sums, grads, updates):
     new_state = state.apply_gradients(grads=grads)
     if updates:
       new_state = new_state.replace(batch_stats=updates['batch_stats'])
@@ -128,6 +133,28 @@ def make_train_step(setup: Setup):
            'bad_loss': jnp.where(first_bad, objective.astype(jnp.float32), acc['bad_loss'])}
     return new_state, acc
 
+  return gradients, update
+
+
+def make_train_step(setup: Setup):
+  """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated.
+  With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches."""
+  if setup.config.length_buckets.multiple:
+    return BucketedStep(setup)
+  task = setup.task
+  mix = _mixing_kwargs(setup)
+  gradients, update = _step_parts(setup)
+
+  def train_step(state, acc, batch, rng):
+    rng = jax.random.fold_in(rng, state.step)
+    inputs, targets = task.model_inputs(batch), batch['targets']
+    if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
+      inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
+                                         setup.info.num_classes, **mix)
+    (objective, (sums, updates)), grads = gradients(state, inputs, targets,
+                                                    example_weights(targets), rng, task.objective)
+    return update(state, acc, objective, sums, grads, updates)
+
   replicated = sharding.replicated(setup.mesh)
   return jax.jit(train_step,
                  in_shardings=(setup.state_shardings, replicated, sharding.batch_sharded(setup.mesh),
@@ -135,12 +162,98 @@ def make_train_step(setup: Setup):
                  out_shardings=(setup.state_shardings, replicated), donate_argnums=(0, 1))
 
 
+class BucketedStep:
+  """The step on length-grouped micro-batches (config.length_buckets, train/length_buckets.py):
+  `(state, acc, micro_batches, rng) -> (state, acc)`, the batch from `put(host batch)`.
+
+  One jitted program per bucket length adds a micro-batch's summed loss gradient and sums into a
+  carry on device (compiled on first use, kept per length); `finish` divides the gradient by the
+  batch's real example count (the sums' 'count', what the mean loss divides by) and applies the
+  plain step's `update` once: the same optimizer step, NaN guard, metrics and step count. Dropout
+  draws per micro-batch (the rng folded with the step and the micro-batch's index).
+  """
+
+  def __init__(self, setup: Setup):
+    self.setup = setup
+    task, mesh = setup.task, setup.mesh
+    gradients, update = _step_parts(setup)
+    replicated, batch_sharded = sharding.replicated(mesh), sharding.batch_sharded(mesh)
+
+    self.sums_shapes = accumulator_shapes(setup)
+
+    def zeros(state):
+      return {'grads': jax.tree.map(jnp.zeros_like, state.params),
+              'sums': jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), self.sums_shapes),
+              'index': jnp.zeros((), jnp.int32)}
+
+    def micro(state, carry, batch, rng):
+      rng = jax.random.fold_in(jax.random.fold_in(rng, state.step), carry['index'])
+      (_, (sums, _)), grads = gradients(state, task.model_inputs(batch), batch['targets'],
+                                        batch['weights'], rng, lambda sums: sums['loss'])
+      return {'grads': jax.tree.map(jnp.add, carry['grads'], grads),
+              'sums': jax.tree.map(jnp.add, carry['sums'], sums), 'index': carry['index'] + 1}
+
+    def finish(state, acc, carry):
+      sums = carry['sums']
+      count = jnp.maximum(sums['count'], 1.0)
+      grads = jax.tree.map(lambda g: g / count, carry['grads'])
+      return update(state, acc, task.objective(sums), sums, grads, {})
+
+    self._zeros = jax.jit(zeros, in_shardings=(setup.state_shardings,),
+                          out_shardings=replicated)
+    self._micro = jax.jit(micro, in_shardings=(setup.state_shardings, replicated, batch_sharded,
+                                               replicated),
+                          out_shardings=replicated, donate_argnums=(1,))
+    self._finish = jax.jit(finish, in_shardings=(setup.state_shardings, replicated, replicated),
+                           out_shardings=(setup.state_shardings, replicated),
+                           donate_argnums=(0, 1))
+    self._compiled: dict[int, Any] = {}   # bucket length -> compiled micro step
+
+  def _abstract_micro(self, length: int) -> dict[str, jax.ShapeDtypeStruct]:
+    """A micro-batch's abstract arrays at bucket `length`."""
+    config, devices = self.setup.config, self.setup.mesh.devices.size
+    size = -(-min(config.length_buckets.micro_batch_size, config.batch_size) // devices) * devices
+    batch = batch_spec(self.setup, size)
+    inputs = batch['inputs']
+    return {**batch, 'inputs': jax.ShapeDtypeStruct(inputs.shape[:-1] + (length,), inputs.dtype,
+                                                    sharding=inputs.sharding),
+            'weights': jax.ShapeDtypeStruct((size,), jnp.float32, sharding=inputs.sharding)}
+
+  def compile_micro(self, length: int, state, rng) -> Any:
+    """The compiled micro step at bucket `length` (cached); state / rng may be abstract."""
+    if length not in self._compiled:
+      carry = jax.eval_shape(self._zeros, state)
+      self._compiled[length] = self._micro.lower(state, carry, self._abstract_micro(length),
+                                                 rng).compile()
+    return self._compiled[length]
+
+  def put(self, local_batch: dict[str, np.ndarray]) -> list[dict[str, jax.Array]]:
+    """A host batch -> its micro-batches as arrays sharded over 'data'."""
+    config = self.setup.config
+    return [sharding.global_batch(micro, self.setup.mesh) for micro in length_buckets.micro_batches(
+        local_batch, config.length_buckets.micro_batch_size, self.setup.mesh.devices.size,
+        config.length_buckets.multiple)]
+
+  def accumulate(self, state, micro_batches, rng) -> dict[str, Any]:
+    """{'grads', 'sums'}: the summed loss gradient and sums of all `micro_batches`."""
+    carry = self._zeros(state)
+    for batch in micro_batches:
+      carry = self.compile_micro(batch['inputs'].shape[-1], state, rng)(state, carry, batch, rng)
+    return carry
+
+  def __call__(self, state, acc, micro_batches, rng):
+    return self._finish(state, acc, self.accumulate(state, micro_batches, rng))
+
+
 @dataclasses.dataclass
 class CompiledStep:
-  """`run(state, acc, batch, rng) -> (state, acc)`, compiled; `memory` its memory_analysis()."""
+  """`run(state, acc, batch, rng) -> (state, acc)`, compiled; `memory` its memory_analysis()
+  (the bucketed step: its micro step at the full length, the largest of its programs);
+  `put(host batch)` makes the `batch` that `run` takes."""
   run: Any
   sums_shapes: Any
   memory: dict[str, int]
+  put: Optional[Callable[[Any], Any]] = None
 
   def new_accumulator(self, mesh) -> dict[str, Any]:
     return new_accumulator(mesh, self.sums_shapes)
@@ -177,7 +290,14 @@ def abstract_step_args(setup: Setup, sums_shapes: Any = None) -> tuple[Any, Any,
 
 
 def compile_train_step(setup: Setup) -> CompiledStep:
-  """The training step of `setup`, compiled from abstract shapes (nothing is read or run)."""
+  """The training step of `setup`, compiled from abstract shapes (nothing is read or run).
+  Bucketed: the micro step at the full length now, the shorter buckets on first use."""
   sums_shapes = accumulator_shapes(setup)
-  compiled = make_train_step(setup).lower(*abstract_step_args(setup, sums_shapes)).compile()
-  return CompiledStep(run=compiled, sums_shapes=sums_shapes, memory=memory_of(compiled))
+  state, _, _, rng = args = abstract_step_args(setup, sums_shapes)
+  step = make_train_step(setup)
+  if isinstance(step, BucketedStep):
+    full = step.compile_micro(int(setup.info.input_shape[-1]), state, rng)
+    return CompiledStep(run=step, sums_shapes=sums_shapes, memory=memory_of(full), put=step.put)
+  compiled = step.lower(*args).compile()
+  return CompiledStep(run=compiled, sums_shapes=sums_shapes, memory=memory_of(compiled),
+                      put=functools.partial(sharding.global_batch, mesh=setup.mesh))

@@ -24,7 +24,7 @@ from jax.sharding import Mesh
 from poolformers_jax import tasks
 from poolformers_jax.data import base as data_base
 from poolformers_jax.tasks.classification import TOP_K
-from poolformers_jax.train import param_init
+from poolformers_jax.train import length_buckets, param_init
 
 
 class ConfigError(ValueError):
@@ -125,6 +125,31 @@ def _check_profile_steps(steps: Any) -> None:
            "e.g. --config.profile_steps='(10, 20)', or () for no trace")
 
 
+def _check_length_buckets(config: ml_collections.ConfigDict, info) -> None:
+  """config.length_buckets (train/length_buckets.py): exact only where padding gets exactly zero
+  weight, and in one process (all processes would have to agree on every micro-batch's cut)."""
+  buckets = config.length_buckets
+  _require(_is_int(buckets.multiple) and buckets.multiple >= 0,
+           f'config.length_buckets.multiple={buckets.multiple!r} must be an integer >= 0',
+           'set it to 0 (off) or a token count such as 256')
+  _positive_int(buckets, 'micro_batch_size', 'length_buckets.')
+  if not buckets.multiple:
+    return
+  off = '--config.length_buckets.multiple=0'
+  model = config.model
+  _require(model.get('name') == 'lra_encoder' and info.task == 'classification',
+           f'config.length_buckets cuts the token sequences of the LRA classifier, not of model '
+           f'{model.get("name")!r} ({info.task})', f'use an LRA classification config or set {off}')
+  why = length_buckets.WHY_NOT.get(model.mixer, 'it is not shown to ignore padding')
+  _require(model.mixer in length_buckets.EXACT_MIXERS,
+           f'config.length_buckets is exact only for mixers {list(length_buckets.EXACT_MIXERS)}, '
+           f'which give padding exactly zero weight; mixer {model.mixer!r} is refused: {why}',
+           f'set {off}')
+  _require(jax.process_count() == 1,
+           f'config.length_buckets runs in one process, this run has {jax.process_count()}',
+           f'run one process (it uses all its devices) or set {off}')
+
+
 def _metric_names(info) -> Optional[list[str]]:
   """The validation metrics of a classification-like task (None for tasks with other sums)."""
   sums = {'loss': 1.0, 'correct': 1.0, 'count': 1.0}
@@ -180,5 +205,6 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
              f'config.decode.tokenized_bleu={config.decode.tokenized_bleu!r} is unknown',
              "choose 'moses' (tensor2tensor's get_ende_bleu.sh) or '13a'")
   _check_model(config.model, info)
+  _check_length_buckets(config, info)
   _check_optimizer(config.optimizer)
   _check_profile_steps(config.profile_steps)

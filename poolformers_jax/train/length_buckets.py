@@ -1,0 +1,96 @@
+"""Length-grouped micro-batches (config.length_buckets): the host side of the bucketed step.
+
+A global batch of LRA token sequences is sorted by real length and split into micro-batches of
+`micro_batch_size` examples (rounded up to the device count, so each splits over the 'data'
+mesh; the last one filled with zero-weight copies of a real example); each micro-batch is cut to
+`bucket_length` of its longest example: the next multiple of `multiple` tokens, at most the
+data's padded length. So a run compiles at most max_length / multiple shapes.
+
+Why the result is the whole batch's: padding is token id 0 and the model's mask is `tokens != 0`
+(encoder.py), so a real length is the position after the last non-zero token and the cut drops
+only padding. Masked softmax attention gives padded keys exactly zero weight (exp(-1e9 - max)
+is 0.0 in float32), ContextPool zeroes padded tokens and counts only real ones, learned position
+embeddings are sliced from the left, and 'mean' pooling counts real tokens; 'mean_padded' keeps
+dividing by the data's length (the encoder's `pool_length`, set by `padded_length_model`). What
+changes is the order of float additions (sums over fewer keys, micro-batch gradients added): equal
+to float rounding. Dropout masks are drawn per micro-batch shape, so only the dropout-free step
+is the same computation; with dropout it is an equally valid draw.
+
+PoNet and AdaMRA define their segments on the padded length, so cutting changes their output:
+they are refused (validate.py), as is any mixer not shown to ignore padding.
+
+Evaluation (`sorted_batches`): the split's real examples sorted by length, re-batched and cut the
+same way; the task's sums are order-free, so the metrics are the uncut ones to float rounding.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+import numpy as np
+
+# Mixers whose output at real tokens does not depend on how much padding follows them.
+EXACT_MIXERS = ('softmax', 'contextpool')
+WHY_NOT = {'ponet': 'its segments are chunks of the padded length',
+           'adamra': 'its segments are floor(L * rate) chunks of the padded length L',
+           'linear': "linear_reference's normaliser is the padded length"}
+
+
+def real_lengths(inputs: np.ndarray) -> np.ndarray:
+  """[B, L] token ids -> [B]: the position after the last non-padding (non-zero) token."""
+  nonzero = np.asarray(inputs) != 0
+  last = nonzero.shape[-1] - np.argmax(nonzero[:, ::-1], axis=-1)
+  return np.where(nonzero.any(-1), last, 0)
+
+
+def bucket_length(longest: int, multiple: int, max_length: int) -> int:
+  """The cut of a micro-batch whose longest example has `longest` tokens."""
+  return min(max(-(-int(longest) // multiple), 1) * multiple, max_length)
+
+
+def micro_batches(batch: dict[str, np.ndarray], micro_batch_size: int, devices: int,
+                  multiple: int) -> list[dict[str, np.ndarray]]:
+  """A host batch {'inputs': [B, L], 'targets': [B], ...} -> micro-batches, shortest first, each
+  with 'weights' [M] (1 real, 0 filler) and 'inputs' cut to its bucket length."""
+  inputs = np.asarray(batch['inputs'])
+  lengths = real_lengths(inputs)
+  order = np.argsort(lengths, kind='stable')
+  size = -(-min(micro_batch_size, len(order)) // devices) * devices
+  out = []
+  for start in range(0, len(order), size):
+    rows = order[start:start + size]
+    weights = np.ones(size, np.float32)
+    weights[len(rows):] = 0.0                     # fillers: copies of a real row, weight 0
+    rows = np.concatenate([rows, np.full(size - len(rows), rows[0])])
+    cut = bucket_length(lengths[rows].max(), multiple, inputs.shape[-1])
+    micro = {k: np.asarray(v)[rows] for k, v in batch.items() if k != 'inputs'}
+    out.append({**micro, 'inputs': inputs[rows, :cut], 'weights': weights})
+  return out
+
+
+def sorted_batches(batches: Iterable[dict[str, Any]], batch_size: int,
+                   multiple: int) -> Iterator[dict[str, np.ndarray]]:
+  """Eval batches (with 'mask') -> the same real examples sorted by length, `batch_size` per
+  batch (the last filled with masked-out copies), each cut to its bucket length. Reads all of
+  `batches` first (an LRA eval split is a few MB)."""
+  parts = [{k: np.asarray(v) for k, v in b.items()} for b in batches]
+  if not parts:
+    return
+  real = {k: np.concatenate([p[k][p['mask']] for p in parts]) for k in parts[0]}
+  if not len(real['mask']):
+    yield parts[0]                                # nothing real: one all-masked batch
+    return
+  lengths = real_lengths(real['inputs'])
+  order = np.argsort(lengths, kind='stable')
+  max_length = real['inputs'].shape[-1]
+  for start in range(0, len(order), batch_size):
+    rows = order[start:start + batch_size]
+    mask = np.arange(batch_size) < len(rows)
+    rows = np.concatenate([rows, np.full(batch_size - len(rows), rows[0])])
+    cut = bucket_length(lengths[rows].max(), multiple, max_length)
+    batch = {k: v[rows] for k, v in real.items()}
+    yield {**batch, 'inputs': batch['inputs'][:, :cut], 'mask': mask}
+
+
+def padded_length_model(model: Any, info: Any) -> Any:
+  """`model` with 'mean_padded' pooling dividing by the data's padded length, not by the cut."""
+  return model.clone(pool_length=int(info.input_shape[-1]))
