@@ -303,6 +303,16 @@ def param_count_note(record: dict, counts: dict) -> str:
              if theirs.get('vocab_size') != ours.get('vocab_size') else ''))
 
 
+def official_commit(official_dir: str):
+  """The commit of the --official_dir checkout (None when it is not a git checkout)."""
+  try:
+    proc = subprocess.run(['git', '-C', official_dir, 'rev-parse', 'HEAD'], capture_output=True,
+                          text=True)
+  except OSError:   # no git
+    return None
+  return proc.stdout.strip() if proc.returncode == 0 else None
+
+
 def machine() -> dict:
   model_name = platform.processor()
   try:
@@ -388,6 +398,7 @@ def drive(args) -> None:
                            warmup=args.warmup, our_vocab_size=args.our_vocab_size,
                            our_xla_flags=args.our_xla_flags,
                            driver_xla_flags=os.environ.get('XLA_FLAGS'), machine=machine(),
+                           official_commit=official_commit(args.official_dir),
                            date=time.strftime('%Y-%m-%d %H:%M'))
     report['models'][model] = record
     with open(path, 'w') as f:
