@@ -19,6 +19,8 @@ XLA_FLAGS it saw after the library was imported and jax started.
 
 Same batch on both sides: `--batch` rows of `--length` tokens, the first `--real_tokens` random
 bytes 1..256 and the rest 0 = padding (LRA text as both codes train it: 4000 bytes padded to 4096).
+Our position table keeps their 4096 rows at any `--length`; PoNet's segments match only at 4096
+(theirs fixes segment_num 4096: one-token segments below 4096; ours scales it with the length).
 
 Processes alternate, one at a time: per round, per model, the official step, then each variant
 of ours (A B C A B C ...). Each process takes `--warmup` steps, then times `--steps` steps by wall
