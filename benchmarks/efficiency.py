@@ -159,10 +159,12 @@ def lra_text_config(entry: str, length: int, batch: int, dtype: str):
   return config
 
 
-def build_step(entry: str, length: int, batch: int, dtype: str):
+def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
   """(compiled trainer step (step.compile_train_step), state, batch, jitted forward loss) for
-  one point; the step runs as `run(state, batch) -> (state, its step count)`."""
-  setup = make_setup(lra_text_config(entry, length, batch, dtype), need_files=False)
+  one point; the step runs as `run(state, batch) -> (state, its step count)`. `config`: a
+  changed `lra_text_config(entry, length, batch, dtype)` (benchmarks/official_torch.py)."""
+  config = lra_text_config(entry, length, batch, dtype) if config is None else config
+  setup = make_setup(config, need_files=False)
   compiled = step_lib.compile_train_step(setup)
   key = jax.random.PRNGKey(0)
   inputs = jax.random.randint(key, (batch, length), 1, 257, jnp.int32)   # every token real
