@@ -6,7 +6,8 @@ only: the state from `setup.abstract_state`, the batch from the dataset's traini
 read, so `python -m poolformers_jax.summary` reports the `memory_analysis()` of exactly the
 program `train.py` runs, and benchmarks/* time it.
 
-One step: dropout rng folded with the step, DeiT mixup / cutmix when config.mixup asks, forward,
+One step: dropout rng folded with the step (threefry, lowered unrolled on CPU:
+`unrolled_threefry_on_cpu`), DeiT mixup / cutmix when config.mixup asks, forward,
 the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
 metrics summed on device. With config.length_buckets the same step takes the batch as
 length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
@@ -30,6 +31,26 @@ from poolformers_jax.train import length_buckets, mixing, sharding
 from poolformers_jax.train.setup import Setup, variables_of
 
 _MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
+
+
+def unrolled_threefry_on_cpu() -> None:
+  """Lowers jax's threefry hash for the CPU as it does for GPU and TPU: unrolled.
+
+  Dropout masks are threefry bits. For the CPU, jax lowers the hash's 20 rounds as a while loop
+  of 5 iterations over whole arrays (to compile faster); XLA:CPU runs that as 5 memory-bound
+  passes per mask and cannot fuse them into the mask's select: the masks took ~150 of the ~710 ms
+  of the LRA text PoNet step at batch 8 x 4096 (docs/results/ponet_speed.md). Unrolled, the hash
+  is one elementwise expression that fuses into its consumer, ~5x cheaper. The rounds, keys and
+  counters are the same, so every random bit -- dropout masks included -- is unchanged
+  (tests/train/test_step.py checks it against the loop form and the Threefry known answer).
+  No public API chooses the lowering; called when this module is imported, before any compile."""
+  from jax._src.interpreters import mlir   # pylint: disable=g-import-not-at-top
+  from jax._src.random import threefry2x32   # pylint: disable=g-import-not-at-top
+  mlir.register_lowering(threefry2x32.threefry2x32_p, threefry2x32._threefry2x32_lowering_rule,  # pylint: disable=protected-access
+                         platform='cpu')
+
+
+unrolled_threefry_on_cpu()
 
 
 def example_weights(targets: Any) -> jax.Array:

@@ -1,10 +1,14 @@
 """One training step (train/step.py): the memory `python -m poolformers_jax.summary` prints is the
 `memory_analysis()` of the very step the trainer compiles and runs, for a tiny ListOps run, a
 tiny HVT with mixup / cutmix on CIFAR (tfds mock data), and the paper's WMT14 Transformer-Base
-(the setup it compiles)."""
+(the setup it compiles). The threefry bits (dropout masks) of the unrolled CPU lowering the step
+module installs equal jax's loop form and the Threefry-2x32 known answer."""
 import os
 
 import jax
+import jax.extend
+import jax.numpy as jnp
+import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
@@ -73,3 +77,38 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
     assert (shapes(getattr(summarized.abstract_state, part))
             == shapes(getattr(setup.abstract_state, part)))
   assert out['batch_size'] == 8 and out['input_shape'] == [256]
+
+
+def _rolled_threefry_bits(key, shape):
+  """jax's 32-bit random bits of a threefry `key` (partitionable form: element i hashes the
+  counter (0, i) and xors the two words), hashed by jax's CPU loop form of threefry (a fori_loop
+  over the 5 blocks of rounds), not by the registered lowering."""
+  from jax._src.random import threefry2x32   # pylint: disable=g-import-not-at-top
+  assert jax.config.jax_threefry_partitionable
+  counts2 = jnp.arange(np.prod(shape), dtype=jnp.uint32).reshape(shape)
+  counts1 = jnp.zeros_like(counts2)
+  bits1, bits2 = threefry2x32._threefry2x32_lowering(  # pylint: disable=protected-access
+      key[0], key[1], counts1, counts2, use_rolled_loops=True)
+  return bits1 ^ bits2
+
+
+def test_unrolled_threefry_gives_the_same_bits_and_dropout_masks():
+  # Importing the step module installed the lowering: the hash compiles without a loop.
+  draw = jax.jit(lambda k: jax.random.bits(k, (8, 64)))
+  assert step.unrolled_threefry_on_cpu and ' while(' not in draw.lower(
+      jax.random.PRNGKey(0)).compile().as_text()
+  # Random123's known answer for Threefry-2x32 with 20 rounds.
+  out = jax.jit(jax.extend.random.threefry_2x32)(np.uint32([0x13198A2E, 0x03707344]),
+                                          np.uint32([0x243F6A88, 0x85A308D3]))
+  np.testing.assert_array_equal(np.asarray(out), np.uint32([0xC4923A9C, 0x483DF7A0]))
+  key = jax.random.fold_in(jax.random.PRNGKey(3), 7)
+  shape = (3, 40, 64)
+  bits = jax.jit(lambda k: jax.random.bits(k, shape))(key)
+  rolled = jax.jit(lambda k: _rolled_threefry_bits(k, shape))(key)
+  np.testing.assert_array_equal(np.asarray(bits), np.asarray(rolled))
+  # A dropout mask (flax's nn.Dropout: bernoulli of its key) is those bits against the keep
+  # probability: uniform floats from the top 23 bits.
+  mask = jax.jit(lambda k: jax.random.bernoulli(k, 0.9, shape))(key)
+  uniform = jax.lax.bitcast_convert_type((rolled >> 9) | np.uint32(0x3F800000), jnp.float32) - 1
+  np.testing.assert_array_equal(np.asarray(mask), np.asarray(uniform < 0.9))
+  assert 0.85 < float(mask.mean()) < 0.95
