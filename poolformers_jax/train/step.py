@@ -7,7 +7,8 @@ read, so `python -m poolformers_jax.summary` reports the `memory_analysis()` of 
 program `train.py` runs, and benchmarks/* time it.
 
 One step: dropout rng folded with the step (threefry, lowered unrolled on CPU:
-`unrolled_threefry_on_cpu`), DeiT mixup / cutmix when config.mixup asks, forward,
+`unrolled_threefry_on_cpu`), DeiT mixup / cutmix when config.mixup asks, forward (every Dense
+as one product over rows: `dense_on_rows`),
 the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
 metrics summed on device. With config.length_buckets the same step takes the batch as
 length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
@@ -21,6 +22,7 @@ import dataclasses
 import functools
 from typing import Any, Callable, Optional
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,6 +53,21 @@ def unrolled_threefry_on_cpu() -> None:
 
 
 unrolled_threefry_on_cpu()
+
+
+def dense_on_rows(next_fun, args, kwargs, context):
+  """A flax method interceptor: every `nn.Dense` applied to [..., K] inputs computes one
+  [rows, K] x [K, N] product, its input and output reshaped around it. The same values; but the
+  gradient of the kernel is then a plain x^T g over rows, which XLA:CPU runs on its fast dot
+  path, where the transpose of a [B, L, K] product contracted two axes of both operands and took
+  a slow path behind transposed copies: ~300 of the ~665 ms of the LRA text PoNet step at batch
+  8 x 4096 (docs/results/ponet_speed.md). The training step applies the model inside it."""
+  inputs = args[0] if args else None
+  if (context.method_name != '__call__' or not isinstance(context.module, nn.Dense)
+      or getattr(inputs, 'ndim', 0) <= 2):
+    return next_fun(*args, **kwargs)
+  out = next_fun(inputs.reshape(-1, inputs.shape[-1]), *args[1:], **kwargs)
+  return out.reshape(inputs.shape[:-1] + out.shape[-1:])
 
 
 def example_weights(targets: Any) -> jax.Array:
@@ -130,8 +147,9 @@ def _step_parts(setup: Setup):
     mutable = ['batch_stats'] if state.batch_stats is not None else False
 
     def loss_fn(params):
-      out = model.apply({**variables_of(state), 'params': params}, inputs,
-                        deterministic=False, rngs={'dropout': rng}, mutable=mutable)
+      with nn.intercept_methods(dense_on_rows):
+        out = model.apply({**variables_of(state), 'params': params}, inputs,
+                          deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
       sums = task.sums(logits, targets, weights, label_smoothing)
       return reduce(sums), (sums, updates)

@@ -5,6 +5,7 @@ tiny HVT with mixup / cutmix on CIFAR (tfds mock data), and the paper's WMT14 Tr
 module installs equal jax's loop form and the Threefry-2x32 known answer."""
 import os
 
+import flax.linen as nn
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -112,3 +113,38 @@ def test_unrolled_threefry_gives_the_same_bits_and_dropout_masks():
   uniform = jax.lax.bitcast_convert_type((rolled >> 9) | np.uint32(0x3F800000), jnp.float32) - 1
   np.testing.assert_array_equal(np.asarray(mask), np.asarray(uniform < 0.9))
   assert 0.85 < float(mask.mean()) < 0.95
+
+
+def test_dense_on_rows_keeps_values_and_gradients_and_flattens_every_dense():
+  from poolformers_jax.models.encoder import LraEncoder   # pylint: disable=g-import-not-at-top
+  model = LraEncoder(vocab_size=20, max_length=32, dim=16, num_heads=2, mlp_dim=32,
+                     mixer='ponet', mixer_kwargs={'segment_num': 4}, num_classes=3)
+  tokens = jax.random.randint(jax.random.PRNGKey(0), (3, 32), 1, 20).at[1, 20:].set(0)
+  params = model.init(jax.random.PRNGKey(1), tokens)['params']
+
+  def loss(p, rows):
+    def run():
+      return model.apply({'params': p}, tokens, deterministic=False,
+                         rngs={'dropout': jax.random.PRNGKey(2)})
+    if not rows:
+      return jnp.sum(run() ** 2)
+    with nn.intercept_methods(step.dense_on_rows):
+      return jnp.sum(run() ** 2)
+
+  plain, on_rows = (jax.value_and_grad(loss)(params, rows) for rows in (False, True))
+  np.testing.assert_allclose(on_rows[0], plain[0], rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6),
+               on_rows[1], plain[1])
+  # Every product with a Dense kernel now takes [rows, K] inputs (before: [B, L, K]).
+  def kernel_product_ranks(jaxpr):
+    for eqn in jaxpr.eqns:
+      if eqn.primitive.name == 'dot_general' and eqn.invars[1].aval.ndim == 2:
+        yield eqn.invars[0].aval.ndim
+      for value in eqn.params.values():
+        inner = getattr(value, 'jaxpr', value)
+        if hasattr(inner, 'eqns'):
+          yield from kernel_product_ranks(inner)
+
+  ranks = lambda rows: list(kernel_product_ranks(jax.make_jaxpr(lambda p: loss(p, rows))(
+      params).jaxpr))
+  assert max(ranks(False)) == 3 and max(ranks(True)) == 2
