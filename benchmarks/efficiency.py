@@ -13,6 +13,8 @@ every registered mixer, for:
   sees another, so no mixer can cost less. (Not out(q + k + v): there the three projections get
   the same gradient, XLA computes their weight gradients once, and the bound would be cheaper
   than any mixer that really uses four projections.)
+- `identity`: the model without its mixer (y = x): what the rest of the step costs. A mixer's own
+  cost is its step time minus this one's.
 Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each point reports
   step_ms       median wall time of one step over the timed repeats (after one warm-up run);
                 in-process the models of a length run interleaved, round-robin, so load changes
@@ -38,8 +40,11 @@ TPU slice, `--batch` examples per chip, and each point reports XLA:TPU's memory 
 and bytes per chip and the roofline step time of poolformers_jax/train/accelerators.py, with
 ratios to softmax/xla and to the bound: efficiency_tpu.{json,md} (docs/accelerators.md).
 
-`--xla_cpu_experimental_ynn_fusion_type=-reduce` is added to XLA_FLAGS before jax is imported,
-otherwise XLA:CPU does not count the scratch of its fused softmax attention (docs/efficiency.md).
+XLA flags: none of its own. It times and sizes the program train.py runs, with the XLA_FLAGS
+of the environment (record: `setup.xla_flags`). The training step's memory is counted whole by
+XLA:CPU either way; only a forward-only program's fused softmax scratch is left out of
+`memory_analysis()` without `--xla_cpu_experimental_ynn_fusion_type=-reduce` (docs/efficiency.md),
+which is why tests/layers/test_memory.py measures forward memory in a process of its own.
 
   nice -n 19 .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff --batch 4
   .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff_quick --quick
@@ -47,8 +52,6 @@ otherwise XLA:CPU does not count the scratch of its fused softmax attention (doc
 import os
 import sys
 
-os.environ['XLA_FLAGS'] = ' '.join(
-    [os.environ.get('XLA_FLAGS', ''), '--xla_cpu_experimental_ynn_fusion_type=-reduce']).strip()
 os.environ.setdefault('MPLBACKEND', 'Agg')
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -80,7 +83,7 @@ flags.DEFINE_list('mixers', None, 'Entries (default: softmax/<each implementatio
                   'every other registered mixer, none).')
 flags.DEFINE_list('lengths', ['1024', '2048', '4096', '8192', '16384'], 'Sequence lengths.')
 flags.DEFINE_list('long_lengths', ['32768'], 'Extra lengths for the linear-memory entries.')
-flags.DEFINE_list('linear_memory', ['none', 'linear', 'ponet', 'adamra', 'softmax/cudnn'],
+flags.DEFINE_list('linear_memory', ['none', 'identity', 'linear', 'ponet', 'adamra', 'softmax/cudnn'],
                   'Entries that also run at --long_lengths.')
 flags.DEFINE_integer('batch', 32, 'Batch size (PoNet table: 32).')
 flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype of the model.')
@@ -124,7 +127,23 @@ class NoMixing(nn.Module):
     return dense('out')(mixed)
 
 
-register_mixer('none', NoMixing)   # this process only (benchmark), not the library registry
+class Identity(nn.Module):
+  """The model without its mixer: the block's residual, LayerNorm and FFN around y = x (no
+  projection). What a mixer adds to a step is its step time minus this one's."""
+  num_heads: int
+  dropout_rate: float = 0.0
+  use_bias: bool = True
+  dtype: Optional[Any] = None
+
+  @nn.compact
+  def __call__(self, x, mask=None, *, deterministic: bool = True):
+    check_sequence_input(x, mask, type(self).__name__)
+    return x
+
+
+# This process only (benchmark), not the library registry.
+register_mixer('none', NoMixing)
+register_mixer('identity', Identity)
 
 
 def on_gpu() -> bool:
@@ -135,8 +154,8 @@ def default_entries(dtype: str) -> list[str]:
   impls = ['explicit', 'xla']
   if cudnn_unavailable_reason(jnp.dtype(dtype), 64 // 2) is None:
     impls.append('cudnn')
-  others = [m for m in MIXERS if m not in ('softmax', 'none')]
-  return [f'softmax/{i}' for i in impls] + others + ['none']
+  others = [m for m in MIXERS if m not in ('softmax', 'none', 'identity')]
+  return [f'softmax/{i}' for i in impls] + others + ['none', 'identity']
 
 
 def lra_text_config(entry: str, length: int, batch: int, dtype: str):
@@ -301,7 +320,8 @@ def extrapolated_oom(per_length: dict, length: int, budget: float) -> Optional[d
 def add_ratios(results: dict) -> None:
   for per_length in results.values():
     for length, point in per_length.items():
-      for ref_name, suffix in (('softmax/explicit', 'softmax'), ('none', 'lower_bound')):
+      for ref_name, suffix in (('softmax/explicit', 'softmax'), ('none', 'lower_bound'),
+                               ('identity', 'identity')):
         ref = results.get(ref_name, {}).get(length, {})
         for key, name in (('step_ms', 'time'), ('memory_bytes', 'memory')):
           ok = point.get(key) is not None and ref.get(key)
@@ -347,6 +367,13 @@ def write_markdown(report: dict, path: str) -> None:
     ratios = [per_length.get(str(n), {}).get('time_ratio_to_lower_bound') for n in lengths]
     lines.append(f'| {entry} | ' + ' | '.join('-' if r is None else f'{r:.2f}x' for r in ratios)
                  + ' |')
+  if 'identity' in results:
+    lines += ['', '**step time / the model without its mixer (`identity`) at each length**', '',
+              head, rule]
+    for entry, per_length in results.items():
+      ratios = [per_length.get(str(n), {}).get('time_ratio_to_identity') for n in lengths]
+      lines.append(f'| {entry} | ' + ' | '.join('-' if r is None else f'{r:.2f}x' for r in ratios)
+                   + ' |')
   lines += ['', '**ratios at each length: time / memory vs softmax/explicit; time vs the no-mixing '
             'lower bound**', '', head, rule]
   for entry, per_length in results.items():
@@ -448,7 +475,7 @@ def write_report(results, lengths, long_lengths, isolate, argv_command) -> None:
                           isolated=isolate, clock=FLAGS.clock, backend=jax.default_backend(),
                           device=jax.devices()[0].device_kind, jax=jax.__version__,
                           cpu_count=os.cpu_count(), cpus_allowed=len(os.sched_getaffinity(0)),
-                          xla_flags=os.environ['XLA_FLAGS'],
+                          xla_flags=os.environ.get('XLA_FLAGS', ''),
                           memory_kind='peak device bytes' if on_gpu() else
                           'compiled temp bytes', command=argv_command,
                           lower_bound='none = out(q * k + v) with the 4 Dense layers of '
@@ -529,7 +556,7 @@ def run_topology(argv_command: str) -> None:
   """Every entry x length compiled for --topology: per-chip memory, cost and roofline time."""
   from poolformers_jax.train import accelerators  # pylint: disable=g-import-not-at-top
   chip = accelerators.chip_of(FLAGS.topology)
-  entries = FLAGS.mixers or ['softmax/xla'] + [m for m in MIXERS if m not in ('softmax', 'none')] + ['none']
+  entries = FLAGS.mixers or ['softmax/xla'] + [m for m in MIXERS if m not in ('softmax', 'none', 'identity')] + ['none', 'identity']
   results: dict = {e: {} for e in entries}
   chips = accelerators.topology_mesh(FLAGS.topology).devices.size
   for length in [int(n) for n in FLAGS.lengths]:

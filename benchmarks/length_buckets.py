@@ -20,10 +20,6 @@ tokens, buckets of 16).
 import os
 import sys
 
-# Without this XLA:CPU leaves the scratch of its fused softmax out of memory_analysis()
-# (docs/efficiency.md; benchmarks/efficiency.py does the same).
-os.environ['XLA_FLAGS'] = ' '.join(
-    [os.environ.get('XLA_FLAGS', ''), '--xla_cpu_experimental_ynn_fusion_type=-reduce']).strip()
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, 'configs'))

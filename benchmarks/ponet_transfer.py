@@ -6,32 +6,28 @@ clipping) for mixer 'ponet' and 'softmax' (BERT, `:sso,bert`) at each length, re
 between machines:
 - steps/s: 1 / median wall time of a step over `--repeats` runs after a warm-up, the two
   models' steps interleaved so that both see the same load of a shared machine;
-- memory: XLA's compiled temp bytes of the step (`memory_analysis()`), deterministic. As in
-  benchmarks/efficiency.py, `--xla_cpu_experimental_ynn_fusion_type=-reduce` makes XLA:CPU count
-  the scratch of fused softmax attention.
+- memory: XLA's compiled temp bytes of the step (`memory_analysis()`), deterministic.
+Both of the program train.py runs, under the environment's XLA_FLAGS (recorded), as in
+benchmarks/efficiency.py.
 Defaults are a reduced size for a CPU (the paper's PoNet-Base is 12 x 768, vocab 30522):
 
   nice -n 19 .venv/bin/python benchmarks/ponet_transfer.py --output_dir /tmp/ponet_transfer \
       --lengths 512,4096 --batch 2 --emb_dim 256 --num_layers 4 --vocab_size 8192
 """
+import dataclasses
+import json
 import os
+import statistics
+import time
 
-os.environ['XLA_FLAGS'] = ' '.join(
-    [os.environ.get('XLA_FLAGS', ''), '--xla_cpu_experimental_ynn_fusion_type=-reduce']).strip()
+from absl import app, flags
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-
-from absl import app, flags  # noqa: E402
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-from poolformers_jax import data, errors  # noqa: E402
-from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib  # noqa: E402
-from poolformers_jax.train.setup import make_setup  # noqa: E402
+from poolformers_jax import data, errors
+from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib
+from poolformers_jax.train.setup import make_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -116,7 +112,7 @@ def main(argv):
                           num_heads=FLAGS.num_heads, vocab_size=FLAGS.vocab_size,
                           repeats=FLAGS.repeats, backend=jax.default_backend(),
                           device=str(jax.devices()[0]), cpu_count=os.cpu_count(),
-                          xla_flags=os.environ['XLA_FLAGS'], jax=jax.__version__),
+                          xla_flags=os.environ.get('XLA_FLAGS', ''), jax=jax.__version__),
             'results': results}
   with open(os.path.join(FLAGS.output_dir, 'ponet_transfer.json'), 'w') as f:
     json.dump(report, f, indent=2)
