@@ -127,15 +127,10 @@ class NoMixing(nn.Module):
     return dense('out')(mixed)
 
 
-class Identity(nn.Module):
+class Identity(NoMixing):
   """The model without its mixer: the block's residual, LayerNorm and FFN around y = x (no
-  projection). What a mixer adds to a step is its step time minus this one's."""
-  num_heads: int
-  dropout_rate: float = 0.0
-  use_bias: bool = True
-  dtype: Optional[Any] = None
+  projection; NoMixing's fields, unused). What a mixer adds to a step is its time minus this one's."""
 
-  @nn.compact
   def __call__(self, x, mask=None, *, deterministic: bool = True):
     check_sequence_input(x, mask, type(self).__name__)
     return x
