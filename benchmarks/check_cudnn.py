@@ -1,8 +1,10 @@
 r"""On an NVIDIA GPU: softmax attention 'cudnn' (flash) equals 'xla' in bf16, values and grads.
 
 Right-padded masks (cuDNN gets them as lengths) and causal, as the CPU tests check explicit ==
-xla. Prints the largest differences and exits 1 if one exceeds the bf16 tolerance. Run by
-benchmarks/gpu_run.sh; on a CPU it prints the one-line error of implementation='cudnn'.
+xla. Prints the largest differences and exits 1 if one exceeds the bf16 tolerance. Then the
+kernel alone, for a diagnosis: its gradients at real positions, and what it leaves at padded ones
+(the H200 run of 2026-11-26, before the layer zeroed q, k, v there, had gradients 2.0-2.3x off).
+Run by benchmarks/gpu_run.sh; on a CPU it prints the one-line error of implementation='cudnn'.
 """
 import os
 import sys
@@ -16,6 +18,36 @@ import numpy as np  # noqa: E402
 from poolformers_jax.layers import MultiHeadAttention  # noqa: E402
 
 TOL = 3e-2   # bf16 has 8 mantissa bits; both paths accumulate in float32
+
+
+def raw_kernel_report(rng, causal: bool) -> str:
+  """The kernel alone (no layer): cuDNN with lengths vs XLA with a key mask, gradients of a
+  masked loss w.r.t. q, k, v at real and at padded positions (where XLA's are exactly zero)."""
+  b, length, heads, dh = 4, 1024, 2, 64
+  q, k, v = (jnp.asarray(rng.standard_normal((b, length, heads, dh)), jnp.bfloat16)
+             for _ in range(3))
+  lengths = jnp.asarray([1024, 700, 513, 64], jnp.int32)
+  mask = jnp.arange(length)[None] < lengths[:, None]                      # [B, L]
+
+  def loss(impl, qkv):
+    if impl == 'cudnn':
+      out = jax.nn.dot_product_attention(*qkv, is_causal=causal, query_seq_lengths=lengths,
+                                         key_value_seq_lengths=lengths, implementation='cudnn')
+    else:
+      out = jax.nn.dot_product_attention(*qkv, mask=mask[:, None, None, :], is_causal=causal,
+                                         implementation='xla')
+    return jnp.sum(jnp.where(mask[:, :, None, None], out, 0).astype(jnp.float32) ** 2)
+
+  grads = {impl: jax.jit(jax.grad(lambda t, i=impl: loss(i, t)))((q, k, v))
+           for impl in ('xla', 'cudnn')}
+  m = np.asarray(mask)
+  parts = []
+  for name, a, c in zip('qkv', grads['xla'], grads['cudnn']):
+    a, c = np.asarray(a, np.float32), np.asarray(c, np.float32)
+    scale = float(np.max(np.abs(a[m]))) + 1e-6
+    parts.append(f'd{name}: real {float(np.max(np.abs(a[m] - c[m]))) / scale:.2e}, '
+                 f'padded {float(np.max(np.abs(c[~m]))) / scale:.2e}')
+  return f'raw kernel causal={causal} (relative to the real max): ' + '; '.join(parts)
 
 
 def main() -> int:
@@ -49,6 +81,7 @@ def main() -> int:
                                                       jax.tree.leaves(outs['cudnn'][1])))
     print(f'causal={causal}: max |y_xla - y_cudnn| / max|y| = {y_rel:.2e}; grads (relative '
           f'to each leaf max) {g_rel:.2e}')
+    print(raw_kernel_report(rng, causal))   # a diagnosis only: the layer's result decides
     worst = max(worst, y_rel, g_rel)
   print(f'{"OK" if worst <= TOL else "FAIL"}: worst relative difference {worst:.2e} (tol {TOL})')
   return 0 if worst <= TOL else 1

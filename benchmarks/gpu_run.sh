@@ -34,7 +34,7 @@ PY=${PYTHON:-python3}
 WHEELS=(grain==0.2.18 tensorflow-datasets==4.9.10 ml_collections==1.1.0 tensorboardX==2.6.5
         array_record==0.8.6 cloudpickle==3.1.2 dm-tree==0.1.10 docstring_parser==0.18.0
         immutabledict==4.3.1 simple-parsing==0.1.9 tensorflow-metadata==1.21.0 termcolor==3.3.0
-        toml==0.10.2 wrapt==2.5.2)
+        toml==0.10.2 wrapt==2.5.2 portpicker==1.6.0)
 
 MODES=(download float32 bfloat16 listops)
 MODE=${1:-}
@@ -48,7 +48,8 @@ if [[ "$MODE" == download ]]; then
   "$PY" -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     --platform manylinux_2_28_x86_64 --platform any -d .whl "${WHEELS[@]}"
-  "$PY" -m pip download --no-deps --no-binary=:all: -d .whl promise==2.3   # sdist only
+  # promise is an sdist only: build its (pure-python) wheel here, as the GPU machine has no index
+  "$PY" -m pip wheel --no-deps -w .whl promise==2.3
   exit 0
 fi
 
@@ -67,6 +68,8 @@ if [[ "$MODE" == listops ]]; then
     [[ -d /tmp/site ]] || "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
     export PYTHONPATH=/tmp/site:$PWD
   fi
+  # One line, before any data or compile, if a wheel is missing (grain needs portpicker, say).
+  "$PY" -c 'import grain, tensorflow_datasets, ml_collections, tensorboardX' || exit 2
   mkdir -p "$OUT" "$RUNS"
   for pack in "$STATE"/listops_*.tar; do [[ -f "$pack" ]] && tar xf "$pack" -C "$RUNS"; done
   deadline=$((SECONDS + BUDGET))

@@ -85,8 +85,11 @@ def fused_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
   """jax.nn.dot_product_attention on [B, L, H, Dh] with key padding `mask: [B, L]` (or, 'xla'
   only, an allowed matrix [B, L, L]: packed rows)."""
   if implementation == 'cudnn':
-    # cuDNN takes padding as lengths (a dense mask would become an [L, L] bias).
+    # cuDNN takes padding as lengths (a dense mask would become an [L, L] bias). Its backward
+    # need not write dQ/dK/dV at padded positions; zeroing q, k, v there makes their gradient
+    # zero whatever it leaves (benchmarks/check_cudnn.py compares the gradients with 'xla').
     lengths = jnp.sum(mask, axis=-1, dtype=jnp.int32)
+    q, k, v = (jnp.where(mask[:, :, None, None], t, 0) for t in (q, k, v))
     return jax.nn.dot_product_attention(q, k, v, is_causal=causal, query_seq_lengths=lengths,
                                         key_value_seq_lengths=lengths, implementation='cudnn')
   mask = mask[:, None, None, :] if mask.ndim == 2 else mask[:, None]
