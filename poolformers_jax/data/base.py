@@ -118,8 +118,9 @@ def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'seq
     if too_long != 'truncate':
       raise ValueError(f"config.data.too_long={too_long!r} must be 'truncate' or 'error'.")
     return np.asarray(ids[..., :max_length], np.int32)
-  pad = [(0, 0)] * (ids.ndim - 1) + [(0, max_length - length)]
-  return np.pad(np.asarray(ids, np.int32), pad)
+  out = np.zeros(ids.shape[:-1] + (max_length,), np.int32)   # np.pad costs ~4x more per call
+  out[..., :length] = ids
+  return out
 
 
 def process_share(batch_size: int, what: str, process_count: int,

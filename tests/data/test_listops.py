@@ -230,3 +230,35 @@ def test_write_tsv_is_the_release_format_and_reads_back(tmp_path):
   again = listops.write_tsv(str(tmp_path / 'again'), seed=5, sizes=sizes, min_tokens=8,
                             max_tokens=30, exclude=[ids for ids, _ in expected[2]])
   assert again == {'train': 0, 'validation': 0, 'test': 7}
+
+
+def test_in_memory_records_equal_the_tfds_source(tmp_path, make_listops_config):
+  """The split held in memory hands out the very records TFDS reads (a chunk boundary inside),
+  as read-only views, and refuses an index outside it."""
+  config = make_listops_config(tmp_path, seed=3, num_train=50, num_validation=5, num_test=5)
+  tfds_source = listops.prepare(config.data).as_data_source(split='train')
+  old_chunk, listops.InMemoryRecords.CHUNK = listops.InMemoryRecords.CHUNK, 16
+  try:
+    held = listops.InMemoryRecords(tfds_source, 'train')
+  finally:
+    listops.InMemoryRecords.CHUNK = old_chunk
+  assert len(held) == len(tfds_source) == 50
+  for i in range(50):
+    np.testing.assert_array_equal(held[i]['tokens'], tfds_source[i]['tokens'])
+    assert held[i]['label'] == tfds_source[i]['label']
+  assert isinstance(listops.source(config.data, 'train'), listops.InMemoryRecords)
+  with pytest.raises(ValueError):
+    held[7]['tokens'][0] = 1
+  with pytest.raises(IndexError):
+    held[50]
+
+
+def test_preprocess_drops_parentheses_and_pads(small_listops):
+  """The table lookup and the zero fill give what np.isin and np.pad gave."""
+  record = {'tokens': listops.encode('( [MAX 2 ( [MIN 4 7 ] ) 0 ] )'.split()), 'label': 7}
+  data = small_listops.data
+  out = listops.preprocess(record, data)
+  ids = np.asarray(record['tokens'])
+  kept = ids[~np.isin(ids, listops.PAREN_IDS)]
+  np.testing.assert_array_equal(out['inputs'], np.pad(kept.astype(np.int32), (0, data.max_length - len(kept))))
+  assert out['inputs'].dtype == np.int32 and out['targets'] == 7
