@@ -17,17 +17,20 @@
 # 3. The ListOps column at the paper setting (configs/lra_listops.py:<family>, seed 0, every
 #    family), resumable in calls of at most ten minutes:
 #        bash benchmarks/gpu_run.sh listops
-#    Each call unpacks the run directories of the last call (the listops_<family>.tar files in
-#    $LISTOPS_STATE, default .gpu_state/), trains the unfinished families in turn until
-#    $LISTOPS_BUDGET_S seconds (default 480) are spent (SIGTERM: each run saves a checkpoint
-#    and stops), and packs each family's run directory (checkpoints, metrics, eval JSON, its
-#    train.log; no data, no tensorboard) into $OUT/listops_<family>.tar — one file per family,
-#    as the device tool returns at most 8 files of 16 MiB: copy them to .gpu_state/ for the next
-#    call — with $OUT/listops.md, the column so far. A family is finished when its
-#    DIR/eval/test.json exists (the best-on-validation checkpoint's test accuracy).
-#    $LISTOPS_FAMILIES (default: transformer linear ponet adamra contextpool) and $LISTOPS_SIZE
-#    (default full) change what runs, $LISTOPS_ARGS adds train.py flags; LISTOPS_INSTALL=0 uses
-#    the python at hand (the CPU test, tests/test_gpu_run.py).
+#    Each call unpacks the run directories of the last call (the listops_*.tar files in
+#    $LISTOPS_STATE, default .gpu_state/), generates the data once, trains the unfinished
+#    families side by side on the one GPU (at most $LISTOPS_PARALLEL at once, default all)
+#    until $LISTOPS_BUDGET_S seconds (default 480) are spent (SIGTERM: each run saves a
+#    checkpoint and stops), and packs the run directories (metrics, eval JSON, train.log, the
+#    best checkpoint, and the resume checkpoints of unfinished runs; no data, no tensorboard)
+#    into $OUT/listops_<k>.tar files of at most 15 MiB -- the device tool returns at most 8
+#    files of 16 MiB: copy them to .gpu_state/ for the next call -- with $OUT/listops.md, the
+#    column so far. A family is finished when its DIR/eval/test.json exists (the
+#    best-on-validation checkpoint's test accuracy). $LISTOPS_FAMILIES (config words per family,
+#    e.g. "transformer ponet,reference adamra_eq8,reference"; default: transformer linear ponet
+#    adamra contextpool) and $LISTOPS_SIZE (default full) change what runs, $LISTOPS_ARGS adds
+#    train.py flags; LISTOPS_INSTALL=0 uses the python at hand (the CPU test,
+#    tests/test_gpu_run.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -72,22 +75,34 @@ if [[ "$MODE" == listops ]]; then
   "$PY" -c 'import grain, tensorflow_datasets, ml_collections, tensorboardX' || exit 2
   mkdir -p "$OUT" "$RUNS"
   for pack in "$STATE"/listops_*.tar; do [[ -f "$pack" ]] && tar xf "$pack" -C "$RUNS"; done
+  sets=()   # LISTOPS_ARGS' --config.k=v, for the data preparation
+  for arg in ${LISTOPS_ARGS:-}; do [[ "$arg" == --config.* ]] && sets+=(--set "${arg#--config.}"); done
+  "$PY" benchmarks/listops_column.py --prepare "$SIZE" "${sets[@]}" 2>&1 | grep -v Warning
+  # The runs share the GPU side by side (each takes device memory as it needs it), at most
+  # LISTOPS_PARALLEL at once (0: all).
+  export XLA_PYTHON_CLIENT_PREALLOCATE=false
+  PARALLEL=${LISTOPS_PARALLEL:-0}
   deadline=$((SECONDS + BUDGET))
+  running=()
   for family in $FAMILIES; do
+    dir="$RUNS/${family//,/-}"
+    [[ -f "$dir/eval/test.json" ]] && continue
+    if (( PARALLEL > 0 && ${#running[@]} >= PARALLEL )); then
+      wait "${running[0]}" || true
+      running=("${running[@]:1}")
+    fi
     left=$((deadline - SECONDS))
-    [[ -f "$RUNS/$family/eval/test.json" ]] && continue
     (( left >= 30 )) || break
-    mkdir -p "$RUNS/$family"
+    mkdir -p "$dir"
     timeout --signal=TERM --kill-after=60 "$left" "$PY" train.py \
-      --config "configs/lra_listops.py:$family,$SIZE" --workdir "$RUNS/$family" \
+      --config "configs/lra_listops.py:$family,$SIZE" --workdir "$dir" \
       --config.progress_bar=False --config.eval_every_steps=100 \
-      --config.checkpoint_every_steps=100 ${LISTOPS_ARGS:-} 2>&1 | grep -v Warning \
-      >> "$RUNS/$family/train.log" || true
+      --config.checkpoint_every_steps=100 ${LISTOPS_ARGS:-} >> "$dir/train.log" 2>&1 &
+    running+=($!)
   done
-  for family in $FAMILIES; do
-    [[ -d "$RUNS/$family" ]] && tar cf "$OUT/listops_$family.tar" -C "$RUNS" --exclude=tensorboard "$family"
-  done
-  "$PY" benchmarks/listops_column.py --runs "$RUNS" --families "$FAMILIES" | tee "$OUT/listops.md"
+  for pid in "${running[@]}"; do wait "$pid" || true; done
+  "$PY" benchmarks/listops_column.py --runs "$RUNS" --families "$FAMILIES" --pack "$OUT" \
+    | tee "$OUT/listops.md"
   exit 0
 fi
 

@@ -1,23 +1,39 @@
-r"""The ListOps column so far, from run directories DIR/<family> (benchmarks/gpu_run.sh listops):
+r"""The ListOps column so far, from run directories DIR/<run> (benchmarks/gpu_run.sh listops):
 
-    python benchmarks/listops_column.py --runs /tmp/listops_runs --families "transformer ponet"
+    python benchmarks/listops_column.py --runs /tmp/listops_runs --families "transformer ponet,reference"
 
-One markdown row per family: the step reached, the best validation accuracy and its step, the
-test accuracy of the best-on-validation checkpoint (once the run has finished), the median
-training steps/s and the compile time, read from DIR/metrics.jsonl and DIR/eval/test.json.
+A family is config words (`ponet`, `ponet,reference`, `adamra_eq8,reference`); its run directory
+is the words joined by '-' (`ponet-reference`). One markdown row per family: the step reached,
+the best validation accuracy and its step, the test accuracy of the best-on-validation checkpoint
+(once the run has finished), the median training steps/s and the compile time, read from
+DIR/metrics.jsonl and DIR/eval/test.json.
+
+`--prepare SIZE [--set key=value ...]` generates the ListOps data of that size once (before the
+runs start side by side); `--pack OUT` writes the run directories into OUT/listops_<k>.tar files
+of at most 15 MiB each (a device call returns 8 files of 16 MiB), without TensorBoard logs, and
+for finished runs without the resume checkpoints (`best/`, metrics, evaluations and logs stay).
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
+import sys
+import tarfile
 
 from poolformers_jax import errors
 from poolformers_jax.train.metrics import read_metrics
 
 
+PACK_LIMIT = 15 * 2**20
+
+
+def run_dir(family: str) -> str:
+  return family.replace(',', '-')
+
+
 def row(runs: str, family: str) -> dict:
-  workdir = os.path.join(runs, family)
+  workdir = os.path.join(runs, run_dir(family))
   train, validation = read_metrics(workdir, 'train'), read_metrics(workdir, 'validation')
   test_path = os.path.join(workdir, 'eval', 'test.json')
   test = json.load(open(test_path)) if os.path.exists(test_path) else None
@@ -44,13 +60,77 @@ def markdown(rows: list[dict]) -> str:
   return '\n'.join(lines)
 
 
+def _packed_files(runs: str, name: str) -> list[tuple[str, int]]:
+  """(path relative to runs, size) of what run `name` carries back."""
+  finished = os.path.exists(os.path.join(runs, name, 'eval', 'test.json'))
+  skip = {'tensorboard'} | ({'checkpoints', 'averaged'} if finished else set())
+  files = []
+  for root, dirs, names in os.walk(os.path.join(runs, name)):
+    if root == os.path.join(runs, name):
+      dirs[:] = [d for d in dirs if d not in skip]
+    for n in names:
+      path = os.path.join(root, n)
+      files.append((os.path.relpath(path, runs), os.path.getsize(path)))
+  return sorted(files)
+
+
+def pack(runs: str, families: list[str], out: str, limit: int = PACK_LIMIT) -> list[str]:
+  """Packs the runs, whole, into as few tars of at most `limit` bytes as fit; returns their paths."""
+  groups, sizes = [], []
+  for family in families:
+    name = run_dir(family)
+    if not os.path.isdir(os.path.join(runs, name)):
+      continue
+    files = _packed_files(runs, name)
+    size = sum(s for _, s in files) + 1024 * (len(files) + 2)   # tar headers
+    if size > limit:
+      raise ValueError(f'run {name} needs {size / 2**20:.1f} MiB packed, over {limit / 2**20:.0f} '
+                       'MiB: keep fewer checkpoints (--config.keep_checkpoints).')
+    target = next((i for i, s in enumerate(sizes) if s + size <= limit), None)
+    if target is None:
+      groups.append([]), sizes.append(0)
+      target = len(groups) - 1
+    groups[target].extend(files)
+    sizes[target] += size
+  os.makedirs(out, exist_ok=True)
+  paths = []
+  for k, files in enumerate(groups):
+    path = os.path.join(out, f'listops_{k}.tar')
+    with tarfile.open(path, 'w') as tar:
+      for rel, _ in files:
+        tar.add(os.path.join(runs, rel), arcname=rel, recursive=False)
+    paths.append(path)
+  return paths
+
+
+def prepare(size: str, overrides: list[str]) -> str:
+  """Generates the ListOps splits of `size` (the same for every family) unless they exist."""
+  from poolformers_jax import reproduce   # pylint: disable=g-import-not-at-top
+  from poolformers_jax.data import listops   # pylint: disable=g-import-not-at-top
+  config = reproduce.load_config('listops', 'transformer', size, 0, overrides)
+  return listops.prepare(config.data).info.full_name
+
+
 @errors.one_line_errors
 def main() -> None:
   parser = errors.ArgumentParser(description=__doc__.split('\n\n')[0])
-  parser.add_argument('--runs', required=True)
+  parser.add_argument('--runs')
   parser.add_argument('--families', default='transformer linear ponet adamra contextpool')
+  parser.add_argument('--prepare', metavar='SIZE', help='generate the data of this size and stop')
+  parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                      help='config override for --prepare, e.g. --set data.data_dir=/tmp/d')
+  parser.add_argument('--pack', metavar='OUT', help='also pack the run directories into OUT')
   args = parser.parse_args()
-  print(markdown([row(args.runs, family) for family in args.families.split()]))
+  if args.prepare:
+    print('ListOps data ready:', prepare(args.prepare, args.set))
+    return
+  if not args.runs:
+    parser.error('--runs is required (or --prepare SIZE)')
+  families = args.families.split()
+  if args.pack:
+    for path in pack(args.runs, families, args.pack):
+      print(f'packed {path} ({os.path.getsize(path) / 2**20:.1f} MiB)', file=sys.stderr)
+  print(markdown([row(args.runs, family) for family in families]))
 
 
 if __name__ == '__main__':

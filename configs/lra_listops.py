@@ -11,7 +11,8 @@ The quadratic families on a CPU: `--config.length_buckets.multiple=256` trains `
 `contextpool` on length-grouped micro-batches, each cut to its longest tree: the same update to
 float rounding (docs/training.md).
 The LRA code PoNet and AdaMRA ran (docs/papers/lra.md): add `reference`, e.g. `:ponet,reference`,
-`:linear_reference,reference` (its linear attention).
+`:linear_reference,reference` (its linear attention). `adamra_eq8` is AdaMRA with Eq. 8's gate
+(routed heads summed unscaled, straight-through router gradient), e.g. `:adamra_eq8,reference`.
 
 Test accuracy to expect at the paper setting (LRA ListOps, %, as reproduce.PAPER;
 AdaMRA T1 = AdaMRA Table 1):

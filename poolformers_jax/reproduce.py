@@ -64,9 +64,11 @@ PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
                    'adamra': [(75.77, 'AdaMRA')]},
 }
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
-# The LRA configs' model families (configs_lib.FAMILIES) but the `_reference` variants, which
-# only make sense with the reference protocol (configs/lra_<task>.py:linear_reference,reference).
-FAMILIES = tuple(f for f in configs_lib.FAMILIES if not f.endswith('_reference'))
+# The LRA configs' model families (configs_lib.FAMILIES) but the variants of one: the `_reference`
+# ones, which only make sense with the reference protocol (configs/lra_<task>.py:linear_reference,
+# reference), and AdaMRA with Eq. 8's gate (train.py --config configs/lra_<task>.py:adamra_eq8).
+VARIANTS = ('linear_reference', 'adamra_eq8')
+FAMILIES = tuple(f for f in configs_lib.FAMILIES if f not in VARIANTS)
 # GLUE dev (%) of the slides (pre-trained 340K steps on 5 GB): task -> (PoNet-Base, BERT-Base);
 # MNLI matched / mismatched. QQP / MRPC: mean of accuracy and F1, CoLA: Matthews, STS-B: Spearman.
 GLUE_PAPER: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {

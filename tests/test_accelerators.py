@@ -28,8 +28,9 @@ V5E = accelerators.CHIPS['v5e']
 MODELS_COMPILED = ('lra_encoder', 'transformer_seq2seq', 'ponet_mlm', 'vit', 'cp_convnet')
 CASES = {**{name: SIZED_BY[name] for name in MODELS_COMPILED},
          **{f'lra_encoder[{family}]': (f'lra_listops.py:{family},tiny', {})
-            for family in FAMILIES if family not in ('transformer', 'linear_reference')}}
-# (the transformer is SIZED_BY's lra_encoder; linear_reference is linear's code path)
+            for family in FAMILIES if family not in ('transformer', 'linear_reference', 'adamra_eq8')}}
+# (the transformer is SIZED_BY's lra_encoder; linear_reference and adamra_eq8 are linear's and
+# adamra's code paths)
 TIED_EMBEDDINGS = ('transformer_seq2seq', 'ponet_mlm')
 EXACT_GRADIENT_ALL_REDUCE = ('lra_encoder', 'lra_encoder[linear]',
                              'lra_encoder[ponet]', 'lra_encoder[contextpool]')

@@ -116,7 +116,8 @@ def test_config_docstrings_and_docs_quote_the_one_table():
 
 def test_reproduce_trains_every_family_of_the_configs_but_the_reference_variants():
   assert reproduce.FAMILIES == ('transformer', 'linear', 'ponet', 'adamra', 'contextpool', 'msac')
-  assert set(reproduce.FAMILIES) | {'linear_reference'} == set(configs_lib.FAMILIES)
+  assert set(reproduce.FAMILIES) | set(reproduce.VARIANTS) == set(configs_lib.FAMILIES)
+  assert reproduce.VARIANTS == ('linear_reference', 'adamra_eq8')
 
 
 def test_wall_time_and_curves_count_every_invocation(tmp_path, monkeypatch):

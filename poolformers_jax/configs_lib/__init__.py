@@ -176,6 +176,8 @@ FAMILIES = {
     'ponet': ('ponet', {'segment_num': 64}),
     # router_gate 'probability' (Switch) or 'straight_through': docs/papers/adamra.md
     'adamra': ('adamra', {'router_gate': 'probability'}),
+    # AdaMRA's Eq. 8 as written: routed heads summed unscaled (forward), straight-through gradient
+    'adamra_eq8': ('adamra', {'router_gate': 'straight_through'}),
     # placement 'mixer_input' or 'block_output': docs/results/contextpool_placement.md
     'contextpool': ('contextpool', {'placement': 'mixer_input'}),
     'msac': ('msac', {'heads': 'full'}),   # MSAC Sec. 2.1 heads, or 'split'
