@@ -21,7 +21,8 @@
 #    $LISTOPS_STATE, default .gpu_state/), generates the data once, trains the unfinished
 #    families side by side on the one GPU (at most $LISTOPS_PARALLEL at once, default all)
 #    until $LISTOPS_BUDGET_S seconds (default 480) are spent (SIGTERM: each run saves a
-#    checkpoint and stops), and packs the run directories (metrics, eval JSON, train.log, the
+#    checkpoint and stops), evaluates each finished run's best checkpoint on 2 000 held-out trees
+#    (seed 1; DIR/heldout.json; LISTOPS_HELDOUT=0 skips it), and packs the run directories (metrics, eval JSON, train.log, the
 #    best checkpoint, and the resume checkpoints of unfinished runs; no data, no tensorboard)
 #    into $OUT/listops_<k>.tar files of at most 15 MiB -- the device tool returns at most 8
 #    files of 16 MiB: copy them to .gpu_state/ for the next call -- with $OUT/listops.md, the
@@ -101,6 +102,20 @@ if [[ "$MODE" == listops ]]; then
     running+=($!)
   done
   for pid in "${running[@]}"; do wait "$pid" || true; done
+  # Each finished run's best checkpoint on 2 000 held-out trees (seed 1, none in seed 0's training
+  # split; the official TSV format), as docs/results/lra_listops.md evaluates: DIR/heldout.json.
+  # LISTOPS_HELDOUT_ARGS sizes them like the training trees (defaults: the paper setting's).
+  HELD="$RUNS/heldout_seed1"
+  for family in $FAMILIES; do
+    dir="$RUNS/${family//,/-}"
+    [[ "${LISTOPS_HELDOUT:-1}" == 1 && -f "$dir/eval/test.json" && ! -s "$dir/heldout.json" ]] || continue
+    (( deadline + 60 - SECONDS >= 20 )) || break
+    [[ -f "$HELD/basic_test.tsv" ]] || "$PY" -m poolformers_jax.data.listops --out_dir "$HELD" \
+      --seed 1 --num_test 2000 --exclude_seed 0 ${LISTOPS_HELDOUT_ARGS:-} >> "$RUNS/heldout.log" 2>&1
+    "$PY" eval.py --workdir "$dir" --config "configs/lra_listops.py:$family,$SIZE" --checkpoint best \
+      --split test --config.data.source=tsv --config.data.tsv_dir="$HELD" ${LISTOPS_ARGS:-} \
+      > "$dir/heldout.json" 2>> "$dir/train.log" || rm -f "$dir/heldout.json"
+  done
   "$PY" benchmarks/listops_column.py --runs "$RUNS" --families "$FAMILIES" --pack "$OUT" \
     | tee "$OUT/listops.md"
   exit 0

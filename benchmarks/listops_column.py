@@ -5,8 +5,8 @@ r"""The ListOps column so far, from run directories DIR/<run> (benchmarks/gpu_ru
 A family is config words (`ponet`, `ponet,reference`, `adamra_eq8,reference`); its run directory
 is the words joined by '-' (`ponet-reference`). One markdown row per family: the step reached,
 the best validation accuracy and its step, the test accuracy of the best-on-validation checkpoint
-(once the run has finished), the median training steps/s and the compile time, read from
-DIR/metrics.jsonl and DIR/eval/test.json.
+(once the run has finished) and on the held-out trees (DIR/heldout.json, eval.py's output), the
+median training steps/s and the compile time, read from DIR/metrics.jsonl and DIR/eval/test.json.
 
 `--prepare SIZE [--set key=value ...]` generates the ListOps data of that size once (before the
 runs start side by side); `--pack OUT` writes the run directories into OUT/listops_<k>.tar files
@@ -37,26 +37,31 @@ def row(runs: str, family: str) -> dict:
   train, validation = read_metrics(workdir, 'train'), read_metrics(workdir, 'validation')
   test_path = os.path.join(workdir, 'eval', 'test.json')
   test = json.load(open(test_path)) if os.path.exists(test_path) else None
+  heldout_path = os.path.join(workdir, 'heldout.json')
+  heldout = None
+  if os.path.exists(heldout_path) and os.path.getsize(heldout_path):
+    heldout = json.load(open(heldout_path))['accuracy']
   best = max(validation, key=lambda r: r['accuracy']) if validation else None
   rates = [r['steps_per_second'] for r in train if 'steps_per_second' in r]
   compiles = [r['compile_seconds'] for r in train if 'compile_seconds' in r]
   return {'family': family, 'step': train[-1]['step'] if train else 0,
           'best_validation': best and (best['accuracy'], best['step']),
-          'test': test and test['accuracy'],
+          'test': test and test['accuracy'], 'heldout': heldout,
           'steps_per_second': statistics.median(rates) if rates else None,
           'compile_seconds': compiles[0] if compiles else None}
 
 
 def markdown(rows: list[dict]) -> str:
-  lines = ['| family | step | best validation % (step) | test % | steps/s (median) | compile s |',
-           '|---|---|---|---|---|---|']
+  lines = ['| family | step | best validation % (step) | test % | held-out test % | steps/s (median) | compile s |',
+           '|---|---|---|---|---|---|---|']
   for r in rows:
     best = (f'{100 * r["best_validation"][0]:.2f} ({r["best_validation"][1]})'
             if r['best_validation'] else '—')
     test = f'{100 * r["test"]:.2f}' if r['test'] is not None else 'running'
     rate = f'{r["steps_per_second"]:.2f}' if r['steps_per_second'] else '—'
     comp = f'{r["compile_seconds"]:.1f}' if r['compile_seconds'] else '—'
-    lines.append(f'| {r["family"]} | {r["step"]} | {best} | {test} | {rate} | {comp} |')
+    heldout = f'{100 * r["heldout"]:.2f}' if r['heldout'] is not None else '—'
+    lines.append(f'| {r["family"]} | {r["step"]} | {best} | {test} | {heldout} | {rate} | {comp} |')
   return '\n'.join(lines)
 
 

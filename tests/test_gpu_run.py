@@ -18,7 +18,8 @@ def _call(tmp_path, name, families, state=None):
   env = dict(os.environ, OUT=str(out), LISTOPS_RUNS=str(runs), LISTOPS_FAMILIES=families,
              LISTOPS_SIZE='tiny', LISTOPS_INSTALL='0', PYTHON=sys.executable,
              LISTOPS_STATE=str(state or tmp_path / 'none'), JAX_PLATFORMS='cpu',
-             LISTOPS_ARGS=f'--config.data.data_dir={tmp_path / "data"}')
+             LISTOPS_ARGS=f'--config.data.data_dir={tmp_path / "data"}',
+             LISTOPS_HELDOUT_ARGS='--min_tokens 10 --max_tokens 40 --exclude_num_train 256')
   proc = subprocess.run(['bash', 'benchmarks/gpu_run.sh', 'listops'], cwd=REPO, env=env,
                         capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr
@@ -46,6 +47,10 @@ def test_listops_column_resumes_across_calls_from_its_pack(tmp_path):
   assert sorted(p.name for p in first.iterdir()) == ['listops.md', 'listops_0.tar']
   linear = _test_accuracy(first, 'linear')
   assert f'| linear | 20 |' in column and f'{100 * linear:.2f} |' in column
+  heldout = json.loads(_member(first, 'linear/heldout.json'))     # best checkpoint, seed-1 trees
+  assert heldout['step'] == json.loads(_member(first, 'linear/eval/test.json'))['step']
+  assert heldout['count'] == 2000 and heldout['data_changes']['data.source'] == 'tsv'
+  assert f'{100 * linear:.2f} | {100 * heldout["accuracy"]:.2f} |' in column
   with tarfile.open(first / 'listops_0.tar') as pack:
     names = pack.getnames()
   assert not any('tensorboard' in n for n in names)          # the pack carries no logs of TB
