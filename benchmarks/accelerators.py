@@ -4,7 +4,10 @@ files, then one markdown table (docs/accelerators.md). Resumable: finished confi
 
     python benchmarks/accelerators.py --output_dir runs/accelerators --topologies v5e:2x2,v5e:2x4
     python benchmarks/accelerators.py --output_dir runs/accelerators --table   # print the table
-    python benchmarks/accelerators.py --output_dir runs/accelerators --only lra_listops.py:ponet
+    python benchmarks/accelerators.py --output_dir runs/accelerators --only 'lra_listops.py:ponet wmt14.py:base,cp'
+
+A config that does not fit (summary ends with "try --config.batch_size=... grad_accum_steps=...")
+is compiled again with the suggested gradient accumulation, as a second record (`__fit`).
 
 The mixers against softmax and the no-mixing model at 1K-16K tokens on the same cost model:
 `python benchmarks/efficiency.py --topology v5e:2x2`.
@@ -56,6 +59,15 @@ def _name(spec: str, topology: str) -> str:
   return f'{tag}__{topology.replace(":", "_")}.json'
 
 
+def fit_overrides(record: dict) -> tuple[str, ...]:
+  """The accumulation summary suggests for a step that does not fit, or () if none."""
+  error = record.get('error')
+  if not isinstance(error, str) or ': try ' not in error:
+    return ()
+  suggestion = error.split(': try ', 1)[1].split(' (', 1)[0]
+  return tuple(word for word in suggestion.split() if word.startswith('--config.'))
+
+
 def run_one(spec: str, topology: str, out_path: str, overrides: tuple[str, ...] = ()) -> dict:
   """One config compiled for one slice, in its own process (the compile's memory is freed)."""
   command = [sys.executable, '-m', 'poolformers_jax.summary', '--config',
@@ -82,7 +94,8 @@ def main() -> None:
   parser = errors.ArgumentParser(description=__doc__.split('\n\n')[0])
   parser.add_argument('--output_dir', required=True)
   parser.add_argument('--topologies', default='v5e:2x2,v5e:2x4')
-  parser.add_argument('--only', default='', help='comma list of config specs (default: all)')
+  parser.add_argument('--only', default='',
+                      help='space-separated config specs (default: all); specs may hold commas')
   parser.add_argument('--table', action='store_true', help='print the markdown tables and exit')
   args = parser.parse_args()
   os.makedirs(args.output_dir, exist_ok=True)
@@ -91,18 +104,30 @@ def main() -> None:
     print_tables(args.output_dir)
     return
   topologies = args.topologies.split(',')
-  only = set(filter(None, args.only.split(',')))
+  only = set(args.only.split())
   for topology in topologies:
     for spec, _ in PAPER_SETTINGS:
-      path = os.path.join(args.output_dir, _name(spec, topology))
-      if (only and spec not in only) or os.path.exists(path):
+      if only and spec not in only:
         continue
-      record = run_one(spec, topology, path)
-      status = record.get('error') or (
-          f"{record['train_step']['memory']['total'] / 2**20:.0f} MiB/device, "
-          f"{record['train_step']['roofline']['seconds'] * 1e3:.2f} ms/step")
-      print(f'{spec} {topology}: {status} ({record["compile_seconds"]} s)',
-            flush=True)
+      path = os.path.join(args.output_dir, _name(spec, topology))
+      if os.path.exists(path):
+        with open(path) as f:
+          record = json.load(f)
+      else:
+        record = _report(run_one(spec, topology, path))
+      overrides = fit_overrides(record)
+      fit_path = path[:-len('.json')] + '__fit.json'
+      if overrides and not os.path.exists(fit_path):
+        _report(run_one(spec, topology, fit_path, overrides))
+
+
+def _report(record: dict) -> dict:
+  status = record.get('error') or (
+      f"{record['train_step']['memory']['total'] / 2**20:.0f} MiB/device, "
+      f"{record['train_step']['roofline']['seconds'] * 1e3:.2f} ms/step")
+  print(f"{' '.join([record['config'], *record['overrides']])} {record['topology']}: {status} "
+        f"({record['compile_seconds']} s)", flush=True)
+  return record
 
 
 if __name__ == '__main__':

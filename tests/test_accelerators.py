@@ -1,6 +1,7 @@
 """Every registered model's training step compiled for a TPU slice (libtpu's compile-only v5e 2x2
 topology: 4 chips, the batch split over them) and exported for CUDA, on this CPU machine; the
 program's collectives, memory and cost read back; the roofline arithmetic; the command line."""
+import importlib.util
 import json
 import os
 import subprocess
@@ -155,6 +156,15 @@ def test_fit_advice_names_the_accumulation_that_fits():
   assert ('--config.batch_size=128 --config.optimizer.grad_accum_steps=8 '
           '--config.num_train_steps=8000 --config.optimizer.warmup_steps=80') in line
   assert '~10.3 GiB estimated' in line
+  # benchmarks/accelerators.py compiles that suggestion again as the config's `__fit` record.
+  spec = importlib.util.spec_from_file_location(
+      'accelerators_benchmark', os.path.join(ROOT, 'benchmarks', 'accelerators.py'))
+  benchmark = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(benchmark)
+  assert benchmark.fit_overrides({'error': 'error: ' + line}) == (
+      '--config.batch_size=128', '--config.optimizer.grad_accum_steps=8',
+      '--config.num_train_steps=8000', '--config.optimizer.warmup_steps=80')
+  assert benchmark.fit_overrides({'error': 'error: v5e:2x2: use a slice with more chips'}) == ()
   # Parameters alone too large, or a per-chip batch of 1 already: no accumulation helps.
   assert 'use a slice with more chips' in accelerators.fit_advice(
       'v5e:2x2', config, devices=4, temp=gib, fixed=16 * gib, hbm=15.75 * gib)
