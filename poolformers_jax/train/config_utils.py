@@ -9,6 +9,7 @@ updates and the JSON).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import json
 import os
@@ -133,18 +134,47 @@ def _flat_model(model: Any) -> dict[str, Any]:
   return traverse_util.flatten_dict(as_json, sep='.')
 
 
+def _built_fields(model: Any) -> dict[str, Any]:
+  """The top-level fields of the module `model` (a run's config.model) builds, as JSON values:
+  what a key the run's config.json lacks (an option added after the run) was when it trained.
+  {} if the model cannot be built here."""
+  from poolformers_jax.models import MODELS   # here: the models import this file's module
+  try:
+    config = model if isinstance(model, ml_collections.ConfigDict) else ml_collections.ConfigDict(model)
+    module = MODELS[config.name](config)
+  except Exception:   # an unregistered or unbuildable model: no defaults to offer
+    return {}
+  fields = {}
+  for field in dataclasses.fields(module):
+    try:
+      fields[field.name] = json.loads(json.dumps(getattr(module, field.name)))
+    except (TypeError, ValueError):
+      continue
+  return fields
+
+
 def model_differences(given: Any, run: Any) -> list[str]:
   """'model.<key> <given> (run: <value>)' for every key where a --config's model differs from a
   run's. A key the --config leaves unset (None: filled from the data) takes the run's value;
-  dropout rates (`*_rate`) only act in training and may differ."""
+  dropout rates (`*_rate`) only act in training and may differ. A key the run's config.json
+  lacks (added to the library after the run) is the value the run's model was built with: its
+  module's default."""
   ours, theirs = _flat_model(given), _flat_model(run)
   absent = object()
   text = lambda v: 'absent' if v is absent else json.dumps(v)
+  built = None
   out = []
   for key in sorted(set(ours) | set(theirs)):
     mine, saved = ours.get(key, absent), theirs.get(key, absent)
     if mine is None or key.endswith('_rate') or mine == saved:
       continue
+    if saved is absent and '.' not in key:
+      built = _built_fields(run) if built is None else built
+      if key in built and built[key] == mine:
+        continue
+      if key in built:
+        out.append(f'model.{key} {text(mine)} (run: absent, i.e. {text(built[key])})')
+        continue
     out.append(f'model.{key} {text(mine)} (run: {text(saved)})')
   return out
 

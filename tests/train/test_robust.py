@@ -4,6 +4,7 @@ Damage is done by the tests to copies of one tiny run's checkpoints (steps 2 and
 exercised at the Checkpointer level (no compile) and once end to end.
 """
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -210,6 +211,28 @@ def test_commands_that_read_a_run_take_its_model_and_refuse_another(run):
   dropout = config_utils.override(config, **{'model.dropout_rate': 0.5})
   assert evaluate(dropout, workdir, checkpoint='latest', split='validation') == own
   assert own['count'] == 20 and own['step'] == 4
+
+
+def test_a_run_older_than_a_model_option_is_read_with_the_option_default(run):
+  """A run whose config.json predates model options (here `activation` and
+  `layer_norm_epsilon`, as runs made before they existed) trained with the module's defaults:
+  a --config that sets those defaults is the run's model (eval gives the same metrics), one that
+  sets another value is refused naming the default."""
+  config, workdir, _ = run
+  path = os.path.join(workdir, 'config.json')
+  with open(path) as f:
+    saved = json.load(f)
+  assert saved['model']['activation'] == 'gelu' and saved['model']['layer_norm_epsilon'] == 1e-6
+  own = evaluate(config, workdir, checkpoint='latest', split='validation')
+  del saved['model']['activation'], saved['model']['layer_norm_epsilon']
+  with open(path, 'w') as f:
+    json.dump(saved, f)
+  assert evaluate(config, workdir, checkpoint='latest', split='validation') == own
+  assert evaluate(None, workdir, checkpoint='latest', split='validation') == own
+  relu = config_utils.override(config, **{'model.activation': 'relu'})
+  with pytest.raises(config_utils.ModelMismatch,
+                     match=r'config.json\): model.activation "relu" \(run: absent, i.e. "gelu"\); '):
+    evaluate(relu, workdir, checkpoint='latest', split='validation')
 
 
 def test_eval_of_a_damaged_best_checkpoint_names_the_file_in_one_line(run, data_dir):
