@@ -551,6 +551,9 @@ def run_topology(argv_command: str) -> None:
   """Every entry x length compiled for --topology: per-chip memory, cost and roofline time."""
   from poolformers_jax.train import accelerators  # pylint: disable=g-import-not-at-top
   chip = accelerators.chip_of(FLAGS.topology)
+  if FLAGS.quick:   # the test suite's smoke test: two tiny compiles
+    FLAGS.lengths, FLAGS.batch = ['32'], 2
+    FLAGS.mixers = FLAGS.mixers or ['softmax/xla', 'none']
   entries = FLAGS.mixers or ['softmax/xla'] + [m for m in MIXERS if m not in ('softmax', 'none', 'identity')] + ['none', 'identity']
   results: dict = {e: {} for e in entries}
   chips = accelerators.topology_mesh(FLAGS.topology).devices.size

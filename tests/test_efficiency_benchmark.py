@@ -45,3 +45,25 @@ def test_quick_training_step_benchmark_writes_every_field(tmp_path):
   assert 'step time / the no-mixing bound' in table and '| none | 1.00x | 1.00x |' in table
   assert report['setup']['clock'] == 'wall' and 'load average' in table
   assert (tmp_path / 'efficiency.png').stat().st_size > 10_000
+
+
+def test_topology_mode_compiles_each_point_for_a_tpu_slice(tmp_path):
+  """--topology: each entry's training step compiled for a v5e 2x2 slice (libtpu, nothing runs);
+  per-chip cost, the roofline time and the ratios to softmax and to the no-mixing bound."""
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu', XLA_FLAGS='')
+  proc = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'efficiency.py'),
+                         '--quick', '--topology=v5e:2x2', f'--output_dir={tmp_path}'], env=env,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  report = json.loads((tmp_path / 'efficiency_tpu.json').read_text())
+  assert report['setup']['chip'] == 'TPU v5 lite' and report['setup']['lengths'] == [32]
+  softmax, bound = report['results']['softmax/xla']['32'], report['results']['none']['32']
+  for point in (softmax, bound):
+    assert point['status'] == 'ok' and point['fits'] and point['memory_bytes'] > 0
+    assert point['step_ms'] > 0 and point['bound'] in ('flops', 'memory', 'ici')
+  assert softmax['time_vs_softmax'] == 1.0 and bound['time_vs_lower_bound'] == 1.0
+  assert bound['time_vs_softmax'] == bound['step_ms'] / softmax['step_ms']
+  # The bound keeps softmax attention's projections and drops the [L, L] part: fewer flops.
+  assert bound['flops'] < softmax['flops']
+  table = (tmp_path / 'efficiency_tpu.md').read_text()
+  assert '| softmax/xla | ' in table and '| none | ' in table and '(1.00x, ' in table
