@@ -70,14 +70,16 @@ Window = Union[int, Sequence[int]]
 # ---------------------------------------------------------------------------------------------
 
 def relative_distance_indices(rows: int, cols: int, table_rows: int,
-                              table_cols: int) -> tuple[np.ndarray, np.ndarray]:
-  """Indices [rows*cols, rows*cols] of b_{|i-r|, |j-t|} (Eq. 3), clipped to the table size."""
-  r, c = np.arange(rows), np.arange(cols)
-  d_row = np.minimum(np.abs(r[:, None] - r[None, :]), table_rows - 1)   # [N, N]
-  d_col = np.minimum(np.abs(c[:, None] - c[None, :]), table_cols - 1)   # [M, M]
+                              table_cols: int) -> tuple[Array, Array]:
+  """Indices [rows*cols, rows*cols] of b_{|i-r|, |j-t|} (Eq. 3), clipped to the table size.
+  Computed in the program from iotas (jnp), not embedded as constants: at 16K tokens two
+  [L, L] int32 constants would be 2 GiB of the compiled program."""
+  r, c = jnp.arange(rows, dtype=jnp.int32), jnp.arange(cols, dtype=jnp.int32)
+  d_row = jnp.minimum(jnp.abs(r[:, None] - r[None, :]), table_rows - 1)   # [N, N]
+  d_col = jnp.minimum(jnp.abs(c[:, None] - c[None, :]), table_cols - 1)   # [M, M]
   # Query (i, j) is row i*cols + j, key (r, t) is column r*cols + t.
-  d_row = np.broadcast_to(d_row[:, None, :, None], (rows, cols, rows, cols))
-  d_col = np.broadcast_to(d_col[None, :, None, :], (rows, cols, rows, cols))
+  d_row = jnp.broadcast_to(d_row[:, None, :, None], (rows, cols, rows, cols))
+  d_col = jnp.broadcast_to(d_col[None, :, None, :], (rows, cols, rows, cols))
   n = rows * cols
   return d_row.reshape(n, n), d_col.reshape(n, n)
 

@@ -8,6 +8,7 @@ import pytest
 from poolformers_jax import testing as T
 from poolformers_jax.layers import (MSAC, SAC, CrossAttentiveInput, MultiHeadAttention,
                                     SelfAttention2D, build_mixer)
+from poolformers_jax.layers.msac import relative_distance_indices
 
 
 # --------------------------------------------------------------------------- numpy reference
@@ -113,6 +114,21 @@ def test_self_attention_2d_with_relative_bias_matches_numpy_eq3():
   p['relative_bias'] = variables['params']['relative_bias']
   for b in range(2):
     np.testing.assert_allclose(y[b], _np_sac_single(p, x[b], heads=2), atol=2e-5, rtol=1e-4)
+
+
+def test_relative_bias_indices_are_computed_in_the_program_not_embedded():
+  """Eq. 3's [L, L] distance indices come from iotas in the program: the lowered SAC at 2 048
+  tokens holds no [L, L] constant (as numpy arrays they were two 16 MiB constants, 2 GiB at
+  16K tokens), and the indices equal the numpy definition."""
+  d_row, d_col = relative_distance_indices(3, 4, 2, 3)
+  r, c = np.divmod(np.arange(12), 4)
+  np.testing.assert_array_equal(d_row, np.minimum(np.abs(r[:, None] - r[None, :]), 1))
+  np.testing.assert_array_equal(d_col, np.minimum(np.abs(c[:, None] - c[None, :]), 2))
+  module = SAC(num_heads=2, window=3)
+  x = jax.ShapeDtypeStruct((1, 2048, 16), jnp.float32)
+  variables = jax.eval_shape(module.init, jax.random.PRNGKey(0), jnp.zeros((1, 8, 16)))
+  text = jax.jit(module.apply).lower(variables, x).as_text()
+  assert len(text) < 200_000, len(text)
 
 
 @pytest.mark.parametrize('relative_bias', [False, True])
