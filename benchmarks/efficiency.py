@@ -557,8 +557,26 @@ def run_topology(argv_command: str) -> None:
   entries = FLAGS.mixers or ['softmax/xla'] + [m for m in MIXERS if m not in ('softmax', 'none', 'identity')] + ['none', 'identity']
   results: dict = {e: {} for e in entries}
   chips = accelerators.topology_mesh(FLAGS.topology).devices.size
+  path = os.path.join(FLAGS.output_dir, 'efficiency_tpu.json')
+  if os.path.exists(path):   # resume: points compiled before (each is a compile of minutes)
+    with open(path) as f:
+      saved = json.load(f)
+    ours = dict(topology=FLAGS.topology, batch_per_chip=FLAGS.batch, dtype=FLAGS.dtype)
+    theirs = {k: saved['setup'].get(k) for k in ours}
+    if theirs != ours:
+      raise ValueError(f'{path} holds a sweep of another setup ({theirs}); give another '
+                       '--output_dir')
+    for entry, per_length in saved['results'].items():
+      results.setdefault(entry, {}).update(
+          {n: p for n, p in per_length.items() if p.get('status') == 'ok'})
+  setup = dict(mode='topology', topology=FLAGS.topology, batch_per_chip=FLAGS.batch,
+               dtype=FLAGS.dtype, lengths=[int(n) for n in FLAGS.lengths], command=argv_command,
+               chip=chip.device_kind)
+  os.makedirs(FLAGS.output_dir, exist_ok=True)
   for length in [int(n) for n in FLAGS.lengths]:
     for entry in entries:
+      if str(length) in results[entry]:
+        continue
       # --batch is per chip here: the global batch is batch x chips.
       config = lra_text_config(entry, length, FLAGS.batch * chips, FLAGS.dtype)
       try:
@@ -572,6 +590,8 @@ def run_topology(argv_command: str) -> None:
       except Exception as error:  # pylint: disable=broad-except  # record it and go on
         point = {'status': f'error: {type(error).__name__}: {str(error).splitlines()[0][:200]}'}
       results[entry][str(length)] = point
+      with open(path, 'w') as f:   # after every point: a crash loses one compile, not the sweep
+        json.dump({'setup': setup, 'results': results}, f, indent=2)
       print(f'{entry:18s} L={length:6d} {point["status"]} {point.get("step_ms")} ms '
             f'{point.get("memory_bytes")} B', flush=True)
   for per_length in results.values():   # ratios to softmax/xla and to the no-mixing bound
@@ -581,11 +601,7 @@ def run_topology(argv_command: str) -> None:
         for key, name in (('step_ms', 'time'), ('memory_bytes', 'memory')):
           if point.get(key) and ref.get(key):
             point[f'{name}_vs_{suffix}'] = point[key] / ref[key]
-  os.makedirs(FLAGS.output_dir, exist_ok=True)
-  setup = dict(mode='topology', topology=FLAGS.topology, batch_per_chip=FLAGS.batch,
-               dtype=FLAGS.dtype, lengths=[int(n) for n in FLAGS.lengths], command=argv_command,
-               chip=chip.device_kind)
-  with open(os.path.join(FLAGS.output_dir, 'efficiency_tpu.json'), 'w') as f:
+  with open(path, 'w') as f:
     json.dump({'setup': setup, 'results': results}, f, indent=2)
   lengths = setup['lengths']
   lines = [f'Roofline step ms per chip ({FLAGS.topology}, {FLAGS.batch} per chip, {FLAGS.dtype}); '
