@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 
 MIB = 2 ** 20
 
@@ -17,10 +18,23 @@ def _hours(seconds: float) -> str:
   return f'{seconds / 3600:.1f} h'
 
 
+def _refusal(error) -> str:
+  """The note of a config that did not compile: 'does not fit' with its figures, or the error."""
+  text = ' '.join(error) if isinstance(error, list) else str(error)
+  found = re.search(r'HLO temporaries \(([\d.]+G)\) exceeds available HBM \(?([\d.]+G)?', text)
+  if found:   # libtpu's own refusal (records made before summary named the accumulation)
+    return f'**does not fit**: {found.group(1)} of temporaries per chip (libtpu)'
+  found = re.search(r'needs ([\d.]+ GiB) per chip, the chip has ([\d.]+ GiB): try (.*?) \(', text)
+  if found:
+    return (f'**does not fit**: {found.group(1)} per chip of {found.group(2)}; compiled again '
+            f'with `{found.group(3)}` (next row)')
+  return text.removeprefix('error: ')
+
+
 def row(record: dict) -> str:
   spec = ' '.join([record['config'], *record.get('overrides', [])])
   if 'error' in record:
-    return f'| `{spec}` | {record["topology"]} | — | — | — | — | — | {record["error"]} |'
+    return f'| `{spec}` | {record["topology"]} | — | — | — | — | — | {_refusal(record["error"])} |'
   train = record['train_step']
   memory, roof = train['memory'], train['roofline']
   steps = record['num_train_steps']
