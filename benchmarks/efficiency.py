@@ -569,7 +569,7 @@ def run_topology(argv_command: str) -> None:
     for entry, per_length in saved['results'].items():
       results.setdefault(entry, {}).update(
           {n: p for n, p in per_length.items() if p.get('status') == 'ok'})
-  setup = dict(mode='topology', topology=FLAGS.topology, batch_per_chip=FLAGS.batch,
+  sweep = dict(mode='topology', topology=FLAGS.topology, batch_per_chip=FLAGS.batch,
                dtype=FLAGS.dtype, lengths=[int(n) for n in FLAGS.lengths], command=argv_command,
                chip=chip.device_kind)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
@@ -590,8 +590,7 @@ def run_topology(argv_command: str) -> None:
       except Exception as error:  # pylint: disable=broad-except  # record it and go on
         point = {'status': f'error: {type(error).__name__}: {str(error).splitlines()[0][:200]}'}
       results[entry][str(length)] = point
-      with open(path, 'w') as f:   # after every point: a crash loses one compile, not the sweep
-        json.dump({'setup': setup, 'results': results}, f, indent=2)
+      _write_json(path, {'setup': sweep, 'results': results})   # a crash loses one point
       print(f'{entry:18s} L={length:6d} {point["status"]} {point.get("step_ms")} ms '
             f'{point.get("memory_bytes")} B', flush=True)
   for per_length in results.values():   # ratios to softmax/xla and to the no-mixing bound
@@ -601,9 +600,8 @@ def run_topology(argv_command: str) -> None:
         for key, name in (('step_ms', 'time'), ('memory_bytes', 'memory')):
           if point.get(key) and ref.get(key):
             point[f'{name}_vs_{suffix}'] = point[key] / ref[key]
-  with open(path, 'w') as f:
-    json.dump({'setup': setup, 'results': results}, f, indent=2)
-  lengths = setup['lengths']
+  _write_json(path, {'setup': sweep, 'results': results})
+  lengths = sweep['lengths']
   lines = [f'Roofline step ms per chip ({FLAGS.topology}, {FLAGS.batch} per chip, {FLAGS.dtype}); '
            '(x softmax/xla, x bound); MiB per chip', '',
            '| entry | ' + ' | '.join(f'L={n}' for n in lengths) + ' |',
@@ -620,6 +618,13 @@ def run_topology(argv_command: str) -> None:
   with open(os.path.join(FLAGS.output_dir, 'efficiency_tpu.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')
   print(f'wrote {FLAGS.output_dir}/efficiency_tpu.*', flush=True)
+
+
+def _write_json(path: str, value: Any) -> None:
+  """Written whole or not at all (a temporary file renamed over the old one)."""
+  with open(path + '.tmp', 'w') as f:
+    json.dump(value, f, indent=2)
+  os.replace(path + '.tmp', path)
 
 
 @errors.one_line_errors

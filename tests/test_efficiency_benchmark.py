@@ -67,3 +67,10 @@ def test_topology_mode_compiles_each_point_for_a_tpu_slice(tmp_path):
   assert bound['flops'] < softmax['flops']
   table = (tmp_path / 'efficiency_tpu.md').read_text()
   assert '| softmax/xla | ' in table and '| none | ' in table and '(1.00x, ' in table
+  # Run again into the same folder: every point is taken from the JSON, none compiled again.
+  again = subprocess.run([sys.executable, os.path.join(ROOT, 'benchmarks', 'efficiency.py'),
+                          '--quick', '--topology=v5e:2x2', f'--output_dir={tmp_path}'], env=env,
+                         capture_output=True, text=True, timeout=600)
+  assert again.returncode == 0 and ' L=' not in again.stdout, again.stdout + again.stderr[-2000:]
+  resumed = json.loads((tmp_path / 'efficiency_tpu.json').read_text())['results']
+  assert resumed['none']['32']['step_ms'] == bound['step_ms']
