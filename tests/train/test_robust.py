@@ -228,7 +228,6 @@ def test_a_run_older_than_a_model_option_is_read_with_the_option_default(run):
   with open(path, 'w') as f:
     json.dump(saved, f)
   assert evaluate(config, workdir, checkpoint='latest', split='validation') == own
-  assert evaluate(None, workdir, checkpoint='latest', split='validation') == own
   relu = config_utils.override(config, **{'model.activation': 'relu'})
   with pytest.raises(config_utils.ModelMismatch,
                      match=r'config.json\): model.activation "relu" \(run: absent, i.e. "gelu"\); '):
