@@ -21,7 +21,7 @@ def _hours(seconds: float) -> str:
 def _refusal(error) -> str:
   """The note of a config that did not compile: 'does not fit' with its figures, or the error."""
   text = ' '.join(error) if isinstance(error, list) else str(error)
-  found = re.search(r'HLO temporaries \(([\d.]+G)\) exceeds available HBM \(?([\d.]+G)?', text)
+  found = re.search(r'HLO temporaries \(([\d.]+G)\) exceeds available HBM', text)
   if found:   # libtpu's own refusal (records made before summary named the accumulation)
     return f'**does not fit**: {found.group(1)} of temporaries per chip (libtpu)'
   found = re.search(r'needs ([\d.]+ GiB) per chip, the chip has ([\d.]+ GiB): try (.*?) \(', text)
