@@ -157,10 +157,7 @@ def test_fit_advice_names_the_accumulation_that_fits():
           '--config.num_train_steps=8000 --config.optimizer.warmup_steps=80') in line
   assert '~10.3 GiB estimated' in line
   # benchmarks/accelerators.py compiles that suggestion again as the config's `__fit` record.
-  spec = importlib.util.spec_from_file_location(
-      'accelerators_benchmark', os.path.join(ROOT, 'benchmarks', 'accelerators.py'))
-  benchmark = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(benchmark)
+  benchmark = _benchmark_module()
   assert benchmark.fit_overrides({'error': 'error: ' + line}) == (
       '--config.batch_size=128', '--config.optimizer.grad_accum_steps=8',
       '--config.num_train_steps=8000', '--config.optimizer.warmup_steps=80')
@@ -171,6 +168,50 @@ def test_fit_advice_names_the_accumulation_that_fits():
   assert 'use a slice with more chips' in accelerators.fit_advice(
       'v5e:2x2', config_utils.override(config, batch_size=4), devices=4, temp=20 * gib,
       fixed=gib, hbm=15.75 * gib)
+
+
+def _benchmark_module():
+  spec = importlib.util.spec_from_file_location(
+      'accelerators_benchmark', os.path.join(ROOT, 'benchmarks', 'accelerators.py'))
+  benchmark = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(benchmark)
+  return benchmark
+
+
+def test_benchmark_compiles_the_next_suggestion_when_an_accumulation_is_refused(
+    tmp_path, monkeypatch):
+  """A refused `__fit` compile (summary's estimate fell short) is followed by `__fit2` with the
+  accumulation its own refusal names; a fitting one ends the chain; finished records are reused."""
+  benchmark = _benchmark_module()
+  refusal = lambda accum: {'error': f'error: v5e:2x2: the training step needs 17.4 GiB per chip, '
+                           f'the chip has 15.8 GiB: try --config.batch_size={1024 // accum} '
+                           f'--config.optimizer.grad_accum_steps={accum} (the same updates)'}
+  answers = {(): refusal(4), ('--config.batch_size=256', '--config.optimizer.grad_accum_steps=4'):
+             refusal(8)}
+  calls = []
+
+  def fake_run_one(spec, topology, out_path, overrides=()):
+    calls.append((os.path.basename(out_path), tuple(overrides)))
+    record = dict(answers.get(tuple(overrides), {'fits': True}), config=spec,
+                  overrides=list(overrides), topology=topology, compile_seconds=1.0)
+    with open(out_path, 'w') as f:
+      json.dump(record, f)
+    return record
+
+  monkeypatch.setattr(benchmark, 'run_one', fake_run_one)
+  monkeypatch.setattr(benchmark, '_report', lambda record: record)
+  argv = ['accelerators.py', '--output_dir', str(tmp_path), '--topologies', 'v5e:2x2',
+          '--only', 'imagenet.py:vit_b16']
+  monkeypatch.setattr(sys, 'argv', argv)
+  benchmark.main()
+  assert calls == [
+      ('imagenet__vit_b16__v5e_2x2.json', ()),
+      ('imagenet__vit_b16__v5e_2x2__fit.json',
+       ('--config.batch_size=256', '--config.optimizer.grad_accum_steps=4')),
+      ('imagenet__vit_b16__v5e_2x2__fit2.json',
+       ('--config.batch_size=128', '--config.optimizer.grad_accum_steps=8'))]
+  benchmark.main()   # resumed: every record exists, nothing is compiled again
+  assert len(calls) == 3
 
 
 def test_cpu_runs_start_quietly_with_libtpu_installed():
