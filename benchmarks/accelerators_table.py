@@ -18,23 +18,28 @@ def _hours(seconds: float) -> str:
   return f'{seconds / 3600:.1f} h'
 
 
-def _refusal(error) -> str:
-  """The note of a config that did not compile: 'does not fit' with its figures, or the error."""
+def _refusal(error, retried: bool = True) -> str:
+  """The note of a config that did not compile: 'does not fit' with its figures, or the error.
+  `retried`: whether the next record is the suggested accumulation's compile."""
   text = ' '.join(error) if isinstance(error, list) else str(error)
   found = re.search(r'HLO temporaries \(([\d.]+G)\) exceeds available HBM', text)
   if found:   # libtpu's own refusal (records made before summary named the accumulation)
     return f'**does not fit**: {found.group(1)} of temporaries per chip (libtpu)'
   found = re.search(r'needs ([\d.]+ GiB) per chip, the chip has ([\d.]+ GiB): try (.*?) \(', text)
   if found:
+    if not retried:
+      return (f'**does not fit**: {found.group(1)} per chip of {found.group(2)}; to compile '
+              f'again with `{found.group(3)}` (not yet compiled)')
     return (f'**does not fit**: {found.group(1)} per chip of {found.group(2)}; compiled again '
             f'with `{found.group(3)}` (next row)')
   return text.removeprefix('error: ')
 
 
-def row(record: dict) -> str:
+def row(record: dict, retried: bool = True) -> str:
   spec = ' '.join([record['config'], *record.get('overrides', [])])
   if 'error' in record:
-    return f'| `{spec}` | {record["topology"]} | — | — | — | — | — | {_refusal(record["error"])} |'
+    note = _refusal(record['error'], retried)
+    return f'| `{spec}` | {record["topology"]} | — | — | — | — | — | {note} |'
   train = record['train_step']
   memory, roof = train['memory'], train['roofline']
   steps = record['num_train_steps']
@@ -62,5 +67,8 @@ def records(output_dir: str) -> list[dict]:
 
 def print_tables(output_dir: str) -> None:
   print(HEADER)
-  for record in records(output_dir):
-    print(row(record))
+  found = records(output_dir)
+  for record, after in zip(found, [*found[1:], None]):
+    retried = after is not None and (after['config'], after['topology']) == (
+        record['config'], record['topology']) and len(after.get('overrides', [])) > 0
+    print(row(record, retried))
