@@ -95,10 +95,12 @@ if [[ "$MODE" == listops ]]; then
     left=$((deadline - SECONDS))
     (( left >= 30 )) || break
     mkdir -p "$dir"
+    # 100-step evaluations for a 50-point curve; the reference protocol keeps its own cadence.
+    cadence=(--config.eval_every_steps=100 --config.checkpoint_every_steps=100)
+    [[ ",$family," == *,reference,* ]] && cadence=(--config.checkpoint_every_steps=100)
     timeout --signal=TERM --kill-after=60 "$left" "$PY" train.py \
       --config "configs/lra_listops.py:$family,$SIZE" --workdir "$dir" \
-      --config.progress_bar=False --config.eval_every_steps=100 \
-      --config.checkpoint_every_steps=100 ${LISTOPS_ARGS:-} >> "$dir/train.log" 2>&1 &
+      --config.progress_bar=False "${cadence[@]}" ${LISTOPS_ARGS:-} >> "$dir/train.log" 2>&1 &
     running+=($!)
   done
   for pid in "${running[@]}"; do wait "$pid" || true; done
