@@ -126,6 +126,9 @@ def test_loop_takes_parameters_only_from_a_workdir(data_dir, tmp_path):
   config = tiny_config(data_dir, num_train_steps=0, init_from=str(tmp_path / 'a'))
   result = train_and_evaluate(config, str(tmp_path / 'b'))
   expected = evaluate(None, str(tmp_path / 'a'), checkpoint='best', split='test')
+  packed = tmp_path / 'packed'       # a finished run kept with best/ alone (listops_column's pack)
+  shutil.copytree(tmp_path / 'a', packed, ignore=shutil.ignore_patterns('checkpoints'))
+  assert evaluate(None, str(packed), checkpoint='best', split='test')['loss'] == expected['loss']
   assert result.status == 'finished' and result.step == 0 and expected['step'] == 3
   assert {k: result.test[k] for k in ('loss', 'accuracy', 'count', 'step')} == {
       'loss': expected['loss'], 'accuracy': expected['accuracy'], 'count': 20, 'step': 0}
