@@ -65,8 +65,8 @@ def rescored(model, params, src, hypotheses, alpha):
   targets = np.zeros((len(hypotheses), width), np.int32)
   for row, h in enumerate(hypotheses):
     targets[row, :len(h)] = h
-  logits = model.apply({'params': params}, {'inputs': jnp.repeat(src, len(hypotheses), 0),
-                                            'targets': jnp.asarray(targets)})
+  logits = jax.jit(model.apply)({'params': params}, {'inputs': jnp.repeat(src, len(hypotheses), 0),
+                                                    'targets': jnp.asarray(targets)})
   logp = np.asarray(jax.nn.log_softmax(logits.at[..., 0].set(sd.NEG_INF)), np.float64)
   return np.array([sum(logp[row, t, tok] for t, tok in enumerate(h)) / sd.length_penalty(
       len(h), alpha) for row, h in enumerate(hypotheses)])

@@ -63,43 +63,36 @@ def tiny_translation_config(folder, **updates):
 
 
 @pytest.mark.slow
-def test_learns_held_out_translations_to_bleu_above_90(tmp_path):
-  write_corpus(tmp_path)
-  config = tiny_translation_config(tmp_path)
-  result = train_and_evaluate(config, str(tmp_path / 'run'))
-  test = result.test
+def test_learns_held_out_translations_and_the_averaged_checkpoint_translates_as_eval(tmp_path):
+  """One training run (the suite's slowest to make, so shared): held-out BLEU above 90; then the
+  last two checkpoints averaged (parameters = their mean, integrity record written), the average
+  evaluated, and the test sources translated with `python -m poolformers_jax.translate`: the
+  same lines as eval's hypotheses file, the same BLEU."""
+  splits = write_corpus(tmp_path)
+  config = tiny_translation_config(tmp_path, checkpoint_every_steps=125)
+  workdir = str(tmp_path / 'run')
+  test = train_and_evaluate(config, workdir).test
   assert test['decoded_sentences'] == 64
   assert test['bleu'] > 90.0, test
   assert test['tokenized_bleu'] > 90.0, test
   assert 'nrefs:1|case:mixed|eff:no|tok:13a' in test['bleu_signature']
 
-
-@pytest.mark.slow
-def test_averaged_checkpoint_translated_through_the_command_scores_as_eval(tmp_path):
-  """Train briefly keeping 2 checkpoints, average them (parameters = their mean, integrity
-  record written), evaluate the average, then translate the test sources with
-  `python -m poolformers_jax.translate`: the same lines as eval's hypotheses file, the same BLEU."""
-  splits = write_corpus(tmp_path)
-  config = tiny_translation_config(tmp_path, num_train_steps=160, checkpoint_every_steps=80,
-                                   eval_every_steps=160, log_every_steps=160, final_test=False)
-  workdir = str(tmp_path / 'run')
-  train_and_evaluate(config, workdir)
-  assert average_checkpoints(workdir, last=2) == {'step': 160, 'averaged_steps': [80, 160]}
+  assert average_checkpoints(workdir, last=2) == {'step': 250, 'averaged_steps': [125, 250]}
 
   setup = make_setup(config_utils.load_saved_config(workdir))
   checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True)
   try:
-    states = dict(checkpointer.restore_latest_steps([80, 160], setup.abstract_state))
+    states = dict(checkpointer.restore_latest_steps([125, 250], setup.abstract_state))
     averaged, step = checkpointer.restore_state('averaged', setup.abstract_state)  # verified
   finally:
     checkpointer.close()
-  assert step == 160
-  mean = jax.tree.map(lambda a, b: (np.asarray(a) + np.asarray(b)) / 2, states[80].params,
-                      states[160].params)
+  assert step == 250
+  mean = jax.tree.map(lambda a, b: (np.asarray(a) + np.asarray(b)) / 2, states[125].params,
+                      states[250].params)
   jax.tree.map(lambda m, p: np.testing.assert_allclose(np.asarray(p), m, rtol=1e-6, atol=1e-7),
                mean, averaged.params)
   differs = jax.tree.map(lambda a, b: float(np.abs(np.asarray(a) - np.asarray(b)).max()),
-                         states[80].params, states[160].params)
+                         states[125].params, states[250].params)
   assert max(jax.tree.leaves(differs)) > 1e-3        # the two checkpoints do differ
 
   metrics = evaluate(config_utils.load_saved_config(workdir), workdir, checkpoint='averaged',
