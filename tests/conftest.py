@@ -16,3 +16,12 @@ from poolformers_jax.train import host_memory  # noqa: E402
 
 flags.FLAGS.mark_as_parsed()
 host_memory.keep_freed_memory()   # as train.py does: XLA:CPU steps without page-fault storms
+
+
+# The tests compile hundreds of tiny training steps, where the unrolled threefry hash that the
+# step module installs for speed at real sizes costs ~25 % more compile time than it saves. The
+# bits are the same (tests/train/test_step.py proves it with the unrolled form installed, and
+# every train.py the tests start runs the unrolled form).
+from poolformers_jax.train import step  # noqa: E402  (importing it installs the unrolled form)
+
+step.rolled_threefry_on_cpu()

@@ -58,6 +58,18 @@ def unrolled_threefry_on_cpu() -> None:
 unrolled_threefry_on_cpu()
 
 
+def rolled_threefry_on_cpu() -> None:
+  """jax's own CPU lowering of the threefry hash back (the loop): the same bits, compiled
+  faster, run slower; what the test suite's hundreds of tiny steps use."""
+  try:
+    from jax._src.interpreters import mlir   # pylint: disable=g-import-not-at-top
+    from jax._src.random import threefry2x32   # pylint: disable=g-import-not-at-top
+    rule = threefry2x32._threefry2x32_cpu_lowering_rule   # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return
+  mlir.register_lowering(threefry2x32.threefry2x32_p, rule, platform='cpu')
+
+
 def dense_on_rows(next_fun, args, kwargs, context):
   """A flax method interceptor: every `nn.Dense` applied to [..., K] inputs computes one
   [rows, K] x [K, N] product, its input and output reshaped around it. The same values; but the

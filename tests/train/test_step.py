@@ -93,11 +93,18 @@ def _rolled_threefry_bits(key, shape):
   return bits1 ^ bits2
 
 
-def test_unrolled_threefry_gives_the_same_bits_and_dropout_masks():
-  # Importing the step module installed the lowering: the hash compiles without a loop.
+@pytest.fixture
+def unrolled_threefry():
+  """The lowering the step module installs (tests/conftest.py puts jax's loop form back)."""
+  step.unrolled_threefry_on_cpu()
+  yield
+  step.rolled_threefry_on_cpu()
+
+
+def test_unrolled_threefry_gives_the_same_bits_and_dropout_masks(unrolled_threefry):
+  # The step module's lowering: the hash compiles without a loop.
   draw = jax.jit(lambda k: jax.random.bits(k, (8, 64)))
-  assert step.unrolled_threefry_on_cpu and ' while(' not in draw.lower(
-      jax.random.PRNGKey(0)).compile().as_text()
+  assert ' while(' not in draw.lower(jax.random.PRNGKey(0)).compile().as_text()
   # Random123's known answer for Threefry-2x32 with 20 rounds.
   out = jax.jit(jax.extend.random.threefry_2x32)(np.uint32([0x13198A2E, 0x03707344]),
                                           np.uint32([0x243F6A88, 0x85A308D3]))
