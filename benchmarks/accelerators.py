@@ -8,7 +8,8 @@ files, then one markdown table (docs/accelerators.md). Resumable: finished confi
 
 A config that does not fit (summary ends with "try --config.batch_size=... grad_accum_steps=...")
 is compiled again with the suggested gradient accumulation, as a second record (`__fit`); if
-that too is refused with a suggestion (summary's estimate fell short), the next one (`__fit2`).
+that too is refused, or compiles above the chip's memory, with a suggestion (summary's estimate
+fell short), the next one (`__fit2`).
 
 The mixers against softmax and the no-mixing model at 1K-16K tokens on the same cost model:
 `python benchmarks/efficiency.py --topology v5e:2x2`.
@@ -65,11 +66,12 @@ def _name(spec: str, topology: str) -> str:
 
 
 def fit_overrides(record: dict) -> tuple[str, ...]:
-  """The accumulation summary suggests for a step that does not fit, or () if none."""
-  error = record.get('error')
-  if not isinstance(error, str) or ': try ' not in error:
+  """The accumulation summary suggests for a step that does not fit (libtpu refused it, or it
+  compiled above the chip's memory: 'fit_advice'), or () if none."""
+  advice = record.get('error') or record.get('fit_advice')
+  if not isinstance(advice, str) or ': try ' not in advice:
     return ()
-  suggestion = error.split(': try ', 1)[1].split(' (', 1)[0]
+  suggestion = advice.split(': try ', 1)[1].split(' (', 1)[0]
   return tuple(word for word in suggestion.split() if word.startswith('--config.'))
 
 

@@ -166,9 +166,10 @@ def main(argv):
     train = out['train_step']
     if not train['fits']:   # compiled, but arguments + outputs + temporaries exceed the chip
       memory = train['memory']
-      print('warning: ' + accelerators.fit_advice(
+      out['fit_advice'] = accelerators.fit_advice(
           flags.FLAGS.topology, config, devices=out['devices'], temp=memory['temp'],
-          fixed=memory['total'] - memory['temp'], hbm=train['hbm_bytes']), file=sys.stderr)
+          fixed=memory['total'] - memory['temp'], hbm=train['hbm_bytes'])
+      print('warning: ' + out['fit_advice'], file=sys.stderr)
   elif flags.FLAGS.export_cuda:
     setup = make_setup(config_utils.override(config, num_devices=1), need_files=False)
     exported = accelerators.export_for_cuda(setup)

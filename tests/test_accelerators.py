@@ -180,14 +180,17 @@ def _benchmark_module():
 
 def test_benchmark_compiles_the_next_suggestion_when_an_accumulation_is_refused(
     tmp_path, monkeypatch):
-  """A refused `__fit` compile (summary's estimate fell short) is followed by `__fit2` with the
-  accumulation its own refusal names; a fitting one ends the chain; finished records are reused."""
+  """A refused step is compiled again with the accumulation its refusal names (`__fit`); one
+  that compiles above the chip's memory (summary's estimate fell short) is followed by `__fit2`
+  with the accumulation its `fit_advice` names; a fitting one ends the chain; finished records
+  are reused."""
   benchmark = _benchmark_module()
   refusal = lambda accum: {'error': f'error: v5e:2x2: the training step needs 17.4 GiB per chip, '
                            f'the chip has 15.8 GiB: try --config.batch_size={1024 // accum} '
                            f'--config.optimizer.grad_accum_steps={accum} (the same updates)'}
+  too_big = {'fits': False, 'fit_advice': refusal(8)['error'].removeprefix('error: ')}
   answers = {(): refusal(4), ('--config.batch_size=256', '--config.optimizer.grad_accum_steps=4'):
-             refusal(8)}
+             too_big}
   calls = []
 
   def fake_run_one(spec, topology, out_path, overrides=()):
