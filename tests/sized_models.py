@@ -1,6 +1,7 @@
 """Every registered model at a size that compiles in seconds, from its own config file: the
 file's smallest size word, made smaller still by overrides (as --config.k=v) where the file has
 no size word (vision). Shared by the summary and the accelerator tests."""
+import importlib.util
 import os
 
 from poolformers_jax.train import cli
@@ -38,3 +39,12 @@ def load_config(spec: str, overrides: dict = None):
 def load_sized(name: str):
   """The config of registered model `name` at its SIZED_BY size."""
   return load_config(*SIZED_BY[name])
+
+
+def load_benchmark(name: str):
+  """benchmarks/<name>.py as a module (the benchmarks are scripts, not a package)."""
+  spec = importlib.util.spec_from_file_location(f'{name}_benchmark',
+                                                os.path.join(ROOT, 'benchmarks', f'{name}.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module

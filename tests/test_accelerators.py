@@ -1,7 +1,6 @@
 """Every registered model's training step compiled for a TPU slice (libtpu's compile-only v5e 2x2
 topology: 4 chips, the batch split over them) and exported for CUDA, on this CPU machine; the
 program's collectives, memory and cost read back; the roofline arithmetic; the command line."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,7 +14,7 @@ from poolformers_jax import summary
 from poolformers_jax.configs_lib import FAMILIES
 from poolformers_jax.train import accelerators, config_utils, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
-from sized_models import ROOT, SIZED_BY, load_config, load_sized
+from sized_models import ROOT, SIZED_BY, load_benchmark, load_config, load_sized
 
 TOPOLOGY = 'v5e:2x2'
 V5E = accelerators.CHIPS['v5e']
@@ -157,7 +156,7 @@ def test_fit_advice_names_the_accumulation_that_fits():
           '--config.num_train_steps=8000 --config.optimizer.warmup_steps=80') in line
   assert '~10.3 GiB estimated' in line
   # benchmarks/accelerators.py compiles that suggestion again as the config's `__fit` record.
-  benchmark = _benchmark_module()
+  benchmark = load_benchmark('accelerators')
   assert benchmark.fit_overrides({'error': 'error: ' + line}) == (
       '--config.batch_size=128', '--config.optimizer.grad_accum_steps=8',
       '--config.num_train_steps=8000', '--config.optimizer.warmup_steps=80')
@@ -170,21 +169,13 @@ def test_fit_advice_names_the_accumulation_that_fits():
       fixed=gib, hbm=15.75 * gib)
 
 
-def _benchmark_module():
-  spec = importlib.util.spec_from_file_location(
-      'accelerators_benchmark', os.path.join(ROOT, 'benchmarks', 'accelerators.py'))
-  benchmark = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(benchmark)
-  return benchmark
-
-
 def test_benchmark_compiles_the_next_suggestion_when_an_accumulation_is_refused(
     tmp_path, monkeypatch):
   """A refused step is compiled again with the accumulation its refusal names (`__fit`); one
   that compiles above the chip's memory (summary's estimate fell short) is followed by `__fit2`
   with the accumulation its `fit_advice` names; a fitting one ends the chain; finished records
   are reused."""
-  benchmark = _benchmark_module()
+  benchmark = load_benchmark('accelerators')
   refusal = lambda accum: {'error': f'error: v5e:2x2: the training step needs 17.4 GiB per chip, '
                            f'the chip has 15.8 GiB: try --config.batch_size={1024 // accum} '
                            f'--config.optimizer.grad_accum_steps={accum} (the same updates)'}
