@@ -46,28 +46,27 @@ def unrolled_threefry_on_cpu() -> None:
   counters are the same, so every random bit -- dropout masks included -- is unchanged
   (tests/train/test_step.py checks it against the loop form and the Threefry known answer).
   No public API chooses the lowering; called when this module is imported, before any compile."""
+  _threefry_lowering_on_cpu('_threefry2x32_lowering_rule')
+
+
+def rolled_threefry_on_cpu() -> None:
+  """jax's own CPU lowering of the threefry hash back (the loop): the same bits, compiled
+  faster, run slower; what the test suite's hundreds of tiny steps use."""
+  _threefry_lowering_on_cpu('_threefry2x32_cpu_lowering_rule')
+
+
+def _threefry_lowering_on_cpu(rule_name: str) -> None:
+  """Registers jax's threefry lowering `rule_name` for the CPU."""
   try:   # private API: another jax (e.g. a GPU image's) keeps its own lowering, same bits
     from jax._src.interpreters import mlir   # pylint: disable=g-import-not-at-top
     from jax._src.random import threefry2x32   # pylint: disable=g-import-not-at-top
-    rule = threefry2x32._threefry2x32_lowering_rule   # pylint: disable=protected-access
+    rule = getattr(threefry2x32, rule_name)
   except (ImportError, AttributeError):
     return
   mlir.register_lowering(threefry2x32.threefry2x32_p, rule, platform='cpu')
 
 
 unrolled_threefry_on_cpu()
-
-
-def rolled_threefry_on_cpu() -> None:
-  """jax's own CPU lowering of the threefry hash back (the loop): the same bits, compiled
-  faster, run slower; what the test suite's hundreds of tiny steps use."""
-  try:
-    from jax._src.interpreters import mlir   # pylint: disable=g-import-not-at-top
-    from jax._src.random import threefry2x32   # pylint: disable=g-import-not-at-top
-    rule = threefry2x32._threefry2x32_cpu_lowering_rule   # pylint: disable=protected-access
-  except (ImportError, AttributeError):
-    return
-  mlir.register_lowering(threefry2x32.threefry2x32_p, rule, platform='cpu')
 
 
 def dense_on_rows(next_fun, args, kwargs, context):
