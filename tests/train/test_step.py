@@ -4,6 +4,7 @@ tiny HVT with mixup / cutmix on CIFAR (tfds mock data), and the paper's WMT14 Tr
 (the setup it compiles). The threefry bits (dropout masks) of the unrolled CPU lowering the step
 module installs equal jax's loop form and the Threefry-2x32 known answer."""
 import os
+import re
 
 import flax.linen as nn
 import jax
@@ -155,3 +156,68 @@ def test_dense_on_rows_keeps_values_and_gradients_and_flattens_every_dense():
   ranks = lambda rows: list(kernel_product_ranks(jax.make_jaxpr(lambda p: loss(p, rows))(
       params).jaxpr))
   assert max(ranks(False)) == 3 and max(ranks(True)) == 2
+
+
+def test_dropout_mask_once_keeps_flax_masks_and_hashes_each_mask_once(unrolled_threefry):
+  from poolformers_jax.models.encoder import LraEncoder   # pylint: disable=g-import-not-at-top
+  model = LraEncoder(vocab_size=20, max_length=32, dim=16, num_heads=2, mlp_dim=36,
+                     mixer='softmax', mixer_kwargs={'dropout_on': 'weights'}, dropout_rate=0.1,
+                     attention_dropout_rate=0.3, num_classes=3)
+  tokens = jax.random.randint(jax.random.PRNGKey(0), (3, 32), 1, 20).at[1, 20:].set(0)
+  params = model.init(jax.random.PRNGKey(1), tokens)['params']
+  calls = []
+
+  def count(next_fun, args, kwargs, context):
+    if isinstance(context.module, nn.Dropout) and context.module.rate > 0:
+      calls.append(args[0].shape)   # the masks drawn (a pre-LN MLP sublayer's rate is 0)
+    return next_fun(*args, **kwargs)
+
+  def loss(p, interceptor):
+    with nn.intercept_methods(interceptor):
+      out = model.apply({'params': p}, tokens, deterministic=False,
+                        rngs={'dropout': jax.random.PRNGKey(2)})
+    return jnp.sum(out ** 2)
+
+  plain = jax.jit(jax.value_and_grad(lambda p: loss(p, count)))
+  once = jax.jit(jax.value_and_grad(lambda p: loss(p, step.dropout_mask_once)))
+  # Flax's masks to the bit: the same loss and gradients, exactly.
+  (plain_loss, plain_grads), (once_loss, once_grads) = plain(params), once(params)
+  np.testing.assert_array_equal(once_loss, plain_loss)
+  jax.tree.map(np.testing.assert_array_equal, once_grads, plain_grads)
+  # Each mask (embeddings, attention weights [B, H, L, L], the MLP's hidden width 36, not a
+  # multiple of 8, ...) is hashed once in the compiled step: the threefry rounds over arrays
+  # (xors of more than 2 elements; the keys are 2) are those of one `jax.random.bernoulli` per
+  # mask. Flax's are hashed again inside the backward's selects.
+  def array_xors(fn, *args):
+    hlo = fn.lower(*args).compile().as_text()
+    shapes = re.findall(r'= u32\[([\d,]+)\]\S* xor\(', hlo)
+    return sum(1 for shape in shapes if np.prod([int(n) for n in shape.split(',')]) > 2)
+  per_mask = array_xors(jax.jit(lambda k: jax.random.bernoulli(k, 0.9, (3, 32, 36))),
+                        jax.random.PRNGKey(0))
+  masks = len(calls)
+  assert masks == 9 and (3, 2, 32, 32) in calls and (3, 32, 36) in calls and per_mask > 0
+  assert array_xors(once, params) == masks * per_mask
+  assert array_xors(plain, params) > masks * per_mask
+
+
+def test_dropout_mask_once_follows_flax_for_broadcast_dims_rng_and_deterministic():
+  x = jnp.arange(1.0, 1 + 4 * 5 * 6).reshape(4, 5, 6)
+  key = jax.random.PRNGKey(7)
+
+  def both(fn):
+    plain = fn()
+    with nn.intercept_methods(step.dropout_mask_once):
+      return plain, fn()
+
+  for module, kwargs in ((nn.Dropout(0.5, broadcast_dims=(1,)), dict(deterministic=False)),
+                         (nn.Dropout(0.25), dict(deterministic=False, rng=key)),
+                         (nn.Dropout(0.25, deterministic=True), {}),
+                         (nn.Dropout(0.0), dict(deterministic=False))):
+    plain, once = both(lambda: module.apply({}, x, rngs={'dropout': key}, **kwargs))
+    np.testing.assert_array_equal(once, plain)
+  dropped = np.asarray(once) == 0
+  assert not dropped.any()   # rate 0
+  plain, once = both(lambda: nn.Dropout(0.5, broadcast_dims=(1,)).apply(
+      {}, x, deterministic=False, rngs={'dropout': key}))
+  zero = np.asarray(once) == 0
+  assert 0 < zero.mean() < 1 and (zero == zero[:, :1]).all()   # one mask broadcast over axis 1
