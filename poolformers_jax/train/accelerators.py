@@ -267,5 +267,5 @@ def export_for_cuda(setup: Setup) -> Any:
   """THE training step of `setup` exported for CUDA (`jax.export`, StableHLO): what a GPU would
   compile, lowered on this machine. The mesh is the setup's (one device per mesh device)."""
   _one_program(setup)
-  return jax.export.export(step_lib.make_train_step(setup), platforms=['cuda'])(
+  return jax.export.export(step_lib.make_train_step(setup, 'cuda'), platforms=['cuda'])(
       *step_lib.abstract_step_args(setup))

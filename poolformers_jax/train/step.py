@@ -100,7 +100,9 @@ def dropout_mask_once(next_fun, args, kwargs, context):
   ~25 % of the ListOps default's step and ~35 % of the LRA text PoNet step on XLA:CPU; with
   this the first runs ~15 % faster and the second ~12 % (docs/results/ponet_speed.md). Values
   are unchanged to the bit (tests/train/test_step.py); scalars, rates 0 and 1 and
-  deterministic calls go to flax as they are."""
+  deterministic calls go to flax as they are. The step uses it on the CPU only: on a TPU the
+  stored masks raise the step's bytes accessed (PoNet's ListOps step: 1.52 -> 1.59 ms of
+  roofline time on v5e) and no GPU or TPU timing has been taken."""
   module = context.module
   if context.method_name != '__call__' or not isinstance(module, nn.Dropout):
     return next_fun(*args, **kwargs)
@@ -118,6 +120,11 @@ def dropout_mask_once(next_fun, args, kwargs, context):
   mask = stored_once(jax.random.bernoulli(rng, p=keep, shape=shape))
   mask = jnp.broadcast_to(mask, inputs.shape)
   return jax.lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
+
+
+def _as_is(next_fun, args, kwargs, context):
+  del context
+  return next_fun(*args, **kwargs)
 
 
 def example_weights(targets: Any) -> jax.Array:
@@ -181,15 +188,19 @@ def new_accumulator(mesh, sums_shapes: Any) -> dict[str, Any]:
   return jax.device_put(_accumulator(sums_shapes, np.zeros), sharding.replicated(mesh))
 
 
-def _step_parts(setup: Setup):
+def _step_parts(setup: Setup, platform: Optional[str] = None):
   """(gradients, update) of the one step, shared by its plain and its bucketed form.
 
   gradients(state, inputs, targets, weights, rng, reduce) -> ((reduce(sums), (sums, updates)),
   grads): forward with dropout, the task's weighted sums, the gradient of `reduce(sums)`.
   update(state, acc, objective, sums, grads, updates) -> (state, acc): the optimizer update, the
   NaN guard and the train metrics summed on device.
+  `platform` (default: the mesh's) picks the dropout form: `dropout_mask_once` on the CPU, where
+  it is measured faster; flax's dropout elsewhere (the same masks either way).
   """
   model, task, schedule = setup.model, setup.task, setup.schedule
+  platform = platform or setup.mesh.devices.flat[0].platform
+  dropout_form = dropout_mask_once if platform == 'cpu' else _as_is
   label_smoothing = float(setup.config.label_smoothing)
   accum = setup.grad_accum_steps
 
@@ -197,7 +208,7 @@ def _step_parts(setup: Setup):
     mutable = ['batch_stats'] if state.batch_stats is not None else False
 
     def loss_fn(params):
-      with nn.intercept_methods(dense_on_rows), nn.intercept_methods(dropout_mask_once):
+      with nn.intercept_methods(dense_on_rows), nn.intercept_methods(dropout_form):
         out = model.apply({**variables_of(state), 'params': params}, inputs,
                           deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
@@ -225,14 +236,16 @@ def _step_parts(setup: Setup):
   return gradients, update
 
 
-def make_train_step(setup: Setup):
+def make_train_step(setup: Setup, platform: Optional[str] = None):
   """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated.
-  With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches."""
+  With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches.
+  `platform`: the device platform the step is for (default: the mesh's; `export_for_cuda`
+  says 'cuda'), which picks the dropout form (`_step_parts`)."""
   if setup.config.length_buckets.multiple:
     return BucketedStep(setup)
   task = setup.task
   mix = _mixing_kwargs(setup)
-  gradients, update = _step_parts(setup)
+  gradients, update = _step_parts(setup, platform)
 
   def train_step(state, acc, batch, rng):
     rng = jax.random.fold_in(rng, state.step)

@@ -221,3 +221,16 @@ def test_dropout_mask_once_follows_flax_for_broadcast_dims_rng_and_deterministic
       {}, x, deterministic=False, rngs={'dropout': key}))
   zero = np.asarray(once) == 0
   assert 0 < zero.mean() < 1 and (zero == zero[:, :1]).all()   # one mask broadcast over axis 1
+
+
+def test_the_step_hashes_masks_once_on_the_cpu_and_keeps_flax_dropout_for_gpu_and_tpu():
+  # Measured faster on XLA:CPU only; a GPU or TPU program keeps flax's fused masks (and the
+  # compiled memory docs/accelerators.md reports). The same masks either way (test above).
+  setup = make_setup(tiny_config('/unused', 'transformer', **{'model.dim': 32,
+                                                              'model.mlp_dim': 64}),
+                     need_files=False)
+  packing = lambda platform: step.make_train_step(setup, platform).lower(
+      *step.abstract_step_args(setup)).as_text().count('ui8')   # packed masks are uint8
+  assert setup.mesh.devices.flat[0].platform == 'cpu'
+  assert packing(None) > 0 and packing('cpu') == packing(None)
+  assert packing('tpu') == 0 and packing('cuda') == 0
