@@ -242,7 +242,7 @@ def make_train_step(setup: Setup, platform: Optional[str] = None):
   `platform`: the device platform the step is for (default: the mesh's; `export_for_cuda`
   says 'cuda'), which picks the dropout form (`_step_parts`)."""
   if setup.config.length_buckets.multiple:
-    return BucketedStep(setup)
+    return BucketedStep(setup, platform)
   task = setup.task
   mix = _mixing_kwargs(setup)
   gradients, update = _step_parts(setup, platform)
@@ -275,10 +275,10 @@ class BucketedStep:
   draws per micro-batch (the rng folded with the step and the micro-batch's index).
   """
 
-  def __init__(self, setup: Setup):
+  def __init__(self, setup: Setup, platform: Optional[str] = None):
     self.setup = setup
     task, mesh = setup.task, setup.mesh
-    gradients, update = _step_parts(setup)
+    gradients, update = _step_parts(setup, platform)
     replicated, batch_sharded = sharding.replicated(mesh), sharding.batch_sharded(mesh)
 
     self.sums_shapes = accumulator_shapes(setup)
