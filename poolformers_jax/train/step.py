@@ -7,8 +7,9 @@ read, so `python -m poolformers_jax.summary` reports the `memory_analysis()` of 
 program `train.py` runs, and benchmarks/* time it.
 
 One step: dropout rng folded with the step (threefry, lowered unrolled on CPU:
-`unrolled_threefry_on_cpu`; each mask hashed once: `dropout_mask_once`), DeiT mixup / cutmix
-when config.mixup asks, forward (every Dense as one product over rows: `dense_on_rows`),
+`unrolled_threefry_on_cpu`; on the CPU each mask hashed once: `dropout_mask_once`), DeiT mixup /
+cutmix when config.mixup asks, forward (on the CPU every Dense as one product over rows:
+`dense_on_rows`),
 the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
 metrics summed on device. With config.length_buckets the same step takes the batch as
 length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
@@ -75,7 +76,9 @@ def dense_on_rows(next_fun, args, kwargs, context):
   gradient of the kernel is then a plain x^T g over rows, which XLA:CPU runs on its fast dot
   path, where the transpose of a [B, L, K] product contracted two axes of both operands and took
   a slow path behind transposed copies: ~300 of the ~665 ms of the LRA text PoNet step at batch
-  8 x 4096 (docs/results/ponet_speed.md). The training step applies the model inside it."""
+  8 x 4096 (docs/results/ponet_speed.md). The training step applies the model inside it on the
+  CPU only: compiled for a v5e slice, DeiT-S's step with it needs 15 151 instead of 12 599 MiB
+  per chip and 264 instead of 174 ms of roofline time (docs/accelerators.md)."""
   inputs = args[0] if args else None
   if (context.method_name != '__call__' or not isinstance(context.module, nn.Dense)
       or getattr(inputs, 'ndim', 0) <= 2):
@@ -195,12 +198,15 @@ def _step_parts(setup: Setup, platform: Optional[str] = None):
   grads): forward with dropout, the task's weighted sums, the gradient of `reduce(sums)`.
   update(state, acc, objective, sums, grads, updates) -> (state, acc): the optimizer update, the
   NaN guard and the train metrics summed on device.
-  `platform` (default: the mesh's) picks the dropout form: `dropout_mask_once` on the CPU, where
-  it is measured faster; flax's dropout elsewhere (the same masks either way).
+  `platform` (default: the mesh's) picks the forms measured faster on XLA:CPU, `dense_on_rows`
+  and `dropout_mask_once`; GPU and TPU programs apply flax's Dense and Dropout as they are (the
+  same values and masks either way; on a v5e slice both CPU forms cost roofline time).
   """
   model, task, schedule = setup.model, setup.task, setup.schedule
   platform = platform or setup.mesh.devices.flat[0].platform
-  dropout_form = dropout_mask_once if platform == 'cpu' else _as_is
+  on_cpu = platform == 'cpu'
+  dense_form = dense_on_rows if on_cpu else _as_is
+  dropout_form = dropout_mask_once if on_cpu else _as_is
   label_smoothing = float(setup.config.label_smoothing)
   accum = setup.grad_accum_steps
 
@@ -208,7 +214,7 @@ def _step_parts(setup: Setup, platform: Optional[str] = None):
     mutable = ['batch_stats'] if state.batch_stats is not None else False
 
     def loss_fn(params):
-      with nn.intercept_methods(dense_on_rows), nn.intercept_methods(dropout_form):
+      with nn.intercept_methods(dense_form), nn.intercept_methods(dropout_form):
         out = model.apply({**variables_of(state), 'params': params}, inputs,
                           deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})

@@ -223,14 +223,22 @@ def test_dropout_mask_once_follows_flax_for_broadcast_dims_rng_and_deterministic
   assert 0 < zero.mean() < 1 and (zero == zero[:, :1]).all()   # one mask broadcast over axis 1
 
 
-def test_the_step_hashes_masks_once_on_the_cpu_and_keeps_flax_dropout_for_gpu_and_tpu():
-  # Measured faster on XLA:CPU only; a GPU or TPU program keeps flax's fused masks (and the
-  # compiled memory docs/accelerators.md reports). The same masks either way (test above).
+def test_the_cpu_forms_are_the_cpu_steps_only_gpu_and_tpu_keep_flax_dense_and_dropout():
+  # Measured faster on XLA:CPU only; a GPU or TPU program keeps flax's fused masks and its
+  # [B, L, K] Dense products (on v5e the row form cost DeiT-S 52 % more roofline time,
+  # docs/accelerators.md). The same values either way (tests above).
   setup = make_setup(tiny_config('/unused', 'transformer', **{'model.dim': 32,
                                                               'model.mlp_dim': 64}),
                      need_files=False)
-  packing = lambda platform: step.make_train_step(setup, platform).lower(
-      *step.abstract_step_args(setup)).as_text().count('ui8')   # packed masks are uint8
+  text = lambda platform: step.make_train_step(setup, platform).lower(
+      *step.abstract_step_args(setup)).as_text()
+  packing = lambda platform: text(platform).count('ui8')   # packed masks are uint8
+  # A Dense kernel [32, 64] met by a rank-3 input: [B, L, 32] x [32, 64] -> [B, L, 64].
+  rank3_dense = lambda platform: len(re.findall(
+      r'stablehlo.dot_general %\S+, %\S+, contracting_dims = \[2\] x \[0\][^\n]*'
+      r'\(tensor<\d+x\d+x32xf32>, tensor<32x64xf32>\)', text(platform)))
   assert setup.mesh.devices.flat[0].platform == 'cpu'
   assert packing(None) > 0 and packing('cpu') == packing(None)
   assert packing('tpu') == 0 and packing('cuda') == 0
+  assert rank3_dense('cpu') == 0 and rank3_dense(None) == 0
+  assert rank3_dense('tpu') > 0 and rank3_dense('cuda') > 0
