@@ -246,7 +246,7 @@ def make_train_step(setup: Setup, platform: Optional[str] = None):
   """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated.
   With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches.
   `platform`: the device platform the step is for (default: the mesh's; `export_for_cuda`
-  says 'cuda'), which picks the dropout form (`_step_parts`)."""
+  says 'cuda'), which picks the CPU-only Dense and dropout forms (`_step_parts`)."""
   if setup.config.length_buckets.multiple:
     return BucketedStep(setup, platform)
   task = setup.task

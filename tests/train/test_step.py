@@ -230,8 +230,9 @@ def test_the_cpu_forms_are_the_cpu_steps_only_gpu_and_tpu_keep_flax_dense_and_dr
   setup = make_setup(tiny_config('/unused', 'transformer', **{'model.dim': 32,
                                                               'model.mlp_dim': 64}),
                      need_files=False)
-  text = lambda platform: step.make_train_step(setup, platform).lower(
-      *step.abstract_step_args(setup)).as_text()
+  texts = {platform: step.make_train_step(setup, platform).lower(
+      *step.abstract_step_args(setup)).as_text() for platform in (None, 'cpu', 'tpu', 'cuda')}
+  text = texts.__getitem__                                 # each program lowered once
   packing = lambda platform: text(platform).count('ui8')   # packed masks are uint8
   # A Dense kernel [32, 64] met by a rank-3 input: [B, L, 32] x [32, 64] -> [B, L, 64].
   rank3_dense = lambda platform: len(re.findall(
