@@ -22,7 +22,7 @@ from poolformers_jax.configs_lib import LraTask, task_config
 # lra_config.py.
 TASK = LraTask('lra_image', length=1024, batch_size=256, warmup_steps=175, num_train_steps=35000,
                segment_num=32, small_length=1024, tiny_length=1024,
-               eval_every_steps=175, eval_batches=20)
+               eval_every_steps=175, eval_batches=20, mask_rate=0.5)
 
 
 def get_config(arg: str | None = None):

@@ -32,7 +32,7 @@ from poolformers_jax.configs_lib import LraTask, task_config
 # lra_config.py.
 TASK = LraTask('listops', length=2048, batch_size=32, warmup_steps=1000, num_train_steps=5000,
                segment_num=64, small_length=128, tiny_length=48,
-               eval_every_steps=50, eval_batches=62)
+               eval_every_steps=50, eval_batches=62, mask_rate=0.1)
 
 
 def _small(config):

@@ -27,7 +27,7 @@ from poolformers_jax.configs_lib import LraTask, task_config
 # lra_config.py.
 TASK = LraTask('lra_pathfinder', length=1024, batch_size=256, warmup_steps=312,
                num_train_steps=62400, segment_num=1, small_length=1024, tiny_length=1024,
-               eval_every_steps=312, eval_batches=312)
+               eval_every_steps=312, eval_batches=312, mask_rate=0.5)
 
 
 def _full(config):

@@ -29,7 +29,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     'dataset': ('poolformers_jax.data.listops', 'poolformers_jax.data.lra',
                 'poolformers_jax.data.text_lm', 'poolformers_jax.data.vision',
                 'poolformers_jax.data.bert_text', 'poolformers_jax.data.translation'),
-    'task': ('poolformers_jax.tasks.classification', 'poolformers_jax.tasks.text'),
+    'task': ('poolformers_jax.tasks.classification', 'poolformers_jax.tasks.text',
+             'poolformers_jax.tasks.masked_tokens'),
 }
 
 _MISSING = object()

@@ -23,6 +23,8 @@ The argument string of an LRA task config is `family[,size][,protocol]` (words i
   size:     full | small | tiny (above)
   protocol: ours (the default) | reference (the LRA code PoNet and AdaMRA ran, as far as it can
             be followed here: `reference_protocol`, docs/papers/lra.md)
+  stage:    spt: self-pretraining on the task's own inputs (`self_pretraining`), the run that
+            fine-tuning starts from; without it, the task itself
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
 mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
@@ -185,17 +187,20 @@ FAMILIES = {
 
 
 PROTOCOLS = ('ours', 'reference')
+STAGES = ('spt',)   # self-pretraining on the task's own inputs (data/masking.py)
 
 
 def parse_arg(arg: str | None, default_family: str = 'transformer',
-              default_size: str = 'full') -> tuple[str, str, str]:
-  """'ponet,small,reference' -> ('ponet', 'small', 'reference'); unknown words fail with the
-  valid choices. The protocol defaults to 'ours'."""
+              default_size: str = 'full') -> tuple[str, str, str, str]:
+  """'ponet,small,reference' -> ('ponet', 'small', 'reference', 'task'); 'ponet,spt' -> stage
+  'spt'. Unknown words fail with the valid choices. The protocol defaults to 'ours', the stage to
+  'task' (training on the task itself)."""
   words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT,
-                            'protocol': ('a protocol', PROTOCOLS)},
-                      example='configs/lra_listops.py:ponet,small or :ponet,reference')
+                            'protocol': ('a protocol', PROTOCOLS),
+                            'stage': ('a stage', STAGES)},
+                      example='configs/lra_listops.py:ponet,small or :ponet,reference or :ponet,spt')
   return (words['family'] or default_family, words['size'] or default_size,
-          words['protocol'] or 'ours')
+          words['protocol'] or 'ours', words['stage'] or 'task')
 
 
 def model_config(family: str, *, retrieval: bool = False) -> ml_collections.ConfigDict:
@@ -231,6 +236,7 @@ class LraTask:
   eval_every_steps: int = 1000
   eval_batches: int = 0      # the reference's num_eval_steps (lra_config.py): dev batches per eval
   retrieval: bool = False
+  mask_rate: float = 0.15    # self-pretraining: share of real tokens masked (Amos et al.)
 
 
 def reference_protocol(config: ml_collections.ConfigDict, family: str, task: LraTask,
@@ -264,7 +270,7 @@ def task_config(task: LraTask, arg: str | None,
   the model. PoNet's segment count scales with the length. A task file can change more per size
   with `size_overrides[size](config)`. `reference` then applies `reference_protocol`.
   """
-  family, size, protocol = parse_arg(arg, default_size='full' if arg else 'small')
+  family, size, protocol, stage = parse_arg(arg, default_size='full' if arg else 'small')
   config = base_config(task.data)
   config.model = model_config(family, retrieval=task.retrieval)
   config.optimizer.update(learning_rate=1e-4, eps=1e-6, schedule='one_cycle',
@@ -286,8 +292,21 @@ def task_config(task: LraTask, arg: str | None,
     size_overrides[size](config)
   if protocol == 'reference':
     reference_protocol(config, family, task, size)
+  if stage == 'spt':
+    self_pretraining(config, task)
   config.lock()
   return config
+
+
+def self_pretraining(config: ml_collections.ConfigDict, task: LraTask) -> None:
+  """The `spt` word: the same encoder (every mixer setting, size, optimizer and schedule)
+  trained to predict `task.mask_rate` of its own masked input tokens (data/masking.py, Amos et
+  al. 2024); the best checkpoint is the one with the best masked-token accuracy on validation.
+  Fine-tune from it with the task's config and `init_from` (its 'mlm_head' is ignored, the
+  classifier's 'head' starts fresh): `reproduce lra --spt` runs both stages."""
+  config.model.name = 'lra_masked_lm'
+  config.data.mask_rate = task.mask_rate
+  config.final_test = False   # the fine-tuned run reports test accuracy
 
 
 # ----------------------------------------------------------------------------------- vision

@@ -57,13 +57,21 @@ def first_token_pool(x: Array, mask: Array, length: Optional[int] = None) -> Arr
   return x[:, 0]
 
 
-# (features [B, L, D], mask [B, L], padded length or None) -> [B, D]
+def no_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+  """Every position's features [B, L, D] (the masked-token model predicts each position)."""
+  del mask, length
+  return x
+
+
+# (features [B, L, D], mask [B, L], padded length or None) -> [B, D] ('none': [B, L, D])
 POOLINGS: dict[str, Callable[..., Array]] = {
-    'mean': mean_pool, 'mean_padded': mean_padded_pool, 'cls': first_token_pool}
+    'mean': mean_pool, 'mean_padded': mean_padded_pool, 'cls': first_token_pool,
+    'none': no_pool}
 
 
 class SequenceEncoder(nn.Module):
-  """Token ids [B, L] (0 = padding) -> pooled features [B, dim] in float32."""
+  """Token ids [B, L] (0 = padding) -> pooled features [B, dim] in float32 ([B, L, dim] with
+  pooling='none')."""
   vocab_size: int
   max_length: int
   dim: int = 64
@@ -152,6 +160,25 @@ class LraDualEncoder(LraEncoder):
     return jnp.concatenate([x0, x1, x0 * x1, x0 - x1], axis=-1)
 
 
+class LraMaskedLM(SequenceEncoder, kw_only=True):
+  """Self-pretraining (data/masking.py): token ids [..., L] with [MASK] ids -> logits
+  [..., L, num_classes] over the vocabulary, from the final-normed features of every position
+  through one Dense ('mlm_head'). The encoder is the classifier's ('encoder', the same fields and
+  parameter names; `pooling` is ignored), so fine-tuning reads it with `init_from` and a fresh
+  'head'. A retrieval pair [B, 2, L] is two documents, each encoded on its own."""
+  num_classes: int
+  head_hidden_dim: int = 128   # the classifier's; unused here (one config for both stages)
+
+  @nn.compact
+  def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
+    encoder = SequenceEncoder(**{**fields_of(self, SequenceEncoder), 'pooling': 'none'},
+                              name='encoder')
+    tokens = inputs.reshape(-1, inputs.shape[-1])
+    features = encoder(tokens, deterministic=deterministic)
+    logits = nn.Dense(self.num_classes, dtype=jnp.float32, name='mlm_head')(features)
+    return logits.reshape(*inputs.shape, self.num_classes)
+
+
 @register_model('lra_encoder')
 def build_lra_encoder(cfg) -> LraEncoder:
   return LraEncoder(**model_kwargs(cfg, LraEncoder))
@@ -160,3 +187,8 @@ def build_lra_encoder(cfg) -> LraEncoder:
 @register_model('lra_dual_encoder')
 def build_lra_dual_encoder(cfg) -> LraDualEncoder:
   return LraDualEncoder(**model_kwargs(cfg, LraDualEncoder))
+
+
+@register_model('lra_masked_lm')
+def build_lra_masked_lm(cfg) -> LraMaskedLM:
+  return LraMaskedLM(**model_kwargs(cfg, LraMaskedLM))

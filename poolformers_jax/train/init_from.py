@@ -20,7 +20,8 @@ bicubic (a = -0.75, align_corners=False), the extra tokens (class token) copied:
 `main.py` fine-tuning code. Otherwise (HVT stages after 1D pooling hold a pooled raster sequence,
 not a grid) the same cubic resizes it along the sequence. PoNet / BERT position tables
 (`position_embed/embedding`, [L, D]) are tiled cyclically, 512 -> 4096 as the official long-text
-code (`tile_positions`). Further rules are appended to `RESIZE_RULES`.
+code (`tile_positions`). A self-pretrained LRA encoder's token table loses its [MASK] row
+(`drop_mask_row`). Further rules are appended to `RESIZE_RULES`.
 """
 from __future__ import annotations
 
@@ -97,9 +98,19 @@ def tile_positions(name: str, old: np.ndarray, new_shape: tuple[int, ...]) -> np
   return old[np.arange(new_shape[0]) % old.shape[0]]
 
 
+def drop_mask_row(name: str, old: np.ndarray, new_shape: tuple[int, ...]) -> np.ndarray:
+  """A self-pretrained encoder's token table [V + 1, D] -> the task's [V, D]: the last row is
+  the [MASK] id the task never sees (data/masking.py); any other change of shape is refused."""
+  if old.ndim != 2 or tuple(new_shape) != (old.shape[0] - 1, old.shape[1]):
+    raise ValueError(f'{name}: a token table {old.shape} cannot become {tuple(new_shape)}; only '
+                     'the [MASK] row of a self-pretrained encoder (one row fewer) is dropped.')
+  return old[:-1]
+
+
 RESIZE_RULES: list[tuple[str, ResizeFn]] = [
     (r'(^|/)pos_embed(_stage\d+)?/pos_embedding$', resize_position_embedding),
     (r'^position_embed/embedding$', tile_positions),        # ponet_mlm / ponet_classifier
+    (r'^encoder/token_embedding/embedding$', drop_mask_row),   # lra_masked_lm -> lra_encoder
 ]
 
 

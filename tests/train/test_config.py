@@ -39,8 +39,8 @@ def test_default_listops_is_the_small_transformer():
 
 
 def test_bad_argument_lists_the_choices():
-  with pytest.raises(ValueError, match=r"'pnoet' is not a model family .*'ponet'.* or a "
-                                       r"protocol \['ours', 'reference'\]"):
+  with pytest.raises(ValueError, match=r"'pnoet' is not a model family .*'ponet'.*, a "
+                                       r"protocol \['ours', 'reference'\] or a stage \['spt'\]"):
     lra_base.parse_arg('pnoet,small')
 
 
