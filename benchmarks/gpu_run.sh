@@ -32,6 +32,11 @@
 #    adamra contextpool) and $LISTOPS_SIZE (default full) change what runs, $LISTOPS_ARGS adds
 #    train.py flags; LISTOPS_INSTALL=0 uses the python at hand (the CPU test,
 #    tests/test_gpu_run.py).
+#    A family with the word `spt` (e.g. "ponet,spt") self-pretrains first: configs/lra_listops.py:
+#    ponet,spt in DIR/pretrain (masked tokens of the training trees, data/masking.py) until it
+#    finishes, then ponet fine-tuned from its best checkpoint in DIR (init_from, a new head);
+#    $LISTOPS_PRETRAIN_ARGS / $LISTOPS_FINETUNE_ARGS add flags to one stage (e.g.
+#    --config.num_train_steps=2500 to each: the scratch runs' 5 000 steps in all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -56,6 +61,9 @@ if [[ "$MODE" == download ]]; then
   "$PY" -m pip wheel --no-deps -w .whl promise==2.3
   exit 0
 fi
+
+# A family's config words without `spt` (the fine-tuned run's, evaluated like any other).
+task_words() { local w=",$1,"; w=${w//,spt,/,}; w=${w#,}; echo "${w%,}"; }
 
 if [[ "$MODE" == listops ]]; then
   OUT=${OUT:-/tmp/gpu_run}
@@ -98,6 +106,29 @@ if [[ "$MODE" == listops ]]; then
     # 100-step evaluations for a 50-point curve; the reference protocol keeps its own cadence.
     cadence=(--config.eval_every_steps=100 --config.checkpoint_every_steps=100)
     [[ ",$family," == *,reference,* ]] && cadence=(--config.checkpoint_every_steps=100)
+    if [[ ",$family," == *,spt,* ]]; then
+      # Self-pretraining: the spt run in DIR/pretrain until it finishes, then the task fine-tuned
+      # from its best checkpoint in DIR (the classifier head new); each stage resumes.
+      task_words=$(task_words "$family")
+      (
+        if ! grep -qs '] finished at step' "$dir/pretrain.log"; then
+          timeout --signal=TERM --kill-after=60 "$((deadline - SECONDS))" "$PY" train.py \
+            --config "configs/lra_listops.py:$family,$SIZE" --workdir "$dir/pretrain" \
+            --config.progress_bar=False "${cadence[@]}" ${LISTOPS_ARGS:-} \
+            ${LISTOPS_PRETRAIN_ARGS:-} >> "$dir/pretrain.log" 2>&1 || true
+          grep -qs '] finished at step' "$dir/pretrain.log" || exit 0
+        fi
+        left=$((deadline - SECONDS))
+        (( left >= 30 )) || exit 0
+        timeout --signal=TERM --kill-after=60 "$left" "$PY" train.py \
+          --config "configs/lra_listops.py:$task_words,$SIZE" --workdir "$dir" \
+          --config.progress_bar=False "${cadence[@]}" --config.init_from="$dir/pretrain" \
+          --config.init_from_allow_missing='^head/' ${LISTOPS_ARGS:-} \
+          ${LISTOPS_FINETUNE_ARGS:-} >> "$dir/train.log" 2>&1
+      ) &
+      running+=($!)
+      continue
+    fi
     timeout --signal=TERM --kill-after=60 "$left" "$PY" train.py \
       --config "configs/lra_listops.py:$family,$SIZE" --workdir "$dir" \
       --config.progress_bar=False "${cadence[@]}" ${LISTOPS_ARGS:-} >> "$dir/train.log" 2>&1 &
@@ -114,7 +145,7 @@ if [[ "$MODE" == listops ]]; then
     (( deadline + 60 - SECONDS >= 20 )) || break
     [[ -f "$HELD/basic_test.tsv" ]] || "$PY" -m poolformers_jax.data.listops --out_dir "$HELD" \
       --seed 1 --num_test 2000 --exclude_seed 0 ${LISTOPS_HELDOUT_ARGS:-} >> "$RUNS/heldout.log" 2>&1
-    "$PY" eval.py --workdir "$dir" --config "configs/lra_listops.py:$family,$SIZE" --checkpoint best \
+    "$PY" eval.py --workdir "$dir" --config "configs/lra_listops.py:$(task_words "$family"),$SIZE" --checkpoint best \
       --split test --config.data.source=tsv --config.data.tsv_dir="$HELD" ${LISTOPS_ARGS:-} \
       > "$dir/heldout.json" 2>> "$dir/train.log" || rm -f "$dir/heldout.json"
   done

@@ -7,6 +7,8 @@ is the words joined by '-' (`ponet-reference`). One markdown row per family: the
 the best validation accuracy and its step, the test accuracy of the best-on-validation checkpoint
 (once the run has finished) and on the held-out trees (DIR/heldout.json, eval.py's output), the
 median training steps/s and the compile time, read from DIR/metrics.jsonl and DIR/eval/test.json.
+A self-pretrained family (word `spt`, e.g. `ponet,spt`) also shows its pre-training in
+DIR/pretrain: its steps and best masked-token validation accuracy.
 
 `--prepare SIZE [--set key=value ...]` generates the ListOps data of that size once (before the
 runs start side by side); `--pack OUT` writes the run directories into OUT/listops_<k>.tar files
@@ -26,6 +28,7 @@ from poolformers_jax.train.metrics import read_metrics
 
 
 PACK_LIMIT = 15 * 2**20
+PRETRAIN = 'pretrain'   # a self-pretrained family's (config word `spt`) pre-training run, in DIR
 
 
 def run_dir(family: str) -> str:
@@ -44,7 +47,14 @@ def row(runs: str, family: str) -> dict:
   best = max(validation, key=lambda r: r['accuracy']) if validation else None
   rates = [r['steps_per_second'] for r in train if 'steps_per_second' in r]
   compiles = [r['compile_seconds'] for r in train if 'compile_seconds' in r]
-  return {'family': family, 'step': train[-1]['step'] if train else 0,
+  pretrain = None
+  if os.path.isdir(os.path.join(workdir, PRETRAIN)):   # masked-token accuracy of the pre-training
+    pre_train = read_metrics(os.path.join(workdir, PRETRAIN), 'train')
+    pre_val = read_metrics(os.path.join(workdir, PRETRAIN), 'validation')
+    pre_best = max(pre_val, key=lambda r: r['accuracy']) if pre_val else None
+    pretrain = {'step': pre_train[-1]['step'] if pre_train else 0,
+                'best_validation': pre_best and (pre_best['accuracy'], pre_best['step'])}
+  return {'family': family, 'step': train[-1]['step'] if train else 0, 'pretrain': pretrain,
           'best_validation': best and (best['accuracy'], best['step']),
           'test': test and test['accuracy'], 'heldout': heldout,
           'steps_per_second': statistics.median(rates) if rates else None,
@@ -61,18 +71,31 @@ def markdown(rows: list[dict]) -> str:
     rate = f'{r["steps_per_second"]:.2f}' if r['steps_per_second'] else '—'
     comp = f'{r["compile_seconds"]:.1f}' if r['compile_seconds'] else '—'
     heldout = f'{100 * r["heldout"]:.2f}' if r['heldout'] is not None else '—'
-    lines.append(f'| {r["family"]} | {r["step"]} | {best} | {test} | {heldout} | {rate} | {comp} |')
+    name = r['family']
+    if r.get('pretrain'):
+      masked = r['pretrain']['best_validation']
+      name += (f' (pre-trained {r["pretrain"]["step"]} steps, masked tokens '
+               + (f'{100 * masked[0]:.2f} % at {masked[1]})' if masked else '—)'))
+    lines.append(f'| {name} | {r["step"]} | {best} | {test} | {heldout} | {rate} | {comp} |')
   return '\n'.join(lines)
 
 
 def _packed_files(runs: str, name: str) -> list[tuple[str, int]]:
-  """(path relative to runs, size) of what run `name` carries back."""
-  finished = os.path.exists(os.path.join(runs, name, 'eval', 'test.json'))
+  """(path relative to runs, size) of what run `name` carries back. A self-pretrained run's
+  DIR/pretrain keeps its resume checkpoints only until fine-tuning has started (DIR/config.json),
+  its best checkpoint always (another fine-tuning can start from it)."""
+  top = os.path.join(runs, name)
+  finished = os.path.exists(os.path.join(top, 'eval', 'test.json'))
   skip = {'tensorboard'} | ({'checkpoints', 'averaged'} if finished else set())
+  pretrain = os.path.join(top, PRETRAIN)
+  pretrain_skip = {'tensorboard'} | (
+      {'checkpoints', 'averaged'} if os.path.exists(os.path.join(top, 'config.json')) else set())
   files = []
-  for root, dirs, names in os.walk(os.path.join(runs, name)):
-    if root == os.path.join(runs, name):
+  for root, dirs, names in os.walk(top):
+    if root == top:
       dirs[:] = [d for d in dirs if d not in skip]
+    elif root == pretrain:
+      dirs[:] = [d for d in dirs if d not in pretrain_skip]
     for n in names:
       path = os.path.join(root, n)
       files.append((os.path.relpath(path, runs), os.path.getsize(path)))

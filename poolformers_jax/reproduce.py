@@ -1,7 +1,8 @@
 r"""Reproduce a Long Range Arena table, or PoNet's GLUE table, in one command.
 
   python -m poolformers_jax.reproduce lra --task listops --families all --workdir runs/repro \
-      [--seeds 0,1,2] [--size full|small|tiny] [--set key=value ...]
+      [--seeds 0,1,2] [--size full|small|tiny] [--set key=value ...] [--spt [--spt_steps N]
+      [--finetune_steps N]]
 
 For every task (`--task all`: every LRA task) and model family it trains the task's config
 (configs/lra_<task>.py:<family>,<size>) in its own workdir, WORKDIR/<task>/<family>/seed<s>, with
@@ -14,6 +15,13 @@ steps/s, wall time (summed over every invocation that trained the run, resumptio
 peak memory, device, seeds and git commit; and WORKDIR/curves.png and curves.csv, the
 validation accuracy of every run against its step. A task whose data is missing is reported as such, with the one line
 that says how to get it.
+
+`--spt` adds self-pretraining (Amos et al. 2024, data/masking.py) beside every run: the `spt`
+config (masked tokens of the task's own training inputs) in WORKDIR/<task>/<family>/spt_seed<s>/
+pretrain, then the task's config fine-tuned from its best checkpoint (init_from; the classifier
+head new) in .../finetune; results.md then has a second table, scratch and self-pretrained side
+by side. --spt_steps / --finetune_steps set each stage's steps (e.g. half the task's each, for
+the same total as scratch).
 
 The GLUE table of PoNet's slides: the paper's grid per task, the best run on dev.
 
@@ -163,6 +171,13 @@ def _median_steps_per_second(workdir: str) -> Optional[float]:
   return float(np.median(rates)) if rates else None
 
 
+def _best_validation(workdir: str) -> Optional[float]:
+  """The best validation accuracy (%) the run evaluated (what its best checkpoint kept)."""
+  from poolformers_jax.train.metrics import read_metrics
+  accuracy = [r['accuracy'] for r in read_metrics(workdir, 'validation') if 'accuracy' in r]
+  return 100.0 * max(accuracy) if accuracy else None
+
+
 class RunStopped(RuntimeError):
   """A run stopped before its end (SIGTERM / preemption): its checkpoint is kept."""
 
@@ -187,7 +202,9 @@ def _add_wall_time(workdir: str, seconds: float) -> dict[str, float]:
 
 def run_one(task: str, family: str, size: str, seed: int, workdir: str,
             overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR) -> dict[str, Any]:
-  """Trains and tests one (task, family, seed) in `workdir` unless its result.json exists."""
+  """Trains and tests one (task, family, seed) in `workdir` unless its result.json exists.
+  `family` may carry more config words: 'ponet,spt' is the self-pretraining run, which has no
+  test (its record has the best validation accuracy of the masked tokens instead)."""
   result_path = os.path.join(workdir, 'result.json')
   if os.path.exists(result_path):
     log.info('%s/%s seed %d: finished before (%s), not retrained.', task, family, seed, result_path)
@@ -201,12 +218,13 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
     result = train_and_evaluate(config, workdir)
   finally:   # stopped or crashed, the time it trained counts towards the run's wall time
     wall = _add_wall_time(workdir, _clock() - start)
-  if result.status != 'finished' or result.test is None:
+  if result.status != 'finished' or (result.test is None and config.final_test):
     raise RunStopped(f'{task}/{family} seed {seed} stopped at step {result.step} '
                        f'({result.status}); run the same command again to resume.')
   memory, memory_kind = peak_memory_bytes()
   record = dict(task=task, family=family, size=size, seed=seed, workdir=workdir,
-                test_accuracy=100.0 * result.test['accuracy'], test=result.test,
+                test_accuracy=100.0 * result.test['accuracy'] if result.test else None,
+                test=result.test, best_validation_accuracy=_best_validation(workdir),
                 steps=result.step, steps_per_second=_median_steps_per_second(workdir),
                 wall_seconds=wall['seconds'], invocations=wall['invocations'],
                 peak_memory_bytes=memory, peak_memory_kind=memory_kind,
@@ -214,6 +232,46 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
   with open(result_path, 'w') as f:
     json.dump(record, f, indent=1, sort_keys=True, default=str)
   return {**record, 'skipped': False}
+
+
+# ------------------------------------------------------------------------- self-pretraining
+
+# Fine-tuning reads the pre-trained encoder; the classifier's head (absent there) starts fresh.
+FINETUNE_FROM = 'init_from_allow_missing=^head/'
+
+
+def spt_dir(workdir: str, task: str, family: str, seed: int) -> str:
+  return os.path.join(workdir, task, family, f'spt_seed{seed}')
+
+
+def _steps(steps: Optional[int]) -> list[str]:
+  return [] if steps is None else [f'num_train_steps={steps}']
+
+
+def spt_stages(task: str, family: str, size: str, seed: int, workdir: str,
+               overrides: Sequence[str] = (), pretrain_steps: Optional[int] = None,
+               finetune_steps: Optional[int] = None) -> list[tuple[str, str, list[str]]]:
+  """The two runs of self-pretraining as (config words, workdir, overrides): the `spt` run on
+  the task's own inputs, then the task itself from its best checkpoint (init_from)."""
+  pretrain, finetune = os.path.join(workdir, 'pretrain'), os.path.join(workdir, 'finetune')
+  return [(f'{family},spt', pretrain, [*overrides, *_steps(pretrain_steps)]),
+          (family, finetune, [*overrides, *_steps(finetune_steps), f'init_from={pretrain}',
+                              FINETUNE_FROM])]
+
+
+def run_spt(task: str, family: str, size: str, seed: int, workdir: str,
+            overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
+            pretrain_steps: Optional[int] = None,
+            finetune_steps: Optional[int] = None) -> dict[str, Any]:
+  """Self-pretraining then fine-tuning of one (task, family, seed) in `workdir`/{pretrain,
+  finetune}; each stage resumes or is skipped like any run_one. The fine-tuned run's record,
+  with the pre-training's under 'pretrain'."""
+  (pre_words, pre_dir, pre_set), (words, ft_dir, ft_set) = spt_stages(
+      task, family, size, seed, workdir, overrides, pretrain_steps, finetune_steps)
+  pretrain = run_one(task, pre_words, size, seed, pre_dir, pre_set, configs_dir)
+  finetuned = run_one(task, words, size, seed, ft_dir, ft_set, configs_dir)
+  return {**finetuned, 'pretrain': pretrain,
+          'wall_seconds': finetuned['wall_seconds'] + pretrain['wall_seconds']}
 
 
 def data_status(task: str, size: str, overrides: Sequence[str] = (),
@@ -268,24 +326,56 @@ def markdown(results: dict[str, Any]) -> str:
           f'{f"{np.mean(rate):.2f}" if rate else "n/a"} | {wall / 60:.1f} min | '
           f'{memory / 2**30:.2f} GiB ({runs[0]["peak_memory_kind"]}) | {runs[0]["device"]} | '
           f'{runs[0]["git_commit"]} |')
+  if any(entry.get('spt') for entry in results['tasks'].values()):
+    lines += ['', spt_markdown(results)]
   return '\n'.join(lines) + '\n'
 
 
+def spt_markdown(results: dict[str, Any]) -> str:
+  """Scratch and self-pretrained side by side, per task and family (mean ± std over seeds)."""
+  lines = ['## Self-pretraining (masked tokens of the task\'s own inputs, then fine-tuning)', '',
+           '| task | family | scratch test % | self-pretrained test % | masked-token validation % '
+           '| pre-training steps | fine-tuning steps | seeds | wall time | device | commit |',
+           '|---|---|---|---|---|---|---|---|---|---|---|']
+  for task, entry in results['tasks'].items():
+    for family, runs in (entry.get('spt') or {}).items():
+      scratch = [r['test_accuracy'] for r in entry.get('families', {}).get(family, [])]
+      masked = [r['pretrain']['best_validation_accuracy'] for r in runs]
+      lines.append(
+          f'| {task} | {family} | {_mean_std(scratch) if scratch else "not run"} | '
+          f'{_mean_std([r["test_accuracy"] for r in runs])} | '
+          f'{_mean_std(masked) if None not in masked else "n/a"} | '
+          f'{runs[0]["pretrain"]["steps"]} | {runs[0]["steps"]} | '
+          f'{",".join(str(r["seed"]) for r in runs)} | '
+          f'{sum(r["wall_seconds"] for r in runs) / 60:.1f} min | {runs[0]["device"]} | '
+          f'{runs[0]["git_commit"]} |')
+  return '\n'.join(lines)
+
+
 def check_configs(tasks: Sequence[str], families: Sequence[str], size: str,
-                  overrides: Sequence[str], configs_dir: str = CONFIGS_DIR) -> None:
+                  overrides: Sequence[str], configs_dir: str = CONFIGS_DIR,
+                  spt: bool = False) -> None:
   """Loads every (task, family) config with the overrides before anything trains, so that a bad
   --set fails at once in one line, not after the first family's run."""
   for task in tasks:
     for family in families:
-      load_config(task, family, size, 0, overrides, configs_dir)
+      for words in (family, f'{family},spt') if spt else (family,):
+        load_config(task, words, size, 0, overrides, configs_dir)
+
+
+def _state(run_dir: str, steps: int) -> str:
+  return ('finished' if os.path.exists(os.path.join(run_dir, 'result.json'))
+          else f'to train ({steps} steps)')
 
 
 def plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *, seeds: Sequence[int],
-         size: str, overrides: Sequence[str] = (),
-         configs_dir: str = CONFIGS_DIR) -> list[str]:
+         size: str, overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
+         spt: bool = False, pretrain_steps: Optional[int] = None,
+         finetune_steps: Optional[int] = None) -> list[str]:
   """--dry_run: one line per run (finished / to train, its steps) or per task whose data is
-  missing; every config is loaded with the overrides, nothing is written or compiled."""
-  check_configs(tasks, families, size, overrides, configs_dir)
+  missing; with `spt`, also both stages of self-pretraining; every config is loaded with the
+  overrides, nothing is written or compiled."""
+  check_configs(tasks, families, size, overrides, configs_dir, spt)
   lines = []
   for task in tasks:
     missing = data_status(task, size, overrides, configs_dir, families[0])
@@ -296,17 +386,27 @@ def plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *, seeds: 
       for seed in seeds:
         run_dir = os.path.join(workdir, task, family, f'seed{seed}')
         steps = load_config(task, family, size, seed, overrides, configs_dir).num_train_steps
-        state = ('finished' if os.path.exists(os.path.join(run_dir, 'result.json'))
-                 else f'to train ({steps} steps)')
-        lines.append(f'{task}/{family} seed {seed}: {state} in {run_dir}')
+        lines.append(f'{task}/{family} seed {seed}: {_state(run_dir, steps)} in {run_dir}')
+        if not spt:
+          continue
+        for stage, (words, stage_dir, stage_set) in zip(('self-pretraining', 'fine-tuning'), spt_stages(
+            task, family, size, seed, spt_dir(workdir, task, family, seed), overrides,
+            pretrain_steps, finetune_steps)):
+          steps = load_config(task, words, size, seed, stage_set, configs_dir).num_train_steps
+          lines.append(f'{task}/{family} seed {seed} {stage}: {_state(stage_dir, steps)} in '
+                       f'{stage_dir}')
   return lines
 
 
 def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *,
                   seeds: Sequence[int] = (0,), size: str = 'full', overrides: Sequence[str] = (),
-                  configs_dir: str = CONFIGS_DIR, command: str = '') -> dict[str, Any]:
-  """Runs what is missing and writes WORKDIR/results.json and results.md; returns the results."""
-  check_configs(tasks, families, size, overrides, configs_dir)
+                  configs_dir: str = CONFIGS_DIR, command: str = '', spt: bool = False,
+                  pretrain_steps: Optional[int] = None,
+                  finetune_steps: Optional[int] = None) -> dict[str, Any]:
+  """Runs what is missing and writes WORKDIR/results.json and results.md; returns the results.
+  With `spt`, every (task, family, seed) also self-pretrains and fine-tunes (run_spt) in
+  WORKDIR/<task>/<family>/spt_seed<s>, beside the run from scratch."""
+  check_configs(tasks, families, size, overrides, configs_dir, spt)
   results = {'size': size, 'seeds': list(seeds), 'device': device_name(),
              'git_commit': git_commit(), 'command': command, 'overrides': list(overrides),
              'tasks': {}}
@@ -316,12 +416,16 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
       log.warning('%s: data missing: %s', task, missing)
       results['tasks'][task] = {'missing': missing}
       continue
-    runs = {}
+    runs, spt_runs = {}, {}
     for family in families:
       runs[family] = [run_one(task, family, size, seed,
                               os.path.join(workdir, task, family, f'seed{seed}'), overrides,
                               configs_dir) for seed in seeds]
-    results['tasks'][task] = {'families': runs}
+      if spt:
+        spt_runs[family] = [run_spt(task, family, size, seed,
+                                    spt_dir(workdir, task, family, seed), overrides, configs_dir,
+                                    pretrain_steps, finetune_steps) for seed in seeds]
+    results['tasks'][task] = {'families': runs, **({'spt': spt_runs} if spt else {})}
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, 'results.json'), 'w') as f:
     json.dump(results, f, indent=1, sort_keys=True, default=str)
@@ -337,7 +441,9 @@ def validation_curves(results: dict[str, Any]) -> dict[str, dict[str, tuple[list
   from poolformers_jax.train.metrics import read_metrics
   curves = {}
   for task, entry in results['tasks'].items():
-    for family, runs in entry.get('families', {}).items():
+    named = [(family, runs) for family, runs in entry.get('families', {}).items()] + [
+        (f'{family} SPT', runs) for family, runs in (entry.get('spt') or {}).items()]
+    for family, runs in named:   # a fine-tuned run's curve: its own steps, after pre-training
       for run in runs:
         records = read_metrics(run['workdir'], 'validation')
         if records:
@@ -578,6 +684,13 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='config override for every run, e.g. --set data.format=generated')
   parser.add_argument('--configs_dir', default=CONFIGS_DIR)
+  parser.add_argument('--spt', action='store_true',
+                      help='lra: also self-pretrain on the task\'s own inputs (config word spt) '
+                      'and fine-tune from it, beside each run from scratch')
+  parser.add_argument('--spt_steps', type=int, default=None,
+                      help='lra --spt: pre-training steps (default: the spt config\'s)')
+  parser.add_argument('--finetune_steps', type=int, default=None,
+                      help='lra --spt: fine-tuning steps (default: the task config\'s)')
   parser.add_argument('--dry_run', action='store_true',
                       help='load every config with --set, check the data, print what would run; '
                       'train nothing')
@@ -596,7 +709,8 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
                        size=args.size, overrides=args.set, configs_dir=args.configs_dir)
              if args.benchmark == 'glue' else
              plan(tasks, families, args.workdir, seeds=seeds, size=args.size, overrides=args.set,
-                  configs_dir=args.configs_dir))
+                  configs_dir=args.configs_dir, spt=args.spt, pretrain_steps=args.spt_steps,
+                  finetune_steps=args.finetune_steps))
     print('\n'.join(lines))
     return None
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
@@ -615,7 +729,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
       print(glue_markdown(results))
       return results
     results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
-                            overrides=args.set, configs_dir=args.configs_dir, command=command)
+                            overrides=args.set, configs_dir=args.configs_dir, command=command,
+                            spt=args.spt, pretrain_steps=args.spt_steps,
+                            finetune_steps=args.finetune_steps)
   except RunStopped as stopped:   # one line, not a traceback: nothing went wrong
     raise SystemExit(f'stopped: {stopped}') from None
   print(markdown(results))

@@ -92,3 +92,26 @@ def test_pack_splits_runs_under_the_limit_and_keeps_resume_checkpoints_of_unfini
                       'b-reference/checkpoints/blob']
   with pytest.raises(ValueError, match='b-reference needs'):
     listops_column.pack(str(runs), ['b,reference'], str(tmp_path / 'out2'), limit=100_000)
+
+
+def test_a_self_pretrained_family_pretrains_then_fine_tunes_from_its_best_checkpoint(tmp_path):
+  out, column = _call(tmp_path, 'spt', 'linear,spt', heldout=False)
+  pretrain = json.loads(_member(out, 'linear-spt/pretrain/config.json'))
+  assert pretrain['model']['name'] == 'lra_masked_lm' and pretrain['data']['mask_rate'] == 0.1
+  finetune = json.loads(_member(out, 'linear-spt/config.json'))
+  assert finetune['model']['name'] == 'lra_encoder' and finetune['data']['mask_rate'] == 0.0
+  assert finetune['init_from'].endswith('linear-spt/pretrain')
+  log = _log(out, 'linear-spt')
+  # The encoder came from the pre-training (its [MASK] row dropped); the head is new.
+  assert 'encoder/token_embedding/embedding (19, 32) -> (18, 32)' in log
+  assert 'freshly initialised (not taken from the checkpoint): head/' in log
+  assert 0.0 <= _test_accuracy(out, 'linear-spt') <= 1.0
+  masked = max(json.loads(line)['accuracy'] for line in
+               _member(out, 'linear-spt/pretrain/metrics.jsonl').decode().splitlines()
+               if json.loads(line).get('split') == 'validation')
+  assert f'| linear,spt (pre-trained 20 steps, masked tokens {100 * masked:.2f} % at' in column
+  with tarfile.open(out / 'listops_0.tar') as pack:
+    names = pack.getnames()
+  # Fine-tuning started: the pre-training's resume checkpoints stay behind, its best comes back.
+  assert any(n.startswith('linear-spt/pretrain/best/') for n in names)
+  assert not any(n.startswith('linear-spt/pretrain/checkpoints/') for n in names)
