@@ -160,3 +160,28 @@ def test_reproduce_spt_runs_both_stages_beside_scratch_and_resumes(tmp_path):
   assert '| 4 | 2 | 0 |' in row
   again = reproduce.main(argv)
   assert again['tasks']['listops']['spt']['linear'][0]['skipped'] is True
+
+
+def test_retrieval_pairs_self_pretrain_through_the_trainer(tmp_path):
+  """The dual-encoder task: each document of a pair is masked and predicted on its own, through
+  the pipeline, the one train step and evaluation."""
+  from poolformers_jax import data
+  from poolformers_jax.train import config_utils, train_and_evaluate
+  text = 'pooling replaces attention in long documents '
+  for split in ('train', 'eval', 'test'):
+    with open(tmp_path / f'new_aan_pairs.{split}.tsv', 'w') as f:
+      for i in range(16):
+        f.write(f'{i % 2}.0\ta\tb\t{text * (1 + i % 3)}\t{text[::-1] * (1 + i % 2)}\n')
+  config = config_utils.override(
+      importlib.import_module('lra_retrieval').get_config('linear,tiny,spt'),
+      **{'data.tsv_dir': str(tmp_path), 'num_train_steps': 4, 'eval_every_steps': 4,
+         'checkpoint_every_steps': 4, 'progress_bar': False, 'batch_size': 8})
+  info = data.get_dataset_info(config)
+  assert info.task == 'masked_tokens' and info.vocab_size == 258 and info.input_shape == (2, 64)
+  batch = next(data.make_train_iterator(config, seed=0))
+  chosen = batch['targets'] >= 0
+  assert batch['targets'].shape == (8, 2, 64) and chosen[:, 1].any()   # second documents too
+  assert (batch['inputs'][chosen] == 257).all() and (batch['targets'][~chosen] == -1).all()
+  result = train_and_evaluate(config, str(tmp_path / 'run'))
+  assert result.status == 'finished' and result.test is None          # no test for the stage
+  assert np.isfinite(result.validation['loss']) and result.validation['count'] > 0
