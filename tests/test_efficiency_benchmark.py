@@ -74,3 +74,29 @@ def test_topology_mode_compiles_each_point_for_a_tpu_slice(tmp_path):
   assert again.returncode == 0 and ' L=' not in again.stdout, again.stdout + again.stderr[-2000:]
   resumed = json.loads((tmp_path / 'efficiency_tpu.json').read_text())['results']
   assert resumed['none']['32']['step_ms'] == bound['step_ms']
+
+
+def test_flop_rates_take_xla_count_for_cudnn_and_the_peak_by_device_kind():
+  """FLOP/s = XLA's flops of the step / step time; XLA counts nothing inside cuDNN's custom
+  call, so softmax/cudnn takes softmax/xla's count at the same length where there is one."""
+  sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
+  import efficiency  # pylint: disable=g-import-not-at-top  (as official_torch.py imports it)
+  assert efficiency.peak_bf16_flops('NVIDIA H200') == 989e12
+  assert efficiency.peak_bf16_flops('NVIDIA H100 80GB HBM3') == 989e12
+  assert efficiency.peak_bf16_flops('NVIDIA H100 PCIe') == 756e12
+  assert efficiency.peak_bf16_flops('cpu') is None
+  results = {'softmax/xla': {'1024': {'step_flops': 4e12, 'step_ms': 10.0}},
+             'softmax/cudnn': {'1024': {'step_flops': 1e12, 'step_ms': 5.0},
+                               '2048': {'step_flops': 2e12, 'step_ms': 8.0}},
+             'linear': {'1024': {'step_flops': 1e12, 'step_ms': 2.0}},
+             'none': {'1024': {'status': 'not run: budget spent'}}}
+  efficiency.add_flop_rates(results, 'NVIDIA H200')
+  cudnn = results['softmax/cudnn']['1024']
+  assert cudnn['flops_from'] == 'softmax/xla' and cudnn['flops_per_s'] == 4e12 / 5e-3
+  assert cudnn['peak_fraction'] == pytest.approx(8e14 / 989e12)
+  assert results['softmax/cudnn']['2048']['flops_from'] == 'softmax/cudnn'   # no xla point
+  assert results['linear']['1024']['flops_per_s'] == 5e14
+  assert results['softmax/xla']['1024']['peak_fraction'] == pytest.approx(4e14 / 989e12)
+  assert results['none']['1024']['flops_per_s'] is None
+  efficiency.add_flop_rates(results, 'some new card')
+  assert results['linear']['1024']['peak_fraction'] is None
