@@ -26,11 +26,13 @@ Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each po
                 start per point) the compiled program's argument + output + temp - aliased
                 bytes, checked against the card's memory before it runs;
   forward_gflops  `cost_analysis()` of the (lowered) forward + loss;
-  step_flops    `cost_analysis()` flops of the compiled training step (what XLA counts; nothing
-                inside a custom call such as cuDNN attention, so softmax/cudnn takes
-                softmax/xla's count at the same length when that is larger: `flops_from`);
-  flops_per_s   step_flops / step time; peak_fraction: that over the card's dense bf16 peak
-                (PEAK_BF16_FLOPS, by device_kind; None for an unknown card or a CPU);
+  step_flops    `cost_analysis()` flops of the compiled training step;
+  flops_used    the larger of step_flops and 3 x forward (XLA:GPU's compiled count leaves out
+                the cuBLAS calls dots become; jax issue 22249); XLA counts nothing inside a
+                custom call such as cuDNN attention, so softmax/cudnn takes softmax/xla's count
+                at the same length when that is larger (`flops_from` says which);
+  flops_per_s   flops_used / step time; peak_fraction: that over the card's dense bf16 peak
+                (flop_rates.PEAK_BF16_FLOPS, by device_kind; None for an unknown card or a CPU);
   status        'ok' | 'out of memory' (CPU: temp + arguments exceed `--memory_budget_gb`, not run;
                 GPU: the allocator failed) | 'error: ...';
 and ratios to softmax/explicit and to the lower bound at the same length (efficiency.md has a table
@@ -84,6 +86,9 @@ from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E
 from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
 from poolformers_jax.train import cli, host_memory, state as state_lib, step as step_lib  # noqa: E402
 from poolformers_jax.train.setup import make_setup, variables_of  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flop_rates import add_flop_rates, peak_bf16_flops  # noqa: E402  (benchmarks/flop_rates.py)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where efficiency.json / .md / .png are written.')
@@ -156,18 +161,6 @@ register_mixer('identity', Identity)
 
 def on_gpu() -> bool:
   return jax.default_backend() == 'gpu'
-
-
-# Dense bf16 peak FLOP/s by device_kind prefix, most specific first (vendor data sheets; SXM
-# H100 / H200: 989 TFLOP/s, without sparsity).
-PEAK_BF16_FLOPS = (('NVIDIA H200 NVL', 835e12), ('NVIDIA H200', 989e12),
-                   ('NVIDIA H100 NVL', 835e12), ('NVIDIA H100 PCIe', 756e12),
-                   ('NVIDIA H100', 989e12), ('NVIDIA A100', 312e12))
-
-
-def peak_bf16_flops(device_kind: str) -> Optional[float]:
-  """The card's dense bf16 peak, or None (unknown card, CPU)."""
-  return next((peak for prefix, peak in PEAK_BF16_FLOPS if device_kind.startswith(prefix)), None)
 
 
 def step_flops(compiled) -> Optional[float]:
@@ -431,8 +424,8 @@ def write_markdown(report: dict, path: str) -> None:
       lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
     lines.append('')
   peak = s.get('peak_bf16_flops')
-  lines += [f'**achieved TFLOP/s (XLA cost_analysis flops of the step / step time; fraction of '
-            f'the {s["device"]}\'s dense bf16 peak, '
+  lines += [f'**achieved TFLOP/s (XLA cost_analysis flops of the step, or 3 x the forward\'s where '
+            f'larger, / step time; fraction of the {s["device"]}\'s dense bf16 peak, '
             f'{"unknown" if not peak else f"{peak / 1e12:.0f} TFLOP/s"})**', '', head, rule]
   for entry, per_length in results.items():
     cells = []
@@ -441,7 +434,7 @@ def write_markdown(report: dict, path: str) -> None:
       rate, frac = p.get('flops_per_s'), p.get('peak_fraction')
       cells.append('-' if rate is None else f'{rate / 1e12:.3g}' + (
           f' ({100 * frac:.2g} %)' if frac is not None else '') + (
-          f' [{p["flops_from"]} flops]' if p.get('flops_from') not in (None, entry) else ''))
+          f' [{p["flops_from"]}]' if p.get('flops_from') not in (None, 'compiled step') else ''))
     lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
   lines += ['', '**step time / the no-mixing bound (`none`) at each length**', '', head, rule]
   for entry, per_length in results.items():
@@ -555,22 +548,6 @@ def memory_budget_bytes() -> float:
     return FLAGS.memory_budget_gb * 2**30
   stats = jax.devices()[0].memory_stats() or {}
   return float(stats.get('bytes_limit', float('inf')))
-
-
-def add_flop_rates(results: dict, device_kind: str) -> None:
-  """flops_per_s and peak_fraction of every timed point. XLA counts no flops inside a custom
-  call, so softmax/cudnn (and auto, which may pick it), when its count is below softmax/xla's at
-  the same length (the same arithmetic), takes softmax/xla's (`flops_from`)."""
-  peak = peak_bf16_flops(device_kind)
-  for entry, per_length in results.items():
-    for length, point in per_length.items():
-      flops, source = point.get('step_flops'), entry
-      ref = results.get('softmax/xla', {}).get(length, {}).get('step_flops')
-      if entry in ('softmax/cudnn', 'softmax/auto') and ref and (flops or 0) < ref:
-        flops, source = ref, 'softmax/xla'
-      rate = flops / (point['step_ms'] / 1e3) if flops and point.get('step_ms') else None
-      point.update(flops_from=source if flops else None, flops_per_s=rate,
-                   peak_fraction=rate / peak if rate and peak else None)
 
 
 def write_report(results, lengths, long_lengths, isolate, argv_command, gpu_peak) -> None:

@@ -48,7 +48,8 @@
 #       process (--isolate=no: memory = the compiled program's bytes, no process per point),
 #       FLOP/s and the fraction of the card's bf16 peak; points past the budget: not run.
 #    c. benchmarks/check_cudnn.py if $PEER_CHECK_S seconds (default 40) are left.
-#    Results: $OUT/peer/{gpu_peer.json,gpu_peer.md,efficiency.json,efficiency.md,log.txt}.
+#    Results: $OUT/peer/{gpu_peer.json,gpu_peer.md,efficiency.json,efficiency.md,log.txt}; the
+#    table's commit column is `git rev-parse --short HEAD`, or $PEER_COMMIT in a copy without .git.
 #    PEER_INSTALL=0 uses the python at hand and PEER_DEVICE=cpu runs it all on a CPU (the test,
 #    tests/test_gpu_run.py, with tiny PEER_* sizes).
 set -euo pipefail
@@ -157,8 +158,6 @@ if [[ "$MODE" == peer ]]; then
     [[ -d /tmp/site ]] || "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
     export PYTHONPATH=/tmp/site:$PWD
   fi
-  # Round 2 of the side by side loads round 1's compiled programs instead of compiling again.
-  export JAX_COMPILATION_CACHE_DIR=${PEER_JAX_CACHE:-/tmp/jax_peer_cache}
   DEVICE=${PEER_DEVICE:-cuda}
   OFFICIAL=${PEER_OFFICIAL_DIR:-.official/ponet_lra_code}
   TORCH_PY=${PEER_TORCH_PYTHON:-$PY}
@@ -178,14 +177,16 @@ if [[ "$MODE" == peer ]]; then
   # a. Side by side: every second left but a reserve for the sweep (PEER_SWEEP_RESERVE_S).
   left=$((deadline - SECONDS - ${PEER_SWEEP_RESERVE_S:-0}))
   if (( left >= 10 )); then
-    timeout --kill-after=5 $((left + 10)) "$PY" benchmarks/official_torch.py \
+    # Round 2 loads round 1's compiled programs from the cache instead of compiling again.
+    JAX_COMPILATION_CACHE_DIR=${PEER_JAX_CACHE:-/tmp/jax_peer_cache} \
+    timeout --kill-after=5 "$left" "$PY" benchmarks/official_torch.py \
       --official_dir "$OFFICIAL" --torch_python "$TORCH_PY" --output_dir "$DIR" \
       --output_name gpu_peer --device "$DEVICE" --models "${PEER_MODELS:-ponet,softmax}" \
       --batch "${PEER_TORCH_BATCH:-32}" --length "${PEER_LENGTH:-4096}" \
       --real_tokens "${PEER_REAL_TOKENS:-4000}" --warmup "${PEER_WARMUP:-3}" \
       --steps "${PEER_STEPS:-10}" --rounds "${PEER_ROUNDS:-2}" \
       --our_precisions bfloat16,float32 --our_impls "${PEER_IMPLS:-xla,cudnn}" \
-      --our_xla_flags inherit --budget_s "$left" 2>&1 | grep -v Warning | tee -a "$LOG" || true
+      --our_xla_flags inherit --budget_s $((left - 3)) 2>&1 | grep -v Warning | tee -a "$LOG" || true
   fi
   # b. The sweep in one process, until the deadline (5 s kept to write the files).
   left=$((deadline - SECONDS))
