@@ -32,6 +32,9 @@ def add_flop_rates(results: dict, device_kind: str) -> None:
   peak = peak_bf16_flops(device_kind)
   for entry, per_length in results.items():
     for length, point in per_length.items():
+      if point.get('status', 'ok') != 'ok':   # not run, out of memory, error: no rate
+        point.update(flops_used=None, flops_from=None, flops_per_s=None, peak_fraction=None)
+        continue
       flops, source = counted_flops(point)
       ref = results.get('softmax/xla', {}).get(length)
       if entry in ('softmax/cudnn', 'softmax/auto') and ref and counted_flops(ref)[0] > flops:

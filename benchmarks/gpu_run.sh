@@ -186,7 +186,7 @@ if [[ "$MODE" == peer ]]; then
       --real_tokens "${PEER_REAL_TOKENS:-4000}" --warmup "${PEER_WARMUP:-3}" \
       --steps "${PEER_STEPS:-10}" --rounds "${PEER_ROUNDS:-2}" \
       --our_precisions bfloat16,float32 --our_impls "${PEER_IMPLS:-xla,cudnn}" \
-      --our_xla_flags inherit --budget_s $((left - 3)) 2>&1 | grep -v Warning | tee -a "$LOG" || true
+      --our_xla_flags inherit --budget_s $((left - 3)) 2>&1 | grep --line-buffered -v Warning | tee -a "$LOG" || true
   fi
   # b. The sweep in one process, until the deadline (5 s kept to write the files).
   left=$((deadline - SECONDS))
@@ -197,12 +197,12 @@ if [[ "$MODE" == peer ]]; then
       --lengths "${PEER_LENGTHS:-1024,2048,4096,8192,16384}" --long_lengths= \
       --repeats "${PEER_REPEATS:-5}" --point_budget_s 2 \
       --memory_budget_gb "${PEER_MEMORY_GB:-0}" --deadline_s $((left - 5)) 2>&1 \
-      | grep -v Warning | tee -a "$LOG" || true
+      | grep --line-buffered -v Warning | tee -a "$LOG" || true
   fi
   # c. The cuDNN check, if time is left.
   left=$((deadline - SECONDS))
   if (( left >= ${PEER_CHECK_S:-40} )); then
-    timeout --kill-after=5 "$left" "$PY" benchmarks/check_cudnn.py 2>&1 | grep -v Warning \
+    timeout --kill-after=5 "$left" "$PY" benchmarks/check_cudnn.py 2>&1 | grep --line-buffered -v Warning \
       | tee -a "$LOG" || true
   else
     echo "peer: check_cudnn not run ($left s left)" | tee -a "$LOG"

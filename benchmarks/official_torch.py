@@ -142,9 +142,9 @@ def run_official(args) -> dict:
   torch.manual_seed(0)
   build = time.perf_counter()
   module = ModelForSC(config).to(device)
-  # As run_tasks.py: DataParallel over the visible GPUs (one here: it calls the module directly;
-  # with no GPU it is a pass-through).
-  model = torch.nn.DataParallel(module, device_ids=list(range(torch.cuda.device_count())))
+  # As run_tasks.py: wrapped in DataParallel, here over one GPU (one chip against one; it then
+  # calls the module directly), so a second GPU would not split the batch.
+  model = torch.nn.DataParallel(module, device_ids=[0]) if cuda else module
   model.train()
   optimizer = torch.optim.AdamW(model.parameters(), lr=training['learning_rate'],
                                 betas=(0.9, 0.999), eps=1e-6,

@@ -103,5 +103,6 @@ def test_flop_rates_take_xla_count_for_cudnn_and_the_peak_by_device_kind():
   assert results['linear']['1024']['flops_per_s'] == pytest.approx(3e12 / 2e-3)
   assert results['softmax/xla']['1024']['peak_fraction'] == pytest.approx(4e14 / 989e12)
   assert results['none']['1024']['flops_per_s'] is None
+  assert results['none']['1024']['flops_from'] is None
   rates.add_flop_rates(results, 'some new card')
   assert results['linear']['1024']['peak_fraction'] is None
