@@ -21,8 +21,18 @@ Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each po
                 hit them alike; repeats stop early once a point has used `--point_budget_s`;
   steps_per_s   1000 / step_ms;
   memory_bytes  CPU: XLA's compiled temp bytes of the step (`memory_analysis()`; deterministic);
-                GPU: peak device bytes of a fresh process that ran only this point;
+                GPU: peak device bytes of a fresh process that ran only this point, or
+                (`--isolate=no`: one process for the sweep, no process start and backend
+                start per point) the compiled program's argument + output + temp - aliased
+                bytes, checked against the card's memory before it runs;
   forward_gflops  `cost_analysis()` of the (lowered) forward + loss;
+  step_flops    `cost_analysis()` flops of the compiled training step;
+  flops_used    the larger of step_flops and 3 x forward (XLA:GPU's compiled count leaves out
+                the cuBLAS calls dots become; jax issue 22249); XLA counts nothing inside a
+                custom call such as cuDNN attention, so softmax/cudnn takes softmax/xla's count
+                at the same length when that is larger (`flops_from` says which);
+  flops_per_s   flops_used / step time; peak_fraction: that over the card's dense bf16 peak
+                (flop_rates.PEAK_BF16_FLOPS, by device_kind; None for an unknown card or a CPU);
   status        'ok' | 'out of memory' (CPU: temp + arguments exceed `--memory_budget_gb`, not run;
                 GPU: the allocator failed) | 'error: ...';
 and ratios to softmax/explicit and to the lower bound at the same length (efficiency.md has a table
@@ -30,7 +40,8 @@ of step time / bound for every entry and length), and the load average before an
 `--clock=cpu` times each step by the CPU time of the process (all its threads) instead of the wall
 clock: on a shared machine run it pinned to one core (`taskset -c 1 python benchmarks/...`), so that
 other processes' load does not enter the time and XLA's threads cannot overlap.
-Writes efficiency.json, efficiency.md (tables) and efficiency.png (log-log: time, memory, time
+`--deadline_s`: points not compiled before that many seconds are 'not run: budget spent' (the
+files are written after every length). Writes efficiency.json, efficiency.md (tables) and efficiency.png (log-log: time, memory, time
 ratio to softmax/explicit) to --output_dir. `--quick` is the smoke test the test suite runs.
 
 Mode `layer`: the older per-mixer measurement (one mixer layer, forward+backward, no optimizer).
@@ -76,6 +87,9 @@ from poolformers_jax.layers.common import check_sequence_input, compute_dtype  #
 from poolformers_jax.train import cli, host_memory, state as state_lib, step as step_lib  # noqa: E402
 from poolformers_jax.train.setup import make_setup, variables_of  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from flop_rates import add_flop_rates, peak_bf16_flops  # noqa: E402  (benchmarks/flop_rates.py)
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where efficiency.json / .md / .png are written.')
 flags.DEFINE_enum('mode', 'train', ['train', 'layer'], 'Whole training steps, or one mixer layer.')
@@ -93,7 +107,11 @@ flags.DEFINE_enum('clock', 'wall', ['wall', 'cpu'], 'Step time: wall clock, or C
 flags.DEFINE_float('point_budget_s', 20.0, 'Stop timing a point after this many seconds '
                    '(at least one timed step).')
 flags.DEFINE_float('memory_budget_gb', 8.0, 'CPU: points whose compiled temp + argument bytes '
-                   'exceed this are reported as out of memory and not run.')
+                   'exceed this are reported as out of memory and not run (GPU, one process: '
+                   'compiled total bytes); 0 on a GPU: the device\'s bytes_limit.')
+flags.DEFINE_float('deadline_s', 0, 'Stop compiling new points after this many seconds (0: '
+                   'never); the rest are reported as not run.')
+flags.DEFINE_bool('plot', True, 'Also write efficiency.png.')
 flags.DEFINE_enum('isolate', 'auto', ['auto', 'yes', 'no'], 'One subprocess per point (auto: on '
                   'GPU, where the peak device memory of a process is the measurement).')
 flags.DEFINE_string('resume_from', None, 'efficiency.json of an earlier run: its lengths are kept '
@@ -145,6 +163,15 @@ def on_gpu() -> bool:
   return jax.default_backend() == 'gpu'
 
 
+def step_flops(compiled) -> Optional[float]:
+  """flops of a compiled step by XLA's cost analysis (None where the program has none)."""
+  cost = getattr(compiled.run, 'cost_analysis', lambda: None)()
+  if isinstance(cost, (list, tuple)):   # older jax: one dict per program
+    cost = cost[0] if cost else None
+  flops = (cost or {}).get('flops')
+  return float(flops) if flops is not None and flops >= 0 else None
+
+
 def default_entries(dtype: str) -> list[str]:
   impls = ['explicit', 'xla']
   if cudnn_unavailable_reason(jnp.dtype(dtype), 64 // 2) is None:
@@ -192,7 +219,8 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
   variables = variables_of(train_state)
   runner = compiled.runner(train_state, setup.mesh, key)
   run = lambda state, data: (state, runner(data))   # the state lives in the runner
-  return (run, compiled.memory), variables, data, jax.jit(loss_fn)
+  stats = dict(compiled.memory, step_flops=step_flops(compiled))
+  return (run, stats), variables, data, jax.jit(loss_fn)
 
 
 def is_oom(error: Exception) -> bool:
@@ -200,19 +228,33 @@ def is_oom(error: Exception) -> bool:
   return 'RESOURCE_EXHAUSTED' in text or 'Out of memory' in text or 'out of memory' in text
 
 
-def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float) -> dict:
-  """Compiles one point: FLOPs, compiled memory, and (if it fits) what timing needs."""
+def memory_kind(gpu_peak: bool) -> str:
+  if gpu_peak:
+    return 'peak device bytes'
+  return 'compiled argument + output + temp bytes' if on_gpu() else 'compiled temp bytes'
+
+
+def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float,
+            gpu_peak: bool = True) -> dict:
+  """Compiles one point: FLOPs, compiled memory, and (if it fits) what timing needs.
+  `gpu_peak`: on a GPU this process runs only this point and reports its peak memory."""
   (compiled, memory), state, data, loss_fn = build_step(entry, length, batch, dtype)
   forward = loss_fn.lower(state, data).cost_analysis()
   point = {'status': 'ok', 'step_ms': None, 'steps_per_s': None, 'timed_steps': 0,
            'forward_gflops': float(forward.get('flops', float('nan'))) / 1e9,
+           'step_flops': memory['step_flops'],
            'compiled_temp_bytes': memory['temp'],
-           'argument_bytes': memory['argument'],
-           'memory_bytes': None, 'memory_kind': 'peak device bytes' if on_gpu()
-           else 'compiled temp bytes', 'first_step_s': None}
+           'argument_bytes': memory['argument'], 'compiled_total_bytes': memory['total'],
+           'memory_bytes': None, 'memory_kind': memory_kind(gpu_peak and on_gpu()),
+           'first_step_s': None}
   if not on_gpu():
     point['memory_bytes'] = point['compiled_temp_bytes']
     if point['compiled_temp_bytes'] + point['argument_bytes'] > budget_bytes:
+      point['status'] = 'out of memory'
+      return {'point': point}
+  elif not gpu_peak:   # one process for every point: the program's own bytes, not a peak
+    point['memory_bytes'] = point['compiled_total_bytes']
+    if point['memory_bytes'] > budget_bytes:
       point['status'] = 'out of memory'
       return {'point': point}
   start = time.perf_counter()
@@ -241,7 +283,7 @@ def finish(job: dict) -> dict:
     point['step_ms'] = statistics.median(job['times']) * 1e3
     point['steps_per_s'] = 1e3 / point['step_ms']
     point['timed_steps'] = len(job['times'])
-  if on_gpu() and point['status'] == 'ok':
+  if point.get('memory_kind') == 'peak device bytes' and point['status'] == 'ok':
     point['memory_bytes'] = int(jax.devices()[0].memory_stats()['peak_bytes_in_use'])
   return point
 
@@ -255,12 +297,33 @@ def guarded(fn, *args) -> dict:
     return {'point': {'status': f'error: {type(e).__name__}: {str(e).splitlines()[0][:300]}'}}
 
 
+NOT_RUN = 'not run: budget spent'
+
+
+def time_left(opts) -> float:
+  """Seconds to --deadline_s (inf without one)."""
+  if not opts.get('deadline_s'):
+    return float('inf')
+  return opts['deadline_s'] - (time.time() - opts['start'])
+
+
 def measure_length_in_process(entries, length, opts) -> dict:
-  """All entries at one length, compiled first, then timed round-robin (interleaved)."""
-  jobs = {e: guarded(prepare, e, length, opts['batch'], opts['dtype'], opts['budget'])
-          for e in entries}
+  """All entries at one length, compiled first, then timed round-robin (interleaved). Past the
+  deadline (--deadline_s) no further entry is compiled, and timing stops after one round."""
+  jobs = {}
+  for e in entries:
+    # the next compile would end past the deadline (estimate: the last one, of any length)
+    if time_left(opts) < opts.get('last_prepare_s', 0.0):
+      jobs[e] = {'point': {'status': NOT_RUN}}
+      continue
+    begin = time.time()
+    jobs[e] = guarded(prepare, e, length, opts['batch'], opts['dtype'], opts['budget'],
+                      opts.get('gpu_peak', False))
+    opts['last_prepare_s'] = time.time() - begin
   spent = {e: 0.0 for e in entries}
-  for _ in range(opts['repeats']):
+  for repeat in range(opts['repeats']):
+    if repeat and time_left(opts) <= 0:
+      break
     for e, job in jobs.items():
       if 'run' in job and spent[e] < opts['point_budget_s']:
         try:
@@ -272,7 +335,8 @@ def measure_length_in_process(entries, length, opts) -> dict:
 
 
 def measure_point_alone(entry, length, opts) -> dict:
-  job = guarded(prepare, entry, length, opts['batch'], opts['dtype'], opts['budget'])
+  job = guarded(prepare, entry, length, opts['batch'], opts['dtype'], opts['budget'],
+                opts.get('gpu_peak', True))
   spent = 0.0
   for _ in range(opts['repeats']):
     if 'run' not in job or spent >= opts['point_budget_s']:
@@ -281,15 +345,16 @@ def measure_point_alone(entry, length, opts) -> dict:
   return finish(job)
 
 
-def measure_point_subprocess(entry, length) -> dict:
+def measure_point_subprocess(entry, length, opts) -> dict:
   """A fresh process for one point, so its peak device memory is its own."""
   argv = [sys.executable, os.path.abspath(__file__), f'--point={entry}@{length}'] + [
       f'--{name}={FLAGS[name].value}' for name in
       ('batch', 'dtype', 'repeats', 'point_budget_s', 'memory_budget_gb', 'clock')]
+  timeout = min(FLAGS.point_timeout_s, max(time_left(opts), 1))
   try:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=FLAGS.point_timeout_s)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
   except subprocess.TimeoutExpired:
-    return {'status': f'error: no result in {FLAGS.point_timeout_s:.0f} s'}
+    return {'status': f'error: no result in {timeout:.0f} s'}
   lines = [l for l in proc.stdout.splitlines() if l.startswith('{')]
   if proc.returncode == 0 and lines:
     return json.loads(lines[-1])
@@ -329,7 +394,8 @@ def length_label(n: int) -> str:
 
 def fmt_cell(point: dict) -> tuple[str, str]:
   if point.get('status') != 'ok':
-    text = 'out of memory' if point.get('status') == 'out of memory' else 'error'
+    status = point.get('status') or ''
+    text = status if status in ('out of memory', NOT_RUN) else 'error'
     return text, text if point.get('memory_bytes') is None else f'{point["memory_bytes"] / 2**20:.0f}'
   time_text = f'{point["step_ms"]:.0f} ({point["steps_per_s"]:.2f}/s)' if point.get(
       'step_ms') else 'not timed'
@@ -357,7 +423,20 @@ def write_markdown(report: dict, path: str) -> None:
                for n in lengths]
       lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
     lines.append('')
-  lines += ['**step time / the no-mixing bound (`none`) at each length**', '', head, rule]
+  peak = s.get('peak_bf16_flops')
+  lines += [f'**achieved TFLOP/s (XLA cost_analysis flops of the step, or 3 x the forward\'s where '
+            f'larger, / step time; fraction of the {s["device"]}\'s dense bf16 peak, '
+            f'{"unknown" if not peak else f"{peak / 1e12:.0f} TFLOP/s"})**', '', head, rule]
+  for entry, per_length in results.items():
+    cells = []
+    for n in lengths:
+      p = per_length.get(str(n), {})
+      rate, frac = p.get('flops_per_s'), p.get('peak_fraction')
+      cells.append('-' if rate is None else f'{rate / 1e12:.3g}' + (
+          f' ({100 * frac:.2g} %)' if frac is not None else '') + (
+          f' [{p["flops_from"]}]' if p.get('flops_from') not in (None, 'compiled step') else ''))
+    lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
+  lines += ['', '**step time / the no-mixing bound (`none`) at each length**', '', head, rule]
   for entry, per_length in results.items():
     ratios = [per_length.get(str(n), {}).get('time_ratio_to_lower_bound') for n in lengths]
     lines.append(f'| {entry} | ' + ' | '.join('-' if r is None else f'{r:.2f}x' for r in ratios)
@@ -414,8 +493,11 @@ def run_train(argv_command: str) -> None:
   if FLAGS.quick:
     FLAGS.lengths, FLAGS.long_lengths, FLAGS.batch, FLAGS.repeats = ['32'], ['64'], 2, 1
     FLAGS.mixers = FLAGS.mixers or ['softmax/explicit', 'none']
+  isolate = FLAGS.isolate == 'yes' or (FLAGS.isolate == 'auto' and on_gpu())
   opts = dict(batch=FLAGS.batch, dtype=FLAGS.dtype, repeats=FLAGS.repeats,
-              point_budget_s=FLAGS.point_budget_s, budget=FLAGS.memory_budget_gb * 2**30)
+              point_budget_s=FLAGS.point_budget_s, budget=memory_budget_bytes(),
+              deadline_s=FLAGS.deadline_s, start=time.time(),
+              gpu_peak=on_gpu() and (bool(FLAGS.point) or isolate))
   if FLAGS.point:
     entry, length = FLAGS.point.rsplit('@', 1)
     print(json.dumps(measure_point_alone(entry, int(length), opts)), flush=True)
@@ -427,7 +509,6 @@ def run_train(argv_command: str) -> None:
                      f'{sorted(MIXERS)} (softmax/<explicit|xla|cudnn|auto>)')
   lengths = [int(n) for n in FLAGS.lengths]
   long_lengths = [int(n) for n in FLAGS.long_lengths]
-  isolate = FLAGS.isolate == 'yes' or (FLAGS.isolate == 'auto' and on_gpu())
   results: dict = {e: {} for e in entries}
   if FLAGS.resume_from:   # lengths already measured (each length is one process's work)
     with open(FLAGS.resume_from) as f:
@@ -446,7 +527,8 @@ def run_train(argv_command: str) -> None:
     todo = [e for e in todo if e not in skipped]
     load_before = os.getloadavg()[0]
     if isolate:
-      points = {e: measure_point_subprocess(e, length) for e in todo}
+      points = {e: measure_point_subprocess(e, length, opts) if time_left(opts) > 0 else
+                {'status': NOT_RUN} for e in todo}
     else:
       points = measure_length_in_process(todo, length, opts)
     points.update(skipped)
@@ -457,11 +539,21 @@ def run_train(argv_command: str) -> None:
       print(f'[{time.time() - start:6.0f}s] {e:18s} L={length:6d} {point["status"]:14s} '
             f'step_ms={point.get("step_ms")} mem={point.get("memory_bytes")}', flush=True)
     # Written after every length, so a run cut short still leaves its points.
-    write_report(results, lengths, long_lengths, isolate, argv_command)
+    write_report(results, lengths, long_lengths, isolate, argv_command, opts['gpu_peak'])
 
 
-def write_report(results, lengths, long_lengths, isolate, argv_command) -> None:
+def memory_budget_bytes() -> float:
+  """--memory_budget_gb in bytes; 0: the device's own limit (GPU) or none (CPU)."""
+  if FLAGS.memory_budget_gb > 0:
+    return FLAGS.memory_budget_gb * 2**30
+  stats = jax.devices()[0].memory_stats() or {}
+  return float(stats.get('bytes_limit', float('inf')))
+
+
+def write_report(results, lengths, long_lengths, isolate, argv_command, gpu_peak) -> None:
   add_ratios(results)
+  device_kind = jax.devices()[0].device_kind
+  add_flop_rates(results, device_kind)
   report = {'setup': dict(mode='train', batch=FLAGS.batch, dtype=FLAGS.dtype,
                           repeats=FLAGS.repeats, point_budget_s=FLAGS.point_budget_s,
                           memory_budget_gb=FLAGS.memory_budget_gb, lengths=lengths,
@@ -471,8 +563,9 @@ def write_report(results, lengths, long_lengths, isolate, argv_command) -> None:
                           device=jax.devices()[0].device_kind, jax=jax.__version__,
                           cpu_count=os.cpu_count(), cpus_allowed=len(os.sched_getaffinity(0)),
                           xla_flags=os.environ.get('XLA_FLAGS', ''),
-                          memory_kind='peak device bytes' if on_gpu() else
-                          'compiled temp bytes', command=argv_command,
+                          memory_kind=memory_kind(gpu_peak), command=argv_command,
+                          peak_bf16_flops=peak_bf16_flops(device_kind),
+                          deadline_s=FLAGS.deadline_s,
                           lower_bound='none = out(q * k + v) with the 4 Dense layers of '
                           'softmax attention, no token mixing'),
             'results': results}
@@ -487,7 +580,8 @@ def write_outputs(report: dict, lengths: list[int], title: str) -> None:
     json.dump(report, f, indent=2)
   if report['setup']['mode'] == 'train':
     write_markdown(report, os.path.join(FLAGS.output_dir, 'efficiency.md'))
-    plot(report['results'], lengths, os.path.join(FLAGS.output_dir, 'efficiency.png'), title)
+    if FLAGS.plot:
+      plot(report['results'], lengths, os.path.join(FLAGS.output_dir, 'efficiency.png'), title)
   print(f'wrote {FLAGS.output_dir}/efficiency.*', flush=True)
 
 

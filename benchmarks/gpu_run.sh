@@ -37,6 +37,26 @@
 #    finishes, then ponet fine-tuned from its best checkpoint in DIR (init_from, a new head);
 #    $LISTOPS_PRETRAIN_ARGS / $LISTOPS_FINETUNE_ARGS add flags to one stage (e.g.
 #    --config.num_train_steps=2500 to each: the scratch runs' 5 000 steps in all).
+# 4. Side by side with the authors' PyTorch, then the sweep with FLOP/s, in one call of at most
+#    $PEER_BUDGET_S seconds (default 200) -- installs, process starts and compiles included:
+#        bash benchmarks/gpu_run.sh peer
+#    (device tool: carry [".official", ".whl"]). In priority order, each stage given what is left:
+#    a. benchmarks/official_torch.py --device cuda: their LRA text step (lxchtan/PoNet
+#       examples/LRA/code from $PEER_OFFICIAL_DIR, default .official/ponet_lra_code, as
+#       run_tasks.py runs it: amp fp16 + GradScaler, batch 32 x 4096) under $PEER_TORCH_PYTHON
+#       (default: the same python; torch is the image's) against ours in bf16 and float32
+#       (softmax: xla and cudnn), one process at a time, $PEER_ROUNDS rounds (default 2) of
+#       $PEER_STEPS timed steps (10) after $PEER_WARMUP (3), peak device memory per process.
+#       Without their code or torch it says so in one line and times our side alone.
+#    b. benchmarks/efficiency.py, bf16, every mixer, softmax/xla and /cudnn and none, lengths
+#       $PEER_LENGTHS (default 1K-16K), batch $PEER_BATCH (default 32, the papers' tables), in ONE
+#       process (--isolate=no: memory = the compiled program's bytes, no process per point),
+#       FLOP/s and the fraction of the card's bf16 peak; points past the budget: not run.
+#    c. benchmarks/check_cudnn.py if $PEER_CHECK_S seconds (default 40) are left.
+#    Results: $OUT/peer/{gpu_peer.json,gpu_peer.md,efficiency.json,efficiency.md,log.txt}; the
+#    table's commit column is `git rev-parse --short HEAD`, or $PEER_COMMIT in a copy without .git.
+#    PEER_INSTALL=0 uses the python at hand and PEER_DEVICE=cpu runs it all on a CPU (the test,
+#    tests/test_gpu_run.py, with tiny PEER_* sizes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -45,7 +65,7 @@ WHEELS=(grain==0.2.18 tensorflow-datasets==4.9.10 ml_collections==1.1.0 tensorbo
         immutabledict==4.3.1 simple-parsing==0.1.9 tensorflow-metadata==1.21.0 termcolor==3.3.0
         toml==0.10.2 wrapt==2.5.2 portpicker==1.6.0)
 
-MODES=(download float32 bfloat16 listops)
+MODES=(download float32 bfloat16 listops peer)
 MODE=${1:-}
 if [[ " ${MODES[*]} " != *" $MODE "* ]]; then
   echo "error: mode '$MODE' is not one of ${MODES[*]}; e.g. bash benchmarks/gpu_run.sh bfloat16" >&2
@@ -151,6 +171,74 @@ if [[ "$MODE" == listops ]]; then
   done
   "$PY" benchmarks/listops_column.py --runs "$RUNS" --families "$FAMILIES" --pack "$OUT" \
     | tee "$OUT/listops.md"
+  exit 0
+fi
+
+if [[ "$MODE" == peer ]]; then
+  start=$SECONDS
+  deadline=$((SECONDS + ${PEER_BUDGET_S:-200}))
+  OUT=${OUT:-/tmp/gpu_run}
+  DIR="$OUT/peer"
+  mkdir -p "$DIR"
+  LOG="$DIR/log.txt"
+  if [[ "${PEER_INSTALL:-1}" == 1 ]]; then
+    if ! compgen -G '.whl/*.whl' > /dev/null; then
+      echo "error: .whl/ holds no wheels; run 'bash benchmarks/gpu_run.sh download' first" >&2
+      exit 2
+    fi
+    [[ -d /tmp/site ]] || "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
+    export PYTHONPATH=/tmp/site:$PWD
+  fi
+  DEVICE=${PEER_DEVICE:-cuda}
+  OFFICIAL=${PEER_OFFICIAL_DIR:-.official/ponet_lra_code}
+  TORCH_PY=${PEER_TORCH_PYTHON:-$PY}
+  {
+    if command -v nvidia-smi > /dev/null; then
+      nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true
+    fi
+    echo "installed in $((SECONDS - start)) s"
+  } > "$LOG"
+  if [[ ! -f "$OFFICIAL/model_wrapper.py" ]]; then
+    echo "peer: no official code at $OFFICIAL (lxchtan/PoNet examples/LRA/code): our side only" | tee -a "$LOG"
+    TORCH_PY=none
+  elif ! "$TORCH_PY" -c 'import torch' 2> /dev/null; then
+    echo "peer: $TORCH_PY cannot import torch: our side only" | tee -a "$LOG"
+    TORCH_PY=none
+  fi
+  # a. Side by side: every second left but a reserve for the sweep (PEER_SWEEP_RESERVE_S).
+  left=$((deadline - SECONDS - ${PEER_SWEEP_RESERVE_S:-0}))
+  if (( left >= 10 )); then
+    # Round 2 loads round 1's compiled programs from the cache instead of compiling again.
+    JAX_COMPILATION_CACHE_DIR=${PEER_JAX_CACHE:-/tmp/jax_peer_cache} \
+    timeout --kill-after=5 "$left" "$PY" benchmarks/official_torch.py \
+      --official_dir "$OFFICIAL" --torch_python "$TORCH_PY" --output_dir "$DIR" \
+      --output_name gpu_peer --device "$DEVICE" --models "${PEER_MODELS:-ponet,softmax}" \
+      --batch "${PEER_TORCH_BATCH:-32}" --length "${PEER_LENGTH:-4096}" \
+      --real_tokens "${PEER_REAL_TOKENS:-4000}" --warmup "${PEER_WARMUP:-3}" \
+      --steps "${PEER_STEPS:-10}" --rounds "${PEER_ROUNDS:-2}" \
+      --our_precisions bfloat16,float32 --our_impls "${PEER_IMPLS:-xla,cudnn}" \
+      --our_xla_flags inherit --budget_s $((left - 3)) 2>&1 | grep --line-buffered -v Warning | tee -a "$LOG" || true
+  fi
+  # b. The sweep in one process, until the deadline (5 s kept to write the files).
+  left=$((deadline - SECONDS))
+  if (( left >= 15 )); then
+    timeout --kill-after=5 "$left" "$PY" benchmarks/efficiency.py --output_dir "$DIR" \
+      --dtype bfloat16 --batch "${PEER_BATCH:-32}" --isolate=no --noplot \
+      --mixers "${PEER_MIXERS:-softmax/xla,softmax/cudnn,linear,ponet,adamra,contextpool,sac,msac,none}" \
+      --lengths "${PEER_LENGTHS:-1024,2048,4096,8192,16384}" --long_lengths= \
+      --repeats "${PEER_REPEATS:-5}" --point_budget_s 2 \
+      --memory_budget_gb "${PEER_MEMORY_GB:-0}" --deadline_s $((left - 5)) 2>&1 \
+      | grep --line-buffered -v Warning | tee -a "$LOG" || true
+  fi
+  # c. The cuDNN check, if time is left.
+  left=$((deadline - SECONDS))
+  if (( left >= ${PEER_CHECK_S:-40} )); then
+    timeout --kill-after=5 "$left" "$PY" benchmarks/check_cudnn.py 2>&1 | grep --line-buffered -v Warning \
+      | tee -a "$LOG" || true
+  else
+    echo "peer: check_cudnn not run ($left s left)" | tee -a "$LOG"
+  fi
+  echo "peer: done in $((SECONDS - start)) s of ${PEER_BUDGET_S:-200}" | tee -a "$LOG"
   exit 0
 fi
 

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 
+from sized_models import load_benchmark
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ('status', 'step_ms', 'steps_per_s', 'timed_steps', 'forward_gflops',
           'compiled_temp_bytes', 'argument_bytes', 'memory_bytes', 'memory_kind',
@@ -74,3 +76,33 @@ def test_topology_mode_compiles_each_point_for_a_tpu_slice(tmp_path):
   assert again.returncode == 0 and ' L=' not in again.stdout, again.stdout + again.stderr[-2000:]
   resumed = json.loads((tmp_path / 'efficiency_tpu.json').read_text())['results']
   assert resumed['none']['32']['step_ms'] == bound['step_ms']
+
+
+def test_flop_rates_take_xla_count_for_cudnn_and_the_peak_by_device_kind():
+  """FLOP/s = XLA's flops of the step (or 3 x the forward's, where XLA:GPU's compiled count
+  misses the cuBLAS calls) / step time; XLA counts nothing inside cuDNN's custom call, so
+  softmax/cudnn takes softmax/xla's count at the same length where there is one."""
+  rates = load_benchmark('flop_rates')   # efficiency.py's FLOP/s part, without its flags
+  assert rates.peak_bf16_flops('NVIDIA H200') == 989e12
+  assert rates.peak_bf16_flops('NVIDIA H100 80GB HBM3') == 989e12
+  assert rates.peak_bf16_flops('NVIDIA H100 PCIe') == 756e12
+  assert rates.peak_bf16_flops('cpu') is None
+  results = {'softmax/xla': {'1024': {'step_flops': 4e12, 'forward_gflops': 1e3, 'step_ms': 10.0}},
+             'softmax/cudnn': {'1024': {'step_flops': 1e12, 'forward_gflops': 1e2, 'step_ms': 5.0},
+                               '2048': {'step_flops': 2e12, 'step_ms': 8.0}},
+             'linear': {'1024': {'step_flops': 1e9, 'forward_gflops': 1e3, 'step_ms': 2.0}},
+             'none': {'1024': {'status': 'not run: budget spent'}}}
+  rates.add_flop_rates(results, 'NVIDIA H200')
+  cudnn = results['softmax/cudnn']['1024']
+  assert cudnn['flops_from'] == 'softmax/xla' and cudnn['flops_per_s'] == 4e12 / 5e-3
+  assert cudnn['peak_fraction'] == pytest.approx(8e14 / 989e12)
+  assert results['softmax/cudnn']['2048']['flops_from'] == 'compiled step'   # no xla point
+  assert results['softmax/cudnn']['2048']['flops_used'] == 2e12
+  # a compiled count below 3 x the forward's (GPU: gemms as custom calls): the forward's
+  assert results['linear']['1024']['flops_from'] == '3 x forward'
+  assert results['linear']['1024']['flops_per_s'] == pytest.approx(3e12 / 2e-3)
+  assert results['softmax/xla']['1024']['peak_fraction'] == pytest.approx(4e14 / 989e12)
+  assert results['none']['1024']['flops_per_s'] is None
+  assert results['none']['1024']['flops_from'] is None
+  rates.add_flop_rates(results, 'some new card')
+  assert results['linear']['1024']['peak_fraction'] is None

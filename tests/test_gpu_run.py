@@ -115,3 +115,47 @@ def test_a_self_pretrained_family_pretrains_then_fine_tunes_from_its_best_checkp
   # Fine-tuning started: the pre-training's resume checkpoints stay behind, its best comes back.
   assert any(n.startswith('linear-spt/pretrain/best/') for n in names)
   assert not any(n.startswith('linear-spt/pretrain/checkpoints/') for n in names)
+
+
+def test_peer_mode_runs_end_to_end_on_cpu_within_its_budget(tmp_path):
+  """`gpu_run.sh peer` with tiny sizes on the CPU: the side by side (here without torch: one line
+  says so and our side runs alone), then the sweep in one process with FLOP/s columns, the cuDNN
+  check skipped for want of time; at most the five files the device tool brings back."""
+  out, official = tmp_path / 'out', tmp_path / 'official'
+  official.mkdir()
+  (official / 'model_wrapper.py').write_text('')   # their code "present": the torch check next
+  env = dict(os.environ, OUT=str(out), PEER_INSTALL='0', PYTHON=sys.executable,
+             PEER_OFFICIAL_DIR=str(official),
+             PEER_DEVICE='cpu', JAX_PLATFORMS='cpu', PEER_BUDGET_S='500',
+             PEER_TORCH_PYTHON=str(tmp_path / 'no_torch_here'), PEER_MODELS='ponet',
+             PEER_TORCH_BATCH='2', PEER_LENGTH='64', PEER_REAL_TOKENS='50', PEER_WARMUP='1',
+             PEER_STEPS='1', PEER_ROUNDS='1', PEER_MIXERS='softmax/xla,none',
+             PEER_LENGTHS='32', PEER_BATCH='2', PEER_REPEATS='1', PEER_CHECK_S='100000',
+             PEER_JAX_CACHE=str(tmp_path / 'cache'))
+  proc = subprocess.run(['bash', 'benchmarks/gpu_run.sh', 'peer'], cwd=REPO, env=env,
+                        capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr
+  peer = out / 'peer'
+  assert sorted(p.name for p in peer.iterdir()) == [
+      'efficiency.json', 'efficiency.md', 'gpu_peer.json', 'gpu_peer.md', 'log.txt']
+  log = (peer / 'log.txt').read_text()
+  assert 'cannot import torch: our side only' in log and 'check_cudnn not run' in log
+  record = json.loads((peer / 'gpu_peer.json').read_text())['models']['ponet']
+  assert list(record['runs']) == ['ours ponet bfloat16', 'ours ponet float32']
+  assert all(runs[0]['status'] == 'ok' for runs in record['runs'].values()), record['runs']
+  table = (peer / 'gpu_peer.md').read_text()
+  assert '| ponet | bfloat16 vs ? | - |' in table and '| ponet | float32 vs ? | - |' in table
+  sweep = json.loads((peer / 'efficiency.json').read_text())
+  assert sweep['setup']['dtype'] == 'bfloat16' and sweep['setup']['isolated'] is False
+  assert sweep['setup']['peak_bf16_flops'] is None            # a CPU: no peak, no fraction
+  assert sorted(sweep['results']) == ['none', 'softmax/xla']
+  for entry, per_length in sweep['results'].items():
+    point = per_length['32']
+    assert point['status'] == 'ok' and point['step_flops'] > 0, (entry, point)
+    assert point['flops_used'] == max(point['step_flops'], 3e9 * point['forward_gflops'])
+    assert point['flops_per_s'] == pytest.approx(point['flops_used'] / (point['step_ms'] / 1e3))
+    assert point['peak_fraction'] is None and point['flops_from'] in ('compiled step', '3 x forward')
+  # The lower bound skips the [L, L] products: fewer flops per step than softmax.
+  assert sweep['results']['none']['32']['step_flops'] < sweep['results']['softmax/xla']['32'][
+      'step_flops']
+  assert '**achieved TFLOP/s' in (peer / 'efficiency.md').read_text()
