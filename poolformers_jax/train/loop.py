@@ -32,7 +32,7 @@ import numpy as np
 
 from poolformers_jax import data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, init_from, sharding
+from poolformers_jax.train import config_utils, init_from, run_lock, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.evaluate import (evaluate_state, hypotheses_path, make_eval_step,
@@ -159,8 +159,16 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   `stop_at`: stop after this global step as if preempted (checkpoint saved, status 'preempted').
   `start_over`: when every checkpoint of `workdir` is damaged, train from step 0 instead of
   stopping with CheckpointError.
+  A workdir another live process trains is refused (run_lock.RunInProgressError, one line)
+  before anything is read or compiled; process 0 holds the lock for the run.
   """
   sharding.maybe_initialize_distributed()
+  with run_lock.RunLock(workdir, enabled=jax.process_index() == 0):
+    return _train_and_evaluate(config, workdir, stop_at=stop_at, start_over=start_over)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                        stop_at: Optional[int], start_over: bool) -> TrainResult:
   if checkpoint_lib.holds_checkpoints(workdir):   # a resume continues the run's own model
     config = config_utils.with_run_model(config, workdir, todo='resume with the config the run '
                                          'was trained with, or train this one in another --workdir')
