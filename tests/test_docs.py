@@ -335,7 +335,8 @@ def test_pyproject_installs_the_tested_stack():
 
 def test_api_md_lists_every_registered_mixer_and_model():
   """docs/api.md has one section per registered mixer and model, naming its class, with its
-  arguments (and their simple defaults) as the code has them; the mixer table's `causal` column
+  arguments as the code has them: required ones bare, the others with their default (`=…` where
+  it is no plain value), so required and optional cannot drift; the mixer table's `causal` column
   says yes exactly where the class has a `causal` option."""
   import dataclasses
   import typing
@@ -356,8 +357,10 @@ def test_api_md_lists_every_registered_mixer_and_model():
       if default is dataclasses.MISSING and field.default_factory is not dataclasses.MISSING:
         default = field.default_factory()
       simple = isinstance(default, (int, float, str, bool, type(None), tuple))
-      items.append(f'`{field.name}={default!r}`' if simple and default is not dataclasses.MISSING
-                   else f'`{field.name}`')
+      if default is dataclasses.MISSING:   # required: no `=`
+        items.append(f'`{field.name}`')
+      else:   # a default that is no plain value (jnp.float32, an initializer) is `=…`
+        items.append(f'`{field.name}={default!r}`' if simple else f'`{field.name}=…`')
     return ', '.join(items)
 
   for name, cls in classes.items():

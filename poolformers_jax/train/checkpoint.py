@@ -328,9 +328,33 @@ def holds_checkpoints(workdir: str) -> bool:
   return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
 
 
-def restore_for_reading(workdir: str, config, which: str, abstract_state: Any) -> tuple[Any, int]:
+def _check_whole_state(abstract_state: Any) -> None:
+  """A checkpoint holds the whole train state and is verified leaf by leaf against its record:
+  a part of it (the parameters alone) would read as another model's ("it has step, which this
+  config does not"), so say what to pass instead."""
+  fields = ('step', 'params', 'opt_state')
+  if isinstance(abstract_state, dict):
+    missing = [f for f in fields if f not in abstract_state]
+  else:
+    missing = [f for f in fields if not hasattr(abstract_state, f)]
+  if missing:
+    raise ValueError(f'restore_for_reading reads the whole train state, and the tree given has '
+                     f'no {", ".join(missing)}: pass make_setup(config).abstract_state, or use '
+                     'poolformers_jax.load_run(workdir).params for the parameters alone')
+
+
+def restore_for_reading(workdir: str, config, which: Union[str, int],
+                        abstract_state: Any) -> tuple[Any, int]:
   """(state, step) of checkpoint `which` (best | latest | averaged | a step) of a run, opened
-  read-only and closed again: what eval and translate load."""
+  read-only and closed again: THE way a run is read (eval.py, translate, load_run).
+  `abstract_state`: the whole train state's (make_setup(config).abstract_state), whose shardings
+  place the restored arrays."""
+  _check_whole_state(abstract_state)
+  # A finished run may keep only best/ (benchmarks/listops_column.py packs it so).
+  if not any(os.path.isdir(os.path.join(workdir, name))
+             for name in (LATEST_DIR, BEST_DIR, AVERAGED_DIR)):
+    raise CheckpointError(f'{workdir} holds no training run (no {LATEST_DIR}/ nor {BEST_DIR}/); '
+                          'pass the --workdir of a train.py run')
   checkpointer = Checkpointer(workdir, best_metric=config.best_metric, best_mode=config.best_mode,
                               read_only=True)
   try:
