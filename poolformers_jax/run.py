@@ -138,29 +138,18 @@ def load_run(workdir: str, checkpoint: Union[str, int] = 'best') -> 'Run':
       raise FileNotFoundError(f'{path} (the SentencePiece model of this run) is missing; it is '
                               'written beside the data by train.py')
   setup = make_setup(config, need_files=False, mesh=_mesh_for(config))
-  quiet = _QuietReadOnly()
-  logging.getLogger().addFilter(quiet)
-  absl_handler = _absl_handler()
-  if absl_handler is not None:
-    absl_handler.addFilter(quiet)
+  quiet, loggers = _QuietReadOnly(), [logging.getLogger('absl'), logging.getLogger()]
+  for logger in loggers:   # orbax logs through absl's logger; a logger's filter sees its own
+    logger.addFilter(quiet)
   try:
     state, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
                                                      setup.abstract_state)
   finally:
-    logging.getLogger().removeFilter(quiet)
-    if absl_handler is not None:
-      absl_handler.removeFilter(quiet)
+    for logger in loggers:
+      logger.removeFilter(quiet)
   return Run(workdir=workdir, checkpoint=str(checkpoint), step=int(step), config=setup.config,
              model=setup.model, params=state.params, batch_stats=state.batch_stats,
              _setup=setup)
-
-
-def _absl_handler():
-  try:
-    from absl import logging as absl_logging
-    return absl_logging.get_absl_handler()
-  except ImportError:
-    return None
 
 
 @dataclasses.dataclass
