@@ -86,6 +86,15 @@ def test_checkpoints_by_name_and_step_and_the_params_are_the_checkpoints(run_dir
   assert all(jax.tree.leaves(same))
 
 
+def test_load_run_logs_no_warnings(run_dir, caplog):
+  """No orbax 'Sharding info not provided' (the abstract state carries the shardings) nor its
+  notes that a read-only manager is read-only."""
+  import logging
+  with caplog.at_level(logging.INFO):
+    poolformers_jax.load_run(run_dir)
+  assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
 def test_one_line_refusals(run_dir, tmp_path):
   with pytest.raises(FileNotFoundError, match='not found: pass the workdir of a train.py run'):
     poolformers_jax.load_run(str(tmp_path / 'nothing'))
@@ -157,3 +166,33 @@ def test_config_load_is_the_trainers_and_complete_fills_what_build_model_needs(d
   assert (completed.model.vocab_size, completed.model.num_classes,
           completed.model.max_length) == (18, 10, 48)
   assert build_model(completed).vocab_size == 18
+
+
+def _images(shape):
+  return np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+
+
+@pytest.mark.parametrize('name,raw,record', [
+    ('lra_text', 'héllo, wörld', {'text': 'héllo, wörld'.encode(), 'label': 1}),   # TFDS: bytes
+    ('lra_retrieval', ('first paper', 'second one'),
+     {'text1': 'first paper', 'text2': 'second one', 'label': 0}),
+    ('lra_image', _images((32, 32, 3)), {'image': _images((32, 32, 3)), 'label': 3}),
+    ('lra_pathfinder', _images((32, 32)), {'image': _images((32, 32)), 'label': 1}),
+    ('cifar10', _images((32, 32, 3)), {'image': _images((32, 32, 3)), 'label': 3}),
+], ids=['lra_text', 'lra_retrieval', 'lra_image', 'lra_pathfinder', 'cifar10'])
+def test_encode_makes_the_datasets_own_eval_examples(name, raw, record):
+  """A raw input becomes what the dataset's source + preprocess make of the same content."""
+  import types
+  import ml_collections
+  from poolformers_jax.data import DATASETS, get_data_config
+  data_config = get_data_config(name)
+  if name in ('lra_text', 'lra_retrieval'):
+    data_config.max_length = 64
+  run = poolformers_jax.Run(
+      workdir='w', checkpoint='best', step=0, model=None, params=None,
+      config=ml_collections.ConfigDict({'data': data_config}),
+      _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='classification')))
+  want = DATASETS[name].preprocess(record, data_config, None)['inputs']
+  got = run.encode([raw, raw])['inputs']
+  assert got.shape == (2,) + want.shape and got.dtype == want.dtype
+  np.testing.assert_array_equal(got[1], want)
