@@ -117,6 +117,19 @@ def test_one_line_refusals(run_dir, tmp_path):
     run.predict('[MAX 2 9 ]')
 
 
+def test_a_run_loads_without_its_data_files(run_dir, tmp_path):
+  """A run trained on the LRA TSV files loads where they are absent: the model needs no file."""
+  import shutil
+  copy = str(tmp_path / 'run')
+  shutil.copytree(run_dir, copy)
+  path = os.path.join(copy, 'config.json')
+  config = json.load(open(path))
+  config['data'].update(source='tsv', tsv_dir=str(tmp_path / 'absent'))
+  json.dump(config, open(path, 'w'))
+  run = poolformers_jax.load_run(copy, checkpoint='latest')
+  assert run.predict(['[MAX 2 9 ]']).shape == (1,)
+
+
 def test_a_damaged_checkpoint_is_refused_in_one_line(run_dir, tmp_path):
   import shutil
   copy = str(tmp_path / 'run')
