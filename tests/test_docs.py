@@ -418,3 +418,37 @@ def test_the_readme_use_a_trained_run_block_runs(tmp_path, capsys):
   logits = run.logits(ast.literal_eval(inputs))
   assert logits.shape == (3, 10) and printed == f'{np.argmax(logits, -1)}\n'
   assert scope['config'].model.dim == 64 and scope['config'].model.mixer == 'ponet'
+
+
+# README: "The padding's values never change the real outputs; its amount changes PoNet's and
+# AdaMRA's by design" (their segments are cut from the padded length).
+AMOUNT_MATTERS = ('adamra', 'ponet')
+
+
+def test_the_readme_padding_sentence_holds_for_every_mixer():
+  """40 real tokens: padded to 64 with zeros or with noise (x100) gives the same real outputs for
+  every mixer; padded to 100 instead, the same except for PoNet and AdaMRA, where it differs."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+  from poolformers_jax.layers import build_mixer
+  from poolformers_jax.registry import MIXERS
+  real, dim = 40, 16
+  x_real = np.random.default_rng(0).normal(size=(1, real, dim)).astype(np.float32)
+
+  def padded(length, scale):
+    pad = np.random.default_rng(1).normal(size=(1, length - real, dim)) * scale
+    return (jnp.asarray(np.concatenate([x_real, pad.astype(np.float32)], 1)),
+            jnp.arange(length)[None] < real)
+
+  amounts = {}
+  for name in sorted(MIXERS):
+    mixer = build_mixer(name, shared=dict(num_heads=2), **({'segment_num': 4} if name == 'ponet'
+                                                           else {}))
+    params = mixer.init(jax.random.PRNGKey(1), *padded(64, 0.0))
+    out = lambda length, scale: mixer.apply(params, *padded(length, scale))[0, :real]
+    base = out(64, 0.0)
+    assert float(jnp.abs(out(64, 100.0) - base).max()) < 1e-5, name
+    amounts[name] = float(jnp.abs(out(100, 0.0) - base).max())
+  assert {name for name, change in amounts.items() if change > 1e-2} == set(AMOUNT_MATTERS), amounts
+  assert all(change < 1e-5 for name, change in amounts.items() if name not in AMOUNT_MATTERS)
