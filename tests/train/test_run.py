@@ -117,7 +117,7 @@ def test_one_line_refusals(run_dir, tmp_path):
     run.predict('[MAX 2 9 ]')
 
 
-def test_a_run_loads_without_its_data_files(run_dir, tmp_path):
+def test_a_run_loads_without_its_data_files_on_the_devices_at_hand(run_dir, tmp_path):
   """A run trained on the LRA TSV files loads where they are absent: the model needs no file."""
   import shutil
   copy = str(tmp_path / 'run')
@@ -125,9 +125,13 @@ def test_a_run_loads_without_its_data_files(run_dir, tmp_path):
   path = os.path.join(copy, 'config.json')
   config = json.load(open(path))
   config['data'].update(source='tsv', tsv_dir=str(tmp_path / 'absent'))
+  # Batch sizes that do not split over the 8 devices here: as many devices as split them evenly.
+  config.update(batch_size=6, eval_batch_size=3)
   json.dump(config, open(path, 'w'))
   run = poolformers_jax.load_run(copy, checkpoint='latest')
-  assert run.predict(['[MAX 2 9 ]']).shape == (1,)
+  assert run.predict(['[MAX 2 9 ]', '[MIN 4 7 ]'], batch_size=2).shape == (2,)
+  leaf = run.params['head']['logits']['kernel']
+  assert leaf.sharding.mesh.devices.size == 3 and leaf.sharding.is_fully_replicated
 
 
 def test_a_damaged_checkpoint_is_refused_in_one_line(run_dir, tmp_path):
