@@ -9,7 +9,7 @@ run's own input processing).
 A run is read as eval.py and `python -m poolformers_jax.translate` read it: the run's own
 DIR/config.json (model and data settings), `make_setup` and `checkpoint.restore_for_reading` (the
 checkpoint verified against its integrity record, restored onto the devices at hand with their
-shardings: no orbax warnings). Raw inputs become examples through the dataset's own `preprocess`
+shardings: no orbax warnings); only the model's variables are read, not the optimizer state. Raw inputs become examples through the dataset's own `preprocess`
 (data/<dataset>.py), exactly as evaluation makes them: ListOps strings lose their parentheses
 where the run dropped them (config.data.keep_parentheses), text becomes the run's bytes or
 WordPiece ids, images the run's pixels. What a raw input is, per dataset:
@@ -141,15 +141,19 @@ def load_run(workdir: str, checkpoint: Union[str, int] = 'best') -> 'Run':
   quiet, loggers = _QuietReadOnly(), [logging.getLogger('absl'), logging.getLogger()]
   for logger in loggers:   # orbax logs through absl's logger; a logger's filter sees its own
     logger.addFilter(quiet)
+  # The model's variables only: the optimizer state (2x the parameters for Adam) is not read.
+  abstract = {'params': setup.abstract_state.params}
+  if setup.abstract_state.batch_stats is not None:
+    abstract['batch_stats'] = setup.abstract_state.batch_stats
   try:
-    state, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
-                                                     setup.abstract_state)
+    restored, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
+                                                        abstract)
   finally:
     for logger in loggers:
       logger.removeFilter(quiet)
   return Run(workdir=workdir, checkpoint=str(checkpoint), step=int(step), config=setup.config,
-             model=setup.model, params=state.params, batch_stats=state.batch_stats,
-             _setup=setup)
+             model=setup.model, params=restored['params'],
+             batch_stats=restored.get('batch_stats'), _setup=setup)
 
 
 @dataclasses.dataclass

@@ -150,14 +150,28 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(run_dir, tmp_path):
     poolformers_jax.load_run(copy, checkpoint='latest')
 
 
-def test_restore_for_reading_refuses_a_params_only_tree_saying_what_to_pass(run_dir):
+def test_restore_for_reading_reads_the_parameters_alone(run_dir):
+  """A dict of some of the state's fields reads those only (verified against the record); it was
+  refused as 'a different model: it has step, which this config does not'."""
   run = poolformers_jax.load_run(run_dir, checkpoint='latest')
   setup = make_setup(run.config, need_files=False)
-  with pytest.raises(ValueError, match=r'reads the whole train state, and the tree given has no '
-                     r'step, opt_state: pass make_setup\(config\).abstract_state, or use '
-                     r'poolformers_jax.load_run\(workdir\).params'):
+  whole, step = checkpoint_lib.restore_for_reading(run_dir, run.config, 'latest',
+                                                   setup.abstract_state)
+  part, same_step = checkpoint_lib.restore_for_reading(run_dir, run.config, 'latest',
+                                                       {'params': setup.abstract_state.params})
+  assert sorted(part) == ['params'] and same_step == step == 4
+  import jax
+  assert jax.tree.structure(part['params']) == jax.tree.structure(whole.params)
+  assert all(jax.tree.leaves(jax.tree.map(lambda a, b: bool((np.asarray(a) == np.asarray(b)).all()),
+                                          part['params'], whole.params)))
+  with pytest.raises(ValueError, match=r"\['weights'\] are no fields of a train state"):
     checkpoint_lib.restore_for_reading(run_dir, run.config, 'latest',
-                                       {'params': setup.abstract_state.params})
+                                       {'weights': setup.abstract_state.params})
+  wrong = jax.tree.map(lambda a: jax.ShapeDtypeStruct((a.shape[0] + 1,) + a.shape[1:], a.dtype,
+                                                      sharding=a.sharding),
+                       {'params': setup.abstract_state.params})
+  with pytest.raises(ValueError, match=r'made by a different model: params/\S+ has shape'):
+    checkpoint_lib.restore_for_reading(run_dir, run.config, 'latest', wrong)
 
 
 def test_config_load_is_the_trainers_and_complete_fills_what_build_model_needs(data_dir):
