@@ -8,6 +8,7 @@ import zipfile
 
 import jax
 import numpy as np
+import pytest
 import tensorflow_datasets as tfds
 
 import cifar
@@ -81,7 +82,6 @@ def test_char_lm_trains_with_per_token_loss_and_bits(tmp_path):
   np.testing.assert_allclose(probabilities[0], np.asarray(jax.nn.softmax(logits[0, 3])),
                              rtol=1e-5, atol=1e-7)
   assert np.abs(logits[0, 3] - logits[0, 0]).max() > 1e-4   # a position is its own prediction
-  import pytest
   with pytest.raises(ValueError, match=r"^input 0: text has 40 symbols > "
                      r"config.data.max_length=32, too long"):
     run.predict(['a' * 40])
