@@ -25,3 +25,13 @@ def _cpu_when_libtpu_has_no_chip() -> None:
 
 
 _cpu_when_libtpu_has_no_chip()
+
+
+def __getattr__(name: str):
+  """Lazy exports: `import poolformers_jax` stays light (no jax) until one is used."""
+  if name in ('load_run', 'Run'):
+    from poolformers_jax import run
+    return getattr(run, name)
+  if name == 'config':   # poolformers_jax.config.load / complete
+    return importlib.import_module('poolformers_jax.config')
+  raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -12,29 +12,21 @@ line `error: ...` and exit code 2.
 """
 from __future__ import annotations
 
-import os
 import sys
 
 from absl import app, flags
 
 from poolformers_jax import errors
-from poolformers_jax.data import translation
-from poolformers_jax.train import checkpoint as checkpoint_lib, cli, config_utils
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.run import load_run
+from poolformers_jax.train import cli, config_utils
 
 def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', **decode) -> list[str]:
   """Translations of `lines` by the `checkpoint` of `workdir` (decode: beam_size, alpha,
-  batch_tokens)."""
+  batch_tokens): `load_run(workdir, checkpoint).predict(lines)`, the one way a run is read."""
   config = config_utils.load_saved_config(workdir)
   if config.model.name != 'transformer_seq2seq':
     raise ValueError(f'{workdir} trained {config.model.name!r}, not a translation model.')
-  path = translation.vocab_path(config.data)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'{path} (the SentencePiece model of this run) is missing; it is '
-                            'written beside the data by train.py')
-  setup = make_setup(config, need_files=False)
-  state, _ = checkpoint_lib.restore_for_reading(workdir, config, checkpoint, setup.abstract_state)
-  return setup.decoder.translate(state.params, lines, **decode)
+  return load_run(workdir, checkpoint).predict(lines, **decode)
 
 
 def _translate():

@@ -471,6 +471,15 @@ def info(data_config) -> base.DatasetInfo:
                           split_sizes=sizes)
 
 
+def shapes(data_config) -> base.DatasetInfo:
+  """The info without reading any file (no split sizes): what a trained run's model needs where
+  its TSV files are absent (load_run, summary)."""
+  _check_source(data_config)
+  return base.DatasetInfo(name='listops', task='classification', num_classes=NUM_CLASSES,
+                          vocab_size=len(VOCAB), input_shape=(data_config.max_length,),
+                          split_sizes={})
+
+
 def config():
   c = base.common_config('listops', 2048)
   c.source = 'generated'          # 'generated' (seeded, auto-prepared) | 'tsv' (LRA release files)
@@ -482,7 +491,7 @@ def config():
 
 
 base.register_dataset('listops', base.DatasetSpec(info=info, source=source, preprocess=preprocess,
-                                                  config=config))
+                                                  config=config, shapes=shapes))
 
 
 @errors.one_line_errors

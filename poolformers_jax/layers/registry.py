@@ -4,7 +4,8 @@ Mixer classes register with `@register_mixer('name')` (their files are listed in
 poolformers_jax/registry.py). Models never branch on a mixer name; they call
 `build_mixer(name, shared=dict(num_heads=..., causal=..., dropout_rate=...), **config_kwargs)`.
 Shared arguments are passed only to mixers that declare them as fields, and an unknown keyword
-fails with the list of valid ones.
+fails with the list of valid ones; a missing required argument (PoNet's `segment_num`) fails in
+one line naming it.
 """
 from __future__ import annotations
 
@@ -15,11 +16,26 @@ import flax.linen as nn
 
 from poolformers_jax.registry import MIXERS, register_mixer
 
-__all__ = ['MIXERS', 'build_mixer', 'mixer_fields', 'register_mixer']
+__all__ = ['MIXERS', 'build_mixer', 'check_required', 'mixer_fields', 'register_mixer']
 
 
 def mixer_fields(cls: type[nn.Module]) -> set[str]:
   return {f.name for f in dataclasses.fields(cls) if f.name not in ('parent', 'name')}
+
+
+def required_fields(cls: type[nn.Module]) -> set[str]:
+  return {f.name for f in dataclasses.fields(cls) if f.name not in ('parent', 'name')
+          and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+
+
+def check_required(name: str, given) -> None:
+  """One line naming the arguments mixer `name` needs that `given` lacks (PoNet's segment_num)."""
+  cls = MIXERS[name]
+  missing = sorted(required_fields(cls) - set(given))
+  if missing:
+    raise ValueError(f'mixer {name!r} ({cls.__name__}) needs {missing}: set '
+                     f'config.model.mixer_kwargs.{missing[0]} (--config.model.mixer_kwargs.'
+                     f'{missing[0]}=...), or pass {missing[0]}= to build_mixer; see docs/api.md')
 
 
 def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: Any) -> nn.Module:
@@ -36,4 +52,5 @@ def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: An
     raise ValueError(f'mixer {name!r} ({cls.__name__}) cannot run causally; '
                      f'pick a mixer with a `causal` option for a language model.')
   args.update(kwargs)
+  check_required(name, args)   # else a raw TypeError from the dataclass __init__
   return cls(**args)

@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock, check_choice
-from poolformers_jax.layers.registry import build_mixer
+from poolformers_jax.layers.registry import MIXERS, build_mixer, check_required
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
 # 'gelu_exact' the erf form of timm / the official ViT code.
@@ -130,15 +130,21 @@ def fields_of(module: nn.Module, cls: type) -> dict[str, Any]:
   return {name: getattr(module, name) for name in module_fields(cls)}
 
 
+# config.model keys a config file leaves None for its dataset to decide (DatasetInfo: sizes and
+# model_defaults; train.py fills them, config_utils.complete_from_dataset).
+DATA_FILLED = ('vocab_size', 'num_classes', 'max_length', 'cls_id', 'sep_id', 'eos_id',
+               'sentence_classes')
+
+
 def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (),
                  **overrides: Any) -> dict[str, Any]:
   """`config.model` -> keyword arguments of module class `cls`; the ONE place this happens.
 
   Every key but `name` must be a field of `cls`, every field without a default a key, and the
   `required` keys must be set (not None); otherwise one line says which keys are wrong and which
-  are valid. A key set to None (a placeholder the dataset fills later) keeps the field's default,
-  or stays None where the field has none (a model built before the dataset completed its
-  config). Lists become tuples, ConfigDicts dicts, and the dtype string ('bfloat16') a
+  are valid. A key set to None (a placeholder the dataset fills later) keeps the field's default;
+  where the field has none, a data-decided size (DATA_FILLED) is refused with how to fill it, any
+  other key stays None. Lists become tuples, ConfigDicts dicts, and the dtype string ('bfloat16') a
   jnp.dtype. `overrides` are the model's to set, never the config's (e.g. HVT's
   classifier='mean').
   """
@@ -156,11 +162,33 @@ def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (),
   missing = sorted((set(required) - (keys - unset)) | (no_default - keys - set(overrides)))
   if missing:
     raise ValueError(f'model {name!r}: config.model is missing {missing} (absent or None).')
+  from_data = sorted(k for k in unset & no_default if k in DATA_FILLED)
+  if from_data:   # a model built with them None would fail at its first trace, in JAX's words
+    raise ValueError(f'model {name!r}: config.model.{{{", ".join(from_data)}}} unset: the dataset '
+                     'decides them; fill them with config = poolformers_jax.config.complete('
+                     'config) (from config.data, as train.py does) or set them')
   kwargs = {k: _plain(cfg[k]) for k in keys if k not in unset or k in no_default}
   if 'dtype' in kwargs:
     kwargs['dtype'] = as_dtype(kwargs['dtype'])
   kwargs.update(overrides)
+  _check_mixer_args(cls, fields, kwargs)
   return kwargs
+
+
+# What TransformerBlock passes every mixer that declares them (`shared` of build_mixer).
+_BLOCK_SHARED = ('num_heads', 'causal', 'dropout_rate', 'dtype', 'token_grid', 'prefix_tokens')
+
+
+def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: dict) -> None:
+  """A model whose mixer lacks a required argument fails when built, not at its first trace.
+  `cls.mixer_args_set_by_model`: the ones the model passes itself (PoNetMLM's segment_num)."""
+  if 'mixer' not in fields or 'mixer_kwargs' not in fields:
+    return
+  mixer = kwargs.get('mixer', fields['mixer'].default)
+  if not isinstance(mixer, str) or mixer not in MIXERS:
+    return   # an unknown name is refused where the model builds its mixer, naming the valid ones
+  given = set(kwargs.get('mixer_kwargs') or {}) | set(_BLOCK_SHARED)
+  check_required(mixer, given | set(getattr(cls, 'mixer_args_set_by_model', ())))
 
 
 def as_dtype(value: Any) -> Any:

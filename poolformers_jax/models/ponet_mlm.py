@@ -77,6 +77,7 @@ class BertEncoderFields(nn.Module):
   mixer: Literal['ponet', 'softmax'] = 'ponet'   # PoNet, or softmax attention (BERT)
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
+  mixer_args_set_by_model = ('segment_num',)   # from the inputs' sentences (encode below)
 
   @nn.nowrap
   def check_mixer(self) -> None:

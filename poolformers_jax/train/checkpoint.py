@@ -185,20 +185,29 @@ class Checkpointer:
     return os.path.join(str(manager.directory), str(step))
 
   def _verified_restore(self, manager: ocp.CheckpointManager, step: int, abstract_state: Any,
-                        data_position: Optional[IteratorState] = None) -> Any:
-    """The state of `step`, checked against its integrity record (CheckpointDamaged if not)."""
+                        data_position: Optional[IteratorState] = None,
+                        partial: bool = False) -> Any:
+    """The state of `step`, checked against its integrity record (CheckpointDamaged if not).
+    `partial`: `abstract_state` is a dict of some of the state's fields ({'params': ...}); only
+    those are read (and verified)."""
     step_dir = self._step_dir(manager, step)
     record = integrity.read_record(step_dir)
-    integrity.check_structure(record, abstract_state, step_dir)
+    integrity.check_structure(record, abstract_state, step_dir, partial=partial)
     integrity.verify_files(record, step_dir)
-    args = {'state': ocp.args.StandardRestore(abstract_state)}
+    if partial:   # StandardRestore has no partial form; PyTreeRestore reads the same files
+      restore_args = jax.tree.map(lambda a: ocp.ArrayRestoreArgs(sharding=a.sharding),
+                                  abstract_state)
+      args = {'state': ocp.args.PyTreeRestore(item=abstract_state, restore_args=restore_args,
+                                              partial_restore=True)}
+    else:
+      args = {'state': ocp.args.StandardRestore(abstract_state)}
     if data_position is not None:
       args['data'] = grain.checkpoint.CheckpointRestore(data_position)
     try:
       restored = manager.restore(step, args=ocp.args.Composite(**args))
     except Exception as error:  # pylint: disable=broad-except  (any read failure = damage)
       raise integrity.CheckpointDamaged(integrity.short_reason(error)) from None
-    integrity.verify_leaves(record, restored['state'])
+    integrity.verify_leaves(record, restored['state'], partial=partial)
     return restored['state']
 
   def _reject(self, manager: ocp.CheckpointManager, step: int, why: Optional[str] = None) -> str:
@@ -310,11 +319,13 @@ class Checkpointer:
         raise CheckpointError(f'checkpoint {self._step_dir(self.latest, step)} is damaged '
                               f'({reason}); average fewer (--last) or other steps') from None
 
-  def restore_state(self, which: Union[str, int], abstract_state: Any) -> tuple[Any, int]:
-    """The verified state of `which`; a damaged one raises CheckpointError naming what differs."""
+  def restore_state(self, which: Union[str, int], abstract_state: Any,
+                    partial: bool = False) -> tuple[Any, int]:
+    """The verified state of `which`; a damaged one raises CheckpointError naming what differs.
+    `partial`: some fields of the state only (`_verified_restore`)."""
     manager, step = self.resolve(which)
     try:
-      return self._verified_restore(manager, step, abstract_state), step
+      return self._verified_restore(manager, step, abstract_state, partial=partial), step
     except integrity.CheckpointDamaged as reason:
       kept = sorted(set(self.latest.all_steps()) | set(self.best.all_steps()) - {step})
       raise CheckpointError(
@@ -328,12 +339,37 @@ def holds_checkpoints(workdir: str) -> bool:
   return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
 
 
-def restore_for_reading(workdir: str, config, which: str, abstract_state: Any) -> tuple[Any, int]:
+STATE_FIELDS = ('step', 'params', 'opt_state', 'batch_stats')   # train/state.py's TrainState
+
+
+def _is_partial(abstract_state: Any) -> bool:
+  """A dict of some of the train state's fields ({'params': ...}), not the whole state."""
+  if not isinstance(abstract_state, dict):
+    return False
+  unknown = sorted(set(abstract_state) - set(STATE_FIELDS))
+  if unknown:
+    raise ValueError(f'restore_for_reading: {unknown} are no fields of a train state; pass '
+                     f'the whole state (make_setup(config).abstract_state) or a dict of some of '
+                     f'{list(STATE_FIELDS)} (e.g. {{"params": abstract_state.params}})')
+  return True
+
+
+def restore_for_reading(workdir: str, config, which: Union[str, int],
+                        abstract_state: Any) -> tuple[Any, int]:
   """(state, step) of checkpoint `which` (best | latest | averaged | a step) of a run, opened
-  read-only and closed again: what eval and translate load."""
+  read-only and closed again: THE way a run is read (eval.py, translate, load_run).
+  `abstract_state`: the whole train state's (make_setup(config).abstract_state), or a dict of
+  some of its fields ({'params': abstract_state.params}: only those are read, and a dict of them
+  is returned); its shardings place the restored arrays."""
+  partial = _is_partial(abstract_state)
+  # A finished run may keep only best/ (benchmarks/listops_column.py packs it so).
+  if not any(os.path.isdir(os.path.join(workdir, name))
+             for name in (LATEST_DIR, BEST_DIR, AVERAGED_DIR)):
+    raise CheckpointError(f'{workdir} holds no training run (no {LATEST_DIR}/ nor {BEST_DIR}/); '
+                          'pass the --workdir of a train.py run')
   checkpointer = Checkpointer(workdir, best_metric=config.best_metric, best_mode=config.best_mode,
                               read_only=True)
   try:
-    return checkpointer.restore_state(which, abstract_state)
+    return checkpointer.restore_state(which, abstract_state, partial=partial)
   finally:
     checkpointer.close()

@@ -3,7 +3,6 @@ multi-process flags and `run` (logs, multi-process start and end around the work
 error report they all follow is `poolformers_jax.errors` (`one_line_errors` is re-exported here)."""
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import sys
@@ -12,7 +11,7 @@ from typing import Callable, Sequence
 from absl import flags
 from absl import logging as absl_logging
 
-from poolformers_jax import errors
+from poolformers_jax import config as config_lib, errors
 from poolformers_jax.errors import one_line_errors  # noqa: F401  (re-exported)
 from poolformers_jax.train import config_utils, host_memory, sharding
 
@@ -39,12 +38,7 @@ def config_value(holder):
 
 def load_config_file(spec: str):
   """'configs/lra_listops.py:ponet,small' -> the config, as ml_collections' config_flags does."""
-  path, _, arg = spec.partition('.py:')
-  path = path if path.endswith('.py') else path + '.py'
-  module_spec = importlib.util.spec_from_file_location('_config_module', path)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
+  return config_lib.load_file(spec)
 
 
 def _config_spec(argv: Sequence[str]) -> str | None:

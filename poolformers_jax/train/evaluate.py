@@ -153,13 +153,6 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
   setup = make_setup(config_utils.with_run_model(config, workdir))
   validate.check_eval_batch_size(batch_size, setup.mesh)
   data.base.check_split(split)
-  # A finished run may keep only best/ (benchmarks/listops_column.py packs it so).
-  kept = (checkpoint_lib.LATEST_DIR, checkpoint_lib.BEST_DIR, checkpoint_lib.AVERAGED_DIR)
-  if not any(os.path.isdir(os.path.join(workdir, name)) for name in kept):
-    raise checkpoint_lib.CheckpointError(f'{workdir} holds no training run (no '
-                                         f'{checkpoint_lib.LATEST_DIR}/ nor '
-                                         f'{checkpoint_lib.BEST_DIR}/); pass the --workdir of '
-                                         'a train.py run')
   state, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
                                                    setup.abstract_state)
   changes = data_changes(setup.config, workdir)

@@ -126,8 +126,9 @@ def read_record(step_dir: str) -> dict[str, Any]:
     raise CheckpointDamaged(f'{path} is unreadable ({type(error).__name__})') from None
 
 
-def check_structure(record: dict, abstract_state: Any, where: str) -> None:
-  """Raises CheckpointMismatch naming the first leaf whose presence or shape differs."""
+def check_structure(record: dict, abstract_state: Any, where: str, partial: bool = False) -> None:
+  """Raises CheckpointMismatch naming the first leaf whose presence or shape differs. `partial`:
+  `abstract_state` is a part of the saved state (the parameters alone): leaves it lacks are fine."""
   saved = record['leaves']
   wanted = {leaf_name(p): list(x.shape) for p, x in jax.tree_util.tree_leaves_with_path(abstract_state)}
   for name, shape in wanted.items():
@@ -139,7 +140,7 @@ def check_structure(record: dict, abstract_state: Any, where: str) -> None:
           f'{tuple(saved[name]["shape"])} there and {tuple(shape)} in this config; use the '
           "config it was trained with (its run's config.json) or another --workdir")
   missing = [n for n in wanted if n not in saved]
-  extra = [n for n in saved if n not in wanted]
+  extra = [] if partial else [n for n in saved if n not in wanted]
   if missing or extra:
     first = (f'{missing[0]} is not in it' if missing else f'it has {extra[0]}, which this config '
              'does not')
@@ -162,9 +163,12 @@ def verify_files(record: dict, step_dir: str) -> None:
           raise CheckpointDamaged(f'{relpath} differs from what was written (CRC-32)')
 
 
-def verify_leaves(record: dict, state: Any) -> None:
+def verify_leaves(record: dict, state: Any, partial: bool = False) -> None:
+  """`partial`: only the leaves `state` has (a part of the saved state) are compared."""
   actual = leaf_records(state)
   for name, entry in record['leaves'].items():
+    if partial and name not in actual:
+      continue
     if actual.get(name, {}).get('checksum') != entry['checksum']:
       raise CheckpointDamaged(f'checksum of {name} differs')
 

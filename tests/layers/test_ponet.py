@@ -266,3 +266,26 @@ def test_bad_input_messages():
     build_mixer('ponet', shared=dict(num_heads=2, causal=True), segment_num=2)
   m = build_mixer('ponet', shared=dict(num_heads=2, dropout_rate=0.1), segment_num=64, use_lmp=False)
   assert isinstance(m, PoNet) and m.segment_num == 64 and not m.use_lmp
+  # A required argument left out: one line naming it and where it goes (was a raw TypeError).
+  with pytest.raises(ValueError, match=r"^mixer 'ponet' \(PoNet\) needs \['segment_num'\]: set "
+                     r'config.model.mixer_kwargs.segment_num'):
+    build_mixer('ponet', shared=dict(num_heads=2))
+
+
+@pytest.mark.parametrize('name', ['lra_encoder', 'lra_dual_encoder', 'char_lm', 'vit',
+                                  'transformer_seq2seq'])
+def test_every_model_names_a_missing_mixer_argument_when_built(name):
+  """Through every model that takes config.model.mixer: the same line, before any trace."""
+  import ml_collections
+  from poolformers_jax.models import build_model
+  sizes = {'lra_encoder': dict(vocab_size=18, max_length=8, num_classes=10),
+           'lra_dual_encoder': dict(vocab_size=18, max_length=8, num_classes=2),
+           'char_lm': dict(vocab_size=18),
+           'vit': dict(num_classes=10, depth=1, hidden_dim=16, num_heads=2),
+           'transformer_seq2seq': dict(vocab_size=18)}[name]
+  config = ml_collections.ConfigDict(dict(name=name, mixer='ponet', mixer_kwargs={}, **sizes))
+  with pytest.raises(ValueError, match=r"^mixer 'ponet' \(PoNet\) needs \['segment_num'\]"):
+    build_model(config)
+  with config.unlocked():
+    config.mixer_kwargs = {'segment_num': 2}
+  assert build_model(config).mixer_kwargs == {'segment_num': 2}

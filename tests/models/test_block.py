@@ -86,16 +86,23 @@ def test_model_kwargs_converts_and_rejects():
 
 
 def test_model_kwargs_unset_placeholders():
-  """A key set to None (a placeholder the dataset fills later) keeps the field's default, or
-  stays None without one; a required key must be set, a field without a default must be a key."""
+  """A key set to None (a placeholder the dataset fills later) keeps the field's default; without
+  one, a data-decided size is refused in one line saying how to fill it (no half-built model),
+  another key stays None; a required key must be set, a field without a default must be a key."""
 
   class M(nn.Module):
     vocab_size: int
+    extra: int
     cls_id: int = 101
 
-  cfg = ml_collections.ConfigDict(dict(name='m', vocab_size=None, cls_id=None))
-  assert model_kwargs(cfg, M) == {'vocab_size': None}
+  cfg = ml_collections.ConfigDict(dict(name='m', vocab_size=None, cls_id=None, extra=None))
+  with pytest.raises(ValueError, match=r"^model 'm': config.model.\{vocab_size\} unset: the "
+                     r'dataset decides them; fill them with config = poolformers_jax.config.'
+                     r'complete\(config\)'):
+    model_kwargs(cfg, M)
+  filled = ml_collections.ConfigDict(dict(name='m', vocab_size=18, cls_id=None, extra=None))
+  assert model_kwargs(filled, M) == {'vocab_size': 18, 'extra': None}
   with pytest.raises(ValueError, match=r"missing \['vocab_size'\] \(absent or None\)"):
     model_kwargs(cfg, M, required=('vocab_size',))
   with pytest.raises(ValueError, match=r"missing \['vocab_size'\]"):
-    model_kwargs(ml_collections.ConfigDict(dict(name='m', cls_id=7)), M)
+    model_kwargs(ml_collections.ConfigDict(dict(name='m', cls_id=7, extra=1)), M)

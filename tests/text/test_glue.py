@@ -223,3 +223,24 @@ def test_glue_sweep_end_to_end_best_on_dev(text_dir, tmp_path):
     else:
       assert cells[3] == f'{best["dev"]:.2f}'
   assert not any(line.startswith('| average') for line in table.splitlines())   # 2 of 8 tasks
+
+
+def test_load_run_encodes_sentences_and_pairs_as_glue_does(text_dir):
+  """Run.encode of raw text (a pair for MRPC, one sentence for CoLA) is the GLUE example of the
+  same record: WordPiece ids, [CLS] a [SEP] b [SEP], token types, the run's max_length."""
+  import types
+  from poolformers_jax.run import Run
+  for task, arity in (('mrpc', 2), ('cola', 1)):
+    config = config_utils.override(glue.get_config(f'{task},tiny'),
+                                   **{'data.vocab_file': text_dir['vocab']})
+    run = Run(workdir='w', checkpoint='best', step=0, config=config, model=None, params=None,
+              _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='text_classification')))
+    rows = _records(task, 'validation', n=3)
+    keys, _ = bert_text.GLUE_TASKS[task]
+    raw = [tuple(r[k].decode() for k in keys) for r in rows]
+    got = run.encode([texts if arity == 2 else texts[0] for texts in raw])['inputs']
+    want = np.stack([bert_text.glue_preprocess(r, config.data)['inputs'] for r in rows])
+    np.testing.assert_array_equal(got, want)
+  with pytest.raises(ValueError, match=r"^input 0: GLUE cola reads 1 text\(s\) \('sentence',\) "
+                     r'per input; got 2'):
+    run.encode([('one', 'two')])

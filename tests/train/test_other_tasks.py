@@ -8,10 +8,12 @@ import zipfile
 
 import jax
 import numpy as np
+import pytest
 import tensorflow_datasets as tfds
 
 import cifar
 import enwik8
+from poolformers_jax import load_run
 from poolformers_jax.train import config_utils, train_and_evaluate
 
 RUN = {'num_train_steps': 2, 'eval_every_steps': 2, 'checkpoint_every_steps': 2,
@@ -39,6 +41,13 @@ def test_convnet_with_batchnorm_trains_and_updates_running_stats(tmp_path):
   # Exact evaluation: all 12 mock test images counted once (8 + 4 padded-and-masked).
   assert result.test['count'] == 12.0 and math.isfinite(result.test['loss'])
   assert 0.0 <= result.test['accuracy'] <= 1.0
+  # load_run restores the BatchNorm statistics with the parameters; images are uint8 [H, W, 3].
+  run = load_run(str(tmp_path / 'run'), checkpoint='latest')
+  assert jax.tree.structure(run.batch_stats) == jax.tree.structure(result.state.batch_stats)
+  images = np.random.default_rng(0).integers(0, 256, (3, 32, 32, 3), dtype=np.uint8)
+  logits = run.logits(list(images))
+  assert logits.shape == (3, 10)
+  np.testing.assert_array_equal(run.predict(list(images)), logits.argmax(-1))
 
 
 def test_char_lm_trains_with_per_token_loss_and_bits(tmp_path):
@@ -62,3 +71,19 @@ def test_char_lm_trains_with_per_token_loss_and_bits(tmp_path):
   # Untrained logits over the whole byte vocabulary: the loss is far above ln 4, the entropy of
   # the text, so the loss is really averaged over vocabulary-sized predictions per token.
   assert first['step'] == 1 and first['loss'] > math.log(4) + 1.0
+  # load_run: the next-symbol distribution after a text; causal, so the symbols (or the
+  # padding) after position t never change it.
+  run = load_run(str(tmp_path / 'run'), checkpoint='latest')
+  probabilities = run.predict(['abca', 'b'])
+  assert probabilities.shape == (2, 257)
+  np.testing.assert_allclose(probabilities.sum(-1), 1.0, rtol=1e-5)
+  logits = run.logits(['abca', 'abcadddd'])
+  np.testing.assert_allclose(logits[0, 3], logits[1, 3], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(probabilities[0], np.asarray(jax.nn.softmax(logits[0, 3])),
+                             rtol=1e-5, atol=1e-7)
+  assert np.abs(logits[0, 3] - logits[0, 0]).max() > 1e-4   # a position is its own prediction
+  with pytest.raises(ValueError, match=r"^input 0: text has 40 symbols > "
+                     r"config.data.max_length=32, too long"):
+    run.predict(['a' * 40])
+  np.testing.assert_allclose(run.predict(['b' * 8 + 'abca' * 8], too_long='truncate'),
+                             run.predict(['abca' * 8]), rtol=1e-5, atol=1e-7)

@@ -1,0 +1,300 @@
+"""A trained run, from Python: `load_run(workdir)` -> `Run` (config, model, params, and the
+run's own input processing).
+
+    run = poolformers_jax.load_run('runs/listops', checkpoint='best')
+    run.predict(['[MAX 2 9 [MIN 4 7 ] 0 ]', '[SM 1 2 ]'])        # class ids, here ListOps values
+    run.logits(['[MAX 2 9 ]'])                                   # [N, num_classes]
+    batch = run.encode(['[MAX 2 9 ]'])                           # {'inputs': [N, max_length]}
+
+A run is read as eval.py and `python -m poolformers_jax.translate` read it: the run's own
+DIR/config.json (model and data settings), `make_setup` and `checkpoint.restore_for_reading` (the
+checkpoint verified against its integrity record, restored onto the devices at hand with their
+shardings: no orbax warnings); only the model's variables are read, not the optimizer state. Raw inputs become examples through the dataset's own `preprocess`
+(data/<dataset>.py), exactly as evaluation makes them: ListOps strings lose their parentheses
+where the run dropped them (config.data.keep_parentheses), text becomes the run's bytes or
+WordPiece ids, images the run's pixels. What a raw input is, per dataset:
+  listops                  a string of ListOps tokens (with or without parentheses) or a token list
+  lra_text                 a string (or bytes)
+  lra_retrieval            a pair of documents (text1, text2)
+  lra_image, lra_pathfinder, cifar10/100, imagenet2012   an image array [H, W, 3] or [H, W] uint8
+  cifar10_pairs            a pair of images
+  glue                     a sentence, or a pair (sentence1, sentence2) for the pair tasks
+  text_classification      a document string
+  wmt14                    a source sentence (predict translates it)
+  enwik8, text8            a text (predict gives the distribution of the symbol after it)
+Inputs longer than the run's config.data.max_length are refused (one line naming the input);
+`too_long='truncate'` cuts them as the run's data did. Refusals are one line (no run, a damaged
+or missing checkpoint, a pre-training run asked for predictions).
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import logging
+import os
+from typing import Any, Optional, Sequence, Union
+
+import jax
+import ml_collections
+import numpy as np
+
+from poolformers_jax.data import base as data_base
+
+# task -> what `predict` returns for it.
+_PREDICTS = {'classification': 'class ids', 'retrieval': 'class ids',
+             'text_classification': 'class ids', 'regression': 'scores',
+             'lm': 'next-symbol probabilities', 'seq2seq': 'translations'}
+
+
+def _listops_record(raw, data_config):
+  from poolformers_jax.data import listops
+  tokens = raw.split() if isinstance(raw, str) else list(raw)
+  return {'tokens': listops.encode(tokens), 'label': 0}
+
+
+def _image(raw) -> np.ndarray:
+  image = np.asarray(raw)
+  if image.dtype != np.uint8:
+    raise ValueError(f'images are uint8 arrays [H, W, 3] or [H, W]; got {image.dtype} '
+                     f'{tuple(image.shape)}')
+  return image[..., None] if image.ndim == 2 else image
+
+
+def _glue_record(raw, data_config):
+  from poolformers_jax.data import bert_text
+  keys, _ = bert_text.GLUE_TASKS[data_config.task]
+  texts = (raw,) if isinstance(raw, str) else tuple(raw)
+  if len(texts) != len(keys):
+    raise ValueError(f'GLUE {data_config.task} reads {len(keys)} text(s) {keys} per input; got '
+                     f'{len(texts)}')
+  return {**dict(zip(keys, texts)), 'label': 0}
+
+
+def _long_text_record(raw, data_config):
+  from poolformers_jax.data import bert_text
+  labels = bert_text._labels(data_config)   # pylint: disable=protected-access  (a valid label)
+  return {data_config.text_field: raw, data_config.label_field: labels[0] if labels else 0}
+
+
+def _lm_record(raw, data_config):
+  symbols = np.frombuffer(raw.encode('utf-8') if isinstance(raw, str) else bytes(raw), np.uint8)
+  if not len(symbols):
+    raise ValueError('an empty text has no next symbol to predict')
+  # preprocess makes inputs = window[:-1]: one more symbol (any) keeps the whole text as inputs.
+  return np.append(symbols, symbols[-1])
+
+
+# dataset -> (raw input, config.data) -> the record the dataset's source would give.
+RECORDS = {
+    'listops': _listops_record,
+    'lra_text': lambda raw, _: {'text': raw, 'label': 0},
+    'lra_retrieval': lambda raw, _: {'text1': raw[0], 'text2': raw[1], 'label': 0},
+    'lra_image': lambda raw, _: {'image': _image(raw), 'label': 0},
+    'lra_pathfinder': lambda raw, _: {'image': _image(raw), 'label': 0},
+    'cifar10': lambda raw, _: {'image': _image(raw), 'label': 0},
+    'cifar100': lambda raw, _: {'image': _image(raw), 'label': 0},
+    'imagenet2012': lambda raw, _: {'image': _image(raw), 'label': 0},
+    'cifar10_pairs': lambda raw, _: ({'image': _image(raw[0]), 'label': 0},
+                                     {'image': _image(raw[1]), 'label': 0}, np.int32(0)),
+    'glue': _glue_record,
+    'text_classification': _long_text_record,
+    'wmt14': lambda raw, _: {'src': raw, 'tgt': ''},
+    'enwik8': _lm_record,
+    'text8': _lm_record,
+}
+
+
+class _QuietReadOnly(logging.Filter):
+  """orbax warns that a read-only manager is read-only: expected here."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(('CheckpointManagerOptions.read_only=True',
+                                               'Given directory is read only'))
+
+
+def _mesh_for(config):
+  """The devices at hand, as many as split the run's batch sizes evenly (the setup's checks)."""
+  from poolformers_jax.train import sharding
+  sizes = [int(config.batch_size), int(config.eval_batch_size or config.batch_size)]
+  count = len(jax.devices())
+  while count > 1 and any(s % count for s in sizes):
+    count -= 1
+  return sharding.make_mesh(count if jax.process_count() == 1 else -1)
+
+
+def load_run(workdir: str, checkpoint: Union[str, int] = 'best') -> 'Run':
+  """The run trained in `workdir` at `checkpoint` ('best' | 'latest' | 'averaged' | a step),
+  restored onto the devices at hand. One line (ValueError / FileNotFoundError) when there is no
+  run there, the checkpoint is missing or damaged."""
+  from poolformers_jax.train import checkpoint as checkpoint_lib, config_utils
+  from poolformers_jax.train.setup import make_setup
+  if not os.path.isdir(workdir):
+    raise FileNotFoundError(f'{workdir} not found: pass the workdir of a train.py run')
+  config = config_utils.load_saved_config(workdir)
+  if config.data.name == 'wmt14':   # else the setup would train a new one from the data
+    from poolformers_jax.data import translation
+    path = translation.vocab_path(config.data)
+    if not os.path.exists(path):
+      raise FileNotFoundError(f'{path} (the SentencePiece model of this run) is missing; it is '
+                              'written beside the data by train.py')
+  setup = make_setup(config, need_files=False, mesh=_mesh_for(config))
+  quiet, loggers = _QuietReadOnly(), [logging.getLogger('absl'), logging.getLogger()]
+  for logger in loggers:   # orbax logs through absl's logger; a logger's filter sees its own
+    logger.addFilter(quiet)
+  # The model's variables only: the optimizer state (2x the parameters for Adam) is not read.
+  abstract = {'params': setup.abstract_state.params}
+  if setup.abstract_state.batch_stats is not None:
+    abstract['batch_stats'] = setup.abstract_state.batch_stats
+  try:
+    restored, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
+                                                        abstract)
+  finally:
+    for logger in loggers:
+      logger.removeFilter(quiet)
+  return Run(workdir=workdir, checkpoint=str(checkpoint), step=int(step), config=setup.config,
+             model=setup.model, params=restored['params'],
+             batch_stats=restored.get('batch_stats'), _setup=setup)
+
+
+@dataclasses.dataclass
+class Run:
+  """A trained model with its config and the run's input processing; see the module docstring."""
+  workdir: str
+  checkpoint: str
+  step: int
+  config: ml_collections.ConfigDict    # the run's config.json (model sizes filled in)
+  model: Any
+  params: Any                          # on the devices at hand (replicated over them)
+  batch_stats: Any = None              # BatchNorm statistics (models with BatchNorm only)
+  _setup: Any = dataclasses.field(default=None, repr=False)
+  _apply: Any = dataclasses.field(default=None, repr=False)
+
+  @property
+  def task(self) -> str:
+    """The run's task ('classification', 'retrieval', 'lm', 'seq2seq', ...)."""
+    return self._setup.info.task
+
+  @property
+  def variables(self) -> dict[str, Any]:
+    out = {'params': self.params}
+    if self.batch_stats is not None:
+      out['batch_stats'] = self.batch_stats
+    return out
+
+  # -- inputs -----------------------------------------------------------------------------------
+  def _examples(self, raw_inputs: Sequence[Any], too_long: str) -> list[dict[str, np.ndarray]]:
+    from poolformers_jax.data import pipeline
+    data_config = self.config.data
+    if data_config.name not in RECORDS:
+      raise ValueError(f'load_run cannot encode raw inputs of dataset {data_config.name!r}; '
+                       f'it knows {sorted(RECORDS)}')
+    if too_long not in ('error', 'truncate'):
+      raise ValueError(f"too_long={too_long!r}: use 'error' or 'truncate'")
+    if isinstance(raw_inputs, (str, bytes)):
+      raise ValueError('raw_inputs is one string: pass a list of inputs, e.g. [text]')
+    data_config = copy.deepcopy(data_config)
+    with data_config.unlocked():
+      data_config.too_long = too_long
+    preprocess = pipeline._Preprocess(data_config)   # pylint: disable=protected-access
+    examples = []
+    for i, raw in enumerate(raw_inputs):
+      try:
+        record = RECORDS[data_config.name](raw, data_config)
+        if self.task == 'lm':
+          examples.append(self._lm_example(record, data_config))
+          continue
+        examples.append(preprocess(record))
+      except ValueError as error:
+        message = str(error)
+        if 'max_length' in message and 'tokens >' in message:
+          message = (f"{message.split(';')[0]}, too long for this run's model; shorten it, or "
+                     "pass too_long='truncate' to cut it as the run's data did")
+        raise ValueError(f'input {i}: {message.rstrip(".")}') from None
+    if not examples:
+      raise ValueError('no inputs: pass a list of raw inputs')
+    return examples
+
+  def _lm_example(self, window: np.ndarray, data_config) -> dict[str, np.ndarray]:
+    """A causal LM reads the text's symbols padded after it (padding never reaches back)."""
+    from poolformers_jax.data import text_lm
+    ids = text_lm.preprocess(window, data_config)['inputs']
+    length = int(data_config.max_length)
+    if len(ids) > length:
+      if data_config.too_long == 'error':
+        raise ValueError(f"text has {len(ids)} symbols > config.data.max_length={length}, too "
+                         "long for this run's model; shorten it, or pass too_long='truncate' to "
+                         'keep its last symbols')
+      ids = ids[-length:]   # the symbols just before the one predicted
+    return {'inputs': data_base.fit_length(ids, length, 'error'),
+            'last': np.int32(len(ids) - 1)}
+
+  def encode(self, raw_inputs: Sequence[Any], *, too_long: str = 'error') -> dict[str, np.ndarray]:
+    """The model's input arrays of `raw_inputs`, stacked (e.g. {'inputs': [N, max_length]}), made
+    by the dataset's preprocessing as evaluation makes them (no augmentation)."""
+    examples = self._examples(raw_inputs, too_long)
+    batch = {k: np.stack([e[k] for e in examples]) for k in examples[0]
+             if k not in ('targets', 'weights', 'last')}
+    return batch
+
+  # -- outputs ----------------------------------------------------------------------------------
+  def _refuse(self, what: str) -> None:
+    if self.task not in _PREDICTS:
+      raise ValueError(f'{self.workdir} is a {self.task!r} run (pre-training): it has no '
+                       f'{what}; fine-tune it (config.init_from={self.workdir}) and load that run')
+
+  def _batch_size(self, batch_size: Optional[int]) -> int:
+    devices = self._setup.mesh.devices.size
+    size = int(batch_size or self._setup.eval_batch_size)
+    if size < 1:
+      raise ValueError(f'batch_size={batch_size} must be positive')
+    return -(-size // devices) * devices   # a multiple of the devices: the batch is split over them
+
+  def _forward(self, examples: list[dict[str, np.ndarray]], batch_size: Optional[int]):
+    """The model's outputs for `examples`, batch by batch (the last padded with zero rows)."""
+    from poolformers_jax.train import sharding
+    setup = self._setup
+    if self._apply is None:
+      model = self.model
+      self._apply = jax.jit(lambda variables, inputs: model.apply(variables, inputs,
+                                                                  deterministic=True))
+    size = self._batch_size(batch_size)
+    outputs = []
+    for start in range(0, len(examples), size):
+      rows = examples[start:start + size]
+      rows = rows + [jax.tree.map(np.zeros_like, rows[0])] * (size - len(rows))
+      batch = {k: np.stack([r[k] for r in rows]) for k in rows[0] if k != 'last'}
+      inputs = setup.task.model_inputs(sharding.global_batch(batch, setup.mesh))
+      out = jax.device_get(self._apply(self.variables, inputs))
+      outputs.append(jax.tree.map(lambda x, n=len(examples) - start: np.asarray(x)[:n], out))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *outputs)
+
+  def logits(self, raw_inputs: Sequence[Any], *, batch_size: Optional[int] = None,
+             too_long: str = 'error') -> np.ndarray:
+    """The model's outputs for `raw_inputs` (classification: logits [N, num_classes]; lm:
+    [N, max_length, vocab], position t predicting symbol t + 1), `batch_size` at a time
+    (default: the run's eval batch size)."""
+    self._refuse('logits')
+    if self.task == 'seq2seq':
+      raise ValueError('a translation model needs target tokens for logits; predict() translates')
+    return self._forward(self._examples(raw_inputs, too_long), batch_size)
+
+  def predict(self, raw_inputs: Sequence[Any], *, batch_size: Optional[int] = None,
+              too_long: str = 'error', **decode: Any):
+    """classification / retrieval: class ids [N]; regression: scores [N]; lm: the probabilities
+    of the symbol after each text [N, vocab]; seq2seq: the translations (a list of str, through
+    the run's beam-search decoder; `decode`: beam_size, alpha, batch_tokens)."""
+    self._refuse('predictions')
+    if self.task == 'seq2seq':
+      if isinstance(raw_inputs, str):
+        raise ValueError('raw_inputs is one string: pass a list of sentences, e.g. [text]')
+      return self._setup.decoder.translate(self.params, list(raw_inputs), **decode)
+    if decode:
+      raise ValueError(f'{sorted(decode)}: decoding options are for translation runs only')
+    examples = self._examples(raw_inputs, too_long)
+    outputs = self._forward(examples, batch_size)
+    if self.task == 'lm':
+      last = np.asarray([e['last'] for e in examples])
+      return np.asarray(jax.nn.softmax(outputs[np.arange(len(examples)), last], axis=-1))
+    if self.task == 'regression':
+      return np.asarray(outputs).reshape(len(examples))
+    return np.asarray(outputs).argmax(-1)
