@@ -146,6 +146,15 @@ class PoNet(nn.Module):
   kernel_init: Callable = nn.linear.default_kernel_init
   dtype: Optional[Dtype] = None
 
+  @property
+  def not_by_design(self) -> dict[str, str]:
+    """Properties of poolformers_jax.testing.check_mixer that PoNet does not have, and why."""
+    out = {'dropout': 'no dropout inside: the official mixer has none (dropout_rate is unused)'}
+    if self.use_smp:
+      out['padding_amount'] = ('LRA segments (segment_num) are chunks of the padded length; '
+                               'with explicit segment_ids it holds')
+    return out
+
   def _check(self, x: Array, segment_ids: Optional[Array], boundary_mask: Optional[Array]) -> None:
     name, length = type(self).__name__, x.shape[1]
     if not (self.use_ga or self.use_smp or self.use_lmp):
