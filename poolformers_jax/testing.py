@@ -124,14 +124,14 @@ def assert_close(prop: str, actual, expected, *, atol: float, rtol: float = 0.0,
   with np.errstate(invalid='ignore'):
     diff = np.abs(a - e)
     diff = np.where(np.isnan(a) & np.isnan(e), 0.0, np.where(np.isnan(diff), np.inf, diff))
-    excess = diff - (atol + rtol * np.abs(e))
+    excess = diff - (atol + rtol * np.nan_to_num(np.abs(e)))
   if where is not None:
     excess = np.where(np.broadcast_to(np.asarray(where), excess.shape), excess, -np.inf)
   if excess.size and np.max(excess) > 0:
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
     count = int(np.sum(excess > 0))
     raise PropertyError(prop, f'{what}{_where(worst, a.ndim)}: |a - b| = {diff[worst]:.3g} > tol '
-                              f'{atol + rtol * abs(e[worst]):.3g} (a = {a[worst]:.6g}, b = '
+                              f'{atol + rtol * np.nan_to_num(abs(e[worst])):.3g} (a = {a[worst]:.6g}, b = '
                               f'{e[worst]:.6g}); {count} of {excess.size} values differ')
 
 

@@ -22,7 +22,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, 'README.md')
-README_MAX_LINES = 250
+README_MAX_LINES = 280   # 250 + the "Test your mixer" section (issue 45)
 
 SCANNED = ['README.md', 'Makefile', 'requirements.txt', 'pyproject.toml', 'docs/**/*',
            'poolformers_jax/**/*', 'tests/**/*', 'benchmarks/**/*', 'configs/**/*',
@@ -367,12 +367,19 @@ def test_api_md_lists_every_registered_mixer_and_model():
                    for name, cls in MIXERS.items()}
 
 
+def _readme_python_blocks():
+  """README's python blocks: "PoNet in your own Flax model", then "Test your mixer"."""
+  blocks = [block for where, language, block in fenced_blocks()
+            if where.startswith('README.md') and language == 'python']
+  assert len(blocks) == 2, len(blocks)
+  return blocks
+
+
 def test_the_readme_example_runs_and_padding_does_not_reach_real_tokens():
   """README's "PoNet in your own Flax model", run as written: y is [2, 128, 64], and changing the
   padded positions of the second row changes none of its 90 real outputs."""
   import jax
-  (example,) = [block for where, language, block in fenced_blocks()
-                if where.startswith('README.md') and language == 'python']
+  example, _ = _readme_python_blocks()
   scope = {}
   exec(compile(example, 'README.md', 'exec'), scope)  # pylint: disable=exec-used
   y = scope['y']
@@ -381,3 +388,28 @@ def test_the_readme_example_runs_and_padding_does_not_reach_real_tokens():
   y_other_padding = scope['forward'](scope['params'], x, scope['mask'])
   assert float(abs(y_other_padding[1, :90] - y[1, :90]).max()) < 1e-5
   assert float(abs(y_other_padding[1, 90:] - y[1, 90:]).max()) > 1.0   # the change did arrive
+
+
+def test_the_readme_test_your_mixer_example_passes_and_would_catch_a_leak():
+  """README's "Test your mixer", run as written: every property holds but causality (skipped,
+  named); the same mixer reading padded tokens fails on the first line, naming the property."""
+  import jax.numpy as jnp
+  import pytest
+  from poolformers_jax import registry, testing
+  _, example = _readme_python_blocks()
+  scope = {}
+  try:
+    exec(compile(example, 'README.md', 'exec'), scope)  # pylint: disable=exec-used
+    assert 'mean_pool' in testing.registered_mixers()
+  finally:   # the registry has no unregister; other tests compare docs/api.md with MIXERS
+    registry.MIXERS._entries.pop('mean_pool', None)   # pylint: disable=protected-access
+  report = scope['report']
+  assert report.pop('causal') == 'skipped: not declared causal'
+  assert set(report.values()) == {'ok'} and set(report) == set(testing.PROPERTIES) - {'causal'}
+
+  class Leaky(scope['MeanPool']):
+    def __call__(self, x, mask, **kwargs):
+      return super().__call__(x, jnp.ones_like(mask), **kwargs)   # padding counted as real
+
+  with pytest.raises(AssertionError, match=r'^padding_values: batch 1, position \d+, feature'):
+    testing.check_mixer(Leaky())
