@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import chex
 import flax.linen as nn
@@ -498,41 +498,50 @@ class MixerTestCase(chex.TestCase):
 
 # --------------------------------------------------------------------------- retrace guards
 
-def assert_traces(fn: Callable, batches: Iterable[Sequence[Any]], n: int = 1,
-                  **jit_kwargs) -> list[Any]:
-  """Calls `fn(*args)` for every `args` of `batches` and asserts that it traced (compiled) at
-  most `n` times; returns the outputs.
+def compilations(fn) -> int:
+  """How many programs the jitted `fn` (jax.jit's result) has compiled so far."""
+  return fn._cache_size()   # pylint: disable=protected-access
 
-  - A jitted function (jax.jit's result, e.g. an eval step): the new entries of its compilation
-    cache are counted, so its own shardings and static arguments stay as they are.
+
+def assert_traces(fn: Callable, batches: Union[Iterable[Sequence[Any]], Callable[[Callable], Any]],
+                  n: int = 1, **jit_kwargs) -> Any:
+  """Runs `fn` and asserts that it traced (compiled) at most `n` times. `batches`: argument
+  tuples, `fn(*args)` called on each (returns the outputs); or a driver called once with the
+  function to use (returns what it returns), e.g.
+  `lambda step: evaluate_state(setup, state, 'test', eval_step=step)` for an eval loop.
+
+  - A jitted function (jax.jit's result, e.g. an eval step or a decoder): the new entries of its
+    compilation cache are counted, so its own shardings and static arguments stay as they are.
   - Anything else (a Flax `apply`, a bound method, a plain function): wrapped in a fresh Python
     function that counts its traces, then jitted with `jit_kwargs`. (`chex.assert_max_traces`
     refuses a JAX-transformed function such as a Flax `apply`, and keys its counter on the
     wrapper's source, so a second check would inherit the first one's count.)
   """
+  name = getattr(fn, '__name__', repr(fn))
   if hasattr(fn, '_cache_size') and hasattr(fn, 'lower'):
-    before = fn._cache_size()   # pylint: disable=protected-access
-    outputs = [fn(*args) for args in batches]
-    traced = fn._cache_size() - before   # pylint: disable=protected-access
-    if traced > n:
-      raise AssertionError(f'retrace: {getattr(fn, "__name__", fn)} compiled {traced} times for '
-                           f'{len(outputs)} calls (at most {n} allowed)')
-    return outputs
-  traces = []
+    before = compilations(fn)
+    run, count = fn, lambda: compilations(fn) - before
+  else:
+    traces = []
 
-  def counted(*args):   # a fresh Python function each call: its count starts at 0
-    traces.append(1)
-    return fn(*args)
+    def counted(*args):   # a fresh Python function each call: its count starts at 0
+      traces.append(1)
+      return fn(*args)
 
-  jitted = jax.jit(counted, **jit_kwargs)
-  outputs = []
-  for args in batches:
-    outputs.append(jitted(*args))
-    if len(traces) > n:
-      raise AssertionError(f'retrace: {getattr(fn, "__name__", fn)} traced {len(traces)} times in '
-                           f'{len(outputs)} calls (at most {n} allowed); the last call had '
-                           f'shapes {jax.tree.map(np.shape, args)}')
-  return outputs
+    run, count = jax.jit(counted, **jit_kwargs), lambda: len(traces)
+  if callable(batches):
+    result, calls = batches(run), 'its driver'
+  else:
+    result = []
+    for args in batches:
+      result.append(run(*args))
+      if count() > n:
+        break
+    calls = f'{len(result)} calls (the last with shapes {jax.tree.map(np.shape, args)})'
+  if count() > n:
+    raise AssertionError(f'retrace: {name} compiled {count()} times in {calls}; at most {n} '
+                         f'allowed')
+  return result
 
 
 def compiled_temp_bytes(fn, *args) -> int:

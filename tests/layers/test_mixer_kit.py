@@ -145,7 +145,7 @@ def test_assert_traces_counts_a_flax_apply_and_a_jitted_function():
   jitted = jax.jit(module.apply)
   T.assert_traces(jitted, same, n=1)
   T.assert_traces(jitted, same, n=0)                           # already compiled for that shape
-  with pytest.raises(AssertionError, match='compiled 1 times for 1 calls'):
+  with pytest.raises(AssertionError, match='compiled 1 times in 1 calls'):
     T.assert_traces(jitted, [(variables, x_long, mask_long)], n=0)
 
 

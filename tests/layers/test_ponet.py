@@ -178,6 +178,7 @@ def test_ablations_create_only_their_parameters():
   names = lambda **kw: set(PoNet(num_heads=2, segment_num=2, **kw).init(jax.random.PRNGKey(0), x, mask)['params'])
   assert names() == {'query', 'key', 'gate', 'segment', 'local', 'out'}
   assert names(use_ga=False) == {'gate', 'segment', 'local', 'out'}
+  assert names(use_ga_cross_attention=False) == {'query', 'gate', 'segment', 'local', 'out'}
   assert names(use_smp=False, use_lmp=False) == {'query', 'key', 'gate', 'out'}
   assert names(use_ga=False, use_smp=False) == {'local', 'out'}
 
