@@ -1,6 +1,7 @@
 """Softmax and linear attention: numerics against plain numpy, padding, causality, jit, dtypes."""
 import math
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -121,9 +122,7 @@ def test_xla_implementation_equals_explicit(causal):
   x, mask = T.random_inputs(5, 2, 11, 16, num_real=[11, 6])
   params, ((l1, (gp1, gx1)), (l2, (gp2, gx2))) = _explicit_vs(implementation, causal, x, mask)
   np.testing.assert_allclose(float(l1), float(l2), rtol=1e-5)
-  np.testing.assert_allclose(np.asarray(gx1), np.asarray(gx2), atol=1e-5, rtol=1e-4)
-  for a, b in zip(jax.tree.leaves(gp1), jax.tree.leaves(gp2)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-4)
+  chex.assert_trees_all_close((gx1, gp1), (gx2, gp2), atol=1e-5, rtol=1e-4)
   y1 = MultiHeadAttention(2, causal=causal).apply(params, x, mask)
   y2 = MultiHeadAttention(2, causal=causal, implementation=implementation).apply(params, x, mask)
   m = np.asarray(mask)

@@ -26,6 +26,5 @@ def test_fit_is_adam_on_the_loss_step_by_step():
     expected, expected_losses = optax.apply_updates(expected, updates), expected_losses + [loss]
   # The same steps, jitted against eager: equal to float32 rounding.
   np.testing.assert_allclose(losses, expected_losses, rtol=1e-5, atol=1e-7)
-  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), params,
-               expected)
+  chex.assert_trees_all_close(params, expected, rtol=1e-5, atol=1e-6)
   assert np.mean(losses[-5:]) < 0.2 * np.mean(losses[:5])   # it trains
