@@ -413,3 +413,15 @@ def test_the_readme_test_your_mixer_example_passes_and_would_catch_a_leak():
 
   with pytest.raises(AssertionError, match=r'^padding_values: batch 1, position \d+, feature'):
     testing.check_mixer(Leaky())
+
+
+def test_notebooks_are_committed_executed_with_their_plots():
+  """`make notebooks` stores them executed (the suite re-runs them with nbmake): every code cell
+  ran, in order, and each notebook shows at least one plot."""
+  for path in sorted(glob.glob(os.path.join(ROOT, 'notebooks', '*.ipynb'))):
+    with open(path, encoding='utf-8') as f:
+      cells = [c for c in json.load(f)['cells'] if c['cell_type'] == 'code']
+    counts = [c['execution_count'] for c in cells]
+    assert counts == list(range(1, len(cells) + 1)), (RELATIVE(path), counts)
+    images = [o for c in cells for o in c['outputs'] if 'image/png' in o.get('data', {})]
+    assert images, f'{RELATIVE(path)} has no plot output; run make notebooks'
