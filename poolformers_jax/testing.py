@@ -308,10 +308,10 @@ def assert_dropout_consistent(module: nn.Module, x, mask, *, variables: Any = No
                                    f'{rate}) equals deterministic=True: no dropout acted')
 
 
-def _with_routes(module, variables, x, mask):
+def _with_routes(module, variables, x, mask, call_kwargs=None):
   """(output, discrete routes sown as 'routed_head' or None): AdaMRA's argmax routing."""
   y, state = module.apply(variables, x, mask, mutable=['intermediates'],
-                          **_call_kwargs(module, None))
+                          **_call_kwargs(module, call_kwargs))
   found = [v for path, v in jax.tree_util.tree_flatten_with_path(state.get('intermediates', {}))[0]
            if 'routed_head' in _path(path)]
   return y, (np.asarray(found[0]) if found else None)
@@ -325,6 +325,7 @@ def _relative_error(y, reference, where):
 
 
 def assert_bfloat16_close(module: nn.Module, x, mask, *, variables: Any = None,
+                          call_kwargs: Optional[Mapping] = None,
                           min_routed_alike: float = 0.97) -> tuple[float, float]:
   """bfloat16 compute (`module.clone(dtype=bfloat16)`, float32 parameters, bf16 input) against
   float32: the relative error stays within `bf16_bound(storage error)`, where the storage error
@@ -332,12 +333,14 @@ def assert_bfloat16_close(module: nn.Module, x, mask, *, variables: Any = None,
   (it sows 'routed_head', as AdaMRA) are compared only where all three runs route alike, and
   at least `min_routed_alike` of them must. Returns (compute error, storage error)."""
   if variables is None:
-    variables = module.init(jax.random.PRNGKey(0), x, mask)
+    variables = _init(module, x, mask, call_kwargs)
   to_bf16_and_back = lambda t: jax.tree.map(lambda a: a.astype(jnp.bfloat16).astype(a.dtype), t)
   f32, bf16 = module.clone(dtype=None), module.clone(dtype=jnp.bfloat16)
-  reference, heads = _with_routes(f32, variables, x, mask)
-  stored, stored_heads = _with_routes(f32, to_bf16_and_back(variables), to_bf16_and_back(x), mask)
-  computed, computed_heads = _with_routes(bf16, variables, x.astype(jnp.bfloat16), mask)
+  reference, heads = _with_routes(f32, variables, x, mask, call_kwargs)
+  stored, stored_heads = _with_routes(f32, to_bf16_and_back(variables), to_bf16_and_back(x), mask,
+                                      call_kwargs)
+  computed, computed_heads = _with_routes(bf16, variables, x.astype(jnp.bfloat16), mask,
+                                          call_kwargs)
   if computed.dtype != jnp.bfloat16:
     raise PropertyError('bfloat16', f'dtype=bfloat16 gave a {computed.dtype} output')
   compared = np.ones(x.shape[:2], bool) if mask is None else np.asarray(mask)
@@ -362,14 +365,18 @@ def assert_bfloat16_close(module: nn.Module, x, mask, *, variables: Any = None,
 
 # --------------------------------------------------------------------------- one call
 
+def _known(skips: Mapping[str, str], where: str) -> dict[str, str]:
+  unknown = sorted(set(skips) - set(PROPERTIES))
+  if unknown:
+    raise ValueError(f'{where} names unknown properties {unknown}; choose from '
+                     f'{list(PROPERTIES)}.')
+  return dict(skips)
+
+
 def not_by_design(mixer: nn.Module) -> dict[str, str]:
   """{property: why} the mixer's class declares (`not_by_design`) for this configuration."""
-  declared = getattr(mixer, 'not_by_design', None) or {}
-  unknown = sorted(set(declared) - set(PROPERTIES))
-  if unknown:
-    raise ValueError(f'{type(mixer).__name__}.not_by_design names unknown properties {unknown}; '
-                     f'choose from {list(PROPERTIES)}.')
-  return dict(declared)
+  return _known(getattr(mixer, 'not_by_design', None) or {},
+                f'{type(mixer).__name__}.not_by_design')
 
 
 def _fields(module) -> set[str]:
@@ -389,7 +396,7 @@ def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int =
   its worst position; the other failures follow on later lines."""
   if causal is None:
     causal = bool(getattr(mixer, 'causal', False))
-  skips = {**not_by_design(mixer), **dict(skip or {})}
+  skips = {**not_by_design(mixer), **_known(skip or {}, 'check_mixer(skip=...)')}
   if not causal:
     skips.setdefault('causal', 'not declared causal')
   if not takes_deterministic(mixer):
@@ -411,7 +418,7 @@ def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int =
       'jit': lambda: assert_jit_matches(mixer, x, mask, atol=atol, **kw),
       'grads': lambda: assert_finite_grads(mixer, x, mask, **kw),
       'dropout': lambda: _check_dropout(mixer, x, mask, call_kwargs, dropout_rate),
-      'bfloat16': lambda: assert_bfloat16_close(mixer, x, mask, variables=variables),
+      'bfloat16': lambda: assert_bfloat16_close(mixer, x, mask, **kw),
   }
   report, failures = {}, []
   for prop in PROPERTIES:
