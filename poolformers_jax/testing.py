@@ -130,9 +130,10 @@ def assert_close(prop: str, actual, expected, *, atol: float, rtol: float = 0.0,
   if excess.size and np.max(excess) > 0:
     worst = np.unravel_index(int(np.argmax(excess)), excess.shape)
     count = int(np.sum(excess > 0))
+    tol = atol + rtol * np.nan_to_num(abs(e[worst]))
     raise PropertyError(prop, f'{what}{_where(worst, a.ndim)}: |a - b| = {diff[worst]:.3g} > tol '
-                              f'{atol + rtol * np.nan_to_num(abs(e[worst])):.3g} (a = {a[worst]:.6g}, b = '
-                              f'{e[worst]:.6g}); {count} of {excess.size} values differ')
+                              f'{tol:.3g} (a = {a[worst]:.6g}, b = {e[worst]:.6g}); {count} of '
+                              f'{excess.size} values differ')
 
 
 def _real(mask, ndim):
