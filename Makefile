@@ -36,3 +36,9 @@ test: $(VENV)/.installed-test
 	XLA_FLAGS=--xla_force_host_platform_device_count=8 $(PY) -m pytest -n 2 --dist worksteal -q tests notebooks --nbmake
 
 .PHONY: install train test data-env
+
+# Re-execute the notebooks in place, so the committed files show their outputs and plots.
+notebooks: install
+	JAX_PLATFORMS=cpu $(PY) notebooks/execute.py
+
+.PHONY: notebooks

@@ -205,6 +205,9 @@ class AdaMRA(nn.Module):
   use_bias: bool = True
   dtype: Optional[Dtype] = None
 
+  # What poolformers_jax.testing.check_mixer must not expect, and why.
+  not_by_design = {'padding_amount': 'segments are defined on the padded input length'}
+
   def _check_options(self, name: str) -> None:
     if self.routing not in ROUTINGS:
       raise ValueError(f'{name}: unknown routing {self.routing!r}; choose one of {ROUTINGS}.')

@@ -208,6 +208,14 @@ class LinearAttention(nn.Module):
   dtype: Optional[Dtype] = None
   normalizer: Literal['keys', 'padded_length'] = 'keys'
 
+  @property
+  def not_by_design(self) -> dict[str, str]:
+    """Properties of poolformers_jax.testing.check_mixer that this mixer does not have, and why."""
+    out = {'dropout': 'kernel attention has no weights to drop (dropout_rate is unused)'}
+    if self.normalizer == 'padded_length':
+      out['padding_amount'] = "normalizer='padded_length' scales by the padded length"
+    return out
+
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                deterministic: bool = True) -> Array:

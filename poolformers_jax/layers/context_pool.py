@@ -400,6 +400,8 @@ class ContextPool(ContextPoolOptions):
   token_grid: Optional[tuple[int, int]] = None
   prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
+  # What poolformers_jax.testing.check_mixer must not expect, and why.
+  not_by_design = {'dropout': 'pooling only: no dropout (ContextPoolAttention drops)'}
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,

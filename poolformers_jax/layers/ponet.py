@@ -45,10 +45,11 @@ from poolformers_jax.layers.registry import register_mixer
 
 
 def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
-                       key: tuple[Array, Array], num_heads: int, *,
+                       key: Optional[tuple[Array, Array]], num_heads: int, *,
                        cross_attention: bool = True) -> tuple[Array, Optional[Array]]:
   """GA of the layer input `x: [B, L, D]` with the Q and K projections `query`, `key` =
   (kernel [D, D], bias [D]) and `num_heads` heads (slices of width D / num_heads); `mask: [B, L]`.
+  `key` may be None without the second stage (`cross_attention=False`), which does not use it.
 
   Returns g' [B, D] in float32 (the heads side by side) and the cross-attention weights
   [B, H, L] (None without the second stage, where g' = g).
@@ -63,11 +64,12 @@ def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
   batch, _, dim = x.shape
   head_dim = dim // num_heads
   x32 = jnp.where(mask[..., None], x.astype(jnp.float32), 0.0)  # padding values never matter
-  (w_q, b_q), (w_k, b_k) = ((w.astype(jnp.float32), b.astype(jnp.float32)) for w, b in (query, key))
+  w_q, b_q = (t.astype(jnp.float32) for t in query)
   count = jnp.maximum(jnp.sum(mask, axis=1).astype(jnp.float32), 1.0)
   g = (jnp.sum(x32, axis=1) / count[:, None]) @ w_q + b_q  # first stage: average, [B, D]
   if not cross_attention:
     return g, None
+  w_k, b_k = (t.astype(jnp.float32) for t in key)
   w_k = w_k.reshape(dim, num_heads, head_dim)
   probe = jnp.einsum('bhe,dhe->bdh', g.reshape(batch, num_heads, head_dim), w_k)  # Wk_h g_h
   scores = jnp.einsum('bld,bdh->bhl', x32, probe) / jnp.sqrt(jnp.float32(head_dim))
@@ -146,6 +148,15 @@ class PoNet(nn.Module):
   kernel_init: Callable = nn.linear.default_kernel_init
   dtype: Optional[Dtype] = None
 
+  @property
+  def not_by_design(self) -> dict[str, str]:
+    """Properties of poolformers_jax.testing.check_mixer that PoNet does not have, and why."""
+    out = {'dropout': 'no dropout inside: the official mixer has none (dropout_rate is unused)'}
+    if self.use_smp:
+      out['padding_amount'] = ('LRA segments (segment_num) are chunks of the padded length; '
+                               'with explicit segment_ids it holds')
+    return out
+
   def _check(self, x: Array, segment_ids: Optional[Array], boundary_mask: Optional[Array]) -> None:
     name, length = type(self).__name__, x.shape[1]
     if not (self.use_ga or self.use_smp or self.use_lmp):
@@ -188,8 +199,9 @@ class PoNet(nn.Module):
 
     gated = jnp.zeros((batch, length, dim), dtype)   # (g' + s), multiplied by the gate H_O
     if self.use_ga:
-      query, key = (Projection(dim, kernel_init=self.kernel_init, name=n)(dim)
-                    for n in ('query', 'key'))
+      # Without the second stage (g' = g) K is unused, so it is not created.
+      query, key = (Projection(dim, kernel_init=self.kernel_init, name=n)(dim) if use else None
+                    for n, use in (('query', True), ('key', self.use_ga_cross_attention)))
       g, weights = global_aggregation(x, mask, query, key, self.num_heads,
                                       cross_attention=self.use_ga_cross_attention)
       if weights is not None:

@@ -126,7 +126,8 @@ def write_lines(path: str, lines: list[str]) -> None:
 class Translator:
   """Translations and BLEU of a seq2seq `model` (the 'seq2seq' task's decoder). `decode` is
   config.decode, `data` config.data; decoding batches have a multiple of `devices` rows, laid out
-  by the shardings (None: jax's defaults). One jitted decoder per (beam, alpha), compiled once."""
+  by the shardings (None: jax's defaults). One jitted decoder per (beam, alpha), compiled once
+  per bucket shape [rows, bucket length] of `length_batches` (tests/models/test_seq2seq.py)."""
   model: Any
   decode: Any
   data: Any

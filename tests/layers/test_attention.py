@@ -1,6 +1,7 @@
 """Softmax and linear attention: numerics against plain numpy, padding, causality, jit, dtypes."""
 import math
 
+import chex
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -48,20 +49,18 @@ def test_matches_numpy_loop(cls, kind, causal):
   np.testing.assert_allclose(np.asarray(y)[m], ref[m], atol=2e-5, rtol=2e-4)
 
 
-@pytest.mark.parametrize('cls', [MultiHeadAttention, LinearAttention])
-def test_padding_jit_grads(cls):
-  x, mask = T.random_inputs(1, 2, 12, 16, num_real=[12, 5])
-  module = cls(num_heads=4)
-  T.assert_padding_values_irrelevant(module, x, mask)
-  T.assert_padding_amount_irrelevant(module, x, mask)
-  T.assert_jit_matches(module, x, mask)
-  T.assert_finite_grads(module, x, mask)
-
-
-@pytest.mark.parametrize('cls', [MultiHeadAttention, LinearAttention])
-def test_causal(cls):
-  x, _ = T.random_inputs(2, 2, 10, 8)
-  T.assert_causal(cls(num_heads=2, causal=True), x, t=4)
+# The defaults, causal or not, pass check_mixer in tests/layers/test_mixer_kit.py; these are the
+# other forms.
+@pytest.mark.parametrize('module', [
+    MultiHeadAttention(num_heads=2, dropout_on='weights'),
+    MultiHeadAttention(num_heads=2, dropout_on='weights', causal=True),
+    MultiHeadAttention(num_heads=2, implementation='xla', causal=True),
+    LinearAttention(num_heads=2, feature_map='relu'),
+    LinearAttention(num_heads=2, feature_map='relu', causal=True),
+], ids=['weights_dropout', 'weights_dropout-causal', 'xla-causal', 'relu', 'relu-causal'])
+def test_other_forms_pass_check_mixer(module):
+  report = T.check_mixer(module)
+  assert report['causal'] == ('ok' if module.causal else 'skipped: not declared causal')
 
 
 @pytest.mark.parametrize('cls', [MultiHeadAttention, LinearAttention])
@@ -123,9 +122,7 @@ def test_xla_implementation_equals_explicit(causal):
   x, mask = T.random_inputs(5, 2, 11, 16, num_real=[11, 6])
   params, ((l1, (gp1, gx1)), (l2, (gp2, gx2))) = _explicit_vs(implementation, causal, x, mask)
   np.testing.assert_allclose(float(l1), float(l2), rtol=1e-5)
-  np.testing.assert_allclose(np.asarray(gx1), np.asarray(gx2), atol=1e-5, rtol=1e-4)
-  for a, b in zip(jax.tree.leaves(gp1), jax.tree.leaves(gp2)):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-5, rtol=1e-4)
+  chex.assert_trees_all_close((gx1, gp1), (gx2, gp2), atol=1e-5, rtol=1e-4)
   y1 = MultiHeadAttention(2, causal=causal).apply(params, x, mask)
   y2 = MultiHeadAttention(2, causal=causal, implementation=implementation).apply(params, x, mask)
   m = np.asarray(mask)
@@ -223,10 +220,10 @@ def test_linear_reference_equals_the_lra_code_at_every_position():
   # Padded positions too: the reference computes them the same way (pooling masks them later).
   np.testing.assert_allclose(np.asarray(y), _reference_linear_numpy(params, x, mask, 2),
                              atol=2e-5, rtol=2e-5)
-  T.assert_padding_values_irrelevant(module, x, mask, variables=params)
-  T.assert_jit_matches(module, x, mask, variables=params)
-  T.assert_finite_grads(module, x, mask, variables=params)
-  T.assert_causal(LinearAttention(num_heads=2, causal=True, normalizer='padded_length'), x)
+  for causal in (False, True):   # every property but the amount of padding (checked below)
+    report = T.check_mixer(LinearAttention(num_heads=2, causal=causal, normalizer='padded_length'))
+    assert report['padding_amount'].startswith('skipped: ')
+    assert report['causal'] == ('ok' if causal else 'skipped: not declared causal')
   # More padding scales the attention part by sqrt(L / L'), exactly as the reference's L^(-1/2).
   extra = 6
   x_long = jnp.concatenate([x, jnp.ones((2, extra, 8)) * 3.0], axis=1)

@@ -88,20 +88,16 @@ def test_zero_sigma_is_identity(causal):
   np.testing.assert_allclose(np.asarray(y)[m], np.asarray(x)[m], rtol=1e-6, atol=1e-5)
 
 
-def test_properties_default():
-  x, mask = T.random_inputs(3, B, L, D, num_real=[L, 6])
-  module = ContextPool()
-  T.assert_padding_values_irrelevant(module, x, mask)
-  T.assert_padding_amount_irrelevant(module, x, mask)
-  T.assert_jit_matches(module, x, mask)
-  T.assert_finite_grads(module, x, mask)
+@pytest.mark.parametrize('causal', [False, True])
+def test_default_passes_check_mixer(causal):
+  report = T.check_mixer(ContextPool(causal=causal))
+  assert report['dropout'].startswith('skipped: pooling only')   # declared by ContextPool
 
 
-def test_causal_default_ignores_future_and_its_length():
+def test_causal_default_ignores_the_future_length():
   x, _ = T.random_inputs(4, B, L, D)
   module = ContextPool(causal=True)
   variables = module.init(jax.random.PRNGKey(0), x, None)
-  T.assert_causal(module, x, t=4, variables=variables)
   # Turning the future into padding changes nothing up to t: n_i counts only tokens <= i.
   cut = jnp.arange(L)[None, :] <= 4
   y_full = module.apply(variables, x, None)
@@ -118,15 +114,12 @@ def test_ablation_differs_from_default_and_keeps_properties(variant):
   m = np.asarray(mask)
   assert np.all(np.isfinite(np.asarray(y)))
   assert not np.allclose(np.asarray(y)[m], np.asarray(y_default)[m], atol=1e-3)
-  T.assert_padding_values_irrelevant(module, x, mask, variables=variables)
-  T.assert_padding_amount_irrelevant(module, x, mask, variables=variables)
-  T.assert_finite_grads(module, x, mask, variables=variables)
+  T.check_mixer(module)
 
 
 @pytest.mark.parametrize('variant', VARIANTS, ids=VARIANT_IDS)
 def test_ablation_causal(variant):
-  x, _ = T.random_inputs(6, B, L, D)
-  T.assert_causal(ContextPool(causal=True, **variant), x, t=5)
+  assert T.check_mixer(ContextPool(causal=True, **variant))['causal'] == 'ok'
 
 
 @pytest.mark.parametrize('dtype', [jnp.float32, jnp.bfloat16])
@@ -217,14 +210,7 @@ def test_attention_with_identity_pooling_is_plain_attention(causal):
   assert not np.allclose(np.asarray(y_cp)[m], np.asarray(ref)[m], atol=1e-3)
 
 
-def test_attention_properties():
-  x, mask = T.random_inputs(10, B, L, D, num_real=[L, 6])
-  module = ContextPoolAttention(num_heads=4)
-  T.assert_padding_values_irrelevant(module, x, mask)
-  T.assert_padding_amount_irrelevant(module, x, mask)
-  T.assert_jit_matches(module, x, mask)
-  T.assert_finite_grads(module, x, mask)
-  T.assert_causal(ContextPoolAttention(num_heads=4, causal=True), x, t=3)
+# ContextPoolAttention's properties, causal or not: tests/layers/test_mixer_kit.py (check_mixer).
 
 
 def test_registry_passes_shared_and_pool_options():

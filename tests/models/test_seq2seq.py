@@ -10,6 +10,8 @@ from poolformers_jax.models import build_model
 from poolformers_jax.models import seq2seq_decode as sd
 from poolformers_jax.models.seq2seq import TransformerSeq2Seq
 from poolformers_jax import tasks
+from poolformers_jax import testing as T
+from poolformers_jax.tasks.translation import length_batches
 
 VOCAB = 40
 CP_VARIANTS = {'plain': None, 'cp': {},
@@ -256,3 +258,16 @@ def test_attention_dropout_drops_probabilities():
   kept = np.isclose(np.asarray(out), np.asarray(weights) / (1 - rate), rtol=1e-5)
   dropped = np.asarray(out) == 0
   assert np.all(kept | dropped) and kept.any() and dropped.any()
+
+
+def test_the_decoder_compiles_once_per_bucket_shape():
+  """Translator's decoder over length_batches: sources of 3 to 7 tokens share the 8-token bucket
+  (two batches, one program), 9 and 11 tokens the 12-token one: two compilations in all."""
+  model = tiny()
+  params = init(model, tokens((2, 8), 0), tokens((2, 8), 1))
+  sources = [np.asarray(tokens((n,), n)) for n in (3, 5, 7, 9, 11, 4)]
+  batches = [(params, ids) for _, ids in length_batches(sources, batch_tokens=16, multiple=2)]
+  assert [ids.shape for _, ids in batches] == [(2, 8), (2, 8), (2, 12)]
+  run = sd.make_translate(model, None, beam_size=1)
+  T.assert_traces(run, batches, n=2)
+  T.assert_traces(run, batches, n=0)   # decoding the same buckets again compiles nothing

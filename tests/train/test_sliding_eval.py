@@ -18,7 +18,8 @@ import pytest
 import enwik8
 from poolformers_jax.data import text_lm
 from poolformers_jax.train import setup as setup_lib, state as state_lib
-from poolformers_jax.train.evaluate import evaluate_state
+from poolformers_jax import testing as T
+from poolformers_jax.train.evaluate import evaluate_state, make_eval_step
 
 ALPHABET = list('abcdefghijklmnopqrstuvwxyz ')
 
@@ -70,7 +71,11 @@ def test_sliding_bpc_equals_brute_force(tmp_path):
   _, table = text_lm.VOCABS['text8']
   test_ids = table[np.frombuffer(text[77:].encode(), np.uint8)]
   expected_loss, expected_count = _brute_force(setup, state.params, test_ids, context, step)
-  metrics = evaluate_state(setup, state, 'test', batch_size=8)
+  # The eval step compiles once for the split: its padded last batch reuses the program.
+  step = make_eval_step(setup)
+  metrics = T.assert_traces(
+      step, lambda run: evaluate_state(setup, state, 'test', batch_size=8, eval_step=run), n=1)
+  assert T.compilations(step) == 1
   assert metrics['count'] == expected_count == 44
   np.testing.assert_allclose(metrics['loss'] * metrics['count'], expected_loss, rtol=2e-6)
   assert metrics['bits_per_token'] == pytest.approx(metrics['loss'] / math.log(2))
