@@ -623,4 +623,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
 
 
 if __name__ == '__main__':
+  from poolformers_jax import runtime
+  runtime.configure_program()
   main()

@@ -235,10 +235,12 @@ def test_table_says_whether_a_refused_step_was_compiled_again(tmp_path, capsys):
 
 def test_cpu_runs_start_quietly_with_libtpu_installed():
   """libtpu is installed for the tests (requirements-test.txt); on this machine without TPU chips
-  an ordinary run must neither start the TPU runtime nor print its host-lookup warnings."""
+  a run of ours (runtime.configure_program) must neither start the TPU runtime nor print its
+  host-lookup warnings."""
   env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
   result = subprocess.run(
-      [sys.executable, '-c', 'import poolformers_jax, jax; print(jax.default_backend())'],
+      [sys.executable, '-c', 'from poolformers_jax import runtime; runtime.configure_program(); '
+       'import jax; print(jax.default_backend())'],
       env=env, capture_output=True, text=True, check=True)
   assert result.stdout.strip() == 'cpu' and result.stderr == '', result.stderr
 
