@@ -66,7 +66,10 @@ def install_cpu_threefry_lowering(form: str = 'unrolled') -> bool:
   rule_name = THREEFRY_RULES[form]
   try:   # private API: no public one chooses a primitive's lowering
     from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
-    from jax._src.random import threefry2x32  # pylint: disable=g-import-not-at-top
+    try:
+      from jax._src.random import threefry2x32  # pylint: disable=g-import-not-at-top
+    except ImportError:   # jax 0.8 kept it in prng
+      from jax._src import prng as threefry2x32  # pylint: disable=g-import-not-at-top
     rule = getattr(threefry2x32, rule_name)
     register = mlir.register_lowering
     primitive = threefry2x32.threefry2x32_p
