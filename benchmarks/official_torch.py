@@ -324,7 +324,6 @@ def write_markdown(report: dict, path: str) -> None:
   lines = []
   for model, rec in report['models'].items():
     s = rec['setup']
-    official = rec['summary']['official']
     lines += [f'**{model}**: batch {s["batch"]} x {s["length"]} tokens ({s["real_tokens"]} real), '
               f'float32, {s["rounds"]} rounds x {s["steps"]} timed steps after {s["warmup"]} '
               f'warm-up, CPUs {s["machine"]["cpus_allowed"]} of {s["machine"]["cpu_count"]} '

@@ -7,14 +7,12 @@ import subprocess
 import sys
 
 import jax
-import numpy as np
 import pytest
 
-from poolformers_jax import summary
 from poolformers_jax.configs_lib import FAMILIES
 from poolformers_jax.train import accelerators, config_utils, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
-from sized_models import ROOT, SIZED_BY, load_benchmark, load_config, load_sized
+from sized_models import ROOT, SIZED_BY, load_benchmark, load_config
 
 TOPOLOGY = 'v5e:2x2'
 V5E = accelerators.CHIPS['v5e']

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import sys
 from typing import Callable, Sequence
 
 from absl import flags
