@@ -22,7 +22,7 @@ ALLOWED = {
     'models': ('layers', 'models', 'registry'),
     'data': ('data', 'errors', 'extras', 'registry'),   # extras: the one-line missing-extra check
     'configs_lib': ('configs_lib', 'data'),
-    'conversion': ('conversion', 'models', 'registry'),
+    'conversion': ('conversion', 'extras', 'models', 'registry'),
     'tasks': ('data', 'extras', 'models', 'registry', 'tasks'),
 }
 CONFIG_FILES_MAY_IMPORT = ('configs_lib',)
