@@ -1,11 +1,13 @@
 """The wheel as a user installs it: `python -m build` (sdist + wheel, `twine check` clean), then
 `pip install` of the wheel with no extras into a fresh venv, used from outside the source tree:
 the core is small (no trainer packages), the README's layer example and the numerics kit run,
-the trainer modules fail in one line naming the extra, the configs ship inside the package.
+the trainer modules fail in one line naming the extra, the configs ship inside the package;
+then with `[all]`, `python -m poolformers_jax.summary` on an installed config file.
 
 The install resolves from the package index, constrained to the lock (requirements.txt), so it
 installs what the suite runs on; pip's cache makes it quick after the first run."""
 import glob
+import json
 import os
 import re
 import subprocess
@@ -82,7 +84,8 @@ USER_CODE = textwrap.dedent('''
 
 
 @pytest.mark.slow
-def test_wheel_installs_without_extras_and_works_outside_the_source_tree(dist, tmp_path):
+def test_wheel_installs_without_extras_and_works_outside_the_source_tree_then_with_all(dist,
+                                                                                      tmp_path):
   env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'XLA_FLAGS')}
   venv = tmp_path / 'venv'
   assert _run([sys.executable, '-m', 'venv', str(venv)], env=env).returncode == 0
@@ -99,3 +102,14 @@ def test_wheel_installs_without_extras_and_works_outside_the_source_tree(dist, t
   assert result.stdout.strip().splitlines()[-1] == (
       "TRAIN: poolformers_jax.train needs grain, tensorflow_datasets, tqdm, tensorboardX, "
       "matplotlib, PIL: pip install 'poolformers_jax[train]'")
+  # With [all]: the summary tool on a config file given by path (the installed copy).
+  installed = _run([python, '-m', 'pip', 'install', '-q', '-c',
+                    os.path.join(ROOT, 'requirements.txt'), dist['whl'] + '[all]'], env=env)
+  assert installed.returncode == 0, installed.stderr[-3000:]
+  config = _run([python, '-c', 'import os, poolformers_jax; print(os.path.join(os.path.dirname('
+                 'poolformers_jax.__file__), "configs", "lra_listops.py"))'], cwd=tmp_path,
+                env=env).stdout.strip()
+  summary = _run([python, '-m', 'poolformers_jax.summary', '--config', f'{config}:linear,tiny'],
+                 cwd=tmp_path, env={**env, 'JAX_PLATFORMS': 'cpu'})
+  assert summary.returncode == 0, summary.stderr[-3000:]
+  assert json.loads(summary.stdout.splitlines()[-1])['model'] == 'lra_encoder'
