@@ -8,8 +8,8 @@ program `train.py` runs, and benchmarks/* time it.
 
 One step: dropout rng folded with the step (threefry; the programs lower it unrolled on the
 CPU: `runtime.install_cpu_threefry_lowering`; on the CPU each mask hashed once:
-`dropout_mask_once`), DeiT mixup / cutmix when config.mixup asks, forward (on the CPU every Dense as one product over rows:
-`dense_on_rows`),
+`dropout_mask_once`), DeiT mixup / cutmix when config.mixup asks, forward (on the CPU every
+Dense as one product over rows: `dense_on_rows`),
 the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
 metrics summed on device. With config.length_buckets the same step takes the batch as
 length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
