@@ -342,6 +342,13 @@ def test_pyproject_ranges_contain_the_lock():
   assert not outside, f'declared but not pinned in the lock, or the lock outside the range: {outside}'
   exact = [str(r) for r in declared if any(s.operator == '==' for s in r.specifier)]
   assert not exact, exact
+  # Each floor is a tested version: the floor stack's pin (requirements-floor.txt), or the lock's
+  # for a package the floor stack does not lower.
+  floor = {Requirement(name).name.lower(): v for name, v in _pins('requirements-floor.txt').items()}
+  untested = [f'{r} (tested: {floor.get(r.name.lower(), lock.get(r.name.lower()))})'
+              for r in declared for s in r.specifier if s.operator == '>='
+              and s.version != floor.get(r.name.lower(), lock.get(r.name.lower()))]
+  assert not untested, f'floors that no stack tests: {untested}'
   core = {Requirement(spec).name for spec in project['dependencies']}
   assert core == {'jax', 'jaxlib', 'flax', 'numpy', 'chex', 'ml-collections'}, core
 
