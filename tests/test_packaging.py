@@ -113,3 +113,16 @@ def test_wheel_installs_without_extras_and_works_outside_the_source_tree_then_wi
                  cwd=tmp_path, env={**env, 'JAX_PLATFORMS': 'cpu'})
   assert summary.returncode == 0, summary.stderr[-3000:]
   assert json.loads(summary.stdout.splitlines()[-1])['model'] == 'lra_encoder'
+
+
+def test_one_version_string():
+  """poolformers_jax/_version.py is the version; pyproject.toml reads it, CITATION.cff repeats it."""
+  import poolformers_jax  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+    project = tomllib.load(f)
+  assert 'version' in project['project']['dynamic'] and 'version' not in project['project']
+  assert project['tool']['setuptools']['dynamic']['version'] == {
+      'attr': 'poolformers_jax._version.__version__'}
+  with open(os.path.join(ROOT, 'CITATION.cff'), encoding='utf-8') as f:
+    cited = re.search(r'^version: (\S+)$', f.read(), re.M).group(1)
+  assert cited == poolformers_jax.__version__
