@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 
-# extra -> the top-level modules its packages provide (pyproject.toml's optional-dependencies)
+# extra -> the top-level modules without which its users cannot start (pyproject.toml's
+# optional-dependencies; tqdm, tensorboardX and matplotlib load only when a run uses them, so a
+# GPU image's own stack without them still trains).
 MODULES: dict[str, tuple[str, ...]] = {
-    'train': ('optax', 'orbax', 'grain', 'absl', 'tensorflow_datasets', 'tqdm', 'tensorboardX',
-              'matplotlib', 'PIL'),
+    'train': ('optax', 'orbax', 'grain', 'absl', 'tensorflow_datasets', 'PIL'),
     'text': ('sentencepiece', 'tokenizers', 'sacrebleu', 'sacremoses'),
     'convert': ('safetensors',),
 }
