@@ -39,8 +39,12 @@ train: install
 
 TEST_ENV := XLA_FLAGS=--xla_force_host_platform_device_count=8
 # Every layer, model and the numerics kit (poolformers_jax.testing), and the import / registry
-# contracts: what a change to a mixer or a model must pass.
-FAST_TESTS := tests/layers tests/models tests/test_registry.py tests/test_runtime.py
+# contracts: what a change to a mixer or a model must pass. Left to make test: memory growth and
+# bfloat16 error bounds, beam-search semantics, official-weight conversion.
+FAST_TESTS := tests/layers tests/models tests/test_registry.py tests/test_runtime.py \
+  --ignore=tests/layers/test_memory.py --ignore=tests/layers/test_bfloat16.py \
+  --ignore=tests/models/test_beam_eos.py --ignore=tests/models/test_convert.py \
+  --ignore=tests/models/test_ponet_convert.py
 # The floor stack's subset: the layer, model and kit tests, and one tiny train.py / eval.py run
 # (a mixer of the user's own through config.imports).
 FLOOR_TESTS := tests/layers tests/models tests/test_registry.py tests/train/test_imports.py
