@@ -15,7 +15,7 @@ import json
 from absl import app, flags
 from ml_collections import config_flags
 
-from poolformers_jax import errors
+from poolformers_jax import errors, runtime
 from poolformers_jax.train import cli, evaluate
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
@@ -40,4 +40,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  runtime.configure_program()
   app.run(main, flags_parser=cli.parse_flags)

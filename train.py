@@ -11,7 +11,7 @@ every process. --distributed=off forces one process.
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from poolformers_jax import errors
+from poolformers_jax import errors, runtime
 from poolformers_jax.train import cli, train_and_evaluate
 
 _CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
@@ -34,4 +34,5 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  runtime.configure_program()
   app.run(main, flags_parser=cli.parse_flags)

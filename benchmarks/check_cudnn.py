@@ -106,4 +106,6 @@ def main() -> int:
 
 
 if __name__ == '__main__':
+  from poolformers_jax import runtime  # before the first compile
+  runtime.configure_program()
   sys.exit(main())

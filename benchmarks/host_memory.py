@@ -101,4 +101,6 @@ def main(argv):
 
 
 if __name__ == '__main__':
+  from poolformers_jax import runtime  # before the first compile
+  runtime.configure_program()
   app.run(main, flags_parser=cli.parse_flags)

@@ -162,4 +162,6 @@ def main() -> None:
 
 
 if __name__ == '__main__':
+  from poolformers_jax import runtime  # before the first compile
+  runtime.configure_program()
   main()

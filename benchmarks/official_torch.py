@@ -635,4 +635,6 @@ def main() -> None:
 
 if __name__ == '__main__':
   sys.path.insert(0, ROOT)
+  from poolformers_jax import runtime  # before the first compile
+  runtime.configure_program()
   main()

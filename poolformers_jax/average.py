@@ -70,4 +70,6 @@ if __name__ == '__main__':   # flags defined here: the package's modules import 
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_integer('last', None, 'Average the last N checkpoints (default: all kept).')
   flags.mark_flags_as_required(['workdir'])
+  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
+  runtime.configure_program()
   app.run(main, flags_parser=cli.parse_flags)

@@ -206,5 +206,7 @@ if __name__ == '__main__':
   flags.DEFINE_bool('drop_sentence_head', False, "--to hf: export without the run's sentence "
                     'head (needed for an NSP head: the official class has a 3-class SSO head)')
   flags.mark_flags_as_required(['source', 'workdir'])
+  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
   from poolformers_jax.train import cli  # pylint: disable=g-import-not-at-top
+  runtime.configure_program()
   app.run(cli.one_line_errors(main), flags_parser=cli.parse_flags)

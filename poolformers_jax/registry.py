@@ -11,11 +11,20 @@ A registry imports the files of its kind (`MODULES` below) the first time it is 
 a registry is cheap and free of cycles, and a name is found whatever the caller imported before.
 A new paper's mixer, model or dataset file goes in `MODULES`; nothing else needs a side-effect
 import.
+
+Outside the package, without editing it: a module of the user's that registers names is imported
+by the programs from `config.imports` ('my_mixers,lab.models'; `import_modules`), and an installed
+distribution registers through the entry-point groups `poolformers_jax.mixers` /
+`poolformers_jax.models` (each entry point names a module, loaded with the kind's own files):
+
+    [project.entry-points."poolformers_jax.mixers"]
+    my_mixer = "my_package.my_mixer"
 """
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterator, Mapping
+import importlib.metadata
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 # kind -> the modules that register names of that kind (imported on first lookup).
 MODULES: dict[str, tuple[str, ...]] = {
@@ -32,6 +41,10 @@ MODULES: dict[str, tuple[str, ...]] = {
     'task': ('poolformers_jax.tasks.classification', 'poolformers_jax.tasks.text',
              'poolformers_jax.tasks.masked_tokens'),
 }
+
+# kind -> the entry-point group whose installed plugins register names of that kind
+ENTRY_POINT_GROUPS: dict[str, str] = {'mixer': 'poolformers_jax.mixers',
+                                      'model': 'poolformers_jax.models'}
 
 _MISSING = object()
 
@@ -66,6 +79,9 @@ class Registry(Mapping[str, Any]):
       self._loaded = True
       for module in MODULES[self.kind]:
         importlib.import_module(module)
+      if self.kind in ENTRY_POINT_GROUPS:
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS[self.kind]):
+          entry.load()
 
   def __getitem__(self, name: str) -> Any:
     self._load()
@@ -102,3 +118,20 @@ register_mixer: Callable = MIXERS.register
 register_model: Callable = MODELS.register
 register_dataset: Callable = DATASETS.register
 register_task: Callable = TASKS.register
+
+
+def import_modules(names: str | Sequence[str]) -> list[str]:
+  """Imports the modules of `config.imports` ('a,b.c' or a list), so what they register is
+  found; returns their names. A module that is not importable fails in one line."""
+  if isinstance(names, str):
+    names = names.split(',')
+  names = [n.strip() for n in names if n.strip()]
+  for name in names:
+    try:
+      importlib.import_module(name)
+    except ModuleNotFoundError as error:
+      if error.name is None or not (name == error.name or name.startswith(error.name + '.')):
+        raise   # the module exists; something it imports is missing
+      raise ValueError(f'config.imports: no module {name!r} on the Python path; give the module '
+                       'that registers your mixer / model (its directory on PYTHONPATH)') from None
+  return names

@@ -90,7 +90,11 @@ GLUE_FAMILIES = ('ponet', 'bert')
 # The official grid (run_shell/2-GLUE.sh; "20 sets of hyperparameter configurations").
 GLUE_BATCH_SIZES = (8, 16, 32, 64, 128)
 GLUE_LEARNING_RATES = (3e-5, 5e-5, 1e-4, 3e-4)
-CONFIGS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs')
+# An installed wheel ships configs/ as poolformers_jax/configs (pyproject.toml); a source
+# checkout has it beside the package.
+_PACKAGED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
+CONFIGS_DIR = (_PACKAGED_CONFIGS if os.path.isdir(_PACKAGED_CONFIGS) else
+               os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs'))
 
 log = logging.getLogger('poolformers_jax.reproduce')
 
@@ -739,4 +743,6 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
 
 
 if __name__ == '__main__':
+  from poolformers_jax import runtime
+  runtime.configure_program()
   main()

@@ -43,7 +43,7 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
-from poolformers_jax import errors
+from poolformers_jax import errors, runtime
 from poolformers_jax.train import accelerators, cli, config_utils, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup, variables_of
 
@@ -194,4 +194,5 @@ if __name__ == '__main__':
   flags.DEFINE_string('export_cuda', None, 'write the training step exported for CUDA (StableHLO '
                       'text) to this file.')
   flags.mark_flag_as_required('config')
+  runtime.configure_program()
   app.run(main, flags_parser=cli.parse_flags)

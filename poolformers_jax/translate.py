@@ -60,4 +60,6 @@ if __name__ == '__main__':   # flags defined here: the package's modules import 
   flags.DEFINE_integer('batch_tokens', None, 'Source tokens (padding included) '
                        'decoded at once (default config.decode).')
   flags.mark_flags_as_required(['workdir'])
+  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
+  runtime.configure_program()
   app.run(main, flags_parser=cli.parse_flags)

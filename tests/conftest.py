@@ -12,16 +12,15 @@ os.environ.setdefault('MPLBACKEND', 'Agg')
 
 from absl import flags  # noqa: E402
 
+from poolformers_jax import runtime  # noqa: E402
 from poolformers_jax.train import host_memory  # noqa: E402
 
 flags.FLAGS.mark_as_parsed()
 host_memory.keep_freed_memory()   # as train.py does: XLA:CPU steps without page-fault storms
-
-
-# The tests compile hundreds of tiny training steps, where the unrolled threefry hash that the
-# step module installs for speed at real sizes costs ~25 % more compile time than it saves. The
-# bits are the same (tests/train/test_step.py proves it with the unrolled form installed, and
-# every train.py the tests start runs the unrolled form).
-from poolformers_jax.train import step  # noqa: E402  (importing it installs the unrolled form)
-
-step.rolled_threefry_on_cpu()
+# libtpu is installed to compile for TPU slices; without a chip, the CPU (as train.py chooses),
+# in this process and in the programs and notebook kernels the tests start.
+if runtime.use_cpu_when_no_tpu_chip():
+  os.environ['JAX_PLATFORMS'] = 'cpu'
+# The in-process tests keep jax's own CPU threefry lowering (the loop): their hundreds of tiny
+# steps compile ~25 % faster than with the unrolled form that train.py installs
+# (runtime.configure_program); the bits are the same (tests/train/test_step.py).

@@ -7,14 +7,12 @@ import subprocess
 import sys
 
 import jax
-import numpy as np
 import pytest
 
-from poolformers_jax import summary
 from poolformers_jax.configs_lib import FAMILIES
 from poolformers_jax.train import accelerators, config_utils, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
-from sized_models import ROOT, SIZED_BY, load_benchmark, load_config, load_sized
+from sized_models import ROOT, SIZED_BY, load_benchmark, load_config
 
 TOPOLOGY = 'v5e:2x2'
 V5E = accelerators.CHIPS['v5e']
@@ -235,10 +233,12 @@ def test_table_says_whether_a_refused_step_was_compiled_again(tmp_path, capsys):
 
 def test_cpu_runs_start_quietly_with_libtpu_installed():
   """libtpu is installed for the tests (requirements-test.txt); on this machine without TPU chips
-  an ordinary run must neither start the TPU runtime nor print its host-lookup warnings."""
+  a run of ours (runtime.configure_program) must neither start the TPU runtime nor print its
+  host-lookup warnings."""
   env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
   result = subprocess.run(
-      [sys.executable, '-c', 'import poolformers_jax, jax; print(jax.default_backend())'],
+      [sys.executable, '-c', 'from poolformers_jax import runtime; runtime.configure_program(); '
+       'import jax; print(jax.default_backend())'],
       env=env, capture_output=True, text=True, check=True)
   assert result.stdout.strip() == 'cpu' and result.stderr == '', result.stderr
 

@@ -266,7 +266,8 @@ def check_outside_python(words: list[str]) -> str | None:
       return f'requirements-data.txt pins {differ} otherwise than requirements.txt'
   if (program == 'pip' or program.endswith('/bin/pip')) and words[1] == 'install':
     loose = [w for w in words[2:] if not w.startswith('-') and '==' not in w
-             and not os.path.exists(os.path.join(ROOT, w))]
+             and not os.path.exists(os.path.join(ROOT, w))
+             and not re.fullmatch(r'(\.|poolformers_jax)(\[[a-z,]+\])?', w)]   # ours: its ranges
     return f'unpinned: {loose}' if loose else None
   if program.endswith('/bin/python') and words[1].endswith('.py'):   # another venv's python
     unknown = {w.split('=')[0] for w in words[2:] if w.startswith('--')} - _argparse_options(
@@ -330,16 +331,35 @@ def test_the_command_splitter():
       ['make', 'test']]
 
 
-def test_pyproject_installs_the_tested_stack():
-  """`pip install .[test]` resolves to requirements(-test).txt's versions: every dependency
-  pinned alike."""
+def test_pyproject_ranges_contain_the_lock():
+  """pyproject.toml declares ranges (core and extras); requirements(-test).txt is the exact lock
+  the suite runs on: every declared package is pinned there, at a version inside its range, and
+  nothing is pinned exactly in pyproject (a library's user keeps their own jax)."""
   import tomllib
+  from packaging.requirements import Requirement  # pylint: disable=g-import-not-at-top
   with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
     project = tomllib.load(f)['project']
-  listed = project['dependencies'] + project['optional-dependencies']['test']
-  assert all('==' in spec for spec in listed), listed
-  assert dict(spec.split('==') for spec in listed) == {**_pins('requirements.txt'),
-                                                        **_pins('requirements-test.txt')}
+  extras = project['optional-dependencies']
+  assert {'train', 'text', 'convert', 'tpu', 'test', 'all'} <= set(extras)
+  lock = {Requirement(name).name.lower(): version for name, version in
+          {**_pins('requirements.txt'), **_pins('requirements-test.txt')}.items()}
+  declared = [Requirement(spec) for spec in project['dependencies'] + sum(extras.values(), [])]
+  declared = [r for r in declared if r.name != project['name']]   # `all` names the other extras
+  assert {r.name for r in declared} >= {'jax', 'flax', 'numpy', 'optax'}
+  outside = [f'{r} (lock: {lock.get(r.name.lower())})' for r in declared
+             if r.name.lower() not in lock or not r.specifier.contains(lock[r.name.lower()])]
+  assert not outside, f'declared but not pinned in the lock, or the lock outside the range: {outside}'
+  exact = [str(r) for r in declared if any(s.operator == '==' for s in r.specifier)]
+  assert not exact, exact
+  # Each floor is a tested version: the floor stack's pin (requirements-floor.txt), or the lock's
+  # for a package the floor stack does not lower.
+  floor = {Requirement(name).name.lower(): v for name, v in _pins('requirements-floor.txt').items()}
+  untested = [f'{r} (tested: {floor.get(r.name.lower(), lock.get(r.name.lower()))})'
+              for r in declared for s in r.specifier if s.operator == '>='
+              and s.version != floor.get(r.name.lower(), lock.get(r.name.lower()))]
+  assert not untested, f'floors that no stack tests: {untested}'
+  core = {Requirement(spec).name for spec in project['dependencies']}
+  assert core == {'jax', 'jaxlib', 'flax', 'numpy', 'chex', 'ml-collections'}, core
 
 
 def test_api_md_lists_every_registered_mixer_and_model():

@@ -47,7 +47,7 @@ def test_listops_column_resumes_across_calls_from_its_pack(tmp_path):
   first, column = _call(tmp_path, 'call1', 'linear')
   assert sorted(p.name for p in first.iterdir()) == ['listops.md', 'listops_0.tar']
   linear = _test_accuracy(first, 'linear')
-  assert f'| linear | 20 |' in column and f'{100 * linear:.2f} |' in column
+  assert '| linear | 20 |' in column and f'{100 * linear:.2f} |' in column
   heldout = json.loads(_member(first, 'linear/heldout.json'))     # best checkpoint, seed-1 trees
   assert heldout['step'] == json.loads(_member(first, 'linear/eval/test.json'))['step']
   assert heldout['count'] == 2000 and heldout['data_changes']['data.source'] == 'tsv'

@@ -20,10 +20,10 @@ PACKAGE = os.path.join(ROOT, 'poolformers_jax')
 ALLOWED = {
     'layers': ('layers', 'registry'),
     'models': ('layers', 'models', 'registry'),
-    'data': ('data', 'errors', 'registry'),
+    'data': ('data', 'errors', 'extras', 'registry'),   # extras: the one-line missing-extra check
     'configs_lib': ('configs_lib', 'data'),
-    'conversion': ('conversion', 'models', 'registry'),
-    'tasks': ('data', 'models', 'registry', 'tasks'),
+    'conversion': ('conversion', 'extras', 'models', 'registry'),
+    'tasks': ('data', 'extras', 'models', 'registry', 'tasks'),
 }
 CONFIG_FILES_MAY_IMPORT = ('configs_lib',)
 # What loading a config must not import: the model, training and input-pipeline stacks.

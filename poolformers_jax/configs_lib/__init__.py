@@ -46,6 +46,7 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   """Every key the trainer reads, with its default; `config.model` is the config file's."""
   config = ml_collections.ConfigDict()
   config.seed = 0
+  config.imports = ''   # 'my_mixers,lab.models': modules the programs import first (registry.py)
   config.data = get_data_config(data_name)   # the dataset's own keys (data/<dataset>.py)
   config.model = ml_collections.ConfigDict()   # name + fields of a registered model
   config.optimizer = ml_collections.ConfigDict(dict(

@@ -24,6 +24,7 @@ from typing import Any, Optional
 import numpy as np
 from flax import traverse_util
 
+from poolformers_jax import extras
 from poolformers_jax.conversion.state_dict import read_state_dict
 
 # Official name (after the 'ponet.' prefix) -> our parameter path, for one BERT layer i.
@@ -229,6 +230,7 @@ def save_hf(folder: str, params: dict[str, Any], model_config_dict,
   """Writes FOLDER/model.safetensors + config.json, which the official modeling code loads
   (`PoNetForPreTraining.from_pretrained(FOLDER)`) and `config.init_from=FOLDER` reads back.
   `extra`: more config.json keys (the official config keeps unknown keys as attributes)."""
+  extras.require('convert', 'the Hugging Face export')
   from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
   config = {**hf_config(params, model_config_dict), **(extra or {})}
   os.makedirs(folder, exist_ok=True)

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from poolformers_jax import extras
+
 TORCH_SUFFIXES = ('.pth', '.pt', '.bin')
 HF_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
 
@@ -40,6 +42,7 @@ def read_state_dict(path: str) -> dict[str, np.ndarray]:
   dict in 'model' / 'state_dict' (the DeiT / HVT releases) gives the state dict."""
   path = weights_file(path)
   if path.endswith('.safetensors'):
+    extras.require('convert', 'reading .safetensors')
     from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
     return load_file(path)
   if not path.endswith(TORCH_SUFFIXES):

@@ -26,8 +26,12 @@ Nothing is downloaded at run time. Where each dataset's files must be:
 Missing files raise DataNotFoundError with one line: the path and what to do.
 With worker_count > 0 the iterator state has another format: resume with the same worker_count.
 """
-from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo, DatasetSpec,
-                                       get_data_config, register_dataset)
+from poolformers_jax import extras
+
+extras.require('train', __name__)   # the dataset files the registry imports need it
+
+from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo,  # noqa: E402
+                                       DatasetSpec, get_data_config, register_dataset)
 
 # The pipeline (grain, jax) loads on first use, so a config file, which needs only
 # get_data_config, imports nothing heavier than ml_collections and numpy.

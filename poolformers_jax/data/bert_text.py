@@ -46,6 +46,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from poolformers_jax import extras
 from poolformers_jax.data import base
 
 _SENTENCE_END = re.compile(r'(?<=[.!?])\s+')
@@ -54,6 +55,7 @@ _SENTENCE_END = re.compile(r'(?<=[.!?])\s+')
 @functools.lru_cache(maxsize=4)
 def load_tokenizer(vocab_file: str, lowercase: bool = True):
   """BertWordPieceTokenizer of a BERT vocab.txt ([PAD] must be id 0)."""
+  extras.require('text', 'BERT WordPiece data')
   from tokenizers import BertWordPieceTokenizer
   path = base.require_file(base.expand_path(vocab_file),
                            'point config.data.vocab_file at a BERT vocab.txt (e.g. the one of '

@@ -31,6 +31,7 @@ from typing import Optional
 
 import numpy as np
 
+from poolformers_jax import extras
 from poolformers_jax.data import base
 
 # The vocabulary's ids: 0 = padding (every dataset's), EOS, UNK. The model learns EOS_ID from
@@ -94,6 +95,7 @@ def vocab_path(data_config) -> str:
 
 def train_sentencepiece(data_config, path: str) -> str:
   """Trains the shared SentencePiece model on the training text; written atomically to `path`."""
+  extras.require('text', 'WMT14 (SentencePiece)')
   import sentencepiece as spm
   records = source(data_config, 'train')
   budget = int(data_config.spm_max_chars)
@@ -121,6 +123,7 @@ def train_sentencepiece(data_config, path: str) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _load_processor(path: str):
+  extras.require('text', 'WMT14 (SentencePiece)')
   import sentencepiece as spm
   return spm.SentencePieceProcessor(model_file=path)
 

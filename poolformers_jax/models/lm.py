@@ -30,7 +30,6 @@ from __future__ import annotations
 from typing import Any, Literal, Mapping, Optional
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, check_choice,

@@ -33,7 +33,7 @@ _COMPOUND = re.compile(r'(\S)-(\S)')
 
 
 def split_compounds(text: str) -> str:
-  """tensor2tensor's compound splitting for German BLEU, one pass of the perl
+  r"""tensor2tensor's compound splitting for German BLEU, one pass of the perl
   `s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g` (so a-b-c -> a ##AT##-##AT## b-c, as there)."""
   return _COMPOUND.sub(r'\1 ##AT##-##AT## \2', text)
 

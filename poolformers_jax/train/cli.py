@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from typing import Callable, Sequence
 
 from absl import flags

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import flax
-import jax
 import jax.numpy as jnp
 import optax
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import flax
 import jax
-import jax.numpy as jnp
 
 SCHEMES = ('default', 'torch')
 EMBEDDING_STD = 0.02

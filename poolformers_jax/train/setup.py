@@ -13,7 +13,7 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from poolformers_jax import data, tasks
+from poolformers_jax import data, registry, tasks
 from poolformers_jax.models import build_model
 from poolformers_jax.train import (config_utils, length_buckets, optim, sharding,
                                    state as state_lib, validate)
@@ -40,6 +40,7 @@ def completed_config(config: ml_collections.ConfigDict, *, need_files: bool = Tr
   """(a locked copy of `config` with the model sizes the data decides filled in, DatasetInfo).
   need_files=False: sizes from the dataset's constants where its files are missing; `info`: this
   DatasetInfo instead of the dataset's (a benchmark that makes its own batches)."""
+  registry.import_modules(config.get('imports', ''))   # the user's mixers / models, registered
   info = info or data.get_dataset_info(config, need_files=need_files)
   config = copy.deepcopy(config)   # the caller's config is left untouched
   config_utils.complete_from_dataset(config, info)

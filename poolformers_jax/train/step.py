@@ -6,10 +6,10 @@ only: the state from `setup.abstract_state`, the batch from the dataset's traini
 read, so `python -m poolformers_jax.summary` reports the `memory_analysis()` of exactly the
 program `train.py` runs, and benchmarks/* time it.
 
-One step: dropout rng folded with the step (threefry, lowered unrolled on CPU:
-`unrolled_threefry_on_cpu`; on the CPU each mask hashed once: `dropout_mask_once`), DeiT mixup /
-cutmix when config.mixup asks, forward (on the CPU every Dense as one product over rows:
-`dense_on_rows`),
+One step: dropout rng folded with the step (threefry; the programs lower it unrolled on the
+CPU: `runtime.install_cpu_threefry_lowering`; on the CPU each mask hashed once:
+`dropout_mask_once`), DeiT mixup / cutmix when config.mixup asks, forward (on the CPU every
+Dense as one product over rows: `dense_on_rows`),
 the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
 metrics summed on device. With config.length_buckets the same step takes the batch as
 length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from poolformers_jax import tasks
+from poolformers_jax import runtime, tasks
 from poolformers_jax.train import length_buckets, mixing, sharding
 from poolformers_jax.train.setup import Setup, variables_of
 
@@ -37,37 +37,15 @@ _MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout
 
 
 def unrolled_threefry_on_cpu() -> None:
-  """Lowers jax's threefry hash for the CPU as it does for GPU and TPU: unrolled.
-
-  Dropout masks are threefry bits. For the CPU, jax lowers the hash's 20 rounds as a while loop
-  of 5 iterations over whole arrays (to compile faster); XLA:CPU runs that as 5 memory-bound
-  passes per mask and cannot fuse them into the mask's select: the masks took ~150 of the ~710 ms
-  of the LRA text PoNet step at batch 8 x 4096 (docs/results/ponet_speed.md). Unrolled, the hash
-  is one elementwise expression that fuses into its consumer, ~5x cheaper. The rounds, keys and
-  counters are the same, so every random bit -- dropout masks included -- is unchanged
-  (tests/train/test_step.py checks it against the loop form and the Threefry known answer).
-  No public API chooses the lowering; called when this module is imported, before any compile."""
-  _threefry_lowering_on_cpu('_threefry2x32_lowering_rule')
+  """`runtime.install_cpu_threefry_lowering('unrolled')`: the CPU hash fused into each mask's
+  consumer (the programs install it; importing this module does not)."""
+  runtime.install_cpu_threefry_lowering('unrolled')
 
 
 def rolled_threefry_on_cpu() -> None:
   """jax's own CPU lowering of the threefry hash back (the loop): the same bits, compiled
-  faster, run slower; what the test suite's hundreds of tiny steps use."""
-  _threefry_lowering_on_cpu('_threefry2x32_cpu_lowering_rule')
-
-
-def _threefry_lowering_on_cpu(rule_name: str) -> None:
-  """Registers jax's threefry lowering `rule_name` for the CPU."""
-  try:   # private API: another jax (e.g. a GPU image's) keeps its own lowering, same bits
-    from jax._src.interpreters import mlir   # pylint: disable=g-import-not-at-top
-    from jax._src.random import threefry2x32   # pylint: disable=g-import-not-at-top
-    rule = getattr(threefry2x32, rule_name)
-  except (ImportError, AttributeError):
-    return
-  mlir.register_lowering(threefry2x32.threefry2x32_p, rule, platform='cpu')
-
-
-unrolled_threefry_on_cpu()
+  faster, run slower."""
+  runtime.install_cpu_threefry_lowering('rolled')
 
 
 def dense_on_rows(next_fun, args, kwargs, context):

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.models import build_model
 from poolformers_jax.summary import forward_macs
-from test_cifar_configs import _params, cifar, completed
+from test_cifar_configs import cifar, completed
 
 
 def _counts(config, size):

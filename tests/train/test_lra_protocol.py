@@ -121,7 +121,7 @@ def test_one_cycle_momentum_cycles_beta1_like_pytorch():
   # PyTorch: the rise ends at float(4 / 12 * 12) - 1 = 3, the fall at 11.
   np.testing.assert_allclose([float(b1(s)) for s in (0, 3, 7, 11)],
                              [0.95, 0.85, 0.90, 0.95], rtol=1e-6)
-  tx, lr = optim.make_optimizer(config), optim.make_schedule(config)
+  tx, _ = optim.make_optimizer(config), optim.make_schedule(config)
   rng = np.random.default_rng(0)
   grads = rng.normal(size=(6, 3)).astype(np.float32)
   params = {'w': jnp.zeros((3,), jnp.float32)}       # 1D: no weight decay (mask)

@@ -3,7 +3,6 @@
 Damage is done by the tests to copies of one tiny run's checkpoints (steps 2 and 4); resume is
 exercised at the Checkpointer level (no compile) and once end to end.
 """
-import contextlib
 import json
 import logging
 import os

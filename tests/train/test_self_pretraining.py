@@ -9,7 +9,6 @@ import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from poolformers_jax import reproduce

@@ -96,7 +96,7 @@ def _rolled_threefry_bits(key, shape):
 
 @pytest.fixture
 def unrolled_threefry():
-  """The lowering the step module installs (tests/conftest.py puts jax's loop form back)."""
+  """The lowering the programs install (runtime.configure_program), then jax's loop form back."""
   step.unrolled_threefry_on_cpu()
   yield
   step.rolled_threefry_on_cpu()

@@ -1,0 +1,89 @@
+"""Process-wide jax settings the programs opt into; importing poolformers_jax changes none of them.
+
+    from poolformers_jax import runtime
+    runtime.configure_program()   # what train.py, eval.py, summary, reproduce and benchmarks/* run first
+
+Both settings touch jax through private names that no public API offers; each checks that the
+name exists, and when it does not (another jax), logs one line and leaves jax as it is.
+A library user who wants either calls it before the first compile.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import logging
+import os
+
+import jax
+
+_log = logging.getLogger(__name__)
+
+# form -> jax's name of the CPU lowering rule of the threefry hash (jax/_src/random/threefry2x32.py)
+THREEFRY_RULES = {'unrolled': '_threefry2x32_lowering_rule',   # GPU / TPU's: one fusable expression
+                  'rolled': '_threefry2x32_cpu_lowering_rule'}  # jax's CPU default: a 5-step loop
+
+
+def use_cpu_when_no_tpu_chip() -> bool:
+  """Sets jax_platforms='cpu' when libtpu is installed but no TPU chip is attached; True if set.
+
+  libtpu is installed on CPU machines only to compile for TPU slices (`summary --topology`).
+  Left alone, jax starts the TPU runtime at every start there, which looks for TPU hosts and
+  prints warnings before a program's first line. With no TPU chip and no GPU plugin, the CPU is
+  the only backend there is: say so to jax (as JAX_PLATFORMS=cpu would), unless the user chose
+  platforms or jax has already started."""
+  if (os.environ.get('JAX_PLATFORMS') or jax.config.jax_platforms
+      or importlib.util.find_spec('libtpu') is None):
+    return False
+  if (importlib.metadata.entry_points(group='jax_plugins')
+      or importlib.util.find_spec('jax_plugins') is not None):   # a GPU plugin: leave jax alone
+    return False
+  try:   # no public API counts TPU chips without starting the TPU runtime
+    from jax._src import hardware_utils, xla_bridge  # pylint: disable=g-import-not-at-top
+    chips = hardware_utils.num_available_tpu_chips_and_device_id()[0]
+    started = xla_bridge.backends_are_initialized()
+  except (ImportError, AttributeError) as error:
+    _log.warning('jax %s: %s; jax picks the platform itself (set JAX_PLATFORMS=cpu to skip '
+                 "libtpu's start-up)", jax.__version__, error)
+    return False
+  if chips or started:
+    return False
+  jax.config.update('jax_platforms', 'cpu')
+  return True
+
+
+def install_cpu_threefry_lowering(form: str = 'unrolled') -> bool:
+  """Lowers jax's threefry hash for the CPU in `form` ('unrolled' or 'rolled'); True if installed.
+
+  Dropout masks are threefry bits. For the CPU, jax lowers the hash's 20 rounds as a while loop
+  of 5 iterations over whole arrays (to compile faster); XLA:CPU runs that as 5 memory-bound
+  passes per mask and cannot fuse them into the mask's select: the masks took ~150 of the ~710 ms
+  of the LRA text PoNet step at batch 8 x 4096 (docs/results/ponet_speed.md). Unrolled (as jax
+  lowers it for GPU and TPU), the hash is one elementwise expression that fuses into its
+  consumer, ~5x cheaper, and compiles slower (what the test suite's hundreds of tiny steps
+  avoid). The rounds, keys and counters are the same, so every random bit -- dropout masks
+  included -- is unchanged (tests/train/test_step.py). Applies to every program compiled
+  afterwards in this process; 'rolled' restores jax's own CPU lowering."""
+  rule_name = THREEFRY_RULES[form]
+  try:   # private API: no public one chooses a primitive's lowering
+    from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
+    try:
+      from jax._src.random import threefry2x32  # pylint: disable=g-import-not-at-top
+    except ImportError:   # jax 0.8 kept it in prng
+      from jax._src import prng as threefry2x32  # pylint: disable=g-import-not-at-top
+    rule = getattr(threefry2x32, rule_name)
+    register = mlir.register_lowering
+    primitive = threefry2x32.threefry2x32_p
+  except (ImportError, AttributeError) as error:
+    _log.warning('jax %s: %s; the CPU keeps jax\'s own threefry lowering (the same bits; '
+                 'dropout-heavy CPU steps run slower)', jax.__version__, error)
+    return False
+  register(primitive, rule, platform='cpu')
+  return True
+
+
+def configure_program() -> None:
+  """The settings of this project's programs (train.py, eval.py, summary, reproduce,
+  benchmarks/*): the CPU when libtpu has no chip, and the unrolled threefry lowering on the CPU.
+  Call before anything is compiled."""
+  use_cpu_when_no_tpu_chip()
+  install_cpu_threefry_lowering('unrolled')

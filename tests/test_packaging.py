@@ -1,0 +1,128 @@
+"""The wheel as a user installs it: `python -m build` (sdist + wheel, `twine check` clean), then
+`pip install` of the wheel with no extras into a fresh venv, used from outside the source tree:
+the core is small (no trainer packages), the README's layer example and the numerics kit run,
+the trainer modules fail in one line naming the extra, the configs ship inside the package;
+then with `[all]`, `python -m poolformers_jax.summary` on an installed config file.
+
+The install resolves from the package index, constrained to the lock (requirements.txt), so it
+installs what the suite runs on; pip's cache makes it quick after the first run."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import tomllib
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What the core must not pull in (the `train` / `text` / `convert` extras' packages).
+NOT_CORE = ('grain', 'tensorflow_datasets', 'tqdm', 'tensorboardX', 'matplotlib', 'PIL',
+            'sentencepiece', 'tokenizers', 'sacrebleu', 'sacremoses', 'safetensors')
+
+
+def _run(argv, **kwargs):
+  return subprocess.run(argv, capture_output=True, text=True, timeout=600, **kwargs)
+
+
+@pytest.fixture(scope='module')
+def dist(tmp_path_factory):
+  pytest.importorskip('build', reason='needs requirements-test.txt (build, twine)')
+  out = tmp_path_factory.mktemp('dist')
+  # --no-isolation: setuptools from this environment (pinned), so the build needs no network.
+  built = _run([sys.executable, '-m', 'build', '--no-isolation', '--outdir', str(out), ROOT])
+  assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-2000:]
+  files = sorted(glob.glob(str(out / '*')))
+  assert [os.path.basename(f).split('-')[0] for f in files] == ['poolformers_jax'] * 2, files
+  checked = _run([sys.executable, '-m', 'twine', 'check', '--strict', *files])
+  assert checked.returncode == 0, checked.stdout + checked.stderr
+  return {f.rsplit('.', 1)[-1] if f.endswith('.whl') else 'sdist': f for f in files}
+
+
+def test_wheel_has_every_package_the_configs_and_py_typed(dist):
+  with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+    listed = set(tomllib.load(f)['tool']['setuptools']['packages'])
+  source = {os.path.relpath(d, ROOT).replace(os.sep, '.') for d, _, files in
+            os.walk(os.path.join(ROOT, 'poolformers_jax')) if '__init__.py' in files}
+  assert source <= listed, f'add to [tool.setuptools] packages: {sorted(source - listed)}'
+  names = zipfile.ZipFile(dist['whl']).namelist()
+  configs = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, 'configs', '*.py'))}
+  assert {n.split('/')[-1] for n in names if n.startswith('poolformers_jax/configs/')} == configs
+  assert 'poolformers_jax/py.typed' in names
+  assert not [n for n in names if n.startswith(('tests/', 'benchmarks/'))]
+
+
+def _readme_layer_example() -> str:
+  with open(os.path.join(ROOT, 'README.md'), encoding='utf-8') as f:
+    section = f.read().split('## PoNet in your own Flax model', 1)[1]
+  return re.search(r'```python\n(.*?)```', section, re.S).group(1)
+
+
+USER_CODE = textwrap.dedent('''
+  import importlib.metadata, importlib.util, os, sys
+  import poolformers_jax
+  assert 'site-packages' in poolformers_jax.__file__, poolformers_jax.__file__
+  assert poolformers_jax.__version__ == importlib.metadata.version('poolformers_jax')
+  assert not [m for m in {not_core!r} if importlib.util.find_spec(m)], 'not core'
+  {readme}
+  assert y.shape == (2, 128, 64)
+  from poolformers_jax import testing
+  from poolformers_jax.layers import PoNet
+  x, mask = testing.random_inputs(0, 2, 32, 16, num_real=[32, 20])
+  testing.assert_padding_values_irrelevant(PoNet(num_heads=2, segment_num=4), x, mask)
+  testing.assert_jit_matches(PoNet(num_heads=2, segment_num=4), x, mask)
+  configs = os.path.join(os.path.dirname(poolformers_jax.__file__), 'configs')
+  assert os.path.isfile(os.path.join(configs, 'lra_listops.py'))
+  try:
+    import poolformers_jax.train
+  except ModuleNotFoundError as error:
+    print('TRAIN:', error)
+''')
+
+
+@pytest.mark.slow
+def test_wheel_installs_without_extras_and_works_outside_the_source_tree_then_with_all(dist,
+                                                                                      tmp_path):
+  env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'XLA_FLAGS')}
+  venv = tmp_path / 'venv'
+  assert _run([sys.executable, '-m', 'venv', str(venv)], env=env).returncode == 0
+  python = str(venv / 'bin' / 'python')
+  installed = _run([python, '-m', 'pip', 'install', '-q', '-c',
+                    os.path.join(ROOT, 'requirements.txt'), dist['whl']], env=env)
+  if installed.returncode and re.search(r'NewConnectionError|Temporary failure in name resolution',
+                                        installed.stderr):
+    pytest.skip('no package index reachable: ' + installed.stderr.strip().splitlines()[-1])
+  assert installed.returncode == 0, installed.stderr[-3000:]
+  code = USER_CODE.format(not_core=NOT_CORE, readme=textwrap.indent(_readme_layer_example(), ''))
+  result = _run([python, '-c', code], cwd=tmp_path, env={**env, 'JAX_PLATFORMS': 'cpu'})
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().splitlines()[-1] == (
+      "TRAIN: poolformers_jax.train needs grain, tensorflow_datasets, PIL: "
+      "pip install 'poolformers_jax[train]'")
+  # With [all]: the summary tool on a config file given by path (the installed copy).
+  installed = _run([python, '-m', 'pip', 'install', '-q', '-c',
+                    os.path.join(ROOT, 'requirements.txt'), dist['whl'] + '[all]'], env=env)
+  assert installed.returncode == 0, installed.stderr[-3000:]
+  config = _run([python, '-c', 'import os, poolformers_jax; print(os.path.join(os.path.dirname('
+                 'poolformers_jax.__file__), "configs", "lra_listops.py"))'], cwd=tmp_path,
+                env=env).stdout.strip()
+  summary = _run([python, '-m', 'poolformers_jax.summary', '--config', f'{config}:linear,tiny'],
+                 cwd=tmp_path, env={**env, 'JAX_PLATFORMS': 'cpu'})
+  assert summary.returncode == 0, summary.stderr[-3000:]
+  assert json.loads(summary.stdout.splitlines()[-1])['model'] == 'lra_encoder'
+
+
+def test_one_version_string():
+  """poolformers_jax/_version.py is the version; pyproject.toml reads it, CITATION.cff repeats it."""
+  import poolformers_jax  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
+    project = tomllib.load(f)
+  assert 'version' in project['project']['dynamic'] and 'version' not in project['project']
+  assert project['tool']['setuptools']['dynamic']['version'] == {
+      'attr': 'poolformers_jax._version.__version__'}
+  with open(os.path.join(ROOT, 'CITATION.cff'), encoding='utf-8') as f:
+    cited = re.search(r'^version: (\S+)$', f.read(), re.M).group(1)
+  assert cited == poolformers_jax.__version__
