@@ -14,6 +14,7 @@ SMALL_MSAC = dict(MODEL(stage_widths=(8, 8, 8), stage_blocks=(1, 1, 1), msac_sta
 SIZED_BY = {
     'lra_encoder': ('lra_listops.py:tiny', {}),
     'lra_dual_encoder': ('lra_retrieval.py:tiny', {}),
+    'lra_masked_lm': ('lra_listops.py:tiny,spt', {}),
     'char_lm': ('enwik8.py:tiny', {}),
     'transformer_seq2seq': ('wmt14.py:tiny', {}),
     'ponet_mlm': ('ponet_pretrain.py:sso,tiny', {}),
