@@ -47,7 +47,7 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -186,7 +186,6 @@ class RunStopped(RuntimeError):
   """A run stopped before its end (SIGTERM / preemption): its checkpoint is kept."""
 
 
-_clock = time.time   # a module attribute so that tests can give the runs a known duration
 WALL_FILE = 'wall_time.json'
 
 
@@ -205,10 +204,12 @@ def _add_wall_time(workdir: str, seconds: float) -> dict[str, float]:
 
 
 def run_one(task: str, family: str, size: str, seed: int, workdir: str,
-            overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR) -> dict[str, Any]:
+            overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
+            clock: Callable[[], float] = time.time) -> dict[str, Any]:
   """Trains and tests one (task, family, seed) in `workdir` unless its result.json exists.
   `family` may carry more config words: 'ponet,spt' is the self-pretraining run, which has no
-  test (its record has the best validation accuracy of the masked tokens instead)."""
+  test (its record has the best validation accuracy of the masked tokens instead). `clock`
+  times the invocation for the run's wall time."""
   result_path = os.path.join(workdir, 'result.json')
   if os.path.exists(result_path):
     log.info('%s/%s seed %d: finished before (%s), not retrained.', task, family, seed, result_path)
@@ -217,11 +218,11 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
   from poolformers_jax.train import train_and_evaluate
   config = load_config(task, family, size, seed, overrides, configs_dir)
   log.info('%s/%s seed %d: training in %s', task, family, seed, workdir)
-  start = _clock()
+  start = clock()
   try:
     result = train_and_evaluate(config, workdir)
   finally:   # stopped or crashed, the time it trained counts towards the run's wall time
-    wall = _add_wall_time(workdir, _clock() - start)
+    wall = _add_wall_time(workdir, clock() - start)
   if result.status != 'finished' or (result.test is None and config.final_test):
     raise RunStopped(f'{task}/{family} seed {seed} stopped at step {result.step} '
                        f'({result.status}); run the same command again to resume.')
@@ -265,15 +266,15 @@ def spt_stages(task: str, family: str, size: str, seed: int, workdir: str,
 
 def run_spt(task: str, family: str, size: str, seed: int, workdir: str,
             overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
-            pretrain_steps: Optional[int] = None,
-            finetune_steps: Optional[int] = None) -> dict[str, Any]:
+            pretrain_steps: Optional[int] = None, finetune_steps: Optional[int] = None,
+            clock: Callable[[], float] = time.time) -> dict[str, Any]:
   """Self-pretraining then fine-tuning of one (task, family, seed) in `workdir`/{pretrain,
   finetune}; each stage resumes or is skipped like any run_one. The fine-tuned run's record,
   with the pre-training's under 'pretrain'."""
   (pre_words, pre_dir, pre_set), (words, ft_dir, ft_set) = spt_stages(
       task, family, size, seed, workdir, overrides, pretrain_steps, finetune_steps)
-  pretrain = run_one(task, pre_words, size, seed, pre_dir, pre_set, configs_dir)
-  finetuned = run_one(task, words, size, seed, ft_dir, ft_set, configs_dir)
+  pretrain = run_one(task, pre_words, size, seed, pre_dir, pre_set, configs_dir, clock)
+  finetuned = run_one(task, words, size, seed, ft_dir, ft_set, configs_dir, clock)
   return {**finetuned, 'pretrain': pretrain,
           'wall_seconds': finetuned['wall_seconds'] + pretrain['wall_seconds']}
 
@@ -405,9 +406,10 @@ def plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *, seeds: 
 def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *,
                   seeds: Sequence[int] = (0,), size: str = 'full', overrides: Sequence[str] = (),
                   configs_dir: str = CONFIGS_DIR, command: str = '', spt: bool = False,
-                  pretrain_steps: Optional[int] = None,
-                  finetune_steps: Optional[int] = None) -> dict[str, Any]:
+                  pretrain_steps: Optional[int] = None, finetune_steps: Optional[int] = None,
+                  clock: Callable[[], float] = time.time) -> dict[str, Any]:
   """Runs what is missing and writes WORKDIR/results.json and results.md; returns the results.
+  `clock` times each invocation (the runs' wall times).
   With `spt`, every (task, family, seed) also self-pretrains and fine-tunes (run_spt) in
   WORKDIR/<task>/<family>/spt_seed<s>, beside the run from scratch."""
   check_configs(tasks, families, size, overrides, configs_dir, spt)
@@ -424,11 +426,11 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
     for family in families:
       runs[family] = [run_one(task, family, size, seed,
                               os.path.join(workdir, task, family, f'seed{seed}'), overrides,
-                              configs_dir) for seed in seeds]
+                              configs_dir, clock) for seed in seeds]
       if spt:
         spt_runs[family] = [run_spt(task, family, size, seed,
                                     spt_dir(workdir, task, family, seed), overrides, configs_dir,
-                                    pretrain_steps, finetune_steps) for seed in seeds]
+                                    pretrain_steps, finetune_steps, clock) for seed in seeds]
     results['tasks'][task] = {'families': runs, **({'spt': spt_runs} if spt else {})}
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, 'results.json'), 'w') as f:
@@ -529,11 +531,11 @@ def run_glue_point(task: str, family: str, size: str, batch_size: int, learning_
   config = load_glue_config(task, family, size, batch_size, learning_rate, overrides, configs_dir)
   log.info('glue %s b%d lr%g: training %d steps in %s', task, batch_size, learning_rate,
            config.num_train_steps, workdir)
-  start = _clock()
+  start = time.time()
   try:
     result = train_and_evaluate(config, workdir)
   finally:
-    wall = _add_wall_time(workdir, _clock() - start)
+    wall = _add_wall_time(workdir, time.time() - start)
   if result.status != 'finished' or result.test is None:
     raise RunStopped(f'glue {task} b{batch_size} lr{learning_rate:g} stopped at step '
                      f'{result.step} ({result.status}); run the same command again to resume.')

@@ -126,7 +126,6 @@ def test_wall_time_and_curves_count_every_invocation(tmp_path, monkeypatch):
   import poolformers_jax.train as train
   from poolformers_jax.train.loop import TrainResult
   clock = iter([100.0, 130.0, 500.0, 545.0])        # 30 s, stopped; then 45 s, finished
-  monkeypatch.setattr(reproduce, '_clock', lambda: next(clock))
   calls = []
 
   def fake_train(config, workdir):
@@ -143,8 +142,9 @@ def test_wall_time_and_curves_count_every_invocation(tmp_path, monkeypatch):
   monkeypatch.setattr(train, 'train_and_evaluate', fake_train)
   workdir = str(tmp_path / 'repro')
   with pytest.raises(reproduce.RunStopped, match='stopped at step 100'):
-    reproduce.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny')
-  results = reproduce.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny')
+    reproduce.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny', clock=lambda: next(clock))
+  results = reproduce.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny',
+                                    clock=lambda: next(clock))
   (run,) = results['tasks']['listops']['families']['ponet']
   assert run['wall_seconds'] == pytest.approx(75.0) and run['invocations'] == 2
   assert run['test_accuracy'] == pytest.approx(40.0) and run['steps_per_second'] == 2.0

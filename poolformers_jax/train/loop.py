@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Callable, ContextManager, Optional
 
 import jax
 import ml_collections
@@ -146,17 +146,26 @@ class _Profiler:
       logging.info('profile of steps %d-%d written to %s', self.first, self.last, self.directory)
 
 
-# Entered around every step that must not wait for the device (no log, eval, checkpoint or
-# profile work). A no-op; tests replace it with a guard that fails on any device-to-host read.
-HOT_PATH_GUARD = contextlib.nullcontext
+@dataclasses.dataclass(frozen=True)
+class Hooks:
+  """What a caller adds to the loop without changing it (tests, notebooks, job schedulers).
+
+  hot_path:   a context-manager factory entered around every step that must not wait for the
+              device (no log, eval, checkpoint or profile work), e.g. a guard that fails on any
+              device-to-host read.
+  stop_after: stop after this global step as if preempted (checkpoint saved, status
+              'preempted'); None = train to config.num_train_steps.
+  """
+  hot_path: Callable[[], ContextManager[Any]] = contextlib.nullcontext
+  stop_after: Optional[int] = None
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       stop_at: Optional[int] = None, start_over: bool = False) -> TrainResult:
+                       start_over: bool = False, hooks: Hooks = Hooks()) -> TrainResult:
   """Trains `config` in `workdir` (resuming from its newest checkpoint that verifies) and
   evaluates.
 
-  `stop_at`: stop after this global step as if preempted (checkpoint saved, status 'preempted').
+  `hooks`: what the caller adds to the loop (`Hooks`).
   `start_over`: when every checkpoint of `workdir` is damaged, train from step 0 instead of
   stopping with CheckpointError.
   A workdir another live process trains is refused (run_lock.RunInProgressError, one line)
@@ -164,11 +173,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   """
   sharding.maybe_initialize_distributed()
   with run_lock.RunLock(workdir, enabled=jax.process_index() == 0):
-    return _train_and_evaluate(config, workdir, stop_at=stop_at, start_over=start_over)
+    return _train_and_evaluate(config, workdir, start_over=start_over, hooks=hooks)
 
 
 def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                        stop_at: Optional[int], start_over: bool) -> TrainResult:
+                        start_over: bool, hooks: Hooks) -> TrainResult:
+  stop_at = hooks.stop_after
   if checkpoint_lib.holds_checkpoints(workdir):   # a resume continues the run's own model
     config = config_utils.with_run_model(config, workdir, todo='resume with the config the run '
                                          'was trained with, or train this one in another --workdir')
@@ -244,7 +254,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                                                                         profiler.last))
         # The hot path: dispatch the step, then read the next batch while the device runs it;
         # nothing here waits for the device (grain's threads prefetch the batches themselves).
-        with contextlib.nullcontext() if sync else HOT_PATH_GUARD():
+        with contextlib.nullcontext() if sync else hooks.hot_path():
           profiler.start(nxt)
           state, acc = train_step(state, acc, batch, dropout_rng)
           step = nxt

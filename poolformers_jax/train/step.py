@@ -6,10 +6,8 @@ only: the state from `setup.abstract_state`, the batch from the dataset's traini
 read, so `python -m poolformers_jax.summary` reports the `memory_analysis()` of exactly the
 program `train.py` runs, and benchmarks/* time it.
 
-One step: dropout rng folded with the step (threefry; the programs lower it unrolled on the
-CPU: `runtime.install_cpu_threefry_lowering`; on the CPU each mask hashed once:
-`dropout_mask_once`), DeiT mixup / cutmix when config.mixup asks, forward (on the CPU every
-Dense as one product over rows: `dense_on_rows`),
+One step: dropout rng folded with the step, DeiT mixup / cutmix when config.mixup asks, forward
+(inside the platform's program transforms, train/transforms.py: the same values, other programs),
 the task's objective, backward, the optimizer update (gradient accumulation inside optax), train
 metrics summed on device. With config.length_buckets the same step takes the batch as
 length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
@@ -23,89 +21,16 @@ import dataclasses
 import functools
 from typing import Any, Callable, Optional
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from poolformers_jax import runtime, tasks
-from poolformers_jax.train import length_buckets, mixing, sharding
+from poolformers_jax import tasks
+from poolformers_jax.train import length_buckets, mixing, sharding, transforms
 from poolformers_jax.train.setup import Setup, variables_of
 
 _MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
-
-
-def unrolled_threefry_on_cpu() -> None:
-  """`runtime.install_cpu_threefry_lowering('unrolled')`: the CPU hash fused into each mask's
-  consumer (the programs install it; importing this module does not)."""
-  runtime.install_cpu_threefry_lowering('unrolled')
-
-
-def rolled_threefry_on_cpu() -> None:
-  """jax's own CPU lowering of the threefry hash back (the loop): the same bits, compiled
-  faster, run slower."""
-  runtime.install_cpu_threefry_lowering('rolled')
-
-
-def dense_on_rows(next_fun, args, kwargs, context):
-  """A flax method interceptor: every `nn.Dense` applied to [..., K] inputs computes one
-  [rows, K] x [K, N] product, its input and output reshaped around it. The same values; but the
-  gradient of the kernel is then a plain x^T g over rows, which XLA:CPU runs on its fast dot
-  path, where the transpose of a [B, L, K] product contracted two axes of both operands and took
-  a slow path behind transposed copies: ~300 of the ~665 ms of the LRA text PoNet step at batch
-  8 x 4096 (docs/results/ponet_speed.md). The training step applies the model inside it on the
-  CPU only: compiled for a v5e slice, DeiT-S's step with it needs 15 151 instead of 12 599 MiB
-  per chip and 264 instead of 174 ms of roofline time (docs/accelerators.md)."""
-  inputs = args[0] if args else None
-  if (context.method_name != '__call__' or not isinstance(context.module, nn.Dense)
-      or getattr(inputs, 'ndim', 0) <= 2):
-    return next_fun(*args, **kwargs)
-  out = next_fun(inputs.reshape(-1, inputs.shape[-1]), *args[1:], **kwargs)
-  return out.reshape(inputs.shape[:-1] + out.shape[-1:])
-
-
-def stored_once(mask: jax.Array) -> jax.Array:
-  """`mask` (bool) packed into bits along its last axis and unpacked again: the same values.
-  XLA fuses a mask's threefry hash into every select that applies it -- dropout's forward and
-  its backward -- so each mask was hashed twice; the packing is a reduction, which XLA keeps as
-  the end of a fusion, so the mask is hashed once and stored at one bit an element."""
-  packed = jnp.packbits(mask, axis=-1)
-  return jnp.unpackbits(packed, axis=-1, count=mask.shape[-1]).astype(bool)
-
-
-def dropout_mask_once(next_fun, args, kwargs, context):
-  """A flax method interceptor: every `nn.Dropout` draws flax's own mask (the same bits,
-  `jax.random.bernoulli` of the same key) and applies it through `stored_once`, so the hash is
-  computed once instead of in the forward's and again in the backward's selects. Dropout was
-  ~25 % of the ListOps default's step and ~35 % of the LRA text PoNet step on XLA:CPU; with
-  this the first runs ~15 % faster and the second ~12 % (docs/results/ponet_speed.md). Values
-  are unchanged to the bit (tests/train/test_step.py); scalars, rates 0 and 1 and
-  deterministic calls go to flax as they are. The step uses it on the CPU only: on a TPU the
-  stored masks raise the step's bytes accessed (PoNet's ListOps step: 1.52 -> 1.59 ms of
-  roofline time on v5e) and no GPU or TPU timing has been taken."""
-  module = context.module
-  if context.method_name != '__call__' or not isinstance(module, nn.Dropout):
-    return next_fun(*args, **kwargs)
-  inputs = args[0] if args else kwargs['inputs']
-  positional = dict(zip(('deterministic', 'rng'), args[1:]))
-  deterministic = nn.merge_param('deterministic', module.deterministic,
-                                 kwargs.get('deterministic', positional.get('deterministic')))
-  if deterministic or module.rate in (0.0, 1.0) or getattr(inputs, 'ndim', 0) == 0:
-    return next_fun(*args, **kwargs)
-  rng = kwargs.get('rng', positional.get('rng'))
-  if rng is None:
-    rng = module.make_rng(module.rng_collection)
-  keep = 1.0 - module.rate
-  shape = [1 if axis in module.broadcast_dims else n for axis, n in enumerate(inputs.shape)]
-  mask = stored_once(jax.random.bernoulli(rng, p=keep, shape=shape))
-  mask = jnp.broadcast_to(mask, inputs.shape)
-  return jax.lax.select(mask, inputs / keep, jnp.zeros_like(inputs))
-
-
-def _as_is(next_fun, args, kwargs, context):
-  del context
-  return next_fun(*args, **kwargs)
 
 
 def example_weights(targets: Any) -> jax.Array:
@@ -176,15 +101,12 @@ def _step_parts(setup: Setup, platform: Optional[str] = None):
   grads): forward with dropout, the task's weighted sums, the gradient of `reduce(sums)`.
   update(state, acc, objective, sums, grads, updates) -> (state, acc): the optimizer update, the
   NaN guard and the train metrics summed on device.
-  `platform` (default: the mesh's) picks the forms measured faster on XLA:CPU, `dense_on_rows`
-  and `dropout_mask_once`; GPU and TPU programs apply flax's Dense and Dropout as they are (the
-  same values and masks either way; on a v5e slice both CPU forms cost roofline time).
+  `platform` (default: the mesh's) picks the program transforms the forward runs inside
+  (transforms.program_transforms: the same values on every platform).
   """
   model, task, schedule = setup.model, setup.task, setup.schedule
   platform = platform or setup.mesh.devices.flat[0].platform
-  on_cpu = platform == 'cpu'
-  dense_form = dense_on_rows if on_cpu else _as_is
-  dropout_form = dropout_mask_once if on_cpu else _as_is
+  forward_in = transforms.program_transforms(platform)
   label_smoothing = float(setup.config.label_smoothing)
   accum = setup.grad_accum_steps
 
@@ -192,7 +114,7 @@ def _step_parts(setup: Setup, platform: Optional[str] = None):
     mutable = ['batch_stats'] if state.batch_stats is not None else False
 
     def loss_fn(params):
-      with nn.intercept_methods(dense_form), nn.intercept_methods(dropout_form):
+      with forward_in():
         out = model.apply({**variables_of(state), 'params': params}, inputs,
                           deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
@@ -224,7 +146,7 @@ def make_train_step(setup: Setup, platform: Optional[str] = None):
   """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated.
   With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches.
   `platform`: the device platform the step is for (default: the mesh's; `export_for_cuda`
-  says 'cuda'), which picks the CPU-only Dense and dropout forms (`_step_parts`)."""
+  says 'cuda'), which picks its program transforms (train/transforms.py)."""
   if setup.config.length_buckets.multiple:
     return BucketedStep(setup, platform)
   task = setup.task

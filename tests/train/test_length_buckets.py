@@ -204,17 +204,16 @@ def test_sorted_eval_batches_keep_every_real_example_once_and_cut_only_padding()
 
 
 def test_bucketed_training_run_matches_the_plain_run_without_reading_the_device(
-    data_dir, tmp_path, monkeypatch):
+    data_dir, tmp_path):
   """The loop on micro-batches, validation and test length-sorted: the plain run's parameters
   and metrics ('mean_padded' pooling, whose divisor the cut must not change)."""
   config = tiny_config(data_dir, 'transformer', **{'model.pooling': 'mean_padded', **NO_DROPOUT,
                                                    'log_every_steps': 3})
   plain = train_and_evaluate(config, str(tmp_path / 'plain'))
-  monkeypatch.setattr(loop, 'HOT_PATH_GUARD', _NoDeviceToHost)
   _NoDeviceToHost.entered = 0
   bucketed = train_and_evaluate(config_utils.override(config, **{
       'length_buckets.multiple': MULTIPLE, 'length_buckets.micro_batch_size': 3}),
-      str(tmp_path / 'bucketed'))
+      str(tmp_path / 'bucketed'), hooks=loop.Hooks(hot_path=_NoDeviceToHost))
   assert _NoDeviceToHost.entered == 2                  # steps 1 and 2 ran on the hot path
   assert bucketed.step == plain.step == 3 and bucketed.status == 'finished'
   _assert_trees_close(bucketed.state.params, plain.state.params, rtol=1e-4)

@@ -11,7 +11,7 @@ import pytest
 
 from tiny_runs import REPO, tiny_config, tiny_overrides
 from poolformers_jax import data
-from poolformers_jax.train import NonFiniteLossError, evaluate, train_and_evaluate
+from poolformers_jax.train import Hooks, NonFiniteLossError, evaluate, train_and_evaluate
 from poolformers_jax.train.metrics import read_metrics
 
 
@@ -186,7 +186,7 @@ def test_progress_bar_counts_the_steps_whose_results_were_fetched(data_dir, tmp_
   monkeypatch.setattr(tqdm.auto, 'tqdm', Recording)
   config = tiny_config(data_dir, num_train_steps=7, log_every_steps=3, eval_every_steps=5,
                        checkpoint_every_steps=5, num_devices=1, progress_bar=True)
-  assert train_and_evaluate(config, str(tmp_path), stop_at=4).status == 'preempted'
+  assert train_and_evaluate(config, str(tmp_path), hooks=Hooks(stop_after=4)).status == 'preempted'
   assert train_and_evaluate(config, str(tmp_path)).status == 'finished'
   loss = {r['step']: f"loss={r['loss']:.4g}" for r in read_metrics(str(tmp_path), 'train')}
   assert sorted(loss) == [3, 6, 7]

@@ -384,15 +384,14 @@ class _NoDeviceToHost:
 
 
 def test_hot_path_steps_never_read_from_the_device_and_rates_and_profile_are_logged(
-    data_dir, tmp_path, monkeypatch):
+    data_dir, tmp_path):
   with _NoDeviceToHost(), pytest.raises(AssertionError, match='hot-path'):
     jax.device_get(jnp.ones(2) + 1)                       # the guard does catch a read
-  monkeypatch.setattr(loop, 'HOT_PATH_GUARD', _NoDeviceToHost)
   _NoDeviceToHost.entered = 0
   # The pristine run's model and schedule (its compiled step is in the persistent cache).
   config = tiny_config(data_dir, **{**STEPS, 'log_every_steps': 3, 'eval_every_steps': 4,
                                     'checkpoint_every_steps': 4, 'profile_steps': (1, 2)})
-  result = train_and_evaluate(config, str(tmp_path))
+  result = train_and_evaluate(config, str(tmp_path), hooks=loop.Hooks(hot_path=_NoDeviceToHost))
   assert result.status == 'finished'
   assert _NoDeviceToHost.entered == 1                  # step 1 (2: profile end, 3: log, 4: end)
   train = read_metrics(str(tmp_path), 'train')

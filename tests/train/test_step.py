@@ -16,8 +16,8 @@ import tensorflow_datasets as tfds
 
 import cifar
 from tiny_runs import REPO, tiny_config
-from poolformers_jax import summary
-from poolformers_jax.train import cli, config_utils, step, train_and_evaluate
+from poolformers_jax import runtime, summary
+from poolformers_jax.train import cli, config_utils, step, train_and_evaluate, transforms
 from poolformers_jax.train.setup import make_setup
 
 ONE_STEP = {'num_train_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
@@ -97,9 +97,9 @@ def _rolled_threefry_bits(key, shape):
 @pytest.fixture
 def unrolled_threefry():
   """The lowering the programs install (runtime.configure_program), then jax's loop form back."""
-  step.unrolled_threefry_on_cpu()
+  runtime.install_cpu_threefry_lowering('unrolled')
   yield
-  step.rolled_threefry_on_cpu()
+  runtime.install_cpu_threefry_lowering('rolled')
 
 
 def test_unrolled_threefry_gives_the_same_bits_and_dropout_masks(unrolled_threefry):
@@ -136,7 +136,7 @@ def test_dense_on_rows_keeps_values_and_gradients_and_flattens_every_dense():
                          rngs={'dropout': jax.random.PRNGKey(2)})
     if not rows:
       return jnp.sum(run() ** 2)
-    with nn.intercept_methods(step.dense_on_rows):
+    with nn.intercept_methods(transforms.dense_on_rows):
       return jnp.sum(run() ** 2)
 
   plain, on_rows = (jax.value_and_grad(loss)(params, rows) for rows in (False, True))
@@ -179,7 +179,7 @@ def test_dropout_mask_once_keeps_flax_masks_and_hashes_each_mask_once(unrolled_t
     return jnp.sum(out ** 2)
 
   plain = jax.jit(jax.value_and_grad(lambda p: loss(p, count)))
-  once = jax.jit(jax.value_and_grad(lambda p: loss(p, step.dropout_mask_once)))
+  once = jax.jit(jax.value_and_grad(lambda p: loss(p, transforms.dropout_mask_once)))
   # Flax's masks to the bit: the same loss and gradients, exactly.
   (plain_loss, plain_grads), (once_loss, once_grads) = plain(params), once(params)
   np.testing.assert_array_equal(once_loss, plain_loss)
@@ -206,7 +206,7 @@ def test_dropout_mask_once_follows_flax_for_broadcast_dims_rng_and_deterministic
 
   def both(fn):
     plain = fn()
-    with nn.intercept_methods(step.dropout_mask_once):
+    with nn.intercept_methods(transforms.dropout_mask_once):
       return plain, fn()
 
   for module, kwargs in ((nn.Dropout(0.5, broadcast_dims=(1,)), dict(deterministic=False)),
