@@ -635,6 +635,7 @@ def main() -> None:
 
 if __name__ == '__main__':
   sys.path.insert(0, ROOT)
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
+  if '--child=official' not in sys.argv:   # the official child runs under torch's python: no jax
+    from poolformers_jax import runtime  # before the first compile
+    runtime.configure_program()
   main()
