@@ -82,6 +82,17 @@ if [[ "$MODE" == download ]]; then
   exit 0
 fi
 
+# The carried wheels (.whl/, from the download mode) into /tmp/site, once per machine.
+install_wheels() {
+  if ! compgen -G '.whl/*.whl' > /dev/null; then
+    echo "error: .whl/ holds no wheels; run 'bash benchmarks/gpu_run.sh download' first, on a" \
+         "machine with PyPI access, and copy .whl/ beside the repository" >&2
+    exit 2
+  fi
+  [[ -d /tmp/site ]] || "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
+  export PYTHONPATH=/tmp/site:$PWD
+}
+
 # A family's config words without `spt` (the fine-tuned run's, evaluated like any other).
 task_words() { local w=",$1,"; w=${w//,spt,/,}; w=${w#,}; echo "${w%,}"; }
 
@@ -92,14 +103,7 @@ if [[ "$MODE" == listops ]]; then
   SIZE=${LISTOPS_SIZE:-full}
   BUDGET=${LISTOPS_BUDGET_S:-480}
   RUNS=${LISTOPS_RUNS:-/tmp/listops_runs}
-  if [[ "${LISTOPS_INSTALL:-1}" == 1 ]]; then
-    if ! compgen -G '.whl/*.whl' > /dev/null; then
-      echo "error: .whl/ holds no wheels; run 'bash benchmarks/gpu_run.sh download' first" >&2
-      exit 2
-    fi
-    [[ -d /tmp/site ]] || "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
-    export PYTHONPATH=/tmp/site:$PWD
-  fi
+  [[ "${LISTOPS_INSTALL:-1}" == 1 ]] && install_wheels
   # One line, before any data or compile, if a wheel is missing (grain needs portpicker, say).
   "$PY" -c 'import grain, tensorflow_datasets, ml_collections, tensorboardX' || exit 2
   mkdir -p "$OUT" "$RUNS"
@@ -185,14 +189,7 @@ if [[ "$MODE" == peer ]]; then
   DIR="$OUT/peer"
   mkdir -p "$DIR"
   LOG="$DIR/log.txt"
-  if [[ "${PEER_INSTALL:-1}" == 1 ]]; then
-    if ! compgen -G '.whl/*.whl' > /dev/null; then
-      echo "error: .whl/ holds no wheels; run 'bash benchmarks/gpu_run.sh download' first" >&2
-      exit 2
-    fi
-    [[ -d /tmp/site ]] || "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
-    export PYTHONPATH=/tmp/site:$PWD
-  fi
+  [[ "${PEER_INSTALL:-1}" == 1 ]] && install_wheels
   DEVICE=${PEER_DEVICE:-cuda}
   OFFICIAL=${PEER_OFFICIAL_DIR:-.official/ponet_lra_code}
   TORCH_PY=${PEER_TORCH_PYTHON:-$PY}
@@ -246,18 +243,10 @@ if [[ "$MODE" == peer ]]; then
   exit 0
 fi
 
-if ! compgen -G '.whl/*.whl' > /dev/null; then
-  echo "error: .whl/ holds no wheels; run 'bash benchmarks/gpu_run.sh download' first, on a" \
-       "machine with PyPI access, and copy .whl/ beside the repository" >&2
-  exit 2
-fi
+install_wheels
 DTYPE=$MODE
 OUT=${OUT:-/tmp/gpu_run}
 mkdir -p "$OUT/$DTYPE"
-if [[ ! -d /tmp/site ]]; then
-  "$PY" -m pip install --quiet --no-deps --no-index --target /tmp/site .whl/*
-fi
-export PYTHONPATH=/tmp/site:$PWD
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 "$PY" -c 'import jax; print(jax.__version__, jax.devices(), jax.devices()[0].device_kind)' \
   | tee "$OUT/devices.txt"
