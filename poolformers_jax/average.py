@@ -34,7 +34,7 @@ def average_checkpoints(workdir: str, last: Optional[int] = None, config=None) -
                                              best_metric=config.best_metric,
                                              best_mode=config.best_mode, config=config)
   try:
-    kept = sorted(checkpointer.latest.all_steps())
+    kept = checkpointer.latest.steps()
     if last is not None and (last < 1 or last > len(kept)):
       raise checkpoint_lib.CheckpointError(
           f'--last={last}: DIR/checkpoints holds {len(kept)} checkpoints ({kept}); pass 1..'

@@ -139,9 +139,9 @@ def checkpoint_dir(path: str) -> str:
          for d in (checkpoint_lib.BEST_DIR, checkpoint_lib.LATEST_DIR)):
     checkpointer = checkpoint_lib.Checkpointer(path, read_only=True, **_best_of(path))
     try:
-      manager, step = checkpointer.resolve(
-          'best' if checkpointer.best.best_step() is not None else 'latest')
-      return os.path.join(str(manager.directory), str(step), 'state')
+      store, step = checkpointer.resolve(
+          'best' if checkpointer.best_step() is not None else 'latest')
+      return os.path.join(store.step_dir(step), 'state')
     finally:
       checkpointer.close()
   raise FileNotFoundError(f'config.init_from={path!r} is neither a workdir with checkpoints nor '

@@ -105,26 +105,38 @@ def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
   return out
 
 
-def _non_finite_error(acc: dict[str, Any], checkpointer, resumed_from: Optional[int]
-                      ) -> NonFiniteLossError:
-  step, loss = int(acc['first_bad_step']), float(acc['bad_loss'])
+def _non_finite_error(step: int, loss: float, *, unconfirmed: list[int],
+                      last_good: Optional[int], latest_dir: str, rejected_dir: str,
+                      resumed_from: Optional[int]) -> NonFiniteLossError:
+  """The one-line error of a non-finite step `step`; builds it and does nothing else (the
+  unconfirmed checkpoints were moved aside before: Checkpointer.reject_unconfirmed)."""
   what = (f'training loss is {loss} at step {step}' if not np.isfinite(loss) else
           f'the update of step {step} is not finite (loss {loss:.4g})')
-  unconfirmed = checkpointer.reject_unconfirmed(step)
-  last = checkpointer.latest_step()
-  good = (f'the last good checkpoint is step {last} in {checkpointer.latest.directory}'
-          if last is not None else 'no checkpoint was saved before it' if not unconfirmed
+  good = (f'the last good checkpoint is step {last_good} in {latest_dir}'
+          if last_good is not None else 'no checkpoint was saved before it' if not unconfirmed
           else 'no good checkpoint is kept')
   if unconfirmed:
     good += (f' (checkpoint {", ".join(map(str, unconfirmed))}, saved right before the step '
              'that diverged, is not confirmed by a finite step after it: moved to '
-             f'{os.path.join(checkpointer.workdir, checkpoint_lib.REJECTED_DIR)})')
+             f'{rejected_dir})')
   resumed = (f', or the checkpoint of step {resumed_from} this run resumed from'
              if resumed_from else '')
   return NonFiniteLossError(
       f'{what}: stopped without saving anything after step {step - 1}; {good}. Causes to check: '
       f'the examples of step {step} (the data){resumed}, or a learning rate too high for this '
       'model without clipping (config.optimizer.grad_clip_norm).')
+
+
+def _stop_non_finite(acc: dict[str, Any], checkpointer: checkpoint_lib.Checkpointer,
+                     resumed_from: Optional[int]) -> NonFiniteLossError:
+  """A non-finite step: moves the checkpoints it leaves unconfirmed aside (the one action),
+  then returns the error that says so."""
+  step, loss = int(acc['first_bad_step']), float(acc['bad_loss'])
+  unconfirmed = checkpointer.reject_unconfirmed(step)
+  return _non_finite_error(step, loss, unconfirmed=unconfirmed,
+                           last_good=checkpointer.latest_step(),
+                           latest_dir=checkpointer.latest.directory,
+                           rejected_dir=checkpointer.rejected_dir, resumed_from=resumed_from)
 
 
 class _Profiler:
@@ -244,7 +256,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     def check_finite(fetched=None):
       fetched = fetched or {'first_bad_step': jax.device_get(acc['first_bad_step'])}
       if int(fetched['first_bad_step']):
-        raise _non_finite_error(jax.device_get(acc), checkpointer, resumed_from)
+        raise _stop_non_finite(jax.device_get(acc), checkpointer, resumed_from)
 
     with _Preemption() as preemption:
       while step < total_steps:
@@ -299,7 +311,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     checkpointer.wait()
     test = None
     if status == 'finished' and config.final_test:
-      which = 'best' if checkpointer.best.best_step() is not None else 'latest'
+      which = 'best' if checkpointer.best_step() is not None else 'latest'
       best_state, best_step = checkpointer.restore_state(which, setup.abstract_state)
       test = evaluate_state(setup, best_state, 'test', eval_step=eval_step,
                             outputs_path=hypotheses_path(workdir, 'test'))
