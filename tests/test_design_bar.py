@@ -1,0 +1,67 @@
+"""The design bar of issue #48, read from the package's source (nothing is imported but
+train/transforms.py): no class over 150 lines, no test seam left in as a global, and the
+training step free of platform-specific program transforms."""
+import ast
+import pathlib
+import re
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / 'poolformers_jax'
+MAX_CLASS_LINES = 150
+GONE = ('HOT_PATH_GUARD', 'rolled_threefry_on_cpu', '_clock')
+
+
+def _sources():
+  files = sorted(PACKAGE.rglob('*.py'))
+  assert len(files) > 50, f'{PACKAGE} looks empty'
+  return [(path.relative_to(PACKAGE.parent).as_posix(), path.read_text()) for path in files]
+
+
+def _classes(text: str):
+  for node in ast.walk(ast.parse(text)):
+    if isinstance(node, ast.ClassDef):
+      first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+      yield node.name, node.end_lineno - first + 1
+
+
+def test_no_class_is_over_150_lines():
+  too_long = [f'{path}: class {name} has {lines} lines'
+              for path, text in _sources() for name, lines in _classes(text)
+              if lines > MAX_CLASS_LINES]
+  assert not too_long, (f'classes over {MAX_CLASS_LINES} lines (split them into smaller '
+                        'rooms):\n' + '\n'.join(too_long))
+
+
+def test_the_class_walk_counts_lines_as_written():
+  text = 'class A:\n' + '  x = 1\n' * 200 + '\n\n@dec\nclass B:\n  class C:\n    pass\n'
+  assert dict(_classes(text)) == {'A': 201, 'B': 4, 'C': 2}
+
+
+@pytest.mark.parametrize('name', GONE)
+def test_removed_seams_appear_nowhere_in_the_package(name):
+  pattern = re.compile(rf'(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])')
+  hits = [f'{path}:{i}' for path, text in _sources()
+          for i, line in enumerate(text.splitlines(), start=1) if pattern.search(line)]
+  assert not hits, f'{name} is back in the package: {hits}'
+
+
+def test_the_step_defines_no_cpu_only_transform():
+  from poolformers_jax.train import transforms
+  moved = {f.__name__ for fs in transforms.INTERCEPTORS.values() for f in fs} | {'stored_once'}
+  assert {'dense_on_rows', 'dropout_mask_once'} <= moved
+  transforms_tree = ast.parse((PACKAGE / 'train' / 'transforms.py').read_text())
+  assert moved <= {n.name for n in ast.walk(transforms_tree) if isinstance(n, ast.FunctionDef)}
+
+  tree = ast.parse((PACKAGE / 'train' / 'step.py').read_text())
+  defined = {n.name for n in ast.walk(tree)
+             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+  assert not defined & moved, f'train/step.py defines {sorted(defined & moved)}'
+  names = {n.attr if isinstance(n, ast.Attribute) else n.id
+           for n in ast.walk(tree) if isinstance(n, (ast.Attribute, ast.Name))}
+  assert 'intercept_methods' not in names, 'train/step.py intercepts flax methods itself'
+  platforms = {n.value.lower() for n in ast.walk(tree)
+               if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+  assert not platforms & {'cpu', 'gpu', 'cuda', 'rocm', 'tpu'}, (
+      'train/step.py names a platform: its platform-specific choices belong in '
+      'train/transforms.py')
