@@ -8,7 +8,7 @@ Validation every `eval_every_steps` (the best checkpoint is kept) on the whole s
 position is checkpointed with the train iterator's (the LRA reference protocol), checkpoints every
 `checkpoint_every_steps` and at the end, automatic resume from the latest checkpoint of DIR,
 SIGTERM -> save and stop cleanly, a non-finite loss -> stop naming the step without saving (a
-checkpoint counts as good once the step after it was finite: checkpoint.reject_unconfirmed), and
+checkpoint counts as good once the step after it was finite: Checkpointer.reject_unconfirmed), and
 at the end the best checkpoint is evaluated on test. `num_train_steps=0` (a fresh run, e.g. from
 `init_from`): the initial state is evaluated on validation, saved as step 0 and tested.
 The progress bar moves at the steps that sync (log, validation, checkpoint): it counts finished
