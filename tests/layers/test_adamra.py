@@ -118,7 +118,7 @@ def _every_head_then_select(x, chosen, kernels, biases, k, v, valid, phi):
   return jnp.take_along_axis(jnp.stack(outs, 2), chosen[:, :, None, None], 2)[:, :, 0]
 
 
-@pytest.mark.parametrize('routes', ['mixed', 'one_head'])
+@pytest.mark.parametrize('routes', [pytest.param('mixed', marks=pytest.mark.slow), 'one_head'])
 def test_routed_evaluation_equals_every_head_then_select(routes):
   # 2 rows x 50 tokens, 3 heads: blocks of 24 rows, so groups span several blocks and blocks
   # are padded; 'one_head' sends every token of a row to one head (empty groups).
@@ -176,6 +176,7 @@ def test_move_rows_gradient_is_the_gathers_gradient():
   np.testing.assert_allclose(np.asarray(jax.grad(moved)(x)), np.asarray(jax.grad(plain)(x)))
 
 
+@pytest.mark.slow   # sharding equivalence: make test, not make test-fast
 def test_batch_sharded_over_devices_equals_one_device():
   # The routed layout is per batch row: with the batch split over 8 devices (conftest forces
   # 8 CPU devices) values and gradients equal the unsharded layer's.
@@ -210,9 +211,12 @@ def test_sown_routing_is_a_distribution_and_its_argmax():
 
 
 # The default form passes check_mixer in tests/layers/test_mixer_kit.py; these are the ablations.
+# The three costliest ablations are slow (make test, not make test-fast).
 @pytest.mark.parametrize('options', [
-    dict(routing='random'), dict(routing='none'), dict(router_gate='straight_through'),
-    dict(feature_map='elu+1'), dict(feature_map='softmax'), dict(per_head_projections=False),
+    pytest.param(dict(routing='random'), marks=pytest.mark.slow), dict(routing='none'),
+    pytest.param(dict(router_gate='straight_through'), marks=pytest.mark.slow),
+    dict(feature_map='elu+1'), pytest.param(dict(feature_map='softmax'), marks=pytest.mark.slow),
+    dict(per_head_projections=False),
 ], ids=lambda o: '-'.join(f'{v}' for v in o.values()))
 def test_ablations_pass_check_mixer(options):
   report = T.check_mixer(AdaMRA(num_heads=2, compression_rates=(1 / 2, 1 / 4, 1 / 8), **options))

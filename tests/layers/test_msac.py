@@ -200,7 +200,10 @@ MIXER_CASES = [
 ]
 
 
-@pytest.mark.parametrize('make', MIXER_CASES)
+# MSAC's three windows: make test, not make test-fast (which checks the registry's MSAC in
+# tests/layers/test_mixer_kit.py).
+@pytest.mark.parametrize('make', MIXER_CASES[:1] + [
+    pytest.param(*MIXER_CASES[1].values, marks=pytest.mark.slow, id='msac')])
 @pytest.mark.parametrize('causal', [False, True])
 def test_language_forms_pass_check_mixer(make, causal):
   """(The registry's defaults: tests/layers/test_mixer_kit.py.) SAC with the regular

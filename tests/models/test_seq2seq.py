@@ -39,7 +39,8 @@ def init(model, src, tgt):
   return model.init(jax.random.PRNGKey(0), {'inputs': src, 'targets': tgt})['params']
 
 
-@pytest.mark.parametrize('variant', sorted(CP_VARIANTS))
+@pytest.mark.parametrize('variant', [   # the pooled variants decode in make test, not test-fast
+    v if v == 'plain' else pytest.param(v, marks=pytest.mark.slow) for v in sorted(CP_VARIANTS)])
 def test_cached_decoding_equals_full_recomputation(variant):
   model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
   src = tokens((3, 7), 0).at[0, 5:].set(0)            # a padded source row too
@@ -75,6 +76,7 @@ def _greedy_by_recomputation(model, params, src, length):
   return np.asarray(out)
 
 
+@pytest.mark.slow   # decoding end to end: make test, not make test-fast
 def test_greedy_and_beam_one():
   model = tiny({}, encoder_cp=True)
   src = tokens((4, 6), 2)
@@ -87,6 +89,7 @@ def test_greedy_and_beam_one():
   np.testing.assert_array_equal(np.asarray(beam1), greedy)
 
 
+@pytest.mark.slow   # decoding end to end: make test, not make test-fast
 def test_beam_search_returns_its_best_scored_hypothesis():
   model = tiny()
   src = tokens((3, 6), 4)
@@ -161,6 +164,7 @@ def test_packed_rows_give_the_loss_of_the_sentences_alone(variant):
   np.testing.assert_allclose(packed_sums['loss'], alone_sums['loss'], rtol=2e-5)
 
 
+@pytest.mark.slow   # decoding end to end: make test, not make test-fast
 def test_decoding_sharded_over_the_data_axis_matches_one_device():
   model = tiny({}, encoder_cp=True)
   src = tokens((8, 6), 14).at[1, 3:].set(0)
@@ -260,6 +264,7 @@ def test_attention_dropout_drops_probabilities():
   assert np.all(kept | dropped) and kept.any() and dropped.any()
 
 
+@pytest.mark.slow   # decoding end to end: make test, not make test-fast
 def test_the_decoder_compiles_once_per_bucket_shape():
   """Translator's decoder over length_batches: sources of 3 to 7 tokens share the 8-token bucket
   (two batches, one program), 9 and 11 tokens the 12-token one: two compilations in all."""
