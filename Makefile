@@ -45,15 +45,19 @@ FAST_TESTS := tests/layers tests/models tests/test_registry.py tests/test_runtim
   --ignore=tests/layers/test_memory.py --ignore=tests/layers/test_bfloat16.py \
   --ignore=tests/models/test_beam_eos.py --ignore=tests/models/test_convert.py \
   --ignore=tests/models/test_ponet_convert.py
-# The floor stack's subset: the layer, model and kit tests, and one tiny train.py / eval.py run
-# (a mixer of the user's own through config.imports).
-FLOOR_TESTS := tests/layers tests/models tests/test_registry.py tests/train/test_imports.py
+# The floor stack's subset (CI runs it after the lock's suite): the kit on every registered
+# mixer, the block / LRA encoder / LM / ViT-family model tests, the registry and one tiny
+# train.py / eval.py run (a mixer of the user's own through config.imports). A wider floor run:
+#   make test-floor FLOOR_TESTS="tests/layers tests/models tests/test_registry.py"
+FLOOR_TESTS := tests/layers/test_mixer_kit.py tests/models/test_block.py \
+  tests/models/test_encoder.py tests/models/test_lm.py tests/models/test_vit.py \
+  tests/test_registry.py tests/train/test_imports.py
 
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .
 
 test: $(VENV)/.installed-test lint
-	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal -q tests notebooks --nbmake
+	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal -q --durations=20 tests notebooks --nbmake
 
 test-fast: $(VENV)/.installed-test
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal -q -m "not slow" $(FAST_TESTS)

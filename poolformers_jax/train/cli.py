@@ -90,9 +90,11 @@ def _stray_arguments(argv: Sequence[str], stray: Sequence[str]) -> str:
 
 
 class _LibraryInfoFilter(logging.Filter):
-  """Drops INFO chatter of orbax / grain / tfds (one line per checkpoint phase) from the console,
-  and orbax's warnings that a read-only manager (eval.py) is read-only."""
-  NOISY = (os.sep + 'orbax' + os.sep, os.sep + 'grain' + os.sep, os.sep + 'tensorflow_datasets' + os.sep)
+  """Drops INFO chatter of orbax / grain / tfds (one line per checkpoint phase) and of jax's
+  backend probing (jax 0.8 logs "Unable to initialize backend 'tpu'" where libtpu is absent)
+  from the console, and orbax's warnings that a read-only manager (eval.py) is read-only."""
+  NOISY = (os.sep + 'orbax' + os.sep, os.sep + 'grain' + os.sep, os.sep + 'tensorflow_datasets' + os.sep,
+           os.sep + 'xla_bridge.py')
   EXPECTED = ('CheckpointManagerOptions.read_only=True', 'Given directory is read only')
 
   def filter(self, record: logging.LogRecord) -> bool:
@@ -102,7 +104,10 @@ class _LibraryInfoFilter(logging.Filter):
 
 
 def quiet_library_logs() -> None:
-  absl_logging.get_absl_handler().addFilter(_LibraryInfoFilter())
+  quiet = _LibraryInfoFilter()
+  # jax < 0.9 also prints its records through a handler of its own on the 'jax' logger.
+  for handler in [absl_logging.get_absl_handler(), *logging.getLogger('jax').handlers]:
+    handler.addFilter(quiet)
 
 
 def run(argv: Sequence[str], work: Callable[[], None]) -> None:
