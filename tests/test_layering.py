@@ -96,12 +96,11 @@ def test_config_files_import_only_config():
 
 
 # Configuration lived in four modules of two subpackages before config/ (issue #48).
-REPLACED = ('poolformers_jax/configs_lib', 'poolformers_jax/config.py',
-            'poolformers_jax/train/config_utils.py', 'poolformers_jax/train/validate.py')
+REPLACED = (('configs_lib',), ('config.py',), ('train', 'config_utils.py'), ('train', 'validate.py'))
 
 
 def test_configuration_has_one_home():
-  assert [path for path in REPLACED if os.path.exists(os.path.join(ROOT, path))] == []
+  assert [parts for parts in REPLACED if os.path.exists(os.path.join(PACKAGE, *parts))] == []
   assert os.path.isfile(os.path.join(PACKAGE, 'config', '__init__.py'))
   stale = []
   for folder in ('poolformers_jax', 'configs', 'tests', 'benchmarks'):

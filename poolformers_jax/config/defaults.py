@@ -6,7 +6,7 @@ A config file starts from `base_config(data_name)` and only overrides; the train
 directly (no defaults elsewhere), so what a run does is what its config.json says. Configs hold
 numbers and names only: this file imports no model code. Model sizes the data decides
 (vocabulary, classes, sequence length) are placeholders filled from the dataset when a run starts
-(config/complete.py).
+(config/completion.py).
 
 Size words, the same in every config file that has a smaller run:
     full   the paper's setting (the default)

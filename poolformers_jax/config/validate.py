@@ -1,7 +1,7 @@
 """Every check of a run's config against itself, the data and the devices, in one place, up front.
 
 `check_config` runs in `make_setup` (train/setup.py), after the config is completed
-(config/complete.py) and before any model is built or compiled; `check_eval_batch_size` for
+(config/completion.py) and before any model is built or compiled; `check_eval_batch_size` for
 eval.py's --batch_size. Each failure is a ConfigError (a ValueError; a batch that does not split
 over the devices: data.base.process_share's, the one divisibility check) whose message is one
 line, `<what is wrong>; <what to do>`, which train.py / eval.py print as `error: ...` with exit
