@@ -3,8 +3,8 @@
 `completed` takes the config a run was given and returns a locked copy with the model sizes its
 dataset decides filled in (vocab_size, num_classes, max_length, special-token ids, from the
 dataset's DatasetInfo), after the user's modules named in `config.imports` are imported (their
-mixers and models registered); with `run_dir` (a run directory being resumed) the model is the
-run's own first (config/run_file.py, `with_run_model`). `train/setup.py`'s `make_setup` calls it
+mixers and models registered); with `run_dir` (a run being resumed, or read by eval.py) the
+model is the run's own first (config/run_file.py, `with_run_model`). `train/setup.py`'s `make_setup` calls it
 once and keeps the result as `Setup.config`, which every later reader takes.
 """
 from __future__ import annotations
