@@ -183,13 +183,13 @@ def default_entries(dtype: str) -> list[str]:
 def lra_text_config(entry: str, length: int, batch: int, dtype: str):
   """configs/lra_text.py at the paper setting, resized to `length`, with `entry`'s mixer."""
   import lra_text  # pylint: disable=g-import-not-at-top
-  from poolformers_jax.configs_lib import FAMILIES  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.config.lra import FAMILIES  # pylint: disable=g-import-not-at-top
   mixer, _, impl = entry.partition('/')
   family = next((f for f, (m, _) in FAMILIES.items() if m == mixer), 'transformer')
   config = lra_text.get_config(family).unlock()
   config.model.mixer = mixer
   kwargs = dict(FAMILIES[family][1]) if family != 'transformer' else {}
-  if mixer == 'ponet':   # PoNet's LRA-text segment count scales with the length (configs_lib)
+  if mixer == 'ponet':   # PoNet's LRA-text segment count scales with the length (config/lra.py)
     kwargs['segment_num'] = max(lra_text.TASK.segment_num * length // lra_text.TASK.length, 1)
   if impl:
     kwargs['implementation'] = impl

@@ -34,7 +34,8 @@ import numpy as np  # noqa: E402
 import lra_listops  # noqa: E402
 from poolformers_jax import errors  # noqa: E402
 from poolformers_jax.data import listops  # noqa: E402
-from poolformers_jax.train import config_utils, host_memory, length_buckets  # noqa: E402
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import host_memory, length_buckets  # noqa: E402
 from poolformers_jax.train import state as state_lib, step as step_lib  # noqa: E402
 from poolformers_jax.train.setup import make_setup  # noqa: E402
 
@@ -52,7 +53,7 @@ def listops_batches(config, num_batches: int, seed: int) -> list[dict[str, np.nd
 
 def measure(config, batches, passes: int) -> dict:
   """Plain and bucketed steps of `config` (length_buckets set) on `batches`, interleaved."""
-  plain_config = config_utils.override(config, **{'length_buckets.multiple': 0})
+  plain_config = config_lib.override(config, **{'length_buckets.multiple': 0})
   runs, report = {}, {}
   for name, cfg in (('plain', plain_config), ('bucketed', config)):
     setup = make_setup(cfg, need_files=False)
@@ -120,7 +121,7 @@ def main() -> None:
       if args.quick:
         updates.update({'data.max_length': 64, 'data.generator.min_tokens': 10,
                         'data.generator.max_tokens': 60, 'batch_size': 8})
-      config = config_utils.override(config, **updates)
+      config = config_lib.override(config, **updates)
       batches = listops_batches(config, args.batches, args.seed)
       lengths = length_buckets.real_lengths(np.concatenate([b['inputs'] for b in batches]))
       report = measure(config, batches, args.passes)

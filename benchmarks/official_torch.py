@@ -215,8 +215,8 @@ def our_config(model: str, length: int, batch: int, vocab_size: int, dtype: str 
 
 
 def our_dims(config) -> dict:
-  from poolformers_jax.train.setup import completed_config  # pylint: disable=g-import-not-at-top
-  m = completed_config(config, need_files=False)[0].model
+  from poolformers_jax import config as config_lib  # pylint: disable=g-import-not-at-top
+  m = config_lib.complete(config, need_files=False).model
   dims = dict(mixer=m.mixer, dim=m.dim, mlp_dim=m.mlp_dim, head_hidden_dim=m.head_hidden_dim,
               num_heads=m.num_heads, num_layers=m.num_layers, vocab_size=m.vocab_size,
               max_length=m.max_length, num_classes=m.num_classes, dropout_rate=m.dropout_rate,

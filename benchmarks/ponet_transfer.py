@@ -26,7 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax import data, errors
-from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -62,7 +63,7 @@ def compile_step(family: str, length: int):
   """(the step to time, the batch, result dict with memory and parameter count)."""
   spec = os.path.join(ROOT, 'configs', 'ponet_pretrain.py') + (':sso,bert' if family == 'bert'
                                                                 else ':sso')
-  config = config_utils.override(cli.load_config_file(spec), **{
+  config = config_lib.override(cli.load_config_file(spec), **{
       'model.emb_dim': FLAGS.emb_dim, 'model.num_layers': FLAGS.num_layers,
       'model.num_heads': FLAGS.num_heads, 'model.mlp_dim': 4 * FLAGS.emb_dim,
       'data.max_length': length, 'batch_size': FLAGS.batch, 'num_devices': 1})

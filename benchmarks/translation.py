@@ -40,7 +40,8 @@ import numpy as np
 from poolformers_jax import errors
 from poolformers_jax.models import seq2seq_decode
 from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
-from poolformers_jax.train import cli, config_utils, state as state_lib, step as step_lib
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
 from poolformers_jax.tasks.translation import length_batches
 
@@ -69,7 +70,7 @@ def _setup(cp: bool):
   """configs/wmt14.py:base[,cp] at the flags' sizes, on one device, without the data."""
   config = cli.load_config_file(os.path.join(ROOT, 'configs', 'wmt14.py') + (':base,cp' if cp
                                                                               else ':base'))
-  config = config_utils.override(config, **{
+  config = config_lib.override(config, **{
       'model.num_layers': FLAGS.num_layers, 'model.emb_dim': FLAGS.emb_dim,
       'model.mlp_dim': FLAGS.mlp_dim, 'model.num_heads': FLAGS.num_heads,
       'data.vocab_size': FLAGS.vocab, 'data.max_length': FLAGS.length,

@@ -24,8 +24,8 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib import (deit_recipe, hvt_model, parse_words, vision_config,
-                                         vit_model)
+from poolformers_jax.config import parse_words
+from poolformers_jax.config.vision import deit_recipe, hvt_model, vision_config, vit_model
 
 CIFAR_TRAIN_SIZE = 50_000
 DATASETS = ('cifar100', 'cifar10', 'cifar10_pairs')   # the number of classes comes from the data

@@ -45,7 +45,7 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib import SIZE_SLOT, base_config, parse_words, shrink_run
+from poolformers_jax.config import SIZE_SLOT, base_config, parse_words, shrink_run
 
 # model -> (num_layers, mixer, mixer options)
 # ContextPool's predictor m(X) has hidden width 64 = d/8 here (see the module docstring).

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib.bert import model_config, parse_words, transfer_config
+from poolformers_jax.config.bert import model_config, parse_words, transfer_config
 
 # task -> (train examples, the metric the slides report, used to keep the best checkpoint)
 TASKS = {

@@ -30,8 +30,9 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib import (deit_recipe, epochs_to_steps, hvt_model, parse_words,
-                                         vision_config, vit_model)
+from poolformers_jax.config import parse_words
+from poolformers_jax.config.vision import (deit_recipe, epochs_to_steps, hvt_model, vision_config,
+                                           vit_model)
 
 
 def deit_recipe_wd05(config) -> None:

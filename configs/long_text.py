@@ -25,7 +25,7 @@ import math
 
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib.bert import model_config, parse_words, transfer_config
+from poolformers_jax.config.bert import model_config, parse_words, transfer_config
 
 # task -> (training examples, epochs, source, sentence split)
 TASKS = {

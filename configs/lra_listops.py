@@ -26,7 +26,7 @@ time are in docs/results/make_train.md.
 """
 from __future__ import annotations
 
-from poolformers_jax.configs_lib import LraTask, task_config
+from poolformers_jax.config.lra import LraTask, task_config
 
 # eval_every_steps, eval_batches: eval_frequency, num_eval_steps of PoNet's / Nystromformer's
 # lra_config.py.

@@ -16,7 +16,7 @@ AdaMRA T1 = AdaMRA Table 1):
 """
 from __future__ import annotations
 
-from poolformers_jax.configs_lib import LraTask, task_config
+from poolformers_jax.config.lra import LraTask, task_config
 
 # eval_every_steps, eval_batches: eval_frequency, num_eval_steps of PoNet's / Nystromformer's
 # lra_config.py.

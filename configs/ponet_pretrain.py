@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib.bert import model_config, parse_words, transfer_config
+from poolformers_jax.config.bert import model_config, parse_words, transfer_config
 
 
 def get_config(arg: str | None = None):

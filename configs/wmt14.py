@@ -45,7 +45,7 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from poolformers_jax.configs_lib import SIZE_SLOT, Numbered, base_config, parse_words, shrink_run
+from poolformers_jax.config import SIZE_SLOT, Numbered, base_config, parse_words, shrink_run
 
 # model -> (layers, width, FFN, heads, batch rows, steps, dropout EN-DE)
 MODELS = {

@@ -20,15 +20,16 @@ import jax
 import jax.numpy as jnp
 
 from poolformers_jax import errors
-from poolformers_jax.train import checkpoint as checkpoint_lib, cli, config_utils
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import checkpoint as checkpoint_lib, cli
 from poolformers_jax.train.setup import make_setup
 
 
 def average_checkpoints(workdir: str, last: Optional[int] = None, config=None) -> dict:
   """Writes DIR/averaged/<step>: the mean parameters of the last `last` checkpoints (None: all
   kept). Returns {'step': <step>, 'averaged_steps': [...]}. `config`: the run's by default; one
-  whose model differs is refused (config_utils.with_run_model)."""
-  config = config_utils.with_run_model(config, workdir)
+  whose model differs is refused (config.with_run_model)."""
+  config = config_lib.with_run_model(config, workdir)
   setup = make_setup(config)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=int(config.keep_checkpoints),
                                              best_metric=config.best_metric,

@@ -150,14 +150,15 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
   """Our PoNet checkpoint (a workdir: its best checkpoint, else the latest; or
   DIR/checkpoints/<step>) -> a Hugging Face folder (model.safetensors + config.json + README.md)
   that the official modeling code loads. The model is the run's (config None: the run's
-  config.json; a config whose model differs is refused: config_utils.with_run_model). Returns
+  config.json; a config whose model differs is refused: config.with_run_model). Returns
   what was written: folder, run, checkpoint, step, commit, heads (also in config.json under
   'poolformers_jax_export' and in README.md)."""
   from poolformers_jax.reproduce import git_commit
-  from poolformers_jax.train import config_utils, init_from
+  from poolformers_jax import config as config_lib
+  from poolformers_jax.train import init_from
   state_dir, run, checkpoint, step = _checkpoint_of_run(source)
   if run is not None:
-    config = config_utils.with_run_model(config, run)
+    config = config_lib.with_run_model(config, run)
   elif config is None:
     raise ConversionError(f'--source {source} is not in a run directory (no config.json says '
                           'what the model is); pass --config')

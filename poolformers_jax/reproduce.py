@@ -51,7 +51,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from poolformers_jax import configs_lib, errors
+from poolformers_jax import errors
+from poolformers_jax.config import lra as lra_configs
 
 # Test accuracy (%) at the paper setting: task -> family -> [(number, where it is from)].
 PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
@@ -72,11 +73,11 @@ PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
                    'adamra': [(75.77, 'AdaMRA')]},
 }
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
-# The LRA configs' model families (configs_lib.FAMILIES) but the variants of one: the `_reference`
+# The LRA configs' model families (config/lra.py's FAMILIES) but the variants of one: the `_reference`
 # ones, which only make sense with the reference protocol (configs/lra_<task>.py:linear_reference,
 # reference), and AdaMRA with Eq. 8's gate (train.py --config configs/lra_<task>.py:adamra_eq8).
 VARIANTS = ('linear_reference', 'adamra_eq8')
-FAMILIES = tuple(f for f in configs_lib.FAMILIES if f not in VARIANTS)
+FAMILIES = tuple(f for f in lra_configs.FAMILIES if f not in VARIANTS)
 # GLUE dev (%) of the slides (pre-trained 340K steps on 5 GB): task -> (PoNet-Base, BERT-Base);
 # MNLI matched / mismatched. QQP / MRPC: mean of accuracy and F1, CoLA: Matthews, STS-B: Spearman.
 GLUE_PAPER: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
@@ -120,7 +121,8 @@ def load_config(task: str, family: str, size: str, seed: int, overrides: Sequenc
 
 def _config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
   """The config file `spec` with `updates`, then the `--set key=value` overrides."""
-  from poolformers_jax.train import cli, config_utils
+  from poolformers_jax import config as config_lib
+  from poolformers_jax.train import cli
   updates = dict(updates)
   for item in overrides:
     key, sep, value = item.partition('=')
@@ -128,9 +130,9 @@ def _config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
       raise ValueError(f'--set {item!r}: expected key=value, e.g. --set num_train_steps=100.')
     updates[key] = _parse_value(value)
   try:
-    return config_utils.override(cli.load_config_file(spec), **updates)
-  except config_utils.ConfigKeyError as error:   # name the config: --set applies to every run
-    raise config_utils.ConfigKeyError(
+    return config_lib.override(cli.load_config_file(spec), **updates)
+  except config_lib.ConfigKeyError as error:   # name the config: --set applies to every run
+    raise config_lib.ConfigKeyError(
         f'--set for {os.path.relpath(spec)}: {str(error).rstrip(".")}; pass only --families whose config has '
         'that key') from None
 
@@ -669,7 +671,7 @@ def _numbers(text: str, kind: type, what: str) -> list:
 
 @errors.one_line_errors
 def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
-  from poolformers_jax.configs_lib import SIZES
+  from poolformers_jax.config import SIZES
   argv = list(sys.argv[1:] if argv is None else argv)
   parser = errors.ArgumentParser(prog='python -m poolformers_jax.reproduce',
                                  description=__doc__.split('\n\n')[0])

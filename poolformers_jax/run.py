@@ -126,11 +126,12 @@ def load_run(workdir: str, checkpoint: Union[str, int] = 'best') -> 'Run':
   """The run trained in `workdir` at `checkpoint` ('best' | 'latest' | 'averaged' | a step),
   restored onto the devices at hand. One line (ValueError / FileNotFoundError) when there is no
   run there, the checkpoint is missing or damaged."""
-  from poolformers_jax.train import checkpoint as checkpoint_lib, config_utils
+  from poolformers_jax import config as config_lib
+  from poolformers_jax.train import checkpoint as checkpoint_lib
   from poolformers_jax.train.setup import make_setup
   if not os.path.isdir(workdir):
     raise FileNotFoundError(f'{workdir} not found: pass the workdir of a train.py run')
-  config = config_utils.load_saved_config(workdir)
+  config = config_lib.load_saved_config(workdir)
   if config.data.name == 'wmt14':   # else the setup would train a new one from the data
     from poolformers_jax.data import translation
     path = translation.vocab_path(config.data)

@@ -44,7 +44,8 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from poolformers_jax import errors, runtime
-from poolformers_jax.train import accelerators, cli, config_utils, state as state_lib, step as step_lib
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import accelerators, cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup, variables_of
 
 
@@ -134,7 +135,7 @@ def summarize(config, batch_size: Optional[int] = None) -> dict[str, Any]:
   updates = {'num_devices': 1}
   if batch_size:
     updates['batch_size'] = int(batch_size)
-  setup = make_setup(config_utils.override(config, **updates), need_files=False)
+  setup = make_setup(config_lib.override(config, **updates), need_files=False)
   memory = step_lib.compile_train_step(setup).memory
   one = setup.task.model_inputs(step_lib.batch_spec(setup, 1))   # one example as the model reads it
   variables = variables_of(setup.abstract_state)
@@ -160,7 +161,7 @@ def main(argv):
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   config = cli.config_value(flags.FLAGS['config'])
   if flags.FLAGS.batch_size:
-    config = config_utils.override(config, batch_size=int(flags.FLAGS.batch_size))
+    config = config_lib.override(config, batch_size=int(flags.FLAGS.batch_size))
   if flags.FLAGS.topology:
     out = accelerators.topology_report(config, flags.FLAGS.topology)
     train = out['train_step']
@@ -171,7 +172,7 @@ def main(argv):
           fixed=memory['total'] - memory['temp'], hbm=train['hbm_bytes'])
       print('warning: ' + out['fit_advice'], file=sys.stderr)
   elif flags.FLAGS.export_cuda:
-    setup = make_setup(config_utils.override(config, num_devices=1), need_files=False)
+    setup = make_setup(config_lib.override(config, num_devices=1), need_files=False)
     exported = accelerators.export_for_cuda(setup)
     text = exported.mlir_module()
     with open(flags.FLAGS.export_cuda, 'w') as f:

@@ -18,12 +18,13 @@ from absl import app, flags
 
 from poolformers_jax import errors
 from poolformers_jax.run import load_run
-from poolformers_jax.train import cli, config_utils
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import cli
 
 def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', **decode) -> list[str]:
   """Translations of `lines` by the `checkpoint` of `workdir` (decode: beam_size, alpha,
   batch_tokens): `load_run(workdir, checkpoint).predict(lines)`, the one way a run is read."""
-  config = config_utils.load_saved_config(workdir)
+  config = config_lib.load_saved_config(workdir)
   if config.model.name != 'transformer_seq2seq':
     raise ValueError(f'{workdir} trained {config.model.name!r}, not a translation model.')
   return load_run(workdir, checkpoint).predict(lines, **decode)

@@ -9,8 +9,9 @@ import sys
 import jax
 import pytest
 
-from poolformers_jax.configs_lib import FAMILIES
-from poolformers_jax.train import accelerators, config_utils, state as state_lib, step as step_lib
+from poolformers_jax.config.lra import FAMILIES
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import accelerators, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
 from sized_models import ROOT, SIZED_BY, load_benchmark, load_config
 
@@ -38,7 +39,7 @@ OTHER_COLLECTIVES = {'vit': ('collective-permute',),
 
 def _config(case):
   spec, overrides = CASES[case]
-  return config_utils.override(load_config(spec, overrides), batch_size=8, eval_batch_size=8)
+  return config_lib.override(load_config(spec, overrides), batch_size=8, eval_batch_size=8)
 
 
 @pytest.mark.parametrize('case', sorted(CASES))
@@ -84,7 +85,7 @@ def test_training_step_compiles_for_a_tpu_slice_and_exports_for_cuda(case):
   assert set(eval_report['collectives']) <= {'all-reduce'}, eval_report['collectives']
   assert eval_report['collectives'].get('all-reduce', {'bytes': 0})['bytes'] <= 64
 
-  one_device = make_setup(config_utils.override(_config(case), num_devices=1), need_files=False)
+  one_device = make_setup(config_lib.override(_config(case), num_devices=1), need_files=False)
   exported = accelerators.export_for_cuda(one_device)
   assert exported.platforms == ('cuda',) and exported.nr_devices == 1
   state_avals = jax.tree.leaves(one_device.abstract_state)
@@ -145,7 +146,7 @@ def test_fit_advice_names_the_accumulation_that_fits():
   # against 15.75G; its parameters + optimizer state ~1.4 GiB per chip. Halving the
   # per-chip batch halves the temporaries: 1.42 + 70.98 / 8 <= 15.75 first at k = 8.
   gib = 2 ** 30
-  config = config_utils.override(load_config('lra_listops.py:linear,tiny', {}), batch_size=1024,
+  config = config_lib.override(load_config('lra_listops.py:linear,tiny', {}), batch_size=1024,
                                  num_train_steps=1000, **{'optimizer.warmup_steps': 10})
   line = accelerators.fit_advice('v5e:2x2', config, devices=4, temp=70.98 * gib,
                                  fixed=1.42 * gib, hbm=15.75 * gib)
@@ -163,7 +164,7 @@ def test_fit_advice_names_the_accumulation_that_fits():
   assert 'use a slice with more chips' in accelerators.fit_advice(
       'v5e:2x2', config, devices=4, temp=gib, fixed=16 * gib, hbm=15.75 * gib)
   assert 'use a slice with more chips' in accelerators.fit_advice(
-      'v5e:2x2', config_utils.override(config, batch_size=4), devices=4, temp=20 * gib,
+      'v5e:2x2', config_lib.override(config, batch_size=4), devices=4, temp=20 * gib,
       fixed=gib, hbm=15.75 * gib)
 
 

@@ -36,14 +36,14 @@ OUTSIDE_NOTES = ('DESIGN' + '.md', 'PAPER' + '_NOTES', 'STACK' + '_NOTES', '../'
 # subfolder) followed by a file name with one of these extensions. Templates (`configs/<task>.py`,
 # `corpus/*.txt`) and example run folders (`runs/...`, `/tmp/...`) do not match.
 TOP = r'(?:docs|benchmarks|configs|poolformers_jax|tests|notebooks)'
-PACKAGE = r'(?:layers|models|data|train|configs_lib|tasks|conversion)'
+PACKAGE = r'(?:layers|models|data|train|config|tasks|conversion)'
 EXT = r'(?:md|png|py|json|ipynb|sh|npz|safetensors|txt)'
 PATH = re.compile(rf'(?<![\w/.\-])((?:{TOP}|{PACKAGE})/[\w./\-]*\w\.{EXT})(?![\w/])')
 LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)\)')
 # Paths that look like ours but are not meant to be in the repository: (file, path) -> why.
 NOT_OURS = {
-    ('poolformers_jax/configs_lib/__init__.py', 'configs/common.py'): "big_vision's file",
-    ('poolformers_jax/configs_lib/__init__.py', 'configs/x.py'): 'the argument syntax',
+    ('poolformers_jax/config/defaults.py', 'configs/common.py'): "big_vision's file",
+    ('poolformers_jax/config/__init__.py', 'configs/x.py'): 'the argument syntax',
     ('poolformers_jax/models/ponet_mlm.py', 'models/modeling_ponet.py'): 'the official PoNet code',
     ('tests/fixtures/make_ponet_fixture.py', 'models/modeling_ponet.py'): 'the official PoNet code',
     ('tests/train/test_errors.py', 'configs/lra_nofile.py'): 'missing on purpose',

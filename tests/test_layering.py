@@ -2,9 +2,11 @@
 models/ on layers/, and neither imports data/ or train/ (a model is usable without the trainer);
 data/ imports neither models/ nor train/ (what a model must know of the data travels in
 DatasetInfo); tasks/ (loss, metrics, decoding) on data/ and models/, never on the trainer;
-conversion/ (other frameworks' checkpoints) on models/ only; configs_lib/ and the
-config files build on data/'s defaults only, and loading any config file imports no flax, grain,
-optax or orbax (checked in a fresh interpreter)."""
+conversion/ (other frameworks' checkpoints) on models/ only; config/ (the one home of
+configuration) and the config files build on data/'s defaults only (config/ also on the registry,
+for `config.imports` and a run's model, and on the one-line errors), and loading any config file
+imports no flax, grain, optax or orbax (checked in a fresh interpreter). The modules config/
+replaced are gone."""
 import ast
 import glob
 import json
@@ -21,11 +23,11 @@ ALLOWED = {
     'layers': ('layers', 'registry'),
     'models': ('layers', 'models', 'registry'),
     'data': ('data', 'errors', 'extras', 'registry'),   # extras: the one-line missing-extra check
-    'configs_lib': ('configs_lib', 'data'),
+    'config': ('config', 'data', 'errors', 'registry'),
     'conversion': ('conversion', 'extras', 'models', 'registry'),
     'tasks': ('data', 'extras', 'models', 'registry', 'tasks'),
 }
-CONFIG_FILES_MAY_IMPORT = ('configs_lib',)
+CONFIG_FILES_MAY_IMPORT = ('config',)
 # What loading a config must not import: the model, training and input-pipeline stacks.
 HEAVY = ('flax', 'grain', 'optax', 'orbax', 'tensorflow', 'tensorflow_datasets')
 
@@ -87,10 +89,32 @@ def _config_files() -> dict[str, str]:
   return files
 
 
-def test_config_files_import_only_configs_lib():
+def test_config_files_import_only_config():
   files = _config_files()
   assert len(files) > 10
   assert violations('configs', files, CONFIG_FILES_MAY_IMPORT) == []
+
+
+# Configuration lived in four modules of two subpackages before config/ (issue #48).
+REPLACED = (('configs_lib',), ('config.py',), ('train', 'config_utils.py'), ('train', 'validate.py'))
+
+
+def test_configuration_has_one_home():
+  assert [parts for parts in REPLACED if os.path.exists(os.path.join(PACKAGE, *parts))] == []
+  assert os.path.isfile(os.path.join(PACKAGE, 'config', '__init__.py'))
+  stale = []
+  for folder in ('poolformers_jax', 'configs', 'tests', 'benchmarks'):
+    for path in glob.glob(os.path.join(ROOT, folder, '**', '*.py'), recursive=True):
+      if os.path.abspath(path) == os.path.abspath(__file__):
+        continue
+      with open(path, encoding='utf-8') as f:
+        module = os.path.relpath(path, ROOT)[:-len('.py')].replace('/', '.')
+        stale += [f'{os.path.relpath(path, ROOT)}:{line} imports {name}'
+                  for line, name in imported_names(f.read(), module)
+                  if name.startswith(('poolformers_jax.configs_lib',
+                                      'poolformers_jax.train.config_utils',
+                                      'poolformers_jax.train.validate'))]
+  assert stale == []
 
 
 # Loads every config file (its default argument) in one fresh interpreter; after each, the heavy
@@ -142,4 +166,4 @@ def test_the_check_names_every_offending_import():
   assert violations('configs', {'configs/x.py': 'from poolformers_jax.models import vit\n'},
                     CONFIG_FILES_MAY_IMPORT) == [
       'configs/x.py:1 imports poolformers_jax.models.vit; configs/ may import only '
-      'poolformers_jax.{configs_lib}']
+      'poolformers_jax.{config}']

@@ -13,7 +13,7 @@ import pytest
 
 from poolformers_jax import summary
 from poolformers_jax.models import build_model
-from poolformers_jax.train.setup import completed_config
+from poolformers_jax import config as config_lib
 from sized_models import SIZED_BY, TINY_OVERRIDES, load_sized
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -31,7 +31,7 @@ def tiny_hvt_config():
 def test_summary_of_a_tiny_hvt():
   config = tiny_hvt_config()
   out = summary.summarize(config, batch_size=2)
-  model = build_model(completed_config(config, need_files=False)[0])   # 100 classes: the data
+  model = build_model(config_lib.complete(config, need_files=False))   # 100 classes: the data
   abstract = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3))))
   params = sum(math.prod(p.shape) for p in jax.tree_util.tree_leaves(abstract['params']))
   assert out['params'] == params

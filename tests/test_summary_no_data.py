@@ -9,7 +9,8 @@ import ml_collections
 import pytest
 
 from poolformers_jax import data
-from poolformers_jax.train import config_utils, step
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import step
 from poolformers_jax.train.setup import make_setup
 from poolformers_jax.models import build_model
 
@@ -31,7 +32,7 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
   with pytest.raises(data.DataNotFoundError):             # training still needs the file
     data.get_dataset_info(config)
   length = config.data.max_length                         # 2048 in stage 1
-  setup = make_setup(config_utils.override(config, batch_size=2, num_devices=1), need_files=False)
+  setup = make_setup(config_lib.override(config, batch_size=2, num_devices=1), need_files=False)
   inputs = step.batch_spec(setup)['inputs']               # what summary compiles the step for
   assert (inputs.shape, inputs.dtype) == ((2, length), 'int32')
   config = setup.config

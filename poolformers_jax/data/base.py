@@ -128,7 +128,7 @@ def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'seq
 def process_share(batch_size: int, what: str, process_count: int,
                   devices: Optional[int] = None) -> int:
   """The rows each process holds of a global batch of `batch_size`: THE check that a batch splits
-  evenly, over the processes (the pipeline) and, with `devices` (the mesh's; validate.py), over
+  evenly, over the processes (the pipeline) and, with `devices` (the mesh's; config/validate.py), over
   the devices too. A bad size fails with one line."""
   if devices is not None:
     if batch_size % devices or batch_size % process_count:

@@ -131,7 +131,7 @@ def fields_of(module: nn.Module, cls: type) -> dict[str, Any]:
 
 
 # config.model keys a config file leaves None for its dataset to decide (DatasetInfo: sizes and
-# model_defaults; train.py fills them, config_utils.complete_from_dataset).
+# model_defaults; train.py fills them, config/completion.py).
 DATA_FILLED = ('vocab_size', 'num_classes', 'max_length', 'cls_id', 'sep_id', 'eos_id',
                'sentence_classes')
 

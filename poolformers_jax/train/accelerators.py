@@ -32,7 +32,8 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from poolformers_jax.train import sharding, step as step_lib, validate
+from poolformers_jax.config.validate import ConfigError
+from poolformers_jax.train import sharding, step as step_lib
 from poolformers_jax.train.evaluate import compile_eval_step
 from poolformers_jax.train.setup import Setup, make_setup
 
@@ -258,9 +259,9 @@ def topology_report(config, topology: str) -> dict[str, Any]:
 def _one_program(setup: Setup) -> None:
   """The reports and the export take the step as one program; the bucketed one is several."""
   if setup.config.length_buckets.multiple:
-    raise validate.ConfigError('config.length_buckets makes the training step one program per '
-                               'bucket length, which this report does not take; set '
-                               '--config.length_buckets.multiple=0 (the same update, one program)')
+    raise ConfigError('config.length_buckets makes the training step one program per '
+                      'bucket length, which this report does not take; set '
+                      '--config.length_buckets.multiple=0 (the same update, one program)')
 
 
 def export_for_cuda(setup: Setup) -> Any:

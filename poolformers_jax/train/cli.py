@@ -12,7 +12,7 @@ from absl import logging as absl_logging
 
 from poolformers_jax import config as config_lib, errors
 from poolformers_jax.errors import one_line_errors  # noqa: F401  (re-exported)
-from poolformers_jax.train import config_utils, host_memory, sharding
+from poolformers_jax.train import host_memory, sharding
 
 _DISTRIBUTED = flags.DEFINE_enum(
     'distributed', 'auto', list(sharding.DISTRIBUTED_MODES),
@@ -57,11 +57,11 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     rest = flags.FLAGS(argv)
   except Exception as error:  # config_flags raises a bare AttributeError for unknown keys
     spec = _config_spec(argv)
-    keys = config_utils.override_keys_from_argv(argv)
+    keys = config_lib.override_keys_from_argv(argv)
     if spec and keys and os.path.exists(spec.partition('.py:')[0].removesuffix('.py') + '.py'):
       try:
-        config_utils.check_keys(load_config_file(spec), keys)
-      except config_utils.ConfigKeyError as key_error:
+        config_lib.check_keys(load_config_file(spec), keys)
+      except config_lib.ConfigKeyError as key_error:
         errors.fail(str(key_error), 2)
       except Exception as config_error:  # pylint: disable=broad-except  (the config file itself)
         errors.fail(f'{spec}: {type(config_error).__name__}: {config_error}', 2)

@@ -26,9 +26,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from poolformers_jax import data
+from poolformers_jax import config as config_lib, data
+from poolformers_jax.config.validate import check_batch_size, check_eval_batch_size
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, length_buckets, sharding, step as step_lib, validate
+from poolformers_jax.train import length_buckets, sharding, step as step_lib
 from poolformers_jax.train.setup import Setup, make_setup, process_slice, variables_of
 
 
@@ -73,7 +74,8 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
   `outputs_path`: where generated outputs (translations) go, one line per example."""
   config = setup.config
   batch_size = setup.eval_batch_size if batch_size is None else batch_size
-  validate.check_batch_size(batch_size, setup.mesh, 'eval batch_size')
+  check_batch_size(batch_size, 'eval batch_size', devices=setup.mesh.devices.size,
+                   processes=jax.process_count())
   eval_step = eval_step or make_eval_step(setup)
   totals: dict[str, Any] = {}
   rows: dict[str, list] = {}
@@ -82,7 +84,7 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
     drop_last = setup.eval_batch_size if split == 'test' and config.test_drop_last else 0
     batches = data.make_eval_iterator(config, split, batch_size=batch_size, drop_last=drop_last,
                                       **process_slice())
-  if config.length_buckets.multiple:   # one process (validate.py): sorted by length, cut
+  if config.length_buckets.multiple:   # one process (config/validate.py): sorted by length, cut
     batches = length_buckets.sorted_batches(batches, batch_size, config.length_buckets.multiple)
   for batch in batches:
     sums, batch_rows = jax.device_get(eval_step(state, sharding.global_batch(batch, setup.mesh)))
@@ -125,7 +127,7 @@ def data_changes(config: ml_collections.ConfigDict, workdir: str) -> dict[str, A
     saved = json.load(f).get('data', {})
 
   flat = lambda d: traverse_util.flatten_dict(d, sep='.')
-  ours, theirs = flat(json.loads(config_utils.to_json(config.data))), flat(saved)
+  ours, theirs = flat(json.loads(config_lib.to_json(config.data))), flat(saved)
   return {f'data.{k}': v for k, v in sorted(ours.items()) if k in theirs and theirs[k] != v}
 
 
@@ -142,7 +144,7 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
              checkpoint: Union[str, int] = 'best', split: str = 'test',
              batch_size: Optional[int] = None) -> dict[str, Any]:
   """Restores `checkpoint` ('best' | 'latest' | 'averaged' | step) from `workdir` and evaluates
-  on `split`. The model is the run's (config_utils.with_run_model): `config` None evaluates
+  on `split`. The model is the run's (config.with_run_model): `config` None evaluates
   with the run's own config.json; a `config` whose model differs is refused.
 
   Returns the metrics (plus 'step', 'checkpoint' and 'split') and writes them to
@@ -150,8 +152,8 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
   settings other than the run's (another test file, say), the record is
   DIR/eval/<split>.data-<hash>.json with those settings in 'data_changes'.
   """
-  setup = make_setup(config_utils.with_run_model(config, workdir))
-  validate.check_eval_batch_size(batch_size, setup.mesh)
+  setup = make_setup(config, run_dir=workdir)
+  check_eval_batch_size(batch_size, devices=setup.mesh.devices.size, processes=jax.process_count())
   data.base.check_split(split)
   state, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
                                                    setup.abstract_state)

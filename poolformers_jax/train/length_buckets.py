@@ -17,7 +17,8 @@ to float rounding. Dropout masks are drawn per micro-batch shape, so only the dr
 is the same computation; with dropout it is an equally valid draw.
 
 PoNet and AdaMRA define their segments on the padded length, so cutting changes their output:
-they are refused (validate.py), as is any mixer not shown to ignore padding.
+they are refused (config/validate.py; the lists are config/defaults.py's), as is any mixer not
+shown to ignore padding.
 
 Evaluation (`sorted_batches`): the split's real examples sorted by length, re-batched and cut the
 same way; the task's sums are order-free, so the metrics are the uncut ones to float rounding.
@@ -28,11 +29,8 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-# Mixers whose output at real tokens does not depend on how much padding follows them.
-EXACT_MIXERS = ('softmax', 'contextpool')
-WHY_NOT = {'ponet': 'its segments are chunks of the padded length',
-           'adamra': 'its segments are floor(L * rate) chunks of the padded length L',
-           'linear': "linear_reference's normaliser is the padded length"}
+from poolformers_jax.config.defaults import LENGTH_BUCKET_MIXERS as EXACT_MIXERS  # noqa: F401
+from poolformers_jax.config.defaults import LENGTH_BUCKET_WHY_NOT as WHY_NOT  # noqa: F401
 
 
 def real_lengths(inputs: np.ndarray) -> np.ndarray:

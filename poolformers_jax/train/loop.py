@@ -30,9 +30,9 @@ import jax
 import ml_collections
 import numpy as np
 
-from poolformers_jax import data
+from poolformers_jax import config as config_lib, data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, init_from, run_lock, sharding
+from poolformers_jax.train import init_from, run_lock, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.evaluate import (evaluate_state, hypotheses_path, make_eval_step,
@@ -188,13 +188,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
     return _train_and_evaluate(config, workdir, start_over=start_over, hooks=hooks)
 
 
-def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
                         start_over: bool, hooks: Hooks) -> TrainResult:
   stop_at = hooks.stop_after
-  if checkpoint_lib.holds_checkpoints(workdir):   # a resume continues the run's own model
-    config = config_utils.with_run_model(config, workdir, todo='resume with the config the run '
-                                         'was trained with, or train this one in another --workdir')
-  setup = make_setup(config)          # every config / data check; raises before compiling
+  resume = checkpoint_lib.holds_checkpoints(workdir)   # a resume continues the run's own model
+  # The config completed once (on a resume: the run's model) and every config / data check;
+  # raises before compiling. Every line below reads that completed config, `setup.config`.
+  setup = make_setup(given, run_dir=workdir if resume else None,
+                     todo='resume with the config the run was trained with, or train this one in '
+                     'another --workdir')
   config = setup.config
   total_steps = int(config.num_train_steps)
   train_iter = data.make_train_iterator(config, seed=config.seed, **process_slice())
@@ -204,7 +206,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                                               seed=config.seed + 1, **process_slice())
   data_position = data.Streams(train=train_iter, validation=validation_stream)
   if jax.process_index() == 0:
-    config_utils.save_config(config, workdir)
+    config_lib.save_config(config, workdir)
 
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.keep_checkpoints,
                                              best_metric=config.best_metric,

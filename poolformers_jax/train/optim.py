@@ -1,7 +1,7 @@
 """The optimizer factory: AdamW + warmup/decay schedule + clipping + masked weight decay.
 
-Everything comes from `config.optimizer` (its keys and defaults: configs_lib.base_config). The schedule
-counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
+Everything comes from `config.optimizer` (its keys and defaults: config/defaults.py's
+`base_config`). The schedule counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
 run makes `num_train_steps // k` updates, and warmup is given in micro-batch steps like everything
 else.
 """
@@ -107,7 +107,7 @@ SCHEDULES: dict[str, Callable[[float, int, int], optax.Schedule]] = {
 
 def _updates(config) -> tuple[int, int]:
   """(warmup, total) counted in optimizer updates: micro-batch steps // grad_accum_steps (>= 1,
-  validate.py)."""
+  config/validate.py)."""
   accum = int(config.optimizer.grad_accum_steps)
   return config.optimizer.warmup_steps // accum, config.num_train_steps // accum
 
@@ -120,6 +120,12 @@ def make_schedule(config) -> optax.Schedule:
 
 
 def make_optimizer(config) -> optax.GradientTransformation:
+  return make_optimizer_and_schedule(config)[0]
+
+
+def make_optimizer_and_schedule(config) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """(the optimizer of config.optimizer, its learning-rate schedule per update): the schedule is
+  built once, and the optimizer steps with that very one (train/setup.py keeps both)."""
   opt = config.optimizer
   chain = []
   if opt.grad_clip_norm > 0:
@@ -131,9 +137,10 @@ def make_optimizer(config) -> optax.GradientTransformation:
                        f'{opt.schedule!r}); set cycle_momentum=False or schedule=one_cycle.')
     adamw = optax.inject_hyperparams(optax.adamw, static_args=('mask',))
     b1 = one_cycle_b1(*_updates(config))
-  chain.append(adamw(make_schedule(config), b1=b1, b2=opt.b2, eps=opt.eps,
+  schedule = make_schedule(config)
+  chain.append(adamw(schedule, b1=b1, b2=opt.b2, eps=opt.eps,
                      weight_decay=opt.weight_decay, mask=weight_decay_mask))
   tx = optax.chain(*chain)
   if opt.grad_accum_steps > 1:
     tx = optax.MultiSteps(tx, every_k_schedule=int(opt.grad_accum_steps))
-  return tx
+  return tx, schedule

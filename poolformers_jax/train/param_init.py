@@ -24,7 +24,8 @@ from typing import Any
 import flax
 import jax
 
-SCHEMES = ('default', 'torch')
+from poolformers_jax.config.defaults import PARAM_INIT_SCHEMES as SCHEMES
+
 EMBEDDING_STD = 0.02
 EMBEDDINGS = ('embedding', 'pos_embedding')
 STACKED_KERNELS = ('head_query', 'head_key', 'head_value')   # [stack, in, out]

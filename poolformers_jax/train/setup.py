@@ -1,10 +1,12 @@
 """What training, evaluation, `summary` and the benchmarks share: dataset info, the completed
-config, model, optimizer, mesh, task (and its decoder, built here once), the abstract (sharded)
-train state, and the numbers derived from the config once (the eval batch size, the
-gradient-accumulation count)."""
+config, model, optimizer and its schedule, mesh, task (and its decoder, built here once), the
+abstract (sharded) train state, and the numbers derived from the config once (the eval batch size,
+the gradient-accumulation count).
+
+The config is completed once, here (config/completion.py; on a resume with the run's own model),
+checked (config/validate.py) and kept as `Setup.config`: every later reader takes it from `Setup`."""
 from __future__ import annotations
 
-import copy
 import dataclasses
 from typing import Any, Optional
 
@@ -13,10 +15,10 @@ import ml_collections
 import optax
 from jax.sharding import Mesh
 
-from poolformers_jax import data, registry, tasks
+from poolformers_jax import config as config_lib, tasks
 from poolformers_jax.models import build_model
-from poolformers_jax.train import (config_utils, length_buckets, optim, sharding,
-                                   state as state_lib, validate)
+from poolformers_jax.tasks.classification import TOP_K
+from poolformers_jax.train import length_buckets, optim, sharding, state as state_lib
 
 
 @dataclasses.dataclass
@@ -35,39 +37,45 @@ class Setup:
   decoder: Any = None                    # the task's, if it generates outputs (Task.decoder)
 
 
-def completed_config(config: ml_collections.ConfigDict, *, need_files: bool = True,
-                     info: Optional[Any] = None) -> tuple[ml_collections.ConfigDict, Any]:
-  """(a locked copy of `config` with the model sizes the data decides filled in, DatasetInfo).
-  need_files=False: sizes from the dataset's constants where its files are missing; `info`: this
-  DatasetInfo instead of the dataset's (a benchmark that makes its own batches)."""
-  registry.import_modules(config.get('imports', ''))   # the user's mixers / models, registered
-  info = info or data.get_dataset_info(config, need_files=need_files)
-  config = copy.deepcopy(config)   # the caller's config is left untouched
-  config_utils.complete_from_dataset(config, info)
-  config.lock()
-  return config, info
+def validation_metrics(info) -> Optional[list[str]]:
+  """The validation metrics of a classification-like task (None for tasks with other sums): what
+  config.best_metric may name."""
+  sums = {'loss': 1.0, 'correct': 1.0, 'count': 1.0}
+  if info.task in ('classification', 'retrieval') and (info.num_classes or 0) >= TOP_K:
+    sums[f'correct_top{TOP_K}'] = 1.0
+  try:
+    return sorted(tasks.get_task(info.task).summary(sums))
+  except (KeyError, TypeError, ValueError):
+    return None
 
 
-def make_setup(config: ml_collections.ConfigDict, *, need_files: bool = True,
-               info: Optional[Any] = None, mesh: Optional[Mesh] = None) -> Setup:
-  """Every check of the config (validate.py), then the model, optimizer and abstract state;
-  raises before compiling. need_files=False builds it without the dataset's files (sizes from
-  its constants: the summary tool and the benchmarks); `info` as in `completed_config`; `mesh`
-  instead of the local devices' (summary --topology: the chips of a TPU slice, compile only)."""
-  config, info = completed_config(config, need_files=need_files, info=info)
+def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool = True,
+               info: Optional[Any] = None, mesh: Optional[Mesh] = None,
+               run_dir: Optional[str] = None, todo: str = '') -> Setup:
+  """The completed config (config/completion.py) and every check of it (config/validate.py), then
+  the model, optimizer and abstract state; raises before compiling. need_files=False builds it
+  without the dataset's files (sizes from its constants: the summary tool and the benchmarks);
+  `info`: this DatasetInfo instead of the dataset's (a benchmark that makes its own batches);
+  `mesh` instead of the local devices' (summary --topology: the chips of a TPU slice, compile
+  only); `run_dir`: the run directory this config continues or reads, whose model it must be
+  (config.with_run_model: `config` None is the run's own; `todo` says what to do about another
+  model)."""
+  config, info = config_lib.completed(config, need_files=need_files, info=info, run_dir=run_dir,
+                                      todo=todo)
   mesh = sharding.make_mesh(config.num_devices) if mesh is None else mesh
-  validate.check_config(config, info, mesh)   # every config problem, before any model is built
+  config_lib.check_config(config, info, devices=mesh.devices.size,   # before any model is built
+                          processes=jax.process_count(), metrics=validation_metrics(info))
   model = build_model(config)
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)
-  tx = optim.make_optimizer(config)
+  tx, schedule = optim.make_optimizer_and_schedule(config)
   abstract, shardings = state_lib.state_shardings(model, tx, info, mesh)
   task = tasks.get_task(info.task)
   decoder = None if task.decoder is None else task.decoder(
       model=model, decode=config.decode, data=config.data, devices=mesh.devices.size,
       params_sharding=shardings.params, batch_sharding=sharding.batch_sharded(mesh),
       out_sharding=sharding.replicated(mesh))
-  return Setup(config=config, info=info, model=model, tx=tx, schedule=optim.make_schedule(config),
+  return Setup(config=config, info=info, model=model, tx=tx, schedule=schedule,
                mesh=mesh, task=task, abstract_state=abstract, state_shardings=shardings,
                eval_batch_size=int(config.eval_batch_size or config.batch_size),
                grad_accum_steps=int(config.optimizer.grad_accum_steps), decoder=decoder)

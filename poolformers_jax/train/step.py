@@ -50,8 +50,8 @@ def batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
 
 
 def _mixing_kwargs(setup: Setup) -> dict[str, Any]:
-  """mix_batch's keyword arguments from config.mixup, or {} when both alphas are 0 (validate.py
-  has checked that the data are images to classify)."""
+  """mix_batch's keyword arguments from config.mixup, or {} when both alphas are 0
+  (config/validate.py has checked that the data are images to classify)."""
   mixup = setup.config.mixup
   if mixup.mixup_alpha <= 0 and mixup.cutmix_alpha <= 0:
     return {}

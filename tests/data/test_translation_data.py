@@ -9,7 +9,7 @@ import tensorflow_datasets.translate.wmt14  # noqa: F401  registers the builder 
 
 from poolformers_jax import data
 from poolformers_jax.data import translation
-from poolformers_jax.train import config_utils
+from poolformers_jax import config as config_lib
 import ml_collections
 
 
@@ -40,7 +40,7 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
   assert info.split_sizes == {'train': 12, 'validation': 12, 'test': 12}
   # The model's end of sentence is the vocabulary's, handed over by the info as BERT's ids.
   model_config = ml_collections.ConfigDict({'vocab_size': None, 'eos_id': None})
-  config_utils.complete_from_dataset(ml_collections.ConfigDict({'model': model_config}), info)
+  config_lib.complete_from_dataset(ml_collections.ConfigDict({'model': model_config}), info)
   assert translation.EOS_ID == tokenizer.eos_id() == model_config.eos_id == 1
   # Eval rows: source / target ids with EOS, zero padded; every row real (12 % 4 == 0).
   for row in range(4):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from poolformers_jax.models import build_model
-from poolformers_jax.train.setup import completed_config
+from poolformers_jax import config as config_lib
 
 _spec = importlib.util.spec_from_file_location(
     'cifar_config', pathlib.Path(__file__).parents[2] / 'configs' / 'cifar.py')
@@ -18,7 +18,7 @@ _spec.loader.exec_module(cifar)
 
 def completed(config):
   """`config` completed from the dataset's constants (num_classes), as a run completes it."""
-  return completed_config(config, need_files=False)[0]
+  return config_lib.complete(config, need_files=False)
 
 
 def _params(config):

@@ -22,7 +22,8 @@ from safetensors.numpy import load_file, save_file
 from poolformers_jax import convert
 from poolformers_jax.models import build_model
 from poolformers_jax.conversion import ponet as ponet_convert, state_dict
-from poolformers_jax.train import config_utils, init_from
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import init_from
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'fixtures')
 
@@ -93,7 +94,7 @@ def test_convert_cli_path_writes_what_init_from_reads(ported, tmp_path):
   folder.mkdir()
   shutil.copy(os.path.join(FIXTURES, 'ponet_tiny.safetensors'), folder / 'model.safetensors')
   shutil.copy(os.path.join(FIXTURES, 'ponet_tiny_config.json'), folder / 'config.json')
-  config = config_utils.override(ponet_pretrain.get_config('sso,tiny'), **{
+  config = config_lib.override(ponet_pretrain.get_config('sso,tiny'), **{
       'model.emb_dim': 8, 'model.mlp_dim': 16})
   convert.convert(config, str(folder), str(tmp_path / 'run'))
   read = init_from.read_variables(str(tmp_path / 'run'))['params']
@@ -103,7 +104,7 @@ def test_convert_cli_path_writes_what_init_from_reads(ported, tmp_path):
   assert sorted(expected) == sorted(got)
   for name, value in expected.items():
     np.testing.assert_array_equal(got[name], value, err_msg=name)
-  wrong = config_utils.override(config, **{'model.num_layers': 3})
+  wrong = config_lib.override(config, **{'model.num_layers': 3})
   with pytest.raises(ValueError, match='num_layers: config 3 vs checkpoint 2'):
     convert.convert(wrong, str(folder), str(tmp_path / 'run2'))
 
@@ -121,7 +122,7 @@ def _folder_without(tmp_path, deleted):
 def _pretrain_config():
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(FIXTURES)), 'configs'))
   import ponet_pretrain  # pylint: disable=g-import-not-at-top
-  return config_utils.override(ponet_pretrain.get_config('sso,tiny'), **{
+  return config_lib.override(ponet_pretrain.get_config('sso,tiny'), **{
       'model.emb_dim': 8, 'model.mlp_dim': 16})
 
 
@@ -235,7 +236,7 @@ def test_hf_sequence_classification_layout(ported, tmp_path):
                                 params['layer_1']['PoNet_0']['local']['kernel'])
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(FIXTURES)), 'configs'))
   import glue  # pylint: disable=g-import-not-at-top
-  config = config_utils.override(glue.get_config('mnli,tiny'), **{
+  config = config_lib.override(glue.get_config('mnli,tiny'), **{
       'model.emb_dim': 8, 'model.mlp_dim': 16, 'model.num_heads': 2})
   filled, converted = ponet_convert.config_and_params(config, str(folder))
   assert filled.model.num_classes == 3 and filled.model.vocab_size == 104
@@ -284,7 +285,7 @@ def _run_of(tmp_path, state, name='run', **overrides):
   folder.mkdir()
   save_file(state, str(folder / 'model.safetensors'))
   shutil.copy(os.path.join(FIXTURES, 'ponet_tiny_config.json'), folder / 'config.json')
-  convert.convert(config_utils.override(_pretrain_config(), **overrides), str(folder),
+  convert.convert(config_lib.override(_pretrain_config(), **overrides), str(folder),
                   str(tmp_path / name))
   return str(tmp_path / name)
 
@@ -297,7 +298,7 @@ def test_export_takes_the_runs_model_and_records_where_it_came_from(ported, tmp_
   run = _run_of(tmp_path, state)
   sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(FIXTURES)), 'configs'))
   import ponet_pretrain  # pylint: disable=g-import-not-at-top
-  with pytest.raises(config_utils.ModelMismatch) as error:
+  with pytest.raises(config_lib.ModelMismatch) as error:
     convert.export_hf(ponet_pretrain.get_config('sso'), run, str(tmp_path / 'hf'))
   assert ('model.emb_dim 768 (run: 8), model.mlp_dim 3072 (run: 16), model.num_heads 12 (run: 2), '
           'model.num_layers 12 (run: 2); ') in str(error.value) and '\n' not in str(error.value)

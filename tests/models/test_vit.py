@@ -19,7 +19,7 @@ import pytest
 
 from poolformers_jax.models import build_model
 from poolformers_jax.summary import count_macs, forward_macs
-from poolformers_jax.train.setup import completed_config
+from poolformers_jax import config as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -29,7 +29,7 @@ def load_config(file: str, arg: str):
   spec = importlib.util.spec_from_file_location(f'cfg_{file}', os.path.join(ROOT, 'configs', f'{file}.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  return completed_config(module.get_config(arg), need_files=False)[0]
+  return config_lib.complete(module.get_config(arg), need_files=False)
 
 
 def image_spec(config, batch=1):

@@ -13,7 +13,8 @@ import long_text
 from text_corpus import SPECIALS, WORDS, document
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
-from poolformers_jax.train import config_utils, init_from, setup as setup_lib, state as state_lib
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import init_from, setup as setup_lib, state as state_lib
 from poolformers_jax.train import train_and_evaluate
 
 CLS, SEP = 2, 3
@@ -50,7 +51,7 @@ def _write_jsonl(folder, n, seed):
 
 
 def _finetune_config(text_dir, pretrained_dir, files):
-  return config_utils.override(long_text.get_config('hnd,tiny'), **{
+  return config_lib.override(long_text.get_config('hnd,tiny'), **{
       'data.vocab_file': text_dir['vocab'], 'data.files.train': files[0],
       'data.files.validation': files[1], 'data.files.test': files[1],
       'data.max_length': 32, 'model.max_length': 32, 'init_from': pretrained_dir,
@@ -105,7 +106,7 @@ def test_long_text_csv_labels_sort_as_numbers(text_dir, tmp_path):
   labels = [10, 2, 0, 1, 2, 10]
   with open(path, 'w') as f:
     f.write('label,text\n' + ''.join(f'{y},"the cat, tp0w{y % 8}. first"\n' for y in labels))
-  config = config_utils.override(long_text.get_config('arxiv11,tiny'), **{
+  config = config_lib.override(long_text.get_config('arxiv11,tiny'), **{
       'data.vocab_file': text_dir['vocab'], 'data.files.train': str(path),
       'data.files.validation': str(path), 'data.files.test': str(path)})
   info = data.get_dataset_info(config)

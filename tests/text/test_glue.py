@@ -14,7 +14,8 @@ import tensorflow_datasets as tfds
 import glue
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
-from poolformers_jax.train import config_utils, setup as setup_lib, state as state_lib
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import setup as setup_lib, state as state_lib
 from poolformers_jax.tasks import text as text_tasks
 from poolformers_jax.train.evaluate import evaluate_state
 from poolformers_jax.train.metrics import read_metrics
@@ -41,7 +42,7 @@ def _records(task, split, n=11):
 
 
 def _evaluate(task, text_dir, tmp_path):
-  config = config_utils.override(glue.get_config(f'{task},tiny'), **{
+  config = config_lib.override(glue.get_config(f'{task},tiny'), **{
       'data.vocab_file': text_dir['vocab'], 'data.data_dir': str(tmp_path),
       'eval_batch_size': 4, 'batch_size': 4, 'num_devices': 1})
   records = {}
@@ -108,7 +109,7 @@ def test_binary_glue_metrics(task, text_dir, tmp_path):
 def test_mnli_matched_and_mismatched_splits(text_dir, tmp_path):
   """MNLI: validation reads validation_matched, test validation_mismatched (3 classes); the
   accuracy formula itself is the one checked on the binary tasks."""
-  config = config_utils.override(glue.get_config('mnli,tiny'), **{
+  config = config_lib.override(glue.get_config('mnli,tiny'), **{
       'data.vocab_file': text_dir['vocab'], 'data.data_dir': str(tmp_path)})
   asked = []
 
@@ -166,11 +167,11 @@ def test_glue_steps_follow_epochs_at_the_chosen_batch_size():
   """4 epochs at every batch size of the grid (the steps are computed when the config is read,
   so an override of batch_size changes them); an explicit num_train_steps wins."""
   config = glue.get_config('mrpc')
-  steps = {b: config_utils.override(config, batch_size=b).num_train_steps
+  steps = {b: config_lib.override(config, batch_size=b).num_train_steps
            for b in (8, 16, 32, 64, 128)}
   assert steps == {b: -(-4 * 3668 // b) for b in steps} and steps[8] == 1834
-  assert config_utils.override(config, num_epochs=2).num_train_steps == 230
-  assert config_utils.override(config, batch_size=8, num_train_steps=5).num_train_steps == 5
+  assert config_lib.override(config, num_epochs=2).num_train_steps == 230
+  assert config_lib.override(config, batch_size=8, num_train_steps=5).num_train_steps == 5
   assert config.copy_and_resolve_references().num_train_steps == 459
 
 
@@ -231,7 +232,7 @@ def test_load_run_encodes_sentences_and_pairs_as_glue_does(text_dir):
   import types
   from poolformers_jax.run import Run
   for task, arity in (('mrpc', 2), ('cola', 1)):
-    config = config_utils.override(glue.get_config(f'{task},tiny'),
+    config = config_lib.override(glue.get_config(f'{task},tiny'),
                                    **{'data.vocab_file': text_dir['vocab']})
     run = Run(workdir='w', checkpoint='best', step=0, config=config, model=None, params=None,
               _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='text_classification')))

@@ -8,7 +8,7 @@ import pytest
 from text_corpus import SPECIALS, WORDS, pretraining_config as _config
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
-from poolformers_jax.train import config_utils
+from poolformers_jax import config as config_lib
 
 CLS, SEP, MASK = 2, 3, 4
 FIRST, SECOND = len(SPECIALS) + WORDS.index('first'), len(SPECIALS) + WORDS.index('second')
@@ -54,7 +54,7 @@ def test_bert_masking_rates_and_eval_determinism(text_dir):
   config = _config(text_dir)
   records = data.DATASETS['text_pretraining'].source(config.data, 'validation')
   vocab = bert_text.vocab_of(config.data)
-  no_mask = config_utils.override(config, **{'data.mask_probability': 0.0}).data
+  no_mask = config_lib.override(config, **{'data.mask_probability': 0.0}).data
   chosen = replaced = randomized = kept = candidates = 0
   for i in range(400):
     clean = bert_text.pretraining_preprocess(records[i % len(records)], no_mask,
@@ -96,7 +96,7 @@ def test_nsp_and_mlm_only_objectives(text_dir):
   assert info.num_classes == 0 and info.model_defaults['sentence_classes'] == 0
   assert info.model_defaults['cls_id'] == CLS and info.input_shape == (2, 16)
   with pytest.raises(ValueError, match='objective'):
-    data.get_dataset_info(config_utils.override(nsp, **{'data.objective': 'sop'}))
+    data.get_dataset_info(config_lib.override(nsp, **{'data.objective': 'sop'}))
 
 
 def test_pretraining_learns_mlm_and_sso(pretrained):
@@ -162,4 +162,4 @@ def test_every_chunk_of_every_document_dupe_factor_times(text_dir, tmp_path):
   assert len(data.DATASETS['text_pretraining'].source(config.data, 'validation')) == 4
   with pytest.raises(ValueError, match='dupe_factor=0 must be >= 1'):
     data.DATASETS['text_pretraining'].source(
-        config_utils.override(config, **{'data.dupe_factor': 0}).data, 'train')
+        config_lib.override(config, **{'data.dupe_factor': 0}).data, 'train')

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.join(REPO, 'tests', 'train'))
 
 import tiny_runs  # noqa: E402,F401  (the persistent compilation cache of the trainer tests)
 import ponet_pretrain  # noqa: E402
-from poolformers_jax.train import config_utils  # noqa: E402
+from poolformers_jax import config as config_lib  # noqa: E402
 
 SPECIALS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']
 TOPICS = 6
@@ -49,4 +49,4 @@ def pretraining_config(text_dir, objective='sso', **updates):
           'data.max_length': 16, 'data.short_seq_prob': 0.0, 'model.max_length': 16,
           'progress_bar': False}
   base.update(updates)
-  return config_utils.override(ponet_pretrain.get_config(f'{objective},tiny'), **base)
+  return config_lib.override(ponet_pretrain.get_config(f'{objective},tiny'), **base)

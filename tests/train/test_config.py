@@ -7,11 +7,11 @@ import sys
 import ml_collections
 import pytest
 
-from poolformers_jax import configs_lib as lra_base
+from poolformers_jax.config import lra as lra_base
 from tiny_runs import REPO
 from poolformers_jax.layers import MIXERS
 from poolformers_jax.layers.registry import mixer_fields
-from poolformers_jax.train import config_utils
+from poolformers_jax import config as config_lib
 
 TASKS = ('lra_listops', 'lra_text', 'lra_retrieval', 'lra_image', 'lra_pathfinder')
 
@@ -20,7 +20,7 @@ TASKS = ('lra_listops', 'lra_text', 'lra_retrieval', 'lra_image', 'lra_pathfinde
 def test_every_task_and_family_builds_a_locked_valid_config(task):
   module = importlib.import_module(task)
   for family, (mixer, _) in lra_base.FAMILIES.items():
-    for size in lra_base.SIZES:
+    for size in config_lib.SIZES:
       config = module.get_config(f'{family},{size}')
       assert config.is_locked and config.model.mixer == mixer
       assert config.model.name == ('lra_dual_encoder' if task == 'lra_retrieval' else 'lra_encoder')
@@ -47,16 +47,16 @@ def test_bad_argument_lists_the_choices():
 def test_unknown_key_names_close_valid_keys():
   import lra_listops
   config = lra_listops.get_config()
-  with pytest.raises(config_utils.ConfigKeyError,
+  with pytest.raises(config_lib.ConfigKeyError,
                      match=r"unknown config key 'model.dmi'; did you mean model.dim\?"):
-    config_utils.override(config, **{'model.dmi': 32})
-  with pytest.raises(config_utils.ConfigKeyError, match=r'optimizer.learning_rate'):
-    config_utils.check_keys(config, ['optimizer.learnig_rate'])
-  with pytest.raises(config_utils.ConfigKeyError, match=r'did you mean model.num_heads'):
-    config_utils.check_keys(config, ['num_heads'])          # right name, wrong parent
-  config_utils.check_keys(lra_listops.get_config('ponet'),
+    config_lib.override(config, **{'model.dmi': 32})
+  with pytest.raises(config_lib.ConfigKeyError, match=r'optimizer.learning_rate'):
+    config_lib.check_keys(config, ['optimizer.learnig_rate'])
+  with pytest.raises(config_lib.ConfigKeyError, match=r'did you mean model.num_heads'):
+    config_lib.check_keys(config, ['num_heads'])          # right name, wrong parent
+  config_lib.check_keys(lra_listops.get_config('ponet'),
                           ['model.mixer_kwargs.segment_num', 'batch_size'])   # real keys pass
-  changed = config_utils.override(config, **{'model.dim': 32})
+  changed = config_lib.override(config, **{'model.dim': 32})
   assert changed.model.dim == 32 and config.model.dim == 64 and changed.is_locked
 
 
@@ -78,8 +78,8 @@ def test_config_is_completed_from_the_dataset_and_saved_as_json(tmp_path):
   from poolformers_jax.data import DatasetInfo
   config = lra_listops.get_config()
   info = DatasetInfo('listops', 'classification', 10, 18, (128,), {'train': 1})
-  config_utils.complete_from_dataset(config, info)
+  config_lib.complete_from_dataset(config, info)
   assert (config.model.vocab_size, config.model.num_classes, config.model.max_length) == (18, 10, 128)
-  saved = json.load(open(config_utils.save_config(config, str(tmp_path))))
-  assert saved == json.loads(config_utils.to_json(config))
+  saved = json.load(open(config_lib.save_config(config, str(tmp_path))))
+  assert saved == json.loads(config_lib.to_json(config))
   assert ml_collections.ConfigDict(saved).model.vocab_size == 18

@@ -10,7 +10,9 @@ import sys
 import pytest
 
 from tiny_runs import REPO, tiny_config
-from poolformers_jax.train import cli, config_utils, validate
+from poolformers_jax import config as config_lib
+from poolformers_jax.config import validate
+from poolformers_jax.train import cli
 from poolformers_jax.train.setup import make_setup
 
 BAD = {   # override -> what the line must say
@@ -61,10 +63,10 @@ def test_bad_config_fails_in_setup_with_one_line(data_dir, case):
 def test_image_checks_patch_size_and_mixup():
   from poolformers_jax.data import DatasetInfo
   from poolformers_jax.train import sharding
-  from poolformers_jax.configs_lib import base_config
+  from poolformers_jax.config import base_config
   import ml_collections
   info = DatasetInfo('cifar10', 'classification', 10, None, (32, 32, 3), {'train': 1})
-  mesh = sharding.make_mesh(1)
+  devices = sharding.make_mesh(1).devices.size
 
   def config(**model):
     config = base_config('cifar10')
@@ -73,17 +75,17 @@ def test_image_checks_patch_size_and_mixup():
     return config
 
   with pytest.raises(validate.ConfigError, match=r'config.model.patch_size=0 must be positive'):
-    validate.check_config(config(patch_size=0), info, mesh)
+    validate.check_config(config(patch_size=0), info, devices=devices)
   with pytest.raises(validate.ConfigError, match=r'the 32x32 images of cifar10 are not divisible by '
                                                  r'config.model.patch_size=5; choose'):
-    validate.check_config(config(patch_size=5), info, mesh)
-  validate.check_config(config(patch_size=4), info, mesh)           # a good one passes
+    validate.check_config(config(patch_size=5), info, devices=devices)
+  validate.check_config(config(patch_size=4), info, devices=devices)           # a good one passes
   lm = DatasetInfo('enwik8', 'lm', 256, 256, (64,), {'train': 1})
   bad = config(patch_size=4)
   bad.mixup.update(mixup_alpha=0.8, cutmix_alpha=0.0)
   with pytest.raises(validate.ConfigError, match=r'config.mixup is for image classification but '
                                                  r'enwik8 is lm'):
-    validate.check_config(bad, lm, mesh)
+    validate.check_config(bad, lm, devices=devices)
 
 
 def test_the_wrapper_prints_one_line_and_exits_2(capsys):
@@ -208,7 +210,7 @@ def test_reproduce_checks_the_data_with_the_configs_of_the_families_it_runs(tmp_
                         overrides=['model.mixer_kwargs.router_gate=straight_through']) == [
       f'listops/adamra seed {s}: to train (20 steps) in {tmp_path}/listops/adamra/seed{s}'
       for s in (0, 1)]
-  with pytest.raises(config_utils.ConfigKeyError, match=r'--set for .*lra_listops.py:ponet,tiny'):
+  with pytest.raises(config_lib.ConfigKeyError, match=r'--set for .*lra_listops.py:ponet,tiny'):
     reproduce.check_configs(['listops'], ['adamra', 'ponet'], 'tiny',
                             ['model.mixer_kwargs.router_gate=straight_through'])
   assert not os.listdir(tmp_path)

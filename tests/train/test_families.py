@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from poolformers_jax import configs_lib as lra_base
+from poolformers_jax.config import lra as lra_base
 from tiny_runs import tiny_config
 from poolformers_jax.layers import MIXERS
 from poolformers_jax.train import train_and_evaluate

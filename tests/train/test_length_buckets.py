@@ -17,13 +17,14 @@ import pytest
 
 from test_robust import _NoDeviceToHost
 from tiny_runs import tiny_config
-from poolformers_jax.train import accelerators, config_utils, length_buckets, loop
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import accelerators, length_buckets, loop
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.metrics import read_metrics
 from poolformers_jax.train.setup import make_setup
-from poolformers_jax.train.validate import ConfigError
+from poolformers_jax.config import ConfigError
 
 LENGTH = 32
 MULTIPLE = 16     # buckets: 16 and 32 tokens
@@ -40,7 +41,7 @@ def _setups(family, devices, batch_size, micro_batch_size, **updates):
   updates = {'num_devices': devices, 'batch_size': batch_size, 'optimizer.eps': 1.0,
              **NO_DROPOUT, **updates}
   plain = tiny_config('/nonexistent', family, **updates)
-  bucketed = config_utils.override(plain, **{'length_buckets.multiple': MULTIPLE,
+  bucketed = config_lib.override(plain, **{'length_buckets.multiple': MULTIPLE,
                                              'length_buckets.micro_batch_size': micro_batch_size})
   return make_setup(plain, need_files=False), make_setup(bucketed, need_files=False)
 
@@ -211,7 +212,7 @@ def test_bucketed_training_run_matches_the_plain_run_without_reading_the_device(
                                                    'log_every_steps': 3})
   plain = train_and_evaluate(config, str(tmp_path / 'plain'))
   _NoDeviceToHost.entered = 0
-  bucketed = train_and_evaluate(config_utils.override(config, **{
+  bucketed = train_and_evaluate(config_lib.override(config, **{
       'length_buckets.multiple': MULTIPLE, 'length_buckets.micro_batch_size': 3}),
       str(tmp_path / 'bucketed'), hooks=loop.Hooks(hot_path=_NoDeviceToHost))
   assert _NoDeviceToHost.entered == 2                  # steps 1 and 2 ran on the hot path

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from tiny_runs import REPO, tiny_config, tiny_overrides
-from poolformers_jax.train import validate
+from poolformers_jax.config import validate
 from poolformers_jax.train.setup import make_setup
 
 

@@ -65,8 +65,8 @@ def test_eval_is_exact_for_any_batch_size_and_restores_onto_fewer_devices(traine
   assert by8['accuracy'] == by24['accuracy']
   assert by8['loss'] == pytest.approx(by24['loss'], rel=1e-6)
   # The checkpoint was written from 8 devices; restore it onto 1 device.
-  from poolformers_jax.train import config_utils
-  one = evaluate(config_utils.override(config, num_devices=1), workdir, checkpoint='4',
+  from poolformers_jax import config as config_lib
+  one = evaluate(config_lib.override(config, num_devices=1), workdir, checkpoint='4',
                  split='test', batch_size=8)
   assert one['accuracy'] == by8['accuracy'] and one['step'] == 4
   assert one['loss'] == pytest.approx(by8['loss'], rel=1e-6)
@@ -77,8 +77,8 @@ def test_eval_on_other_data_keeps_the_runs_own_record(trained):
   config, workdir, result = trained
   own_path = os.path.join(workdir, 'eval', 'test.json')
   own = json.load(open(own_path))
-  from poolformers_jax.train import config_utils
-  other = evaluate(config_utils.override(config, **{'data.generator.seed': 1}), workdir,
+  from poolformers_jax import config as config_lib
+  other = evaluate(config_lib.override(config, **{'data.generator.seed': 1}), workdir,
                    checkpoint='latest', split='test')
   assert json.load(open(own_path)) == own   # the run's own test record is untouched
   assert other['data_changes'] == {'data.generator.seed': 1}

@@ -16,10 +16,11 @@ import lra_pathfinder
 import lra_retrieval
 import lra_text
 from tiny_runs import tiny_config
-from poolformers_jax.configs_lib import FAMILIES
+from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax.data import get_data_config, lra
 from poolformers_jax.models.encoder import POOLINGS, SequenceEncoder
-from poolformers_jax.train import Hooks, config_utils, optim, param_init, train_and_evaluate
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import Hooks, optim, param_init, train_and_evaluate
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train.metrics import read_metrics
 from poolformers_jax.train.setup import make_setup
@@ -101,7 +102,7 @@ def _torch_one_cycle(max_lr, total_steps, pct_start, step_num):
 @pytest.mark.parametrize('warmup,total', [(1000, 5000), (8000, 20000), (800, 30000), (175, 35000),
                                           (312, 62400), (3, 7), (0, 10), (20, 100)])
 def test_one_cycle_lr_and_beta1_equal_pytorch_onecycle_at_every_step(warmup, total):
-  lr, b1 = optim.make_schedule(config_utils.override(tiny_config('/unused'), **{
+  lr, b1 = optim.make_schedule(config_lib.override(tiny_config('/unused'), **{
       'optimizer.schedule': 'one_cycle', 'optimizer.warmup_steps': warmup,
       'num_train_steps': total, 'optimizer.learning_rate': 1e-4})), optim.one_cycle_b1(warmup, total)
   steps = jnp.arange(total)
@@ -114,7 +115,7 @@ def test_one_cycle_lr_and_beta1_equal_pytorch_onecycle_at_every_step(warmup, tot
 
 
 def test_one_cycle_momentum_cycles_beta1_like_pytorch():
-  config = config_utils.override(tiny_config('/unused'), **{
+  config = config_lib.override(tiny_config('/unused'), **{
       'optimizer.schedule': 'one_cycle', 'optimizer.cycle_momentum': True,
       'optimizer.warmup_steps': 4, 'num_train_steps': 12, 'optimizer.learning_rate': 0.1})
   b1 = optim.one_cycle_b1(4, 12)
@@ -139,7 +140,7 @@ def test_one_cycle_momentum_cycles_beta1_like_pytorch():
                           [v[1] for v in torch_values])
   np.testing.assert_allclose(np.asarray(params['w']), expected, rtol=1e-5, atol=1e-7)
   with pytest.raises(ValueError, match='needs schedule one_cycle'):
-    optim.make_optimizer(config_utils.override(config, **{'optimizer.schedule': 'cosine'}))
+    optim.make_optimizer(config_lib.override(config, **{'optimizer.schedule': 'cosine'}))
 
 
 # ------------------------------------------------------------------ config.param_init = 'torch'
@@ -220,7 +221,7 @@ def test_torch_init_is_seeded_and_applied_where_the_state_is_made():
     for name in got:
       np.testing.assert_array_equal(got[name], expected[name], err_msg=f'{scheme} {name}')
   with pytest.raises(ValueError, match=r"config.param_init='jax' is unknown; choose one of"):
-    make_setup(config_utils.override(tiny_config('/unused'), param_init='jax'), need_files=False)
+    make_setup(config_lib.override(tiny_config('/unused'), param_init='jax'), need_files=False)
 
 
 # ------------------------------------------------------- evaluation: dev stream, test drop_last

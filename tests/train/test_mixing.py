@@ -11,7 +11,8 @@ import tensorflow_datasets as tfds
 
 import cifar
 import imagenet
-from poolformers_jax.train import config_utils, train_and_evaluate
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.mixing import MixParams, apply_mix, mix_batch
 
 B, H, W, C, K = 4, 8, 10, 3, 5
@@ -135,7 +136,7 @@ def test_deit_recipe_sets_mixup_and_erasing_and_convnets_do_not():
 
 
 def test_tiny_hvt_trains_with_mixup_cutmix_and_random_erasing(tmp_path):
-  config = config_utils.override(
+  config = config_lib.override(
       cifar.get_config('hvt_s_1,cifar10'),
       **{'num_train_steps': 2, 'eval_every_steps': 2, 'checkpoint_every_steps': 2,
          'log_every_steps': 1, 'progress_bar': False, 'batch_size': 8, 'eval_batch_size': 8,

@@ -9,11 +9,12 @@ import pytest
 
 from tiny_runs import tiny_config
 from poolformers_jax import tasks
-from poolformers_jax.train import config_utils, optim
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import optim
 
 
 def _config(**updates):
-  return config_utils.override(tiny_config('/unused'), **updates)
+  return config_lib.override(tiny_config('/unused'), **updates)
 
 
 def test_weight_decay_skips_biases_norms_and_position_embeddings():

@@ -14,7 +14,8 @@ import tensorflow_datasets as tfds
 import cifar
 import enwik8
 from poolformers_jax import load_run
-from poolformers_jax.train import config_utils, train_and_evaluate
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import train_and_evaluate
 
 RUN = {'num_train_steps': 2, 'eval_every_steps': 2, 'checkpoint_every_steps': 2,
        'log_every_steps': 1, 'progress_bar': False, 'batch_size': 8, 'eval_batch_size': 8,
@@ -27,7 +28,7 @@ def _metrics(workdir):
 
 
 def test_convnet_with_batchnorm_trains_and_updates_running_stats(tmp_path):
-  config = config_utils.override(
+  config = config_lib.override(
       cifar.get_config('convnet_max,cifar10'), **RUN,
       **{'data.data_dir': str(tmp_path / 'data'), 'model.widths': (8, 16),
          'model.convs_per_stage': 1})
@@ -56,7 +57,7 @@ def test_char_lm_trains_with_per_token_loss_and_bits(tmp_path):
   os.makedirs(tmp_path / 'data')
   with zipfile.ZipFile(tmp_path / 'data' / 'enwik8.zip', 'w') as archive:
     archive.writestr('enwik8', text)
-  config = config_utils.override(
+  config = config_lib.override(
       enwik8.get_config('tiny'), **RUN,
       **{'data.data_dir': str(tmp_path / 'data'), 'data.split_sizes': (2000, 500, 500),
          'data.max_length': 32, 'model.emb_dim': 32, 'model.mlp_dim': 32,

@@ -19,7 +19,8 @@ from tiny_runs import REPO, tiny_config, tiny_overrides
 from poolformers_jax import average, data
 from poolformers_jax.train import NonFiniteLossError, evaluate, loop, train_and_evaluate
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import config_utils, init_from, integrity
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import init_from, integrity
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.metrics import read_metrics
 from poolformers_jax.train.setup import make_setup
@@ -176,7 +177,7 @@ def test_no_checkpoint_verifies_stops_unless_asked_to_start_over(run):
 
 def test_checkpoint_of_another_model_fails_naming_the_parameter_and_shapes(run):
   config, workdir, _ = run
-  other = make_setup(config_utils.override(config, **{'model.dim': 24}))
+  other = make_setup(config_lib.override(config, **{'model.dim': 24}))
   with pytest.raises(integrity.CheckpointMismatch,
                      match=r'made by a different model: params/\S+ has shape \([\d, ]+\) there '
                            r'and \([\d, ]+\) in this config') as error:
@@ -186,18 +187,18 @@ def test_checkpoint_of_another_model_fails_naming_the_parameter_and_shapes(run):
 
 
 def test_commands_that_read_a_run_take_its_model_and_refuse_another(run):
-  """The one rule (config_utils.with_run_model): 4 heads instead of 2 leaves every parameter
+  """The one rule (config_lib.with_run_model): 4 heads instead of 2 leaves every parameter
   shape as it is (the integrity check cannot see it); eval, average and a resume refuse it in
   one line naming the keys and touch nothing. Without a config eval uses the run's own, with the
   same metrics; a dropout rate (training only) may differ."""
   config, workdir, _ = run
-  other = config_utils.override(config, **{'model.num_heads': 4, 'model.pooling': 'mean_padded'})
+  other = config_lib.override(config, **{'model.num_heads': 4, 'model.pooling': 'mean_padded'})
   before = sorted(os.listdir(workdir)), open(os.path.join(workdir, 'config.json')).read()
   attempts = (lambda: evaluate(other, workdir, checkpoint='latest', split='validation'),
               lambda: average.average_checkpoints(workdir, config=other),
-              lambda: train_and_evaluate(config_utils.override(other, num_train_steps=6), workdir))
+              lambda: train_and_evaluate(config_lib.override(other, num_train_steps=6), workdir))
   for attempt in attempts:
-    with pytest.raises(config_utils.ModelMismatch) as error:
+    with pytest.raises(config_lib.ModelMismatch) as error:
       attempt()
     message = str(error.value)
     assert message.startswith(f'--config describes another model than the run in {workdir} (its '
@@ -207,7 +208,7 @@ def test_commands_that_read_a_run_take_its_model_and_refuse_another(run):
   assert (sorted(os.listdir(workdir)), open(os.path.join(workdir, 'config.json')).read()) == before
   own = evaluate(config, workdir, checkpoint='latest', split='validation')
   assert evaluate(None, workdir, checkpoint='latest', split='validation') == own
-  dropout = config_utils.override(config, **{'model.dropout_rate': 0.5})
+  dropout = config_lib.override(config, **{'model.dropout_rate': 0.5})
   assert evaluate(dropout, workdir, checkpoint='latest', split='validation') == own
   assert own['count'] == 20 and own['step'] == 4
 
@@ -227,8 +228,8 @@ def test_a_run_older_than_a_model_option_is_read_with_the_option_default(run):
   with open(path, 'w') as f:
     json.dump(saved, f)
   assert evaluate(config, workdir, checkpoint='latest', split='validation') == own
-  relu = config_utils.override(config, **{'model.activation': 'relu'})
-  with pytest.raises(config_utils.ModelMismatch,
+  relu = config_lib.override(config, **{'model.activation': 'relu'})
+  with pytest.raises(config_lib.ModelMismatch,
                      match=r'config.json\): model.activation "relu" \(run: absent, i.e. "gelu"\); '):
     evaluate(relu, workdir, checkpoint='latest', split='validation')
 

@@ -165,13 +165,14 @@ def test_retrieval_pairs_self_pretrain_through_the_trainer(tmp_path):
   """The dual-encoder task: each document of a pair is masked and predicted on its own, through
   the pipeline, the one train step and evaluation."""
   from poolformers_jax import data
-  from poolformers_jax.train import config_utils, train_and_evaluate
+  from poolformers_jax import config as config_lib
+  from poolformers_jax.train import train_and_evaluate
   text = 'pooling replaces attention in long documents '
   for split in ('train', 'eval', 'test'):
     with open(tmp_path / f'new_aan_pairs.{split}.tsv', 'w') as f:
       for i in range(16):
         f.write(f'{i % 2}.0\ta\tb\t{text * (1 + i % 3)}\t{text[::-1] * (1 + i % 2)}\n')
-  config = config_utils.override(
+  config = config_lib.override(
       importlib.import_module('lra_retrieval').get_config('linear,tiny,spt'),
       **{'data.tsv_dir': str(tmp_path), 'num_train_steps': 4, 'eval_every_steps': 4,
          'checkpoint_every_steps': 4, 'progress_bar': False, 'batch_size': 8})

@@ -17,7 +17,8 @@ import tensorflow_datasets as tfds
 import cifar
 from tiny_runs import REPO, tiny_config
 from poolformers_jax import runtime, summary
-from poolformers_jax.train import cli, config_utils, step, train_and_evaluate, transforms
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import cli, step, train_and_evaluate, transforms
 from poolformers_jax.train.setup import make_setup
 
 ONE_STEP = {'num_train_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
@@ -40,7 +41,7 @@ def test_summary_memory_is_the_memory_of_the_listops_step_the_trainer_ran(data_d
 
 
 def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_path):
-  config = config_utils.override(cifar.get_config('hvt_s_1,cifar10'), **ONE_STEP, **{
+  config = config_lib.override(cifar.get_config('hvt_s_1,cifar10'), **ONE_STEP, **{
       'batch_size': 8, 'optimizer.warmup_steps': 1, 'data.data_dir': str(tmp_path / 'data'),
       'data.image_size': 32, 'model.image_size': 32, 'model.patch_size': 8,
       'model.hidden_dim': 16, 'model.num_heads': 2, 'model.depth': 2})
@@ -70,7 +71,7 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
   assert out['train_step_memory'] == memory and out['train_step_memory_bytes'] == 5
   # The trainer compiles its step with compile_train_step(make_setup(config)) (loop.py); the
   # data's files are missing here, so the sizes come from the dataset's constants.
-  setup = make_setup(config_utils.override(config, num_devices=1, batch_size=8), need_files=False)
+  setup = make_setup(config_lib.override(config, num_devices=1, batch_size=8), need_files=False)
   assert setup.info.packed and setup.config.model.vocab_size == 32000
   (summarized,) = compiled
   assert summarized.config.to_dict() == setup.config.to_dict() and summarized.info == setup.info

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from poolformers_jax.average import average_checkpoints
-from poolformers_jax.train import checkpoint as checkpoint_lib, config_utils, evaluate
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import checkpoint as checkpoint_lib, evaluate
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.train.cli import load_config_file
 from poolformers_jax.train.setup import make_setup
@@ -59,7 +60,7 @@ def tiny_translation_config(folder, **updates):
       'decode.batch_tokens': 1024, 'decode.max_sentences': 0,
   }
   overrides.update(updates)
-  return config_utils.override(config, **overrides)
+  return config_lib.override(config, **overrides)
 
 
 @pytest.mark.slow
@@ -79,7 +80,7 @@ def test_learns_held_out_translations_and_the_averaged_checkpoint_translates_as_
 
   assert average_checkpoints(workdir, last=2) == {'step': 250, 'averaged_steps': [125, 250]}
 
-  setup = make_setup(config_utils.load_saved_config(workdir))
+  setup = make_setup(config_lib.load_saved_config(workdir))
   checkpointer = checkpoint_lib.Checkpointer(workdir, read_only=True)
   try:
     states = dict(checkpointer.restore_latest_steps([125, 250], setup.abstract_state))
@@ -95,7 +96,7 @@ def test_learns_held_out_translations_and_the_averaged_checkpoint_translates_as_
                          states[125].params, states[250].params)
   assert max(jax.tree.leaves(differs)) > 1e-3        # the two checkpoints do differ
 
-  metrics = evaluate(config_utils.load_saved_config(workdir), workdir, checkpoint='averaged',
+  metrics = evaluate(config_lib.load_saved_config(workdir), workdir, checkpoint='averaged',
                      split='test')
   assert metrics['decoded_sentences'] == 64 and metrics['checkpoint'] == 'averaged'
   with open(os.path.join(workdir, 'eval', 'test.hyp.txt')) as f:

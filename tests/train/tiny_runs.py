@@ -13,7 +13,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'configs'))
 
 import lra_listops  # noqa: E402
-from poolformers_jax.train import config_utils  # noqa: E402
+from poolformers_jax import config as config_lib  # noqa: E402
 
 jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.pytest_cache', 'jax_cache'))
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
@@ -38,5 +38,5 @@ def tiny_overrides(data_dir: str, **updates) -> dict:
 
 
 def tiny_config(data_dir: str, family: str = 'transformer', **updates):
-  return config_utils.override(lra_listops.get_config(f'{family},tiny'),
+  return config_lib.override(lra_listops.get_config(f'{family},tiny'),
                                **tiny_overrides(data_dir, **updates))

@@ -1,10 +1,12 @@
 """Every check of a run's config against itself, the data and the devices, in one place, up front.
 
-`check_config` runs in `make_setup`, after the dataset info is read and before any model is built
-or compiled; `check_eval_batch_size` for eval.py's --batch_size. Each failure is a ConfigError
-(a ValueError; a batch that does not split over the devices: data.base.process_share's, the
-one divisibility check) whose message is one line, `<what is wrong>; <what to do>`, which train.py /
-eval.py print as `error: ...` with exit code 2.
+`check_config` runs in `make_setup` (train/setup.py), after the config is completed
+(config/completion.py) and before any model is built or compiled; `check_eval_batch_size` for
+eval.py's --batch_size. Each failure is a ConfigError (a ValueError; a batch that does not split
+over the devices: data.base.process_share's, the one divisibility check) whose message is one
+line, `<what is wrong>; <what to do>`, which train.py / eval.py print as `error: ...` with exit
+code 2. What the checks need of the trainer comes as plain values: the device and process counts
+and the task's validation metric names (so this file imports no jax and no trainer).
 Settings a mixer can only judge against the sequence length (PoNet's segment_num and
 local_window, AdaMRA's compression rates, (M)SAC's windows) are checked by the layer itself,
 with the same kind of line, when `make_setup` traces the model's abstract state right after
@@ -15,16 +17,15 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-import jax
 import ml_collections
-from jax.sharding import Mesh
 
-from poolformers_jax import tasks
+from poolformers_jax.config.defaults import (DTYPES, LENGTH_BUCKET_MIXERS, LENGTH_BUCKET_WHY_NOT,
+                                             PARAM_INIT_SCHEMES)
 from poolformers_jax.data import base as data_base
-from poolformers_jax.tasks.classification import TOP_K
-from poolformers_jax.train import length_buckets, param_init
+
+__all__ = ['DTYPES', 'ConfigError', 'check_batch_size', 'check_config', 'check_eval_batch_size']
 
 
 class ConfigError(ValueError):
@@ -47,24 +48,21 @@ def _positive_int(config, key: str, prefix: str = '') -> None:
            f'set --config.{prefix}{key} to 1 or more')
 
 
-def check_batch_size(batch_size: Any, mesh: Mesh, what: str) -> None:
+def check_batch_size(batch_size: Any, what: str, *, devices: int, processes: int = 1) -> None:
+  """A global batch size that splits over `processes` and the `devices` of the mesh."""
   _require(_is_int(batch_size) and batch_size >= 1, f'{what}={batch_size!r} must be a positive '
-           'integer', f'set {what} to a multiple of {mesh.devices.size} (the number of devices)')
-  data_base.process_share(batch_size, what, jax.process_count(), devices=mesh.devices.size)
+           'integer', f'set {what} to a multiple of {devices} (the number of devices)')
+  data_base.process_share(batch_size, what, processes, devices=devices)
 
 
-def check_eval_batch_size(batch_size: Any, mesh: Mesh) -> None:
+def check_eval_batch_size(batch_size: Any, *, devices: int, processes: int = 1) -> None:
   """eval.py --batch_size: None (the config's eval batch size) or a valid global batch size."""
   if batch_size is not None:
-    check_batch_size(batch_size, mesh, '--batch_size')
+    check_batch_size(batch_size, '--batch_size', devices=devices, processes=processes)
 
 
 _SIZES = ('dim', 'num_heads', 'num_layers', 'depth', 'patch_size', 'vocab_size', 'max_length',
           'num_classes', 'image_size')
-
-
-# Compute dtypes a model takes (config.model.dtype; parameters stay float32).
-DTYPES = ('float32', 'bfloat16', 'float16')
 
 
 def _check_model(model: ml_collections.ConfigDict, info) -> None:
@@ -125,7 +123,7 @@ def _check_profile_steps(steps: Any) -> None:
            "e.g. --config.profile_steps='(10, 20)', or () for no trace")
 
 
-def _check_length_buckets(config: ml_collections.ConfigDict, info) -> None:
+def _check_length_buckets(config: ml_collections.ConfigDict, info, processes: int) -> None:
   """config.length_buckets (train/length_buckets.py): exact only where padding gets exactly zero
   weight, and in one process (all processes would have to agree on every micro-batch's cut)."""
   buckets = config.length_buckets
@@ -140,35 +138,28 @@ def _check_length_buckets(config: ml_collections.ConfigDict, info) -> None:
   _require(model.get('name') == 'lra_encoder' and info.task == 'classification',
            f'config.length_buckets cuts the token sequences of the LRA classifier, not of model '
            f'{model.get("name")!r} ({info.task})', f'use an LRA classification config or set {off}')
-  why = length_buckets.WHY_NOT.get(model.mixer, 'it is not shown to ignore padding')
-  _require(model.mixer in length_buckets.EXACT_MIXERS,
-           f'config.length_buckets is exact only for mixers {list(length_buckets.EXACT_MIXERS)}, '
+  why = LENGTH_BUCKET_WHY_NOT.get(model.mixer, 'it is not shown to ignore padding')
+  _require(model.mixer in LENGTH_BUCKET_MIXERS,
+           f'config.length_buckets is exact only for mixers {list(LENGTH_BUCKET_MIXERS)}, '
            f'which give padding exactly zero weight; mixer {model.mixer!r} is refused: {why}',
            f'set {off}')
-  _require(jax.process_count() == 1,
-           f'config.length_buckets runs in one process, this run has {jax.process_count()}',
+  _require(processes == 1,
+           f'config.length_buckets runs in one process, this run has {processes}',
            f'run one process (it uses all its devices) or set {off}')
 
 
-def _metric_names(info) -> Optional[list[str]]:
-  """The validation metrics of a classification-like task (None for tasks with other sums)."""
-  sums = {'loss': 1.0, 'correct': 1.0, 'count': 1.0}
-  if info.task in ('classification', 'retrieval') and (info.num_classes or 0) >= TOP_K:
-    sums[f'correct_top{TOP_K}'] = 1.0
-  try:
-    return sorted(tasks.get_task(info.task).summary(sums))
-  except (KeyError, TypeError, ValueError):
-    return None
-
-
-def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
-  """Raises ConfigError for the first problem of a (completed) run config; nothing is compiled."""
+def check_config(config: ml_collections.ConfigDict, info, *, devices: int, processes: int = 1,
+                 metrics: Optional[Sequence[str]] = None) -> None:
+  """Raises ConfigError for the first problem of a (completed) run config; nothing is compiled.
+  `devices`: the mesh's device count; `processes`: jax.process_count(); `metrics`: the validation
+  metric names of the dataset's task (None: not known, best_metric is not checked)."""
   steps = config.num_train_steps     # 0: nothing to train (init_from, then evaluate)
   _require(_is_int(steps) and steps >= 0, f'config.num_train_steps={steps!r} must be an integer '
            '>= 0', 'set --config.num_train_steps to the number of steps to train')
-  check_batch_size(config.batch_size, mesh, 'config.batch_size')
+  share = dict(devices=devices, processes=processes)
+  check_batch_size(config.batch_size, 'config.batch_size', **share)
   if config.eval_batch_size != 0:   # 0 = config.batch_size
-    check_batch_size(config.eval_batch_size, mesh, 'config.eval_batch_size')
+    check_batch_size(config.eval_batch_size, 'config.eval_batch_size', **share)
   for key in ('log_every_steps', 'eval_every_steps', 'checkpoint_every_steps'):
     value = config[key]
     _require(_is_int(value), f'config.{key}={value!r} must be an integer',
@@ -180,15 +171,14 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
   _require(isinstance(config.test_drop_last, bool),
            f'config.test_drop_last={config.test_drop_last!r} must be True or False',
            'set --config.test_drop_last=True or False')
-  produced = _metric_names(info)
-  _require(produced is None or config.best_metric in produced,
+  _require(metrics is None or config.best_metric in metrics,
            f'config.best_metric={config.best_metric!r} is not a validation metric of this '
-           f'{info.task} task', f'choose one of {produced}')
+           f'{info.task} task', f'choose one of {sorted(metrics or ())}')
   _require(config.best_mode in ('max', 'min'), f"config.best_mode={config.best_mode!r} must be "
            "'max' or 'min'", "set --config.best_mode=max (accuracy) or min (loss)")
-  _require(config.param_init in param_init.SCHEMES,
+  _require(config.param_init in PARAM_INIT_SCHEMES,
            f'config.param_init={config.param_init!r} is unknown',
-           f'choose one of {list(param_init.SCHEMES)}')
+           f'choose one of {list(PARAM_INIT_SCHEMES)}')
   ls = config.label_smoothing
   _require(isinstance(ls, numbers.Real) and 0 <= ls < 1,
            f'config.label_smoothing={ls!r} must be in [0, 1)', 'e.g. 0.1, or 0 for none')
@@ -205,6 +195,6 @@ def check_config(config: ml_collections.ConfigDict, info, mesh: Mesh) -> None:
              f'config.decode.tokenized_bleu={config.decode.tokenized_bleu!r} is unknown',
              "choose 'moses' (tensor2tensor's get_ende_bleu.sh) or '13a'")
   _check_model(config.model, info)
-  _check_length_buckets(config, info)
+  _check_length_buckets(config, info, processes)
   _check_optimizer(config.optimizer)
   _check_profile_steps(config.profile_steps)

@@ -15,15 +15,16 @@ from __future__ import annotations
 import ml_collections
 from ml_collections import config_dict
 
-from poolformers_jax import configs_lib
+from poolformers_jax.config.defaults import SIZE_SLOT, base_config, shrink_run
+from poolformers_jax.config.words import parse_words as parse_slots
 
 
 def parse_words(arg: str | None, choices: dict[str, tuple[str, ...]], usage: str) -> dict[str, str]:
   """'sso,bert,tiny' -> {'objective': 'sso', 'family': 'bert', 'size': 'tiny'} with the one
-  parser (configs_lib.parse_words); the first choice of each slot is its default."""
-  slots = {'family': ('a model family', ('ponet', 'bert')), 'size': configs_lib.SIZE_SLOT,
+  parser (config/words.py); the first choice of each slot is its default."""
+  slots = {'family': ('a model family', ('ponet', 'bert')), 'size': SIZE_SLOT,
            **{slot: (f'a {slot}', words) for slot, words in choices.items()}}
-  filled = configs_lib.parse_words(arg, slots, usage)
+  filled = parse_slots(arg, slots, usage)
   return {slot: filled[slot] or words[0] for slot, (_, words) in slots.items()}
 
 
@@ -51,7 +52,7 @@ def transfer_config(data_name: str, model: ml_collections.ConfigDict, size: str,
                     ) -> ml_collections.ConfigDict:
   """One PoNet transfer run at `size`; `lengths[size]` (where given) is the data's sequence
   length at that size (the model's position table follows it unless the model sets one)."""
-  config = configs_lib.base_config(data_name)
+  config = base_config(data_name)
   config.model = model
   config.optimizer.update(learning_rate=learning_rate, schedule='linear',
                           warmup_steps=warmup_steps, grad_clip_norm=1.0)
@@ -65,7 +66,7 @@ def transfer_config(data_name: str, model: ml_collections.ConfigDict, size: str,
   # parameter a pre-training checkpoint may lack (anything else missing fails).
   if model.name == 'ponet_classifier':
     config.init_from_allow_missing = '^classifier/'
-  configs_lib.shrink_run(config, size, small_batch_size=16)
+  shrink_run(config, size, small_batch_size=16)
   if size == 'small':
     model.update(emb_dim=256, num_layers=4, num_heads=4, mlp_dim=1024)
   elif size == 'tiny':

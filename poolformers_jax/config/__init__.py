@@ -1,0 +1,56 @@
+"""Configuration: one package, from the config file's words to the config a run saved.
+
+    from poolformers_jax import config as config_lib
+    config = config_lib.load('configs/lra_listops.py:ponet,tiny', {'model.dim': 32})
+    config = config_lib.complete(config)       # vocab_size / num_classes / max_length from the data
+    model = poolformers_jax.models.build_model(config)
+
+`load` takes the documented name `configs/<task>.py[:words]` (a path relative to the working
+directory, else to the repository) and dotted-key overrides (`--config.<key>=<value>` on the
+command line), checked: an unknown key fails in one line naming the closest valid ones. The model
+sizes a dataset decides (`vocab_size`, `num_classes`, `max_length`, special-token ids) are None in
+a config file; `complete` fills them from the dataset's info, as train.py does before building the
+model (`build_model` refuses a config left unfilled).
+
+The rooms (each a small module):
+  defaults.py    `base_config`: every key the trainer reads, with its default; the size words
+                 (`SIZES`, `shrink_run`) and the fixed choices of a few keys
+  words.py       `parse_words`: THE parser of a config file's words (`configs/x.py:ponet,small`)
+  lra.py         Long Range Arena (`FAMILIES`, `LraTask`, `task_config`)
+  vision.py      the image classifiers (`vision_config`, `vit_model`, `hvt_model`, `deit_recipe`)
+  bert.py        PoNet transfer (pre-training, GLUE, long text)
+  files.py       `load_file` / `load`: a config file by its name, with checked overrides
+  keys.py        `check_keys` (close-key suggestions) and `override`
+  completion.py  `completed`: the one place a run's config is completed (the run's model on a
+                 resume, model sizes from the data); train/setup.py keeps it as `Setup.config`
+  validate.py    `check_config`: every check of a completed config, one line each, up front
+  run_file.py    a run's config.json (`save_config`, `load_saved_config`) and `with_run_model`
+Configs are numbers and names: nothing here imports flax, optax, orbax, grain or the trainer
+(tests/test_layering.py); the package builds on data/'s defaults only.
+"""
+from __future__ import annotations
+
+from poolformers_jax.config.completion import complete_from_dataset, completed
+from poolformers_jax.config.defaults import SIZE_SLOT, SIZES, base_config, shrink_run
+from poolformers_jax.config.files import load, load_file
+from poolformers_jax.config.keys import (ConfigKeyError, check_keys, flat_keys, override,
+                                         override_keys_from_argv)
+from poolformers_jax.config.run_file import (ModelMismatch, load_saved_config, model_differences,
+                                             save_config, to_json, with_run_model)
+from poolformers_jax.config.validate import ConfigError, check_config
+from poolformers_jax.config.words import Numbered, parse_words
+
+__all__ = [
+    'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES', 'SIZE_SLOT',
+    'base_config', 'check_config', 'check_keys', 'complete', 'complete_from_dataset', 'completed',
+    'flat_keys', 'load', 'load_file', 'load_saved_config', 'model_differences', 'override',
+    'override_keys_from_argv', 'parse_words', 'save_config', 'shrink_run', 'to_json',
+    'with_run_model',
+]
+
+
+def complete(config, *, need_files: bool = True):
+  """A locked copy of `config` with the model sizes its dataset decides filled in (vocab_size,
+  num_classes, max_length, special-token ids), from the dataset's info: what train.py builds the
+  model from. need_files=False: from the dataset's constants where its files are missing."""
+  return completed(config, need_files=need_files)[0]

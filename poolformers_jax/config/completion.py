@@ -1,0 +1,47 @@
+"""Completing a config: THE one place where a run's config becomes the config it runs.
+
+`completed` takes the config a run was given and returns a locked copy with the model sizes its
+dataset decides filled in (vocab_size, num_classes, max_length, special-token ids, from the
+dataset's DatasetInfo), after the user's modules named in `config.imports` are imported (their
+mixers and models registered); with `run_dir` (a run being resumed, or read by eval.py) the
+model is the run's own first (config/run_file.py, `with_run_model`). `train/setup.py`'s `make_setup` calls it
+once and keeps the result as `Setup.config`, which every later reader takes.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any, Optional
+
+import ml_collections
+
+from poolformers_jax import data, registry
+from poolformers_jax.config import run_file
+
+
+def complete_from_dataset(config: ml_collections.ConfigDict, info) -> None:
+  """Fills model.vocab_size / max_length / num_classes left unset, from the DatasetInfo."""
+  derived = {'vocab_size': info.vocab_size, 'num_classes': info.num_classes,
+             'max_length': info.input_shape[-1] if info.vocab_size is not None else None,
+             **info.model_defaults}
+  with config.unlocked():
+    for key, value in derived.items():
+      if key in config.model and config.model[key] is None and value is not None:
+        config.model[key] = value
+
+
+def completed(config: ml_collections.ConfigDict, *, need_files: bool = True,
+              info: Optional[Any] = None, run_dir: Optional[str] = None,
+              todo: str = '') -> tuple[ml_collections.ConfigDict, Any]:
+  """(a locked copy of `config` with the model sizes the data decides filled in, DatasetInfo).
+  need_files=False: sizes from the dataset's constants where its files are missing; `info`: this
+  DatasetInfo instead of the dataset's (a benchmark that makes its own batches); `run_dir`: a run
+  directory this config continues (a resume): its model is the run's (`run_file.with_run_model`;
+  `todo` says what to do about a different one)."""
+  if run_dir is not None:
+    config = run_file.with_run_model(config, run_dir, **({'todo': todo} if todo else {}))
+  registry.import_modules(config.get('imports', ''))   # the user's mixers / models, registered
+  info = info or data.get_dataset_info(config, need_files=need_files)
+  config = copy.deepcopy(config)   # the caller's config is left untouched
+  complete_from_dataset(config, info)
+  config.lock()
+  return config, info

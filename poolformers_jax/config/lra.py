@@ -1,0 +1,167 @@
+"""Long Range Arena: `FAMILIES` (model family -> mixer), `LraTask` (one row of the LRA table) and
+`task_config`, the locked config of a task for `family[,size][,protocol][,stage]`.
+
+The argument string of an LRA task config is `family[,size][,protocol]` (words in any order):
+  family:   transformer | linear | linear_reference | ponet | adamra | contextpool | msac
+            (the token mixer)
+  size:     full | small | tiny (config/defaults.py)
+  protocol: ours (the default) | reference (the LRA code PoNet and AdaMRA ran, as far as it can
+            be followed here: `reference_protocol`, docs/papers/lra.md)
+  stage:    spt: self-pretraining on the task's own inputs (`self_pretraining`), the run that
+            fine-tuning starts from; without it, the task itself
+Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
+docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
+mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
+no weight decay, one-cycle linear schedule. Each task file sets its batch size, learning rate,
+warmup and steps from the table in docs/papers/lra.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import ml_collections
+from ml_collections import config_dict
+
+from poolformers_jax.config.defaults import SIZE_SLOT, base_config, shrink_run
+from poolformers_jax.config.words import parse_words
+
+
+# model family -> (registered mixer name, per-family mixer options)
+FAMILIES = {
+    'transformer': ('softmax', {}),
+    'linear': ('linear', {}),
+    # The LRA reference code's linear attention (no normaliser, L^(-1/4) scaling): docs/papers/lra.md
+    'linear_reference': ('linear', {'normalizer': 'padded_length'}),
+    'ponet': ('ponet', {'segment_num': 64}),
+    # router_gate 'probability' (Switch) or 'straight_through': docs/papers/adamra.md
+    'adamra': ('adamra', {'router_gate': 'probability'}),
+    # AdaMRA's Eq. 8 as written: routed heads summed unscaled (forward), straight-through gradient
+    'adamra_eq8': ('adamra', {'router_gate': 'straight_through'}),
+    # placement 'mixer_input' or 'block_output': docs/results/contextpool_placement.md
+    'contextpool': ('contextpool', {'placement': 'mixer_input'}),
+    'msac': ('msac', {'heads': 'full'}),   # MSAC Sec. 2.1 heads, or 'split'
+}
+
+
+PROTOCOLS = ('ours', 'reference')
+STAGES = ('spt',)   # self-pretraining on the task's own inputs (data/masking.py)
+
+
+def parse_arg(arg: str | None, default_family: str = 'transformer',
+              default_size: str = 'full') -> tuple[str, str, str, str]:
+  """'ponet,small,reference' -> ('ponet', 'small', 'reference', 'task'); 'ponet,spt' -> stage
+  'spt'. Unknown words fail with the valid choices. The protocol defaults to 'ours', the stage to
+  'task' (training on the task itself)."""
+  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT,
+                            'protocol': ('a protocol', PROTOCOLS),
+                            'stage': ('a stage', STAGES)},
+                      example='configs/lra_listops.py:ponet,small or :ponet,reference or :ponet,spt')
+  return (words['family'] or default_family, words['size'] or default_size,
+          words['protocol'] or 'ours', words['stage'] or 'task')
+
+
+def model_config(family: str, *, retrieval: bool = False) -> ml_collections.ConfigDict:
+  mixer, mixer_kwargs = FAMILIES[family]
+  return ml_collections.ConfigDict(dict(
+      name='lra_dual_encoder' if retrieval else 'lra_encoder',
+      mixer=mixer,
+      mixer_kwargs=ml_collections.ConfigDict(dict(mixer_kwargs)),
+      dim=64, num_layers=2, num_heads=2, mlp_dim=128, head_hidden_dim=128,
+      dropout_rate=0.1, attention_dropout_rate=0.1,
+      pooling='mean',                       # 'mean' (real tokens) | 'mean_padded' (reference) | 'cls'
+      activation='gelu',                    # the MLP's; 'gelu_exact' (erf) is PyTorch's nn.GELU()
+      layer_norm_epsilon=1e-6,              # PyTorch's nn.LayerNorm: 1e-5
+      dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
+      # Filled from the dataset (data.get_dataset_info) when left unset:
+      vocab_size=config_dict.placeholder(int),
+      max_length=config_dict.placeholder(int),
+      num_classes=config_dict.placeholder(int),
+  ))
+
+
+@dataclasses.dataclass(frozen=True)
+class LraTask:
+  """One row of the LRA table in docs/papers/lra.md, plus the lengths of the smaller sizes."""
+  data: str                  # data.get_data_config name
+  length: int                # paper's sequence length (per document for retrieval)
+  batch_size: int
+  warmup_steps: int
+  num_train_steps: int
+  segment_num: int           # PoNet's LRA segment count at `length`
+  small_length: int
+  tiny_length: int
+  eval_every_steps: int = 1000
+  eval_batches: int = 0      # the reference's num_eval_steps (lra_config.py): dev batches per eval
+  retrieval: bool = False
+  mask_rate: float = 0.15    # self-pretraining: share of real tokens masked (Amos et al.)
+
+
+def reference_protocol(config: ml_collections.ConfigDict, family: str, task: LraTask,
+                       size: str) -> None:
+  """What the LRA code of Nystromformer / PoNet does that our default does not, where it can be
+  followed exactly here (each line: docs/papers/lra.md, 'Reference protocol'). Not followed:
+  fp16 autocast with a GradScaler, and its unseeded data orders."""
+  config.model.update(pooling='mean_padded',          # model.py: (LN(x) * mask).mean(dim=1)
+                      activation='gelu_exact',        # nn.GELU()
+                      layer_norm_epsilon=1e-5)        # nn.LayerNorm
+  if family == 'transformer':                         # attention.py: dropout on softmax(dot)
+    config.model.mixer_kwargs.dropout_on = 'weights'
+  config.param_init = 'torch'                         # nn.Linear defaults, normal_(std=0.02)
+  config.optimizer.cycle_momentum = True              # OneCycleLR's default cycle_momentum=True
+  config.test_drop_last = True                        # DataLoader(test, drop_last=True)
+  if size == 'full':                                  # num_eval_steps batches of the dev stream
+    config.eval_num_batches = task.eval_batches
+
+
+def task_config(task: LraTask, arg: str | None,
+                size_overrides: dict[str, Callable[[ml_collections.ConfigDict], None]] | None = None
+                ) -> ml_collections.ConfigDict:
+  """The locked config of `task` for `arg` = 'family[,size][,protocol]' (no argument:
+  transformer,small).
+
+  The settings of PoNet / AdaMRA on LRA (Nystromformer's LRA code): 2 pre-LN layers, dim 64,
+  FFN 128, 2 heads, learned positions, dropout 0.1, mean pooling, head
+  Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping, no weight decay,
+  one-cycle linear schedule; batch, warmup and steps from `task`.
+  `small` keeps the model and shortens sequences, steps and batch for a CPU; `tiny` also shrinks
+  the model. PoNet's segment count scales with the length. A task file can change more per size
+  with `size_overrides[size](config)`. `reference` then applies `reference_protocol`.
+  """
+  family, size, protocol, stage = parse_arg(arg, default_size='full' if arg else 'small')
+  config = base_config(task.data)
+  config.model = model_config(family, retrieval=task.retrieval)
+  config.optimizer.update(learning_rate=1e-4, eps=1e-6, schedule='one_cycle',
+                          warmup_steps=task.warmup_steps)
+  length = {'full': task.length, 'small': task.small_length, 'tiny': task.tiny_length}[size]
+  config.data.max_length = length
+  config.batch_size = task.batch_size
+  config.num_train_steps = task.num_train_steps
+  config.log_every_steps = 50
+  config.eval_every_steps = config.checkpoint_every_steps = task.eval_every_steps
+  if family == 'ponet':
+    config.model.mixer_kwargs.segment_num = max(task.segment_num * length // task.length, 1)
+  shrink_run(config, size, small_batch_size=32)
+  if size == 'small':
+    config.optimizer.learning_rate = 1e-3
+  if size == 'tiny':
+    config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
+  if size in (size_overrides or {}):
+    size_overrides[size](config)
+  if protocol == 'reference':
+    reference_protocol(config, family, task, size)
+  if stage == 'spt':
+    self_pretraining(config, task)
+  config.lock()
+  return config
+
+
+def self_pretraining(config: ml_collections.ConfigDict, task: LraTask) -> None:
+  """The `spt` word: the same encoder (every mixer setting, size, optimizer and schedule)
+  trained to predict `task.mask_rate` of its own masked input tokens (data/masking.py, Amos et
+  al. 2024); the best checkpoint is the one with the best masked-token accuracy on validation.
+  Fine-tune from it with the task's config and `init_from` (its 'mlm_head' is ignored, the
+  classifier's 'head' starts fresh): `reproduce lra --spt` runs both stages."""
+  config.model.name = 'lra_masked_lm'
+  config.data.mask_rate = task.mask_rate
+  config.final_test = False   # the fine-tuned run reports test accuracy

@@ -1,0 +1,51 @@
+"""THE parser of config arguments (`configs/<task>.py:<word>,<word>,...`) of every config file:
+`parse_words` fills named slots (model family, size, ...) from comma-separated words and fails
+on an unknown word in one line naming every slot's choices."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping, Optional, Sequence, Union
+
+
+@dataclasses.dataclass(frozen=True)
+class Numbered:
+  """The words `<prefix><n>` (e.g. L8) as one choice of a `parse_words` slot."""
+  prefix: str
+
+  def __contains__(self, word: object) -> bool:
+    return (isinstance(word, str) and word.startswith(self.prefix)
+            and word[len(self.prefix):].isdigit())
+
+  def __repr__(self) -> str:
+    return f'{self.prefix}<n>'
+
+  def number(self, word: Optional[str]) -> Optional[int]:
+    return int(word[len(self.prefix):]) if word else None
+
+
+Choices = Union[Sequence[str], Numbered]
+
+
+def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Choices]],
+                example: str) -> dict[str, Optional[str]]:
+  """'ponet,small' -> {'family': 'ponet', 'size': 'small'}: each comma-separated word fills the
+  slot whose choices hold it (later words win); unfilled slots are None.
+
+  slots: slot -> (what it is, its choices), e.g. {'size': ('a size', SIZES)}; choices are words
+  or `Numbered('L')` (L1, L2, ...). A word no slot holds fails with one line naming every slot's
+  choices and an `example`.
+  """
+  filled: dict[str, Optional[str]] = dict.fromkeys(slots)
+  for word in filter(None, (arg or '').replace(' ', '').split(',')):
+    slot = next((s for s, (_, choices) in slots.items() if word in choices), None)
+    if slot is None:
+      show = lambda c: repr(c) if isinstance(c, Numbered) else str(list(c))
+      what = [f'{desc} {show(choices)}' for desc, choices in slots.values()]
+      alternatives = (f'neither {what[0]} nor {what[1]}' if len(what) == 2 else
+                      'not ' + ', '.join(what[:-1]) + f' or {what[-1]}' if len(what) > 2 else
+                      f'not {what[0]}')
+      kinds = ' / '.join(desc.split(' ', 1)[-1] for desc, _ in slots.values())
+      raise ValueError(f'unknown {kinds} {word!r}: config argument {word!r} is {alternatives}; '
+                       f'e.g. {example}.')
+    filled[slot] = word
+  return filled
