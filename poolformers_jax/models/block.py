@@ -180,19 +180,19 @@ _BLOCK_SHARED = ('num_heads', 'causal', 'dropout_rate', 'dtype', 'token_grid', '
 
 
 def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: dict) -> None:
-  """A model whose mixer lacks a required argument, or a causal form the model needs (its
-  `causal` field set, or `cls.mixers_causal`), fails when built, not at its first trace.
+  """A model whose mixer lacks a required argument, or the causal form the model needs (its
+  `causal` field set: lra_causal_lm), fails when built, not at its first trace.
   `cls.mixer_args_set_by_model`: the ones the model passes itself (PoNetMLM's segment_num)."""
   if 'mixer' not in fields or 'mixer_kwargs' not in fields:
     return
   mixer = kwargs.get('mixer', fields['mixer'].default)
   if not isinstance(mixer, str) or mixer not in MIXERS:
     return   # an unknown name is refused where the model builds its mixer, naming the valid ones
-  causal = kwargs.get('causal', fields['causal'].default) if 'causal' in fields else False
-  if causal or getattr(cls, 'mixers_causal', False):
-    check_causal(mixer)
   given = set(kwargs.get('mixer_kwargs') or {}) | set(_BLOCK_SHARED)
   check_required(mixer, given | set(getattr(cls, 'mixer_args_set_by_model', ())))
+  causal = kwargs.get('causal', fields['causal'].default) if 'causal' in fields else False
+  if causal:
+    check_causal(mixer)
 
 
 def as_dtype(value: Any) -> Any:

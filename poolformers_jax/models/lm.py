@@ -50,7 +50,6 @@ def lm_inputs_targets(tokens: Array) -> tuple[Array, Array]:
 
 class CharTransformerLM(nn.Module):
   """Decoder-only character LM: int32 tokens [B, L] -> float32 logits [B, L, vocab_size]."""
-  mixers_causal = True   # a mixer without a causal form is refused when the model is built
   vocab_size: int
   num_layers: int = 12
   emb_dim: int = 512
