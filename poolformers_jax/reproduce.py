@@ -2,7 +2,7 @@ r"""Reproduce a Long Range Arena table, or PoNet's GLUE table, in one command.
 
   python -m poolformers_jax.reproduce lra --task listops --families all --workdir runs/repro \
       [--seeds 0,1,2] [--size full|small|tiny] [--set key=value ...] [--spt [--spt_steps N]
-      [--finetune_steps N]]
+      [--finetune_steps N] [--spt_objective masked|causal]]
 
 For every task (`--task all`: every LRA task) and model family it trains the task's config
 (configs/lra_<task>.py:<family>,<size>) in its own workdir, WORKDIR/<task>/<family>/seed<s>, with
@@ -21,7 +21,8 @@ config (masked tokens of the task's own training inputs) in WORKDIR/<task>/<fami
 pretrain, then the task's config fine-tuned from its best checkpoint (init_from; the classifier
 head new) in .../finetune; results.md then has a second table, scratch and self-pretrained side
 by side. --spt_steps / --finetune_steps set each stage's steps (e.g. half the task's each, for
-the same total as scratch).
+the same total as scratch). `--spt_objective causal` pre-trains by next-token prediction instead
+(the `spt_causal` config: the same encoder with causal mixers), in .../spt_causal_seed<s>/.
 
 The GLUE table of PoNet's slides: the paper's grid per task, the best run on dev.
 
@@ -245,10 +246,12 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
 
 # Fine-tuning reads the pre-trained encoder; the classifier's head (absent there) starts fresh.
 FINETUNE_FROM = 'init_from_allow_missing=^head/'
+# --spt_objective -> the pre-training's config word (config/lra.py STAGES) and what it predicts
+SPT_OBJECTIVES = {'masked': ('spt', 'masked tokens'), 'causal': ('spt_causal', 'next tokens')}
 
 
-def spt_dir(workdir: str, task: str, family: str, seed: int) -> str:
-  return os.path.join(workdir, task, family, f'spt_seed{seed}')
+def spt_dir(workdir: str, task: str, family: str, seed: int, objective: str = 'masked') -> str:
+  return os.path.join(workdir, task, family, f'{SPT_OBJECTIVES[objective][0]}_seed{seed}')
 
 
 def _steps(steps: Optional[int]) -> list[str]:
@@ -257,11 +260,14 @@ def _steps(steps: Optional[int]) -> list[str]:
 
 def spt_stages(task: str, family: str, size: str, seed: int, workdir: str,
                overrides: Sequence[str] = (), pretrain_steps: Optional[int] = None,
-               finetune_steps: Optional[int] = None) -> list[tuple[str, str, list[str]]]:
+               finetune_steps: Optional[int] = None,
+               objective: str = 'masked') -> list[tuple[str, str, list[str]]]:
   """The two runs of self-pretraining as (config words, workdir, overrides): the `spt` run on
-  the task's own inputs, then the task itself from its best checkpoint (init_from)."""
+  the task's own inputs (`spt_causal` for objective 'causal'), then the task itself from its
+  best checkpoint (init_from)."""
   pretrain, finetune = os.path.join(workdir, 'pretrain'), os.path.join(workdir, 'finetune')
-  return [(f'{family},spt', pretrain, [*overrides, *_steps(pretrain_steps)]),
+  word = SPT_OBJECTIVES[objective][0]
+  return [(f'{family},{word}', pretrain, [*overrides, *_steps(pretrain_steps)]),
           (family, finetune, [*overrides, *_steps(finetune_steps), f'init_from={pretrain}',
                               FINETUNE_FROM])]
 
@@ -269,12 +275,12 @@ def spt_stages(task: str, family: str, size: str, seed: int, workdir: str,
 def run_spt(task: str, family: str, size: str, seed: int, workdir: str,
             overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
             pretrain_steps: Optional[int] = None, finetune_steps: Optional[int] = None,
-            clock: Callable[[], float] = time.time) -> dict[str, Any]:
-  """Self-pretraining then fine-tuning of one (task, family, seed) in `workdir`/{pretrain,
-  finetune}; each stage resumes or is skipped like any run_one. The fine-tuned run's record,
-  with the pre-training's under 'pretrain'."""
+            clock: Callable[[], float] = time.time, objective: str = 'masked') -> dict[str, Any]:
+  """Self-pretraining (`objective`: 'masked' or 'causal') then fine-tuning of one (task, family,
+  seed) in `workdir`/{pretrain, finetune}; each stage resumes or is skipped like any run_one.
+  The fine-tuned run's record, with the pre-training's under 'pretrain'."""
   (pre_words, pre_dir, pre_set), (words, ft_dir, ft_set) = spt_stages(
-      task, family, size, seed, workdir, overrides, pretrain_steps, finetune_steps)
+      task, family, size, seed, workdir, overrides, pretrain_steps, finetune_steps, objective)
   pretrain = run_one(task, pre_words, size, seed, pre_dir, pre_set, configs_dir, clock)
   finetuned = run_one(task, words, size, seed, ft_dir, ft_set, configs_dir, clock)
   return {**finetuned, 'pretrain': pretrain,
@@ -340,8 +346,10 @@ def markdown(results: dict[str, Any]) -> str:
 
 def spt_markdown(results: dict[str, Any]) -> str:
   """Scratch and self-pretrained side by side, per task and family (mean ± std over seeds)."""
-  lines = ['## Self-pretraining (masked tokens of the task\'s own inputs, then fine-tuning)', '',
-           '| task | family | scratch test % | self-pretrained test % | masked-token validation % '
+  what = SPT_OBJECTIVES[results.get('spt_objective', 'masked')][1]   # 'masked tokens'
+  lines = [f'## Self-pretraining ({what} of the task\'s own inputs, then fine-tuning)', '',
+           f'| task | family | scratch test % | self-pretrained test % | '
+           f'{what[:-1].replace(" ", "-")} validation % '
            '| pre-training steps | fine-tuning steps | seeds | wall time | device | commit |',
            '|---|---|---|---|---|---|---|---|---|---|---|']
   for task, entry in results['tasks'].items():
@@ -361,13 +369,18 @@ def spt_markdown(results: dict[str, Any]) -> str:
 
 def check_configs(tasks: Sequence[str], families: Sequence[str], size: str,
                   overrides: Sequence[str], configs_dir: str = CONFIGS_DIR,
-                  spt: bool = False) -> None:
+                  spt: bool = False, objective: str = 'masked') -> None:
   """Loads every (task, family) config with the overrides before anything trains, so that a bad
-  --set fails at once in one line, not after the first family's run."""
+  --set (or a mixer without the causal form `objective` 'causal' needs) fails at once in one
+  line, not after the first family's run."""
+  word = SPT_OBJECTIVES[objective][0]
   for task in tasks:
     for family in families:
-      for words in (family, f'{family},spt') if spt else (family,):
-        load_config(task, words, size, 0, overrides, configs_dir)
+      for words in (family, f'{family},{word}') if spt else (family,):
+        config = load_config(task, words, size, 0, overrides, configs_dir)
+        if words != family and objective == 'causal':   # before anything trains, in one line
+          from poolformers_jax.layers.registry import check_causal
+          check_causal(config.model.mixer)
 
 
 def _state(run_dir: str, steps: int) -> str:
@@ -378,11 +391,11 @@ def _state(run_dir: str, steps: int) -> str:
 def plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *, seeds: Sequence[int],
          size: str, overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
          spt: bool = False, pretrain_steps: Optional[int] = None,
-         finetune_steps: Optional[int] = None) -> list[str]:
+         finetune_steps: Optional[int] = None, objective: str = 'masked') -> list[str]:
   """--dry_run: one line per run (finished / to train, its steps) or per task whose data is
-  missing; with `spt`, also both stages of self-pretraining; every config is loaded with the
-  overrides, nothing is written or compiled."""
-  check_configs(tasks, families, size, overrides, configs_dir, spt)
+  missing; with `spt`, also both stages of self-pretraining (`objective`'s); every config is
+  loaded with the overrides, nothing is written or compiled."""
+  check_configs(tasks, families, size, overrides, configs_dir, spt, objective)
   lines = []
   for task in tasks:
     missing = data_status(task, size, overrides, configs_dir, families[0])
@@ -396,9 +409,10 @@ def plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *, seeds: 
         lines.append(f'{task}/{family} seed {seed}: {_state(run_dir, steps)} in {run_dir}')
         if not spt:
           continue
-        for stage, (words, stage_dir, stage_set) in zip(('self-pretraining', 'fine-tuning'), spt_stages(
-            task, family, size, seed, spt_dir(workdir, task, family, seed), overrides,
-            pretrain_steps, finetune_steps)):
+        stages = (f'self-pretraining ({SPT_OBJECTIVES[objective][1]})', 'fine-tuning')
+        for stage, (words, stage_dir, stage_set) in zip(stages, spt_stages(
+            task, family, size, seed, spt_dir(workdir, task, family, seed, objective), overrides,
+            pretrain_steps, finetune_steps, objective)):
           steps = load_config(task, words, size, seed, stage_set, configs_dir).num_train_steps
           lines.append(f'{task}/{family} seed {seed} {stage}: {_state(stage_dir, steps)} in '
                        f'{stage_dir}')
@@ -409,15 +423,17 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
                   seeds: Sequence[int] = (0,), size: str = 'full', overrides: Sequence[str] = (),
                   configs_dir: str = CONFIGS_DIR, command: str = '', spt: bool = False,
                   pretrain_steps: Optional[int] = None, finetune_steps: Optional[int] = None,
-                  clock: Callable[[], float] = time.time) -> dict[str, Any]:
+                  clock: Callable[[], float] = time.time,
+                  objective: str = 'masked') -> dict[str, Any]:
   """Runs what is missing and writes WORKDIR/results.json and results.md; returns the results.
   `clock` times each invocation (the runs' wall times).
-  With `spt`, every (task, family, seed) also self-pretrains and fine-tunes (run_spt) in
-  WORKDIR/<task>/<family>/spt_seed<s>, beside the run from scratch."""
-  check_configs(tasks, families, size, overrides, configs_dir, spt)
+  With `spt`, every (task, family, seed) also self-pretrains (`objective`: 'masked' or 'causal')
+  and fine-tunes (run_spt) in WORKDIR/<task>/<family>/spt_seed<s> (spt_causal_seed<s>), beside
+  the run from scratch."""
+  check_configs(tasks, families, size, overrides, configs_dir, spt, objective)
   results = {'size': size, 'seeds': list(seeds), 'device': device_name(),
              'git_commit': git_commit(), 'command': command, 'overrides': list(overrides),
-             'tasks': {}}
+             'tasks': {}, **({'spt_objective': objective} if spt else {})}
   for task in tasks:
     missing = data_status(task, size, overrides, configs_dir, families[0])
     if missing:
@@ -431,8 +447,9 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
                               configs_dir, clock) for seed in seeds]
       if spt:
         spt_runs[family] = [run_spt(task, family, size, seed,
-                                    spt_dir(workdir, task, family, seed), overrides, configs_dir,
-                                    pretrain_steps, finetune_steps, clock) for seed in seeds]
+                                    spt_dir(workdir, task, family, seed, objective), overrides,
+                                    configs_dir, pretrain_steps, finetune_steps, clock, objective)
+                            for seed in seeds]
     results['tasks'][task] = {'families': runs, **({'spt': spt_runs} if spt else {})}
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, 'results.json'), 'w') as f:
@@ -699,6 +716,9 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
                       help='lra --spt: pre-training steps (default: the spt config\'s)')
   parser.add_argument('--finetune_steps', type=int, default=None,
                       help='lra --spt: fine-tuning steps (default: the task config\'s)')
+  parser.add_argument('--spt_objective', default='masked', choices=sorted(SPT_OBJECTIVES),
+                      help='lra --spt: masked tokens (config word spt, the default) or next '
+                      'tokens (spt_causal: causal mixers; not for ponet or adamra)')
   parser.add_argument('--dry_run', action='store_true',
                       help='load every config with --set, check the data, print what would run; '
                       'train nothing')
@@ -718,7 +738,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
              if args.benchmark == 'glue' else
              plan(tasks, families, args.workdir, seeds=seeds, size=args.size, overrides=args.set,
                   configs_dir=args.configs_dir, spt=args.spt, pretrain_steps=args.spt_steps,
-                  finetune_steps=args.finetune_steps))
+                  finetune_steps=args.finetune_steps, objective=args.spt_objective))
     print('\n'.join(lines))
     return None
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
@@ -739,7 +759,7 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
     results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
                             overrides=args.set, configs_dir=args.configs_dir, command=command,
                             spt=args.spt, pretrain_steps=args.spt_steps,
-                            finetune_steps=args.finetune_steps)
+                            finetune_steps=args.finetune_steps, objective=args.spt_objective)
   except RunStopped as stopped:   # one line, not a traceback: nothing went wrong
     raise SystemExit(f'stopped: {stopped}') from None
   print(markdown(results))

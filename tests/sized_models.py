@@ -15,6 +15,7 @@ SIZED_BY = {
     'lra_encoder': ('lra_listops.py:tiny', {}),
     'lra_dual_encoder': ('lra_retrieval.py:tiny', {}),
     'lra_masked_lm': ('lra_listops.py:tiny,spt', {}),
+    'lra_causal_lm': ('lra_listops.py:tiny,spt_causal', {}),
     'char_lm': ('enwik8.py:tiny', {}),
     'transformer_seq2seq': ('wmt14.py:tiny', {}),
     'ponet_mlm': ('ponet_pretrain.py:sso,tiny', {}),

@@ -8,7 +8,8 @@ The argument string of an LRA task config is `family[,size][,protocol]` (words i
   protocol: ours (the default) | reference (the LRA code PoNet and AdaMRA ran, as far as it can
             be followed here: `reference_protocol`, docs/papers/lra.md)
   stage:    spt: self-pretraining on the task's own inputs (`self_pretraining`), the run that
-            fine-tuning starts from; without it, the task itself
+            fine-tuning starts from; spt_causal: the same by next-token prediction (causal
+            mixers); without either, the task itself
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
 mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
@@ -45,7 +46,8 @@ FAMILIES = {
 
 
 PROTOCOLS = ('ours', 'reference')
-STAGES = ('spt',)   # self-pretraining on the task's own inputs (data/masking.py)
+# self-pretraining on the task's own inputs (data/masking.py): masked tokens, next tokens
+STAGES = ('spt', 'spt_causal')
 
 
 def parse_arg(arg: str | None, default_family: str = 'transformer',
@@ -150,18 +152,24 @@ def task_config(task: LraTask, arg: str | None,
     size_overrides[size](config)
   if protocol == 'reference':
     reference_protocol(config, family, task, size)
-  if stage == 'spt':
-    self_pretraining(config, task)
+  if stage in STAGES:
+    self_pretraining(config, task, causal=stage == 'spt_causal')
   config.lock()
   return config
 
 
-def self_pretraining(config: ml_collections.ConfigDict, task: LraTask) -> None:
+def self_pretraining(config: ml_collections.ConfigDict, task: LraTask,
+                     causal: bool = False) -> None:
   """The `spt` word: the same encoder (every mixer setting, size, optimizer and schedule)
   trained to predict `task.mask_rate` of its own masked input tokens (data/masking.py, Amos et
   al. 2024); the best checkpoint is the one with the best masked-token accuracy on validation.
-  Fine-tune from it with the task's config and `init_from` (its 'mlm_head' is ignored, the
-  classifier's 'head' starts fresh): `reproduce lra --spt` runs both stages."""
-  config.model.name = 'lra_masked_lm'
-  config.data.mask_rate = task.mask_rate
+  `spt_causal` (`causal`): each next token from the ones before it instead, the same encoder's
+  mixers causal (`lra_causal_lm`; mixers without a causal form are refused).
+  Fine-tune from it with the task's config and `init_from` (its 'mlm_head' / 'lm_head' is
+  ignored, the classifier's 'head' starts fresh): `reproduce lra --spt` runs both stages."""
+  config.model.name = 'lra_causal_lm' if causal else 'lra_masked_lm'
+  if causal:
+    config.data.next_tokens = True
+  else:
+    config.data.mask_rate = task.mask_rate
   config.final_test = False   # the fine-tuned run reports test accuracy

@@ -20,6 +20,8 @@ Fields every data config has (`common_config`; each dataset adds its own, docume
   read_threads  grain threads reading records ahead in the main process
   mask_rate     > 0: self-pretraining on the inputs alone, that share of real tokens masked and
                 predicted (data/masking.py); 0 = the dataset's own task
+  next_tokens   True: self-pretraining on the inputs alone, each real token predicted from the
+                ones before it (data/masking.py; a causal model); False = the dataset's own task
 The returned ConfigDicts are not locked; the experiment config that embeds one locks it.
 """
 from __future__ import annotations
@@ -87,7 +89,8 @@ def common_config(name: str, max_length: int) -> ml_collections.ConfigDict:
   """The fields every data config has (see the module docstring)."""
   return ml_collections.ConfigDict(dict(
       name=name, data_dir=default_data_dir(), max_length=max_length, too_long='truncate',
-      repeated_augmentation=1, worker_count=0, read_threads=4, mask_rate=0.0))
+      repeated_augmentation=1, worker_count=0, read_threads=4, mask_rate=0.0,
+      next_tokens=False))
 
 
 class DataNotFoundError(FileNotFoundError):

@@ -1,7 +1,12 @@
 """Self-pretraining (SPT) on a task's own inputs: Amos, Berant & Gupta, "Never Train from Scratch"
-(ICLR 2024, arXiv 2310.02980). A share `config.data.mask_rate` of each example's real tokens is
-replaced by one [MASK] id and the model predicts the originals; only the training split's inputs
-are seen, and nothing but the inputs (the labels are dropped).
+(ICLR 2024, arXiv 2310.02980). Two objectives, only the training split's inputs seen and nothing
+but the inputs (the labels are dropped):
+- masked tokens (`config.data.mask_rate` > 0): that share of each example's real tokens is
+  replaced by one [MASK] id and the model predicts the originals (bidirectional encoders);
+- next tokens (`config.data.next_tokens`): the inputs unchanged, the target at position t the
+  real token at t + 1 (the model's mixers causal, `lra_causal_lm`, so position t sees positions
+  <= t only); the first token is never a target, and neither is padding (the last real token's
+  target is NOT_CHOSEN). A retrieval pair is two documents, each shifted on its own.
 
 Where their recipe is fixed (paper Sec. 3, their configs): masked-token prediction for
 bidirectional encoders, each real token chosen independently with probability `mask_rate` (10 %
@@ -29,8 +34,26 @@ TASK = 'masked_tokens'   # tasks/masked_tokens.py
 NOT_CHOSEN = -1          # a target that is not scored
 
 
-def enabled(data_config) -> bool:
+NEXT_TASK = 'next_tokens'   # tasks/masked_tokens.py, the same token sums
+
+
+def masked(data_config) -> bool:
   return float(data_config.get('mask_rate', 0.0)) > 0.0
+
+
+def causal(data_config) -> bool:
+  """Next-token self-pretraining (`config.data.next_tokens`); refused beside a mask rate."""
+  on = bool(data_config.get('next_tokens', False))
+  if on and masked(data_config):
+    raise ValueError(f'config.data.next_tokens=True and config.data.mask_rate='
+                     f'{data_config.mask_rate}: pick one self-pretraining objective (set '
+                     'mask_rate=0 for next tokens, next_tokens=False for masked tokens).')
+  return on
+
+
+def enabled(data_config) -> bool:
+  """Either self-pretraining objective is on."""
+  return causal(data_config) or masked(data_config)
 
 
 def check_rate(rate: float) -> float:
@@ -53,22 +76,39 @@ def mask_tokens(tokens: np.ndarray, rate: float, mask_id: int,
   return inputs, targets
 
 
-def masked_example(example: base.Example, data_config, vocab_size: int,
-                   rng: Optional[np.random.Generator] = None) -> base.Example:
-  """A task's example -> the self-pretraining example of its inputs (its labels dropped)."""
+def next_tokens(tokens: np.ndarray) -> np.ndarray:
+  """tokens [..., L] (0 = padding) -> targets [..., L]: the token at t + 1 where it is real,
+  NOT_CHOSEN where it is padding or past the end (each row of the last axis on its own)."""
+  tokens = np.asarray(tokens)
+  following = np.concatenate([tokens[..., 1:], np.zeros_like(tokens[..., :1])], axis=-1)
+  return np.where(following != 0, following, NOT_CHOSEN).astype(np.int32)
+
+
+def pretraining_example(example: base.Example, data_config, vocab_size: int,
+                        rng: Optional[np.random.Generator] = None) -> base.Example:
+  """A task's example -> the self-pretraining example of its inputs (its labels dropped):
+  masked (the [MASK] id is `vocab_size`, the data's) or next tokens (inputs unchanged)."""
+  if causal(data_config):
+    tokens = np.asarray(example['inputs'], np.int32)
+    return {'inputs': tokens, 'targets': next_tokens(tokens)}
   inputs, targets = mask_tokens(example['inputs'], check_rate(float(data_config.mask_rate)),
                                 vocab_size, rng)
   return {'inputs': inputs, 'targets': targets}
 
 
-def pretraining_info(info: base.DatasetInfo) -> base.DatasetInfo:
-  """The task's DatasetInfo -> the self-pretraining one: the vocabulary grows by [MASK] and the
-  model predicts one of its ids per position."""
+def pretraining_info(info: base.DatasetInfo, data_config=None) -> base.DatasetInfo:
+  """The task's DatasetInfo -> the self-pretraining one: the model predicts one token id per
+  position; for masked tokens the vocabulary grows by [MASK], for next tokens it is the task's
+  (the encoder's parameters are then the classifier's, shape for shape)."""
+  next_ = data_config is not None and causal(data_config)
+  on, off = ('next_tokens=True', 'next_tokens=False') if next_ else ('mask_rate > 0', 'mask_rate=0')
   if info.vocab_size is None:
-    raise ValueError(f'{info.name} has no token vocabulary: self-pretraining (config.data.'
-                     'mask_rate > 0) masks token ids; set config.data.mask_rate=0.')
+    raise ValueError(f'{info.name} has no token vocabulary: self-pretraining (config.data.{on}) '
+                     f'predicts token ids; set config.data.{off}.')
   if info.packed:
     raise ValueError(f'{info.name}: self-pretraining does not support packed rows '
                      '(config.data.pack); set config.data.pack=False.')
+  if next_:
+    return dataclasses.replace(info, task=NEXT_TASK, num_classes=info.vocab_size)
   size = info.vocab_size + 1
   return dataclasses.replace(info, task=TASK, vocab_size=size, num_classes=size)

@@ -37,18 +37,18 @@ from poolformers_jax.data import base, masking
 
 class _Preprocess:
   """Picklable (for grain workers) `record[, rng] -> example` of one dataset; with
-  config.data.mask_rate > 0, the self-pretraining example of it (masking.py)."""
+  config.data.mask_rate > 0 or next_tokens, the self-pretraining example of it (masking.py)."""
 
   def __init__(self, data_config):
     self.data_config = data_config
-    # The [MASK] id is the data's vocabulary size, read once (not per example).
+    # The [MASK] id is the data's vocabulary size, read once (not per example); None: the task.
     self.mask_id = (base.get_spec(data_config).info(data_config).vocab_size
                     if masking.enabled(data_config) else None)
 
   def __call__(self, record, rng: Optional[np.random.Generator] = None):
     example = base.get_spec(self.data_config).preprocess(record, self.data_config, rng)
     if self.mask_id is not None:
-      example = masking.masked_example(example, self.data_config, self.mask_id, rng)
+      example = masking.pretraining_example(example, self.data_config, self.mask_id, rng)
     return example
 
 
@@ -72,7 +72,7 @@ def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
   """DatasetInfo of config.data (raises DataNotFoundError if files are missing). With
   need_files=False missing files give the info from the dataset's known constants instead
   (input shape, vocabulary, classes), where the dataset has them. With config.data.mask_rate > 0
-  it is the self-pretraining info (masking.pretraining_info)."""
+  or next_tokens it is the self-pretraining info (masking.pretraining_info)."""
   spec = base.get_spec(config.data)
   try:
     info = spec.info(config.data)
@@ -80,7 +80,7 @@ def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
     if need_files or spec.shapes is None:
       raise
     info = spec.shapes(config.data)
-  return masking.pretraining_info(info) if masking.enabled(config.data) else info
+  return masking.pretraining_info(info, config.data) if masking.enabled(config.data) else info
 
 
 def _endless(records, seed: int) -> grain.MapDataset:

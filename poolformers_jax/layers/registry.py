@@ -16,7 +16,8 @@ import flax.linen as nn
 
 from poolformers_jax.registry import MIXERS, register_mixer
 
-__all__ = ['MIXERS', 'build_mixer', 'check_required', 'mixer_fields', 'register_mixer']
+__all__ = ['MIXERS', 'build_mixer', 'causal_mixers', 'check_causal', 'check_required',
+           'mixer_fields', 'register_mixer']
 
 
 def mixer_fields(cls: type[nn.Module]) -> set[str]:
@@ -38,6 +39,20 @@ def check_required(name: str, given) -> None:
                      f'{missing[0]}=...), or pass {missing[0]}= to build_mixer; see docs/api.md')
 
 
+def causal_mixers() -> list[str]:
+  """The registered mixers with a causal form (a `causal` field)."""
+  return sorted(name for name, cls in MIXERS.items() if 'causal' in mixer_fields(cls))
+
+
+def check_causal(name: str) -> None:
+  """One line when mixer `name` has no causal form, naming the mixers that have one."""
+  cls = MIXERS[name]
+  if 'causal' not in mixer_fields(cls):
+    raise ValueError(f'mixer {name!r} ({cls.__name__}) cannot run causally (a language model, '
+                     f'next-token self-pretraining); the mixers with a causal form: '
+                     f'{causal_mixers()}.')
+
+
 def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: Any) -> nn.Module:
   """Builds mixer `name`. `shared` args (num_heads, causal, ...) go only where they are fields;
   `kwargs` (the config's mixer-specific options) must all be fields of the mixer."""
@@ -48,9 +63,8 @@ def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: An
     raise ValueError(f'mixer {name!r} ({cls.__name__}) has no option(s) {unknown}; '
                      f'valid options: {sorted(fields)}.')
   args = {k: v for k, v in (shared or {}).items() if k in fields}
-  if (shared or {}).get('causal') and 'causal' not in fields:
-    raise ValueError(f'mixer {name!r} ({cls.__name__}) cannot run causally; '
-                     f'pick a mixer with a `causal` option for a language model.')
+  if (shared or {}).get('causal'):
+    check_causal(name)
   args.update(kwargs)
   check_required(name, args)   # else a raw TypeError from the dataclass __init__
   return cls(**args)

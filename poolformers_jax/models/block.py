@@ -20,7 +20,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock, check_choice
-from poolformers_jax.layers.registry import MIXERS, build_mixer, check_required
+from poolformers_jax.layers.registry import MIXERS, build_mixer, check_causal, check_required
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
 # 'gelu_exact' the erf form of timm / the official ViT code.
@@ -180,7 +180,8 @@ _BLOCK_SHARED = ('num_heads', 'causal', 'dropout_rate', 'dtype', 'token_grid', '
 
 
 def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: dict) -> None:
-  """A model whose mixer lacks a required argument fails when built, not at its first trace.
+  """A model whose mixer lacks a required argument, or the causal form the model needs (its
+  `causal` field set: lra_causal_lm), fails when built, not at its first trace.
   `cls.mixer_args_set_by_model`: the ones the model passes itself (PoNetMLM's segment_num)."""
   if 'mixer' not in fields or 'mixer_kwargs' not in fields:
     return
@@ -189,6 +190,9 @@ def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: d
     return   # an unknown name is refused where the model builds its mixer, naming the valid ones
   given = set(kwargs.get('mixer_kwargs') or {}) | set(_BLOCK_SHARED)
   check_required(mixer, given | set(getattr(cls, 'mixer_args_set_by_model', ())))
+  causal = kwargs.get('causal', fields['causal'].default) if 'causal' in fields else False
+  if causal:
+    check_causal(mixer)
 
 
 def as_dtype(value: Any) -> Any:

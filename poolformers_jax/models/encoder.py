@@ -89,6 +89,9 @@ class SequenceEncoder(nn.Module):
   # The padded length 'mean_padded' divides by, when batches are cut shorter than the data's
   # padding (config.length_buckets sets the data's length); None = the input's own length.
   pool_length: Optional[int] = None
+  # Every mixer causal (position t sees positions <= t): next-token self-pretraining
+  # (`lra_causal_lm`); the mixer must have a causal form (refused when the model is built).
+  causal: bool = False
 
   @nn.compact
   def __call__(self, tokens: Array, *, deterministic: bool = True) -> Array:
@@ -108,7 +111,7 @@ class SequenceEncoder(nn.Module):
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic).astype(self.dtype or jnp.float32)
     for i in range(self.num_layers):
       x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
-                           dropout_rate=self.dropout_rate,
+                           causal=self.causal, dropout_rate=self.dropout_rate,
                            attention_dropout_rate=self.attention_dropout_rate,
                            activation=self.activation,
                            layer_norm_epsilon=self.layer_norm_epsilon, dtype=self.dtype,
@@ -168,6 +171,7 @@ class LraMaskedLM(SequenceEncoder, kw_only=True):
   'head'. A retrieval pair [B, 2, L] is two documents, each encoded on its own."""
   num_classes: int
   head_hidden_dim: int = 128   # the classifier's; unused here (one config for both stages)
+  head_name = 'mlm_head'
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
@@ -175,8 +179,18 @@ class LraMaskedLM(SequenceEncoder, kw_only=True):
                               name='encoder')
     tokens = inputs.reshape(-1, inputs.shape[-1])
     features = encoder(tokens, deterministic=deterministic)
-    logits = nn.Dense(self.num_classes, dtype=jnp.float32, name='mlm_head')(features)
+    logits = nn.Dense(self.num_classes, dtype=jnp.float32, name=self.head_name)(features)
     return logits.reshape(*inputs.shape, self.num_classes)
+
+
+class LraCausalLM(LraMaskedLM, kw_only=True):
+  """Next-token self-pretraining (data/masking.py `next_tokens`): token ids [..., L] -> logits
+  [..., L, num_classes], position t predicting token t + 1 from positions <= t (every mixer
+  built with causal=True; a mixer without a causal form is refused when the model is built).
+  The encoder's parameters are the classifier's, name for name and shape for shape (no [MASK]
+  row), so the bidirectional classifier reads them with `init_from`, its 'head' fresh; the
+  per-position Dense is 'lm_head'. A retrieval pair is two documents, each on its own."""
+  head_name = 'lm_head'
 
 
 @register_model('lra_encoder')
@@ -192,3 +206,8 @@ def build_lra_dual_encoder(cfg) -> LraDualEncoder:
 @register_model('lra_masked_lm')
 def build_lra_masked_lm(cfg) -> LraMaskedLM:
   return LraMaskedLM(**model_kwargs(cfg, LraMaskedLM))
+
+
+@register_model('lra_causal_lm')
+def build_lra_causal_lm(cfg) -> LraCausalLM:
+  return LraCausalLM(**model_kwargs(cfg, LraCausalLM, causal=True))

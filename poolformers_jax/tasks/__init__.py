@@ -13,7 +13,7 @@ Sums may be arrays (a confusion matrix); the training objective of a batch is
   classification.py  classification, retrieval, lm, seq2seq (cross-entropy, accuracy, top-5)
   text.py            PoNet's transfer tasks: pre-training (MLM + SSO / NSP), GLUE-style
                      classification (F1, Matthews), regression (Pearson, Spearman)
-  masked_tokens.py   self-pretraining on a task's own inputs (masked-token prediction)
+  masked_tokens.py   self-pretraining on a task's own inputs (masked- and next-token prediction)
   translation.py     the 'seq2seq' decoder: beam search, detokenized and tokenized BLEU
 The files that register tasks are listed in poolformers_jax/registry.py (MODULES['task']).
 """

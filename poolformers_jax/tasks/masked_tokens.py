@@ -3,6 +3,11 @@
 are the original ids at the masked positions and -1 elsewhere. Loss and accuracy are means over
 the masked tokens of the real examples (Amos et al.'s cross-entropy and `accuracy_ignore_m100`);
 `count` is that number of tokens, `examples` the number of examples.
+
+'next_tokens': the causal objective of the same file (data/masking.py `next_tokens`). The model
+(`lra_causal_lm`, its mixers causal) gives logits [..., L, V]; the target at position t is the
+real token at t + 1 and -1 where that is padding or past the end, so the same sums score every
+real next token once, each predicted from the positions <= t.
 """
 from __future__ import annotations
 
@@ -15,8 +20,9 @@ from poolformers_jax.tasks.classification import token_example
 
 def masked_token_sums(logits: Array, targets: Array, weights: Array,
                       label_smoothing: float = 0.0) -> Sums:
-  """logits [B, ..., L, V], targets [B, ..., L] (-1: not masked), weights [B] (0: a padding
-  example) -> summed loss, correct, count over the masked tokens."""
+  """logits [B, ..., L, V], targets [B, ..., L] (-1: not scored: not masked, or no real next
+  token), weights [B] (0: a padding example) -> summed loss, correct, count over the scored
+  tokens."""
   del label_smoothing   # not part of the recipe
   per_example = weights.reshape(weights.shape + (1,) * (targets.ndim - 1))
   chosen = (targets >= 0).astype(jnp.float32) * per_example
@@ -37,3 +43,5 @@ def masked_token_summary(sums: dict[str, float], rows=None) -> dict[str, float]:
 
 register_task('masked_tokens', Task(masked_token_sums, masked_token_summary,
                                     train_example=token_example))
+register_task('next_tokens', Task(masked_token_sums, masked_token_summary,
+                                  train_example=token_example))

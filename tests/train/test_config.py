@@ -40,7 +40,8 @@ def test_default_listops_is_the_small_transformer():
 
 def test_bad_argument_lists_the_choices():
   with pytest.raises(ValueError, match=r"'pnoet' is not a model family .*'ponet'.*, a "
-                                       r"protocol \['ours', 'reference'\] or a stage \['spt'\]"):
+                                       r"protocol \['ours', 'reference'\] or a stage "
+                                       r"\['spt', 'spt_causal'\]"):
     lra_base.parse_arg('pnoet,small')
 
 

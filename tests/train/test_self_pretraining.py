@@ -107,10 +107,12 @@ def test_masked_lm_has_the_classifier_encoder_and_reads_documents_alone():
                                        ('lra_retrieval', 0.15), ('lra_image', 0.5),
                                        ('lra_pathfinder', 0.5)])
 def test_spt_word_changes_only_the_objective(task, rate):
+  """The masked objective; `spt_causal` (next tokens): test_next_token_pretraining.py."""
   module = importlib.import_module(task)
   plain, spt = module.get_config('ponet'), module.get_config('ponet,spt')
   assert spt.model.name == 'lra_masked_lm' and spt.data.mask_rate == rate
   assert plain.data.mask_rate == 0.0 and spt.final_test is False
+  assert spt.data.next_tokens is False and not spt.model.get('causal')   # spt_causal's: below
   differ = {k for k in plain.keys() if plain[k] != spt[k]}
   assert differ == {'model', 'data', 'final_test'}
   for key in plain.model.keys():
