@@ -29,8 +29,9 @@ TASK = 'masked_tokens'   # tasks/masked_tokens.py
 NOT_CHOSEN = -1          # a target that is not scored
 
 
-def enabled(data_config) -> bool:
-  return float(data_config.get('mask_rate', 0.0)) > 0.0
+def enabled(mask_rate: float) -> bool:
+  """Whether config.data.mask_rate (the caller reads it) asks for self-pretraining."""
+  return float(mask_rate) > 0.0
 
 
 def check_rate(rate: float) -> float:

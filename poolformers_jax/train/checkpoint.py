@@ -39,12 +39,20 @@ class Checkpointer:
   """The checkpoints of a workdir: three stores (latest, best, averaged) run by the policy."""
 
   def __init__(self, workdir: str, *, keep: int = 2, best_metric: str = 'accuracy',
-               best_mode: str = 'max', read_only: bool = False, config: Any = None):
+               best_mode: str = 'max', read_only: bool = False, config: Any = None,
+               config_sha256: Optional[str] = None):
+    """`config_sha256`: the run config's integrity.config_hash, which every checkpoint record
+    carries (the trainer computes it once); `config`: the config to hash instead (None hashes as
+    ''), for callers that hold only the config."""
+    if config_sha256 is None:
+      config_sha256 = integrity.config_hash(config)
+    elif config is not None:
+      raise ValueError('Checkpointer: pass config or config_sha256, not both.')
     self.workdir = os.path.abspath(workdir)
     self.rejected_dir = os.path.join(self.workdir, REJECTED_DIR)
     self.best_metric, self.best_mode = best_metric, best_mode
     retention = policy.Retention.of(keep, read_only)
-    common = dict(read_only=read_only, config_sha256=integrity.config_hash(config))
+    common = dict(read_only=read_only, config_sha256=config_sha256)
     self.latest = Store(self.workdir, LATEST_DIR, keep=retention.latest, **common)
     self.best = Store(self.workdir, BEST_DIR, keep=retention.best, best_mode=best_mode,
                       best_fn=lambda metrics: metrics[best_metric], **common)
