@@ -30,12 +30,14 @@ from poolformers_jax import config as config_lib, data, tasks
 from poolformers_jax.config.validate import check_batch_size, check_eval_batch_size
 from poolformers_jax.train import checkpoint as checkpoint_lib
 from poolformers_jax.train import length_buckets, sharding, step as step_lib
-from poolformers_jax.train.setup import Setup, make_setup, process_slice, variables_of
+from poolformers_jax.train.setup import (Setup, StepParts, make_setup, process_slice,
+                                         variables_of)
 
 
-def make_eval_step(setup: Setup):
-  """The jitted eval step of `setup` (eval_step_of its model, task, shardings and mesh)."""
-  return eval_step_of(setup.model, setup.task, setup.state_shardings, setup.mesh)
+def make_eval_step(parts: Union[Setup, StepParts]):
+  """The jitted eval step of a Setup or its step_parts (eval_step_of its model, task, shardings
+  and mesh)."""
+  return eval_step_of(parts.model, parts.task, parts.state_shardings, parts.mesh)
 
 
 def eval_step_of(model, task: tasks.Task, state_shardings: Any, mesh):

@@ -35,7 +35,7 @@ from poolformers_jax.train import checkpoint as checkpoint_lib
 from poolformers_jax.train import init_from, integrity, run_lock, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
-from poolformers_jax.train.evaluate import (eval_step_of, evaluate_state, hypotheses_path,
+from poolformers_jax.train.evaluate import (evaluate_state, hypotheses_path, make_eval_step,
                                             write_eval_json)
 from poolformers_jax.train.metrics import MetricWriter
 from poolformers_jax.train.setup import Setup, make_setup, process_slice
@@ -233,7 +233,8 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   logging.info('model %s: %d parameters', config.model.name, state_lib.param_count(state.params))
 
   tokens = int(np.prod(setup.info.input_shape)) if setup.info.vocab_size is not None else 0
-  eval_step = eval_step_of(setup.model, setup.task, setup.state_shardings, setup.mesh)
+  # The steps are built from setup.step_parts: the parts and config values they use, no config.
+  eval_step = make_eval_step(setup.step_parts)
   writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
                         progress_bar=config.progress_bar)
   profiler = _Profiler(config.profile_steps, workdir)
@@ -241,7 +242,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   try:
     if step < total_steps:
       started = time.time()
-      compiled = step_lib.compile_train_step(setup)
+      compiled = step_lib.compile_train_step(setup.step_parts)
       compile_seconds, memory, train_step = time.time() - started, compiled.memory, compiled.run
       logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
                    memory['total'] / 2**20)
