@@ -10,7 +10,6 @@ from typing import Any, Optional
 
 import ml_collections
 
-from poolformers_jax import registry
 from poolformers_jax.config.keys import override
 
 
@@ -57,7 +56,8 @@ def _built_fields(model: Any) -> dict[str, Any]:
   {} if the model cannot be built here."""
   try:
     config = model if isinstance(model, ml_collections.ConfigDict) else ml_collections.ConfigDict(model)
-    module = registry.MODELS[config.name](config)   # imports the model files
+    from poolformers_jax.models import build_model
+    module = build_model(config)   # imports the model files
   except Exception:   # an unregistered or unbuildable model: no defaults to offer
     return {}
   fields = {}

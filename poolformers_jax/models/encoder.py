@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import LearnedPositionEmbedding, check_choice, masked_mean
-from poolformers_jax.models.block import TransformerBlock, fields_of, model_kwargs
+from poolformers_jax.models.block import TransformerBlock, fields_of
 from poolformers_jax.models.registry import register_model
 
 Array = jax.Array
@@ -179,16 +179,7 @@ class LraMaskedLM(SequenceEncoder, kw_only=True):
     return logits.reshape(*inputs.shape, self.num_classes)
 
 
-@register_model('lra_encoder')
-def build_lra_encoder(cfg) -> LraEncoder:
-  return LraEncoder(**model_kwargs(cfg, LraEncoder))
-
-
-@register_model('lra_dual_encoder')
-def build_lra_dual_encoder(cfg) -> LraDualEncoder:
-  return LraDualEncoder(**model_kwargs(cfg, LraDualEncoder))
-
-
-@register_model('lra_masked_lm')
-def build_lra_masked_lm(cfg) -> LraMaskedLM:
-  return LraMaskedLM(**model_kwargs(cfg, LraMaskedLM))
+# Built by build_model as Cls(**model_kwargs(config.model, Cls)) (models/registry.py).
+register_model('lra_encoder', LraEncoder)
+register_model('lra_dual_encoder', LraDualEncoder)
+register_model('lra_masked_lm', LraMaskedLM)
