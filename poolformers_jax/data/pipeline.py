@@ -43,7 +43,7 @@ class _Preprocess:
     self.data_config = data_config
     # The [MASK] id is the data's vocabulary size, read once (not per example).
     self.mask_id = (base.get_spec(data_config.name).info(data_config).vocab_size
-                    if masking.enabled(mask_rate(data_config)) else None)
+                    if masking.enabled(_mask_rate(data_config)) else None)
 
   def __call__(self, record, rng: Optional[np.random.Generator] = None):
     example = base.get_spec(self.data_config.name).preprocess(record, self.data_config, rng)
@@ -52,7 +52,7 @@ class _Preprocess:
     return example
 
 
-def mask_rate(data_config) -> float:
+def _mask_rate(data_config) -> float:
   """config.data.mask_rate (0: the dataset's own task; data configs older than it have none)."""
   return float(data_config.get('mask_rate', 0.0))
 
@@ -86,7 +86,7 @@ def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
     if need_files or spec.shapes is None:
       raise
     info = spec.shapes(data_config)
-  return masking.pretraining_info(info) if masking.enabled(mask_rate(data_config)) else info
+  return masking.pretraining_info(info) if masking.enabled(_mask_rate(data_config)) else info
 
 
 def _endless(records, seed: int) -> grain.MapDataset:

@@ -3,10 +3,10 @@ config, model, optimizer and its schedule, mesh, task (and its decoder, built he
 abstract (sharded) train state, and the numbers derived from the config once (the eval batch size,
 the gradient-accumulation count).
 
-The train and eval steps are built from `Setup.step_parts` (StepParts): the parts they use and the
-config values they read, resolved here once, so the steps never take the config.
 The config is completed once, here (config/completion.py; on a resume with the run's own model),
-checked (config/validate.py) and kept as `Setup.config`: every later reader takes it from `Setup`."""
+checked (config/validate.py) and kept as `Setup.config`: every later reader takes it from `Setup`.
+The train and eval steps are built from `Setup.step_parts` (StepParts) instead: the parts they use
+and the few config values they read, resolved here once, so the steps never take the config."""
 from __future__ import annotations
 
 import dataclasses
