@@ -374,8 +374,7 @@ def test_api_md_lists_every_registered_mixer_and_model():
   sections = {name: (cls, args) for name, cls, args in re.findall(
       r'^### `(\w+)` — `(\w+)`\n\n.*?\n\nArguments: (.*)$', text, re.M)}
   classes = {**{name: MIXERS[name] for name in MIXERS},
-             **{name: MODELS[name] if isinstance(MODELS[name], type) else
-                typing.get_type_hints(MODELS[name])['return'] for name in MODELS}}
+             **{name: typing.get_type_hints(MODELS[name])['return'] for name in MODELS}}
   assert sorted(sections) == sorted(classes)
 
   def documented(cls):

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import ml_collections
 
+from poolformers_jax import registry
 from poolformers_jax.config.keys import override
 
 
@@ -56,8 +57,7 @@ def _built_fields(model: Any) -> dict[str, Any]:
   {} if the model cannot be built here."""
   try:
     config = model if isinstance(model, ml_collections.ConfigDict) else ml_collections.ConfigDict(model)
-    from poolformers_jax.models import build_model
-    module = build_model(config)   # imports the model files
+    module = registry.MODELS[config.name](config)   # imports the model files
   except Exception:   # an unregistered or unbuildable model: no defaults to offer
     return {}
   fields = {}

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import LearnedPositionEmbedding, check_choice, masked_mean
 from poolformers_jax.models.block import TransformerBlock, fields_of
-from poolformers_jax.models.registry import register_model
+from poolformers_jax.models.registry import register_model_class
 
 Array = jax.Array
 
@@ -179,7 +179,6 @@ class LraMaskedLM(SequenceEncoder, kw_only=True):
     return logits.reshape(*inputs.shape, self.num_classes)
 
 
-# Built by build_model as Cls(**model_kwargs(config.model, Cls)) (models/registry.py).
-register_model('lra_encoder', LraEncoder)
-register_model('lra_dual_encoder', LraDualEncoder)
-register_model('lra_masked_lm', LraMaskedLM)
+register_model_class('lra_encoder', LraEncoder)
+register_model_class('lra_dual_encoder', LraDualEncoder)
+register_model_class('lra_masked_lm', LraMaskedLM)

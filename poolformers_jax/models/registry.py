@@ -4,23 +4,35 @@ Model files register their constructors with `@register_model('name')` (and are 
 poolformers_jax/registry.py); a constructor takes the `config.model` ConfigDict and returns an
 unbound Flax module, always `Cls(**model_kwargs(cfg, Cls, ...))` (models/block.py): every config
 key is a field of the model class, checked in that one place. A model that needs nothing more
-registers its class, `register_model('name', Cls)`, and `build_model` builds it so.
+registers its class, `register_model_class('name', Cls)`: its constructor is then that one line,
+here.
 `build_model(config)` is the only entry point the trainer, eval, summary and tests use.
 """
 from __future__ import annotations
+
+from typing import Any
 
 import flax.linen as nn
 
 from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.registry import MODELS, register_model
 
-__all__ = ['MODELS', 'build_model', 'register_model']
+__all__ = ['MODELS', 'build_model', 'register_model', 'register_model_class']
+
+
+def register_model_class(name: str, cls: type) -> type:
+  """Registers model `name` with the constructor `cfg -> cls(**model_kwargs(cfg, cls))`."""
+  def constructor(cfg) -> nn.Module:
+    return cls(**model_kwargs(cfg, cls))
+  # Named after the class (a re-imported model file registers the same model again) and
+  # annotated with it (docs/api.md's check reads the class from the return annotation).
+  constructor.__module__, constructor.__qualname__ = cls.__module__, f'{cls.__qualname__}.build'
+  constructor.__name__, constructor.__annotations__ = 'build', {'cfg': Any, 'return': cls}
+  register_model(name, constructor)
+  return cls
 
 
 def build_model(config) -> nn.Module:
   """Builds `config.model.name` from `config.model` (a ConfigDict or the full config)."""
   model_config = config.model if 'model' in config else config
-  constructor = MODELS[model_config.name]
-  if isinstance(constructor, type):   # a registered class: Cls(**model_kwargs(cfg, Cls))
-    return constructor(**model_kwargs(model_config, constructor))
-  return constructor(model_config)
+  return MODELS[model_config.name](model_config)

@@ -41,13 +41,8 @@ class Checkpointer:
   def __init__(self, workdir: str, *, keep: int = 2, best_metric: str = 'accuracy',
                best_mode: str = 'max', read_only: bool = False, config: Any = None,
                config_sha256: Optional[str] = None):
-    """`config_sha256`: the run config's integrity.config_hash, which every checkpoint record
-    carries (the trainer computes it once); `config`: the config to hash instead (None hashes as
-    ''), for callers that hold only the config."""
-    if config_sha256 is None:
-      config_sha256 = integrity.config_hash(config)
-    elif config is not None:
-      raise ValueError('Checkpointer: pass config or config_sha256, not both.')
+    # Every record carries config_sha256: the trainer's integrity.config_hash, else `config`'s.
+    config_sha256 = integrity.config_hash(config) if config_sha256 is None else config_sha256
     self.workdir = os.path.abspath(workdir)
     self.rejected_dir = os.path.join(self.workdir, REJECTED_DIR)
     self.best_metric, self.best_mode = best_metric, best_mode
