@@ -72,8 +72,10 @@ class DatasetSpec:
   shapes: Optional[Callable[[Any], DatasetInfo]] = None
 
 
-def get_spec(data_config) -> DatasetSpec:
-  return DATASETS[data_config.name]
+def get_spec(name) -> DatasetSpec:
+  """The registered spec of dataset `name` (config.data.name; a data config is read for its
+  name)."""
+  return DATASETS[name if isinstance(name, str) else name.name]
 
 
 def get_data_config(name: str) -> ml_collections.ConfigDict:

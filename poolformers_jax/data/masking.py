@@ -37,23 +37,17 @@ NOT_CHOSEN = -1          # a target that is not scored
 NEXT_TASK = 'next_tokens'   # tasks/masked_tokens.py, the same token sums
 
 
-def masked(data_config) -> bool:
-  return float(data_config.get('mask_rate', 0.0)) > 0.0
-
-
-def causal(data_config) -> bool:
-  """Next-token self-pretraining (`config.data.next_tokens`); refused beside a mask rate."""
-  on = bool(data_config.get('next_tokens', False))
-  if on and masked(data_config):
-    raise ValueError(f'config.data.next_tokens=True and config.data.mask_rate='
-                     f'{data_config.mask_rate}: pick one self-pretraining objective (set '
-                     'mask_rate=0 for next tokens, next_tokens=False for masked tokens).')
-  return on
-
-
-def enabled(data_config) -> bool:
-  """Either self-pretraining objective is on."""
-  return causal(data_config) or masked(data_config)
+def objective(mask_rate: float = 0.0, next_tokens: bool = False) -> Optional[str]:
+  """config.data's `mask_rate` and `next_tokens` (the caller reads them) -> the self-pretraining
+  objective, TASK (masked tokens) or NEXT_TASK, or None: the dataset's own task. Both at once is
+  refused in one line."""
+  if next_tokens and float(mask_rate) > 0.0:
+    raise ValueError(f'config.data.next_tokens=True and config.data.mask_rate={mask_rate}: pick '
+                     'one self-pretraining objective (set mask_rate=0 for next tokens, '
+                     'next_tokens=False for masked tokens).')
+  if next_tokens:
+    return NEXT_TASK
+  return TASK if float(mask_rate) > 0.0 else None
 
 
 def check_rate(rate: float) -> float:
@@ -84,23 +78,23 @@ def next_tokens(tokens: np.ndarray) -> np.ndarray:
   return np.where(following != 0, following, NOT_CHOSEN).astype(np.int32)
 
 
-def pretraining_example(example: base.Example, data_config, vocab_size: int,
-                        rng: Optional[np.random.Generator] = None) -> base.Example:
+def pretraining_example(example: base.Example, objective_: str, mask_rate: float,
+                        vocab_size: int, rng: Optional[np.random.Generator] = None) -> base.Example:
   """A task's example -> the self-pretraining example of its inputs (its labels dropped):
-  masked (the [MASK] id is `vocab_size`, the data's) or next tokens (inputs unchanged)."""
-  if causal(data_config):
+  masked at `mask_rate` (the [MASK] id is `vocab_size`, the data's) or, for NEXT_TASK, next
+  tokens (inputs unchanged)."""
+  if objective_ == NEXT_TASK:
     tokens = np.asarray(example['inputs'], np.int32)
     return {'inputs': tokens, 'targets': next_tokens(tokens)}
-  inputs, targets = mask_tokens(example['inputs'], check_rate(float(data_config.mask_rate)),
-                                vocab_size, rng)
+  inputs, targets = mask_tokens(example['inputs'], check_rate(float(mask_rate)), vocab_size, rng)
   return {'inputs': inputs, 'targets': targets}
 
 
-def pretraining_info(info: base.DatasetInfo, data_config=None) -> base.DatasetInfo:
+def pretraining_info(info: base.DatasetInfo, objective_: str = TASK) -> base.DatasetInfo:
   """The task's DatasetInfo -> the self-pretraining one: the model predicts one token id per
   position; for masked tokens the vocabulary grows by [MASK], for next tokens it is the task's
   (the encoder's parameters are then the classifier's, shape for shape)."""
-  next_ = data_config is not None and causal(data_config)
+  next_ = objective_ == NEXT_TASK
   on, off = ('next_tokens=True', 'next_tokens=False') if next_ else ('mask_rate > 0', 'mask_rate=0')
   if info.vocab_size is None:
     raise ValueError(f'{info.name} has no token vocabulary: self-pretraining (config.data.{on}) '

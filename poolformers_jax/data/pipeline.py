@@ -41,15 +41,25 @@ class _Preprocess:
 
   def __init__(self, data_config):
     self.data_config = data_config
+    self.objective = _objective(data_config)
+    self.mask_rate = float(data_config.get('mask_rate', 0.0))
     # The [MASK] id is the data's vocabulary size, read once (not per example); None: the task.
-    self.mask_id = (base.get_spec(data_config).info(data_config).vocab_size
-                    if masking.enabled(data_config) else None)
+    self.mask_id = (base.get_spec(data_config.name).info(data_config).vocab_size
+                    if self.objective else None)
 
   def __call__(self, record, rng: Optional[np.random.Generator] = None):
-    example = base.get_spec(self.data_config).preprocess(record, self.data_config, rng)
+    example = base.get_spec(self.data_config.name).preprocess(record, self.data_config, rng)
     if self.mask_id is not None:
-      example = masking.pretraining_example(example, self.data_config, self.mask_id, rng)
+      example = masking.pretraining_example(example, self.objective, self.mask_rate,
+                                            self.mask_id, rng)
     return example
+
+
+def _objective(data_config) -> Optional[str]:
+  """config.data's self-pretraining objective (masking.objective; None: the dataset's own task;
+  data configs older than mask_rate / next_tokens have neither)."""
+  return masking.objective(float(data_config.get('mask_rate', 0.0)),
+                           bool(data_config.get('next_tokens', False)))
 
 
 def _read_options(data_config) -> grain.ReadOptions:
@@ -73,14 +83,16 @@ def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
   need_files=False missing files give the info from the dataset's known constants instead
   (input shape, vocabulary, classes), where the dataset has them. With config.data.mask_rate > 0
   or next_tokens it is the self-pretraining info (masking.pretraining_info)."""
-  spec = base.get_spec(config.data)
+  data_config = config.data
+  spec = base.get_spec(data_config.name)
   try:
-    info = spec.info(config.data)
+    info = spec.info(data_config)
   except base.DataNotFoundError:
     if need_files or spec.shapes is None:
       raise
-    info = spec.shapes(config.data)
-  return masking.pretraining_info(info, config.data) if masking.enabled(config.data) else info
+    info = spec.shapes(data_config)
+  objective = _objective(data_config)
+  return masking.pretraining_info(info, objective) if objective else info
 
 
 def _endless(records, seed: int) -> grain.MapDataset:
@@ -118,7 +130,8 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   data_config = config.data
   seed = int(config.seed if seed is None else seed)
   batch = base.process_share(config.batch_size, 'config.batch_size', process_count)
-  records = base.get_spec(data_config).source(data_config, 'train')
+  spec = base.get_spec(data_config.name)
+  records = spec.source(data_config, 'train')
   if len(records) == 0:
     raise ValueError(f'the train split of {data_config.name} is empty.')
   examples = _endless(records, seed)
@@ -126,7 +139,6 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   if repeats > 1:
     examples = RepeatedAugmentation(examples, repeats, len(records))
   examples = examples.random_map(_Preprocess(data_config))
-  spec = base.get_spec(data_config)
   if spec.pack is not None and data_config.pack:
     # Packed rows: each process packs its own examples p, p + P, ... into rows of its batch.
     per_process = examples[process_index::process_count].to_iter_dataset(_read_options(data_config))
@@ -170,7 +182,7 @@ def make_eval_iterator(config, split: str, batch_size: int, process_index: int =
   only the first N - N % drop_last examples of the split's N."""
   data_config = config.data
   per_process = base.process_share(batch_size, 'eval batch_size', process_count)
-  records = base.get_spec(data_config).source(data_config, base.check_split(split))
+  records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
   num_examples = len(records) - (len(records) % drop_last if drop_last > 0 else 0)
   if num_examples == 0:
     raise ValueError(f'split {split!r} of {data_config.name} is empty'
@@ -198,7 +210,7 @@ def make_eval_stream(config, split: str, batch_size: int, seed: int, process_ind
   global batch of `batch_size`; a grain iterator (get_state / set_state resume it exactly)."""
   data_config = config.data
   per_process = base.process_share(batch_size, 'eval batch_size', process_count)
-  records = base.get_spec(data_config).source(data_config, base.check_split(split))
+  records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
   if len(records) == 0:
     raise ValueError(f'split {split!r} of {data_config.name} is empty.')
   chunks = _endless(records, seed).map(_StreamExample(data_config)).batch(

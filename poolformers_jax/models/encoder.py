@@ -33,7 +33,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import LearnedPositionEmbedding, check_choice, masked_mean
 from poolformers_jax.models.block import TransformerBlock, fields_of, model_kwargs
-from poolformers_jax.models.registry import register_model
+from poolformers_jax.models.registry import register_model, register_model_class
 
 Array = jax.Array
 
@@ -193,21 +193,11 @@ class LraCausalLM(LraMaskedLM, kw_only=True):
   head_name = 'lm_head'
 
 
-@register_model('lra_encoder')
-def build_lra_encoder(cfg) -> LraEncoder:
-  return LraEncoder(**model_kwargs(cfg, LraEncoder))
+register_model_class('lra_encoder', LraEncoder)
+register_model_class('lra_dual_encoder', LraDualEncoder)
+register_model_class('lra_masked_lm', LraMaskedLM)
 
 
-@register_model('lra_dual_encoder')
-def build_lra_dual_encoder(cfg) -> LraDualEncoder:
-  return LraDualEncoder(**model_kwargs(cfg, LraDualEncoder))
-
-
-@register_model('lra_masked_lm')
-def build_lra_masked_lm(cfg) -> LraMaskedLM:
-  return LraMaskedLM(**model_kwargs(cfg, LraMaskedLM))
-
-
-@register_model('lra_causal_lm')
+@register_model('lra_causal_lm')   # every mixer causal, whatever the config says
 def build_lra_causal_lm(cfg) -> LraCausalLM:
   return LraCausalLM(**model_kwargs(cfg, LraCausalLM, causal=True))

@@ -3,16 +3,33 @@
 Model files register their constructors with `@register_model('name')` (and are listed in
 poolformers_jax/registry.py); a constructor takes the `config.model` ConfigDict and returns an
 unbound Flax module, always `Cls(**model_kwargs(cfg, Cls, ...))` (models/block.py): every config
-key is a field of the model class, checked in that one place.
+key is a field of the model class, checked in that one place. A model that needs nothing more
+registers its class, `register_model_class('name', Cls)`: its constructor is then that one line,
+here.
 `build_model(config)` is the only entry point the trainer, eval, summary and tests use.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import flax.linen as nn
 
+from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.registry import MODELS, register_model
 
-__all__ = ['MODELS', 'build_model', 'register_model']
+__all__ = ['MODELS', 'build_model', 'register_model', 'register_model_class']
+
+
+def register_model_class(name: str, cls: type) -> type:
+  """Registers model `name` with the constructor `cfg -> cls(**model_kwargs(cfg, cls))`."""
+  def constructor(cfg) -> nn.Module:
+    return cls(**model_kwargs(cfg, cls))
+  # Named after the class (a re-imported model file registers the same model again) and
+  # annotated with it (docs/api.md's check reads the class from the return annotation).
+  constructor.__module__, constructor.__qualname__ = cls.__module__, f'{cls.__qualname__}.build'
+  constructor.__name__, constructor.__annotations__ = 'build', {'cfg': Any, 'return': cls}
+  register_model(name, constructor)
+  return cls
 
 
 def build_model(config) -> nn.Module:

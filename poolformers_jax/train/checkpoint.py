@@ -39,12 +39,15 @@ class Checkpointer:
   """The checkpoints of a workdir: three stores (latest, best, averaged) run by the policy."""
 
   def __init__(self, workdir: str, *, keep: int = 2, best_metric: str = 'accuracy',
-               best_mode: str = 'max', read_only: bool = False, config: Any = None):
+               best_mode: str = 'max', read_only: bool = False, config: Any = None,
+               config_sha256: Optional[str] = None):
+    # Every record carries config_sha256: the trainer's integrity.config_hash, else `config`'s.
+    config_sha256 = integrity.config_hash(config) if config_sha256 is None else config_sha256
     self.workdir = os.path.abspath(workdir)
     self.rejected_dir = os.path.join(self.workdir, REJECTED_DIR)
     self.best_metric, self.best_mode = best_metric, best_mode
     retention = policy.Retention.of(keep, read_only)
-    common = dict(read_only=read_only, config_sha256=integrity.config_hash(config))
+    common = dict(read_only=read_only, config_sha256=config_sha256)
     self.latest = Store(self.workdir, LATEST_DIR, keep=retention.latest, **common)
     self.best = Store(self.workdir, BEST_DIR, keep=retention.best, best_mode=best_mode,
                       best_fn=lambda metrics: metrics[best_metric], **common)

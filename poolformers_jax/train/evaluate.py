@@ -26,15 +26,23 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from poolformers_jax import config as config_lib, data
+from poolformers_jax import config as config_lib, data, tasks
 from poolformers_jax.config.validate import check_batch_size, check_eval_batch_size
 from poolformers_jax.train import checkpoint as checkpoint_lib
 from poolformers_jax.train import length_buckets, sharding, step as step_lib
-from poolformers_jax.train.setup import Setup, make_setup, process_slice, variables_of
+from poolformers_jax.train.setup import (Setup, StepParts, make_setup, process_slice,
+                                         variables_of)
 
 
-def make_eval_step(setup: Setup):
-  model, task = setup.model, setup.task
+def make_eval_step(parts: Union[Setup, StepParts]):
+  """The jitted eval step of a Setup or its step_parts (eval_step_of its model, task, shardings
+  and mesh)."""
+  return eval_step_of(parts.model, parts.task, parts.state_shardings, parts.mesh)
+
+
+def eval_step_of(model, task: tasks.Task, state_shardings: Any, mesh):
+  """`(state, batch) -> (sums, rows)` jitted: the model's forward pass (deterministic) on a
+  batch with 'mask', the task's sums weighted by it (and its rows, if the task has them)."""
 
   def eval_step(state, batch):
     logits = model.apply(variables_of(state), task.model_inputs(batch), deterministic=True)
@@ -47,8 +55,8 @@ def make_eval_step(setup: Setup):
       return sums, {}
     return sums, {**task.rows(logits, batch['targets']), 'weight': weights}
 
-  return jax.jit(eval_step, in_shardings=(setup.state_shardings, sharding.batch_sharded(setup.mesh)),
-                 out_shardings=sharding.replicated(setup.mesh))
+  return jax.jit(eval_step, in_shardings=(state_shardings, sharding.batch_sharded(mesh)),
+                 out_shardings=sharding.replicated(mesh))
 
 
 def eval_batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:

@@ -32,7 +32,7 @@ import numpy as np
 
 from poolformers_jax import config as config_lib, data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import init_from, run_lock, sharding
+from poolformers_jax.train import init_from, integrity, run_lock, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.evaluate import (evaluate_state, hypotheses_path, make_eval_step,
@@ -210,7 +210,8 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
 
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.keep_checkpoints,
                                              best_metric=config.best_metric,
-                                             best_mode=config.best_mode, config=config)
+                                             best_mode=config.best_mode,
+                                             config_sha256=integrity.config_hash(config))
   rng = jax.random.PRNGKey(config.seed)
   init_rng, dropout_rng = jax.random.split(rng)
   try:
@@ -232,7 +233,8 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   logging.info('model %s: %d parameters', config.model.name, state_lib.param_count(state.params))
 
   tokens = int(np.prod(setup.info.input_shape)) if setup.info.vocab_size is not None else 0
-  eval_step = make_eval_step(setup)
+  # The steps are built from setup.step_parts: the parts and config values they use, no config.
+  eval_step = make_eval_step(setup.step_parts)
   writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
                         progress_bar=config.progress_bar)
   profiler = _Profiler(config.profile_steps, workdir)
@@ -240,7 +242,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   try:
     if step < total_steps:
       started = time.time()
-      compiled = step_lib.compile_train_step(setup)
+      compiled = step_lib.compile_train_step(setup.step_parts)
       compile_seconds, memory, train_step = time.time() - started, compiled.memory, compiled.run
       logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
                    memory['total'] / 2**20)

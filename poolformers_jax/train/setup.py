@@ -4,7 +4,9 @@ abstract (sharded) train state, and the numbers derived from the config once (th
 the gradient-accumulation count).
 
 The config is completed once, here (config/completion.py; on a resume with the run's own model),
-checked (config/validate.py) and kept as `Setup.config`: every later reader takes it from `Setup`."""
+checked (config/validate.py) and kept as `Setup.config`: every later reader takes it from `Setup`.
+The train and eval steps are built from `Setup.step_parts` (StepParts) instead: the parts they use
+and the few config values they read, resolved here once, so the steps never take the config."""
 from __future__ import annotations
 
 import dataclasses
@@ -21,6 +23,37 @@ from poolformers_jax.tasks.classification import TOP_K
 from poolformers_jax.train import length_buckets, optim, sharding, state as state_lib
 
 
+@dataclasses.dataclass(frozen=True)
+class StepParts:
+  """What the train step (train/step.py) and the eval step (evaluate.make_eval_step) are built
+  from: parts of the Setup plus the few config values the steps read, resolved once by
+  make_setup. The steps take these, never the config (Setup.step_parts)."""
+  info: Any
+  model: Any
+  task: tasks.Task
+  schedule: optax.Schedule
+  mesh: Mesh
+  abstract_state: Any
+  state_shardings: Any
+  grad_accum_steps: int
+  batch_size: int                      # global; config.batch_size
+  label_smoothing: float               # config.label_smoothing
+  mixup: dict[str, float]              # mixing.mix_batch's keyword arguments; {}: no mixup / cutmix
+  bucket_multiple: int                 # config.length_buckets.multiple; 0: no length buckets
+  micro_batch_size: int                # config.length_buckets.micro_batch_size
+
+
+def _mixing_kwargs(config: ml_collections.ConfigDict) -> dict[str, float]:
+  """mix_batch's keyword arguments from config.mixup, or {} when both alphas are 0
+  (config/validate.py has checked that the data are images to classify)."""
+  mixup = config.mixup
+  if mixup.mixup_alpha <= 0 and mixup.cutmix_alpha <= 0:
+    return {}
+  return dict(mixup_alpha=float(mixup.mixup_alpha), cutmix_alpha=float(mixup.cutmix_alpha),
+              switch_prob=float(mixup.switch_prob),
+              label_smoothing=float(config.label_smoothing))
+
+
 @dataclasses.dataclass
 class Setup:
   config: ml_collections.ConfigDict      # completed from the dataset (model sizes filled in)
@@ -35,6 +68,7 @@ class Setup:
   eval_batch_size: int                   # global; config.eval_batch_size, 0 -> batch_size
   grad_accum_steps: int                  # micro-batches per optimizer update
   decoder: Any = None                    # the task's, if it generates outputs (Task.decoder)
+  step_parts: Optional[StepParts] = None   # what the train / eval steps are built from
 
 
 def validation_metrics(info) -> Optional[list[str]]:
@@ -75,10 +109,17 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
       model=model, decode=config.decode, data=config.data, devices=mesh.devices.size,
       params_sharding=shardings.params, batch_sharding=sharding.batch_sharded(mesh),
       out_sharding=sharding.replicated(mesh))
+  grad_accum_steps = int(config.optimizer.grad_accum_steps)
+  step_parts = StepParts(
+      info=info, model=model, task=task, schedule=schedule, mesh=mesh, abstract_state=abstract,
+      state_shardings=shardings, grad_accum_steps=grad_accum_steps,
+      batch_size=int(config.batch_size), label_smoothing=float(config.label_smoothing),
+      mixup=_mixing_kwargs(config), bucket_multiple=int(config.length_buckets.multiple),
+      micro_batch_size=int(config.length_buckets.micro_batch_size))
   return Setup(config=config, info=info, model=model, tx=tx, schedule=schedule,
                mesh=mesh, task=task, abstract_state=abstract, state_shardings=shardings,
                eval_batch_size=int(config.eval_batch_size or config.batch_size),
-               grad_accum_steps=int(config.optimizer.grad_accum_steps), decoder=decoder)
+               grad_accum_steps=grad_accum_steps, decoder=decoder, step_parts=step_parts)
 
 
 def variables_of(state) -> dict[str, Any]:

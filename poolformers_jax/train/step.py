@@ -1,8 +1,9 @@
 """The one training step: what the trainer runs, `summary` measures and the benchmarks time.
 
-`compile_train_step(setup)` builds the step of a `Setup` and compiles it from abstract shapes
-only: the state from `setup.abstract_state`, the batch from the dataset's training example
-(tasks.train_example) at config.batch_size, the accumulator from the task's sums. No data is
+`compile_train_step(parts)` builds the step from a `StepParts` (a Setup's `step_parts`, or the
+Setup itself) and compiles it from abstract shapes only: the state from `abstract_state`, the
+batch from the dataset's training example (tasks.train_example) at config.batch_size, the
+accumulator from the task's sums. The step reads no config: StepParts carries the values it uses. No data is
 read, so `python -m poolformers_jax.summary` reports the `memory_analysis()` of exactly the
 program `train.py` runs, and benchmarks/* time it.
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -28,7 +29,7 @@ import optax
 
 from poolformers_jax import tasks
 from poolformers_jax.train import length_buckets, mixing, sharding, transforms
-from poolformers_jax.train.setup import Setup, variables_of
+from poolformers_jax.train.setup import Setup, StepParts, variables_of
 
 _MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
 
@@ -39,25 +40,22 @@ def example_weights(targets: Any) -> jax.Array:
   return jnp.ones(jax.tree.leaves(targets)[0].shape[:1], jnp.float32)
 
 
-def batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
+Parts = Union[StepParts, Setup]   # a Setup stands for its step_parts
+
+
+def _parts(parts: Parts) -> StepParts:
+  return parts.step_parts if isinstance(parts, Setup) else parts
+
+
+def batch_spec(parts: Parts, batch_size: Optional[int] = None) -> Any:
   """The abstract global training batch (sharded over 'data'): `batch_size` (default
   config.batch_size) training examples of the dataset."""
-  size = int(setup.config.batch_size if batch_size is None else batch_size)
-  batch_sharding = sharding.batch_sharded(setup.mesh)
+  parts = _parts(parts)
+  size = int(parts.batch_size if batch_size is None else batch_size)
+  batch_sharding = sharding.batch_sharded(parts.mesh)
   return jax.tree.map(lambda s: jax.ShapeDtypeStruct((size,) + s.shape, s.dtype,
                                                      sharding=batch_sharding),
-                      tasks.train_example(setup.info))
-
-
-def _mixing_kwargs(setup: Setup) -> dict[str, Any]:
-  """mix_batch's keyword arguments from config.mixup, or {} when both alphas are 0
-  (config/validate.py has checked that the data are images to classify)."""
-  mixup = setup.config.mixup
-  if mixup.mixup_alpha <= 0 and mixup.cutmix_alpha <= 0:
-    return {}
-  return dict(mixup_alpha=float(mixup.mixup_alpha), cutmix_alpha=float(mixup.cutmix_alpha),
-              switch_prob=float(mixup.switch_prob),
-              label_smoothing=float(setup.config.label_smoothing))
+                      tasks.train_example(parts.info))
 
 
 def _all_finite(tree: Any) -> jax.Array:
@@ -71,13 +69,15 @@ def _all_finite(tree: Any) -> jax.Array:
   return jnp.sum(jnp.stack(flags).astype(jnp.int32)) == len(flags)
 
 
-def accumulator_shapes(setup: Setup) -> Any:
+def accumulator_shapes(parts: Parts) -> Any:
   """Shapes of the task's sums of a training batch (they may be arrays: a confusion matrix)."""
+  parts = _parts(parts)
+
   def sums(state, batch):
-    logits = setup.model.apply(variables_of(state), setup.task.model_inputs(batch),
+    logits = parts.model.apply(variables_of(state), parts.task.model_inputs(batch),
                                deterministic=True)
-    return setup.task.sums(logits, batch['targets'], example_weights(batch['targets']), 0.0)
-  return jax.eval_shape(sums, setup.abstract_state, batch_spec(setup))
+    return parts.task.sums(logits, batch['targets'], example_weights(batch['targets']), 0.0)
+  return jax.eval_shape(sums, parts.abstract_state, batch_spec(parts))
 
 
 def _accumulator(sums_shapes: Any, leaf) -> dict[str, Any]:
@@ -94,7 +94,7 @@ def new_accumulator(mesh, sums_shapes: Any) -> dict[str, Any]:
   return jax.device_put(_accumulator(sums_shapes, np.zeros), sharding.replicated(mesh))
 
 
-def _step_parts(setup: Setup, platform: Optional[str] = None):
+def _step_parts(parts: StepParts, platform: Optional[str] = None):
   """(gradients, update) of the one step, shared by its plain and its bucketed form.
 
   gradients(state, inputs, targets, weights, rng, reduce) -> ((reduce(sums), (sums, updates)),
@@ -104,11 +104,11 @@ def _step_parts(setup: Setup, platform: Optional[str] = None):
   `platform` (default: the mesh's) picks the program transforms the forward runs inside
   (transforms.program_transforms: the same values on every platform).
   """
-  model, task, schedule = setup.model, setup.task, setup.schedule
-  platform = platform or setup.mesh.devices.flat[0].platform
+  model, task, schedule = parts.model, parts.task, parts.schedule
+  platform = platform or parts.mesh.devices.flat[0].platform
   forward_in = transforms.program_transforms(platform)
-  label_smoothing = float(setup.config.label_smoothing)
-  accum = setup.grad_accum_steps
+  label_smoothing = parts.label_smoothing
+  accum = parts.grad_accum_steps
 
   def gradients(state, inputs, targets, weights, rng, reduce):
     mutable = ['batch_stats'] if state.batch_stats is not None else False
@@ -142,32 +142,33 @@ def _step_parts(setup: Setup, platform: Optional[str] = None):
   return gradients, update
 
 
-def make_train_step(setup: Setup, platform: Optional[str] = None):
+def make_train_step(parts: Parts, platform: Optional[str] = None):
   """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated.
   With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches.
   `platform`: the device platform the step is for (default: the mesh's; `export_for_cuda`
   says 'cuda'), which picks its program transforms (train/transforms.py)."""
-  if setup.config.length_buckets.multiple:
-    return BucketedStep(setup, platform)
-  task = setup.task
-  mix = _mixing_kwargs(setup)
-  gradients, update = _step_parts(setup, platform)
+  parts = _parts(parts)
+  if parts.bucket_multiple:
+    return BucketedStep(parts, platform)
+  task = parts.task
+  mix = parts.mixup
+  gradients, update = _step_parts(parts, platform)
 
   def train_step(state, acc, batch, rng):
     rng = jax.random.fold_in(rng, state.step)
     inputs, targets = task.model_inputs(batch), batch['targets']
     if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
       inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
-                                         setup.info.num_classes, **mix)
+                                         parts.info.num_classes, **mix)
     (objective, (sums, updates)), grads = gradients(state, inputs, targets,
                                                     example_weights(targets), rng, task.objective)
     return update(state, acc, objective, sums, grads, updates)
 
-  replicated = sharding.replicated(setup.mesh)
+  replicated = sharding.replicated(parts.mesh)
   return jax.jit(train_step,
-                 in_shardings=(setup.state_shardings, replicated, sharding.batch_sharded(setup.mesh),
+                 in_shardings=(parts.state_shardings, replicated, sharding.batch_sharded(parts.mesh),
                                replicated),
-                 out_shardings=(setup.state_shardings, replicated), donate_argnums=(0, 1))
+                 out_shardings=(parts.state_shardings, replicated), donate_argnums=(0, 1))
 
 
 class BucketedStep:
@@ -181,13 +182,13 @@ class BucketedStep:
   draws per micro-batch (the rng folded with the step and the micro-batch's index).
   """
 
-  def __init__(self, setup: Setup, platform: Optional[str] = None):
-    self.setup = setup
-    task, mesh = setup.task, setup.mesh
-    gradients, update = _step_parts(setup, platform)
+  def __init__(self, parts: Parts, platform: Optional[str] = None):
+    self.parts = parts = _parts(parts)
+    task, mesh = parts.task, parts.mesh
+    gradients, update = _step_parts(parts, platform)
     replicated, batch_sharded = sharding.replicated(mesh), sharding.batch_sharded(mesh)
 
-    self.sums_shapes = accumulator_shapes(setup)
+    self.sums_shapes = accumulator_shapes(parts)
 
     def zeros(state):
       return {'grads': jax.tree.map(jnp.zeros_like, state.params),
@@ -207,21 +208,21 @@ class BucketedStep:
       grads = jax.tree.map(lambda g: g / count, carry['grads'])
       return update(state, acc, task.objective(sums), sums, grads, {})
 
-    self._zeros = jax.jit(zeros, in_shardings=(setup.state_shardings,),
+    self._zeros = jax.jit(zeros, in_shardings=(parts.state_shardings,),
                           out_shardings=replicated)
-    self._micro = jax.jit(micro, in_shardings=(setup.state_shardings, replicated, batch_sharded,
+    self._micro = jax.jit(micro, in_shardings=(parts.state_shardings, replicated, batch_sharded,
                                                replicated),
                           out_shardings=replicated, donate_argnums=(1,))
-    self._finish = jax.jit(finish, in_shardings=(setup.state_shardings, replicated, replicated),
-                           out_shardings=(setup.state_shardings, replicated),
+    self._finish = jax.jit(finish, in_shardings=(parts.state_shardings, replicated, replicated),
+                           out_shardings=(parts.state_shardings, replicated),
                            donate_argnums=(0, 1))
     self._compiled: dict[int, Any] = {}   # bucket length -> compiled micro step
 
   def _abstract_micro(self, length: int) -> dict[str, jax.ShapeDtypeStruct]:
     """A micro-batch's abstract arrays at bucket `length`."""
-    config, devices = self.setup.config, self.setup.mesh.devices.size
-    size = -(-min(config.length_buckets.micro_batch_size, config.batch_size) // devices) * devices
-    batch = batch_spec(self.setup, size)
+    parts, devices = self.parts, self.parts.mesh.devices.size
+    size = -(-min(parts.micro_batch_size, parts.batch_size) // devices) * devices
+    batch = batch_spec(parts, size)
     inputs = batch['inputs']
     return {**batch, 'inputs': jax.ShapeDtypeStruct(inputs.shape[:-1] + (length,), inputs.dtype,
                                                     sharding=inputs.sharding),
@@ -237,10 +238,9 @@ class BucketedStep:
 
   def put(self, local_batch: dict[str, np.ndarray]) -> list[dict[str, jax.Array]]:
     """A host batch -> its micro-batches as arrays sharded over 'data'."""
-    config = self.setup.config
-    return [sharding.global_batch(micro, self.setup.mesh) for micro in length_buckets.micro_batches(
-        local_batch, config.length_buckets.micro_batch_size, self.setup.mesh.devices.size,
-        config.length_buckets.multiple)]
+    parts = self.parts
+    return [sharding.global_batch(micro, parts.mesh) for micro in length_buckets.micro_batches(
+        local_batch, parts.micro_batch_size, parts.mesh.devices.size, parts.bucket_multiple)]
 
   def accumulate(self, state, micro_batches, rng) -> dict[str, Any]:
     """{'grads', 'sums'}: the summed loss gradient and sums of all `micro_batches`."""
@@ -287,25 +287,28 @@ def memory_of(compiled) -> dict[str, int]:
   return parts
 
 
-def abstract_step_args(setup: Setup, sums_shapes: Any = None) -> tuple[Any, Any, Any, Any]:
+def abstract_step_args(parts: Parts, sums_shapes: Any = None) -> tuple[Any, Any, Any, Any]:
   """(state, accumulator, batch, rng) of the training step as sharded ShapeDtypeStructs."""
-  sums_shapes = accumulator_shapes(setup) if sums_shapes is None else sums_shapes
-  replicated = sharding.replicated(setup.mesh)
+  parts = _parts(parts)
+  sums_shapes = accumulator_shapes(parts) if sums_shapes is None else sums_shapes
+  replicated = sharding.replicated(parts.mesh)
   acc = _accumulator(sums_shapes, lambda shape, dtype: jax.ShapeDtypeStruct(
       shape, dtype, sharding=replicated))
   rng = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated)   # jax.random.PRNGKey
-  return setup.abstract_state, acc, batch_spec(setup), rng
+  return parts.abstract_state, acc, batch_spec(parts), rng
 
 
-def compile_train_step(setup: Setup) -> CompiledStep:
-  """The training step of `setup`, compiled from abstract shapes (nothing is read or run).
-  Bucketed: the micro step at the full length now, the shorter buckets on first use."""
-  sums_shapes = accumulator_shapes(setup)
-  state, _, _, rng = args = abstract_step_args(setup, sums_shapes)
-  step = make_train_step(setup)
+def compile_train_step(parts: Parts) -> CompiledStep:
+  """The training step of `parts` (a StepParts or a Setup), compiled from abstract shapes
+  (nothing is read or run). Bucketed: the micro step at the full length now, the shorter buckets
+  on first use."""
+  parts = _parts(parts)
+  sums_shapes = accumulator_shapes(parts)
+  state, _, _, rng = args = abstract_step_args(parts, sums_shapes)
+  step = make_train_step(parts)
   if isinstance(step, BucketedStep):
-    full = step.compile_micro(int(setup.info.input_shape[-1]), state, rng)
+    full = step.compile_micro(int(parts.info.input_shape[-1]), state, rng)
     return CompiledStep(run=step, sums_shapes=sums_shapes, memory=memory_of(full), put=step.put)
   compiled = step.lower(*args).compile()
   return CompiledStep(run=compiled, sums_shapes=sums_shapes, memory=memory_of(compiled),
-                      put=functools.partial(sharding.global_batch, mesh=setup.mesh))
+                      put=functools.partial(sharding.global_batch, mesh=parts.mesh))

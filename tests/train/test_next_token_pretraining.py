@@ -50,19 +50,21 @@ def test_next_token_targets_are_the_following_real_tokens_each_document_alone():
   targets = masking.next_tokens(tokens)
   np.testing.assert_array_equal(targets, [[[6, 7, -1, -1, -1], [2, 3, 4, 9, -1]],
                                           [[-1, -1, -1, -1, -1], [-1, -1, -1, -1, -1]]])
-  config = ml_collections.ConfigDict(dict(mask_rate=0.0, next_tokens=True))
-  example = masking.pretraining_example({'inputs': tokens, 'targets': np.int32(1)}, config, 10)
+  objective = masking.objective(mask_rate=0.0, next_tokens=True)
+  assert objective == masking.NEXT_TASK
+  example = masking.pretraining_example({'inputs': tokens, 'targets': np.int32(1)}, objective,
+                                        0.0, 10)
   np.testing.assert_array_equal(example['inputs'], tokens)           # inputs unchanged, no [MASK]
   np.testing.assert_array_equal(example['targets'], targets)         # the label is dropped
   info = masking.pretraining_info(DatasetInfo('lra_listops', 'classification', 10, 18, (5,), {}),
-                                  config)
+                                  objective)
   assert (info.task, info.vocab_size, info.num_classes) == ('next_tokens', 18, 18)
-  both = ml_collections.ConfigDict(dict(mask_rate=0.1, next_tokens=True))
+  assert masking.objective(mask_rate=0.1) == masking.TASK and masking.objective() is None
   with pytest.raises(ValueError, match='pick one self-pretraining objective'):
-    masking.enabled(both)
+    masking.objective(mask_rate=0.1, next_tokens=True)
   images = DatasetInfo('cifar10', 'classification', 10, None, (32, 32, 3), {})
   with pytest.raises(ValueError, match=r'no token vocabulary.*next_tokens=False'):
-    masking.pretraining_info(images, config)
+    masking.pretraining_info(images, objective)
 
 
 # ----------------------------------------------------------------------------------- model
