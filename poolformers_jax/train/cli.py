@@ -93,8 +93,8 @@ class _LibraryInfoFilter(logging.Filter):
   """Drops INFO chatter of orbax / grain / tfds (one line per checkpoint phase) and of jax's
   backend probing (jax 0.8 logs "Unable to initialize backend 'tpu'" where libtpu is absent)
   from the console, and orbax's warnings that a read-only manager (eval.py) is read-only."""
-  NOISY = (os.sep + 'orbax' + os.sep, os.sep + 'grain' + os.sep, os.sep + 'tensorflow_datasets' + os.sep,
-           os.sep + 'xla_bridge.py')
+  NOISY = (os.sep + 'orbax' + os.sep, os.sep + 'grain' + os.sep,
+           os.sep + 'tensorflow_datasets' + os.sep, os.sep + 'xla_bridge.py')
   EXPECTED = ('CheckpointManagerOptions.read_only=True', 'Given directory is read only')
 
   def filter(self, record: logging.LogRecord) -> bool:

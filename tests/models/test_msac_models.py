@@ -26,8 +26,9 @@ def _train_step_grads(model, variables, inputs, labels):
   return jax.grad(loss_fn, has_aux=True)(variables['params'])
 
 
-@pytest.mark.parametrize('name', [pytest.param('msac_resnet', marks=pytest.mark.slow),   # test-fast:
-                                  'cross_attentive_similarity'])   # the lighter model
+# make test-fast builds the lighter model; msac_resnet runs in make test.
+@pytest.mark.parametrize('name', [pytest.param('msac_resnet', marks=pytest.mark.slow),
+                                  'cross_attentive_similarity'])
 def test_forward_backward_and_batch_stats(name):
   cfg = _tiny(msac_resnet_config(num_classes=5) if name == 'msac_resnet'
               else cross_attentive_similarity_config(num_classes=5))

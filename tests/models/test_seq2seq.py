@@ -19,6 +19,9 @@ CP_VARIANTS = {'plain': None, 'cp': {},
                'cp_self_attention_only': {'placement': 'self_attention'},
                'cp_block_output': {'placement': 'block_output'}}
 PLACEMENT_VARIANTS = ['plain', 'cp', 'cp_self_attention_only', 'cp_block_output']
+# make test-fast checks plain and cp; the two other placements run in make test.
+PLACEMENT_CASES = PLACEMENT_VARIANTS[:2] + [pytest.param(v, marks=pytest.mark.slow)
+                                            for v in PLACEMENT_VARIANTS[2:]]
 
 
 def tiny(decoder_cp=None, encoder_cp=None):
@@ -114,7 +117,7 @@ def test_beam_search_returns_its_best_scored_hypothesis():
   assert np.all(score(seqs) >= score(greedy) - 1e-5)
 
 
-@pytest.mark.parametrize('variant', PLACEMENT_VARIANTS)
+@pytest.mark.parametrize('variant', PLACEMENT_CASES)
 def test_decoder_is_causal(variant):
   model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
   src, tgt = tokens((2, 6), 6), tokens((2, 10), 7)
@@ -130,7 +133,7 @@ def test_decoder_is_causal(variant):
     assert np.abs(out[:, t + 1] - base[:, t + 1]).max() > 1e-4
 
 
-@pytest.mark.parametrize('variant', PLACEMENT_VARIANTS)
+@pytest.mark.parametrize('variant', PLACEMENT_CASES)
 def test_packed_rows_give_the_loss_of_the_sentences_alone(variant):
   model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
   pairs = [(tokens((1, 5), 8), tokens((1, 4), 9)), (tokens((1, 3), 10), tokens((1, 6), 11)),

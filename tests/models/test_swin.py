@@ -152,7 +152,8 @@ def test_window_context_pool_matches_numpy_eq4_in_2d():
   np.testing.assert_allclose(np.asarray(y), ref, atol=1e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize('context_pool', [False, True])
+# make test-fast builds the plain Swin; CP-Swin runs in make test.
+@pytest.mark.parametrize('context_pool', [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_tiny_swin_forward_backward_finite(context_pool):
   # 32x32 -> 8x8 tokens (window 4, shifted) -> 4x4 (one window, no shift).
   model = SwinTransformer(num_classes=5, embed_dim=16, depths=(2, 1), num_heads=(2, 4),
