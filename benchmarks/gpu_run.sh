@@ -35,6 +35,7 @@
 #    A family with the word `spt` (e.g. "ponet,spt") self-pretrains first: configs/lra_listops.py:
 #    ponet,spt in DIR/pretrain (masked tokens of the training trees, data/masking.py) until it
 #    finishes, then ponet fine-tuned from its best checkpoint in DIR (init_from, a new head);
+#    `spt_causal` (e.g. "transformer,spt_causal") the same by next tokens (causal mixers);
 #    $LISTOPS_PRETRAIN_ARGS / $LISTOPS_FINETUNE_ARGS add flags to one stage (e.g.
 #    --config.num_train_steps=2500 to each: the scratch runs' 5 000 steps in all).
 # 4. Side by side with the authors' PyTorch, then the sweep with FLOP/s, in one call of at most
@@ -93,8 +94,9 @@ install_wheels() {
   export PYTHONPATH=/tmp/site:$PWD
 }
 
-# A family's config words without `spt` (the fine-tuned run's, evaluated like any other).
-task_words() { local w=",$1,"; w=${w//,spt,/,}; w=${w#,}; echo "${w%,}"; }
+# A family's config words without `spt` / `spt_causal` (the fine-tuned run's, evaluated like any
+# other).
+task_words() { local w=",$1,"; w=${w//,spt,/,}; w=${w//,spt_causal,/,}; w=${w#,}; echo "${w%,}"; }
 
 if [[ "$MODE" == listops ]]; then
   OUT=${OUT:-/tmp/gpu_run}
@@ -134,7 +136,7 @@ if [[ "$MODE" == listops ]]; then
     # 100-step evaluations for a 50-point curve; the reference protocol keeps its own cadence.
     cadence=(--config.eval_every_steps=100 --config.checkpoint_every_steps=100)
     [[ ",$family," == *,reference,* ]] && cadence=(--config.checkpoint_every_steps=100)
-    if [[ ",$family," == *,spt,* ]]; then
+    if [[ ",$family," == *,spt,* || ",$family," == *,spt_causal,* ]]; then
       # Self-pretraining: the spt run in DIR/pretrain until it finishes, then the task fine-tuned
       # from its best checkpoint in DIR (the classifier head new); each stage resumes.
       task_words=$(task_words "$family")

@@ -7,8 +7,8 @@ is the words joined by '-' (`ponet-reference`). One markdown row per family: the
 the best validation accuracy and its step, the test accuracy of the best-on-validation checkpoint
 (once the run has finished) and on the held-out trees (DIR/heldout.json, eval.py's output), the
 median training steps/s and the compile time, read from DIR/metrics.jsonl and DIR/eval/test.json.
-A self-pretrained family (word `spt`, e.g. `ponet,spt`) also shows its pre-training in
-DIR/pretrain: its steps and best masked-token validation accuracy.
+A self-pretrained family (word `spt`, e.g. `ponet,spt`, or `spt_causal`) also shows its
+pre-training in DIR/pretrain: its steps and best masked- (next-) token validation accuracy.
 
 `--prepare SIZE [--set key=value ...]` generates the ListOps data of that size once (before the
 runs start side by side); `--pack OUT` writes the run directories into OUT/listops_<k>.tar files
@@ -74,7 +74,8 @@ def markdown(rows: list[dict]) -> str:
     name = r['family']
     if r.get('pretrain'):
       masked = r['pretrain']['best_validation']
-      name += (f' (pre-trained {r["pretrain"]["step"]} steps, masked tokens '
+      objective = 'next tokens' if ',spt_causal' in r['family'] else 'masked tokens'
+      name += (f' (pre-trained {r["pretrain"]["step"]} steps, {objective} '
                + (f'{100 * masked[0]:.2f} % at {masked[1]})' if masked else '—)'))
     lines.append(f'| {name} | {r["step"]} | {best} | {test} | {heldout} | {rate} | {comp} |')
   return '\n'.join(lines)

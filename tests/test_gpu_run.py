@@ -117,6 +117,21 @@ def test_a_self_pretrained_family_pretrains_then_fine_tunes_from_its_best_checkp
   assert not any(n.startswith('linear-spt/pretrain/checkpoints/') for n in names)
 
 
+def test_a_next_token_family_pretrains_causally_then_fine_tunes_the_classifier(tmp_path):
+  out, column = _call(tmp_path, 'spt_causal', 'transformer,spt_causal', heldout=False)
+  pretrain = json.loads(_member(out, 'transformer-spt_causal/pretrain/config.json'))
+  assert pretrain['model']['name'] == 'lra_causal_lm' and pretrain['data']['next_tokens']
+  finetune = json.loads(_member(out, 'transformer-spt_causal/config.json'))
+  assert finetune['model']['name'] == 'lra_encoder' and not finetune['data']['next_tokens']
+  assert finetune['init_from'].endswith('transformer-spt_causal/pretrain')
+  log = _log(out, 'transformer-spt_causal')
+  # No [MASK] row: the token table is read as it is; the head is new.
+  assert 'freshly initialised (not taken from the checkpoint): head/' in log
+  assert 'encoder/token_embedding/embedding (' not in log      # no row dropped or resized
+  assert 0.0 <= _test_accuracy(out, 'transformer-spt_causal') <= 1.0
+  assert '| transformer,spt_causal (pre-trained 20 steps, next tokens ' in column
+
+
 def test_peer_mode_runs_end_to_end_on_cpu_within_its_budget(tmp_path):
   """`gpu_run.sh peer` with tiny sizes on the CPU: the side by side (here without torch: one line
   says so and our side runs alone), then the sweep in one process with FLOP/s columns, the cuDNN
