@@ -94,8 +94,9 @@ def test_pack_splits_runs_under_the_limit_and_keeps_resume_checkpoints_of_unfini
     listops_column.pack(str(runs), ['b,reference'], str(tmp_path / 'out2'), limit=100_000)
 
 
-def test_a_self_pretrained_family_pretrains_then_fine_tunes_from_its_best_checkpoint(tmp_path):
-  out, column = _call(tmp_path, 'spt', 'linear,spt', heldout=False)
+def test_self_pretrained_families_pretrain_then_fine_tune_from_their_best_checkpoints(tmp_path):
+  """One call, both objectives: `linear,spt` (masked tokens) and `transformer,spt_causal`."""
+  out, column = _call(tmp_path, 'spt', 'linear,spt transformer,spt_causal', heldout=False)
   pretrain = json.loads(_member(out, 'linear-spt/pretrain/config.json'))
   assert pretrain['model']['name'] == 'lra_masked_lm' and pretrain['data']['mask_rate'] == 0.1
   finetune = json.loads(_member(out, 'linear-spt/config.json'))
@@ -115,17 +116,13 @@ def test_a_self_pretrained_family_pretrains_then_fine_tunes_from_its_best_checkp
   # Fine-tuning started: the pre-training's resume checkpoints stay behind, its best comes back.
   assert any(n.startswith('linear-spt/pretrain/best/') for n in names)
   assert not any(n.startswith('linear-spt/pretrain/checkpoints/') for n in names)
-
-
-def test_a_next_token_family_pretrains_causally_then_fine_tunes_the_classifier(tmp_path):
-  out, column = _call(tmp_path, 'spt_causal', 'transformer,spt_causal', heldout=False)
+  # Next tokens: causal pre-training, then the classifier reads the token table as it is.
   pretrain = json.loads(_member(out, 'transformer-spt_causal/pretrain/config.json'))
   assert pretrain['model']['name'] == 'lra_causal_lm' and pretrain['data']['next_tokens']
   finetune = json.loads(_member(out, 'transformer-spt_causal/config.json'))
   assert finetune['model']['name'] == 'lra_encoder' and not finetune['data']['next_tokens']
   assert finetune['init_from'].endswith('transformer-spt_causal/pretrain')
   log = _log(out, 'transformer-spt_causal')
-  # No [MASK] row: the token table is read as it is; the head is new.
   assert 'freshly initialised (not taken from the checkpoint): head/' in log
   assert 'encoder/token_embedding/embedding (' not in log      # no row dropped or resized
   assert 0.0 <= _test_accuracy(out, 'transformer-spt_causal') <= 1.0
