@@ -148,11 +148,31 @@ def _check_length_buckets(config: ml_collections.ConfigDict, info, processes: in
            f'run one process (it uses all its devices) or set {off}')
 
 
+def _check_sequence_axis(config: ml_collections.ConfigDict, info, sequence: int) -> None:
+  """config.mesh.sequence > 1 splits the tokens of [batch, length] token inputs; what that
+  cannot split is refused here (a mixer without a sequence-parallel form: when it is built)."""
+  if sequence <= 1:
+    return
+  off = '--config.mesh.sequence=1'
+  shape = tuple(info.input_shape)
+  _require(len(shape) == 1 and info.vocab_size is not None and info.task != 'seq2seq',
+           f'config.mesh.sequence={sequence} splits token sequences [batch, length], but '
+           f'{info.name} ({info.task}) has inputs {shape}', f'set {off}, or shard with '
+           '--config.mesh.fsdp / data')
+  _require(shape[0] % sequence == 0, f'config.mesh.sequence={sequence} does not divide the '
+           f'sequence length {shape[0]}', f'set config.data.max_length to a multiple of {sequence}'
+           f' or choose a sequence size that divides {shape[0]}')
+  _require(not config.length_buckets.multiple, 'config.length_buckets cuts batches to other '
+           f'lengths, which config.mesh.sequence={sequence} cannot split evenly',
+           f'set --config.length_buckets.multiple=0 or {off}')
+
+
 def check_config(config: ml_collections.ConfigDict, info, *, devices: int, processes: int = 1,
-                 metrics: Optional[Sequence[str]] = None) -> None:
+                 metrics: Optional[Sequence[str]] = None, sequence: int = 1) -> None:
   """Raises ConfigError for the first problem of a (completed) run config; nothing is compiled.
-  `devices`: the mesh's device count; `processes`: jax.process_count(); `metrics`: the validation
-  metric names of the dataset's task (None: not known, best_metric is not checked)."""
+  `devices`: how many ways the mesh splits a batch's examples (its data x fsdp devices);
+  `processes`: jax.process_count(); `metrics`: the validation metric names of the dataset's task
+  (None: not known, best_metric is not checked); `sequence`: the mesh's 'sequence' size."""
   steps = config.num_train_steps     # 0: nothing to train (init_from, then evaluate)
   _require(_is_int(steps) and steps >= 0, f'config.num_train_steps={steps!r} must be an integer '
            '>= 0', 'set --config.num_train_steps to the number of steps to train')
@@ -195,6 +215,7 @@ def check_config(config: ml_collections.ConfigDict, info, *, devices: int, proce
              f'config.decode.tokenized_bleu={config.decode.tokenized_bleu!r} is unknown',
              "choose 'moses' (tensor2tensor's get_ende_bleu.sh) or '13a'")
   _check_model(config.model, info)
+  _check_sequence_axis(config, info, sequence)
   _check_length_buckets(config, info, processes)
   _check_optimizer(config.optimizer)
   _check_profile_steps(config.profile_steps)

@@ -55,12 +55,13 @@ def eval_step_of(model, task: tasks.Task, state_shardings: Any, mesh):
       return sums, {}
     return sums, {**task.rows(logits, batch['targets']), 'weight': weights}
 
-  return jax.jit(eval_step, in_shardings=(state_shardings, sharding.batch_sharded(mesh)),
+  # The batch: None = as its arrays are sharded (sharding.global_batch).
+  return jax.jit(eval_step, in_shardings=(state_shardings, None),
                  out_shardings=sharding.replicated(mesh))
 
 
 def eval_batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
-  """The abstract global eval batch (sharded over 'data'): the training example's arrays and
+  """The abstract global eval batch (sharded as the training batch): the training example's arrays and
   the `mask` of real examples, `batch_size` (default: the setup's eval batch size) of them."""
   size = int(setup.eval_batch_size if batch_size is None else batch_size)
   batch = step_lib.batch_spec(setup, size)
@@ -82,7 +83,7 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
   `outputs_path`: where generated outputs (translations) go, one line per example."""
   config = setup.config
   batch_size = setup.eval_batch_size if batch_size is None else batch_size
-  check_batch_size(batch_size, 'eval batch_size', devices=setup.mesh.devices.size,
+  check_batch_size(batch_size, 'eval batch_size', devices=sharding.batch_devices(setup.mesh),
                    processes=jax.process_count())
   eval_step = eval_step or make_eval_step(setup)
   totals: dict[str, Any] = {}
@@ -161,7 +162,7 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
   DIR/eval/<split>.data-<hash>.json with those settings in 'data_changes'.
   """
   setup = make_setup(config, run_dir=workdir)
-  check_eval_batch_size(batch_size, devices=setup.mesh.devices.size, processes=jax.process_count())
+  check_eval_batch_size(batch_size, devices=sharding.batch_devices(setup.mesh), processes=jax.process_count())
   data.base.check_split(split)
   state, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
                                                    setup.abstract_state)

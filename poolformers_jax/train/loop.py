@@ -38,7 +38,7 @@ from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.evaluate import (evaluate_state, hypotheses_path, make_eval_step,
                                             write_eval_json)
 from poolformers_jax.train.metrics import MetricWriter
-from poolformers_jax.train.setup import Setup, make_setup, process_slice
+from poolformers_jax.train.setup import Setup, fsdp_rules, make_setup, process_slice
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -225,7 +225,8 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
     logging.info('resumed from step %d in %s', step, workdir)
   else:
     state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh,
-                                         param_init=config.param_init)
+                                         param_init=config.param_init,
+                                         rules=fsdp_rules(config))
     step, resumed_from = 0, None
     if config.init_from:   # fine-tuning: parameters only, fresh optimizer and step
       state = init_from.init_state_from(state, config.init_from, config.init_from_fresh,

@@ -96,18 +96,19 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
   model)."""
   config, info = config_lib.completed(config, need_files=need_files, info=info, run_dir=run_dir,
                                       todo=todo)
-  mesh = sharding.make_mesh(config.num_devices) if mesh is None else mesh
-  config_lib.check_config(config, info, devices=mesh.devices.size,   # before any model is built
-                          processes=jax.process_count(), metrics=validation_metrics(info))
+  mesh = make_mesh(config) if mesh is None else mesh
+  config_lib.check_config(config, info, devices=sharding.batch_devices(mesh),   # before any model
+                          processes=jax.process_count(), metrics=validation_metrics(info),
+                          sequence=sharding.axis_size(mesh, sharding.SEQUENCE_AXIS))
   model = build_model(config)
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)
   tx, schedule = optim.make_optimizer_and_schedule(config)
-  abstract, shardings = state_lib.state_shardings(model, tx, info, mesh)
+  abstract, shardings = state_lib.state_shardings(model, tx, info, mesh, fsdp_rules(config))
   task = tasks.get_task(info.task)
   decoder = None if task.decoder is None else task.decoder(
-      model=model, decode=config.decode, data=config.data, devices=mesh.devices.size,
-      params_sharding=shardings.params, batch_sharding=sharding.batch_sharded(mesh),
+      model=model, decode=config.decode, data=config.data, devices=sharding.batch_devices(mesh),
+      params_sharding=shardings.params, batch_sharding=sharding.batch_sharded(mesh, 2),
       out_sharding=sharding.replicated(mesh))
   grad_accum_steps = int(config.optimizer.grad_accum_steps)
   step_parts = StepParts(
@@ -120,6 +121,20 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
                mesh=mesh, task=task, abstract_state=abstract, state_shardings=shardings,
                eval_batch_size=int(config.eval_batch_size or config.batch_size),
                grad_accum_steps=grad_accum_steps, decoder=decoder, step_parts=step_parts)
+
+
+def make_mesh(config: ml_collections.ConfigDict) -> Mesh:
+  """The run's mesh: config.num_devices devices shaped by config.mesh (one line when the sizes do
+  not fit the devices)."""
+  sizes = {a: config.mesh[a] for a in sharding.MESH_AXES}
+  try:
+    return sharding.make_mesh(config.num_devices, sizes)
+  except ValueError as error:
+    raise config_lib.ConfigError(str(error)) from None
+
+
+def fsdp_rules(config: ml_collections.ConfigDict) -> sharding.FsdpRules:
+  return sharding.FsdpRules(tuple(config.mesh.rules), int(config.mesh.fsdp_min_size))
 
 
 def variables_of(state) -> dict[str, Any]:

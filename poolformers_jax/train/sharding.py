@@ -1,20 +1,32 @@
-"""Devices: multi-host start-up, the data-parallel `Mesh`, and host batches -> global arrays.
+"""Devices: multi-host start-up, the named `Mesh`, where each array lives on it, and host
+batches -> global arrays.
 
-One mesh axis, 'data'. Parameters and optimizer state are replicated; every batch is split over
-'data'. Each process feeds only its own slice of the global batch and
+The mesh has three named axes (config.mesh, docs/training.md#sharding):
+  data      examples split, everything else replicated (data parallel; the default: all devices);
+  fsdp      examples split too, and every large parameter and its optimizer state split on one
+            dimension (FSDP, ZeRO-3): XLA gathers a weight where it is used and reduce-scatters
+            its gradient;
+  sequence  the tokens of every example split (sequence parallelism): the mixers that declare a
+            sequence-parallel form run on their shard and exchange only what their maths needs
+            (layers/sequence_parallel.py).
+Each process feeds only its own slice of the global batch and
 `jax.make_array_from_process_local_data` assembles the global array, so the same code runs on
 one CPU, 8 fake CPU devices, or many hosts. No pmap.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Optional
+import re
+from typing import Any, Mapping, Optional, Sequence
 
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-DATA_AXIS = 'data'
+DATA_AXIS, FSDP_AXIS, SEQUENCE_AXIS = 'data', 'fsdp', 'sequence'
+MESH_AXES = (DATA_AXIS, FSDP_AXIS, SEQUENCE_AXIS)   # outer to inner: 'sequence' varies fastest
+BATCH_AXES = (DATA_AXIS, FSDP_AXIS)                 # the axes that split the examples
 
 DISTRIBUTED_MODES = ('auto', 'on', 'off')
 _started: Optional[bool] = None     # the first call's answer (train.py's), kept by later calls
@@ -71,8 +83,35 @@ def shutdown_distributed() -> None:
     jax.distributed.shutdown()
 
 
-def make_mesh(num_devices: int = -1) -> Mesh:
-  """A 1-D 'data' mesh over all devices (or the first `num_devices` of this single process)."""
+def mesh_sizes(num_devices: int, sizes: Mapping[str, int]) -> dict[str, int]:
+  """{axis: size} of a mesh over `num_devices`: `sizes` gives some (-1 = what the others leave,
+  at most one; an axis left out is 1, except 'data', which takes the rest). One line when the
+  sizes do not multiply to the devices."""
+  given = {axis: int(sizes.get(axis, -1 if axis == DATA_AXIS else 1)) for axis in MESH_AXES}
+  unknown = sorted(set(sizes) - set(MESH_AXES))
+  if unknown:
+    raise ValueError(f'config.mesh has no axis {unknown}; the axes are {list(MESH_AXES)}.')
+  rest = [a for a, n in given.items() if n == -1]
+  bad = [a for a, n in given.items() if n == 0 or n < -1]
+  if bad or len(rest) > 1:
+    raise ValueError(f'config.mesh sizes {given}: each must be a positive size or -1 (the rest), '
+                     f'at most one -1; e.g. --config.mesh.fsdp={num_devices} '
+                     '--config.mesh.data=1.')
+  fixed = int(np.prod([n for n in given.values() if n != -1]))
+  if rest:
+    if num_devices % fixed:
+      raise ValueError(f'config.mesh {given}: the fixed sizes ({fixed} devices) do not divide the '
+                       f'{num_devices} devices; use sizes whose product divides {num_devices}.')
+    given[rest[0]] = num_devices // fixed
+  elif fixed != num_devices:
+    raise ValueError(f'config.mesh {given} spans {fixed} devices, this run has {num_devices}; '
+                     'set one axis to -1 (the rest) or sizes that multiply to the devices.')
+  return given
+
+
+def make_mesh(num_devices: int = -1, sizes: Optional[Mapping[str, int]] = None) -> Mesh:
+  """The ('data', 'fsdp', 'sequence') mesh over all devices (or the first `num_devices` of this
+  single process); `sizes`: config.mesh (default: data parallel over all of them)."""
   devices = jax.devices()
   if num_devices not in (-1, None, len(devices)):
     if jax.process_count() > 1:
@@ -80,19 +119,114 @@ def make_mesh(num_devices: int = -1) -> Mesh:
     if not 0 < num_devices <= len(devices):
       raise ValueError(f'config.num_devices={num_devices} but {len(devices)} devices exist.')
     devices = devices[:num_devices]
-  return Mesh(np.asarray(devices), (DATA_AXIS,))
+  shape = mesh_sizes(len(devices), sizes or {})
+  return Mesh(np.asarray(devices).reshape([shape[a] for a in MESH_AXES]), MESH_AXES)
+
+
+def axis_size(mesh: Mesh, axis: str) -> int:
+  """The size of `axis` on `mesh` (1 when the mesh has no such axis: a 1-D 'data' mesh)."""
+  return int(mesh.shape.get(axis, 1))
+
+
+def batch_axes(mesh: Mesh) -> tuple[str, ...]:
+  """The mesh axes that split the examples of a batch."""
+  return tuple(a for a in BATCH_AXES if a in mesh.axis_names)
+
+
+def batch_devices(mesh: Mesh) -> int:
+  """How many ways a batch's examples are split (data x fsdp): what its size must divide by."""
+  return int(np.prod([axis_size(mesh, a) for a in BATCH_AXES]))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def batch_sharded(mesh: Mesh) -> NamedSharding:
-  return NamedSharding(mesh, P(DATA_AXIS))
+def batch_sharded(mesh: Mesh, ndim: int = 1) -> NamedSharding:
+  """Where a batch array of rank `ndim` lives: examples over the batch axes, and a token axis
+  (dim 1 of a rank >= 2 array: inputs, per-token targets and weights) over 'sequence' when the
+  mesh splits sequences."""
+  if ndim >= 2 and axis_size(mesh, SEQUENCE_AXIS) > 1:
+    return NamedSharding(mesh, P(batch_axes(mesh), SEQUENCE_AXIS))
+  return NamedSharding(mesh, P(batch_axes(mesh)))
+
+
+def batch_shardings(mesh: Mesh, tree: Any) -> Any:
+  """`batch_sharded` for every leaf of a batch (arrays or ShapeDtypeStructs)."""
+  return jax.tree.map(lambda v: batch_sharded(mesh, np.ndim(v) if not hasattr(v, 'ndim')
+                                              else v.ndim), tree)
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
-  """This process's slice of the batch -> arrays sharded over 'data' across all processes."""
-  sharding = batch_sharded(mesh)   # every leaf (targets may be a dict of arrays)
-  return jax.tree.map(lambda v: jax.make_array_from_process_local_data(sharding, np.asarray(v)),
-                      local_batch)
+  """This process's slice of the batch -> global arrays sharded as `batch_sharded` says."""
+  return jax.tree.map(lambda v: jax.make_array_from_process_local_data(
+      batch_sharded(mesh, np.ndim(v)), np.asarray(v)), local_batch)
+
+
+@dataclasses.dataclass(frozen=True)
+class FsdpRules:
+  """Which parameters (and their optimizer state) the 'fsdp' axis splits, and on which dimension.
+
+  `overrides`: 'regex=spec' strings, the first whose regex is found in a leaf's path
+  ('params/encoder/block_0/PoNet_0/query/kernel'; optimizer state: the same path behind its own
+  prefix) wins; spec: one entry per dimension, comma-separated, each a mesh axis or '' (not
+  split); '' alone replicates the leaf. E.g. 'embedding=fsdp,' splits an embedding table's rows.
+  Otherwise a leaf of at least `min_size` elements is split on its largest dimension that the
+  axis size divides (big_vision's `fsdp` rule); smaller leaves (biases, norms) are replicated.
+  """
+  overrides: tuple[str, ...] = ()
+  min_size: int = 2**14
+
+  def parsed(self) -> list[tuple[re.Pattern, tuple[Optional[str], ...]]]:
+    out = []
+    for rule in self.overrides:
+      regex, sep, spec = str(rule).rpartition('=')
+      axes = tuple(a.strip() or None for a in spec.split(',')) if spec.strip() else ()
+      if not sep or any(a not in (None, *MESH_AXES) for a in axes):
+        raise ValueError(f'config.mesh.rules entry {rule!r} is not "regex=spec" with spec a '
+                         f'comma-separated axis per dimension from {list(MESH_AXES)} or empty; '
+                         "e.g. 'embedding=fsdp,' or 'bias=' (replicated).")
+      try:
+        out.append((re.compile(regex), axes))
+      except re.error as error:
+        raise ValueError(f'config.mesh.rules entry {rule!r}: bad regex ({error}).') from None
+    return out
+
+  def spec(self, path: str, shape: Sequence[int], fsdp: int) -> P:
+    """The PartitionSpec of the leaf at `path` with `shape` on a mesh whose 'fsdp' is `fsdp`."""
+    for regex, axes in self.parsed():
+      if regex.search(path):
+        if axes and len(axes) != len(shape):
+          raise ValueError(f'config.mesh.rules: {regex.pattern!r} gives {len(axes)} dimensions '
+                           f'to {path} of shape {tuple(shape)}; give one per dimension.')
+        return P(*axes)
+    if fsdp <= 1 or int(np.prod(shape, dtype=np.int64)) < self.min_size:
+      return P()
+    dims = [d for d in np.argsort(shape, kind='stable')[::-1] if shape[d] % fsdp == 0]
+    if not dims:
+      return P()
+    spec = [None] * len(shape)
+    spec[int(dims[0])] = FSDP_AXIS
+    return P(*spec)
+
+
+def leaf_path(path: Sequence[Any]) -> str:
+  """A pytree path as 'params/encoder/block_0/PoNet_0/query/kernel'."""
+  names = []
+  for key in path:
+    for attr in ('key', 'name', 'idx'):
+      if hasattr(key, attr):
+        names.append(str(getattr(key, attr)))
+        break
+  return '/'.join(names)
+
+
+def state_shardings(mesh: Mesh, abstract_state: Any, rules: FsdpRules = FsdpRules()) -> Any:
+  """The NamedSharding of every leaf of a train state: scalars (step, counts) replicated, every
+  other leaf as `rules` says (replicated on a mesh without 'fsdp')."""
+  fsdp = axis_size(mesh, FSDP_AXIS)
+
+  def one(path, leaf):
+    shape = tuple(getattr(leaf, 'shape', ()))
+    return NamedSharding(mesh, rules.spec(leaf_path(path), shape, fsdp) if shape else P())
+  return jax.tree_util.tree_map_with_path(one, abstract_state)

@@ -37,19 +37,23 @@ def _create(model: nn.Module, tx: optax.GradientTransformation, info, rng: jax.A
   return state.replace(step=jnp.asarray(0, jnp.int32))
 
 
-def state_shardings(model, tx, info, mesh: Mesh) -> tuple[Any, Any]:
-  """(abstract state with shardings, sharding tree): replicated over the mesh."""
+def state_shardings(model, tx, info, mesh: Mesh,
+                    rules: sharding_lib.FsdpRules = sharding_lib.FsdpRules()) -> tuple[Any, Any]:
+  """(abstract state with shardings, sharding tree): replicated over 'data', large parameters and
+  their optimizer state split over 'fsdp' as `rules` say (config.mesh.rules)."""
   abstract = jax.eval_shape(lambda r: _create(model, tx, info, r), jax.random.PRNGKey(0))
-  shardings = jax.tree.map(lambda _: sharding_lib.replicated(mesh), abstract)
+  shardings = sharding_lib.state_shardings(mesh, abstract, rules)
   abstract = jax.tree.map(lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
                           abstract, shardings)
   return abstract, shardings
 
 
 def create_train_state(model, tx, info, rng: jax.Array, mesh: Mesh,
-                       param_init: str = 'default') -> TrainState:
-  """A fresh, sharded state; `param_init` is config.param_init (train/param_init.py)."""
-  _, shardings = state_shardings(model, tx, info, mesh)
+                       param_init: str = 'default',
+                       rules: sharding_lib.FsdpRules = sharding_lib.FsdpRules()) -> TrainState:
+  """A fresh state, created sharded as `state_shardings` says; `param_init` is config.param_init
+  (train/param_init.py)."""
+  _, shardings = state_shardings(model, tx, info, mesh, rules)
   return jax.jit(lambda r: _create(model, tx, info, r, param_init), out_shardings=shardings)(rng)
 
 

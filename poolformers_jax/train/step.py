@@ -48,14 +48,14 @@ def _parts(parts: Parts) -> StepParts:
 
 
 def batch_spec(parts: Parts, batch_size: Optional[int] = None) -> Any:
-  """The abstract global training batch (sharded over 'data'): `batch_size` (default
-  config.batch_size) training examples of the dataset."""
+  """The abstract global training batch (sharded as sharding.batch_sharded says: examples over
+  'data' x 'fsdp', tokens over 'sequence'): `batch_size` (default config.batch_size) training
+  examples of the dataset."""
   parts = _parts(parts)
   size = int(parts.batch_size if batch_size is None else batch_size)
-  batch_sharding = sharding.batch_sharded(parts.mesh)
-  return jax.tree.map(lambda s: jax.ShapeDtypeStruct((size,) + s.shape, s.dtype,
-                                                     sharding=batch_sharding),
-                      tasks.train_example(parts.info))
+  return jax.tree.map(lambda s: jax.ShapeDtypeStruct(
+      (size,) + s.shape, s.dtype, sharding=sharding.batch_sharded(parts.mesh, 1 + len(s.shape))),
+      tasks.train_example(parts.info))
 
 
 def _all_finite(tree: Any) -> jax.Array:
@@ -165,9 +165,8 @@ def make_train_step(parts: Parts, platform: Optional[str] = None):
     return update(state, acc, objective, sums, grads, updates)
 
   replicated = sharding.replicated(parts.mesh)
-  return jax.jit(train_step,
-                 in_shardings=(parts.state_shardings, replicated, sharding.batch_sharded(parts.mesh),
-                               replicated),
+  # The batch: None = as its arrays are sharded (batch_spec, sharding.global_batch).
+  return jax.jit(train_step, in_shardings=(parts.state_shardings, replicated, None, replicated),
                  out_shardings=(parts.state_shardings, replicated), donate_argnums=(0, 1))
 
 
@@ -186,7 +185,7 @@ class BucketedStep:
     self.parts = parts = _parts(parts)
     task, mesh = parts.task, parts.mesh
     gradients, update = _step_parts(parts, platform)
-    replicated, batch_sharded = sharding.replicated(mesh), sharding.batch_sharded(mesh)
+    replicated = sharding.replicated(mesh)
 
     self.sums_shapes = accumulator_shapes(parts)
 
@@ -210,7 +209,7 @@ class BucketedStep:
 
     self._zeros = jax.jit(zeros, in_shardings=(parts.state_shardings,),
                           out_shardings=replicated)
-    self._micro = jax.jit(micro, in_shardings=(parts.state_shardings, replicated, batch_sharded,
+    self._micro = jax.jit(micro, in_shardings=(parts.state_shardings, replicated, None,
                                                replicated),
                           out_shardings=replicated, donate_argnums=(1,))
     self._finish = jax.jit(finish, in_shardings=(parts.state_shardings, replicated, replicated),
@@ -220,13 +219,14 @@ class BucketedStep:
 
   def _abstract_micro(self, length: int) -> dict[str, jax.ShapeDtypeStruct]:
     """A micro-batch's abstract arrays at bucket `length`."""
-    parts, devices = self.parts, self.parts.mesh.devices.size
+    parts, devices = self.parts, sharding.batch_devices(self.parts.mesh)
     size = -(-min(parts.micro_batch_size, parts.batch_size) // devices) * devices
     batch = batch_spec(parts, size)
     inputs = batch['inputs']
     return {**batch, 'inputs': jax.ShapeDtypeStruct(inputs.shape[:-1] + (length,), inputs.dtype,
                                                     sharding=inputs.sharding),
-            'weights': jax.ShapeDtypeStruct((size,), jnp.float32, sharding=inputs.sharding)}
+            'weights': jax.ShapeDtypeStruct((size,), jnp.float32,
+                                            sharding=sharding.batch_sharded(parts.mesh))}
 
   def compile_micro(self, length: int, state, rng) -> Any:
     """The compiled micro step at bucket `length` (cached); state / rng may be abstract."""
@@ -240,7 +240,7 @@ class BucketedStep:
     """A host batch -> its micro-batches as arrays sharded over 'data'."""
     parts = self.parts
     return [sharding.global_batch(micro, parts.mesh) for micro in length_buckets.micro_batches(
-        local_batch, parts.micro_batch_size, parts.mesh.devices.size, parts.bucket_multiple)]
+        local_batch, parts.micro_batch_size, sharding.batch_devices(parts.mesh), parts.bucket_multiple)]
 
   def accumulate(self, state, micro_batches, rng) -> dict[str, Any]:
     """{'grads', 'sums'}: the summed loss gradient and sums of all `micro_batches`."""
