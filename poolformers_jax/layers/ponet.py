@@ -42,11 +42,14 @@ import jax.numpy as jnp
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, Projection, check_heads,
                                            check_sequence_input, compute_dtype)
 from poolformers_jax.layers.registry import register_mixer
+from poolformers_jax.layers import sequence_parallel
+from poolformers_jax.layers.sequence_parallel import Shard, map_shards
 
 
 def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
                        key: Optional[tuple[Array, Array]], num_heads: int, *,
-                       cross_attention: bool = True) -> tuple[Array, Optional[Array]]:
+                       cross_attention: bool = True,
+                       shard: Optional[Shard] = None) -> tuple[Array, Optional[Array]]:
   """GA of the layer input `x: [B, L, D]` with the Q and K projections `query`, `key` =
   (kernel [D, D], bias [D]) and `num_heads` heads (slices of width D / num_heads); `mask: [B, L]`.
   `key` may be None without the second stage (`cross_attention=False`), which does not use it.
@@ -60,21 +63,32 @@ def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
     g     = mean_i (x_i Wq + bq) = (mean_i x_i) Wq + bq                 (masked mean)
     s_ih  = g_h . k_ih / sqrt(Dh) = x_i . (Wk_h g_h) / sqrt(Dh) + c_h   (c_h: the softmax drops it)
     g'_h  = sum_i w_ih k_ih = (sum_i w_ih x_i) Wk_h + bk_h             (the weights sum to 1)
+
+  Sequence-sharded (`shard`: this device's tokens of the sequence), the sums over tokens are
+  all-reduced as [B, D] / [B, H] / [B, H, D] partials and the softmax takes the largest score
+  of all shards: what crosses devices does not grow with the length.
   """
-  batch, _, dim = x.shape
+  batch, length, dim = x.shape
+  shard = shard or Shard(1, length)
   head_dim = dim // num_heads
   x32 = jnp.where(mask[..., None], x.astype(jnp.float32), 0.0)  # padding values never matter
   w_q, b_q = (t.astype(jnp.float32) for t in query)
-  count = jnp.maximum(jnp.sum(mask, axis=1).astype(jnp.float32), 1.0)
-  g = (jnp.sum(x32, axis=1) / count[:, None]) @ w_q + b_q  # first stage: average, [B, D]
+  count = jnp.maximum(shard.psum(jnp.sum(mask, axis=1).astype(jnp.float32)), 1.0)
+  g = (shard.psum(jnp.sum(x32, axis=1)) / count[:, None]) @ w_q + b_q  # first stage: mean [B, D]
   if not cross_attention:
     return g, None
   w_k, b_k = (t.astype(jnp.float32) for t in key)
   w_k = w_k.reshape(dim, num_heads, head_dim)
   probe = jnp.einsum('bhe,dhe->bdh', g.reshape(batch, num_heads, head_dim), w_k)  # Wk_h g_h
   scores = jnp.einsum('bld,bdh->bhl', x32, probe) / jnp.sqrt(jnp.float32(head_dim))
-  weights = jax.nn.softmax(jnp.where(mask[:, None, :], scores, NEG_INF), axis=-1)
-  pooled = jnp.einsum('bhl,bld->bhd', weights, x32)  # second stage: value = K
+  scores = jnp.where(mask[:, None, :], scores, NEG_INF)
+  if shard.count == 1:
+    weights = jax.nn.softmax(scores, axis=-1)
+  else:   # the softmax over all shards' tokens: the largest score of all, then the summed exps
+    top = shard.pmax(jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True)))
+    exps = jnp.exp(scores - top)
+    weights = exps / shard.psum(jnp.sum(exps, axis=-1, keepdims=True))
+  pooled = shard.psum(jnp.einsum('bhl,bld->bhd', weights, x32))  # second stage: value = K
   g_prime = jnp.einsum('bhd,dhe->bhe', pooled, w_k) + b_k.reshape(num_heads, head_dim)
   return g_prime.reshape(batch, dim), weights
 
@@ -102,9 +116,11 @@ def chunk_segment_ids(length: int, segment_num: int) -> Array:
   return jnp.arange(length) // (length // segment_num + 1)
 
 
-def chunk_max_pool(x: Array, mask: Array, segment_num: int) -> Array:
+def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Optional[Shard] = None) -> Array:
   """SMP over the LRA chunks (`chunk_segment_ids`); equal to `segment_max_pool` with those ids,
-  computed with a reshape instead of a scatter."""
+  computed with a reshape instead of a scatter. Sequence-sharded: `_sharded_chunk_max_pool`."""
+  if shard is not None and shard.count > 1:
+    return _sharded_chunk_max_pool(x, mask, segment_num, shard)
   b, l, d = x.shape
   seg_len = l // segment_num + 1
   num_chunks = -(-l // seg_len)
@@ -114,18 +130,45 @@ def chunk_max_pool(x: Array, mask: Array, segment_num: int) -> Array:
   return jnp.where(mask[..., None], jnp.repeat(pooled, seg_len, axis=1)[:, :l], 0)
 
 
-def local_max_pool(x: Array, mask: Array, window: int = 3) -> Array:
+def _sharded_chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Shard) -> Array:
+  """`chunk_max_pool` of the whole sequence, on this shard's tokens. The chunks are those of the
+  whole (padded) length; a chunk inside the shard is pooled here, and the first and last chunk
+  the shard touches may continue on other shards: every shard publishes the partial maxima of
+  those two ([count, 2, B, D] gathered, whatever the length) and takes, for each of its two, the
+  maximum over every shard's partial of the same chunk."""
+  b, l, d = x.shape
+  seg_len = shard.count * l // segment_num + 1
+  span = -(-l // seg_len) + 1                      # chunks one shard can touch
+  start = shard.offset % seg_len                   # where the shard begins in its first chunk
+  first = shard.offset // seg_len                  # that chunk's index
+  last = (start + l - 1) // seg_len                # the shard's last chunk, counted from `first`
+  placed = jax.lax.dynamic_update_slice(jnp.full((b, span * seg_len, d), NEG_INF, x.dtype),
+                                        _padding_never_wins(x, mask), (0, start, 0))
+  partial = jnp.max(placed.reshape(b, span, seg_len, d), axis=2)           # [B, span, D]
+  ends = jnp.stack([partial[:, 0], jnp.take(partial, last, axis=1)])       # [2, B, D]
+  ids = shard.all_gather(jnp.stack([first, first + last]))                 # [count, 2]
+  every = shard.all_gather(ends)                                           # [count, 2, B, D]
+  whole = lambda chunk: jnp.max(jnp.where((ids == chunk)[..., None, None], every, NEG_INF),
+                                axis=(0, 1))
+  partial = partial.at[:, 0].set(whole(first))
+  partial = jax.lax.dynamic_update_slice_in_dim(partial, whole(first + last)[:, None], last, 1)
+  pooled = jax.lax.dynamic_slice_in_dim(jnp.repeat(partial, seg_len, axis=1), start, l, axis=1)
+  return jnp.where(mask[..., None], pooled, 0)
+
+
+def local_max_pool(x: Array, mask: Array, window: int = 3, shard: Optional[Shard] = None) -> Array:
   """LMP: max over the window of `window` tokens centred on each token (stride 1, same length),
   counting only tokens where `mask` is True. Rows where `mask` is False are 0.
 
   A running maximum over the `window` shifted copies, not `reduce_window`: XLA lowers the
   gradient of a max-pool window to a scatter of arg-max indices (slow on CPU and GPU), while a
   `where` chain is elementwise both ways. Like max-pooling, the gradient goes to the first
-  maximum of the window (ties keep the earlier token).
+  maximum of the window (ties keep the earlier token). Sequence-sharded, the window's `window //
+  2` neighbours beyond the shard come from the adjacent shards (a halo).
   """
   length, half = x.shape[1], window // 2
-  padded = jnp.pad(_padding_never_wins(x, mask), ((0, 0), (half, half), (0, 0)),
-                   constant_values=NEG_INF)
+  shard = shard or Shard(1, length)
+  padded = shard.halo(_padding_never_wins(x, mask), half, half, fill=NEG_INF)
   pooled = padded[:, :length]
   for start in range(1, window):
     candidate = padded[:, start:start + length]
@@ -147,6 +190,10 @@ class PoNet(nn.Module):
   # Every projection's kernel (the BERT version passes normal(0.02), the official init).
   kernel_init: Callable = nn.linear.default_kernel_init
   dtype: Optional[Dtype] = None
+  # What crosses devices when the sequence is split (layers/sequence_parallel.py).
+  sequence_parallel = ("GA: all-reduced [B, D] / [B, H] / [B, H, D] partial sums and the largest "
+                       "score; SMP: the partial maxima of each shard's two end chunks, gathered; "
+                       "LMP: a halo of local_window // 2 tokens from each neighbour")
 
   @property
   def not_by_design(self) -> dict[str, str]:
@@ -190,32 +237,45 @@ class PoNet(nn.Module):
     del deterministic  # no dropout inside the mixer
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
-    batch, length, dim = x.shape
+    dim = x.shape[-1]
     check_heads(dim, self.num_heads, name)
     self._check(x, segment_ids, boundary_mask)
     dtype = compute_dtype(self.dtype, x)
     dense = lambda n: nn.Dense(dim, dtype=dtype, kernel_init=self.kernel_init, name=n)
     not_boundary = mask if boundary_mask is None else mask & ~boundary_mask.astype(bool)
 
-    gated = jnp.zeros((batch, length, dim), dtype)   # (g' + s), multiplied by the gate H_O
-    if self.use_ga:
-      # Without the second stage (g' = g) K is unused, so it is not created.
-      query, key = (Projection(dim, kernel_init=self.kernel_init, name=n)(dim) if use else None
-                    for n, use in (('query', True), ('key', self.use_ga_cross_attention)))
-      g, weights = global_aggregation(x, mask, query, key, self.num_heads,
-                                      cross_attention=self.use_ga_cross_attention)
-      if weights is not None:
-        self.sow('intermediates', 'ga_weights', weights)
-      gated = gated + g[:, None, :].astype(dtype)  # head h of g' meets head h of O
-    if self.use_smp:
-      h_s = dense('segment')(x)
-      if segment_ids is None:
-        s = chunk_max_pool(h_s, mask, self.segment_num)
-      else:
-        s = segment_max_pool(h_s, mask, segment_ids)
-      gated = gated + jnp.where(not_boundary[..., None], s, 0)
-    fused = gated * dense('gate')(x) if (self.use_ga or self.use_smp) else gated
-    if self.use_lmp:
-      fused = fused + local_max_pool(dense('local')(x), not_boundary, self.local_window)
-    fused = jnp.where(mask[..., None], fused, 0)
+    # The projections act per token; the pooling core below runs on each sequence shard
+    # (layers/sequence_parallel.py; the whole sequence when the model is not sequence-sharded).
+    # Without GA's second stage (g' = g) K is unused, so it is not created.
+    query, key = (Projection(dim, kernel_init=self.kernel_init, name=n)(dim) if use else None
+                  for n, use in (('query', self.use_ga), ('key', self.use_ga and
+                                                          self.use_ga_cross_attention)))
+    h_s = dense('segment')(x) if self.use_smp else None
+    gate = dense('gate')(x) if (self.use_ga or self.use_smp) else None
+    h_l = dense('local')(x) if self.use_lmp else None
+    if self.use_smp and segment_ids is not None and sequence_parallel.active():
+      raise ValueError(f'{name}: explicit segment_ids (sentences) cannot be split over sequence '
+                       'shards; use the LRA chunks (segment_num) or --config.mesh.sequence=1.')
+
+    def core(shard, x, mask, not_boundary, h_s, gate, h_l, segment_ids, query, key):
+      gated = jnp.zeros(x.shape, dtype)   # (g' + s), times the gate H_O
+      weights = None
+      if self.use_ga:
+        g, weights = global_aggregation(x, mask, query, key, self.num_heads,
+                                        cross_attention=self.use_ga_cross_attention, shard=shard)
+        gated = gated + g[:, None, :].astype(dtype)  # head h of g' meets head h of O
+      if self.use_smp:
+        s = (chunk_max_pool(h_s, mask, self.segment_num, shard) if segment_ids is None
+             else segment_max_pool(h_s, mask, segment_ids))
+        gated = gated + jnp.where(not_boundary[..., None], s, 0)
+      fused = gated * gate if gate is not None else gated
+      if self.use_lmp:
+        fused = fused + local_max_pool(h_l, not_boundary, self.local_window, shard)
+      return jnp.where(mask[..., None], fused, 0), weights
+
+    fused, weights = map_shards(
+        core, (x, mask, not_boundary, h_s, gate, h_l, segment_ids, query, key),
+        (1, 1, 1, 1, 1, 1, 1, None, None), (1, 2), owner=name)
+    if weights is not None:
+      self.sow('intermediates', 'ga_weights', weights)
     return dense('out')(fused)

@@ -14,9 +14,11 @@ from typing import Any
 
 import flax.linen as nn
 
+from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.registry import MIXERS, register_mixer
 
 __all__ = ['MIXERS', 'build_mixer', 'causal_mixers', 'check_causal', 'check_required',
+           'check_sequence_parallel',
            'mixer_fields', 'register_mixer']
 
 
@@ -67,4 +69,17 @@ def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: An
     check_causal(name)
   args.update(kwargs)
   check_required(name, args)   # else a raw TypeError from the dataclass __init__
+  if sequence_parallel.active():
+    check_sequence_parallel(name)
   return cls(**args)
+
+
+def check_sequence_parallel(name: str) -> None:
+  """One line when mixer `name` has no sequence-parallel form (its class's `sequence_parallel`),
+  naming the mixers that have one."""
+  cls = MIXERS[name]
+  if not getattr(cls, 'sequence_parallel', ''):
+    raise ValueError(f'mixer {name!r} ({cls.__name__}) has no sequence-parallel form, so it '
+                     'cannot run with config.mesh.sequence > 1; the mixers that have one: '
+                     f'{sequence_parallel.mixers_with_form(MIXERS)} (or shard with '
+                     '--config.mesh.fsdp and keep --config.mesh.sequence=1).')

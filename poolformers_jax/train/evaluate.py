@@ -27,6 +27,7 @@ import ml_collections
 import numpy as np
 
 from poolformers_jax import config as config_lib, data, tasks
+from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.config.validate import check_batch_size, check_eval_batch_size
 from poolformers_jax.train import checkpoint as checkpoint_lib
 from poolformers_jax.train import length_buckets, sharding, step as step_lib
@@ -45,7 +46,8 @@ def eval_step_of(model, task: tasks.Task, state_shardings: Any, mesh):
   batch with 'mask', the task's sums weighted by it (and its rows, if the task has them)."""
 
   def eval_step(state, batch):
-    logits = model.apply(variables_of(state), task.model_inputs(batch), deterministic=True)
+    with sequence_parallel.sharded_sequences(mesh):
+      logits = model.apply(variables_of(state), task.model_inputs(batch), deterministic=True)
     weights = batch['mask'].astype(jnp.float32)
     token_weights = weights
     if 'weights' in batch:   # per-token weights (sliding LM evaluation, data/text_lm.py)

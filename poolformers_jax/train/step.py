@@ -28,6 +28,7 @@ import numpy as np
 import optax
 
 from poolformers_jax import tasks
+from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.train import length_buckets, mixing, sharding, transforms
 from poolformers_jax.train.setup import Setup, StepParts, variables_of
 
@@ -114,7 +115,7 @@ def _step_parts(parts: StepParts, platform: Optional[str] = None):
     mutable = ['batch_stats'] if state.batch_stats is not None else False
 
     def loss_fn(params):
-      with forward_in():
+      with forward_in(), sequence_parallel.sharded_sequences(parts.mesh):
         out = model.apply({**variables_of(state), 'params': params}, inputs,
                           deterministic=False, rngs={'dropout': rng}, mutable=mutable)
       logits, updates = out if mutable else (out, {})
