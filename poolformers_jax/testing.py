@@ -555,3 +555,73 @@ def assert_traces(fn: Callable, batches: Union[Iterable[Sequence[Any]], Callable
 def compiled_temp_bytes(fn, *args) -> int:
   """Temp bytes of the compiled `fn(*args)` (deterministic; see docs/efficiency.md)."""
   return int(jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes)
+
+
+# -- sequence parallelism -------------------------------------------------------------------------
+
+COLLECTIVES = ('all-gather', 'all-reduce', 'collective-permute', 'all-to-all', 'reduce-scatter')
+
+
+def collectives(compiled_text: str) -> list[tuple[str, tuple[int, ...]]]:
+  """(op, result shape) of every collective in a compiled program's text (`.as_text()`); the
+  shape is the first array of the result (an async start's first operand)."""
+  import re
+  found = []
+  for op in COLLECTIVES:
+    for match in re.finditer(r'= \(?([a-z]+\d*)\[([\d,]*)\][^ ]* ' + op + r'(?:-start)?\(',
+                             compiled_text):
+      found.append((op, tuple(int(n) for n in match.group(2).split(',') if n)))
+  return found
+
+
+def sequence_mesh(sequence: int, devices: Optional[Sequence[Any]] = None):
+  """A ('data', 'fsdp', 'sequence') mesh over `devices` (default: all) with `sequence` shards and
+  the rest on 'data'."""
+  from jax.sharding import Mesh
+  devices = list(jax.devices() if devices is None else devices)
+  return Mesh(np.asarray(devices).reshape(len(devices) // sequence, 1, sequence),
+              ('data', 'fsdp', 'sequence'))
+
+
+def assert_sequence_parallel(mixer: nn.Module, *, sequence: int = 4, length: int = 48,
+                             dim: int = 16, rtol: float = 1e-5, seed: int = 0,
+                             call_kwargs: Optional[Mapping[str, Any]] = None) -> list:
+  """`sequence_parallel`: the mixer split over `sequence` devices along the tokens (and the
+  remaining devices along the batch) gives the outputs, the loss and every gradient (parameters
+  and input) of the unsplit mixer, within `rtol` of each array's largest magnitude. Rows are
+  padded differently (the mask crosses shard boundaries). Returns the compiled sharded program's
+  `collectives` so the caller can bound what crosses devices."""
+  from jax.sharding import NamedSharding, PartitionSpec as P
+  from poolformers_jax.layers.sequence_parallel import sharded_sequences
+  mesh = sequence_mesh(sequence)
+  rows = mesh.shape['data']
+  x, mask = random_inputs(seed, 2 * rows, length, dim)
+  mask = jnp.arange(length)[None, :] < jnp.asarray([length, length - 7] * rows)[:, None]
+  call_kwargs = dict(call_kwargs or {})
+  variables = _init(mixer, x, mask, call_kwargs)
+
+  def loss(variables, x, mask):
+    y = _apply(mixer, variables, x, mask, call_kwargs)
+    return jnp.sum(jnp.where(mask[..., None], y, 0) ** 2), y
+
+  grad = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)
+  expected = jax.jit(grad)(variables, x, mask)
+
+  def split(variables, x, mask):
+    with sharded_sequences(mesh):
+      return grad(variables, x, mask)
+
+  tokens = NamedSharding(mesh, P(('data', 'fsdp'), 'sequence'))
+  args = (variables, jax.device_put(x, tokens), jax.device_put(mask, tokens))
+  compiled = jax.jit(split).lower(*args).compile()
+  actual = compiled(*args)
+  names = ['loss', 'outputs', *(f'grad {_path(p)}' for p, _ in
+                                jax.tree_util.tree_flatten_with_path(expected[1][0])[0]),
+           'grad input']
+  flat_e, flat_a = jax.tree.leaves(expected), jax.tree.leaves(actual)
+  # tree order: ((loss, outputs), (param grads..., input grad))
+  for name, a, e in zip(names, flat_a, flat_e):
+    scale = float(jnp.max(jnp.abs(e))) if e.size else 0.0
+    assert_close('sequence_parallel', a, e, atol=rtol * max(scale, 1e-30),
+                 what=f'{type(mixer).__name__} {name} on {sequence} sequence shards: ')
+  return collectives(compiled.as_text())
