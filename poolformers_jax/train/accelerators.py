@@ -4,7 +4,9 @@ exported for CUDA as StableHLO (`jax.export`; a GPU compile needs a GPU).
 
     python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --topology v5e:2x2
 
-Per device of the slice (the data mesh spans all of them), from the compiled TPU program:
+Per device of the slice (the mesh of config.mesh spans all of them: data parallel by default,
+`--config.mesh.fsdp` / `sequence` to split the state / the tokens), from the compiled TPU program:
+the parameter and optimizer bytes each device holds,
 `memory_analysis()` (arguments + outputs + temporaries - aliased) against the chip's HBM,
 `cost_analysis()` flops and bytes accessed, the collectives in the program text, XLA's own time
 estimate (`optimal_seconds`), and a roofline estimate from the chip's published peaks:
@@ -96,9 +98,10 @@ def _stderr_to(path: str):
       os.close(saved)
 
 
-def topology_mesh(topology: str) -> Mesh:
-  """A 1-D 'data' mesh over the compile-only devices of a TPU slice, e.g. 'v5e:2x2' (4 chips).
-  Programs compiled on it are real TPU executables; they cannot run here."""
+def topology_mesh(topology: str, sizes: Optional[dict[str, int]] = None) -> Mesh:
+  """The ('data', 'fsdp', 'sequence') mesh (`sizes`: config.mesh; default data parallel) over the
+  compile-only devices of a TPU slice, e.g. 'v5e:2x2' (4 chips). Programs compiled on it are
+  real TPU executables; they cannot run here."""
   chip = chip_of(topology)
   if importlib.util.find_spec('libtpu') is None:
     raise AcceleratorError(f'compiling for a TPU slice needs libtpu: pip install {LIBTPU_PIN} '
@@ -116,7 +119,12 @@ def topology_mesh(topology: str) -> Mesh:
   if devices[0].device_kind != chip.device_kind:
     raise AcceleratorError(f'--topology {topology!r} gave {devices[0].device_kind!r} devices, '
                            f'not {chip.device_kind!r}.')
-  return Mesh(np.asarray(devices), (sharding.DATA_AXIS,))
+  try:
+    shape = sharding.mesh_sizes(len(devices), sizes or {})
+  except ValueError as error:
+    raise ConfigError(f'--topology {topology!r}: {error}') from None
+  return Mesh(np.asarray(devices).reshape([shape[a] for a in sharding.MESH_AXES]),
+              sharding.MESH_AXES)
 
 
 # ------------------------------------------------------------------ reading compiled programs
@@ -198,8 +206,9 @@ def fit_advice(topology: str, config, *, devices: int, temp: float, fixed: float
   while k <= per_device and fixed + temp / k > hbm:
     k *= 2
   if fixed >= hbm or k > per_device or batch % k:
-    return (f'{need}; parameters and optimizer state alone take {fixed / gib:.1f} GiB: use a '
-            f'slice with more chips (data parallelism does not split them)')
+    return (f'{need}; parameters and optimizer state alone take {fixed / gib:.1f} GiB: split '
+            f'them over the chips with --config.mesh.fsdp={devices} --config.mesh.data=1, or '
+            'use a slice with more chips')
   # Steps and warmup count micro-batches (train/optim.py): times k keeps the schedule.
   return (f'{need}: try --config.batch_size={batch // k} --config.optimizer.grad_accum_steps='
           f'{int(config.optimizer.grad_accum_steps) * k} --config.num_train_steps='
@@ -233,7 +242,8 @@ def _per_device_bytes(x: jax.ShapeDtypeStruct) -> int:
 def compile_for_topology(config, topology: str) -> tuple[Setup, Any, Any]:
   """(setup on the slice's mesh, compiled train step, compiled eval step) of `config`; the
   dataset's files are not needed. The config's batch sizes are global, split over the slice."""
-  setup = make_setup(config, need_files=False, mesh=topology_mesh(topology))
+  sizes = {axis: int(config.mesh[axis]) for axis in sharding.MESH_AXES}
+  setup = make_setup(config, need_files=False, mesh=topology_mesh(topology, sizes))
   _one_program(setup)
   return setup, _compile_or_advise(setup, topology), compile_eval_step(setup)
 
@@ -246,10 +256,16 @@ def topology_report(config, topology: str) -> dict[str, Any]:
   n = setup.mesh.devices.size
   train_report = program_report(train, chip, n)
   steps = int(setup.config.num_train_steps)
+  state = setup.abstract_state
+  per_device = lambda tree: sum(_per_device_bytes(x) for x in jax.tree.leaves(tree))
   return {
       'topology': topology, 'device_kind': chip.device_kind, 'devices': n,
+      'mesh': dict(setup.mesh.shape),
+      'state_bytes_per_device': {'params': per_device(state.params),
+                                 'optimizer': per_device(state.opt_state)},
       'devices_per_chip': chip.devices_per_chip, 'chip_source': chip.source,
-      'batch_size': int(setup.config.batch_size), 'per_device_batch': int(setup.config.batch_size) // n,
+      'batch_size': int(setup.config.batch_size),
+      'per_device_batch': int(setup.config.batch_size) // sharding.batch_devices(setup.mesh),
       'eval_batch_size': setup.eval_batch_size, 'num_train_steps': steps,
       'train_step': train_report, 'eval_step': program_report(eval_step, chip, n),
       'train_hours': steps * train_report['roofline']['seconds'] / 3600,

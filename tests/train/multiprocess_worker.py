@@ -23,7 +23,9 @@ jax.config.update('jax_enable_compilation_cache', False)
 
 
 def main(data_dir, workdir):
-  config = tiny_config(data_dir, num_train_steps=3, eval_every_steps=3, checkpoint_every_steps=3)
+  # FSDP across the two processes: every large parameter is split between them.
+  config = tiny_config(data_dir, num_train_steps=3, eval_every_steps=3, checkpoint_every_steps=3,
+                       **{'mesh.data': 1, 'mesh.fsdp': 2, 'mesh.fsdp_min_size': 64})
   result = train_and_evaluate(config, workdir)
   print(json.dumps({'process_index': jax.process_index(), 'process_count': jax.process_count(),
                     'devices': jax.device_count(), 'validation': result.validation,

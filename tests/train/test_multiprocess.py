@@ -1,4 +1,5 @@
-"""Two processes joined by jax.distributed over loopback (gloo CPU collectives) == one process."""
+"""Two processes joined by jax.distributed over loopback (gloo CPU collectives), parameters split
+between them (fsdp 2) == one data-parallel process."""
 import json
 import os
 import socket
