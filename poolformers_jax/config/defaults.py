@@ -79,9 +79,9 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.num_devices = -1                # -1 = all local devices
   # The device mesh (train/sharding.py, docs/training.md#sharding): data parallel by default.
   # fsdp splits the examples and the large parameters / optimizer state; sequence splits every
-  # example's tokens. -1 = the devices the other axes leave. `rules`: 'regex=spec' overrides of
-  # which dimension of a parameter fsdp splits; `fsdp_min_size`: smaller leaves are replicated.
-  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, sequence=1, rules=(),
+  # example's tokens. -1 = the devices the other axes leave. `rules`: 'regex=spec;...' overrides
+  # of which dimension of a parameter fsdp splits; `fsdp_min_size`: smaller leaves are replicated.
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, sequence=1, rules='',
                                                fsdp_min_size=2**14))
   config.progress_bar = True
   config.profile_steps = ()              # (first, last): jax.profiler trace in DIR/profile

@@ -134,7 +134,14 @@ def make_mesh(config: ml_collections.ConfigDict) -> Mesh:
 
 
 def fsdp_rules(config: ml_collections.ConfigDict) -> sharding.FsdpRules:
-  return sharding.FsdpRules(tuple(config.mesh.rules), int(config.mesh.fsdp_min_size))
+  """config.mesh.rules and fsdp_min_size as the FSDP placement rule (a bad rule: one line)."""
+  rules = sharding.FsdpRules(tuple(r.strip() for r in str(config.mesh.rules).split(';')
+                                   if r.strip()), int(config.mesh.fsdp_min_size))
+  try:
+    rules.parsed()
+  except ValueError as error:
+    raise config_lib.ConfigError(str(error)) from None
+  return rules
 
 
 def variables_of(state) -> dict[str, Any]:

@@ -167,7 +167,7 @@ def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, ja
 class FsdpRules:
   """Which parameters (and their optimizer state) the 'fsdp' axis splits, and on which dimension.
 
-  `overrides`: 'regex=spec' strings, the first whose regex is found in a leaf's path
+  `overrides`: 'regex=spec' strings (config.mesh.rules, ';'-separated), the first whose regex is found in a leaf's path
   ('params/encoder/block_0/PoNet_0/query/kernel'; optimizer state: the same path behind its own
   prefix) wins; spec: one entry per dimension, comma-separated, each a mesh axis or '' (not
   split); '' alone replicates the leaf. E.g. 'embedding=fsdp,' splits an embedding table's rows.
@@ -185,7 +185,7 @@ class FsdpRules:
       if not sep or any(a not in (None, *MESH_AXES) for a in axes):
         raise ValueError(f'config.mesh.rules entry {rule!r} is not "regex=spec" with spec a '
                          f'comma-separated axis per dimension from {list(MESH_AXES)} or empty; '
-                         "e.g. 'embedding=fsdp,' or 'bias=' (replicated).")
+                         "e.g. --config.mesh.rules='embedding=fsdp,;bias='.")
       try:
         out.append((re.compile(regex), axes))
       except re.error as error:
