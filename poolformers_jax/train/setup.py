@@ -18,6 +18,7 @@ import optax
 from jax.sharding import Mesh
 
 from poolformers_jax import config as config_lib, tasks
+from poolformers_jax.layers.registry import check_sequence_parallel
 from poolformers_jax.models import build_model
 from poolformers_jax.tasks.classification import TOP_K
 from poolformers_jax.train import length_buckets, optim, sharding, state as state_lib
@@ -100,6 +101,11 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
   config_lib.check_config(config, info, devices=sharding.batch_devices(mesh),   # before any model
                           processes=jax.process_count(), metrics=validation_metrics(info),
                           sequence=sharding.axis_size(mesh, sharding.SEQUENCE_AXIS))
+  if sharding.axis_size(mesh, sharding.SEQUENCE_AXIS) > 1 and 'mixer' in config.model:
+    try:   # what build_mixer checks at trace time, here before anything is built
+      check_sequence_parallel(config.model.mixer)
+    except ValueError as error:
+      raise config_lib.ConfigError(str(error)) from None
   model = build_model(config)
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)

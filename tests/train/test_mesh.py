@@ -145,3 +145,25 @@ def test_a_run_saved_on_one_mesh_resumes_on_another(data_dir, tmp_path):
                                            num_devices=1), moved)
   assert resumed.step == 6
   np.testing.assert_allclose(_losses(moved), _losses(straight), rtol=1e-5)
+
+
+@pytest.mark.parametrize('spec,updates,message', [
+    ('configs/lra_listops.py:ponet,tiny', {'mesh.fsdp': 3}, 'do not divide the 8 devices'),
+    ('configs/lra_listops.py:ponet,tiny', {'mesh.sequence': 4, 'data.max_length': 30},
+     'does not divide the sequence length 30'),
+    ('configs/lra_listops.py:ponet,tiny', {'mesh.rules': 'kernel=model'}, 'not "regex=spec"'),
+    ('configs/lra_listops.py:ponet,tiny', {'mesh.fsdp': 8, 'mesh.data': 1, 'batch_size': 4},
+     'must be divisible by the number of devices'),
+    ('configs/cifar.py:hvt_s_4', {'mesh.sequence': 2}, 'splits token sequences'),
+])
+def test_what_a_mesh_cannot_split_is_refused_in_one_line_before_compiling(spec, updates,
+                                                                           message):
+  with pytest.raises(ValueError, match=message) as error:
+    make_setup(config_lib.load(spec, updates), need_files=False)
+  assert '\n' not in str(error.value)
+
+
+def test_a_mixer_without_a_sequence_parallel_form_is_refused_before_the_model_is_built():
+  config = config_lib.load('configs/lra_listops.py:msac,tiny', {'mesh.sequence': 2})
+  with pytest.raises(ValueError, match=r"mixer 'msac' .* no sequence-parallel form.*'ponet'"):
+    make_setup(config, need_files=False)
