@@ -563,14 +563,16 @@ COLLECTIVES = ('all-gather', 'all-reduce', 'collective-permute', 'all-to-all', '
 
 
 def collectives(compiled_text: str) -> list[tuple[str, tuple[int, ...]]]:
-  """(op, result shape) of every collective in a compiled program's text (`.as_text()`); the
-  shape is the first array of the result (an async start's first operand)."""
+  """(op, shape) of every array every collective of a compiled program (`.as_text()`) returns
+  (a combined all-reduce returns several; an async '-start' its operands and results)."""
   import re
   found = []
-  for op in COLLECTIVES:
-    for match in re.finditer(r'= \(?([a-z]+\d*)\[([\d,]*)\][^ ]* ' + op + r'(?:-start)?\(',
-                             compiled_text):
-      found.append((op, tuple(int(n) for n in match.group(2).split(',') if n)))
+  op = re.compile(r'=\s*(.*?)\s(' + '|'.join(COLLECTIVES) + r')(?:-start)?\(')
+  for line in compiled_text.splitlines():
+    match = op.search(line)
+    if match:
+      found += [(match.group(2), tuple(int(n) for n in dims.split(',') if n))
+                for dims in re.findall(r'[a-z]+\d*\[([\d,]*)\]', match.group(1))]
   return found
 
 

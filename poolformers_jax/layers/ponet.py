@@ -263,6 +263,7 @@ class PoNet(nn.Module):
       if self.use_ga:
         g, weights = global_aggregation(x, mask, query, key, self.num_heads,
                                         cross_attention=self.use_ga_cross_attention, shard=shard)
+        g = shard.varying(g)   # broadcast below: its gradient is summed over shards at [B, D]
         gated = gated + g[:, None, :].astype(dtype)  # head h of g' meets head h of O
       if self.use_smp:
         s = (chunk_max_pool(h_s, mask, self.segment_num, shard) if segment_ids is None

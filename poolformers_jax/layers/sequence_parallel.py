@@ -97,6 +97,16 @@ class Shard:
   def pmax(self, x: Any) -> Any:
     return jax.lax.pmax(x, self.axis) if self.axis else x
 
+  def varying(self, x: Array) -> Array:
+    """`x` (equal on every shard, e.g. after a psum) marked as differing per shard, at its own
+    size: do this before broadcasting it over the tokens, or the gradient's sum over the shards
+    (the transpose of the mark) runs on the broadcast, token-sized array."""
+    if not self.axis:
+      return x
+    if hasattr(jax.lax, 'pcast'):   # jax >= 0.9
+      return jax.lax.pcast(x, self.axis, to='varying')
+    return jax.lax.pvary(x, self.axis)
+
   def all_gather(self, x: Array) -> Array:
     """[count, *x.shape]: every shard's `x`, in sequence order."""
     return jax.lax.all_gather(x, self.axis) if self.axis else x[None]

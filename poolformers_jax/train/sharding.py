@@ -27,6 +27,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 DATA_AXIS, FSDP_AXIS, SEQUENCE_AXIS = 'data', 'fsdp', 'sequence'
 MESH_AXES = (DATA_AXIS, FSDP_AXIS, SEQUENCE_AXIS)   # outer to inner: 'sequence' varies fastest
 BATCH_AXES = (DATA_AXIS, FSDP_AXIS)                 # the axes that split the examples
+POSITION_TABLE = 'pos_embedding'   # a learned position table's parameter (layers/common.py)
 
 DISTRIBUTED_MODES = ('auto', 'on', 'off')
 _started: Optional[bool] = None     # the first call's answer (train.py's), kept by later calls
@@ -173,6 +174,7 @@ class FsdpRules:
   split); '' alone replicates the leaf. E.g. 'embedding=fsdp,' splits an embedding table's rows.
   Otherwise a leaf of at least `min_size` elements is split on its largest dimension that the
   axis size divides (big_vision's `fsdp` rule); smaller leaves (biases, norms) are replicated.
+  With sequence parallelism a learned position table's rows are split over 'sequence'.
   """
   overrides: tuple[str, ...] = ()
   min_size: int = 2**14
@@ -192,22 +194,28 @@ class FsdpRules:
         raise ValueError(f'config.mesh.rules entry {rule!r}: bad regex ({error}).') from None
     return out
 
-  def spec(self, path: str, shape: Sequence[int], fsdp: int) -> P:
-    """The PartitionSpec of the leaf at `path` with `shape` on a mesh whose 'fsdp' is `fsdp`."""
+  def spec(self, path: str, shape: Sequence[int], fsdp: int, sequence: int = 1) -> P:
+    """The PartitionSpec of the leaf at `path` with `shape` on a mesh whose 'fsdp' and
+    'sequence' sizes are `fsdp` and `sequence`."""
     for regex, axes in self.parsed():
       if regex.search(path):
         if axes and len(axes) != len(shape):
           raise ValueError(f'config.mesh.rules: {regex.pattern!r} gives {len(axes)} dimensions '
                            f'to {path} of shape {tuple(shape)}; give one per dimension.')
         return P(*axes)
-    if fsdp <= 1 or int(np.prod(shape, dtype=np.int64)) < self.min_size:
-      return P()
-    dims = [d for d in np.argsort(shape, kind='stable')[::-1] if shape[d] % fsdp == 0]
-    if not dims:
-      return P()
-    spec = [None] * len(shape)
-    spec[int(dims[0])] = FSDP_AXIS
-    return P(*spec)
+    spec: list[Optional[str]] = [None] * len(shape)
+    rows = next((d for d, n in enumerate(shape) if n > 1), None)   # [1, L, D]: the positions
+    if (sequence > 1 and POSITION_TABLE in path.split('/') and rows is not None
+        and shape[rows] % sequence == 0):
+      # A learned position table has a row per position: its gradient comes split over
+      # 'sequence' like the tokens, so the table (and its optimizer state) stays split too.
+      spec[rows] = SEQUENCE_AXIS
+    if fsdp > 1 and int(np.prod(shape, dtype=np.int64)) >= self.min_size:
+      dims = [d for d in np.argsort(shape, kind='stable')[::-1]
+              if shape[d] % fsdp == 0 and spec[d] is None]
+      if dims:
+        spec[int(dims[0])] = FSDP_AXIS
+    return P(*spec) if any(spec) else P()
 
 
 def leaf_path(path: Sequence[Any]) -> str:
@@ -224,9 +232,10 @@ def leaf_path(path: Sequence[Any]) -> str:
 def state_shardings(mesh: Mesh, abstract_state: Any, rules: FsdpRules = FsdpRules()) -> Any:
   """The NamedSharding of every leaf of a train state: scalars (step, counts) replicated, every
   other leaf as `rules` says (replicated on a mesh without 'fsdp')."""
-  fsdp = axis_size(mesh, FSDP_AXIS)
+  fsdp, sequence = axis_size(mesh, FSDP_AXIS), axis_size(mesh, SEQUENCE_AXIS)
 
   def one(path, leaf):
     shape = tuple(getattr(leaf, 'shape', ()))
-    return NamedSharding(mesh, rules.spec(leaf_path(path), shape, fsdp) if shape else P())
+    return NamedSharding(mesh, rules.spec(leaf_path(path), shape, fsdp, sequence) if shape
+                         else P())
   return jax.tree_util.tree_map_with_path(one, abstract_state)

@@ -13,6 +13,7 @@ from poolformers_jax.train import Hooks, evaluate, sharding, step as step_lib, t
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train.metrics import read_metrics
 from poolformers_jax.train.setup import fsdp_rules, make_setup
+from poolformers_jax.testing import collectives
 
 import lra_listops
 
@@ -167,3 +168,17 @@ def test_a_mixer_without_a_sequence_parallel_form_is_refused_before_the_model_is
   config = config_lib.load('configs/lra_listops.py:msac,tiny', {'mesh.sequence': 2})
   with pytest.raises(ValueError, match=r"mixer 'msac' .* no sequence-parallel form.*'ponet'"):
     make_setup(config, need_files=False)
+
+
+def test_a_sequence_sharded_ponet_step_moves_nothing_that_grows_with_the_length():
+  """The whole training step of the PoNet LRA encoder on 8 sequence shards: the same
+  collectives (op and every shape) at 64 and 128 tokens: parameter gradients, GA's partial sums,
+  SMP's end segments, LMP's halos; the learned position table stays split like the tokens."""
+  found = []
+  for length in (64, 128):
+    config = config_lib.load('configs/lra_listops.py:ponet,tiny', {
+        'data.max_length': length, 'batch_size': 1, 'mesh.data': 1, 'mesh.sequence': 8,
+        'model.mixer_kwargs.segment_num': 4})
+    compiled = step_lib.compile_train_step(make_setup(config, need_files=False)).run
+    found.append(sorted(collectives(compiled.as_text())))
+  assert found[0] and found[0] == found[1]
