@@ -563,14 +563,20 @@ COLLECTIVES = ('all-gather', 'all-reduce', 'collective-permute', 'all-to-all', '
 
 
 def collectives(compiled_text: str) -> list[tuple[str, tuple[int, ...]]]:
-  """(op, result shape) of every collective in a compiled program's text (`.as_text()`); the
-  shape is the first array of the result (an async start's first operand)."""
+  """(op, shape) of every array a collective in a compiled program's text (`.as_text()`) moves:
+  each array of a combined (tuple) result, as XLA merges the all-reduces of one step; an async
+  start's first operand."""
   import re
+  instruction = re.compile(r'=\s*(.*?)\s(' + '|'.join(COLLECTIVES) + r')(-start)?\(')
   found = []
-  for op in COLLECTIVES:
-    for match in re.finditer(r'= \(?([a-z]+\d*)\[([\d,]*)\][^ ]* ' + op + r'(?:-start)?\(',
-                             compiled_text):
-      found.append((op, tuple(int(n) for n in match.group(2).split(',') if n)))
+  for line in compiled_text.splitlines():
+    match = instruction.search(line)
+    if match is None:
+      continue
+    result, op, start = match.groups()
+    shapes = re.findall(r'\b[a-z][a-z0-9]*\[([\d,]*)\]', result)
+    found += [(op, tuple(int(n) for n in dims.split(',') if n))
+              for dims in (shapes[:1] if start else shapes)]
   return found
 
 
