@@ -563,16 +563,20 @@ COLLECTIVES = ('all-gather', 'all-reduce', 'collective-permute', 'all-to-all', '
 
 
 def collectives(compiled_text: str) -> list[tuple[str, tuple[int, ...]]]:
-  """(op, shape) of every array every collective of a compiled program (`.as_text()`) returns
-  (a combined all-reduce returns several; an async '-start' its operands and results)."""
+  """(op, shape) of every array a collective in a compiled program's text (`.as_text()`) moves:
+  each array of a combined (tuple) result, as XLA merges the all-reduces of one step; an async
+  start's first operand."""
   import re
+  instruction = re.compile(r'=\s*(.*?)\s(' + '|'.join(COLLECTIVES) + r')(-start)?\(')
   found = []
-  op = re.compile(r'=\s*(.*?)\s(' + '|'.join(COLLECTIVES) + r')(?:-start)?\(')
   for line in compiled_text.splitlines():
-    match = op.search(line)
-    if match:
-      found += [(match.group(2), tuple(int(n) for n in dims.split(',') if n))
-                for dims in re.findall(r'[a-z]+\d*\[([\d,]*)\]', match.group(1))]
+    match = instruction.search(line)
+    if match is None:
+      continue
+    result, op, start = match.groups()
+    shapes = re.findall(r'\b[a-z][a-z0-9]*\[([\d,]*)\]', result)
+    found += [(op, tuple(int(n) for n in dims.split(',') if n))
+              for dims in (shapes[:1] if start else shapes)]
   return found
 
 

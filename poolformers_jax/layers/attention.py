@@ -11,6 +11,15 @@ Softmax attention has four implementations of the same function (`implementation
   linear in L. The padding mask reaches cuDNN as per-sequence lengths (mask.sum), which is
   exact for right-padded masks (real tokens first, as every data pipeline here pads).
 - 'auto': 'cudnn' where it applies, else 'xla'.
+
+Sequence-parallel forms (layers/sequence_parallel.py; the sequence split over devices):
+- linear attention: the key-value state sum_j phi(k_j) v_j^T [B, H, Dh, Dh] and the normaliser
+  sum_j phi(k_j) [B, H, Dh] are all-reduced; causal, each shard adds the states of the shards
+  before it (one all-gather of the per-shard states, an exclusive prefix sum: LASP-2) to its
+  own causal prefix sums. Nothing that crosses devices grows with the length.
+- softmax attention, the quadratic baseline: every shard gathers all keys and values (and the
+  key mask) and attends its own queries to them, so what crosses devices is K and V, which
+  grow with the length ('explicit' and 'xla'; 'auto' runs 'xla' there, 'cudnn' is refused).
 """
 from __future__ import annotations
 
@@ -25,6 +34,8 @@ from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias
                                            check_choices, check_heads, check_sequence_input,
                                            compute_dtype, segment_allowed)
 from poolformers_jax.layers.registry import register_mixer
+from poolformers_jax.layers import sequence_parallel
+from poolformers_jax.layers.sequence_parallel import Shard, map_shards
 
 
 def split_heads(x: Array, num_heads: int) -> Array:
@@ -97,6 +108,26 @@ def fused_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
                                       implementation='xla')
 
 
+def gather_tokens(shard: Shard, x: Array) -> Array:
+  """Every shard's `x` ([B, L/count, ...], tokens on axis 1) in sequence order: [B, L, ...]."""
+  every = shard.all_gather(x)                                  # [count, B, L/count, ...]
+  return jnp.moveaxis(every, 0, 1).reshape(x.shape[0], -1, *x.shape[2:])
+
+
+def sharded_allowed(shard: Shard, mask: Array, segment_ids: Optional[Array],
+                    causal: bool) -> tuple[Array, Array]:
+  """This shard's queries against all keys: the gathered key mask [B, L] and the allowed
+  matrix [B, L/count, L] (real keys; with `causal` keys at global positions <= the query's;
+  with packed rows `segment_ids`, keys of the query's own segment)."""
+  keys = gather_tokens(shard, mask)
+  allowed = jnp.broadcast_to(keys[:, None, :], (mask.shape[0], shard.length, keys.shape[1]))
+  if causal:
+    allowed = allowed & (shard.positions()[:, None] >= jnp.arange(keys.shape[1])[None, :])
+  if segment_ids is not None:
+    allowed = allowed & (segment_ids[:, :, None] == gather_tokens(shard, segment_ids)[:, None, :])
+  return keys, allowed
+
+
 @register_mixer('softmax')
 class MultiHeadAttention(nn.Module):
   """Softmax multi-head self-attention (Vaswani et al., 2017).
@@ -117,6 +148,9 @@ class MultiHeadAttention(nn.Module):
   implementation: Implementation = 'explicit'
   kernel_init: Callable = nn.linear.default_kernel_init   # BERT: normal(0.02)
   dropout_on: Literal['output', 'weights'] = 'output'     # 'weights': explicit only
+  # What crosses devices when the sequence is split (layers/sequence_parallel.py).
+  sequence_parallel = ('the quadratic baseline: all keys and values [B, L, D] (and the key '
+                       'mask) gathered on every shard, growing with the length; queries local')
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -136,26 +170,55 @@ class MultiHeadAttention(nn.Module):
                                   kernel_init=self.kernel_init, name=name)
     q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))
     dropout = nn.Dropout(self.dropout_rate)
-    allowed = None if segment_ids is None else segment_allowed(segment_ids, mask)   # [B, L, L]
-    if allowed is not None and implementation == 'cudnn':   # cuDNN takes lengths, not segments
+    on_weights = self.dropout_on == 'weights'
+    drop_weights = on_weights and not deterministic and self.dropout_rate > 0
+    if sequence_parallel.active():
+      if implementation == 'cudnn':   # cuDNN takes lengths, not the shard's [L/count, L] mask
+        if self.implementation != 'auto':
+          raise ValueError(f"{name}: implementation='cudnn' cannot run sequence-sharded (it "
+                           "takes lengths, not a shard's queries against all keys); use 'auto', "
+                           "'xla' or 'explicit', or --config.mesh.sequence=1.")
+        implementation = 'xla'
+      if drop_weights:
+        raise ValueError(f"{name}: dropout_on='weights' cannot run sequence-sharded (its random "
+                         "mask would repeat on every shard); use dropout_on='output' or "
+                         '--config.mesh.sequence=1.')
+    if segment_ids is not None and implementation == 'cudnn':   # cuDNN takes lengths, not segments
       if self.implementation != 'auto':
         raise ValueError(f"{name}: implementation='cudnn' takes no packed rows (segment_ids); "
                          "use 'auto', 'xla' or 'explicit'.")
       implementation = 'xla'
+    drop = lambda t: dropout(t, deterministic=deterministic)
+
+    # Queries, keys and values are per token; the attention runs on each sequence shard
+    # (layers/sequence_parallel.py; the whole sequence when the model is not sequence-sharded).
+    def core(shard, q, k, v, mask, segment_ids):
+      if shard.count == 1:
+        allowed = None if segment_ids is None else segment_allowed(segment_ids, mask)  # [B, L, L]
+        causal = self.causal
+      else:   # the quadratic baseline: all keys / values gathered, this shard's queries
+        k, v = gather_tokens(shard, k), gather_tokens(shard, v)
+        mask, allowed = sharded_allowed(shard, mask, segment_ids, self.causal)
+        causal = False   # in `allowed`, at the queries' global positions
+      if implementation == 'explicit':
+        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))
+        if shard.count == 1:
+          bias = attention_bias(mask, causal)
+          if allowed is not None:
+            bias = jnp.where(allowed[:, None], bias, NEG_INF)
+        else:
+          bias = jnp.where(allowed[:, None], 0.0, NEG_INF).astype(jnp.float32)
+        return softmax_attention(q, k, v, bias, drop if drop_weights else None)
+      heads = lambda t: t.reshape(t.shape[:2] + (self.num_heads, head_dim))   # [B, L, H, Dh]
+      return fused_attention(heads(q), heads(k), heads(v), mask if allowed is None else allowed,
+                             causal, implementation), None
+
+    out, weights = map_shards(core, (q, k, v, mask, segment_ids), (1, 1, 1, 1, 1),
+                              (2, 2) if implementation == 'explicit' else (1, None), owner=name)
     if implementation == 'explicit':
-      q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))
-      bias = attention_bias(mask, self.causal)
-      if allowed is not None:
-        bias = jnp.where(allowed[:, None], bias, NEG_INF)
-      drop = lambda t: dropout(t, deterministic=deterministic)
-      on_weights = self.dropout_on == 'weights'
-      out, weights = softmax_attention(q, k, v, bias, drop if on_weights else None)
       self.sow('intermediates', 'attention_weights', weights)
       out = merge_heads(out if on_weights else drop(out))
     else:
-      heads = lambda t: t.reshape(t.shape[:2] + (self.num_heads, head_dim))   # [B, L, H, Dh]
-      out = fused_attention(heads(q), heads(k), heads(v), mask if allowed is None else allowed,
-                            self.causal, implementation)
       out = dropout(out.reshape(x.shape[:2] + (dim,)), deterministic=deterministic)
     return dense('out')(out)
 
@@ -167,7 +230,8 @@ FEATURE_MAPS: dict[str, Callable[[Array], Array]] = {
 
 
 def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
-                     eps: float = 1e-6, normalizer: str = 'keys') -> Array:
+                     eps: float = 1e-6, normalizer: str = 'keys',
+                     shard: Optional[Shard] = None) -> Array:
   """Kernel attention on feature-mapped `q, k` and `v`, all [B, H, L, Dh]; `mask: [B, L]` removes
   padded keys. Causal sums run over j <= i (prefix sums). Accumulation is in float32.
 
@@ -177,20 +241,34 @@ def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
   normaliser; phi(q) and phi(k) are each scaled by L^(-1/4), L the padded length of the input:
       out_i = phi(q_i) . sum_j phi(k_j) v_j^T / sqrt(L)
   so the output depends on how much padding the batch carries (not on its values).
+
+  Sequence-sharded (`shard`: this device's tokens), the sums over keys are all-reduced as
+  [B, H, Dh, Dh] / [B, H, Dh] states; causal, the states of the shards before this one come from
+  one all-gather of every shard's state and an exclusive prefix sum (LASP-2) and are added to
+  the shard's own prefix sums. L of 'padded_length' is the whole sequence's, count x the shard's.
   """
+  shard = shard or Shard(1, q.shape[2])
   k = k * mask[:, None, :, None].astype(k.dtype)
   q32, k32, v32 = (t.astype(jnp.float32) for t in (q, k, v))
   if normalizer == 'padded_length':
-    scale = float(q.shape[2]) ** -0.25
+    scale = float(shard.count * q.shape[2]) ** -0.25
     q32, k32 = q32 * scale, k32 * scale
   if causal:
     kv = jnp.cumsum(jnp.einsum('bhld,bhle->bhlde', k32, v32), axis=2)
+    ksum = jnp.cumsum(k32, axis=2)
+    if shard.count > 1:   # plus the states of the preceding shards
+      state = jnp.concatenate([kv[:, :, -1], ksum[:, :, -1, :, None]], axis=-1)  # [B, H, Dh, Dh+1]
+      every = shard.all_gather(state)                                    # [count, B, H, Dh, Dh+1]
+      before = (jnp.arange(shard.count) < shard.index).astype(jnp.float32)
+      prefix = jnp.einsum('c,cbhde->bhde', before, every)
+      kv = kv + prefix[:, :, None, :, :-1]
+      ksum = ksum + prefix[:, :, None, :, -1]
     num = jnp.einsum('bhld,bhlde->bhle', q32, kv)
-    den = jnp.einsum('bhld,bhld->bhl', q32, jnp.cumsum(k32, axis=2))
+    den = jnp.einsum('bhld,bhld->bhl', q32, ksum)
   else:
-    kv = jnp.einsum('bhld,bhle->bhde', k32, v32)
+    kv = shard.psum(jnp.einsum('bhld,bhle->bhde', k32, v32))
     num = jnp.einsum('bhld,bhde->bhle', q32, kv)
-    den = jnp.einsum('bhld,bhd->bhl', q32, jnp.sum(k32, axis=2))
+    den = jnp.einsum('bhld,bhd->bhl', q32, shard.psum(jnp.sum(k32, axis=2)))
   out = num if normalizer == 'padded_length' else num / (den[..., None] + eps)
   return out.astype(v.dtype)
 
@@ -207,6 +285,9 @@ class LinearAttention(nn.Module):
   use_bias: bool = True
   dtype: Optional[Dtype] = None
   normalizer: Literal['keys', 'padded_length'] = 'keys'
+  # What crosses devices when the sequence is split (layers/sequence_parallel.py).
+  sequence_parallel = ('the key-value state [B, H, Dh, Dh] and normaliser [B, H, Dh], all-reduced; '
+                       'causal: every shard\'s [B, H, Dh, Dh + 1] states gathered (LASP-2)')
 
   @property
   def not_by_design(self) -> dict[str, str]:
@@ -229,5 +310,8 @@ class LinearAttention(nn.Module):
     dense = lambda n: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=n)
     phi = FEATURE_MAPS[self.feature_map]
     q, k, v = (split_heads(dense(n)(x), self.num_heads) for n in ('query', 'key', 'value'))
-    out = linear_attention(phi(q), phi(k), v, mask, self.causal, normalizer=self.normalizer)
+    # The sums over keys run on each sequence shard (layers/sequence_parallel.py).
+    core = lambda shard, q, k, v, mask: linear_attention(q, k, v, mask, self.causal,
+                                                         normalizer=self.normalizer, shard=shard)
+    out = map_shards(core, (phi(q), phi(k), v, mask), (2, 2, 2, 1), 2, owner=name)
     return dense('out')(merge_heads(out))

@@ -258,7 +258,7 @@ class PoNet(nn.Module):
                        'shards; use the LRA chunks (segment_num) or --config.mesh.sequence=1.')
 
     def core(shard, x, mask, not_boundary, h_s, gate, h_l, segment_ids, query, key):
-      gated = jnp.zeros(x.shape, dtype)   # (g' + s), times the gate H_O
+      gated = jnp.zeros_like(x, dtype)   # (g' + s), times the gate H_O; per shard (x's)
       weights = None
       if self.use_ga:
         g, weights = global_aggregation(x, mask, query, key, self.num_heads,
