@@ -1,0 +1,106 @@
+r"""What a mesh saves per chip, on TPU slices compiled here (libtpu's compile-only topologies).
+
+  python benchmarks/mesh_memory.py fsdp --output runs/mesh_memory.jsonl
+  python benchmarks/mesh_memory.py sequence --output runs/mesh_memory.jsonl [--families ponet,linear]
+
+`fsdp`: the parameter and optimizer bytes each chip of a v5e 2x4 slice holds for the big models
+(PoNet-Base MLM, WMT14 Big, ViT-B/16 = DeiT-B, HVT-S-1), data parallel against fsdp 8: read from
+the train state's shardings on the slice (exactly the arrays the compiled step takes; nothing to
+compile). `sequence`: THE training step of each family's LRA Text encoder (the paper's 2 x 64
+model, batch 1) compiled for the slice at a length, with and without the 'sequence' axis: bytes
+per chip (`memory_analysis`), the collectives' bytes, and the compile seconds. One JSON line per
+record, appended to --output; records already there are skipped, so a stopped run resumes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import jax
+
+from poolformers_jax import config as config_lib
+from poolformers_jax.train import accelerators, sharding, step as step_lib
+from poolformers_jax.train.setup import make_setup
+
+GIB = 2 ** 30
+FSDP_MODELS = ('configs/ponet_pretrain.py:mlm', 'configs/wmt14.py:big',
+               'configs/imagenet.py:vit_b16', 'configs/imagenet.py:hvt_s_1')
+# (family, slice, sequence shards, length): the issue's targets first, then one chip without.
+SEQUENCE_RUNS = [(family, topology, shards, length)
+                 for family in ('ponet', 'linear', 'adamra')
+                 for topology, shards, length in (('v5e:2x4', 8, 2 ** 20), ('v5e:4x4', 16, 2 ** 22),
+                                                  ('v5e:1x1', 1, 2 ** 17), ('v5e:1x1', 1, 2 ** 18))]
+
+
+def _state_bytes(setup) -> dict[str, float]:
+  per = lambda tree: sum(accelerators._per_device_bytes(x) for x in jax.tree.leaves(tree))
+  return {'params_gib': per(setup.abstract_state.params) / GIB,
+          'optimizer_gib': per(setup.abstract_state.opt_state) / GIB}
+
+
+def fsdp_records(topology: str = 'v5e:2x4'):
+  for spec in FSDP_MODELS:
+    for name, mesh in (('data', {}), ('fsdp', {'data': 1, 'fsdp': -1})):
+      config = config_lib.load(spec, {'batch_size': 8 * 8, 'eval_batch_size': 8 * 8,
+                                      **{f'mesh.{k}': v for k, v in mesh.items()}})
+      setup = make_setup(config, need_files=False,
+                         mesh=accelerators.topology_mesh(topology, mesh))
+      yield {'kind': 'fsdp', 'config': spec, 'mesh': name, 'topology': topology,
+             **_state_bytes(setup)}
+
+
+def sequence_record(family: str, topology: str, shards: int, length: int):
+  overrides = {'data.max_length': length, 'batch_size': 1, 'eval_batch_size': 1,
+               'mesh.data': 1, 'mesh.sequence': shards}
+  config = config_lib.load(f'configs/lra_text.py:{family}', overrides)
+  started = time.time()
+  record = {'kind': 'sequence', 'family': family, 'topology': topology, 'sequence': shards,
+            'length': length}
+  try:
+    setup = make_setup(config, need_files=False, mesh=accelerators.topology_mesh(
+        topology, {'data': 1, 'sequence': shards} if shards > 1 else {}))
+    compiled = step_lib.compile_train_step(setup).run
+  except Exception as error:   # libtpu refuses a step whose temporaries exceed the chip
+    return {**record, 'error': str(error).strip().splitlines()[0][:300],
+            'compile_seconds': time.time() - started}
+  memory = step_lib.memory_of(compiled)
+  moved = accelerators.collectives(compiled.as_text())
+  return {**record, 'total_gib': memory['total'] / GIB, 'memory': memory, **_state_bytes(setup),
+          'collective_bytes': sum(v['bytes'] for v in moved.values()), 'collectives': moved,
+          'compile_seconds': time.time() - started, 'devices': sharding.batch_devices(setup.mesh)}
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument('what', choices=('fsdp', 'sequence'))
+  parser.add_argument('--output', required=True)
+  parser.add_argument('--families', default='ponet,linear,adamra')
+  args = parser.parse_args()
+  done = set()
+  if os.path.exists(args.output):
+    with open(args.output) as f:
+      done = {json.dumps({k: r.get(k) for k in ('kind', 'config', 'mesh', 'family', 'topology',
+                                                 'sequence', 'length')}, sort_keys=True)
+              for r in map(json.loads, f)}
+
+  def write(record):
+    with open(args.output, 'a') as f:
+      f.write(json.dumps(record, sort_keys=True) + '\n')
+    print(json.dumps(record, sort_keys=True), flush=True)
+
+  if args.what == 'fsdp':
+    for record in fsdp_records():
+      write(record)
+    return
+  families = args.families.split(',')
+  for family, topology, shards, length in SEQUENCE_RUNS:
+    key = json.dumps({'kind': 'sequence', 'config': None, 'mesh': None, 'family': family,
+                      'topology': topology, 'sequence': shards, 'length': length}, sort_keys=True)
+    if family in families and key not in done:
+      write(sequence_record(family, topology, shards, length))
+
+
+if __name__ == '__main__':
+  main()
