@@ -7,7 +7,8 @@ r"""What a mesh saves per chip, on TPU slices compiled here (libtpu's compile-on
 (PoNet-Base MLM, WMT14 Big, ViT-B/16 = DeiT-B, HVT-S-1), data parallel against fsdp 8: read from
 the train state's shardings on the slice (exactly the arrays the compiled step takes; nothing to
 compile). `sequence`: THE training step of each family's LRA Text encoder (the paper's 2 x 64
-model, batch 1) compiled for the slice at a length, with and without the 'sequence' axis: bytes
+model, batch 1 per sequence) compiled for the slice at a length, split over 'sequence' or one
+whole sequence per chip (data parallel): bytes
 per chip (`memory_analysis`), the collectives' bytes, and the compile seconds. One JSON line per
 record, appended to --output; records already there are skipped, so a stopped run resumes.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 
@@ -27,11 +29,12 @@ from poolformers_jax.train.setup import make_setup
 GIB = 2 ** 30
 FSDP_MODELS = ('configs/ponet_pretrain.py:mlm', 'configs/wmt14.py:big',
                'configs/imagenet.py:vit_b16', 'configs/imagenet.py:hvt_s_1')
-# (family, slice, sequence shards, length): the issue's targets first, then one chip without.
+# (family, slice, sequence shards, length): the issue's targets (1M tokens on 8 chips, 4M on 16),
+# then the same lengths without 'sequence': data parallel, one whole sequence per chip.
 SEQUENCE_RUNS = [(family, topology, shards, length)
                  for family in ('ponet', 'linear', 'adamra')
                  for topology, shards, length in (('v5e:2x4', 8, 2 ** 20), ('v5e:4x4', 16, 2 ** 22),
-                                                  ('v5e:1x1', 1, 2 ** 17), ('v5e:1x1', 1, 2 ** 18))]
+                                                  ('v5e:2x4', 1, 2 ** 20), ('v5e:2x4', 1, 2 ** 22))]
 
 
 def _state_bytes(setup) -> dict[str, float]:
@@ -52,8 +55,10 @@ def fsdp_records(topology: str = 'v5e:2x4'):
 
 
 def sequence_record(family: str, topology: str, shards: int, length: int):
-  overrides = {'data.max_length': length, 'batch_size': 1, 'eval_batch_size': 1,
-               'mesh.data': 1, 'mesh.sequence': shards}
+  chips = math.prod(int(n) for n in topology.split(':')[1].split('x'))
+  batch = 1 if shards > 1 else chips   # without 'sequence': one whole sequence per chip
+  overrides = {'data.max_length': length, 'batch_size': batch, 'eval_batch_size': batch,
+               'mesh.data': 1 if shards > 1 else -1, 'mesh.sequence': shards}
   config = config_lib.load(f'configs/lra_text.py:{family}', overrides)
   started = time.time()
   record = {'kind': 'sequence', 'family': family, 'topology': topology, 'sequence': shards,
