@@ -564,13 +564,18 @@ COLLECTIVES = ('all-gather', 'all-reduce', 'collective-permute', 'all-to-all', '
 
 def collectives(compiled_text: str) -> list[tuple[str, tuple[int, ...]]]:
   """(op, result shape) of every collective in a compiled program's text (`.as_text()`); the
-  shape is the first array of the result (an async start's first operand)."""
+  shape is the first array of the result (an async start's first operand), and every array of
+  a combined one (XLA merges independent all-reduces into one with a tuple result)."""
   import re
   found = []
+  array = r'[a-z]+\d*\[([\d,]*)\]'
   for op in COLLECTIVES:
-    for match in re.finditer(r'= \(?([a-z]+\d*)\[([\d,]*)\][^ ]* ' + op + r'(?:-start)?\(',
+    for match in re.finditer(r'= (\((?:[^()]|\([^()]*\))*\)|' + array + r'[^ ]*) ' + op + r'(-start)?\(',
                              compiled_text):
-      found.append((op, tuple(int(n) for n in match.group(2).split(',') if n)))
+      shapes = re.findall(array, match.group(1))
+      if match.group(3):   # an async start: (operands, results, ...); its first operand
+        shapes = shapes[:1]
+      found.extend((op, tuple(int(n) for n in shape.split(',') if n)) for shape in shapes)
   return found
 
 

@@ -263,7 +263,8 @@ class PoNet(nn.Module):
       if self.use_ga:
         g, weights = global_aggregation(x, mask, query, key, self.num_heads,
                                         cross_attention=self.use_ga_cross_attention, shard=shard)
-        gated = gated + g[:, None, :].astype(dtype)  # head h of g' meets head h of O
+        # head h of g' meets head h of O; varying first, so its gradient crosses devices as [B, D]
+        gated = gated + shard.varying(g)[:, None, :].astype(dtype)
       if self.use_smp:
         s = (chunk_max_pool(h_s, mask, self.segment_num, shard) if segment_ids is None
              else segment_max_pool(h_s, mask, segment_ids))

@@ -97,6 +97,12 @@ class Shard:
   def pmax(self, x: Any) -> Any:
     return jax.lax.pmax(x, self.axis) if self.axis else x
 
+  def varying(self, x: Any) -> Any:
+    """`x` (the same on every shard) marked as differing per shard. Broadcast a psum'd value
+    over the shard's tokens only after this: the gradient of the broadcast is then summed over
+    the tokens before its psum crosses devices, which is otherwise over [.., length, ..]."""
+    return jax.lax.pcast(x, self.axis, to='varying') if self.axis else x
+
   def all_gather(self, x: Array) -> Array:
     """[count, *x.shape]: every shard's `x`, in sequence order."""
     return jax.lax.all_gather(x, self.axis) if self.axis else x[None]
