@@ -41,6 +41,10 @@ What the paper leaves open, and what we decided (see also docs/papers/adamra.md)
   and attends in its routed head only (tokens grouped by head into blocks, routed_kernel_attention);
   routing 'none' and the softmax ablation evaluate every head. Same values either way.
 - Dropout (the paper is silent): on the summed heads before W^O, as MultiHeadAttention does.
+- Sequence parallelism (layers/sequence_parallel.py): the segments are those of the whole
+  sequence; each shard sums its tokens into the segments they fall in (a segment may straddle
+  shards) and the partial sums are all-reduced at the compressed length [B, m_h, D + 1] (sums and
+  token counts), never the full one. Routing and attention over the compressed keys are per token.
 """
 from __future__ import annotations
 
@@ -57,6 +61,7 @@ from poolformers_jax.layers.attention import (FEATURE_MAPS, linear_attention, me
 from poolformers_jax.layers.common import (Array, Dtype, Projection, attention_bias,
                                            check_heads, check_sequence_input, compute_dtype)
 from poolformers_jax.layers.registry import register_mixer
+from poolformers_jax.layers.sequence_parallel import Shard, map_shards
 
 ROUTINGS = ('learned', 'random', 'none')
 ROUTER_GATES = ('probability', 'straight_through')
@@ -93,6 +98,40 @@ def segment_means(x: Array, mask: Array, count: int) -> tuple[Array, Array]:
   sums = xs.reshape(batch, count, seg_len, features).sum(axis=2, dtype=jnp.float32)
   tokens = real.reshape(batch, count, seg_len).sum(axis=2)
   means = sums / jnp.maximum(tokens, 1)[..., None].astype(jnp.float32)
+  return means.astype(x.dtype), tokens > 0
+
+
+def sharded_segment_means(x: Array, mask: Array, count: int, shard: Shard
+                          ) -> tuple[Array, Array]:
+  """`segment_means` of the whole sequence, on this shard's tokens `x: [B, l, F]`: the segments
+  are those of the whole (padded) length. The shard sums its tokens into the `span` segments it
+  touches, places them at their global index in [B, count, F + 1] (sums beside token counts) and
+  all-reduces that: the first and last segment may continue on other shards."""
+  if shard.count == 1:
+    return segment_means(x, mask, count)
+  batch, length, features = x.shape
+  seg_len = -(-shard.count * length // count)
+  start = shard.offset % seg_len                   # where the shard begins in its first segment
+  first = shard.offset // seg_len                  # that segment's index
+  real = mask.astype(bool)
+  xs = jnp.concatenate([jnp.where(real[..., None], x, 0).astype(jnp.float32),
+                        real[..., None].astype(jnp.float32)], axis=-1)   # [B, l, F + 1]
+  if seg_len >= length:   # the shard touches at most two segments: split at the one boundary
+    span = 2
+    second = (start + jnp.arange(length)) >= seg_len
+    partial = jnp.stack([jnp.sum(jnp.where(second[:, None], 0, xs), axis=1),
+                         jnp.sum(jnp.where(second[:, None], xs, 0), axis=1)], axis=1)
+  else:                   # whole segments inside the shard: a reshape of the placed tokens
+    span = -(-length // seg_len) + 1
+    placed = jax.lax.dynamic_update_slice(
+        jnp.zeros((batch, span * seg_len, features + 1), jnp.float32), xs, (0, start, 0))
+    partial = placed.reshape(batch, span, seg_len, features + 1).sum(axis=2)   # [B, span, F + 1]
+  # A buffer `span` longer than `count`, so the update never clamps at the last segments.
+  sums = jax.lax.dynamic_update_slice(
+      jnp.zeros((batch, count + span, features + 1), jnp.float32), partial, (0, first, 0))
+  sums = shard.psum(sums[:, :count])
+  tokens = sums[..., -1]
+  means = sums[..., :-1] / jnp.maximum(tokens, 1)[..., None]
   return means.astype(x.dtype), tokens > 0
 
 
@@ -207,6 +246,9 @@ class AdaMRA(nn.Module):
 
   # What poolformers_jax.testing.check_mixer must not expect, and why.
   not_by_design = {'padding_amount': 'segments are defined on the padded input length'}
+  # What crosses devices when the sequence is split (layers/sequence_parallel.py).
+  sequence_parallel = ('the partial segment sums and token counts of every head, all-reduced at '
+                       'the compressed length [B, m_h, D + 1]')
 
   def _check_options(self, name: str) -> None:
     if self.routing not in ROUTINGS:
@@ -251,34 +293,42 @@ class AdaMRA(nn.Module):
         bias = None if bias is None else bias @ eq9[name][h]
       return kernel, bias
 
-    def affine(t: Array, name: str, h: int) -> Array:  # t @ W_name (@ W_hs) + bias, in `dtype`
-      kernel, bias = head_map(name, h)
+    def affine(t: Array, kernel_bias: tuple[Array, Optional[Array]]) -> Array:
+      kernel, bias = kernel_bias   # t @ W_name (@ W_hs) + bias, in `dtype`
       y = t.astype(dtype) @ kernel.astype(dtype)
       return y if bias is None else y + bias.astype(dtype)
 
     chosen, gate = self._route(x, eq1['query'], dtype)  # [B, n] head and weight of each query
-    heads = [segment_means(x, mask, count) for count in counts]
-    heads = [(affine(means, 'key', h), affine(means, 'value', h), valid)
-             for h, (means, valid) in enumerate(heads)]
-    if chosen is None or self.feature_map == 'softmax':
-      # Every query in every head (routing 'none', or the softmax ablation), summed with the
-      # one-hot gates: Eq. 8 as written.
-      mixed = jnp.zeros(x.shape, dtype)
-      for h, (k_h, v_h, valid) in enumerate(heads):
-        q_h, k_h, v_h = (split_heads(t, self.num_heads) for t in (affine(x, 'query', h), k_h, v_h))
-        weight = 1.0 if chosen is None else jnp.where(chosen == h, gate, 0)[..., None]
-        mixed = mixed + weight * merge_heads(self._attend(q_h, k_h, v_h, valid))
-    else:
+    maps = {n: [head_map(n, h) for h in range(len(counts))] for n in ('query', 'key', 'value')}
+
+    # The projections and the router act per token; the core below runs on each sequence shard
+    # (layers/sequence_parallel.py; the whole sequence when the model is not sequence-sharded).
+    def core(shard, x, mask, chosen, gate, maps):
+      heads = [sharded_segment_means(x, mask, count, shard) for count in counts]
+      heads = [(affine(means, maps['key'][h]), affine(means, maps['value'][h]), valid)
+               for h, (means, valid) in enumerate(heads)]
+      if chosen is None or self.feature_map == 'softmax':
+        # Every query in every head (routing 'none', or the softmax ablation), summed with the
+        # one-hot gates: Eq. 8 as written.
+        mixed = jnp.zeros(x.shape, dtype)
+        for h, (k_h, v_h, valid) in enumerate(heads):
+          q_h, k_h, v_h = (split_heads(t, self.num_heads)
+                           for t in (affine(x, maps['query'][h]), k_h, v_h))
+          weight = 1.0 if chosen is None else jnp.where(chosen == h, gate, 0)[..., None]
+          mixed = mixed + weight * merge_heads(self._attend(q_h, k_h, v_h, valid))
+        return mixed
       # Each query only in the head it is routed to: a third of the work of evaluating all
       # heads and keeping one (same values; see routed_kernel_attention).
-      kernels, biases = zip(*(head_map('query', h) for h in range(len(counts))))
+      kernels, biases = zip(*maps['query'])
       biases = None if biases[0] is None else jnp.stack(biases)
       states = [kernel_attention_state(*(split_heads(t, self.num_heads) for t in (k_h, v_h)),
                                        valid, FEATURE_MAPS[self.feature_map])
                 for k_h, v_h, valid in heads]
-      mixed = gate[..., None] * routed_kernel_attention(
+      return gate[..., None] * routed_kernel_attention(
           x, chosen, jnp.stack(kernels), biases, jnp.stack(states, axis=1),
           FEATURE_MAPS[self.feature_map], dtype)
+
+    mixed = map_shards(core, (x, mask, chosen, gate, maps), (1, 1, 1, 1, None), 1, owner=name)
     mixed = nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
     return nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name='out')(mixed)  # W^O of Eq. 8
 

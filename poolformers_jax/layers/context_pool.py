@@ -558,6 +558,10 @@ class ContextPoolAttention(ContextPoolOptions):
   Parameters either way: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out,
   as MultiHeadAttention). Registered as mixer 'contextpool'.
   """
+  # Why there is no sequence-parallel form (layers/sequence_parallel.py; build_mixer says it).
+  no_sequence_parallel = ("Eq. 4's Gaussian weighs every token (sigma_i = r n s_i reaches r n "
+                          'tokens of the whole length, and its support is unbounded, so no halo '
+                          'gives the same values) and the softmax attention after it is global')
   num_heads: int
   causal: bool = False
   dropout_rate: float = 0.0

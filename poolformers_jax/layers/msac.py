@@ -207,6 +207,10 @@ def split_forms(x: Array, mask: Optional[Array], causal: bool, strides: int,
 
 class SACOptions(nn.Module):
   """The options SAC and MSAC share (one list; MSAC hands them to each of its SACs)."""
+  # Why there is no sequence-parallel form (layers/sequence_parallel.py; build_mixer says it).
+  no_sequence_parallel = ('its windows would take a halo, but the attention between the patches '
+                          'is global softmax attention over every token (Sec. 3), so each shard '
+                          "would need the whole sequence's keys and values")
   num_heads: int
   features: Optional[int] = None      # output channels; None = the input's
   heads: HeadForm = 'full'

@@ -76,10 +76,12 @@ def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: An
 
 def check_sequence_parallel(name: str) -> None:
   """One line when mixer `name` has no sequence-parallel form (its class's `sequence_parallel`),
-  naming the mixers that have one."""
+  with the reason its class gives (`no_sequence_parallel`), naming the mixers that have one."""
   cls = MIXERS[name]
   if not getattr(cls, 'sequence_parallel', ''):
-    raise ValueError(f'mixer {name!r} ({cls.__name__}) has no sequence-parallel form, so it '
-                     'cannot run with config.mesh.sequence > 1; the mixers that have one: '
+    why = getattr(cls, 'no_sequence_parallel', '')
+    why = f' ({why})' if why else ''
+    raise ValueError(f'mixer {name!r} ({cls.__name__}) has no sequence-parallel form{why}, so '
+                     'it cannot run with config.mesh.sequence > 1; the mixers that have one: '
                      f'{sequence_parallel.mixers_with_form(MIXERS)} (or shard with '
                      '--config.mesh.fsdp and keep --config.mesh.sequence=1).')
