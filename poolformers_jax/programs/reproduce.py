@@ -53,7 +53,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from poolformers_jax import errors
-from poolformers_jax.config import lra as lra_configs
+from poolformers_jax.config import files as config_files, lra as lra_configs
 
 # Test accuracy (%) at the paper setting: task -> family -> [(number, where it is from)].
 PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
@@ -92,11 +92,8 @@ GLUE_FAMILIES = ('ponet', 'bert')
 # The official grid (run_shell/2-GLUE.sh; "20 sets of hyperparameter configurations").
 GLUE_BATCH_SIZES = (8, 16, 32, 64, 128)
 GLUE_LEARNING_RATES = (3e-5, 5e-5, 1e-4, 3e-4)
-# An installed wheel ships configs/ as poolformers_jax/configs (pyproject.toml); a source
-# checkout has it beside the package.
-_PACKAGED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
-CONFIGS_DIR = (_PACKAGED_CONFIGS if os.path.isdir(_PACKAGED_CONFIGS) else
-               os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs'))
+# The shipped configs (config.files: poolformers_jax/configs in a wheel, configs/ in a checkout).
+CONFIGS_DIR = config_files.CONFIGS_DIR
 
 log = logging.getLogger('poolformers_jax.reproduce')
 
@@ -766,7 +763,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
   return results
 
 
-if __name__ == '__main__':
-  from poolformers_jax import runtime
+def run(argv: Optional[Sequence[str]] = None):
+  """The program (`python -m poolformers_jax.reproduce`, `poolformers-jax reproduce`)."""
+  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
   runtime.configure_program()
-  main()
+  main(None if argv is None else list(argv)[1:])
+
+
+if __name__ == '__main__':
+  run()

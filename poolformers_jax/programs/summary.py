@@ -184,9 +184,10 @@ def main(argv):
   print(json.dumps(out))
 
 
-if __name__ == '__main__':
-  # Flags are defined only when run as a program, so importing this module (tests, train.py)
-  # never collides with another `--config` flag.
+def run(argv=None):
+  """The program (`python -m poolformers_jax.summary`, `poolformers-jax summary`). Flags are
+  defined only here, so importing this module (tests, train.py) defines none."""
+  cli.define_flags()
   config_flags.DEFINE_config_file('config', None, 'configs/<file>.py:<arg>', lock_config=True)
   flags.DEFINE_integer('batch_size', None, 'global batch size of the measured training step '
                        '(default: config.batch_size).')
@@ -196,4 +197,8 @@ if __name__ == '__main__':
                       'text) to this file.')
   flags.mark_flag_as_required('config')
   runtime.configure_program()
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+
+
+if __name__ == '__main__':
+  run()

@@ -50,7 +50,10 @@ def main(argv):
   cli.run(argv, _translate)
 
 
-if __name__ == '__main__':   # flags defined here: the package's modules import side by side
+def run(argv=None):
+  """The program (`python -m poolformers_jax.translate`, `poolformers-jax translate`); its flags are
+  defined here, so the package's modules import side by side."""
+  cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_string('checkpoint', 'best',
                       "'best', 'latest', 'averaged' or a step number.")
@@ -63,4 +66,8 @@ if __name__ == '__main__':   # flags defined here: the package's modules import 
   flags.mark_flags_as_required(['workdir'])
   from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
   runtime.configure_program()
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+
+
+if __name__ == '__main__':
+  run()

@@ -202,7 +202,7 @@ def test_every_entry_point_ends_bad_input_in_one_line_with_exit_code_2(entry_poi
 def test_reproduce_checks_the_data_with_the_configs_of_the_families_it_runs(tmp_path):
   """A --set key that only AdaMRA's config has passes with --families adamra (the data check
   used to load the transformer config with it), and fails in one line for families without it."""
-  from poolformers_jax import reproduce
+  from poolformers_jax.programs import reproduce
   args = ['lra', '--task', 'listops', '--families', 'adamra', '--size', 'tiny', '--workdir',
           str(tmp_path), '--set', 'model.mixer_kwargs.router_gate=straight_through', '--dry_run']
   assert reproduce.main(args) is None
