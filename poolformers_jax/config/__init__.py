@@ -33,8 +33,8 @@ from __future__ import annotations
 from poolformers_jax.config.completion import complete_from_dataset, completed
 from poolformers_jax.config.defaults import SIZE_SLOT, SIZES, base_config, shrink_run
 from poolformers_jax.config.files import CONFIGS_DIR, load, load_file, resolve, resolved
-from poolformers_jax.config.keys import (ConfigKeyError, check_keys, flat_keys, override,
-                                         override_keys_from_argv)
+from poolformers_jax.config.keys import (ConfigKeyError, check_keys, flat_keys, is_open_key,
+                                         override, override_keys_from_argv)
 from poolformers_jax.config.run_file import (ModelMismatch, load_saved_config, model_differences,
                                              save_config, to_json, with_run_model)
 from poolformers_jax.config.validate import ConfigError, check_config
@@ -43,7 +43,7 @@ from poolformers_jax.config.words import Numbered, parse_words
 __all__ = [
     'CONFIGS_DIR', 'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES', 'SIZE_SLOT',
     'base_config', 'check_config', 'check_keys', 'complete', 'complete_from_dataset', 'completed',
-    'flat_keys', 'load', 'load_file', 'load_saved_config', 'model_differences', 'override',
+    'flat_keys', 'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences', 'override',
     'override_keys_from_argv', 'parse_words', 'resolve', 'resolved', 'save_config', 'shrink_run', 'to_json',
     'with_run_model',
 ]

@@ -196,11 +196,10 @@ def main(argv):
 def run(argv=None):
   """The program (`python -m poolformers_jax.convert`, `poolformers-jax convert`); its flags."""
   from absl import app, flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
   from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
   from poolformers_jax.train import cli  # pylint: disable=g-import-not-at-top
   cli.define_flags()
-  config_flags.DEFINE_config_file('config', None, 'configs/<file>.py:<arg>', lock_config=True)
+  cli.define_config_flag(argv)
   flags.DEFINE_string('source', None, 'official checkpoint: .safetensors, or .pth with torch')
   flags.DEFINE_string('workdir', None, 'run directory to write (DIR/checkpoints/0)')
   flags.DEFINE_enum('to', 'orbax', ['orbax', 'hf'], 'orbax: official weights -> our checkpoint '

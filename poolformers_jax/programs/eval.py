@@ -14,7 +14,6 @@ Multi-process flags as train (--distributed, --coordinator_address, ...).
 import json
 
 from absl import app, flags
-from ml_collections import config_flags
 
 from poolformers_jax import errors, runtime
 from poolformers_jax.train import cli, evaluate
@@ -36,7 +35,7 @@ def main(argv):
 def run(argv=None):
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
-  config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:words]', lock_config=True)
+  cli.define_config_flag(argv)
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_string('checkpoint', 'best', "'best', 'latest', 'averaged' or a step number.")
   flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Split to evaluate.')

@@ -128,11 +128,17 @@ def _config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
       raise ValueError(f'--set {item!r}: expected key=value, e.g. --set num_train_steps=100.')
     updates[key] = _parse_value(value)
   try:
-    return config_lib.override(cli.load_config_file(spec), **updates)
-  except config_lib.ConfigKeyError as error:   # name the config: --set applies to every run
-    raise config_lib.ConfigKeyError(
-        f'--set for {os.path.relpath(spec)}: {str(error).rstrip(".")}; pass only --families whose config has '
-        'that key') from None
+    config = config_lib.override(cli.load_config_file(spec), **updates)
+    if 'mixer' in config.model and config.model.get('mixer_kwargs'):   # open: any key passes
+      from poolformers_jax import registry
+      registry.import_modules(config.get('imports', ''))
+      from poolformers_jax.layers.registry import check_options
+      check_options(config.model.mixer, config.model.mixer_kwargs)
+    return config
+  except (config_lib.ConfigKeyError, ValueError) as error:   # name the config: --set is for all
+    raise type(error)(
+        f'--set for configs/{os.path.basename(spec)}: {str(error).rstrip(".")}; pass only --families whose config has '
+        'that key (or mixer option)') from None
 
 
 def git_commit() -> str:
@@ -739,9 +745,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
     print('\n'.join(lines))
     return None
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
-  from poolformers_jax.train import cli, host_memory
+  from poolformers_jax.train import cli, host_memory, sharding
   cli.quiet_library_logs()
   host_memory.keep_freed_memory()
+  sharding.maybe_initialize_distributed('auto')   # as train's --distributed=auto
   command = 'python -m poolformers_jax.reproduce ' + ' '.join(argv)
   try:
     if args.benchmark == 'glue':

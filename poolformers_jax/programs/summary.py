@@ -41,7 +41,6 @@ from typing import Any, Optional
 
 import jax
 from absl import app, flags
-from ml_collections import config_flags
 
 from poolformers_jax import errors, runtime
 from poolformers_jax import config as config_lib
@@ -188,7 +187,7 @@ def run(argv=None):
   """The program (`python -m poolformers_jax.summary`, `poolformers-jax summary`). Flags are
   defined only here, so importing this module (tests, train.py) defines none."""
   cli.define_flags()
-  config_flags.DEFINE_config_file('config', None, 'configs/<file>.py:<arg>', lock_config=True)
+  cli.define_config_flag(argv)
   flags.DEFINE_integer('batch_size', None, 'global batch size of the measured training step '
                        '(default: config.batch_size).')
   flags.DEFINE_string('topology', None, 'compile for this TPU slice instead of this machine, e.g. '

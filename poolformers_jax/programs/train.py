@@ -12,7 +12,6 @@ JAX_NUM_PROCESSES, JAX_PROCESS_ID (or --coordinator_address, --num_processes, --
 every process. --distributed=off forces one process.
 """
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 from poolformers_jax import errors, runtime
 from poolformers_jax.train import cli, train_and_evaluate
@@ -33,7 +32,7 @@ def main(argv):
 def run(argv=None):
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
-  config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:words]', lock_config=True)
+  cli.define_config_flag(argv)
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and config.json.')
   flags.DEFINE_bool('start_over', False, 'When no checkpoint of DIR verifies (all damaged), '
                     'train from step 0 instead of stopping.')

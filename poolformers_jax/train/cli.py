@@ -5,8 +5,10 @@ multi-process start and end around the work). The one-line error report they all
 `poolformers_jax.errors` (`one_line_errors` is re-exported here)."""
 from __future__ import annotations
 
+import ast
 import logging
 import os
+import sys
 from typing import Callable, Sequence
 
 from absl import flags
@@ -32,12 +34,55 @@ def define_flags() -> None:
   flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
 
 
+# --config.<...>_kwargs.<key>=<value> overrides (model.mixer_kwargs.segment_num), which may add a
+# key config_flags cannot add to the locked config: parse_flags takes them out of argv,
+# config_value applies them (checked, as config.override).
+_OPEN_OVERRIDES: dict[str, dict[str, object]] = {}
+
+
+def _literal(text: str) -> object:
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text   # a bare word: a string
+
+
+def _take_open_overrides(argv: Sequence[str], flag_name: str = 'config'):
+  """argv without its --config.<...>_kwargs.<key> overrides, and those as {key: value}."""
+  rest, taken, i, prefix = [], {}, 0, f'--{flag_name}.'
+  while i < len(argv):
+    key, eq, value = argv[i][len(prefix):].partition('=')
+    if argv[i].startswith(prefix) and config_lib.is_open_key(key) and (eq or i + 1 < len(argv)):
+      if not eq:
+        i, value = i + 1, argv[i + 1]
+      taken[key] = _literal(value)
+    else:
+      rest.append(argv[i])
+    i += 1
+  return rest, taken
+
+
+def define_config_flag(argv: Sequence[str] | None, required: bool = False) -> None:
+  """The programs' --config (ml_collections' config_flags, locked). config_flags defines a flag
+  for every --config.<key> of argv it is given: not for the *_kwargs ones (config_value adds
+  them)."""
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  argv = list(sys.argv if argv is None else argv)
+  config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:words], or <task>:words '
+                                  'for a shipped config', lock_config=True,
+                                  sys_argv=_take_open_overrides(argv)[0])
+  if required:
+    flags.mark_flag_as_required('config')
+
+
 def config_value(holder):
   """The --config value; config_flags loads the file at first use and fails with an OSError."""
   try:
     config = holder.value
     if config is not None:   # an optional --config left out
       config.keys()   # a lazy stand-in until touched
+      if _OPEN_OVERRIDES.get(holder.name):
+        config = config_lib.override(config, **_OPEN_OVERRIDES[holder.name])
     return config
   except OSError as error:
     cause = error.__cause__ or error.__context__ or error
@@ -79,6 +124,10 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     resolved = _resolve_config(argv)
   except FileNotFoundError as error:
     errors.fail(f'--config: {error}', 2)
+  resolved, _OPEN_OVERRIDES['config'] = _take_open_overrides(resolved)
+  if _OPEN_OVERRIDES['config'] and _config_spec(argv) is None:
+    key = next(iter(_OPEN_OVERRIDES['config']))
+    errors.fail(f'--config.{key} overrides a config file: give --config too', 2)
   try:
     rest = flags.FLAGS(resolved)
   except Exception as error:  # config_flags raises a bare AttributeError for unknown keys

@@ -107,8 +107,8 @@ def test_the_wrapper_prints_one_line_and_exits_2(capsys):
     (['train.py', '--config', 'configs/lra_listops.py:tiny', '--config.model.num_classes=2'],
      'error: config.model.num_classes=2 but listops has 10 classes; remove the override'),
     (['eval.py', '--config', 'configs/lra_nofile.py', '--batch_size=0'],
-     "error: cannot load the --config file: [Errno 2] No such file or directory: "
-     "'configs/lra_nofile.py'"),
+     "error: --config: configs/lra_nofile.py not found: give a config file, or "
+     "configs/<task>.py[:words] for a shipped one, <task> one of cifar, enwik8, "),
     (['eval.py', '--config.data.source=tsv'],   # an override of the run's data, no --config
      'error: --config.data.source overrides a config file: give --config too'),
 ])
@@ -139,8 +139,8 @@ ENTRY_POINTS = {
     'reproduce --set': (['-m', 'poolformers_jax.reproduce', 'lra', '--task', 'listops', '--families',
                          'transformer,adamra', '--set',
                          'model.mixer_kwargs.router_gate=straight_through', '--dry_run'],
-                        "--set for configs/lra_listops.py:transformer,full: unknown config key "
-                        "'model.mixer_kwargs.router_gate'"),
+                        "--set for configs/lra_listops.py:transformer,full: mixer 'softmax' "
+                        "(MultiHeadAttention) has no option(s) ['router_gate']"),
     'reproduce flag': (['-m', 'poolformers_jax.reproduce', 'lra', '--familes', 'all', '--workdir',
                         'OUT'],
                        'unrecognized arguments: --familes all; see python -m '
