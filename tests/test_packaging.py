@@ -89,7 +89,7 @@ USER_CODE = textwrap.dedent('''
 # From an empty directory, after the two programs ran: the run predicts, a shipped config loads
 # by the README's name, and none of this defined an absl flag or started jax.distributed.
 RUN_CODE = textwrap.dedent('''
-  import json, sys
+  import importlib.metadata, json, sys
   import jax
   import poolformers_jax
   from poolformers_jax import config as config_lib
@@ -102,7 +102,9 @@ RUN_CODE = textwrap.dedent('''
                     'mixer': config.model.mixer,
                     'flags': sorted(set(absl.FLAGS) & {'config', 'workdir', 'verbose_errors',
                                                       'distributed'}) if absl else [],
-                    'distributed': jax.distributed.is_initialized()}))
+                    'distributed': jax.distributed.is_initialized(),
+                    'license': importlib.metadata.metadata('poolformers_jax')[
+                        'License-Expression']}))
 ''')
 
 
@@ -136,14 +138,21 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
   assert trained.returncode == 0, trained.stderr[-3000:]
   script = os.path.join(os.path.dirname(python), 'poolformers-jax')
   evaluated = _run([script, 'eval', '--workdir', 'r', '--config',
-                    'configs/lra_listops.py:ponet,tiny', '--split', 'validation'], cwd=empty, env=cpu)
+                    'configs/lra_listops.py:ponet,tiny', '--split', 'validation'],
+                   cwd=empty, env=cpu)
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
   assert (metrics['split'], metrics['step']) == ('validation', 4), metrics
   used = json.loads(_run([python, '-c', RUN_CODE], cwd=empty, env=cpu).stdout.splitlines()[-1])
   assert [0 <= p < 10 for p in used.pop('predicted')] == [True, True]   # ListOps values 0..9
-  assert used == {'model': 'lra_encoder', 'mixer': 'ponet', 'flags': [], 'distributed': False}
+  assert used == {'model': 'lra_encoder', 'mixer': 'ponet', 'flags': [], 'distributed': False,
+                  'license': 'Apache-2.0'}
   assert sorted(os.listdir(empty)) == ['data_cache', 'r']   # nothing written beside the run
+  # pip show (pip < 25.1 prints License-Expression nowhere: read above from the metadata)
+  shown = _run([python, '-m', 'pip', 'show', '-v', 'poolformers_jax'], env=env).stdout
+  assert 'Author: The poolformers_jax authors' in shown, shown
+  assert 'Topic :: Scientific/Engineering :: Artificial Intelligence' in shown, shown
+  assert 'poolformers-jax = poolformers_jax.programs:main' in shown, shown
 
   venv = tmp_path / 'venv'
   assert _run([sys.executable, '-m', 'venv', str(venv)], env=env).returncode == 0
@@ -172,6 +181,48 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
                  cwd=tmp_path, env={**env, 'JAX_PLATFORMS': 'cpu'})
   assert summary.returncode == 0, summary.stderr[-3000:]
   assert json.loads(summary.stdout.splitlines()[-1])['model'] == 'lra_encoder'
+
+
+# The core install simulated in this environment: the train extra's readers cannot be found.
+CORE_ONLY = textwrap.dedent('''
+  import importlib.abc, importlib.util, json, sys
+  BLOCKED = {not_core!r}
+  class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+      if name.split('.')[0] in BLOCKED:
+        raise ModuleNotFoundError(f'No module named {{name!r}}', name=name)
+  sys.meta_path.insert(0, Blocked())
+  find_spec = importlib.util.find_spec
+  importlib.util.find_spec = lambda name, *a: (None if name.split('.')[0] in BLOCKED
+                                               else find_spec(name, *a))
+  import jax
+  from poolformers_jax import config as config_lib, models
+  config = config_lib.complete(config_lib.load('configs/lra_listops.py:ponet,small'),
+                               need_files=False)
+  model = models.build_model(config)
+  tokens = jax.numpy.ones((2, config.model.max_length), jax.numpy.int32)
+  logits = model.apply(model.init(jax.random.PRNGKey(0), tokens), tokens)
+  try:
+    import poolformers_jax.train
+    trainer = 'imported'
+  except ModuleNotFoundError as error:
+    trainer = str(error)
+  print(json.dumps({{'logits': list(logits.shape), 'trainer': trainer,
+                    'loaded': sorted({{m.split('.')[0] for m in sys.modules}} & set(BLOCKED))}}))
+''')
+
+
+def test_a_shipped_config_loads_and_its_model_builds_on_the_core_install(tmp_path):
+  """config.load by the README's name, complete from the dataset's constants, build_model and
+  a forward pass with no package of the extras importable; the trainer names its extra."""
+  code = CORE_ONLY.format(not_core=NOT_CORE)
+  out = _run([sys.executable, '-c', code], cwd=tmp_path,
+             env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': ROOT})
+  assert out.returncode == 0, out.stderr[-3000:]
+  got = json.loads(out.stdout.strip().splitlines()[-1])
+  assert got == {'logits': [2, 10], 'loaded': [],
+                 'trainer': "poolformers_jax.train needs grain, tensorflow_datasets, PIL: pip "
+                            "install 'poolformers_jax[train]'"}
 
 
 def test_one_version_string():

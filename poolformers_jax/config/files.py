@@ -26,7 +26,8 @@ def shipped_tasks() -> list[str]:
 
 
 def resolve(spec: str) -> tuple[str, str]:
-  """'configs/lra_listops.py:ponet,small' (or 'lra_listops:ponet,small') -> (the file, 'ponet,small').
+  """'configs/lra_listops.py:ponet,small' (or 'lra_listops:ponet,small') -> (its file,
+  'ponet,small').
 
   A path that exists is read from there; else `configs/<task>.py` / `<task>` is the shipped one."""
   if '.py:' in spec:

@@ -6,8 +6,9 @@ Every sequence mixer in this package follows one interface (docs/design.md):
     x: [batch, length, dim], mask: [batch, length] bool (True = real token), y like x.
 
 `check_sequence_input` validates that contract while tracing, so bad shapes fail with one
-clear line before XLA ever sees them; `check_mask` is the mask contract (bool, or 0 / 1). "One of these" options are fields typed `Literal[...]`,
-checked all at once by `check_choices` (or `check_choice` for a name looked up in a table).
+clear line before XLA ever sees them; `check_mask` is the mask contract (bool, or 0 / 1).
+"One of these" options are fields typed `Literal[...]`, checked all at once by `check_choices`
+(or `check_choice` for a name looked up in a table).
 """
 from __future__ import annotations
 
