@@ -1,4 +1,5 @@
 """`python -m poolformers_jax.average`: runs poolformers_jax/programs/average.py."""
 from poolformers_jax.programs import run
 
-run('average')
+if __name__ == '__main__':   # imported (pkgutil walks), it runs nothing
+  run('average')

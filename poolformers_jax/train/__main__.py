@@ -2,4 +2,5 @@
 training library; the program is there)."""
 from poolformers_jax.programs import run
 
-run('train')
+if __name__ == '__main__':   # imported (pkgutil walks), it runs nothing
+  run('train')

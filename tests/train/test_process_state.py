@@ -36,8 +36,7 @@ def state():
 before = state()
 import poolformers_jax
 for info in pkgutil.walk_packages(poolformers_jax.__path__, 'poolformers_jax.'):
-  if not info.name.endswith('__main__'):   # a __main__ runs its program
-    importlib.import_module(info.name)
+  importlib.import_module(info.name)   # the programs and the __main__ modules too
 imported = state()
 from poolformers_jax import config as config_lib, load_run
 from poolformers_jax.train import evaluate, train_and_evaluate
