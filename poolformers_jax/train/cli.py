@@ -19,7 +19,6 @@ from poolformers_jax.errors import one_line_errors  # noqa: F401  (re-exported)
 from poolformers_jax.train import host_memory, sharding
 
 
-
 def define_flags() -> None:
   """The flags every absl program shares: --verbose_errors and the multi-process ones."""
   errors.define_flags()
@@ -62,7 +61,7 @@ def _take_open_overrides(argv: Sequence[str], flag_name: str = 'config'):
   return rest, taken
 
 
-def define_config_flag(argv: Sequence[str] | None, required: bool = False) -> None:
+def define_config_flag(argv: Sequence[str] | None) -> None:
   """The programs' --config (ml_collections' config_flags, locked). config_flags defines a flag
   for every --config.<key> of argv it is given: not for the *_kwargs ones (config_value adds
   them)."""
@@ -71,8 +70,6 @@ def define_config_flag(argv: Sequence[str] | None, required: bool = False) -> No
   config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:words], or <task>:words '
                                   'for a shipped config', lock_config=True,
                                   sys_argv=_take_open_overrides(argv)[0])
-  if required:
-    flags.mark_flag_as_required('config')
 
 
 def config_value(holder):
