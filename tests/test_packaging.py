@@ -2,8 +2,9 @@
 used from an empty directory outside the source tree:
 - with `[train]`, offline (the wheel with --no-index --no-deps into a fresh venv that sees this
   environment's packages): the README's install-only path, `python -m poolformers_jax.train
-  --config lra_listops:ponet,tiny`, the `poolformers-jax eval` console script, `load_run(...)
-  .predict` and `config.load('configs/lra_listops.py:ponet,small')` on the shipped configs;
+  --config lra_listops:ponet,tiny`, `python -m poolformers_jax.eval`, `load_run(...).predict`
+  and `config.load('configs/lra_listops.py:ponet,small')` on the shipped configs, the metadata
+  `pip show` prints and the `poolformers-jax` console script;
 - with no extras, from the package index constrained to the lock (requirements.txt, so it installs
   what the suite runs on; pip's cache makes it quick after the first run; skipped when no index is
   reachable): the core is small (no trainer packages), the README's layer example and the
@@ -136,8 +137,7 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
                   '--config.eval_every_steps=4'],
                  cwd=empty, env=cpu)
   assert trained.returncode == 0, trained.stderr[-3000:]
-  script = os.path.join(os.path.dirname(python), 'poolformers-jax')
-  evaluated = _run([script, 'eval', '--workdir', 'r', '--config',
+  evaluated = _run([python, '-m', 'poolformers_jax.eval', '--workdir', 'r', '--config',
                     'configs/lra_listops.py:ponet,tiny', '--split', 'validation'],
                    cwd=empty, env=cpu)
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
@@ -153,6 +153,9 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
   assert 'Author: The poolformers_jax authors' in shown, shown
   assert 'Topic :: Scientific/Engineering :: Artificial Intelligence' in shown, shown
   assert 'poolformers-jax = poolformers_jax.programs:main' in shown, shown
+  script = os.path.join(os.path.dirname(python), 'poolformers-jax')   # the console script
+  helped = _run([script, 'train', '--helpshort'], cwd=empty, env=cpu)
+  assert helped.returncode == 0 and '--workdir' in helped.stdout, helped.stdout + helped.stderr
 
   venv = tmp_path / 'venv'
   assert _run([sys.executable, '-m', 'venv', str(venv)], env=env).returncode == 0

@@ -210,6 +210,7 @@ def run(argv=None):
   flags.DEFINE_bool('drop_sentence_head', False, "--to hf: export without the run's sentence "
                     'head (needed for an NSP head: the official class has a 3-class SSO head)')
   flags.mark_flags_as_required(['source', 'workdir'])
+  cli.key_flags_of(__name__)
   runtime.configure_program()
   app.run(cli.one_line_errors(main), argv=argv, flags_parser=cli.parse_flags)
 

@@ -41,6 +41,7 @@ def run(argv=None):
   flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Split to evaluate.')
   flags.DEFINE_integer('batch_size', None, 'Global eval batch size (default: config).')
   flags.mark_flags_as_required(['workdir'])
+  cli.key_flags_of(__name__)
   runtime.configure_program()
   app.run(main, argv=argv, flags_parser=cli.parse_flags)
 

@@ -195,6 +195,7 @@ def run(argv=None):
   flags.DEFINE_string('export_cuda', None, 'write the training step exported for CUDA (StableHLO '
                       'text) to this file.')
   flags.mark_flag_as_required('config')
+  cli.key_flags_of(__name__)
   runtime.configure_program()
   app.run(main, argv=argv, flags_parser=cli.parse_flags)
 

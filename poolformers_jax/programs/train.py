@@ -37,6 +37,7 @@ def run(argv=None):
   flags.DEFINE_bool('start_over', False, 'When no checkpoint of DIR verifies (all damaged), '
                     'train from step 0 instead of stopping.')
   flags.mark_flags_as_required(['config', 'workdir'])
+  cli.key_flags_of(__name__)
   runtime.configure_program()
   app.run(main, argv=argv, flags_parser=cli.parse_flags)
 

@@ -68,6 +68,7 @@ def run(argv=None):
                        'decoded at once (default config.decode).')
   flags.mark_flags_as_required(['workdir'])
   from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
+  cli.key_flags_of(__name__)
   runtime.configure_program()
   app.run(main, argv=argv, flags_parser=cli.parse_flags)
 

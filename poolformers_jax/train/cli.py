@@ -61,6 +61,14 @@ def _take_open_overrides(argv: Sequence[str], flag_name: str = 'config'):
   return rest, taken
 
 
+def key_flags_of(module_name: str) -> None:
+  """The flags `module_name` (a program) defined are its key flags in --help / --helpshort
+  (absl lists the key flags of sys.argv[0], the script run, e.g. train.py), --config with them."""
+  own = flags.FLAGS.get_key_flags_for_module(module_name)
+  for flag in own + ([flags.FLAGS['config']] if 'config' in flags.FLAGS else []):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+
+
 def define_config_flag(argv: Sequence[str] | None) -> None:
   """The programs' --config (ml_collections' config_flags, locked). config_flags defines a flag
   for every --config.<key> of argv it is given: not for the *_kwargs ones (config_value adds
