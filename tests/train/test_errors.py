@@ -140,6 +140,10 @@ ENTRY_POINTS = {
                          'model.mixer_kwargs.router_gate=straight_through', '--dry_run'],
                         "--set for configs/lra_listops.py:transformer,full: mixer 'softmax' "
                         "(MultiHeadAttention) has no option(s) ['router_gate']"),
+    'poolformers-jax': (['-m', 'poolformers_jax', 'reproduce', 'lra', '--task', 'listop'],
+                        "--task 'listop': unknown ['listop']; choose from listops,text,"),
+    'poolformers-jax program': (['-m', 'poolformers_jax', 'trian', '--config', 'lra_listops'],
+                                "unknown program 'trian'; usage: poolformers-jax <train|eval|"),
     'reproduce flag': (['-m', 'poolformers_jax.reproduce', 'lra', '--familes', 'all', '--workdir',
                         'OUT'],
                        'unrecognized arguments: --familes all; see python -m '
@@ -177,7 +181,7 @@ def entry_point_runs(tmp_path_factory):
   for name in names:
     argv = [str(out / 'OUT') if a == 'OUT' else a for a in ENTRY_POINTS[name][0]]
     if name in ('average', 'translate', 'train.py', 'eval.py', 'reproduce --task',
-                'reproduce --set'):
+                'reproduce --set', 'poolformers-jax'):
       argv += ['--workdir', str(out / 'no_run')]
     commands.append(argv)
   proc = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'commands.py'), 'run'],
