@@ -1,38 +1,7 @@
-r"""Train a model: `python train.py --config configs/<task>.py[:arg] --workdir DIR [--config.k=v]`.
-
-Resumes from the newest checkpoint in DIR that verifies (damaged ones are moved to DIR/rejected).
-A bad config, dataset or checkpoint ends with one line `error: ...` and exit code 2
-(--verbose_errors for the traceback); a diverged run (non-finite loss) with exit code 1.
-Multi-process (--distributed=auto, the default): under SLURM, Open MPI, a Cloud TPU pod or
-Kubernetes jax finds the processes itself; elsewhere set JAX_COORDINATOR_ADDRESS,
-JAX_NUM_PROCESSES, JAX_PROCESS_ID (or --coordinator_address, --num_processes, --process_id) on
-every process. --distributed=off forces one process.
-"""
-from absl import app, flags, logging
-from ml_collections import config_flags
-
-from poolformers_jax import errors, runtime
-from poolformers_jax.train import cli, train_and_evaluate
-
-_CONFIG = config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:arg]', lock_config=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and config.json.')
-_START_OVER = flags.DEFINE_bool('start_over', False, 'When no checkpoint of DIR verifies (all '
-                                'damaged), train from step 0 instead of stopping.')
-flags.mark_flags_as_required(['config', 'workdir'])
-
-
-def _train():
-  result = train_and_evaluate(cli.config_value(_CONFIG), _WORKDIR.value,
-                              start_over=_START_OVER.value)
-  logging.info('%s at step %d; validation %s; test %s', result.status, result.step,
-               result.validation, result.test)
-
-
-@errors.one_line_errors
-def main(argv):
-  cli.run(argv, _train)
-
+"""`python train.py --config configs/<task>.py[:words] --workdir DIR [--config.k=v]`: the training
+program of a checkout, as `python -m poolformers_jax.train` runs it from an install (flags and
+exit codes: poolformers_jax/programs/train.py)."""
+from poolformers_jax.programs import run
 
 if __name__ == '__main__':
-  runtime.configure_program()
-  app.run(main, flags_parser=cli.parse_flags)
+  run('train')

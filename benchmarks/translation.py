@@ -260,4 +260,5 @@ def main(argv):
 if __name__ == '__main__':
   from poolformers_jax import runtime  # before the first compile
   runtime.configure_program()
+  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
   app.run(main, flags_parser=cli.parse_flags)

@@ -4,8 +4,9 @@ poolformers_jax.<module>` tools, the benchmarks): bad input ends as ONE stderr l
     error: <what is wrong>; <what to do>
 
 with exit code 2, raised before anything is compiled; a diverged run (non-finite loss) as one line
-with exit code 1. `--verbose_errors` shows the traceback instead. Light on purpose (absl and the
-standard library only), so that a tool can fail before it imports jax.
+with exit code 1. `--verbose_errors` shows the traceback instead. Light on purpose (the standard
+library only; absl when a program runs), so that a tool can fail before it imports jax, and
+importing it (config/ does) defines no absl flag: the programs define theirs (`define_flags`).
 
 - absl mains: decorate `main` with `one_line_errors`; run with `app.run(main,
   flags_parser=train.cli.parse_flags)` so that bad flags end the same way.
@@ -18,8 +19,6 @@ import functools
 import sys
 from typing import Callable, NoReturn
 
-from absl import flags
-
 
 class ConfigKeyError(KeyError):
   """An unknown or misspelled config key; the message lists close valid keys."""
@@ -28,11 +27,24 @@ class ConfigKeyError(KeyError):
     return str(self.args[0])
 
 
-# Problems of the input (flags, config, data, checkpoint, files): exit code 2.
+# Problems of the input (flags, config, data, checkpoint, files): exit code 2 (and absl's
+# flags.Error in an absl program).
 INPUT_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError,
-                IsADirectoryError, ConfigKeyError, flags.Error)
+                IsADirectoryError, ConfigKeyError)
 VERBOSE_FLAG = '--verbose_errors'
-flags.DEFINE_bool('verbose_errors', False, 'Show the traceback of an error instead of its one line.')
+
+
+def _absl_flags():
+  """absl's flags module when absl is imported (a program runs), else None."""
+  return sys.modules.get('absl.flags')
+
+
+def define_flags() -> None:
+  """Defines --verbose_errors for an absl program (once per process)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  if 'verbose_errors' not in flags.FLAGS:
+    flags.DEFINE_bool('verbose_errors', False,
+                      'Show the traceback of an error instead of its one line.')
 
 
 def one_line(message: str) -> str:
@@ -53,7 +65,9 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def verbose() -> bool:
   """Whether --verbose_errors was given (absl flag, or an argparse tool's argument)."""
-  if flags.FLAGS.is_parsed() and flags.FLAGS.verbose_errors:
+  flags = _absl_flags()
+  if (flags is not None and flags.FLAGS.is_parsed() and 'verbose_errors' in flags.FLAGS
+      and flags.FLAGS.verbose_errors):
     return True
   return VERBOSE_FLAG in sys.argv[1:]
 
@@ -63,13 +77,15 @@ def one_line_errors(main: Callable[..., object]) -> Callable[..., object]:
 
   @functools.wraps(main)
   def wrapped(*args, **kwargs):
+    flags = _absl_flags()
+    flag_errors = (flags.Error,) if flags is not None else ()
     try:
       return main(*args, **kwargs)
-    except (*INPUT_ERRORS, FloatingPointError) as error:
+    except (*INPUT_ERRORS, *flag_errors, FloatingPointError) as error:
       if verbose():
         raise
       message = str(error)
-      if isinstance(error, flags.Error):  # --config files load lazily, at first use
+      if isinstance(error, flag_errors):  # --config files load lazily, at first use
         message = f'{one_line(message)}; check the --config file and its argument'
       fail(message, 1 if isinstance(error, FloatingPointError) else 2)
 

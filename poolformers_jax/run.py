@@ -32,6 +32,7 @@ import copy
 import dataclasses
 import logging
 import os
+import sys
 from typing import Any, Optional, Sequence, Union
 
 import jax
@@ -122,16 +123,27 @@ def _mesh_for(config):
   return sharding.make_mesh(count if jax.process_count() == 1 else -1)
 
 
-def load_run(workdir: str, checkpoint: Union[str, int] = 'best') -> 'Run':
+def load_run(workdir: str, checkpoint: Union[str, int] = 'best', *,
+             trust_imports: bool = False) -> 'Run':
   """The run trained in `workdir` at `checkpoint` ('best' | 'latest' | 'averaged' | a step),
   restored onto the devices at hand. One line (ValueError / FileNotFoundError) when there is no
-  run there, the checkpoint is missing or damaged."""
+  run there, the checkpoint is missing or damaged.
+
+  A run directory runs no code on load: a run whose config names modules (`config.imports`, a
+  mixer or model of its own) loads only when they are imported already, or with
+  `trust_imports=True` (then they are imported, as train.py / eval.py do)."""
   from poolformers_jax import config as config_lib
   from poolformers_jax.train import checkpoint as checkpoint_lib
   from poolformers_jax.train.setup import make_setup
   if not os.path.isdir(workdir):
     raise FileNotFoundError(f'{workdir} not found: pass the workdir of a train.py run')
   config = config_lib.load_saved_config(workdir)
+  imports = [n.strip() for n in str(config.get('imports') or '').split(',') if n.strip()]
+  untrusted = [n for n in imports if n not in sys.modules]
+  if untrusted and not trust_imports:
+    raise ValueError(f'{workdir}/config.json imports {untrusted} (config.imports): a run '
+                     'directory runs no code on load; import them first, or pass '
+                     'load_run(..., trust_imports=True) if you trust this run')
   if config.data.name == 'wmt14':   # else the setup would train a new one from the data
     from poolformers_jax.data import translation
     path = translation.vocab_path(config.data)

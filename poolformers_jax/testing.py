@@ -11,6 +11,9 @@ an AssertionError (`PropertyError`) whose first line names the property and the 
 position, e.g. `padding_values: batch 1, position 9, feature 3: |a - b| = 0.41 > tol 1e-05`.
 
 Properties (`PROPERTIES`, in the order they are checked and reported):
+  output            init and apply run and return one array shaped and typed like the input
+                    ([B, L, D] float32 in, the same out; or the mixer's `dtype`); when they do
+                    not, the other properties are not run
   padding_values    changing padded positions never changes real outputs
   padding_amount    appending padded positions never changes real outputs
   batch_rows        changing one row (its tokens and its mask) never changes another row's outputs
@@ -19,19 +22,27 @@ Properties (`PROPERTIES`, in the order they are checked and reported):
   jit               jax.jit(apply) equals eager apply (under jax.disable_jit)
   grads             gradients of the parameters and of the input are finite; no parameter and
                     no real input token gets an all-zero gradient
-  dropout           deterministic=False with one rng gives identical outputs twice, and differs
-                    from deterministic=True (a mixer whose dropout_rate is 0 is run at 0.5)
+  dropout           (mixers with a dropout field, e.g. dropout_rate) deterministic=False with one
+                    rng gives identical outputs twice, and differs from deterministic=True (a
+                    mixer whose dropout_rate is 0 is run at 0.5)
   bfloat16          (mixers with a `dtype` field) bfloat16 compute stays within BF16_BOUND
 
 A property that does not hold by design is declared by the mixer class -- the registry entry --
 as `not_by_design`: a dict {property: why}, or a property computing one from the fields (PoNet's
 LRA segments live on the padded length, so PoNet declares 'padding_amount'). check_mixer skips
-those and says so in its returned report; `skip={property: why}` adds call-site skips.
+those and says so in its returned report; `skip={property: why}` adds call-site skips. What a
+mixer lacks is skipped with the reason too: no dropout field, no `deterministic` argument, no
+`dtype` field; a mixer whose `mask` has no default (`__call__(self, x, mask)`) has its causality
+checked with an all-True mask where the check would pass None. An exception raised inside a
+property (a mixer's own error, a wrong return type) is that property's failure, naming the
+mixer's error and where it was raised.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
+import traceback
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import chex
@@ -40,8 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-PROPERTIES = ('padding_values', 'padding_amount', 'batch_rows', 'causal', 'jit', 'grads',
-              'dropout', 'bfloat16')
+PROPERTIES = ('output', 'padding_values', 'padding_amount', 'batch_rows', 'causal', 'jit',
+              'grads', 'dropout', 'bfloat16')
 
 
 def bf16_bound(storage_error: float) -> float:
@@ -384,6 +395,48 @@ def _fields(module) -> set[str]:
   return {f.name for f in dataclasses.fields(module)}
 
 
+def takes_no_mask(module: nn.Module) -> bool:
+  """Whether the module's `mask` argument has no default (`__call__(self, x, mask)`): then it
+  is never called with mask=None."""
+  parameters = list(inspect.signature(type(module).__call__).parameters.values())[1:]
+  mask = next((p for p in parameters if p.name == 'mask'), parameters[1] if len(parameters) > 1
+              else None)
+  return mask is not None and mask.default is inspect.Parameter.empty
+
+
+def _raised(prop: str, error: BaseException, mixer: nn.Module) -> PropertyError:
+  """An exception inside a property, as that property's failure: the error's own line and the
+  place it was raised (the deepest frame in the mixer's file, else the deepest one)."""
+  frames = traceback.extract_tb(error.__traceback__)
+  try:
+    own = os.path.abspath(inspect.getsourcefile(type(mixer)) or '')
+  except TypeError:
+    own = ''
+  mine = [f for f in frames if os.path.abspath(f.filename) == own] or frames[-1:]
+  where = f' (raised at {os.path.basename(mine[-1].filename)}:{mine[-1].lineno}' + (
+      f': {mine[-1].line.strip()})' if mine[-1].line else ')') if mine else ''
+  line = ' '.join(str(error).split()) or '(no message)'
+  return PropertyError(prop, f'{type(mixer).__name__} raised {type(error).__name__}: '
+                             f'{line}{where}')
+
+
+def _check_output(mixer, variables, x, mask, call_kwargs) -> None:
+  """One array, shaped like x, of x's dtype (or the mixer's own `dtype`)."""
+  y = _apply(mixer, variables, x, mask, call_kwargs)
+  if not hasattr(y, 'shape') or not hasattr(y, 'dtype'):
+    raise PropertyError('output', f'{type(mixer).__name__} returned a {type(y).__name__}, not '
+                                  f'one array [batch, length, dim]')
+  if tuple(y.shape) != tuple(x.shape):
+    raise PropertyError('output', f'shape {tuple(y.shape)} for input {tuple(x.shape)}: a mixer '
+                                  'returns [batch, length, dim] like its input')
+  allowed = {jnp.dtype(x.dtype)}
+  if getattr(mixer, 'dtype', None) is not None:
+    allowed.add(jnp.dtype(mixer.dtype))
+  if jnp.dtype(y.dtype) not in allowed:
+    raise PropertyError('output', f'dtype {jnp.dtype(y.dtype)} for a {jnp.dtype(x.dtype)} input: '
+                                  f'a mixer returns {" or ".join(sorted(map(str, allowed)))}')
+
+
 def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int = 2,
                 length: int = 16, dim: int = 16, num_real: Optional[Sequence[int]] = None,
                 seed: int = 0, atol: float = 1e-5, call_kwargs: Optional[Mapping] = None,
@@ -400,6 +453,8 @@ def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int =
   skips = {**not_by_design(mixer), **_known(skip or {}, 'check_mixer(skip=...)')}
   if not causal:
     skips.setdefault('causal', 'not declared causal')
+  if not any('dropout' in f for f in _fields(mixer)):
+    skips.setdefault('dropout', 'the mixer has no dropout field (e.g. dropout_rate)')
   if not takes_deterministic(mixer):
     skips.setdefault('dropout', '__call__ takes no `deterministic`')
   if 'dtype' not in _fields(mixer):
@@ -407,14 +462,20 @@ def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int =
   if num_real is None:
     num_real = [length] + [max(1, length - 3 - 2 * b) for b in range(batch - 1)]
   x, mask = random_inputs(seed, batch, length, dim, list(num_real))
-  if variables is None:
-    variables = _init(mixer, x, mask, call_kwargs)
-  kw = dict(variables=variables, call_kwargs=call_kwargs)
+  given, kw = variables, dict(call_kwargs=call_kwargs)
+  unpadded = jnp.ones_like(mask) if takes_no_mask(mixer) else None   # mask=None, if it takes it
+
+  def output():   # init runs even where the output check is declared away
+    kw['variables'] = _init(mixer, x, mask, call_kwargs) if given is None else given
+    if 'output' not in skips:
+      _check_output(mixer, kw['variables'], x, mask, call_kwargs)
+
   checks: dict[str, Callable[[], Any]] = {
+      'output': output,
       'padding_values': lambda: assert_padding_values_irrelevant(mixer, x, mask, atol=atol, **kw),
       'padding_amount': lambda: assert_padding_amount_irrelevant(mixer, x, mask, atol=atol, **kw),
       'batch_rows': lambda: assert_batch_rows_independent(mixer, x, mask, atol=atol, **kw),
-      'causal': lambda: (assert_causal(mixer, x, atol=atol, **kw),
+      'causal': lambda: (assert_causal(mixer, x, mask=unpadded, atol=atol, **kw),
                          assert_causal(mixer, x, mask=mask, atol=atol, **kw)),
       'jit': lambda: assert_jit_matches(mixer, x, mask, atol=atol, **kw),
       'grads': lambda: assert_finite_grads(mixer, x, mask, **kw),
@@ -423,15 +484,23 @@ def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int =
   }
   report, failures = {}, []
   for prop in PROPERTIES:
-    if prop in skips:
+    if prop in skips and prop != 'output':
       report[prop] = f'skipped: {skips[prop]}'
+      continue
+    if prop != 'output' and 'variables' not in kw:
+      report[prop] = 'not run: output failed'
       continue
     try:
       checks[prop]()
-      report[prop] = 'ok'
+      report[prop] = f'skipped: {skips[prop]}' if prop in skips else 'ok'
     except AssertionError as e:   # a PropertyError, or a plain assert inside a check
       failures.append(e if isinstance(e, PropertyError) else PropertyError(prop, str(e)))
       report[prop] = 'FAILED'
+    except Exception as e:   # pylint: disable=broad-except  (the mixer's own error, a bad return)
+      failures.append(_raised(prop, e, mixer))
+      report[prop] = 'FAILED'
+    if prop == 'output' and report[prop] == 'FAILED':
+      kw.pop('variables', None)   # init or apply raised, or the output is unusable
   if failures:
     name = type(mixer).__name__
     lines = [str(failures[0]), f'  ({name}: first of {len(failures)} failed properties; '

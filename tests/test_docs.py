@@ -297,7 +297,9 @@ def test_every_documented_command_parses_and_starts():
       continue
     blocks += 1
     for words in shell_commands(block):
-      if words[0] in PROJECT_PYTHONS:
+      if words[0] == 'poolformers-jax':        # the console script: python -m <program>
+        python.append((where, ['-m', f'poolformers_jax.{words[1]}', *words[2:]]))
+      elif words[0] in PROJECT_PYTHONS:
         argv = python_form(words)
         if argv is not None:
           python.append((where, argv))

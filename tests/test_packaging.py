@@ -1,11 +1,15 @@
 """The wheel as a user installs it: `python -m build` (sdist + wheel, `twine check` clean), then
-`pip install` of the wheel with no extras into a fresh venv, used from outside the source tree:
-the core is small (no trainer packages), the README's layer example and the numerics kit run,
-the trainer modules fail in one line naming the extra, the configs ship inside the package;
-then with `[all]`, `python -m poolformers_jax.summary` on an installed config file.
-
-The install resolves from the package index, constrained to the lock (requirements.txt), so it
-installs what the suite runs on; pip's cache makes it quick after the first run."""
+used from an empty directory outside the source tree:
+- with `[train]`, offline (the wheel with --no-index --no-deps into a fresh venv that sees this
+  environment's packages): the README's install-only path, `python -m poolformers_jax.train
+  --config lra_listops:ponet,tiny`, `python -m poolformers_jax.eval`, `load_run(...).predict`
+  and `config.load('configs/lra_listops.py:ponet,small')` on the shipped configs, the metadata
+  `pip show` prints and the `poolformers-jax` console script;
+- with no extras, from the package index constrained to the lock (requirements.txt, so it installs
+  what the suite runs on; pip's cache makes it quick after the first run; skipped when no index is
+  reachable): the core is small (no trainer packages), the README's layer example and the
+  numerics kit run, the trainer modules fail in one line naming the extra; then with `[all]`,
+  `python -m poolformers_jax.summary` on an installed config file."""
 import glob
 import json
 import os
@@ -83,10 +87,77 @@ USER_CODE = textwrap.dedent('''
 ''')
 
 
+# From an empty directory, after the two programs ran: the run predicts, a shipped config loads
+# by the README's name, and none of this defined an absl flag or started jax.distributed.
+RUN_CODE = textwrap.dedent('''
+  import importlib.metadata, json, sys
+  import jax
+  import poolformers_jax
+  from poolformers_jax import config as config_lib
+  assert 'venv' in poolformers_jax.__file__, poolformers_jax.__file__
+  run = poolformers_jax.load_run('r')
+  predicted = run.predict(['[MAX 2 9 [MIN 4 7 ] 0 ]', '[SM 1 2 ]'])
+  config = config_lib.load('configs/lra_listops.py:ponet,small')
+  absl = sys.modules.get('absl.flags')
+  print(json.dumps({'predicted': [int(p) for p in predicted], 'model': config.model.name,
+                    'mixer': config.model.mixer,
+                    'flags': sorted(set(absl.FLAGS) & {'config', 'workdir', 'verbose_errors',
+                                                      'distributed'}) if absl else [],
+                    'distributed': jax.distributed.is_initialized(),
+                    'license': importlib.metadata.metadata('poolformers_jax')[
+                        'License-Expression']}))
+''')
+
+
+def _venv(path, env):
+  assert _run([sys.executable, '-m', 'venv', str(path)], env=env).returncode == 0
+  return str(path / 'bin' / 'python')
+
+
 @pytest.mark.slow
-def test_wheel_installs_without_extras_and_works_outside_the_source_tree_then_with_all(dist,
-                                                                                      tmp_path):
+def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_with_all(dist,
+                                                                                         tmp_path):
   env = {k: v for k, v in os.environ.items() if k not in ('PYTHONPATH', 'XLA_FLAGS')}
+  cpu = {**env, 'JAX_PLATFORMS': 'cpu'}
+  # [train], offline: this environment's packages (a .pth path line: its own .pth files, an
+  # editable install of the checkout among them, are not read), the wheel installed over them.
+  python = _venv(tmp_path / 'train_venv', env)
+  site = _run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
+              env=env).stdout.strip()
+  ours = [p for p in sys.path if p.endswith('site-packages') and os.path.isdir(p)]
+  with open(os.path.join(site, 'outer_environment.pth'), 'w') as f:
+    f.write('\n'.join(ours) + '\n')
+  installed = _run([python, '-m', 'pip', 'install', '-q', '--no-index', '--no-deps',
+                    dist['whl'] + '[train]'], env=env)
+  assert installed.returncode == 0, installed.stderr[-3000:]
+  empty = tmp_path / 'empty'
+  empty.mkdir()
+  trained = _run([python, '-m', 'poolformers_jax.train', '--config', 'lra_listops:ponet,tiny',
+                  '--workdir', 'r', '--config.num_train_steps=4',
+                  '--config.eval_every_steps=4'],
+                 cwd=empty, env=cpu)
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  evaluated = _run([python, '-m', 'poolformers_jax.eval', '--workdir', 'r', '--config',
+                    'configs/lra_listops.py:ponet,tiny', '--split', 'validation'],
+                   cwd=empty, env=cpu)
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
+  assert (metrics['split'], metrics['step']) == ('validation', 4), metrics
+  used = json.loads(_run([python, '-c', RUN_CODE], cwd=empty, env=cpu).stdout.splitlines()[-1])
+  assert [0 <= p < 10 for p in used.pop('predicted')] == [True, True]   # ListOps values 0..9
+  assert used == {'model': 'lra_encoder', 'mixer': 'ponet', 'flags': [], 'distributed': False,
+                  'license': 'Apache-2.0'}
+  assert sorted(os.listdir(empty)) == ['data_cache', 'r']   # nothing written beside the run
+  # pip show (pip < 25.1 prints License-Expression nowhere: read above from the metadata)
+  shown = _run([python, '-m', 'pip', 'show', '-v', 'poolformers_jax'], env=env).stdout
+  assert 'Author: The poolformers_jax authors' in shown, shown
+  assert 'Topic :: Scientific/Engineering :: Artificial Intelligence' in shown, shown
+  assert 'poolformers-jax = poolformers_jax.programs:main' in shown, shown
+  script = os.path.join(os.path.dirname(python), 'poolformers-jax')   # the console script
+  helped = _run([script, '--help'], cwd=empty, env=cpu)   # dispatch: tests/train/test_errors.py
+  assert helped.returncode == 0 and helped.stderr.startswith(
+      'usage: poolformers-jax <train|eval|summary|reproduce|average|translate|convert>'), helped
+
   venv = tmp_path / 'venv'
   assert _run([sys.executable, '-m', 'venv', str(venv)], env=env).returncode == 0
   python = str(venv / 'bin' / 'python')
@@ -94,7 +165,8 @@ def test_wheel_installs_without_extras_and_works_outside_the_source_tree_then_wi
                     os.path.join(ROOT, 'requirements.txt'), dist['whl']], env=env)
   if installed.returncode and re.search(r'NewConnectionError|Temporary failure in name resolution',
                                         installed.stderr):
-    pytest.skip('no package index reachable: ' + installed.stderr.strip().splitlines()[-1])
+    pytest.skip('the [train] install trained and predicted; no package index reachable for the '
+                'core install: ' + installed.stderr.strip().splitlines()[-1])
   assert installed.returncode == 0, installed.stderr[-3000:]
   code = USER_CODE.format(not_core=NOT_CORE, readme=textwrap.indent(_readme_layer_example(), ''))
   result = _run([python, '-c', code], cwd=tmp_path, env={**env, 'JAX_PLATFORMS': 'cpu'})
@@ -113,6 +185,48 @@ def test_wheel_installs_without_extras_and_works_outside_the_source_tree_then_wi
                  cwd=tmp_path, env={**env, 'JAX_PLATFORMS': 'cpu'})
   assert summary.returncode == 0, summary.stderr[-3000:]
   assert json.loads(summary.stdout.splitlines()[-1])['model'] == 'lra_encoder'
+
+
+# The core install simulated in this environment: the train extra's readers cannot be found.
+CORE_ONLY = textwrap.dedent('''
+  import importlib.abc, importlib.util, json, sys
+  BLOCKED = {not_core!r}
+  class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+      if name.split('.')[0] in BLOCKED:
+        raise ModuleNotFoundError(f'No module named {{name!r}}', name=name)
+  sys.meta_path.insert(0, Blocked())
+  find_spec = importlib.util.find_spec
+  importlib.util.find_spec = lambda name, *a: (None if name.split('.')[0] in BLOCKED
+                                               else find_spec(name, *a))
+  import jax
+  from poolformers_jax import config as config_lib, models
+  config = config_lib.complete(config_lib.load('configs/lra_listops.py:ponet,small'),
+                               need_files=False)
+  model = models.build_model(config)
+  tokens = jax.numpy.ones((2, config.model.max_length), jax.numpy.int32)
+  logits = model.apply(model.init(jax.random.PRNGKey(0), tokens), tokens)
+  try:
+    import poolformers_jax.train
+    trainer = 'imported'
+  except ModuleNotFoundError as error:
+    trainer = str(error)
+  print(json.dumps({{'logits': list(logits.shape), 'trainer': trainer,
+                    'loaded': sorted({{m.split('.')[0] for m in sys.modules}} & set(BLOCKED))}}))
+''')
+
+
+def test_a_shipped_config_loads_and_its_model_builds_on_the_core_install(tmp_path):
+  """config.load by the README's name, complete from the dataset's constants, build_model and
+  a forward pass with no package of the extras importable; the trainer names its extra."""
+  code = CORE_ONLY.format(not_core=NOT_CORE)
+  out = _run([sys.executable, '-c', code], cwd=tmp_path,
+             env={**os.environ, 'JAX_PLATFORMS': 'cpu', 'PYTHONPATH': ROOT})
+  assert out.returncode == 0, out.stderr[-3000:]
+  got = json.loads(out.stdout.strip().splitlines()[-1])
+  assert got == {'logits': [2, 10], 'loaded': [],
+                 'trainer': "poolformers_jax.train needs grain, tensorflow_datasets, PIL: pip "
+                            "install 'poolformers_jax[train]'"}
 
 
 def test_one_version_string():

@@ -19,8 +19,7 @@ kinds = {'mixer': registry.MIXERS, 'model': registry.MODELS, 'dataset': registry
          'task': registry.TASKS}
 listed = {kind: sorted(names) for kind, names in kinds.items()}   # imports MODULES only
 for info in pkgutil.walk_packages(poolformers_jax.__path__, 'poolformers_jax.'):
-  if info.name != 'poolformers_jax.summary':                     # a program: flags at import
-    importlib.import_module(info.name)
+  importlib.import_module(info.name)   # a program's module defines no flag, a __main__ runs nothing
 print(json.dumps([listed, {kind: sorted(names) for kind, names in kinds.items()}]))
 """
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from poolformers_jax import reproduce
+from poolformers_jax.programs import reproduce
 from poolformers_jax.config import lra as lra_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,8 +5,8 @@
     config = config_lib.complete(config)       # vocab_size / num_classes / max_length from the data
     model = poolformers_jax.models.build_model(config)
 
-`load` takes the documented name `configs/<task>.py[:words]` (a path relative to the working
-directory, else to the repository) and dotted-key overrides (`--config.<key>=<value>` on the
+`load` takes the documented name `configs/<task>.py[:words]` or `<task>:words` (a file that
+exists is read from there, else the package's shipped config: `resolve`) and dotted-key overrides (`--config.<key>=<value>` on the
 command line), checked: an unknown key fails in one line naming the closest valid ones. The model
 sizes a dataset decides (`vocab_size`, `num_classes`, `max_length`, special-token ids) are None in
 a config file; `complete` fills them from the dataset's info, as train.py does before building the
@@ -32,19 +32,19 @@ from __future__ import annotations
 
 from poolformers_jax.config.completion import complete_from_dataset, completed
 from poolformers_jax.config.defaults import SIZE_SLOT, SIZES, base_config, shrink_run
-from poolformers_jax.config.files import load, load_file
-from poolformers_jax.config.keys import (ConfigKeyError, check_keys, flat_keys, override,
-                                         override_keys_from_argv)
+from poolformers_jax.config.files import CONFIGS_DIR, load, load_file, resolve, resolved
+from poolformers_jax.config.keys import (ConfigKeyError, check_keys, flat_keys, is_open_key,
+                                         override, override_keys_from_argv)
 from poolformers_jax.config.run_file import (ModelMismatch, load_saved_config, model_differences,
                                              save_config, to_json, with_run_model)
 from poolformers_jax.config.validate import ConfigError, check_config
 from poolformers_jax.config.words import Numbered, parse_words
 
 __all__ = [
-    'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES', 'SIZE_SLOT',
+    'CONFIGS_DIR', 'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES', 'SIZE_SLOT',
     'base_config', 'check_config', 'check_keys', 'complete', 'complete_from_dataset', 'completed',
-    'flat_keys', 'load', 'load_file', 'load_saved_config', 'model_differences', 'override',
-    'override_keys_from_argv', 'parse_words', 'save_config', 'shrink_run', 'to_json',
+    'flat_keys', 'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences', 'override',
+    'override_keys_from_argv', 'parse_words', 'resolve', 'resolved', 'save_config', 'shrink_run', 'to_json',
     'with_run_model',
 ]
 

@@ -1,5 +1,10 @@
 """Config files by their documented name, `configs/<task>.py[:<word>,<word>,...]`: the file's
-`get_config(words)` (words: config/words.py), with checked dotted-key overrides."""
+`get_config(words)` (words: config/words.py), with checked dotted-key overrides.
+
+`resolve` is THE resolver of a config's name (train, eval, summary, convert, reproduce, `load`,
+`load_run`): a path that exists is read from there; otherwise `configs/<task>.py` and the bare
+`<task>` name the config the package ships (the repository's configs/ in a checkout,
+poolformers_jax/configs in an installed wheel), so the README's names work from any directory."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,23 +13,51 @@ from typing import Any, Mapping, Optional
 
 from poolformers_jax.config.keys import override
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SHIPPED = os.path.join(_PACKAGE, 'configs')
+# The configs the package ships: in the wheel poolformers_jax/configs, in a checkout ../configs.
+CONFIGS_DIR = _SHIPPED if os.path.isdir(_SHIPPED) else os.path.join(os.path.dirname(_PACKAGE),
+                                                                    'configs')
 
 
-def _path(spec: str) -> tuple[str, str]:
-  path, _, words = spec.partition('.py:')
+def shipped_tasks() -> list[str]:
+  """The task names of the shipped configs ('lra_listops', 'wmt14', ...)."""
+  return sorted(f[:-3] for f in os.listdir(CONFIGS_DIR) if f.endswith('.py') and f[0] != '_')
+
+
+def resolve(spec: str) -> tuple[str, str]:
+  """'configs/lra_listops.py:ponet,small' (or 'lra_listops:ponet,small') -> (its file,
+  'ponet,small').
+
+  A path that exists is read from there; else `configs/<task>.py` / `<task>` is the shipped one."""
+  if '.py:' in spec:
+    path, _, words = spec.partition('.py:')
+    path += '.py'
+  elif ':' in spec and not os.path.exists(spec):
+    path, _, words = spec.partition(':')
+  else:
+    path, words = spec, ''
   path = path if path.endswith('.py') else path + '.py'
-  if not os.path.exists(path) and not os.path.isabs(path) and os.path.exists(os.path.join(REPO, path)):
-    path = os.path.join(REPO, path)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f'{path} not found: give a config file as configs/<task>.py[:words], '
-                            'e.g. configs/lra_listops.py:ponet,tiny')
-  return path, words
+  if os.path.isfile(path):
+    return path, words
+  folder, name = os.path.split(path)
+  shipped = os.path.join(CONFIGS_DIR, name)
+  if os.path.normpath(folder) in ('.', 'configs') and os.path.isfile(shipped):
+    return shipped, words
+  raise FileNotFoundError(f'{path} not found: give a config file, or configs/<task>.py[:words] '
+                          f'for a shipped one, <task> one of {", ".join(shipped_tasks())} (e.g. '
+                          'configs/lra_listops.py:ponet,tiny)')
+
+
+def resolved(spec: str) -> str:
+  """`spec` with its file resolved: 'lra_listops:ponet' -> '/.../configs/lra_listops.py:ponet'."""
+  path, words = resolve(spec)
+  return f'{os.path.abspath(path)}:{words}' if words else os.path.abspath(path)
 
 
 def load_file(spec: str):
   """'configs/lra_listops.py:ponet,small' -> the file's `get_config('ponet,small')`, unlocked."""
-  path, words = _path(spec)
+  path, words = resolve(spec)
   module_spec = importlib.util.spec_from_file_location('_config_module', path)
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
@@ -32,8 +65,8 @@ def load_file(spec: str):
 
 
 def load(spec: str, overrides: Optional[Mapping[str, Any]] = None):
-  """The config `spec` names ('configs/<task>.py[:words]'), with `overrides` ({'model.dim': 32,
-  ...}) applied and checked; locked, as train.py's --config."""
+  """The config `spec` names ('configs/<task>.py[:words]', or '<task>:words'), with `overrides`
+  ({'model.dim': 32, ...}) applied and checked; locked, as train.py's --config."""
   config = load_file(spec)
   if overrides:
     return override(config, **dict(overrides))

@@ -39,15 +39,22 @@ def _has_key(config: ml_collections.ConfigDict, dotted: str) -> bool:
   return True
 
 
+def is_open_key(dotted: str) -> bool:
+  """A key of a `*_kwargs` dict (model.mixer_kwargs: the mixer's own arguments, whichever mixer
+  the run names), which an override may add as well as change."""
+  return '.' in dotted and dotted.rsplit('.', 1)[0].endswith('_kwargs')
+
+
 def _is_open_dict(config: ml_collections.ConfigDict, dotted: str) -> bool:
-  """Keys under an unlocked sub-dict (e.g. model.mixer_kwargs) may be added freely."""
+  """Keys under a `*_kwargs` dict or an unlocked sub-dict may be added freely."""
   parent = dotted.rsplit('.', 1)[0] if '.' in dotted else ''
   node: Any = config
   for part in filter(None, parent.split('.')):
     if part not in node:
       return False
     node = node[part]
-  return isinstance(node, ml_collections.ConfigDict) and not node.is_locked and node is not config
+  return (isinstance(node, ml_collections.ConfigDict) and node is not config
+          and (not node.is_locked or is_open_key(dotted)))
 
 
 def check_keys(config: ml_collections.ConfigDict, keys: Iterable[str]) -> None:
@@ -87,6 +94,7 @@ def override(config: ml_collections.ConfigDict, **updates: Any) -> ml_collection
   stay linked in the copy, as on the command line."""
   check_keys(config, updates)
   config = ml_collections.ConfigDict(copy.deepcopy(config), type_safe=False)
+  config.unlock()   # the copy's sub-dicts too: the keys were checked above
   config.update_from_flattened_dict(updates)
   config.lock()
   return config

@@ -111,7 +111,7 @@ def _check_optimizer(opt: ml_collections.ConfigDict) -> None:
     _require(isinstance(value, numbers.Real) and value >= 0,
              f'config.optimizer.{key}={value!r} must be >= 0', f'set --config.optimizer.{key} '
              'to 0 (off) or more')
-  _positive_int(opt, 'grad_accum_steps')
+  _positive_int(opt, 'grad_accum_steps', 'optimizer.')
 
 
 def _check_profile_steps(steps: Any) -> None:

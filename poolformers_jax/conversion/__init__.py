@@ -1,5 +1,5 @@
 """Checkpoints of other frameworks <-> our parameters, in one place; the command is
-`python -m poolformers_jax.convert` (poolformers_jax/convert.py).
+`python -m poolformers_jax.convert` (poolformers_jax/programs/convert.py).
 
   state_dict.py  THE reader of weights files: .safetensors, torch files (no torch needed), Hugging
                  Face folders

@@ -2,7 +2,7 @@
 
     params, model_config = load_official('path/to/ponet-base-uncased')   # config.json + weights
     model = build_model(ml_collections.ConfigDict({'name': 'ponet_mlm', **model_config}))
-or, as an orbax checkpoint that `config.init_from` and eval.py read (poolformers_jax/convert.py):
+or, as an orbax checkpoint that `config.init_from` and eval.py read (poolformers_jax/programs/convert.py):
     python -m poolformers_jax.convert --config configs/ponet_pretrain.py:sso \
         --source path/to/ponet-base-uncased --workdir runs/ponet_base_official
 

@@ -26,17 +26,16 @@ Nothing is downloaded at run time. Where each dataset's files must be:
 Missing files raise DataNotFoundError with one line: the path and what to do.
 With worker_count > 0 the iterator state has another format: resume with the same worker_count.
 """
-from poolformers_jax import extras
-
-extras.require('train', __name__)   # the dataset files the registry imports need it
-
-from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo,  # noqa: E402
+from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo,
                                        DatasetSpec, get_data_config, register_dataset)
+from poolformers_jax.data.info import get_dataset_info
 
 # The pipeline (grain, jax) loads on first use, so a config file, which needs only
-# get_data_config, imports nothing heavier than ml_collections and numpy.
-_PIPELINE = ('Streams', 'eval_num_batches', 'get_dataset_info', 'make_eval_iterator',
-             'make_eval_stream', 'make_train_iterator')
+# get_data_config, imports nothing heavier than ml_collections and numpy, and the dataset files
+# import their readers (grain, tensorflow_datasets, PIL: the `train` extra) when data is read:
+# a config loads, and its model builds, on the core install.
+_PIPELINE = ('Streams', 'eval_num_batches', 'make_eval_iterator', 'make_eval_stream',
+             'make_train_iterator')
 
 
 def __getattr__(name: str):
@@ -47,4 +46,4 @@ def __getattr__(name: str):
 
 
 __all__ = ['DATASETS', 'DataNotFoundError', 'DatasetInfo', 'DatasetSpec', 'register_dataset',
-           'get_data_config', *_PIPELINE]
+           'get_data_config', 'get_dataset_info', *_PIPELINE]

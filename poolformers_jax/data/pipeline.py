@@ -28,11 +28,19 @@ from __future__ import annotations
 import math
 from typing import Any, Iterator, Optional
 
-import grain
-import jax
-import numpy as np
+from poolformers_jax import extras
 
-from poolformers_jax.data import base, masking
+extras.require('train', __name__)   # grain reads the data
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+import grain  # noqa: E402
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+
+from poolformers_jax.data import base, masking  # noqa: E402
+# get_dataset_info lives in data/info.py (no grain); re-exported for pipeline's callers.
+from poolformers_jax.data.info import (get_dataset_info,  # noqa: E402,F401
+                                      objective as _objective)
 
 
 class _Preprocess:
@@ -55,13 +63,6 @@ class _Preprocess:
     return example
 
 
-def _objective(data_config) -> Optional[str]:
-  """config.data's self-pretraining objective (masking.objective; None: the dataset's own task;
-  data configs older than mask_rate / next_tokens have neither)."""
-  return masking.objective(float(data_config.get('mask_rate', 0.0)),
-                           bool(data_config.get('next_tokens', False)))
-
-
 def _read_options(data_config) -> grain.ReadOptions:
   threads = int(data_config.read_threads)
   return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=max(2 * threads, 1))
@@ -76,23 +77,6 @@ def _start(it_ds: grain.IterDataset, data_config) -> grain.DatasetIterator:
   if workers > 0:
     it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
   return iter(it_ds)
-
-
-def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
-  """DatasetInfo of config.data (raises DataNotFoundError if files are missing). With
-  need_files=False missing files give the info from the dataset's known constants instead
-  (input shape, vocabulary, classes), where the dataset has them. With config.data.mask_rate > 0
-  or next_tokens it is the self-pretraining info (masking.pretraining_info)."""
-  data_config = config.data
-  spec = base.get_spec(data_config.name)
-  try:
-    info = spec.info(data_config)
-  except base.DataNotFoundError:
-    if need_files or spec.shapes is None:
-      raise
-    info = spec.shapes(data_config)
-  objective = _objective(data_config)
-  return masking.pretraining_info(info, objective) if objective else info
 
 
 def _endless(records, seed: int) -> grain.MapDataset:

@@ -24,7 +24,12 @@ import re
 from typing import Callable, Optional
 
 import numpy as np
-from PIL import Image, ImageEnhance, ImageOps
+
+from poolformers_jax import extras
+
+extras.require('train', __name__)   # PIL
+
+from PIL import Image, ImageEnhance, ImageOps  # noqa: E402
 
 LEVEL_DENOM = 10.0
 

@@ -32,7 +32,7 @@ from typing import Optional
 import ml_collections
 import numpy as np
 
-from poolformers_jax.data import base, randaugment
+from poolformers_jax.data import base
 
 # name -> (classes, image size)
 DATASETS = {'cifar10': (10, 32), 'cifar100': (100, 32), 'imagenet2012': (1000, 224)}
@@ -137,6 +137,7 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
     policy = data_config.rand_augment
     if policy:   # fill: the mean colour, as timm's img_mean
       fill = tuple(min(255, round(255 * m)) for m in data_config.mean)
+      from poolformers_jax.data import randaugment   # PIL: when images are read
       image = randaugment.parse(policy)(np.ascontiguousarray(image), rng, fill)
   image = normalize(image, data_config)
   erasing = data_config.random_erasing
@@ -149,6 +150,7 @@ def info(data_config, *, from_files: bool = True):
   """`from_files=False` (DatasetSpec.shapes): the same without split sizes (no files read)."""
   size = data_config.image_size
   if data_config.rand_augment:
+    from poolformers_jax.data import randaugment
     randaugment.parse(data_config.rand_augment)   # a bad policy fails here, before compiling
   sizes = ({split: len(source(data_config, split)) for split in base.SPLITS} if from_files
            else {})

@@ -6,8 +6,9 @@ Every sequence mixer in this package follows one interface (docs/design.md):
     x: [batch, length, dim], mask: [batch, length] bool (True = real token), y like x.
 
 `check_sequence_input` validates that contract while tracing, so bad shapes fail with one
-clear line before XLA ever sees them. "One of these" options are fields typed `Literal[...]`,
-checked all at once by `check_choices` (or `check_choice` for a name looked up in a table).
+clear line before XLA ever sees them; `check_mask` is the mask contract (bool, or 0 / 1).
+"One of these" options are fields typed `Literal[...]`, checked all at once by `check_choices`
+(or `check_choice` for a name looked up in a table).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from typing import Any, Callable, Iterable, Literal, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 Dtype = Any
@@ -38,6 +40,26 @@ def check_sequence_input(x: Array, mask: Optional[Array], name: str) -> Array:
     raise ValueError(
         f'{name}: mask shape {tuple(mask.shape)} does not match input [batch, length] = '
         f'{tuple(x.shape[:2])}; pass a [B, L] bool mask (True = real token).')
+  return check_mask(mask, name)
+
+
+def check_mask(mask: Array, name: str) -> Array:
+  """The mask contract: bool, or integers / floats holding only 0 and 1 (1 = real token);
+  returns it as bool. Anything else is refused in one line: an additive mask (0 for real tokens,
+  -1e9 or -inf for padding) would act as its inverse, NaN as True. The dtype is checked always;
+  the values of a concrete array only (outside jit, where reading them costs nothing)."""
+  dtype = np.dtype(mask.dtype)
+  if dtype == np.bool_:
+    return mask
+  what = (f'{name}: a mask is bool, or 0 / 1 integers or floats (1 = real token, 0 = padding); '
+          'for an additive mask m (0 = real, -inf / -1e9 = padding) pass m == 0')
+  if not (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating)):
+    raise ValueError(f'{what}. Got dtype {dtype}.')
+  if not isinstance(mask, jax.core.Tracer):
+    values = np.asarray(mask)
+    bad = values[~((values == 0) | (values == 1))]
+    if bad.size:
+      raise ValueError(f'{what}. Got a {dtype} mask holding {bad.flat[0].item()!r}.')
   return mask.astype(bool)
 
 

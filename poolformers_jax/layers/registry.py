@@ -17,9 +17,8 @@ import flax.linen as nn
 from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.registry import MIXERS, register_mixer
 
-__all__ = ['MIXERS', 'build_mixer', 'causal_mixers', 'check_causal', 'check_required',
-           'check_sequence_parallel',
-           'mixer_fields', 'register_mixer']
+__all__ = ['MIXERS', 'build_mixer', 'causal_mixers', 'check_causal', 'check_options',
+           'check_required', 'check_sequence_parallel', 'mixer_fields', 'register_mixer']
 
 
 def mixer_fields(cls: type[nn.Module]) -> set[str]:
@@ -29,6 +28,15 @@ def mixer_fields(cls: type[nn.Module]) -> set[str]:
 def required_fields(cls: type[nn.Module]) -> set[str]:
   return {f.name for f in dataclasses.fields(cls) if f.name not in ('parent', 'name')
           and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+
+
+def check_options(name: str, options) -> None:
+  """One line naming the options (config.model.mixer_kwargs) mixer `name` does not take."""
+  cls = MIXERS[name]
+  unknown = sorted(set(options) - mixer_fields(cls))
+  if unknown:
+    raise ValueError(f'mixer {name!r} ({cls.__name__}) has no option(s) {unknown}; '
+                     f'valid options: {sorted(mixer_fields(cls))}.')
 
 
 def check_required(name: str, given) -> None:
@@ -60,10 +68,7 @@ def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: An
   `kwargs` (the config's mixer-specific options) must all be fields of the mixer."""
   cls = MIXERS[name]
   fields = mixer_fields(cls)
-  unknown = sorted(set(kwargs) - fields)
-  if unknown:
-    raise ValueError(f'mixer {name!r} ({cls.__name__}) has no option(s) {unknown}; '
-                     f'valid options: {sorted(fields)}.')
+  check_options(name, kwargs)
   args = {k: v for k, v in (shared or {}).items() if k in fields}
   if (shared or {}).get('causal'):
     check_causal(name)

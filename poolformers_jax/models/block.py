@@ -20,7 +20,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock, check_choice
-from poolformers_jax.layers.registry import MIXERS, build_mixer, check_causal, check_required
+from poolformers_jax.layers.registry import (MIXERS, build_mixer, check_causal, check_options,
+                                             check_required)
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
 # 'gelu_exact' the erf form of timm / the official ViT code.
@@ -188,6 +189,7 @@ def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: d
   mixer = kwargs.get('mixer', fields['mixer'].default)
   if not isinstance(mixer, str) or mixer not in MIXERS:
     return   # an unknown name is refused where the model builds its mixer, naming the valid ones
+  check_options(mixer, kwargs.get('mixer_kwargs') or {})
   given = set(kwargs.get('mixer_kwargs') or {}) | set(_BLOCK_SHARED)
   check_required(mixer, given | set(getattr(cls, 'mixer_args_set_by_model', ())))
   causal = kwargs.get('causal', fields['causal'].default) if 'causal' in fields else False

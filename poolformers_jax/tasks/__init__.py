@@ -78,8 +78,3 @@ def train_example(info) -> Any:
                for what in ('segment_ids', 'positions')}
     example = {**example, **packing}
   return example
-
-
-from poolformers_jax import extras  # noqa: E402  (the task files the registry imports need it)
-
-extras.require('train', __name__)

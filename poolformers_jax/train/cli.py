@@ -1,10 +1,14 @@
-"""What the absl entry points share: the --config flag parser with close-key suggestions, the
-multi-process flags and `run` (logs, multi-process start and end around the work). The one-line
-error report they all follow is `poolformers_jax.errors` (`one_line_errors` is re-exported here)."""
+"""What the absl entry points share: the --config flag parser with close-key suggestions and the
+config resolver (`--config lra_listops:ponet` reads the shipped config), the multi-process flags
+(`define_flags`, called by the programs: importing this module defines no flag) and `run` (logs,
+multi-process start and end around the work). The one-line error report they all follow is
+`poolformers_jax.errors` (`one_line_errors` is re-exported here)."""
 from __future__ import annotations
 
+import ast
 import logging
 import os
+import sys
 from typing import Callable, Sequence
 
 from absl import flags
@@ -14,13 +18,67 @@ from poolformers_jax import config as config_lib, errors
 from poolformers_jax.errors import one_line_errors  # noqa: F401  (re-exported)
 from poolformers_jax.train import host_memory, sharding
 
-_DISTRIBUTED = flags.DEFINE_enum(
-    'distributed', 'auto', list(sharding.DISTRIBUTED_MODES),
-    'Multi-process run: auto = when the flags below / JAX_* variables are set or jax detects a '
-    'cluster (SLURM, Open MPI, Cloud TPU, Kubernetes); on = always; off = one process.')
-_COORDINATOR = flags.DEFINE_string('coordinator_address', None, 'host:port of process 0.')
-_NUM_PROCESSES = flags.DEFINE_integer('num_processes', None, 'Number of processes.')
-_PROCESS_ID = flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
+
+def define_flags() -> None:
+  """The flags every absl program shares: --verbose_errors and the multi-process ones."""
+  errors.define_flags()
+  if 'distributed' in flags.FLAGS:
+    return
+  flags.DEFINE_enum(
+      'distributed', 'auto', list(sharding.DISTRIBUTED_MODES),
+      'Multi-process run: auto = when the flags below / JAX_* variables are set or jax detects a '
+      'cluster (SLURM, Open MPI, Cloud TPU, Kubernetes); on = always; off = one process.')
+  flags.DEFINE_string('coordinator_address', None, 'host:port of process 0.')
+  flags.DEFINE_integer('num_processes', None, 'Number of processes.')
+  flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
+
+
+# --config.<...>_kwargs.<key>=<value> overrides (model.mixer_kwargs.segment_num), which may add a
+# key config_flags cannot add to the locked config: parse_flags takes them out of argv,
+# config_value applies them (checked, as config.override).
+_OPEN_OVERRIDES: dict[str, dict[str, object]] = {}
+
+
+def _literal(text: str) -> object:
+  try:
+    return ast.literal_eval(text)
+  except (ValueError, SyntaxError):
+    return text   # a bare word: a string
+
+
+def _take_open_overrides(argv: Sequence[str], flag_name: str = 'config'):
+  """argv without its --config.<...>_kwargs.<key> overrides, and those as {key: value}."""
+  rest, taken, i, prefix = [], {}, 0, f'--{flag_name}.'
+  while i < len(argv):
+    key, eq, value = argv[i][len(prefix):].partition('=')
+    if argv[i].startswith(prefix) and config_lib.is_open_key(key) and (eq or i + 1 < len(argv)):
+      if not eq:
+        i, value = i + 1, argv[i + 1]
+      taken[key] = _literal(value)
+    else:
+      rest.append(argv[i])
+    i += 1
+  return rest, taken
+
+
+def key_flags_of(module_name: str) -> None:
+  """The flags `module_name` (a program) defined are its key flags in --help / --helpshort
+  (absl lists the key flags of sys.argv[0], the script run, e.g. train.py), --config with them."""
+  own = flags.FLAGS.get_key_flags_for_module(module_name)
+  for flag in own + ([flags.FLAGS['config']] if 'config' in flags.FLAGS else []):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
+
+
+def define_config_flag(argv: Sequence[str] | None) -> None:
+  """The programs' --config (ml_collections' config_flags, locked). config_flags defines a flag
+  for every --config.<key> of argv it is given: not for the *_kwargs ones (config_value adds
+  them)."""
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  argv = list(sys.argv if argv is None else argv)
+  config_flags.DEFINE_config_file('config', None, 'configs/<task>.py[:words], or <task>:words '
+                                  'for a shipped config', lock_config=True,
+                                  sys_argv=_take_open_overrides(argv)[0])
+
 
 def config_value(holder):
   """The --config value; config_flags loads the file at first use and fails with an OSError."""
@@ -28,6 +86,8 @@ def config_value(holder):
     config = holder.value
     if config is not None:   # an optional --config left out
       config.keys()   # a lazy stand-in until touched
+      if _OPEN_OVERRIDES.get(holder.name):
+        config = config_lib.override(config, **_OPEN_OVERRIDES[holder.name])
     return config
   except OSError as error:
     cause = error.__cause__ or error.__context__ or error
@@ -49,16 +109,36 @@ def _config_spec(argv: Sequence[str]) -> str | None:
   return None
 
 
+def _resolve_config(argv: Sequence[str]) -> list[str]:
+  """argv with --config's file resolved (config.resolve: a path, else a shipped config)."""
+  argv = list(argv)
+  for i, arg in enumerate(argv):
+    if arg.startswith('--config='):
+      argv[i] = '--config=' + config_lib.resolved(arg.split('=', 1)[1])
+    elif arg == '--config' and i + 1 < len(argv):
+      argv[i + 1] = config_lib.resolved(argv[i + 1])
+  return argv
+
+
 def parse_flags(argv: Sequence[str]) -> list[str]:
-  """absl flag parsing with the one-line contract: a misspelled --config.key names close valid
-  keys, a bad flag value or an unknown flag says so, a stray positional argument (often a space
-  for the colon of --config FILE.py:WORDS) says how to write it."""
+  """absl flag parsing with the one-line contract: --config resolved as `config.load` resolves it,
+  a misspelled --config.key names close valid keys, a bad flag value or an unknown flag says so,
+  a stray positional argument (often a space for the colon of --config FILE.py:WORDS) says how to
+  write it."""
   try:
-    rest = flags.FLAGS(argv)
+    resolved = _resolve_config(argv)
+  except FileNotFoundError as error:
+    errors.fail(f'--config: {error}', 2)
+  resolved, _OPEN_OVERRIDES['config'] = _take_open_overrides(resolved)
+  if _OPEN_OVERRIDES['config'] and _config_spec(argv) is None:
+    key = next(iter(_OPEN_OVERRIDES['config']))
+    errors.fail(f'--config.{key} overrides a config file: give --config too', 2)
+  try:
+    rest = flags.FLAGS(resolved)
   except Exception as error:  # config_flags raises a bare AttributeError for unknown keys
     spec = _config_spec(argv)
     keys = config_lib.override_keys_from_argv(argv)
-    if spec and keys and os.path.exists(spec.partition('.py:')[0].removesuffix('.py') + '.py'):
+    if spec and keys:
       try:
         config_lib.check_keys(load_config_file(spec), keys)
       except config_lib.ConfigKeyError as key_error:
@@ -116,7 +196,7 @@ def run(argv: Sequence[str], work: Callable[[], None]) -> None:
   del argv
   quiet_library_logs()
   host_memory.keep_freed_memory()   # before XLA and the data threads allocate (see its docstring)
-  sharding.maybe_initialize_distributed(_DISTRIBUTED.value, _COORDINATOR.value,
-                                        _NUM_PROCESSES.value, _PROCESS_ID.value)
+  sharding.maybe_initialize_distributed(flags.FLAGS.distributed, flags.FLAGS.coordinator_address,
+                                        flags.FLAGS.num_processes, flags.FLAGS.process_id)
   work()
   sharding.shutdown_distributed()

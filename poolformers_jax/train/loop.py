@@ -173,7 +173,8 @@ class Hooks:
 
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       start_over: bool = False, hooks: Hooks = Hooks()) -> TrainResult:
+                       start_over: bool = False, hooks: Hooks = Hooks(),
+                       distributed: Optional[str] = None) -> TrainResult:
   """Trains `config` in `workdir` (resuming from its newest checkpoint that verifies) and
   evaluates.
 
@@ -182,8 +183,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   stopping with CheckpointError.
   A workdir another live process trains is refused (run_lock.RunInProgressError, one line)
   before anything is read or compiled; process 0 holds the lock for the run.
+  `distributed`: None (the default) trains in the process(es) as they are, changing nothing
+  process-wide (the programs start a multi-process run from --distributed first); 'auto', 'on'
+  or 'off' starts one here first (sharding.maybe_initialize_distributed).
   """
-  sharding.maybe_initialize_distributed()
+  if distributed is not None:
+    sharding.maybe_initialize_distributed(distributed)
   with run_lock.RunLock(workdir, enabled=jax.process_index() == 0):
     return _train_and_evaluate(config, workdir, start_over=start_over, hooks=hooks)
 

@@ -30,7 +30,6 @@ BATCH_AXES = (DATA_AXIS, FSDP_AXIS)                 # the axes that split the ex
 POSITION_TABLE = 'pos_embedding'   # a learned position table's parameter (layers/common.py)
 
 DISTRIBUTED_MODES = ('auto', 'on', 'off')
-_started: Optional[bool] = None     # the first call's answer (train.py's), kept by later calls
 
 
 def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Optional[str] = None,
@@ -40,18 +39,15 @@ def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Option
 
   mode 'off': one process. 'on': always; settings not given here are found by jax (SLURM, Open
   MPI, Cloud TPU pods, Kubernetes; JAX_COORDINATOR_ADDRESS). 'auto': as 'on' when settings are
-  given or jax finds a cluster, else one process. The first call decides (train.py / eval.py,
-  from --distributed); later calls (train_and_evaluate's) return the same answer.
+  given or jax finds a cluster, else one process. Called by the programs (train, eval: from
+  --distributed) and by `train_and_evaluate(..., distributed=mode)` only: a library call starts
+  nothing unasked. Nothing is kept here: jax.distributed itself says whether a run started.
   """
-  global _started
   if mode not in DISTRIBUTED_MODES:
     raise ValueError(f'distributed={mode!r}; choose one of {DISTRIBUTED_MODES}.')
   if jax.distributed.is_initialized():
     return True
-  if _started is not None:
-    return _started
   if mode == 'off':
-    _started = False
     return False
   # What jax lacks: it reads JAX_COORDINATOR_ADDRESS but not the process count and id.
   num = num_processes if num_processes is not None else os.environ.get('JAX_NUM_PROCESSES')
@@ -70,9 +66,7 @@ def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Option
           '--process_id (or JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID), run under '
           'a cluster jax detects (SLURM, Open MPI, Cloud TPU, Kubernetes), or pass '
           '--distributed=off.') from None
-    _started = False
     return False
-  _started = True
   return True
 
 

@@ -1,6 +1,7 @@
 """poolformers_jax.testing: check_mixer passes every registered mixer (a user's too) and catches
 each planted bug, naming its property on the first line; MixerTestCase under chex.variants;
 retrace guards on a Flax apply and a jitted function."""
+import re
 import unittest
 
 import chex
@@ -161,3 +162,79 @@ def test_assert_close_names_the_worst_position_and_nan():
   with pytest.raises(T.PropertyError, match=r'^jit: batch 1, position 2, feature 0: '
                                             r'\|a - b\| = 0.5'):
     T.assert_close('jit', a, b, atol=1e-3, where=mask)
+
+
+# Issue 54: mixers without dropout, with the README's `(x, mask)` signature, and bugs the
+# property checks alone missed or crashed on.
+class _MeanPool(nn.Module):
+  """The README's mixer without dropout: each token plus the mean of the real tokens so far
+  (causal) or of all of them. `bug` plants one fault."""
+  causal: bool = False
+  bug: str = 'none'
+
+  @nn.compact
+  def __call__(self, x, mask, *, deterministic=True):   # mask required: never None
+    del deterministic
+    real = jnp.where(mask[..., None], x, 0)
+    count = mask.astype(x.dtype)[..., None]
+    if self.causal:
+      seen = jnp.cumsum(real, 1) / jnp.maximum(jnp.cumsum(count, 1), 1)
+      if self.bug == 'future_leak':   # token t sees real token t + 1
+        seen = seen + 0.1 * jnp.pad(real[:, 1:], ((0, 0), (0, 1), (0, 0)))
+      mean = seen
+    else:
+      mean = real.sum(1, keepdims=True) / count.sum(1, keepdims=True)
+    if self.bug == 'padding_leak':
+      mean = mean + 0.1 * x.mean(1, keepdims=True)
+    y = nn.Dense(x.shape[-1])(x + mean)
+    if self.bug == 'wide':
+      return jnp.concatenate([y, y], -1)
+    if self.bug == 'float16':
+      return y.astype(jnp.float16)
+    if self.bug == 'raises' and mask.shape[1] > 16:   # fails on the padding_amount input only
+      raise ValueError('segments must divide the length')
+    return y
+
+
+class _NoDropoutField(nn.Module):
+  """A bidirectional mixer that takes `deterministic` but has no dropout: a linear map of each
+  token and of the masked mean, mask=None allowed."""
+
+  @nn.compact
+  def __call__(self, x, mask=None, *, deterministic=True):
+    mask = jnp.ones(x.shape[:2], bool) if mask is None else mask
+    real = jnp.where(mask[..., None], x, 0)
+    mean = real.sum(1, keepdims=True) / mask.sum(1)[:, None, None]
+    return nn.Dense(x.shape[-1])(x) + nn.Dense(x.shape[-1])(mean)
+
+
+@pytest.mark.parametrize('mixer', [_NoDropoutField(), _MeanPool(causal=True)],
+                         ids=['no_dropout_field', 'causal_x_mask_signature'])
+def test_correct_mixers_without_dropout_pass_with_the_skips_named(mixer):
+  report = T.check_mixer(mixer)
+  assert report['dropout'] == 'skipped: the mixer has no dropout field (e.g. dropout_rate)'
+  assert report['bfloat16'] == 'skipped: the mixer has no `dtype` field'
+  checked = {p for p in T.PROPERTIES if p not in ('dropout', 'bfloat16')}
+  if not getattr(mixer, 'causal', False):
+    checked.discard('causal')
+  assert {p: report[p] for p in checked} == {p: 'ok' for p in checked}, report
+
+
+@pytest.mark.parametrize('bug,prop,says', [
+    ('wide', 'output', r'shape \(2, 16, 32\) for input \(2, 16, 16\)'),
+    ('float16', 'output', r'dtype float16 for a float32 input'),
+    ('future_leak', 'causal', r'changing tokens after position 8 changed an output'),
+    ('padding_leak', 'padding_values', r'batch 1, position \d+, feature \d+'),
+    ('raises', 'padding_amount', r"_MeanPool raised ValueError: segments must divide the length "
+                                 r"\(raised at test_mixer_kit.py:\d+: raise ValueError"),
+])
+def test_check_mixer_names_the_property_of_each_planted_bug(bug, prop, says):
+  with pytest.raises(T.PropertyError) as caught:
+    T.check_mixer(_MeanPool(causal=True, bug=bug))
+  first = str(caught.value).splitlines()[0]
+  assert caught.value.property == prop and re.match(f'{prop}: .*{says}', first), str(caught.value)
+  if prop == 'output':   # nothing else can be judged on an unusable output
+    assert set(caught.value.report.values()) == {'FAILED', 'not run: output failed',
+                                                 'skipped: the mixer has no dropout field (e.g. '
+                                                 'dropout_rate)',
+                                                 'skipped: the mixer has no `dtype` field'}

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from poolformers_jax import convert as convert_lib
+from poolformers_jax.programs import convert as convert_lib
 from poolformers_jax.data.base import DatasetInfo
 from poolformers_jax.models import build_model
 from poolformers_jax.train import checkpoint as checkpoint_lib, optim, sharding

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from poolformers_jax import convert
+from poolformers_jax.programs import convert
 from poolformers_jax.models import build_model
 from poolformers_jax.conversion import ponet as ponet_convert, state_dict
 from poolformers_jax import config as config_lib

@@ -179,7 +179,7 @@ def test_glue_steps_follow_epochs_at_the_chosen_batch_size():
 def test_glue_sweep_end_to_end_best_on_dev(text_dir, tmp_path):
   """`python -m poolformers_jax.reproduce glue` on mock MRPC and MNLI with a 1 x 2 grid: every
   run trained, the best on dev chosen, one table with the slides' numbers beside ours."""
-  from poolformers_jax import reproduce
+  from poolformers_jax.programs import reproduce
   records = {}
 
   def as_data_source(builder, split, **kwargs):

@@ -1,7 +1,8 @@
 """One process of the two-process test: python multiprocess_worker.py DATA_DIR WORKDIR.
 
 The coordinator settings come from JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID,
-exactly as a user would launch train.py; train_and_evaluate starts jax.distributed itself.
+exactly as a user would launch train.py; train_and_evaluate(..., distributed='auto') starts
+jax.distributed (as the programs do from --distributed; a plain library call starts nothing).
 """
 import json
 import os
@@ -26,7 +27,7 @@ def main(data_dir, workdir):
   # FSDP across the two processes: every large parameter is split between them.
   config = tiny_config(data_dir, num_train_steps=3, eval_every_steps=3, checkpoint_every_steps=3,
                        **{'mesh.data': 1, 'mesh.fsdp': 2, 'mesh.fsdp_min_size': 64})
-  result = train_and_evaluate(config, workdir)
+  result = train_and_evaluate(config, workdir, distributed='auto')
   print(json.dumps({'process_index': jax.process_index(), 'process_count': jax.process_count(),
                     'devices': jax.device_count(), 'validation': result.validation,
                     'test': result.test}), flush=True)

@@ -10,7 +10,6 @@ import sys
 import pytest
 
 from tiny_runs import REPO, tiny_config
-from poolformers_jax import config as config_lib
 from poolformers_jax.config import validate
 from poolformers_jax.train import cli
 from poolformers_jax.train.setup import make_setup
@@ -107,8 +106,8 @@ def test_the_wrapper_prints_one_line_and_exits_2(capsys):
     (['train.py', '--config', 'configs/lra_listops.py:tiny', '--config.model.num_classes=2'],
      'error: config.model.num_classes=2 but listops has 10 classes; remove the override'),
     (['eval.py', '--config', 'configs/lra_nofile.py', '--batch_size=0'],
-     "error: cannot load the --config file: [Errno 2] No such file or directory: "
-     "'configs/lra_nofile.py'"),
+     "error: --config: configs/lra_nofile.py not found: give a config file, or "
+     "configs/<task>.py[:words] for a shipped one, <task> one of cifar, enwik8, "),
     (['eval.py', '--config.data.source=tsv'],   # an override of the run's data, no --config
      'error: --config.data.source overrides a config file: give --config too'),
 ])
@@ -139,8 +138,12 @@ ENTRY_POINTS = {
     'reproduce --set': (['-m', 'poolformers_jax.reproduce', 'lra', '--task', 'listops', '--families',
                          'transformer,adamra', '--set',
                          'model.mixer_kwargs.router_gate=straight_through', '--dry_run'],
-                        "--set for configs/lra_listops.py:transformer,full: unknown config key "
-                        "'model.mixer_kwargs.router_gate'"),
+                        "--set for configs/lra_listops.py:transformer,full: mixer 'softmax' "
+                        "(MultiHeadAttention) has no option(s) ['router_gate']"),
+    'poolformers-jax': (['-m', 'poolformers_jax', 'reproduce', 'lra', '--task', 'listop'],
+                        "--task 'listop': unknown ['listop']; choose from listops,text,"),
+    'poolformers-jax program': (['-m', 'poolformers_jax', 'trian', '--config', 'lra_listops'],
+                                "unknown program 'trian'; usage: poolformers-jax <train|eval|"),
     'reproduce flag': (['-m', 'poolformers_jax.reproduce', 'lra', '--familes', 'all', '--workdir',
                         'OUT'],
                        'unrecognized arguments: --familes all; see python -m '
@@ -178,7 +181,7 @@ def entry_point_runs(tmp_path_factory):
   for name in names:
     argv = [str(out / 'OUT') if a == 'OUT' else a for a in ENTRY_POINTS[name][0]]
     if name in ('average', 'translate', 'train.py', 'eval.py', 'reproduce --task',
-                'reproduce --set'):
+                'reproduce --set', 'poolformers-jax'):
       argv += ['--workdir', str(out / 'no_run')]
     commands.append(argv)
   proc = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'commands.py'), 'run'],
@@ -202,7 +205,7 @@ def test_every_entry_point_ends_bad_input_in_one_line_with_exit_code_2(entry_poi
 def test_reproduce_checks_the_data_with_the_configs_of_the_families_it_runs(tmp_path):
   """A --set key that only AdaMRA's config has passes with --families adamra (the data check
   used to load the transformer config with it), and fails in one line for families without it."""
-  from poolformers_jax import reproduce
+  from poolformers_jax.programs import reproduce
   args = ['lra', '--task', 'listops', '--families', 'adamra', '--size', 'tiny', '--workdir',
           str(tmp_path), '--set', 'model.mixer_kwargs.router_gate=straight_through', '--dry_run']
   assert reproduce.main(args) is None
@@ -210,7 +213,8 @@ def test_reproduce_checks_the_data_with_the_configs_of_the_families_it_runs(tmp_
                         overrides=['model.mixer_kwargs.router_gate=straight_through']) == [
       f'listops/adamra seed {s}: to train (20 steps) in {tmp_path}/listops/adamra/seed{s}'
       for s in (0, 1)]
-  with pytest.raises(config_lib.ConfigKeyError, match=r'--set for .*lra_listops.py:ponet,tiny'):
+  with pytest.raises(ValueError, match=r"--set for .*lra_listops.py:ponet,tiny: mixer 'ponet' "
+                     r"\(PoNet\) has no option\(s\) \['router_gate'\]"):
     reproduce.check_configs(['listops'], ['adamra', 'ponet'], 'tiny',
                             ['model.mixer_kwargs.router_gate=straight_through'])
   assert not os.listdir(tmp_path)

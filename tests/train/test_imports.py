@@ -36,6 +36,21 @@ def test_own_mixer_trains_and_evaluates_through_config_imports(data_dir, tmp_pat
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   (line,) = evaluated.stdout.strip().splitlines()
   assert json.loads(line)['count'] == 20
+  # load_run runs no code of a run directory unasked: refused naming the module, then loaded
+  # with trust_imports=True, or once the caller imported the module itself.
+  code = ('import sys; from poolformers_jax import load_run\n'
+          'try:\n  load_run(sys.argv[1])\nexcept ValueError as e:\n  print(e)\n'
+          "print('my_mixer' in sys.modules)\n"
+          "run = load_run(sys.argv[1], trust_imports=True)\n"
+          "print(run.predict(['[MAX 2 9 ]'])[0] in range(10))\n"
+          'import my_mixer\nprint(load_run(sys.argv[1]).step)\n')
+  loaded = subprocess.run([sys.executable, '-c', code, workdir], cwd=REPO, capture_output=True,
+                          text=True, timeout=600, env=_env(FIXTURES))
+  assert loaded.returncode == 0, loaded.stderr[-3000:]
+  assert loaded.stdout.splitlines() == [
+      f"{workdir}/config.json imports ['my_mixer'] (config.imports): a run directory runs no code "
+      'on load; import them first, or pass load_run(..., trust_imports=True) if you trust this '
+      'run', 'False', 'True', '3']
   # Without the module on the path: one line naming it, before anything is built.
   unknown = _run('train.py', '--config', 'configs/lra_listops.py:transformer,tiny', '--workdir',
                  str(tmp_path / 'other'), *overrides, '--config.imports=no_such_mixers',

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import tiny_runs
-from poolformers_jax import reproduce, testing
+from poolformers_jax import testing
+from poolformers_jax.programs import reproduce
 from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax.data import masking
 from poolformers_jax.data.base import DatasetInfo

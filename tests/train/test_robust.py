@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from tiny_runs import REPO, tiny_config, tiny_overrides
-from poolformers_jax import average, data
+from poolformers_jax import data
+from poolformers_jax.programs import average
 from poolformers_jax.train import NonFiniteLossError, evaluate, loop, train_and_evaluate
 from poolformers_jax.train import checkpoint as checkpoint_lib
 from poolformers_jax import config as config_lib

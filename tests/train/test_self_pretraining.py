@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poolformers_jax import reproduce
+from poolformers_jax.programs import reproduce
 from poolformers_jax.data import masking
 from poolformers_jax.models import build_model
 from poolformers_jax.tasks import get_task

@@ -16,7 +16,8 @@ import tensorflow_datasets as tfds
 
 import cifar
 from tiny_runs import REPO, tiny_config
-from poolformers_jax import runtime, summary
+from poolformers_jax import runtime
+from poolformers_jax.programs import summary
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli, step, train_and_evaluate, transforms
 from poolformers_jax.train.setup import make_setup

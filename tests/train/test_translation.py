@@ -10,7 +10,7 @@ import jax
 import numpy as np
 import pytest
 
-from poolformers_jax.average import average_checkpoints
+from poolformers_jax.programs.average import average_checkpoints
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import checkpoint as checkpoint_lib, evaluate
 from poolformers_jax.train import train_and_evaluate

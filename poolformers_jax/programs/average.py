@@ -67,10 +67,18 @@ def main(argv):
   cli.run(argv, _average)
 
 
-if __name__ == '__main__':   # flags defined here: the package's modules import side by side
+def run(argv=None):
+  """The program (`python -m poolformers_jax.average`, `poolformers-jax average`); its flags are
+  defined here, so the package's modules import side by side."""
+  cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_integer('last', None, 'Average the last N checkpoints (default: all kept).')
   flags.mark_flags_as_required(['workdir'])
   from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
+  cli.key_flags_of(__name__)
   runtime.configure_program()
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+
+
+if __name__ == '__main__':
+  run()

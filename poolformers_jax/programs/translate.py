@@ -21,20 +21,23 @@ from poolformers_jax.run import load_run
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli
 
-def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best', **decode) -> list[str]:
+def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best',
+                   trust_imports: bool = False, **decode) -> list[str]:
   """Translations of `lines` by the `checkpoint` of `workdir` (decode: beam_size, alpha,
-  batch_tokens): `load_run(workdir, checkpoint).predict(lines)`, the one way a run is read."""
+  batch_tokens): `load_run(workdir, checkpoint).predict(lines)`, the one way a run is read
+  (`trust_imports`: load_run's; the program trusts the --workdir it is given, as eval does)."""
   config = config_lib.load_saved_config(workdir)
   if config.model.name != 'transformer_seq2seq':
     raise ValueError(f'{workdir} trained {config.model.name!r}, not a translation model.')
-  return load_run(workdir, checkpoint).predict(lines, **decode)
+  return load_run(workdir, checkpoint, trust_imports=trust_imports).predict(lines, **decode)
 
 
 def _translate():
   source = sys.stdin if flags.FLAGS.input == '-' else open(flags.FLAGS.input, encoding='utf-8')
   with source:
     lines = [line.rstrip('\n') for line in source]
-  out = translate_file(flags.FLAGS.workdir, lines, checkpoint=flags.FLAGS.checkpoint, beam_size=flags.FLAGS.beam,
+  out = translate_file(flags.FLAGS.workdir, lines, checkpoint=flags.FLAGS.checkpoint,
+                       trust_imports=True, beam_size=flags.FLAGS.beam,
                        alpha=flags.FLAGS.alpha, batch_tokens=flags.FLAGS.batch_tokens)
   text = ''.join(line + '\n' for line in out)
   if flags.FLAGS.output == '-':
@@ -50,7 +53,10 @@ def main(argv):
   cli.run(argv, _translate)
 
 
-if __name__ == '__main__':   # flags defined here: the package's modules import side by side
+def run(argv=None):
+  """The program (`python -m poolformers_jax.translate`, `poolformers-jax translate`); its flags are
+  defined here, so the package's modules import side by side."""
+  cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_string('checkpoint', 'best',
                       "'best', 'latest', 'averaged' or a step number.")
@@ -62,5 +68,10 @@ if __name__ == '__main__':   # flags defined here: the package's modules import 
                        'decoded at once (default config.decode).')
   flags.mark_flags_as_required(['workdir'])
   from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
+  cli.key_flags_of(__name__)
   runtime.configure_program()
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+
+
+if __name__ == '__main__':
+  run()

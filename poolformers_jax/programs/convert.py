@@ -153,7 +153,7 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
   config.json; a config whose model differs is refused: config.with_run_model). Returns
   what was written: folder, run, checkpoint, step, commit, heads (also in config.json under
   'poolformers_jax_export' and in README.md)."""
-  from poolformers_jax.reproduce import git_commit
+  from poolformers_jax.programs.reproduce import git_commit
   from poolformers_jax import config as config_lib
   from poolformers_jax.train import init_from
   state_dir, run, checkpoint, step = _checkpoint_of_run(source)
@@ -193,10 +193,13 @@ def main(argv):
   print(json.dumps({'checkpoint': path, 'source': os.path.abspath(flags.FLAGS.source)}))
 
 
-if __name__ == '__main__':
+def run(argv=None):
+  """The program (`python -m poolformers_jax.convert`, `poolformers-jax convert`); its flags."""
   from absl import app, flags  # pylint: disable=g-import-not-at-top
-  from ml_collections import config_flags
-  config_flags.DEFINE_config_file('config', None, 'configs/<file>.py:<arg>', lock_config=True)
+  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.train import cli  # pylint: disable=g-import-not-at-top
+  cli.define_flags()
+  cli.define_config_flag(argv)
   flags.DEFINE_string('source', None, 'official checkpoint: .safetensors, or .pth with torch')
   flags.DEFINE_string('workdir', None, 'run directory to write (DIR/checkpoints/0)')
   flags.DEFINE_enum('to', 'orbax', ['orbax', 'hf'], 'orbax: official weights -> our checkpoint '
@@ -207,7 +210,10 @@ if __name__ == '__main__':
   flags.DEFINE_bool('drop_sentence_head', False, "--to hf: export without the run's sentence "
                     'head (needed for an NSP head: the official class has a 3-class SSO head)')
   flags.mark_flags_as_required(['source', 'workdir'])
-  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
-  from poolformers_jax.train import cli  # pylint: disable=g-import-not-at-top
+  cli.key_flags_of(__name__)
   runtime.configure_program()
-  app.run(cli.one_line_errors(main), flags_parser=cli.parse_flags)
+  app.run(cli.one_line_errors(main), argv=argv, flags_parser=cli.parse_flags)
+
+
+if __name__ == '__main__':
+  run()

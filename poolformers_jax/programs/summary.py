@@ -41,7 +41,6 @@ from typing import Any, Optional
 
 import jax
 from absl import app, flags
-from ml_collections import config_flags
 
 from poolformers_jax import errors, runtime
 from poolformers_jax import config as config_lib
@@ -184,10 +183,11 @@ def main(argv):
   print(json.dumps(out))
 
 
-if __name__ == '__main__':
-  # Flags are defined only when run as a program, so importing this module (tests, train.py)
-  # never collides with another `--config` flag.
-  config_flags.DEFINE_config_file('config', None, 'configs/<file>.py:<arg>', lock_config=True)
+def run(argv=None):
+  """The program (`python -m poolformers_jax.summary`, `poolformers-jax summary`). Flags are
+  defined only here, so importing this module (tests, train.py) defines none."""
+  cli.define_flags()
+  cli.define_config_flag(argv)
   flags.DEFINE_integer('batch_size', None, 'global batch size of the measured training step '
                        '(default: config.batch_size).')
   flags.DEFINE_string('topology', None, 'compile for this TPU slice instead of this machine, e.g. '
@@ -195,5 +195,10 @@ if __name__ == '__main__':
   flags.DEFINE_string('export_cuda', None, 'write the training step exported for CUDA (StableHLO '
                       'text) to this file.')
   flags.mark_flag_as_required('config')
+  cli.key_flags_of(__name__)
   runtime.configure_program()
-  app.run(main, flags_parser=cli.parse_flags)
+  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+
+
+if __name__ == '__main__':
+  run()

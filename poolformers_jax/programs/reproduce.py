@@ -53,7 +53,7 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 
 from poolformers_jax import errors
-from poolformers_jax.config import lra as lra_configs
+from poolformers_jax.config import files as config_files, lra as lra_configs
 
 # Test accuracy (%) at the paper setting: task -> family -> [(number, where it is from)].
 PAPER: dict[str, dict[str, list[tuple[float, str]]]] = {
@@ -92,11 +92,8 @@ GLUE_FAMILIES = ('ponet', 'bert')
 # The official grid (run_shell/2-GLUE.sh; "20 sets of hyperparameter configurations").
 GLUE_BATCH_SIZES = (8, 16, 32, 64, 128)
 GLUE_LEARNING_RATES = (3e-5, 5e-5, 1e-4, 3e-4)
-# An installed wheel ships configs/ as poolformers_jax/configs (pyproject.toml); a source
-# checkout has it beside the package.
-_PACKAGED_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'configs')
-CONFIGS_DIR = (_PACKAGED_CONFIGS if os.path.isdir(_PACKAGED_CONFIGS) else
-               os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs'))
+# The shipped configs (config.files: poolformers_jax/configs in a wheel, configs/ in a checkout).
+CONFIGS_DIR = config_files.CONFIGS_DIR
 
 log = logging.getLogger('poolformers_jax.reproduce')
 
@@ -131,11 +128,17 @@ def _config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
       raise ValueError(f'--set {item!r}: expected key=value, e.g. --set num_train_steps=100.')
     updates[key] = _parse_value(value)
   try:
-    return config_lib.override(cli.load_config_file(spec), **updates)
-  except config_lib.ConfigKeyError as error:   # name the config: --set applies to every run
-    raise config_lib.ConfigKeyError(
-        f'--set for {os.path.relpath(spec)}: {str(error).rstrip(".")}; pass only --families whose config has '
-        'that key') from None
+    config = config_lib.override(cli.load_config_file(spec), **updates)
+    if 'mixer' in config.model and config.model.get('mixer_kwargs'):   # open: any key passes
+      from poolformers_jax import registry
+      registry.import_modules(config.get('imports', ''))
+      from poolformers_jax.layers.registry import check_options
+      check_options(config.model.mixer, config.model.mixer_kwargs)
+    return config
+  except (config_lib.ConfigKeyError, ValueError) as error:   # name the config: --set is for all
+    raise type(error)(
+        f'--set for configs/{os.path.basename(spec)}: {str(error).rstrip(".")}; pass only --families whose config has '
+        'that key (or mixer option)') from None
 
 
 def git_commit() -> str:
@@ -742,9 +745,10 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
     print('\n'.join(lines))
     return None
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
-  from poolformers_jax.train import cli, host_memory
+  from poolformers_jax.train import cli, host_memory, sharding
   cli.quiet_library_logs()
   host_memory.keep_freed_memory()
+  sharding.maybe_initialize_distributed('auto')   # as train's --distributed=auto
   command = 'python -m poolformers_jax.reproduce ' + ' '.join(argv)
   try:
     if args.benchmark == 'glue':
@@ -766,7 +770,12 @@ def main(argv: Optional[Sequence[str]] = None) -> Optional[dict[str, Any]]:
   return results
 
 
-if __name__ == '__main__':
-  from poolformers_jax import runtime
+def run(argv: Optional[Sequence[str]] = None):
+  """The program (`python -m poolformers_jax.reproduce`, `poolformers-jax reproduce`)."""
+  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
   runtime.configure_program()
-  main()
+  main(None if argv is None else list(argv)[1:])
+
+
+if __name__ == '__main__':
+  run()

@@ -1,0 +1,32 @@
+"""`get_dataset_info`: what a config's dataset is (task, classes, vocabulary, shapes, split
+sizes), from its files or, with need_files=False, its known constants. Plain Python and numpy:
+completing a config and building its model need no data reader (grain, tensorflow_datasets)."""
+from __future__ import annotations
+
+from typing import Optional
+
+from poolformers_jax.data import base, masking
+
+
+def objective(data_config) -> Optional[str]:
+  """config.data's self-pretraining objective (masking.objective; None: the dataset's own task;
+  data configs older than mask_rate / next_tokens have neither)."""
+  return masking.objective(float(data_config.get('mask_rate', 0.0)),
+                           bool(data_config.get('next_tokens', False)))
+
+
+def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
+  """DatasetInfo of config.data (raises DataNotFoundError if files are missing). With
+  need_files=False missing files give the info from the dataset's known constants instead
+  (input shape, vocabulary, classes), where the dataset has them. With config.data.mask_rate > 0
+  or next_tokens it is the self-pretraining info (masking.pretraining_info)."""
+  data_config = config.data
+  spec = base.get_spec(data_config.name)
+  try:
+    info = spec.info(data_config)
+  except base.DataNotFoundError:
+    if need_files or spec.shapes is None:
+      raise
+    info = spec.shapes(data_config)
+  wanted = objective(data_config)
+  return masking.pretraining_info(info, wanted) if wanted else info
