@@ -347,3 +347,19 @@ def test_bad_tokenizer_settings_are_one_line(small_listops, change, words):
   with pytest.raises(ValueError) as error:
     data.get_dataset_info(config)
   assert '\n' not in str(error.value) and all(w in str(error.value) for w in words)
+
+
+def test_load_run_reads_raw_strings_with_the_runs_tokenizer():
+  """run.py's ListOps records: an alphanumeric run reads the official string, the bracketed one
+  and the bare runs alike; a brackets run keeps ']'."""
+  from poolformers_jax.run import _listops_record
+  config = listops.config()
+  config.max_length = 12
+  ids = lambda raw: listops.preprocess(_listops_record(raw, config), config)['inputs'][:8].tolist()
+  assert ids('[MAX 2 9 [MIN 4 7 ] 0 ]') == [12, 3, 10, 11, 5, 8, 15, 1]
+  config.tokenizer = 'alphanumeric'
+  for raw in ('[MAX 2 9 [MIN 4 7 ] 0 ]', 'MAX 2 9 MIN 4 7 0', '( ( [MAX 2 ) 9 ( [MIN 4 ) 7 ] ) 0 ]',
+              ['[MAX', '2', '9', '[MIN', '4', '7', ']', '0', ']']):
+    assert ids(raw) == [12, 3, 10, 11, 5, 8, 1, 0]
+  with pytest.raises(ValueError, match="'ADD' is not a ListOps operator"):
+    _listops_record('[ADD 1 2 ]', config)
