@@ -7,6 +7,7 @@ is the words joined by '-' (`ponet-reference`). One markdown row per family: the
 the best validation accuracy and its step, the test accuracy of the best-on-validation checkpoint
 (once the run has finished) and on the held-out trees (DIR/heldout.json, eval.py's output), the
 median training steps/s and the compile time, read from DIR/metrics.jsonl and DIR/eval/test.json.
+A run whose ListOps tokenizer is not `brackets` (DIR/config.json) says so after its family.
 A self-pretrained family (word `spt`, e.g. `ponet,spt`, or `spt_causal`) also shows its
 pre-training in DIR/pretrain: its steps and best masked- (next-) token validation accuracy.
 
@@ -54,7 +55,12 @@ def row(runs: str, family: str) -> dict:
     pre_best = max(pre_val, key=lambda r: r['accuracy']) if pre_val else None
     pretrain = {'step': pre_train[-1]['step'] if pre_train else 0,
                 'best_validation': pre_best and (pre_best['accuracy'], pre_best['step'])}
+  config_path = os.path.join(workdir, 'config.json')
+  tokenizer = 'brackets'   # config.data.tokenizer of the run; runs from before it had brackets
+  if os.path.exists(config_path):
+    tokenizer = json.load(open(config_path)).get('data', {}).get('tokenizer', 'brackets')
   return {'family': family, 'step': train[-1]['step'] if train else 0, 'pretrain': pretrain,
+          'tokenizer': tokenizer,
           'best_validation': best and (best['accuracy'], best['step']),
           'test': test and test['accuracy'], 'heldout': heldout,
           'steps_per_second': statistics.median(rates) if rates else None,
@@ -72,6 +78,8 @@ def markdown(rows: list[dict]) -> str:
     comp = f'{r["compile_seconds"]:.1f}' if r['compile_seconds'] else '—'
     heldout = f'{100 * r["heldout"]:.2f}' if r['heldout'] is not None else '—'
     name = r['family']
+    if r.get('tokenizer', 'brackets') != 'brackets':
+      name += f' (tokenizer {r["tokenizer"]})'
     if r.get('pretrain'):
       masked = r['pretrain']['best_validation']
       objective = 'next tokens' if ',spt_causal' in r['family'] else 'masked tokens'

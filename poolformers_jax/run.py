@@ -11,7 +11,8 @@ DIR/config.json (model and data settings), `make_setup` and `checkpoint.restore_
 checkpoint verified against its integrity record, restored onto the devices at hand with their
 shardings: no orbax warnings); only the model's variables are read, not the optimizer state. Raw inputs become examples through the dataset's own `preprocess`
 (data/<dataset>.py), exactly as evaluation makes them: ListOps strings lose their parentheses
-where the run dropped them (config.data.keep_parentheses), text becomes the run's bytes or
+where the run dropped them (config.data.keep_parentheses), and their brackets too where it read
+them as the 2020 LRA pipeline did (config.data.tokenizer='alphanumeric'), text becomes the run's bytes or
 WordPiece ids, images the run's pixels. What a raw input is, per dataset:
   listops                  a string of ListOps tokens (with or without parentheses) or a token list
   lra_text                 a string (or bytes)
@@ -49,8 +50,8 @@ _PREDICTS = {'classification': 'class ids', 'retrieval': 'class ids',
 
 def _listops_record(raw, data_config):
   from poolformers_jax.data import listops
-  tokens = raw.split() if isinstance(raw, str) else list(raw)
-  return {'tokens': listops.encode(tokens), 'label': 0}
+  text = raw if isinstance(raw, str) else ' '.join(raw)
+  return {'tokens': listops.encode_text(text, listops.tokenizer_of(data_config)), 'label': 0}
 
 
 def _image(raw) -> np.ndarray:

@@ -171,3 +171,17 @@ def test_peer_mode_runs_end_to_end_on_cpu_within_its_budget(tmp_path):
   assert sweep['results']['none']['32']['step_flops'] < sweep['results']['softmax/xla']['32'][
       'step_flops']
   assert '**achieved TFLOP/s' in (peer / 'efficiency.md').read_text()
+
+
+def test_listops_column_names_a_runs_tokenizer(tmp_path):
+  sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+  import listops_column   # pylint: disable=g-import-not-at-top
+  for name, data in (('adamra', {'tokenizer': 'alphanumeric'}), ('ponet', {}), ('linear', None)):
+    os.makedirs(tmp_path / name)
+    if data is not None:
+      (tmp_path / name / 'config.json').write_text(json.dumps({'data': data}))
+  rows = [listops_column.row(str(tmp_path), f) for f in ('adamra', 'ponet', 'linear')]
+  assert [r['tokenizer'] for r in rows] == ['alphanumeric', 'brackets', 'brackets']
+  lines = listops_column.markdown(rows).splitlines()[2:]
+  assert lines[0].startswith('| adamra (tokenizer alphanumeric) | 0 |')
+  assert lines[1].startswith('| ponet | 0 |') and lines[2].startswith('| linear | 0 |')

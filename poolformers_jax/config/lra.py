@@ -10,6 +10,10 @@ The argument string of an LRA task config is `family[,size][,protocol]` (words i
   stage:    spt: self-pretraining on the task's own inputs (`self_pretraining`), the run that
             fine-tuning starts from; spt_causal: the same by next-token prediction (causal
             mixers); without either, the task itself
+  AdaMRA's open choices (families adamra, adamra_eq8; docs/papers/adamra.md):
+            rates<n>-<n>-...: compression rates 1/n, one resolution head each (rates2-8-32 is
+            the default 1/2, 1/8, 1/32); subheads<n>: S subheads per head (model.num_heads)
+  mixer_dropout<p>: the mixer's dropout, p % (model.attention_dropout_rate; default 10)
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
 mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
@@ -25,7 +29,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from poolformers_jax.config.defaults import SIZE_SLOT, base_config, shrink_run
-from poolformers_jax.config.words import parse_words
+from poolformers_jax.config.words import Numbered, NumberList, parse_words
 
 
 # model family -> (registered mixer name, per-family mixer options)
@@ -50,17 +54,48 @@ PROTOCOLS = ('ours', 'reference')
 STAGES = ('spt', 'spt_causal')
 
 
+RATES, SUBHEADS, MIXER_DROPOUT = NumberList('rates'), Numbered('subheads'), Numbered('mixer_dropout')
+ADAMRA_FAMILIES = ('adamra', 'adamra_eq8')
+
+
+def _words(arg: str | None) -> dict[str, str | None]:
+  return parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT,
+                           'protocol': ('a protocol', PROTOCOLS),
+                           'stage': ('a stage', STAGES),
+                           'rates': ('AdaMRA rates', RATES),
+                           'subheads': ('AdaMRA subheads', SUBHEADS),
+                           'mixer_dropout': ('a mixer dropout %', MIXER_DROPOUT)},
+                     example='configs/lra_listops.py:ponet,small or :ponet,reference or :ponet,spt '
+                     'or :adamra,small,rates4-8-16-32,subheads2,mixer_dropout0')
+
+
 def parse_arg(arg: str | None, default_family: str = 'transformer',
               default_size: str = 'full') -> tuple[str, str, str, str]:
   """'ponet,small,reference' -> ('ponet', 'small', 'reference', 'task'); 'ponet,spt' -> stage
   'spt'. Unknown words fail with the valid choices. The protocol defaults to 'ours', the stage to
   'task' (training on the task itself)."""
-  words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT,
-                            'protocol': ('a protocol', PROTOCOLS),
-                            'stage': ('a stage', STAGES)},
-                      example='configs/lra_listops.py:ponet,small or :ponet,reference or :ponet,spt')
+  words = _words(arg)
   return (words['family'] or default_family, words['size'] or default_size,
           words['protocol'] or 'ours', words['stage'] or 'task')
+
+
+def mixer_words(config: ml_collections.ConfigDict, family: str, arg: str | None) -> None:
+  """The words rates<n>-<n>-..., subheads<n> (AdaMRA families only) and mixer_dropout<p>."""
+  words = _words(arg)
+  for slot in ('rates', 'subheads'):
+    if words[slot] and family not in ADAMRA_FAMILIES:
+      raise ValueError(f'config argument {words[slot]!r} sets AdaMRA\'s {slot}, but the family is '
+                       f'{family!r}; use it with {" or ".join(ADAMRA_FAMILIES)}.')
+  if words['rates']:
+    config.model.mixer_kwargs.compression_rates = tuple(1 / n for n in RATES.numbers(words['rates']))
+  if words['subheads']:
+    config.model.num_heads = SUBHEADS.number(words['subheads'])
+  if words['mixer_dropout']:
+    percent = MIXER_DROPOUT.number(words['mixer_dropout'])
+    if percent >= 100:
+      raise ValueError(f'config argument {words["mixer_dropout"]!r}: the dropout is in percent, '
+                       'below 100; e.g. mixer_dropout0 or mixer_dropout10.')
+    config.model.attention_dropout_rate = percent / 100
 
 
 def model_config(family: str, *, retrieval: bool = False) -> ml_collections.ConfigDict:
@@ -119,8 +154,8 @@ def reference_protocol(config: ml_collections.ConfigDict, family: str, task: Lra
 def task_config(task: LraTask, arg: str | None,
                 size_overrides: dict[str, Callable[[ml_collections.ConfigDict], None]] | None = None
                 ) -> ml_collections.ConfigDict:
-  """The locked config of `task` for `arg` = 'family[,size][,protocol]' (no argument:
-  transformer,small).
+  """The locked config of `task` for `arg` = 'family[,size][,protocol][,stage]' and the mixer
+  words (module docstring; no argument: transformer,small).
 
   The settings of PoNet / AdaMRA on LRA (Nystromformer's LRA code): 2 pre-LN layers, dim 64,
   FFN 128, 2 heads, learned positions, dropout 0.1, mean pooling, head
@@ -154,6 +189,7 @@ def task_config(task: LraTask, arg: str | None,
     reference_protocol(config, family, task, size)
   if stage in STAGES:
     self_pretraining(config, task, causal=stage == 'spt_causal')
+  mixer_words(config, family, arg)
   config.lock()
   return config
 

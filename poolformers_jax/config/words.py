@@ -23,7 +23,25 @@ class Numbered:
     return int(word[len(self.prefix):]) if word else None
 
 
-Choices = Union[Sequence[str], Numbered]
+@dataclasses.dataclass(frozen=True)
+class NumberList:
+  """The words `<prefix><n>-<n>-...` (e.g. rates2-8-32: positive integers) as one choice."""
+  prefix: str
+
+  def __contains__(self, word: object) -> bool:
+    if not (isinstance(word, str) and word.startswith(self.prefix)):
+      return False
+    parts = word[len(self.prefix):].split('-')
+    return all(p.isdigit() and int(p) > 0 for p in parts)
+
+  def __repr__(self) -> str:
+    return f'{self.prefix}<n>-<n>-...'
+
+  def numbers(self, word: Optional[str]) -> Optional[tuple[int, ...]]:
+    return tuple(int(p) for p in word[len(self.prefix):].split('-')) if word else None
+
+
+Choices = Union[Sequence[str], Numbered, NumberList]
 
 
 def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Choices]],
@@ -31,15 +49,16 @@ def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Choices]],
   """'ponet,small' -> {'family': 'ponet', 'size': 'small'}: each comma-separated word fills the
   slot whose choices hold it (later words win); unfilled slots are None.
 
-  slots: slot -> (what it is, its choices), e.g. {'size': ('a size', SIZES)}; choices are words
-  or `Numbered('L')` (L1, L2, ...). A word no slot holds fails with one line naming every slot's
+  slots: slot -> (what it is, its choices), e.g. {'size': ('a size', SIZES)}; choices are words,
+  `Numbered('L')` (L1, L2, ...) or `NumberList('rates')` (rates2-8-32, ...). A word no slot
+  holds fails with one line naming every slot's
   choices and an `example`.
   """
   filled: dict[str, Optional[str]] = dict.fromkeys(slots)
   for word in filter(None, (arg or '').replace(' ', '').split(',')):
     slot = next((s for s, (_, choices) in slots.items() if word in choices), None)
     if slot is None:
-      show = lambda c: repr(c) if isinstance(c, Numbered) else str(list(c))
+      show = lambda c: repr(c) if isinstance(c, (Numbered, NumberList)) else str(list(c))
       what = [f'{desc} {show(choices)}' for desc, choices in slots.values()]
       alternatives = (f'neither {what[0]} nor {what[1]}' if len(what) == 2 else
                       'not ' + ', '.join(what[:-1]) + f' or {what[-1]}' if len(what) > 2 else

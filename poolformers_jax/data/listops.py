@@ -15,9 +15,14 @@ Decisions where the official code is loose:
 - The vocabulary is fixed here (the LRA code built it at run time from a Python set, so ids
   changed between runs): pad=0, digits, '[MIN', '[MAX', '[MED', '[SM', ']', '(', ')'.
 - Parentheses carry no information beyond ']' and the official length budget (2000) ignores
-  them, so by default they are dropped when tokenising (config.data.keep_parentheses=False, as
-  in the Nystromformer LRA code that PoNet and AdaMRA use). The LRA Google code's tokenizer
-  dropped brackets and parentheses alike; we keep ']', which the task needs.
+  them, so by default they are dropped when tokenising (config.data.keep_parentheses=False).
+- config.data.tokenizer: 'brackets' (the default) keeps '[MAX' ... ']'. 'alphanumeric' is the
+  LRA input pipeline before its commit c209b2a (2021-03-04), which the Nystromformer LRA code
+  that PoNet and AdaMRA ran calls: `tfds.deprecated.text.Tokenizer()` keeps the runs of word
+  characters only, so `[MAX 2 9 [MIN 4 7 ] 0 ]` becomes `MAX 2 9 MIN 4 7 0` (no brackets: the
+  tree's shape is not in the input). The LRA baseline (36.37) and Nystromformer (37.10) were
+  trained on that; after c209b2a the pipeline kept ']'. Here the run 'MAX' takes the id of
+  '[MAX' (same vocabulary, same model shapes), and '(' ')' ']' are dropped.
 - Our generator draws only `random.Random(seed).random()` (Mersenne Twister; Python guarantees
   this stream for a seed across versions and platforms, and it is about 4x faster here than
   numpy's scalar calls; integers are floor(u * n)), keeps the first unique trees in generation order
@@ -33,6 +38,7 @@ import functools
 import hashlib
 import os
 import random
+import re
 import sys
 from typing import Optional, Sequence
 
@@ -50,6 +56,14 @@ PAREN_IDS = (TOKEN_TO_ID['('], TOKEN_TO_ID[')'])
 _NOT_PAREN = np.ones(256, bool)   # uint8 id -> kept; a table lookup is ~10x faster than np.isin
 _NOT_PAREN[list(PAREN_IDS)] = False
 NUM_CLASSES = 10
+TOKENIZERS = ('brackets', 'alphanumeric')
+# tfds.deprecated.text.Tokenizer (core/deprecated/text/text_encoder.py): ALPHANUM_REGEX.
+_NON_WORD_RUNS = re.compile(r'\W+', flags=re.UNICODE)
+# The alphanumeric runs of the official strings -> ids: 'MAX' takes the id of '[MAX'.
+ALPHANUMERIC_TO_ID = {**{op[1:]: TOKEN_TO_ID[op] for op in OPERATORS},
+                      **{str(d): TOKEN_TO_ID[str(d)] for d in range(10)}}
+_ALPHANUMERIC_KEPT = _NOT_PAREN.copy()   # uint8 id -> kept by 'alphanumeric': no ( ) ]
+_ALPHANUMERIC_KEPT[TOKEN_TO_ID[END]] = False
 DIGIT_PROBABILITY = 0.75   # the official VALUE_P = 0.25 is the operator probability
 
 TSV_FILES = {'train': 'basic_train.tsv', 'validation': 'basic_val.tsv', 'test': 'basic_test.tsv'}
@@ -154,6 +168,25 @@ def encode(tokens: Sequence[str]) -> np.ndarray:
     return np.asarray([TOKEN_TO_ID[t] for t in tokens], np.uint8)
   except KeyError as e:
     raise ValueError(f'token {e.args[0]!r} is not in the ListOps vocabulary {VOCAB}.') from None
+
+
+def alphanumeric_tokens(text: str) -> list[str]:
+  """`tfds.deprecated.text.Tokenizer().tokenize(text)` (alphanum_only=True, no reserved tokens),
+  the 2020 LRA pipeline's: `text` split on runs of non-word characters (regex \\W+, Unicode;
+  word characters are Unicode letters and digits and '_'), empty strings dropped."""
+  return [t for t in _NON_WORD_RUNS.split(text) if t]
+
+
+def encode_text(text: str, tokenizer: str = 'brackets') -> np.ndarray:
+  """Token ids of a ListOps string as `tokenizer` reads it ('brackets': whitespace-split)."""
+  if tokenizer == 'brackets':
+    return encode(text.split())
+  tokens = alphanumeric_tokens(text)
+  try:
+    return np.asarray([ALPHANUMERIC_TO_ID[t] for t in tokens], np.uint8)
+  except KeyError as e:
+    raise ValueError(f'alphanumeric token {e.args[0]!r} is not a ListOps operator or digit '
+                     f'{sorted(ALPHANUMERIC_TO_ID)}.') from None
 
 
 def decode(ids) -> str:
@@ -442,6 +475,19 @@ def _check_source(data_config) -> None:
   if data_config.source not in _SOURCES:
     raise ValueError(f'config.data.source={data_config.source!r} is not a ListOps source; '
                      f'choose one of {sorted(_SOURCES)}.')
+  tokenizer = tokenizer_of(data_config)
+  if tokenizer not in TOKENIZERS:
+    raise ValueError(f'config.data.tokenizer={tokenizer!r} is not a ListOps tokenizer; '
+                     f'choose one of {list(TOKENIZERS)}.')
+  if tokenizer == 'alphanumeric' and data_config.keep_parentheses:
+    raise ValueError("config.data.tokenizer='alphanumeric' drops '(' ')' but "
+                     'config.data.keep_parentheses=True keeps them; set keep_parentheses=False '
+                     "or tokenizer='brackets'.")
+
+
+def tokenizer_of(data_config) -> str:
+  """The run's tokenizer; a run saved before the option existed used 'brackets'."""
+  return data_config.get('tokenizer', 'brackets')
 
 
 def source(data_config, split: str):
@@ -453,7 +499,9 @@ def source(data_config, split: str):
 def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
   del rng  # no augmentation
   ids = np.asarray(record['tokens'])
-  if not data_config.keep_parentheses:
+  if tokenizer_of(data_config) == 'alphanumeric':
+    ids = ids[_ALPHANUMERIC_KEPT[ids]]   # = encode_text(decode(ids), 'alphanumeric')
+  elif not data_config.keep_parentheses:
     ids = ids[_NOT_PAREN[ids]]
   return {'inputs': base.fit_length(ids, data_config.max_length, data_config.too_long, 'ListOps example'),
           'targets': np.int32(record['label'])}
@@ -485,6 +533,7 @@ def config():
   c.source = 'generated'          # 'generated' (seeded, auto-prepared) | 'tsv' (LRA release files)
   c.tsv_dir = os.path.join(base.default_data_dir(), 'lra_release', 'listops-1000')
   c.keep_parentheses = False      # the official strings' '(' ')' carry nothing beyond ']'
+  c.tokenizer = 'brackets'        # | 'alphanumeric': the 2020 LRA pipeline's, no brackets
   c.generator = dict(seed=0, min_tokens=500, max_tokens=2000, max_depth=10, max_args=10,
                      num_train=96000, num_validation=2000, num_test=2000)
   return c

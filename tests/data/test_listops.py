@@ -262,3 +262,104 @@ def test_preprocess_drops_parentheses_and_pads(small_listops):
   kept = ids[~np.isin(ids, listops.PAREN_IDS)]
   np.testing.assert_array_equal(out['inputs'], np.pad(kept.astype(np.int32), (0, data.max_length - len(kept))))
   assert out['inputs'].dtype == np.int32 and out['targets'] == 7
+
+
+# --------------------------------------------------------------------------------------------
+# config.data.tokenizer: 'brackets' (default) and 'alphanumeric' (the 2020 LRA pipeline).
+
+# sha256 of the default's preprocessed ids of generate_splits(0, [40], 10, 60) at max_length 64,
+# computed with listops.py as it was before the tokenizer option (commit 964c730).
+DEFAULT_IDS_SHA256 = 'c72f92a7b57f566669efc02fe4da5ae84c907a8833cc852a3452e136fc77564e'
+
+
+def word_runs(text):
+  """tfds.deprecated.text.Tokenizer's rule restated without a regex: maximal runs of characters
+  that are alphanumeric (str.isalnum) or '_' (Python's definition of the Unicode \\w)."""
+  runs, current = [], ''
+  for ch in text:
+    if ch.isalnum() or ch == '_':
+      current += ch
+    elif current:
+      runs.append(current)
+      current = ''
+  return runs + [current] if current else runs
+
+
+def test_default_tokenizer_ids_are_todays():
+  import hashlib
+  config = listops.config()
+  config.max_length = 64
+  assert config.tokenizer == 'brackets'
+  split, = listops.generate_splits(0, [40], 10, 60, workers=1)
+  ids = np.stack([listops.preprocess({'tokens': t, 'label': y}, config)['inputs'] for t, y in split])
+  assert ids.dtype == np.int32 and ids.shape == (40, 64)
+  assert hashlib.sha256(ids.tobytes()).hexdigest() == DEFAULT_IDS_SHA256
+
+
+@pytest.mark.parametrize('text', ['a_b\u00e9 [X,y]  9\t\u0663x', '__', '[ ] ( )', '', 'M\u00c4X-2..9'])
+def test_alphanumeric_rule_on_other_strings(text):
+  assert listops.alphanumeric_tokens(text) == word_runs(text)
+
+
+def test_alphanumeric_tokenizer_on_generated_trees():
+  """On generated trees (official strings, with parentheses), the id-table path of preprocess
+  equals the tokenizer's rule applied to the string, and both equal the rule restated."""
+  config = listops.config()
+  config.tokenizer, config.max_length = 'alphanumeric', 200
+  # Ids written out from EXPECTED_VOCAB: an operator run takes the id of its '[OP'.
+  to_id = {'MIN': 11, 'MAX': 12, 'MED': 13, 'SM': 14, **{str(d): d + 1 for d in range(10)}}
+  np.testing.assert_array_equal(listops.encode_text('[MAX 2 9 [MIN 4 7 ] 0 ]', 'alphanumeric'),
+                                [12, 3, 10, 11, 5, 8, 1])
+  rng = random.Random(5)
+  for _ in range(30):
+    tree, _ = listops.generate_tree(rng, max_depth=5, max_args=5)
+    text = ' '.join(listops.to_tokens(tree))   # `( ( ( [MAX 2 ) 9 ) ] )`
+    expected = [to_id[t] for t in word_runs(text)]
+    assert listops.alphanumeric_tokens(text) == word_runs(text)
+    np.testing.assert_array_equal(listops.encode_text(text, 'alphanumeric'), expected)
+    out = listops.preprocess({'tokens': listops.encode(text.split()), 'label': 0}, config)
+    np.testing.assert_array_equal(out['inputs'], expected + [0] * (200 - len(expected)))
+
+
+def test_alphanumeric_tokenizer_on_official_tsv(tmp_path, small_listops):
+  """The TSV source: each batch row is the rule applied to the file's own line."""
+  listops.write_tsv(str(tmp_path), seed=3, sizes={'train': 4, 'validation': 4, 'test': 6},
+                    min_tokens=10, max_tokens=40)
+  config = small_listops.copy_and_resolve_references()
+  config.data.update(source='tsv', tsv_dir=str(tmp_path), tokenizer='alphanumeric', max_length=40)
+  to_id = {'MIN': 11, 'MAX': 12, 'MED': 13, 'SM': 14, **{str(d): d + 1 for d in range(10)}}
+  lines = (tmp_path / 'basic_test.tsv').read_text().splitlines()[1:]
+  batch = next(iter(data.make_eval_iterator(config, 'test', batch_size=8)))
+  for row, line in enumerate(lines):
+    source, target = line.split('\t')
+    ids = [to_id[t] for t in word_runs(source)]
+    np.testing.assert_array_equal(batch['inputs'][row], ids + [0] * (40 - len(ids)))
+    assert batch['targets'][row] == int(target)
+
+
+@pytest.mark.parametrize('change, words', [
+    ({'tokenizer': 'words'}, ['tokenizer', 'brackets', 'alphanumeric']),
+    ({'tokenizer': 'alphanumeric', 'keep_parentheses': True}, ['keep_parentheses', 'tokenizer']),
+])
+def test_bad_tokenizer_settings_are_one_line(small_listops, change, words):
+  config = small_listops.copy_and_resolve_references()
+  config.data.update(**change)
+  with pytest.raises(ValueError) as error:
+    data.get_dataset_info(config)
+  assert '\n' not in str(error.value) and all(w in str(error.value) for w in words)
+
+
+def test_load_run_reads_raw_strings_with_the_runs_tokenizer():
+  """run.py's ListOps records: an alphanumeric run reads the official string, the bracketed one
+  and the bare runs alike; a brackets run keeps ']'."""
+  from poolformers_jax.run import _listops_record
+  config = listops.config()
+  config.max_length = 12
+  ids = lambda raw: listops.preprocess(_listops_record(raw, config), config)['inputs'][:8].tolist()
+  assert ids('[MAX 2 9 [MIN 4 7 ] 0 ]') == [12, 3, 10, 11, 5, 8, 15, 1]
+  config.tokenizer = 'alphanumeric'
+  for raw in ('[MAX 2 9 [MIN 4 7 ] 0 ]', 'MAX 2 9 MIN 4 7 0', '( ( [MAX 2 ) 9 ( [MIN 4 ) 7 ] ) 0 ]',
+              ['[MAX', '2', '9', '[MIN', '4', '7', ']', '0', ']']):
+    assert ids(raw) == [12, 3, 10, 11, 5, 8, 1, 0]
+  with pytest.raises(ValueError, match="'ADD' is not a ListOps operator"):
+    _listops_record('[ADD 1 2 ]', config)

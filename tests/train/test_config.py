@@ -40,9 +40,30 @@ def test_default_listops_is_the_small_transformer():
 
 def test_bad_argument_lists_the_choices():
   with pytest.raises(ValueError, match=r"'pnoet' is not a model family .*'ponet'.*, a "
-                                       r"protocol \['ours', 'reference'\] or a stage "
-                                       r"\['spt', 'spt_causal'\]"):
+                                       r"protocol \['ours', 'reference'\], a stage "
+                                       r"\['spt', 'spt_causal'\], AdaMRA rates rates<n>-<n>-..."):
     lra_base.parse_arg('pnoet,small')
+
+
+def test_adamra_words_set_rates_subheads_and_mixer_dropout():
+  import lra_listops
+  plain = lra_listops.get_config('adamra,small')
+  worded = lra_listops.get_config('adamra,small,rates4-8-16-32,subheads4,mixer_dropout0')
+  assert tuple(worded.model.mixer_kwargs.compression_rates) == (0.25, 0.125, 0.0625, 0.03125)
+  assert (worded.model.num_heads, worded.model.attention_dropout_rate) == (4, 0.0)
+  assert (plain.model.num_heads, plain.model.attention_dropout_rate) == (2, 0.1)
+  # The default's words give the default model: AdaMRA's own rates, 2 subheads, 10 %.
+  from poolformers_jax.layers.adamra import AdaMRA
+  same = lra_listops.get_config('adamra,small,rates2-8-32,subheads2,mixer_dropout10')
+  assert tuple(same.model.mixer_kwargs.compression_rates) == tuple(AdaMRA.compression_rates)
+  assert same.model.num_heads == 2 and same.model.attention_dropout_rate == 0.1
+  assert lra_listops.get_config('ponet,mixer_dropout5').model.attention_dropout_rate == 0.05
+  for arg, words in (('ponet,rates2-8', ["'rates2-8'", 'adamra']),
+                     ('transformer,subheads4', ["'subheads4'", 'adamra']),
+                     ('adamra,mixer_dropout100', ['percent']), ('adamra,rates0-8', ["'rates0-8'"])):
+    with pytest.raises(ValueError) as error:
+      lra_listops.get_config(arg)
+    assert '\n' not in str(error.value) and all(w in str(error.value) for w in words)
 
 
 def test_unknown_key_names_close_valid_keys():
