@@ -1,15 +1,22 @@
 """Long Range Arena: `FAMILIES` (model family -> mixer), `LraTask` (one row of the LRA table) and
 `task_config`, the locked config of a task for `family[,size][,protocol][,stage]`.
 
-The argument string of an LRA task config is `family[,size][,protocol]` (words in any order):
+The argument string of an LRA task config is `family[,size][,protocol]...` (words in any order):
   family:   transformer | linear | linear_reference | ponet | adamra | contextpool | msac
             (the token mixer)
   size:     full | small | tiny (config/defaults.py)
+  model:    6x512: Amos et al.'s model (6 layers, width 512, 8 heads, FF 2048) instead of the LRA
+            papers' 2 x 64
+  positions: learned (the default) | sinusoidal | rotary (config.model.positions)
   protocol: ours (the default) | reference (the LRA code PoNet and AdaMRA ran, as far as it can
             be followed here: `reference_protocol`, docs/papers/lra.md)
   stage:    spt: self-pretraining on the task's own inputs (`self_pretraining`), the run that
             fine-tuning starts from; spt_causal: the same by next-token prediction (causal
-            mixers); without either, the task itself
+            mixers); finetune / finetune_causal: the task itself, started from such a run
+            (`finetune`: --config.init_from=<its workdir> is required, the classifier head is
+            new, a pre-training still at its data's unigram rate is refused, train/init_check.py;
+            finetune_causal pools the last token); without any, the task from scratch
+  recipe:   amos: the stage with Amos et al.'s schedule (`amos_recipe`)
 Model and optimizer defaults are the LRA settings of PoNet / AdaMRA (Nystromformer's LRA code,
 docs/papers/lra.md): 2 pre-LN layers, dim 64, FFN 128, 2 heads, learned positions, dropout 0.1,
 mean pooling, head Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping,
@@ -48,19 +55,28 @@ FAMILIES = {
 PROTOCOLS = ('ours', 'reference')
 # self-pretraining on the task's own inputs (data/masking.py): masked tokens, next tokens
 STAGES = ('spt', 'spt_causal')
+FINETUNE_STAGES = ('finetune', 'finetune_causal')
+POSITION_WORDS = ('learned', 'sinusoidal', 'rotary')
+MODEL_WORDS = ('6x512',)
+RECIPES = ('amos',)
 
 
 def parse_arg(arg: str | None, default_family: str = 'transformer',
-              default_size: str = 'full') -> tuple[str, str, str, str]:
-  """'ponet,small,reference' -> ('ponet', 'small', 'reference', 'task'); 'ponet,spt' -> stage
+              default_size: str = 'full') -> dict[str, str | None]:
+  """'ponet,small,reference' -> {'family': 'ponet', 'size': 'small', 'protocol': 'reference',
+  'stage': 'task', 'model': None, 'positions': None, 'recipe': None}; 'ponet,spt' -> stage
   'spt'. Unknown words fail with the valid choices. The protocol defaults to 'ours', the stage to
   'task' (training on the task itself)."""
   words = parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT,
                             'protocol': ('a protocol', PROTOCOLS),
-                            'stage': ('a stage', STAGES)},
+                            'stage': ('a stage', STAGES + FINETUNE_STAGES),
+                            'model': ('a model size', MODEL_WORDS),
+                            'positions': ('a positions word', POSITION_WORDS),
+                            'recipe': ('a recipe', RECIPES)},
                       example='configs/lra_listops.py:ponet,small or :ponet,reference or :ponet,spt')
-  return (words['family'] or default_family, words['size'] or default_size,
-          words['protocol'] or 'ours', words['stage'] or 'task')
+  return {**words, 'family': words['family'] or default_family,
+          'size': words['size'] or default_size, 'protocol': words['protocol'] or 'ours',
+          'stage': words['stage'] or 'task'}
 
 
 def model_config(family: str, *, retrieval: bool = False) -> ml_collections.ConfigDict:
@@ -131,7 +147,8 @@ def task_config(task: LraTask, arg: str | None,
   the model. PoNet's segment count scales with the length. A task file can change more per size
   with `size_overrides[size](config)`. `reference` then applies `reference_protocol`.
   """
-  family, size, protocol, stage = parse_arg(arg, default_size='full' if arg else 'small')
+  words = parse_arg(arg, default_size='full' if arg else 'small')
+  family, size, protocol, stage = (words[k] for k in ('family', 'size', 'protocol', 'stage'))
   config = base_config(task.data)
   config.model = model_config(family, retrieval=task.retrieval)
   config.optimizer.update(learning_rate=1e-4, eps=1e-6, schedule='one_cycle',
@@ -151,12 +168,47 @@ def task_config(task: LraTask, arg: str | None,
     config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
   if size in (size_overrides or {}):
     size_overrides[size](config)
+  if words['model'] == '6x512':   # Amos et al.'s Transformer (their configs/model/transformer.yaml)
+    config.model.update(num_layers=6, dim=512, num_heads=8, mlp_dim=2048)
+  if words['positions']:
+    config.model.positions = words['positions']
   if protocol == 'reference':
     reference_protocol(config, family, task, size)
   if stage in STAGES:
     self_pretraining(config, task, causal=stage == 'spt_causal')
+  if stage in FINETUNE_STAGES:
+    config.init_from_allow_missing = '^head/'       # the classifier head is new
+    config.init_from_refuse_unlearned = True
+    if stage == 'finetune_causal':   # only the last token has seen the whole sequence
+      config.model.pooling = 'last'
+  if words['recipe'] == 'amos':
+    amos_recipe(config, stage, size)
   config.lock()
   return config
+
+
+# Amos et al.'s learning rates per stage: masked tokens 1e-3, its fine-tuning 1e-4; next tokens
+# 5e-4 for both (the paper's Table 4 / their configs), constant after a linear warm-up.
+AMOS_LEARNING_RATES = {'spt': 1e-3, 'finetune': 1e-4, 'spt_causal': 5e-4, 'finetune_causal': 5e-4}
+AMOS_WARMUP_STEPS = 2000      # at the paper setting (smaller sizes keep theirs)
+AMOS_EPOCHS = 100             # pre-training length (their ListOps config: max_epochs 100)
+
+
+def amos_recipe(config: ml_collections.ConfigDict, stage: str, size: str) -> None:
+  """The `amos` word: Amos et al.'s schedule for a self-pretraining or fine-tuning stage:
+  constant learning rate after warm-up (AMOS_LEARNING_RATES), no dropout while pre-training, and
+  pre-training measured in epochs (AMOS_EPOCHS over the training split; `tiny` keeps its steps).
+  Refused without a stage word (it is a recipe of the two stages, not of training from scratch)."""
+  if stage not in AMOS_LEARNING_RATES:
+    raise ValueError(f"config word 'amos' is Amos et al.'s self-pretraining schedule: add a stage "
+                     f'word, one of {sorted(AMOS_LEARNING_RATES)} (e.g. :transformer,spt,amos).')
+  config.optimizer.update(schedule='constant', learning_rate=AMOS_LEARNING_RATES[stage])
+  if size == 'full':
+    config.optimizer.warmup_steps = AMOS_WARMUP_STEPS
+  if stage in STAGES:
+    config.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
+    if size != 'tiny':
+      config.num_train_epochs = AMOS_EPOCHS
 
 
 def self_pretraining(config: ml_collections.ConfigDict, task: LraTask,
