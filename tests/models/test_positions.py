@@ -182,3 +182,12 @@ def test_last_token_pooling_reads_each_row_at_its_last_real_token():
   _, every = none.apply(variables, TOKENS, mutable=['intermediates'])
   features = every['intermediates']['encoder']['pooled'][0]
   chex.assert_trees_all_close(pooled, jnp.stack([features[0, 9], features[1, 6]]))
+
+
+def test_a_finetune_stage_without_its_pre_training_run_is_one_line():
+  config, info = config_lib.completed(lra_listops.get_config('transformer,tiny,finetune'),
+                                      need_files=False)
+  with pytest.raises(config_lib.ConfigError, match=r'^a fine-tuning stage \(config.init_from_'
+                                                   r'refuse_unlearned\) needs the pre-training '
+                                                   r'run it starts from'):
+    config_lib.check_config(config, info, devices=1)
