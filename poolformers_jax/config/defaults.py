@@ -78,7 +78,7 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.init_from = ''                  # workdir / checkpoint: start from its parameters
   config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
   config.init_from_allow_missing = ''    # regex of names the checkpoint may lack (a new head)
-  # True: refuse an init_from pre-training run still at its data's unigram rate (train/init_check.py)
+  # True: refuse an init_from pre-training run at its data's unigram rate (train/init_check.py)
   config.init_from_refuse_unlearned = False
   config.num_devices = -1                # -1 = all local devices
   config.progress_bar = True

@@ -87,7 +87,7 @@ def model_config(family: str, *, retrieval: bool = False) -> ml_collections.Conf
       mixer_kwargs=ml_collections.ConfigDict(dict(mixer_kwargs)),
       dim=64, num_layers=2, num_heads=2, mlp_dim=128, head_hidden_dim=128,
       dropout_rate=0.1, attention_dropout_rate=0.1,
-      pooling='mean',                       # 'mean' (real tokens) | 'mean_padded' (reference) | 'cls' | 'last'
+      pooling='mean',          # 'mean' (real tokens) | 'mean_padded' (reference) | 'cls' | 'last'
       positions='learned',                  # | 'sinusoidal' | 'rotary' | 'none' (layers/common.py)
       activation='gelu',                    # the MLP's; 'gelu_exact' (erf) is PyTorch's nn.GELU()
       layer_norm_epsilon=1e-6,              # PyTorch's nn.LayerNorm: 1e-5

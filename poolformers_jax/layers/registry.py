@@ -64,8 +64,9 @@ def check_rotary(name: str) -> None:
   """One line when mixer `name` takes no rotary positions (declares no `rotary` field)."""
   cls = MIXERS[name]
   if 'rotary' not in mixer_fields(cls):
-    raise ValueError(f"mixer {name!r} ({cls.__name__}) takes no rotary positions; use positions 'learned', 'sinusoidal' or 'none', or "
-                     f"one of the mixers that take it: {rotary_mixers()}.")
+    raise ValueError(f"mixer {name!r} ({cls.__name__}) takes no rotary positions; use positions "
+                     f"'learned', 'sinusoidal' or 'none', or one of the mixers that take it: "
+                     f"{rotary_mixers()}.")
 
 
 def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: Any) -> nn.Module:

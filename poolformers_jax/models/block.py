@@ -59,8 +59,8 @@ class TransformerBlock(nn.Module):
 
   The mixer gets `num_heads`, `causal`, `rotary`, `dropout_rate=attention_dropout_rate` and `dtype`
   where it declares them as fields (`build_mixer`; `rotary=True` refuses a mixer without it), plus
-  `mixer_kwargs`. `dropout_rate` drops the mixer's
-  output and the MLP's hidden and output activations; `drop_path_rate` drops whole residual
+  `mixer_kwargs`. `dropout_rate` drops the mixer's output and the MLP's hidden and output
+  activations; `drop_path_rate` drops whole residual
   branches per example (stochastic depth). `post_norm=True`: BERT's post-LN block, whose MLP
   has no hidden dropout. Keyword `mixer_inputs` of the call go to the mixer (PoNet's
   `segment_ids`, `boundary_mask`).
@@ -198,8 +198,7 @@ def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: d
   causal = kwargs.get('causal', fields['causal'].default) if 'causal' in fields else False
   if causal:
     check_causal(mixer)
-  positions = kwargs.get('positions', fields['positions'].default) if 'positions' in fields else None
-  if positions == 'rotary':
+  if 'positions' in fields and kwargs.get('positions', fields['positions'].default) == 'rotary':
     check_rotary(mixer)
 
 

@@ -1,8 +1,9 @@
 """Pre-LN sequence encoder and classifier heads for Long Range Arena (LRA).
 
 The LRA setting used by PoNet and AdaMRA (Nystromformer's PyTorch LRA code, docs/papers/lra.md):
-token embedding + learned position embedding (`positions`: common.Positions), pre-LN blocks `x + Mixer(LN(x))`, `x + MLP(LN(x))`,
-a final LayerNorm, MEAN pooling and the head Linear(dim, 128)-ReLU-Linear(128, C).
+token embedding + learned position embedding (`positions`, below), pre-LN blocks
+`x + Mixer(LN(x))`, `x + MLP(LN(x))`, a final LayerNorm, MEAN pooling and the head
+Linear(dim, 128)-ReLU-Linear(128, C).
 For retrieval one encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
 
 Any registered token mixer can be used: the shared `TransformerBlock` (block.py) builds it by name.

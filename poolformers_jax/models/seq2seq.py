@@ -10,9 +10,10 @@ d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
 - Positions (`positions`): fixed sinusoids at the given positions (the packer's per-sentence
   positions, the decoding step); or 'rotary' (RoFormer: the encoder mixer's and the decoder
   self-attention's q and k turned by position, relative so packed rows need no restart; the
-  cross-attention has none); or 'none'. No learned table. Why sinusoids by default: no parameters (Vaswani et al. report learned ones equal), defined at any
-  length (test sentences longer than any training row still get positions), and packed rows need
-  positions that restart per sentence, which a table would also support but sinusoids give free.
+  cross-attention has none); or 'none'. No learned table. Why sinusoids by default: no
+  parameters (Vaswani et al. report learned ones equal), defined at any length (test sentences
+  longer than any training row still get positions), and packed rows need positions that restart
+  per sentence, which a table would also support but sinusoids give free.
 - Encoder self-attention: ANY registered mixer (`mixer`, `mixer_kwargs`); 'contextpool' is
   CP-attention. Decoder: causal self-attention, cross-attention over the encoder output, MLP.
 - ContextPool "after every attention layer" (paper sec. 4.1): in the encoder via the

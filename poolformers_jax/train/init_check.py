@@ -29,7 +29,8 @@ PRETRAINING_MODELS = ('lra_masked_lm', 'lra_causal_lm')
 
 
 def source_run(path: str) -> Optional[str]:
-  """The train.py workdir behind `path` (itself, or DIR of DIR/checkpoints/<step>), None if not one."""
+  """The train.py workdir behind `path` (itself, or DIR of DIR/checkpoints/<step>); None if
+  neither is one."""
   path = os.path.abspath(os.path.expanduser(path))
   for candidate in (path, os.path.dirname(os.path.dirname(path))):
     if os.path.exists(os.path.join(candidate, 'config.json')):
@@ -78,7 +79,7 @@ def check_init_source(config) -> None:
   rate = unigram_rate(source)
   if not best >= rate + UNLEARNED_MARGIN:
     raise ValueError(f'config.init_from={config.init_from!r} is a pre-training run whose best '
-                     f'validation accuracy {100 * best:.2f} % is not {100 * UNLEARNED_MARGIN:g} point '
-                     f'above its data\'s unigram rate {100 * rate:.2f} % (it learned nothing to '
-                     'start from); pre-train longer or at another learning rate, or set '
+                     f'validation accuracy {100 * best:.2f} % is not {100 * UNLEARNED_MARGIN:g} '
+                     f'point above its data\'s unigram rate {100 * rate:.2f} % (it learned '
+                     'nothing to start from); pre-train longer or at another learning rate, or set '
                      '--config.init_from_refuse_unlearned=False to fine-tune from it anyway.')
