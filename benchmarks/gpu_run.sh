@@ -38,6 +38,13 @@
 #    `spt_causal` (e.g. "transformer,spt_causal") the same by next tokens (causal mixers);
 #    $LISTOPS_PRETRAIN_ARGS / $LISTOPS_FINETUNE_ARGS add flags to one stage (e.g.
 #    --config.num_train_steps=2500 to each: the scratch runs' 5 000 steps in all).
+#    Positions and Amos et al.'s recipe are words too (config/lra.py): "transformer,rotary" from
+#    scratch, "transformer,rotary,spt,amos" pre-trains with their schedule (constant lr 1e-3 after
+#    2 000 warm-up steps, no dropout, 100 epochs: --config.num_train_epochs=N in
+#    $LISTOPS_PRETRAIN_ARGS to shorten) and fine-tunes with `finetune,amos` (lr 1e-4), which
+#    refuses a pre-training still at its data's unigram rate (in DIR/train.log; add
+#    --config.init_from_refuse_unlearned=False to $LISTOPS_FINETUNE_ARGS to go on); `6x512` is
+#    their model (6 layers, width 512, 8 heads, FF 2048), e.g. "transformer,rotary,6x512".
 # 4. Side by side with the authors' PyTorch, then the sweep with FLOP/s, in one call of at most
 #    $PEER_BUDGET_S seconds (default 200) -- installs, process starts and compiles included:
 #        bash benchmarks/gpu_run.sh peer
@@ -95,8 +102,13 @@ install_wheels() {
 }
 
 # A family's config words without `spt` / `spt_causal` (the fine-tuned run's, evaluated like any
-# other).
-task_words() { local w=",$1,"; w=${w//,spt,/,}; w=${w//,spt_causal,/,}; w=${w#,}; echo "${w%,}"; }
+# other); with Amos et al.'s recipe (`amos`) its fine-tuning stage `finetune` / `finetune_causal`.
+task_words() {
+  local w=",$1,"
+  if [[ "$w" == *,amos,* ]]; then w=${w//,spt,/,finetune,}; w=${w//,spt_causal,/,finetune_causal,}
+  else w=${w//,spt,/,}; w=${w//,spt_causal,/,}; fi
+  w=${w#,}; echo "${w%,}"
+}
 
 if [[ "$MODE" == listops ]]; then
   OUT=${OUT:-/tmp/gpu_run}

@@ -86,11 +86,11 @@ def model_config(model: str) -> ml_collections.ConfigDict:
       mixer_kwargs=ml_collections.ConfigDict(dict(mixer_kwargs)),
       num_layers=num_layers, emb_dim=512, num_heads=8, mlp_dim=2048,
       dropout_rate=0.2, attention_dropout_rate=0.2, activation='relu',
-      position_embedding='sinusoidal', tie_embeddings=True,
+      positions='sinusoidal', tie_embeddings=True,
       dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
       # Filled from the dataset (data.get_dataset_info) when left unset:
       vocab_size=config_dict.placeholder(int),
-      max_length=config_dict.placeholder(int),  # only read by position_embedding='learned'
+      max_length=config_dict.placeholder(int),  # only read by positions='learned'
   ))
 
 

@@ -368,7 +368,8 @@ def test_api_md_lists_every_registered_mixer_and_model():
   """docs/api.md has one section per registered mixer and model, naming its class, with its
   arguments as the code has them: required ones bare, the others with their default (`=…` where
   it is no plain value), so required and optional cannot drift; the mixer table's `causal` column
-  says yes exactly where the class has a `causal` option."""
+  says yes exactly where the class has a `causal` option, the `rotary` column where it has a
+  `rotary` one."""
   import dataclasses
   import typing
   from poolformers_jax.registry import MIXERS, MODELS
@@ -399,6 +400,10 @@ def test_api_md_lists_every_registered_mixer_and_model():
   table = dict(re.findall(r'^\| `(\w+)` \| `\w+` \| .*? \| .*? \| (yes|no) \|', text, re.M))
   assert table == {name: 'yes' if 'causal' in {f.name for f in dataclasses.fields(cls)} else 'no'
                    for name, cls in MIXERS.items()}
+  rotary = dict(re.findall(r'^\| `(\w+)` \| `\w+` \| .*? \| .*? \| (?:yes|no) \| (yes|no) \|', text,
+                           re.M))
+  assert rotary == {name: 'yes' if 'rotary' in {f.name for f in dataclasses.fields(cls)} else 'no'
+                    for name, cls in MIXERS.items()}
 
 
 def readme_python(marker: str) -> str:

@@ -95,8 +95,12 @@ def test_pack_splits_runs_under_the_limit_and_keeps_resume_checkpoints_of_unfini
 
 
 def test_self_pretrained_families_pretrain_then_fine_tune_from_their_best_checkpoints(tmp_path):
-  """One call, both objectives: `linear,spt` (masked tokens) and `transformer,spt_causal`."""
-  out, column = _call(tmp_path, 'spt', 'linear,spt transformer,spt_causal', heldout=False)
+  """One call, both objectives: `linear,spt` (masked tokens) and `transformer,spt_causal`; beside
+  them rotary positions from scratch and rotary masked SPT with Amos et al.'s recipe (words
+  `spt,amos`, then `finetune,amos`: lr 1e-4, constant), whose fine-tuning refuses the tiny
+  20-step pre-training as still at its data's unigram rate."""
+  out, column = _call(tmp_path, 'spt', 'linear,spt transformer,spt_causal transformer,rotary '
+                      'transformer,rotary,spt,amos', heldout=False)
   pretrain = json.loads(_member(out, 'linear-spt/pretrain/config.json'))
   assert pretrain['model']['name'] == 'lra_masked_lm' and pretrain['data']['mask_rate'] == 0.1
   finetune = json.loads(_member(out, 'linear-spt/config.json'))
@@ -127,6 +131,18 @@ def test_self_pretrained_families_pretrain_then_fine_tune_from_their_best_checkp
   assert 'encoder/token_embedding/embedding (' not in log      # no row dropped or resized
   assert 0.0 <= _test_accuracy(out, 'transformer-spt_causal') <= 1.0
   assert '| transformer,spt_causal (pre-trained 20 steps, next tokens ' in column
+  scratch = json.loads(_member(out, 'transformer-rotary/config.json'))
+  assert scratch['model']['positions'] == 'rotary' and scratch['model']['name'] == 'lra_encoder'
+  assert 0.0 <= _test_accuracy(out, 'transformer-rotary') <= 1.0
+  pretrain = json.loads(_member(out, 'transformer-rotary-spt-amos/pretrain/config.json'))
+  assert (pretrain['model']['name'], pretrain['model']['positions'],
+          pretrain['model']['dropout_rate'], pretrain['optimizer']['schedule'],
+          pretrain['optimizer']['learning_rate']) == ('lra_masked_lm', 'rotary', 0.0,
+                                                      'constant', 1e-3)
+  log = _log(out, 'transformer-rotary-spt-amos')
+  assert 'is a pre-training run whose best validation accuracy' in log
+  assert '--config.init_from_refuse_unlearned=False to fine-tune from it anyway.' in log
+  assert '| transformer,rotary |' in column and '| transformer,rotary,spt,amos' in column
 
 
 def test_peer_mode_runs_end_to_end_on_cpu_within_its_budget(tmp_path):

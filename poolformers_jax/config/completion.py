@@ -10,6 +10,7 @@ once and keeps the result as `Setup.config`, which every later reader takes.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Optional
 
 import ml_collections
@@ -29,6 +30,21 @@ def complete_from_dataset(config: ml_collections.ConfigDict, info) -> None:
         config.model[key] = value
 
 
+def steps_from_epochs(config: ml_collections.ConfigDict, info) -> None:
+  """config.num_train_epochs > 0: num_train_steps = ceil(epochs x training examples / batch_size)
+  (the examples of the dataset's info; one line if it does not know them)."""
+  epochs = config.get('num_train_epochs', 0)
+  if not epochs:
+    return
+  examples = info.split_sizes.get('train')
+  if not examples:
+    raise ValueError(f'config.num_train_epochs={epochs} needs the size of the training split, '
+                     f'which {info.name} does not know here (its files are missing?); set '
+                     'config.num_train_steps instead.')
+  with config.unlocked():
+    config.num_train_steps = math.ceil(epochs * examples / config.batch_size)
+
+
 def completed(config: ml_collections.ConfigDict, *, need_files: bool = True,
               info: Optional[Any] = None, run_dir: Optional[str] = None,
               todo: str = '') -> tuple[ml_collections.ConfigDict, Any]:
@@ -43,5 +59,6 @@ def completed(config: ml_collections.ConfigDict, *, need_files: bool = True,
   info = info or data.get_dataset_info(config, need_files=need_files)
   config = copy.deepcopy(config)   # the caller's config is left untouched
   complete_from_dataset(config, info)
+  steps_from_epochs(config, info)
   config.lock()
   return config, info

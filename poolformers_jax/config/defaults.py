@@ -63,6 +63,8 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.length_buckets = ml_collections.ConfigDict(dict(multiple=0, micro_batch_size=8))
   config.eval_batch_size = 0             # global; 0 = batch_size
   config.num_train_steps = 1000          # 0: nothing to train (init_from, then evaluate)
+  config.num_train_epochs = 0.0          # > 0: num_train_steps = ceil(epochs x train examples /
+                                         # batch_size), from the data (config/completion.py)
   config.log_every_steps = 100           # every N steps; 0 or less = only at the end
   config.eval_every_steps = 1000         # on validation; the best checkpoint is kept
   config.eval_num_batches = 0            # 0: all of validation, exactly; N: N eval batches of an
@@ -76,6 +78,8 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.init_from = ''                  # workdir / checkpoint: start from its parameters
   config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
   config.init_from_allow_missing = ''    # regex of names the checkpoint may lack (a new head)
+  # True: refuse an init_from pre-training run at its data's unigram rate (train/init_check.py)
+  config.init_from_refuse_unlearned = False
   config.num_devices = -1                # -1 = all local devices
   # The device mesh (train/sharding.py, docs/training.md#sharding): data parallel by default.
   # fsdp splits the examples and the large parameters / optimizer state; sequence splits every

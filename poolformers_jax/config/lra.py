@@ -1,15 +1,22 @@
 """Long Range Arena: `FAMILIES` (model family -> mixer), `LraTask` (one row of the LRA table) and
 `task_config`, the locked config of a task for `family[,size][,protocol][,stage]`.
 
-The argument string of an LRA task config is `family[,size][,protocol]` (words in any order):
+The argument string of an LRA task config is `family[,size][,protocol]...` (words in any order):
   family:   transformer | linear | linear_reference | ponet | adamra | contextpool | msac
             (the token mixer)
   size:     full | small | tiny (config/defaults.py)
+  model:    6x512: Amos et al.'s model (6 layers, width 512, 8 heads, FF 2048) instead of the LRA
+            papers' 2 x 64
+  positions: learned (the default) | sinusoidal | rotary (config.model.positions)
   protocol: ours (the default) | reference (the LRA code PoNet and AdaMRA ran, as far as it can
             be followed here: `reference_protocol`, docs/papers/lra.md)
   stage:    spt: self-pretraining on the task's own inputs (`self_pretraining`), the run that
             fine-tuning starts from; spt_causal: the same by next-token prediction (causal
-            mixers); without either, the task itself
+            mixers); finetune / finetune_causal: the task itself, started from such a run
+            (`finetune`: --config.init_from=<its workdir> is required, the classifier head is
+            new, a pre-training still at its data's unigram rate is refused, train/init_check.py;
+            finetune_causal pools the last token); without any, the task from scratch
+  recipe:   amos: the stage with Amos et al.'s schedule (`amos_recipe`)
   AdaMRA's open choices (families adamra, adamra_eq8; docs/papers/adamra.md):
             rates<n>-<n>-...: compression rates 1/n, one resolution head each (rates2-8-32 is
             the default 1/2, 1/8, 1/32); subheads<n>: S subheads per head (model.num_heads)
@@ -52,6 +59,10 @@ FAMILIES = {
 PROTOCOLS = ('ours', 'reference')
 # self-pretraining on the task's own inputs (data/masking.py): masked tokens, next tokens
 STAGES = ('spt', 'spt_causal')
+FINETUNE_STAGES = ('finetune', 'finetune_causal')
+POSITION_WORDS = ('learned', 'sinusoidal', 'rotary')
+MODEL_WORDS = ('6x512',)
+RECIPES = ('amos',)
 
 
 RATES, SUBHEADS, MIXER_DROPOUT = NumberList('rates'), Numbered('subheads'), Numbered('mixer_dropout')
@@ -61,7 +72,10 @@ ADAMRA_FAMILIES = ('adamra', 'adamra_eq8')
 def _words(arg: str | None) -> dict[str, str | None]:
   return parse_words(arg, {'family': ('a model family', sorted(FAMILIES)), 'size': SIZE_SLOT,
                            'protocol': ('a protocol', PROTOCOLS),
-                           'stage': ('a stage', STAGES),
+                           'stage': ('a stage', STAGES + FINETUNE_STAGES),
+                           'model': ('a model size', MODEL_WORDS),
+                           'positions': ('a positions word', POSITION_WORDS),
+                           'recipe': ('a recipe', RECIPES),
                            'rates': ('AdaMRA rates', RATES),
                            'subheads': ('AdaMRA subheads', SUBHEADS),
                            'mixer_dropout': ('a mixer dropout %', MIXER_DROPOUT)},
@@ -70,13 +84,15 @@ def _words(arg: str | None) -> dict[str, str | None]:
 
 
 def parse_arg(arg: str | None, default_family: str = 'transformer',
-              default_size: str = 'full') -> tuple[str, str, str, str]:
-  """'ponet,small,reference' -> ('ponet', 'small', 'reference', 'task'); 'ponet,spt' -> stage
+              default_size: str = 'full') -> dict[str, str | None]:
+  """'ponet,small,reference' -> {'family': 'ponet', 'size': 'small', 'protocol': 'reference',
+  'stage': 'task', 'model': None, 'positions': None, 'recipe': None}; 'ponet,spt' -> stage
   'spt'. Unknown words fail with the valid choices. The protocol defaults to 'ours', the stage to
   'task' (training on the task itself)."""
   words = _words(arg)
-  return (words['family'] or default_family, words['size'] or default_size,
-          words['protocol'] or 'ours', words['stage'] or 'task')
+  return {**words, 'family': words['family'] or default_family,
+          'size': words['size'] or default_size, 'protocol': words['protocol'] or 'ours',
+          'stage': words['stage'] or 'task'}
 
 
 def mixer_words(config: ml_collections.ConfigDict, family: str, arg: str | None) -> None:
@@ -106,7 +122,8 @@ def model_config(family: str, *, retrieval: bool = False) -> ml_collections.Conf
       mixer_kwargs=ml_collections.ConfigDict(dict(mixer_kwargs)),
       dim=64, num_layers=2, num_heads=2, mlp_dim=128, head_hidden_dim=128,
       dropout_rate=0.1, attention_dropout_rate=0.1,
-      pooling='mean',                       # 'mean' (real tokens) | 'mean_padded' (reference) | 'cls'
+      pooling='mean',          # 'mean' (real tokens) | 'mean_padded' (reference) | 'cls' | 'last'
+      positions='learned',                  # | 'sinusoidal' | 'rotary' | 'none' (layers/common.py)
       activation='gelu',                    # the MLP's; 'gelu_exact' (erf) is PyTorch's nn.GELU()
       layer_norm_epsilon=1e-6,              # PyTorch's nn.LayerNorm: 1e-5
       dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
@@ -165,7 +182,8 @@ def task_config(task: LraTask, arg: str | None,
   the model. PoNet's segment count scales with the length. A task file can change more per size
   with `size_overrides[size](config)`. `reference` then applies `reference_protocol`.
   """
-  family, size, protocol, stage = parse_arg(arg, default_size='full' if arg else 'small')
+  words = parse_arg(arg, default_size='full' if arg else 'small')
+  family, size, protocol, stage = (words[k] for k in ('family', 'size', 'protocol', 'stage'))
   config = base_config(task.data)
   config.model = model_config(family, retrieval=task.retrieval)
   config.optimizer.update(learning_rate=1e-4, eps=1e-6, schedule='one_cycle',
@@ -185,13 +203,48 @@ def task_config(task: LraTask, arg: str | None,
     config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
   if size in (size_overrides or {}):
     size_overrides[size](config)
+  if words['model'] == '6x512':   # Amos et al.'s Transformer (their configs/model/transformer.yaml)
+    config.model.update(num_layers=6, dim=512, num_heads=8, mlp_dim=2048)
+  if words['positions']:
+    config.model.positions = words['positions']
   if protocol == 'reference':
     reference_protocol(config, family, task, size)
   if stage in STAGES:
     self_pretraining(config, task, causal=stage == 'spt_causal')
+  if stage in FINETUNE_STAGES:
+    config.init_from_allow_missing = '^head/'       # the classifier head is new
+    config.init_from_refuse_unlearned = True
+    if stage == 'finetune_causal':   # only the last token has seen the whole sequence
+      config.model.pooling = 'last'
+  if words['recipe'] == 'amos':
+    amos_recipe(config, stage, size)
   mixer_words(config, family, arg)
   config.lock()
   return config
+
+
+# Amos et al.'s learning rates per stage: masked tokens 1e-3, its fine-tuning 1e-4; next tokens
+# 5e-4 for both (the paper's Table 4 / their configs), constant after a linear warm-up.
+AMOS_LEARNING_RATES = {'spt': 1e-3, 'finetune': 1e-4, 'spt_causal': 5e-4, 'finetune_causal': 5e-4}
+AMOS_WARMUP_STEPS = 2000      # at the paper setting (smaller sizes keep theirs)
+AMOS_EPOCHS = 100             # pre-training length (their ListOps config: max_epochs 100)
+
+
+def amos_recipe(config: ml_collections.ConfigDict, stage: str, size: str) -> None:
+  """The `amos` word: Amos et al.'s schedule for a self-pretraining or fine-tuning stage:
+  constant learning rate after warm-up (AMOS_LEARNING_RATES), no dropout while pre-training, and
+  pre-training measured in epochs (AMOS_EPOCHS over the training split; `tiny` keeps its steps).
+  Refused without a stage word (it is a recipe of the two stages, not of training from scratch)."""
+  if stage not in AMOS_LEARNING_RATES:
+    raise ValueError(f"config word 'amos' is Amos et al.'s self-pretraining schedule: add a stage "
+                     f'word, one of {sorted(AMOS_LEARNING_RATES)} (e.g. :transformer,spt,amos).')
+  config.optimizer.update(schedule='constant', learning_rate=AMOS_LEARNING_RATES[stage])
+  if size == 'full':
+    config.optimizer.warmup_steps = AMOS_WARMUP_STEPS
+  if stage in STAGES:
+    config.model.update(dropout_rate=0.0, attention_dropout_rate=0.0)
+    if size != 'tiny':
+      config.num_train_epochs = AMOS_EPOCHS
 
 
 def self_pretraining(config: ml_collections.ConfigDict, task: LraTask,

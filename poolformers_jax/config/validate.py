@@ -188,6 +188,9 @@ def check_config(config: ml_collections.ConfigDict, info, *, devices: int, proce
   _require(_is_int(config.eval_num_batches) and config.eval_num_batches >= 0,
            f'config.eval_num_batches={config.eval_num_batches!r} must be an integer >= 0',
            'set it to 0 (all of validation) or the number of eval batches per validation')
+  _require(not config.get('init_from_refuse_unlearned') or config.init_from,
+           'a fine-tuning stage (config.init_from_refuse_unlearned) needs the pre-training run it '
+           'starts from', 'set --config.init_from=<its workdir>')
   _require(isinstance(config.test_drop_last, bool),
            f'config.test_drop_last={config.test_drop_last!r} must be True or False',
            'set --config.test_drop_last=True or False')

@@ -225,6 +225,9 @@ def routed_kernel_attention(x: Array, chosen: Array, kernels: Array, biases: Opt
 class AdaMRA(nn.Module):
   """Adaptive multi-resolution kernel attention; mixer interface of docs/design.md.
 
+  No rotary positions (no `rotary` field): its keys are segment means, which have no single
+  position, and its kernel feature map sits between q . k and the positions.
+
   Attributes:
     num_heads: subheads S of every resolution head (head width dim / S); see the module docstring.
     compression_rates: c_h of each head; H = len(compression_rates).

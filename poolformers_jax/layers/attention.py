@@ -30,9 +30,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_choice,
-                                           check_choices, check_heads, check_sequence_input,
-                                           compute_dtype, segment_allowed)
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, apply_rotary, attention_bias,
+                                           check_choice, check_choices, check_heads,
+                                           check_sequence_input, compute_dtype, segment_allowed)
 from poolformers_jax.layers.registry import register_mixer
 from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.layers.sequence_parallel import Shard, map_shards
@@ -148,6 +148,7 @@ class MultiHeadAttention(nn.Module):
   implementation: Implementation = 'explicit'
   kernel_init: Callable = nn.linear.default_kernel_init   # BERT: normal(0.02)
   dropout_on: Literal['output', 'weights'] = 'output'     # 'weights': explicit only
+  rotary: bool = False   # rotary positions on q and k (RoFormer; common.apply_rotary)
   # What crosses devices when the sequence is split (layers/sequence_parallel.py).
   sequence_parallel = ('the quadratic baseline: all keys and values [B, L, D] (and the key '
                        'mask) gathered on every shard, growing with the length; queries local')
@@ -169,6 +170,8 @@ class MultiHeadAttention(nn.Module):
     dense = lambda name: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype,
                                   kernel_init=self.kernel_init, name=name)
     q, k, v = (dense(n)(x) for n in ('query', 'key', 'value'))
+    if self.rotary:
+      q, k = apply_rotary(q, self.num_heads), apply_rotary(k, self.num_heads)
     dropout = nn.Dropout(self.dropout_rate)
     on_weights = self.dropout_on == 'weights'
     drop_weights = on_weights and not deterministic and self.dropout_rate > 0
@@ -277,7 +280,9 @@ def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
 class LinearAttention(nn.Module):
   """Linear attention with a positive feature map (`elu+1` or `relu`): memory linear in length.
   `normalizer`: 'keys' (Katharopoulos et al.) or 'padded_length' (the LRA reference code's form,
-  family `linear_reference`; see `linear_attention`)."""
+  family `linear_reference`; see `linear_attention`). No rotary positions (no `rotary` field):
+  RoFormer's linear form (Eq. 19) rotates phi(q), phi(k) in the numerator only, another function
+  than this one."""
   num_heads: int
   feature_map: str = 'elu+1'
   causal: bool = False

@@ -1,4 +1,4 @@
-"""Shared building blocks: input checks, masks, MLP, DropPath, embeddings.
+"""Shared building blocks: input checks, masks, MLP, DropPath, embeddings and positions.
 
 Every sequence mixer in this package follows one interface (docs/design.md):
 
@@ -200,19 +200,45 @@ class LearnedPositionEmbedding(nn.Module):
     return x + table[:, :x.shape[1]].astype(x.dtype)
 
 
-def sinusoidal_position_embedding(length: int, dim: int) -> Array:
-  """The fixed sine/cosine table of Vaswani et al. (2017), shape [length, dim]."""
-  return sinusoids_at(jnp.arange(length), dim)
+# config.model.positions of the sequence models: how a token's position enters the model.
+# 'learned': a trained table added to the embeddings; 'sinusoidal': the fixed table of Vaswani et
+# al. (2017) added instead (no parameters); 'rotary': nothing added, the attention-family mixers
+# rotate query and key by position (RoFormer; only mixers with a `rotary` field take it); 'none':
+# no positions at all.
+Positions = Literal['learned', 'sinusoidal', 'rotary', 'none']
 
 
-def sinusoids_at(positions: Array, dim: int) -> Array:
-  """The sine/cosine embedding of integer `positions` [...] -> [..., dim] (packed rows, decoding)."""
+def sinusoidal_positions(positions: Array, dim: int) -> Array:
+  """Vaswani et al. (2017) Sec. 3.5 at integer `positions` [...] -> [..., dim] float32:
+  PE(p, 2i) = sin(p / 10000^(2i/dim)), PE(p, 2i+1) = cos(p / 10000^(2i/dim)).
+  `jnp.arange(L)` for a sequence; packed rows and decoding steps pass their own positions."""
   pos = positions.astype(jnp.float32)[..., None]
   i = jnp.arange(dim // 2, dtype=jnp.float32)
   angle = pos / jnp.power(10000.0, 2 * i / dim)
   table = jnp.zeros(positions.shape + (dim,), jnp.float32)
   table = table.at[..., 0::2].set(jnp.sin(angle))
   return table.at[..., 1::2].set(jnp.cos(angle[..., : dim - dim // 2]))
+
+
+def apply_rotary(x: Array, num_heads: int, positions: Optional[Array] = None) -> Array:
+  """Rotary positions (RoFormer, Su et al. 2021, Eq. 34) of queries or keys `x` [B, L, H * Dh]
+  (after their projection, before the heads are split): each head's feature pair (x_2i, x_2i+1)
+  at position m turns by the angle m * 10000^(-2i/Dh), so a query-key product depends on the
+  positions only through m - n (Eq. 16). `positions` [L] (or [B, L]); None = jnp.arange(L)."""
+  batch, length, dim = x.shape
+  head_dim = dim // num_heads
+  if head_dim % 2:
+    raise ValueError(f'rotary positions turn feature pairs: head dim {dim} / {num_heads} heads = '
+                     f'{head_dim} is odd; choose a width and num_heads with an even head dim.')
+  if positions is None:
+    positions = jnp.arange(length)
+  inv_freq = 1.0 / jnp.power(10000.0, jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim)
+  angle = positions.astype(jnp.float32)[..., None] * inv_freq        # [(B,) L, Dh/2]
+  cos, sin = jnp.cos(angle)[..., None, :], jnp.sin(angle)[..., None, :]   # one per head
+  pairs = x.astype(jnp.float32).reshape(batch, length, num_heads, head_dim // 2, 2)
+  even, odd = pairs[..., 0], pairs[..., 1]
+  turned = jnp.stack([even * cos - odd * sin, even * sin + odd * cos], axis=-1)
+  return turned.reshape(x.shape).astype(x.dtype)
 
 
 def window_partition(x: Array, window: int) -> Array:

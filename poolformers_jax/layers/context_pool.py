@@ -572,6 +572,7 @@ class ContextPoolAttention(ContextPoolOptions):
   token_grid: Optional[tuple[int, int]] = None  # ContextPool's (CP-ViT: set by the backbone)
   prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
+  rotary: bool = False   # the attention's rotary positions (on the pooled tokens' q and k)
 
   def setup(self):
     check_choices(self)
@@ -580,7 +581,8 @@ class ContextPoolAttention(ContextPoolOptions):
                                     prefix_tokens=self.prefix_tokens, **self.pool_options())
     self.attention = MultiHeadAttention(self.num_heads, causal=self.causal,
                                         dropout_rate=self.dropout_rate, use_bias=self.use_bias,
-                                        implementation=self.implementation, dtype=self.dtype)
+                                        implementation=self.implementation, dtype=self.dtype,
+                                        rotary=self.rotary)
 
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:

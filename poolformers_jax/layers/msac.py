@@ -231,6 +231,7 @@ class SAC(SACOptions):
   Vision: [B, H, W, C] -> [B, H', W', features]  (H' = ceil(H / strides)).
   Language: [B, L, D] (+ mask [B, L]) -> [B, L, features], a 1×L image with 1×m windows.
   `window`: int w (1×w for language, w×w for images) or a pair (n, m).
+  No rotary positions (no `rotary` field): positions between patches are its relative bias b.
   """
   window: Window = 1
 

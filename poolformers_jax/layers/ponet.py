@@ -178,7 +178,11 @@ def local_max_pool(x: Array, mask: Array, window: int = 3, shard: Optional[Shard
 
 @register_mixer('ponet')
 class PoNet(nn.Module):
-  """The PoNet token mixer: multi-granularity pooling (GA + SMP + LMP) and pooling fusion."""
+  """The PoNet token mixer: multi-granularity pooling (GA + SMP + LMP) and pooling fusion.
+
+  No rotary positions (no `rotary` field): its one query-key product is GA's cross-attention,
+  whose query is a pooled mean of the whole sequence with no position of its own to be relative
+  to; a PoNet model takes positions 'learned', 'sinusoidal' or 'none'."""
   num_heads: int
   segment_num: int  # LRA: ListOps 64, Text 4096, Retrieval 64, Image 32, Pathfinder 1
   local_window: int = 3

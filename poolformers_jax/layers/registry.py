@@ -5,7 +5,9 @@ poolformers_jax/registry.py). Models never branch on a mixer name; they call
 `build_mixer(name, shared=dict(num_heads=..., causal=..., dropout_rate=...), **config_kwargs)`.
 Shared arguments are passed only to mixers that declare them as fields, and an unknown keyword
 fails with the list of valid ones; a missing required argument (PoNet's `segment_num`) fails in
-one line naming it.
+one line naming it. A mixer has a causal form when it declares a `causal` field, and takes rotary
+positions (config.model.positions='rotary') when it declares a `rotary` field: it has a
+query-key product that the rotation applies to (the others are refused in one line).
 """
 from __future__ import annotations
 
@@ -18,7 +20,8 @@ from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.registry import MIXERS, register_mixer
 
 __all__ = ['MIXERS', 'build_mixer', 'causal_mixers', 'check_causal', 'check_options',
-           'check_required', 'check_sequence_parallel', 'mixer_fields', 'register_mixer']
+           'check_required', 'check_rotary', 'check_sequence_parallel', 'mixer_fields',
+           'register_mixer', 'rotary_mixers']
 
 
 def mixer_fields(cls: type[nn.Module]) -> set[str]:
@@ -63,6 +66,20 @@ def check_causal(name: str) -> None:
                      f'{causal_mixers()}.')
 
 
+def rotary_mixers() -> list[str]:
+  """The registered mixers that take rotary positions (a `rotary` field)."""
+  return sorted(name for name, cls in MIXERS.items() if 'rotary' in mixer_fields(cls))
+
+
+def check_rotary(name: str) -> None:
+  """One line when mixer `name` takes no rotary positions (declares no `rotary` field)."""
+  cls = MIXERS[name]
+  if 'rotary' not in mixer_fields(cls):
+    raise ValueError(f"mixer {name!r} ({cls.__name__}) takes no rotary positions; use positions "
+                     f"'learned', 'sinusoidal' or 'none', or one of the mixers that take it: "
+                     f"{rotary_mixers()}.")
+
+
 def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: Any) -> nn.Module:
   """Builds mixer `name`. `shared` args (num_heads, causal, ...) go only where they are fields;
   `kwargs` (the config's mixer-specific options) must all be fields of the mixer."""
@@ -72,6 +89,8 @@ def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: An
   args = {k: v for k, v in (shared or {}).items() if k in fields}
   if (shared or {}).get('causal'):
     check_causal(name)
+  if (shared or {}).get('rotary') or kwargs.get('rotary'):
+    check_rotary(name)
   args.update(kwargs)
   check_required(name, args)   # else a raw TypeError from the dataclass __init__
   if sequence_parallel.active():

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock, check_choice
 from poolformers_jax.layers.registry import (MIXERS, build_mixer, check_causal, check_options,
-                                             check_required)
+                                             check_required, check_rotary)
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
 # 'gelu_exact' the erf form of timm / the official ViT code.
@@ -57,9 +57,10 @@ class PreNormResidual(nn.Module):
 class TransformerBlock(nn.Module):
   """Pre-LN block on [B, L, D]: token mixer by registry name, then the MLP.
 
-  The mixer gets `num_heads`, `causal`, `dropout_rate=attention_dropout_rate` and `dtype` where it
-  declares them as fields (`build_mixer`), plus `mixer_kwargs`. `dropout_rate` drops the mixer's
-  output and the MLP's hidden and output activations; `drop_path_rate` drops whole residual
+  The mixer gets `num_heads`, `causal`, `rotary`, `dropout_rate=attention_dropout_rate` and `dtype`
+  where it declares them as fields (`build_mixer`; `rotary=True` refuses a mixer without it), plus
+  `mixer_kwargs`. `dropout_rate` drops the mixer's output and the MLP's hidden and output
+  activations; `drop_path_rate` drops whole residual
   branches per example (stochastic depth). `post_norm=True`: BERT's post-LN block, whose MLP
   has no hidden dropout. Keyword `mixer_inputs` of the call go to the mixer (PoNet's
   `segment_ids`, `boundary_mask`).
@@ -73,6 +74,7 @@ class TransformerBlock(nn.Module):
   attention_dropout_rate: float = 0.0
   drop_path_rate: float = 0.0
   activation: str = 'gelu'
+  rotary: bool = False     # config.model.positions='rotary': the mixer turns its q and k
   layer_norm_epsilon: float = 1e-6
   kernel_init: Callable = nn.initializers.xavier_uniform()   # the MLP's Dense kernels
   post_norm: bool = False
@@ -88,7 +90,7 @@ class TransformerBlock(nn.Module):
     """`mixer_inputs`: further keyword arrays for the mixer (segment_ids of packed rows)."""
     check_choice('TransformerBlock', 'activation', self.activation, sorted(ACTIVATIONS))
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
-    shared = dict(num_heads=self.num_heads, causal=self.causal,
+    shared = dict(num_heads=self.num_heads, causal=self.causal, rotary=self.rotary,
                   dropout_rate=self.attention_dropout_rate, dtype=self.dtype)
     if self.token_grid is not None:
       shared.update(token_grid=tuple(self.token_grid), prefix_tokens=self.prefix_tokens)
@@ -177,12 +179,14 @@ def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (),
 
 
 # What TransformerBlock passes every mixer that declares them (`shared` of build_mixer).
-_BLOCK_SHARED = ('num_heads', 'causal', 'dropout_rate', 'dtype', 'token_grid', 'prefix_tokens')
+_BLOCK_SHARED = ('num_heads', 'causal', 'rotary', 'dropout_rate', 'dtype', 'token_grid',
+                 'prefix_tokens')
 
 
 def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: dict) -> None:
-  """A model whose mixer lacks a required argument, or the causal form the model needs (its
-  `causal` field set: lra_causal_lm), fails when built, not at its first trace.
+  """A model whose mixer lacks a required argument, the causal form the model needs (its
+  `causal` field set: lra_causal_lm) or the rotary positions it asks for (`positions='rotary'`)
+  fails when built, not at its first trace.
   `cls.mixer_args_set_by_model`: the ones the model passes itself (PoNetMLM's segment_num)."""
   if 'mixer' not in fields or 'mixer_kwargs' not in fields:
     return
@@ -195,6 +199,8 @@ def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: d
   causal = kwargs.get('causal', fields['causal'].default) if 'causal' in fields else False
   if causal:
     check_causal(mixer)
+  if 'positions' in fields and kwargs.get('positions', fields['positions'].default) == 'rotary':
+    check_rotary(mixer)
 
 
 def as_dtype(value: Any) -> Any:

@@ -1,8 +1,9 @@
 """Pre-LN sequence encoder and classifier heads for Long Range Arena (LRA).
 
 The LRA setting used by PoNet and AdaMRA (Nystromformer's PyTorch LRA code, docs/papers/lra.md):
-token embedding + learned position embedding, pre-LN blocks `x + Mixer(LN(x))`, `x + MLP(LN(x))`,
-a final LayerNorm, MEAN pooling and the head Linear(dim, 128)-ReLU-Linear(128, C).
+token embedding + learned position embedding (`positions`, below), pre-LN blocks
+`x + Mixer(LN(x))`, `x + MLP(LN(x))`, a final LayerNorm, MEAN pooling and the head
+Linear(dim, 128)-ReLU-Linear(128, C).
 For retrieval one encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
 
 Any registered token mixer can be used: the shared `TransformerBlock` (block.py) builds it by name.
@@ -12,6 +13,14 @@ Pooling: the reference code averages `LN(x) * mask` over the *padded* length L (
 masked mean over real tokens instead, independent of how much padding a batch carries;
 `pooling='mean_padded'` is the reference's, for exact reproduction; it divides by `pool_length`
 when set (config.length_buckets cuts batches shorter and sets the data's padded length).
+
+`pooling='last'` reads the last real token: a causal (next-token) self-pretrained encoder
+fine-tunes with it, as Amos et al. (2024, "Never train from scratch") do, since only that token
+has seen the whole sequence.
+
+Positions: 'learned' (the LRA code's, default), 'sinusoidal' (the fixed table added to the token
+embeddings as they are, not rescaled), 'rotary' (inside the mixer's q and k: mixers with a
+`rotary` field), 'none'. Only 'learned' has parameters ('position_embedding').
 
 Decisions where the references are silent:
 - `pooling='cls'` prepends one learned vector (not a vocabulary token), always unmasked.
@@ -31,7 +40,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import LearnedPositionEmbedding, check_choice, masked_mean
+from poolformers_jax.layers.common import (LearnedPositionEmbedding, Positions, check_choice,
+                                           check_choices, masked_mean, sinusoidal_positions)
 from poolformers_jax.models.block import TransformerBlock, fields_of, model_kwargs
 from poolformers_jax.models.registry import register_model, register_model_class
 
@@ -57,6 +67,13 @@ def first_token_pool(x: Array, mask: Array, length: Optional[int] = None) -> Arr
   return x[:, 0]
 
 
+def last_token_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+  """The last real token's features (right-padded rows; position 0 for an empty row)."""
+  del length
+  last = jnp.maximum(jnp.sum(mask, axis=1) - 1, 0)
+  return jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
+
+
 def no_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
   """Every position's features [B, L, D] (the masked-token model predicts each position)."""
   del mask, length
@@ -66,7 +83,7 @@ def no_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
 # (features [B, L, D], mask [B, L], padded length or None) -> [B, D] ('none': [B, L, D])
 POOLINGS: dict[str, Callable[..., Array]] = {
     'mean': mean_pool, 'mean_padded': mean_padded_pool, 'cls': first_token_pool,
-    'none': no_pool}
+    'last': last_token_pool, 'none': no_pool}
 
 
 class SequenceEncoder(nn.Module):
@@ -92,9 +109,11 @@ class SequenceEncoder(nn.Module):
   # Every mixer causal (position t sees positions <= t): next-token self-pretraining
   # (`lra_causal_lm`); the mixer must have a causal form (refused when the model is built).
   causal: bool = False
+  positions: Positions = 'learned'
 
   @nn.compact
   def __call__(self, tokens: Array, *, deterministic: bool = True) -> Array:
+    check_choices(self, 'SequenceEncoder')
     if tokens.ndim != 2:
       raise ValueError(f'SequenceEncoder: expected token ids [batch, length], got shape '
                        f'{tuple(tokens.shape)}.')
@@ -106,14 +125,17 @@ class SequenceEncoder(nn.Module):
       cls = self.param('cls', nn.initializers.zeros, (1, 1, self.dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, self.dim)), x], axis=1)
       mask = jnp.concatenate([jnp.ones((x.shape[0], 1), bool), mask], axis=1)
-    x = LearnedPositionEmbedding(self.max_length + (self.pooling == 'cls'),
-                                 name='position_embedding')(x)
+    if self.positions == 'learned':
+      x = LearnedPositionEmbedding(self.max_length + (self.pooling == 'cls'),
+                                   name='position_embedding')(x)
+    elif self.positions == 'sinusoidal':
+      x = x + sinusoidal_positions(jnp.arange(x.shape[1]), self.dim).astype(x.dtype)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic).astype(self.dtype or jnp.float32)
     for i in range(self.num_layers):
       x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
                            causal=self.causal, dropout_rate=self.dropout_rate,
                            attention_dropout_rate=self.attention_dropout_rate,
-                           activation=self.activation,
+                           activation=self.activation, rotary=self.positions == 'rotary',
                            layer_norm_epsilon=self.layer_norm_epsilon, dtype=self.dtype,
                            name=f'block_{i}')(x, mask, deterministic=deterministic)
     x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=jnp.float32, name='final_norm')(x)

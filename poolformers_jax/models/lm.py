@@ -11,7 +11,8 @@ What the paper leaves open, and what we decided:
   relative position attention; the paper's mixers ('softmax', 'contextpool', ...) are plain
   content attention, so we add fixed sinusoidal positions to the embeddings (no parameters;
   defined at any length, which the staged 2048 -> 4096 -> 8192 training and the 32k-context
-  evaluation need). `position_embedding='learned'` is the alternative (a max_length x d table).
+  evaluation need). `positions` (common.Positions): 'learned' is a max_length x d table,
+  'rotary' turns the mixers' q and k instead (RoFormer), 'none' drops positions.
   This choice is also what the parameter counts of Table 5 point to: CP-Transformer (12) has 39M
   parameters, fewer than Longformer's 41M, which the relative-position projections
   (12 x 512 x 512 = 3.1M) of the latter explain (see tests/models/test_lm.py).
@@ -27,13 +28,13 @@ the model derives `mask = inputs != 0` and never lets a position see a later one
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, check_choice,
-                                           check_choices, sinusoidal_position_embedding)
+from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, Positions,
+                                           check_choice, check_choices, sinusoidal_positions)
 from poolformers_jax.models.block import ACTIVATIONS, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
@@ -60,8 +61,8 @@ class CharTransformerLM(nn.Module):
   dropout_rate: float = 0.2
   attention_dropout_rate: float = 0.2
   activation: str = 'relu'
-  position_embedding: Literal['sinusoidal', 'learned'] = 'sinusoidal'
-  max_length: Optional[int] = None  # table size of position_embedding='learned'
+  positions: Positions = 'sinusoidal'
+  max_length: Optional[int] = None  # table size of positions='learned'
   tie_embeddings: bool = True
   dtype: Optional[Dtype] = None
 
@@ -78,19 +79,20 @@ class CharTransformerLM(nn.Module):
     embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=dtype, name='embed',
                      embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
     x = embed(inputs) * jnp.asarray(self.emb_dim ** 0.5, dtype)
-    if self.position_embedding == 'sinusoidal':
-      x = x + sinusoidal_position_embedding(inputs.shape[1], self.emb_dim)[None].astype(dtype)
-    elif self.max_length is None:
-      raise ValueError(f"{name}: position_embedding='learned' needs max_length (the longest "
+    if self.positions == 'sinusoidal':
+      x = x + sinusoidal_positions(jnp.arange(inputs.shape[1]), self.emb_dim)[None].astype(dtype)
+    elif self.positions == 'learned' and self.max_length is None:
+      raise ValueError(f"{name}: positions='learned' needs max_length (the longest "
                        f'sequence, e.g. 8192); set config.model.max_length.')
-    else:
+    elif self.positions == 'learned':
       x = LearnedPositionEmbedding(self.max_length, name='pos_embed')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     for i in range(self.num_layers):
       x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
                            causal=True, dropout_rate=self.dropout_rate,
                            attention_dropout_rate=self.attention_dropout_rate,
-                           activation=self.activation, dtype=self.dtype, name=f'block_{i}')(
+                           activation=self.activation, rotary=self.positions == 'rotary',
+                           dtype=self.dtype, name=f'block_{i}')(
                                x, mask, deterministic=deterministic)
     x = nn.LayerNorm(dtype=self.dtype, name='ln_final')(x)
     if self.tie_embeddings:

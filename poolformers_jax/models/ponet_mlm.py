@@ -30,8 +30,9 @@ import flax.linen as nn
 import jax.numpy as jnp
 from flax.core import FrozenDict
 
-from poolformers_jax.layers.common import Array, Dtype, check_choices
-from poolformers_jax.layers.registry import MIXERS, mixer_fields
+from poolformers_jax.layers.common import (Array, Dtype, Positions, check_choices,
+                                           sinusoidal_positions)
+from poolformers_jax.layers.registry import MIXERS, check_rotary, mixer_fields
 from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
@@ -75,6 +76,9 @@ class BertEncoderFields(nn.Module):
   sep_id: int = 102
   layer_norm_eps: float = 1e-12
   mixer: Literal['ponet', 'softmax'] = 'ponet'   # PoNet, or softmax attention (BERT)
+  # common.Positions: BERT's learned table ('position_embed'), the fixed sinusoids added in its
+  # place, rotary (softmax only: PoNet has no query-key product for it) or none.
+  positions: Positions = 'learned'
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
   mixer_args_set_by_model = ('segment_num',)   # from the inputs' sentences (encode below)
@@ -85,9 +89,11 @@ class BertEncoderFields(nn.Module):
     config fails when the model is built)."""
     name = type(self).__name__
     check_choices(self)
+    if self.positions == 'rotary':
+      check_rotary(self.mixer)
     # The model sets these itself (heads, sentence segments from the inputs, dtype, dropout).
     allowed = mixer_fields(MIXERS[self.mixer]) - {'num_heads', 'segment_num', 'dtype',
-                                                  'dropout_rate', 'kernel_init'}
+                                                  'dropout_rate', 'kernel_init', 'rotary'}
     bad = sorted(set(self.mixer_kwargs) - allowed)
     if bad:
       raise ValueError(f'{name}: mixer_kwargs {bad} are not {self.mixer} options this model '
@@ -118,11 +124,14 @@ class BertEncoderFields(nn.Module):
 
     embed = nn.Embed(self.vocab_size, self.emb_dim, embedding_init=_init, dtype=self.dtype,
                      name='token_embed')
-    h = (embed(inputs)
-         + nn.Embed(self.max_length, self.emb_dim, embedding_init=_init, dtype=self.dtype,
-                    name='position_embed')(jnp.arange(length)[None])
-         + nn.Embed(self.type_vocab_size, self.emb_dim, embedding_init=_init, dtype=self.dtype,
-                    name='type_embed')(token_type_ids))
+    h = embed(inputs)
+    if self.positions == 'learned':
+      h = h + nn.Embed(self.max_length, self.emb_dim, embedding_init=_init, dtype=self.dtype,
+                       name='position_embed')(jnp.arange(length)[None])
+    elif self.positions == 'sinusoidal':
+      h = h + sinusoidal_positions(jnp.arange(length), self.emb_dim).astype(h.dtype)
+    h = h + nn.Embed(self.type_vocab_size, self.emb_dim, embedding_init=_init, dtype=self.dtype,
+                     name='type_embed')(token_type_ids)
     h = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='embed_norm')(h)
     h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
     # PoNet's mixer reads the sentences and the [CLS]/[SEP] positions; BERT's attention does not.
@@ -137,7 +146,8 @@ class BertEncoderFields(nn.Module):
                            attention_dropout_rate=self.dropout_rate,   # BERT's attention_probs
                            activation='gelu_exact', layer_norm_epsilon=self.layer_norm_eps,
                            kernel_init=_init, post_norm=True, dtype=self.dtype,
-                           name=f'layer_{i}')(h, mask, deterministic=deterministic, **mixer_inputs)
+                           rotary=self.positions == 'rotary', name=f'layer_{i}')(
+                               h, mask, deterministic=deterministic, **mixer_inputs)
     return h, embed
 
   def pool(self, h: Array) -> Array:

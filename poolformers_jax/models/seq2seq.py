@@ -7,10 +7,13 @@ d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
 - One SentencePiece vocabulary for both languages and ONE embedding table: encoder input,
   decoder input and output projection (three-way tying, Press & Wolf 2017, as Vaswani et al.);
   initialised with std d^-1/2 and scaled by sqrt(d) on input (as models/lm.py).
-- Positions: fixed sinusoids at the given positions (the packer's per-sentence positions, the
-  decoding step). Why: no parameters (Vaswani et al. report learned ones equal), defined at any
-  length (test sentences longer than any training row still get positions), and packed rows need
-  positions that restart per sentence, which a table would also support but sinusoids give free.
+- Positions (`positions`): fixed sinusoids at the given positions (the packer's per-sentence
+  positions, the decoding step); or 'rotary' (RoFormer: the encoder mixer's and the decoder
+  self-attention's q and k turned by position, relative so packed rows need no restart; the
+  cross-attention has none); or 'none'. No learned table. Why sinusoids by default: no
+  parameters (Vaswani et al. report learned ones equal), defined at any length (test sentences
+  longer than any training row still get positions), and packed rows need positions that restart
+  per sentence, which a table would also support but sinusoids give free.
 - Encoder self-attention: ANY registered mixer (`mixer`, `mixer_kwargs`); 'contextpool' is
   CP-attention. Decoder: causal self-attention, cross-attention over the encoder output, MLP.
 - ContextPool "after every attention layer" (paper sec. 4.1): in the encoder via the
@@ -33,7 +36,7 @@ d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 import flax.linen as nn
 import jax
@@ -41,8 +44,9 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.registry import MIXERS
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, MlpBlock, check_choice, check_heads,
-                                           sinusoids_at)
+from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, MlpBlock, apply_rotary,
+                                           check_choice, check_choices, check_heads,
+                                           sinusoidal_positions)
 from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, PoolSites,
                                                  predicted_channels, predictor_width)
 from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
@@ -91,12 +95,15 @@ class Attention(nn.Module):
     the cache is created (seq2seq_decode.init_cache) instead of at every step.
   - 'none': nothing (cross-attention projecting the encoder output at every step: the slower
     reference benchmarks/translation.py compares with).
+  `rotary` (self-attention): q and k turned by position (common.apply_rotary), a decoding step's
+  at its cache index.
   """
   num_heads: int
   dropout_rate: float = 0.0
   decode: bool = False
   cache: str = 'steps'
   dtype: Optional[Dtype] = None
+  rotary: bool = False
 
   @nn.compact
   def __call__(self, x: Array, memory: Array, bias: Optional[Array], *,
@@ -104,7 +111,9 @@ class Attention(nn.Module):
     dim = x.shape[-1]
     check_heads(dim, self.num_heads, type(self).__name__)
     dense = lambda name: nn.Dense(dim, dtype=self.dtype, name=name)
-    q = split_heads(dense('query')(x), self.num_heads)
+    step = self.get_variable('cache', 'index')[None] if self.has_variable('cache', 'index') else None
+    turn = (lambda t: apply_rotary(t, self.num_heads, step)) if self.rotary else (lambda t: t)
+    q = split_heads(turn(dense('query')(x)), self.num_heads)
     if self.decode and self.cache == 'memory':
       if self.has_variable('cache', 'memory_key'):
         k, v = self.get_variable('cache', 'memory_key'), self.get_variable('cache', 'memory_value')
@@ -114,7 +123,7 @@ class Attention(nn.Module):
         self.put_variable('cache', 'memory_key', k)
         self.put_variable('cache', 'memory_value', v)
     else:
-      k = split_heads(dense('key')(memory), self.num_heads)
+      k = split_heads(turn(dense('key')(memory)), self.num_heads)
       v = split_heads(dense('value')(memory), self.num_heads)
     if self.decode and self.cache == 'steps':
       initialized = self.has_variable('cache', 'cached_key')
@@ -253,6 +262,7 @@ class DecoderSelfAttention(nn.Module):
   dropout_rate: float = 0.0
   decode: bool = False
   dtype: Optional[Dtype] = None
+  rotary: bool = False
 
   @nn.compact
   def __call__(self, x: Array, segment_ids: Array, mask: Array, *,
@@ -268,7 +278,8 @@ class DecoderSelfAttention(nn.Module):
     allowed = (segment_ids[:, :, None] == segment_ids[:, None, :]) & mask[:, None, :]
     allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
     return Attention(self.num_heads, self.dropout_rate, self.decode, dtype=self.dtype,
-                     name='attention')(x, x, _bias(allowed), deterministic=deterministic)
+                     rotary=self.rotary, name='attention')(x, x, _bias(allowed),
+                                                           deterministic=deterministic)
 
 
 DECODER_PLACEMENTS = ('every_attention', 'self_attention', 'block_output')
@@ -310,6 +321,7 @@ class DecoderBlock(nn.Module):
   decode: bool = False
   cache_cross_attention: bool = True
   dtype: Optional[Dtype] = None
+  rotary: bool = False    # the self-attention's
 
   def _pool(self, options: dict, name: str) -> nn.Module:
     if self.decode:
@@ -328,7 +340,7 @@ class DecoderBlock(nn.Module):
     residual = lambda name, fn, rate: PreNormResidual(norm(name), fn, rate, self.drop_path_rate)
     self_attention = DecoderSelfAttention(
         self.num_heads, options if placement in ('every_attention', 'self_attention') else None,
-        self.attention_dropout_rate, self.decode, self.dtype, name='self_attention')
+        self.attention_dropout_rate, self.decode, self.dtype, self.rotary, name='self_attention')
     y = residual('norm1', self_attention, self.dropout_rate)(y, segment_ids, mask,
                                                             deterministic=deterministic)
     cross = Attention(self.num_heads, self.attention_dropout_rate, self.decode,
@@ -370,13 +382,16 @@ class TransformerSeq2Seq(nn.Module):
   # Decoding: cross-attention keys/values projected once per sentence (False: at every step).
   cache_cross_attention: bool = True
   dtype: Optional[Dtype] = None
+  positions: Literal['sinusoidal', 'rotary', 'none'] = 'sinusoidal'   # see the module docstring
 
   def setup(self):
     check_choice('TransformerSeq2Seq', 'activation', self.activation, sorted(ACTIVATIONS))
+    check_choices(self)
     self.embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=self.dtype or jnp.float32,
                           embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
     common = dict(dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
-                  drop_path_rate=self.drop_path_rate, activation=self.activation, dtype=self.dtype)
+                  drop_path_rate=self.drop_path_rate, activation=self.activation, dtype=self.dtype,
+                  rotary=self.positions == 'rotary')
     self.encoder_blocks = [
         TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
                          layer_norm_epsilon=LAYER_NORM_EPSILON, **common)
@@ -392,7 +407,8 @@ class TransformerSeq2Seq(nn.Module):
   def _embed(self, tokens: Array, positions: Array, deterministic: bool) -> Array:
     dtype = self.dtype or jnp.float32
     x = self.embed(tokens) * jnp.asarray(self.emb_dim ** 0.5, dtype)
-    x = x + sinusoids_at(positions, self.emb_dim).astype(dtype)
+    if self.positions == 'sinusoidal':
+      x = x + sinusoidal_positions(positions, self.emb_dim).astype(dtype)
     return self.dropout(x, deterministic=deterministic)
 
   def encode(self, inputs: Array, inputs_segment_ids: Optional[Array] = None,

@@ -32,7 +32,7 @@ import numpy as np
 
 from poolformers_jax import config as config_lib, data
 from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import init_from, integrity, run_lock, sharding
+from poolformers_jax.train import init_check, init_from, integrity, run_lock, sharding
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.evaluate import (evaluate_state, hypotheses_path, make_eval_step,
@@ -203,6 +203,8 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
                      todo='resume with the config the run was trained with, or train this one in '
                      'another --workdir')
   config = setup.config
+  if config.init_from and not resume:   # the run it starts from: same positions, learned
+    init_check.check_init_source(config)
   total_steps = int(config.num_train_steps)
   train_iter = data.make_train_iterator(config, seed=config.seed, **process_slice())
   validation_stream = None

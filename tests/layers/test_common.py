@@ -25,8 +25,9 @@ CASES = [
     (MSAC, {'num_heads': 2}, {'heads': ('full', 'split')}),
     (CrossAttentiveInput, {}, {'segment': ('add', 'concat', 'none')}),
     (VisionTransformer, {'num_classes': 2}, {'classifier': ('token', 'mean')}),
-    (CharTransformerLM, {'vocab_size': 9}, {'position_embedding': ('sinusoidal', 'learned')}),
-    (PoNetMLM, {'vocab_size': 9}, {'mixer': ('ponet', 'softmax')}),
+    (CharTransformerLM, {'vocab_size': 9}, {'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
+    (PoNetMLM, {'vocab_size': 9}, {'mixer': ('ponet', 'softmax'),
+                                     'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
 ]
 
 

@@ -126,8 +126,8 @@ def test_positions_are_encoded():
   logits = np.asarray(jax.jit(model.apply)(model.init(jax.random.PRNGKey(0), tokens), tokens))[0]
   assert np.min(np.abs(logits[1:] - logits[:-1]).max(-1)) > 1e-3
   with pytest.raises(ValueError, match='max_length'):
-    tiny_lm(position_embedding='learned').init(jax.random.PRNGKey(0), tokens)
-  learned = tiny_lm(position_embedding='learned', max_length=8)
+    tiny_lm(positions='learned').init(jax.random.PRNGKey(0), tokens)
+  learned = tiny_lm(positions='learned', max_length=8)
   assert learned.init(jax.random.PRNGKey(0), tokens)['params']['pos_embed'][
       'pos_embedding'].shape == (1, 8, 16)
   with pytest.raises(ValueError, match='int tokens'):

@@ -24,14 +24,21 @@ PLACEMENT_CASES = PLACEMENT_VARIANTS[:2] + [pytest.param(v, marks=pytest.mark.sl
                                             for v in PLACEMENT_VARIANTS[2:]]
 
 
-def tiny(decoder_cp=None, encoder_cp=None):
+def tiny(decoder_cp=None, encoder_cp=None, positions='sinusoidal'):
   """decoder placement 'block_output' goes with the encoder's 'block_output' placement."""
   block_output = (decoder_cp or {}).get('placement') == 'block_output'
   return TransformerSeq2Seq(vocab_size=VOCAB, num_layers=2, emb_dim=32, num_heads=4, mlp_dim=64,
                             mixer='contextpool' if encoder_cp else 'softmax',
                             mixer_kwargs={'placement': 'block_output'} if block_output else None,
                             decoder_context_pool=decoder_cp, dropout_rate=0.0,
-                            attention_dropout_rate=0.0)
+                            attention_dropout_rate=0.0, positions=positions)
+
+
+def variant_model(variant):
+  """A CP_VARIANTS model, or 'rotary': the plain one with rotary positions (no sinusoids)."""
+  if variant == 'rotary':
+    return tiny(positions='rotary')
+  return tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
 
 
 def tokens(shape, seed):
@@ -43,9 +50,10 @@ def init(model, src, tgt):
 
 
 @pytest.mark.parametrize('variant', [   # the pooled variants decode in make test, not test-fast
-    v if v == 'plain' else pytest.param(v, marks=pytest.mark.slow) for v in sorted(CP_VARIANTS)])
+    v if v == 'plain' else pytest.param(v, marks=pytest.mark.slow) for v in sorted(CP_VARIANTS)]
+    + ['rotary'])   # a decoding step's q and k turned at its cache index
 def test_cached_decoding_equals_full_recomputation(variant):
-  model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
+  model = variant_model(variant)
   src = tokens((3, 7), 0).at[0, 5:].set(0)            # a padded source row too
   tgt = tokens((3, 9), 1)
   params = init(model, src, tgt)
@@ -133,9 +141,9 @@ def test_decoder_is_causal(variant):
     assert np.abs(out[:, t + 1] - base[:, t + 1]).max() > 1e-4
 
 
-@pytest.mark.parametrize('variant', PLACEMENT_CASES)
+@pytest.mark.parametrize('variant', PLACEMENT_CASES + ['rotary'])   # rotary: relative, no restart
 def test_packed_rows_give_the_loss_of_the_sentences_alone(variant):
-  model = tiny(CP_VARIANTS[variant], encoder_cp=CP_VARIANTS[variant] is not None)
+  model = variant_model(variant)
   pairs = [(tokens((1, 5), 8), tokens((1, 4), 9)), (tokens((1, 3), 10), tokens((1, 6), 11)),
            (tokens((1, 6), 12), tokens((1, 3), 13))]
   length = 16

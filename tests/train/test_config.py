@@ -41,7 +41,8 @@ def test_default_listops_is_the_small_transformer():
 def test_bad_argument_lists_the_choices():
   with pytest.raises(ValueError, match=r"'pnoet' is not a model family .*'ponet'.*, a "
                                        r"protocol \['ours', 'reference'\], a stage "
-                                       r"\['spt', 'spt_causal'\], AdaMRA rates rates<n>-<n>-..."):
+                                       r"\['spt', 'spt_causal', 'finetune', 'finetune_causal'\], "
+                                       r"a model size \['6x512'\], a positions word"):
     lra_base.parse_arg('pnoet,small')
 
 
