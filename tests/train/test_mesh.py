@@ -96,6 +96,15 @@ def test_one_step_on_a_mesh_equals_one_device(ponet_one_device, mesh):
   assert kernel.addressable_shards[0].data.shape[1] == 16 // fsdp   # FSDP really splits it
 
 
+@pytest.mark.parametrize('family', ['transformer', 'linear', 'adamra'])
+def test_one_step_of_every_sequence_parallel_family_on_data_fsdp_and_sequence(family):
+  (loss, norm, params), _ = _one_step(family, **MESHES['data2-fsdp2-sequence2'])
+  (ref_loss, ref_norm, ref_params), _ = _one_step(family, num_devices=1)
+  chex.assert_trees_all_close(loss, ref_loss, rtol=1e-5)
+  chex.assert_trees_all_close(norm, ref_norm, rtol=1e-5)
+  chex.assert_trees_all_close(params, ref_params, rtol=1e-5, atol=1e-6)
+
+
 @pytest.fixture(scope='module')
 def fsdp_run(data_dir, tmp_path_factory):
   """50 steps of tiny PoNet ListOps on data 2 x fsdp 2 x sequence 2, and on data 8."""
