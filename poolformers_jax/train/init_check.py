@@ -29,8 +29,8 @@ PRETRAINING_MODELS = ('lra_masked_lm', 'lra_causal_lm')
 
 
 def source_run(path: str) -> Optional[str]:
-  """The train.py workdir behind `path` (itself, or DIR of DIR/checkpoints/<step>); None if
-  neither is one."""
+  """The directory with the config.json behind `path` (itself, or DIR of DIR/checkpoints/<step>);
+  None if neither has one."""
   path = os.path.abspath(os.path.expanduser(path))
   for candidate in (path, os.path.dirname(os.path.dirname(path))):
     if os.path.exists(os.path.join(candidate, 'config.json')):
@@ -64,6 +64,8 @@ def check_init_source(config) -> None:
   if run is None:
     return   # a bare checkpoint or a Hugging Face folder: nothing says what trained it
   source = run_file.load_saved_config(run)
+  if 'model' not in source:
+    return   # not a train.py run's config.json (a Hugging Face folder's)
   theirs, ours = _positions(source.model), config.model.get('positions')
   if ours is not None and theirs is not None and theirs != ours:
     raise ValueError(f'config.init_from={config.init_from!r} trained with model.positions='

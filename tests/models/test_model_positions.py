@@ -138,6 +138,8 @@ def test_init_from_a_run_with_other_positions_is_refused_in_one_line(tmp_path):
   with pytest.raises(ValueError, match=r"^config.init_from='.*' trained with model.positions="
                                        r"'rotary', this run has 'learned': .*\.$"):
     init_check.check_init_source(finetune)
+  (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'ponet'}))   # a Hugging Face
+  init_check.check_init_source(finetune)                                        # folder: no run
 
 
 def test_amos_words_are_their_recipe_per_stage():
