@@ -14,7 +14,6 @@ record, appended to --output; records already there are skipped, so a stopped ru
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -22,7 +21,7 @@ import time
 
 import jax
 
-from poolformers_jax import config as config_lib
+from poolformers_jax import config as config_lib, errors
 from poolformers_jax.train import accelerators, sharding, step as step_lib
 from poolformers_jax.train.setup import make_setup
 
@@ -78,11 +77,12 @@ def sequence_record(family: str, topology: str, shards: int, length: int):
 
 
 def main():
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = errors.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('what', choices=('fsdp', 'sequence'))
   parser.add_argument('--output', required=True)
   parser.add_argument('--families', default='ponet,linear,adamra')
   args = parser.parse_args()
+  os.makedirs(os.path.dirname(args.output) or '.', exist_ok=True)
   done = set()
   if os.path.exists(args.output):
     with open(args.output) as f:

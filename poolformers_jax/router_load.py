@@ -113,5 +113,6 @@ if __name__ == '__main__':   # flags defined here: the package's modules import 
   flags.mark_flags_as_required(['workdir'])
   from poolformers_jax import runtime
   from poolformers_jax.train import cli as _cli
+  _cli.define_flags()   # --verbose_errors and the multi-process flags cli.run reads
   runtime.configure_program()
   app.run(main, flags_parser=_cli.parse_flags)

@@ -129,7 +129,7 @@ def test_config_errors():
   with pytest.raises(ValueError, match='exceeds max_length'):
     model = build_model(_config(max_length=8))
     model.init(jax.random.PRNGKey(0), jnp.asarray(INPUTS))
-  with pytest.raises(ValueError, match=r"mixer_kwargs \['nope'\]"):  # mixer options are PoNet fields
+  with pytest.raises(ValueError, match=r"has no option\(s\) \['nope'\]"):  # mixer options are PoNet fields
     build_model(_config(mixer_kwargs={'nope': 1}))
   ablated = build_model(_config(mixer_kwargs={'use_lmp': False}))
   params = ablated.init(jax.random.PRNGKey(0), jnp.asarray(INPUTS))['params']

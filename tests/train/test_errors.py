@@ -128,7 +128,8 @@ ENTRY_POINTS = {
                  "unexpected argument 'ponet,small' after --config configs/lra_listops.py: the "
                  'words go after a colon, without a space: --config configs/lra_listops.py:ponet,small'),
     'eval.py': (['eval.py', '--config', 'configs/lra_listops.py:ponet,smal'],
-                "unknown model family / size / protocol / stage 'smal'"),
+                "unknown model family / size / protocol / stage / model size / positions word / "
+                "recipe / rates / subheads / mixer dropout % 'smal'"),
     'average': (['-m', 'poolformers_jax.average', '--last', '5'],
                 '/config.json not found: pass the --workdir of a train.py run'),
     'translate': (['-m', 'poolformers_jax.translate', '--input', '-'],
