@@ -73,9 +73,9 @@ def _one_step(family, **updates):
   return jax.device_get((acc['sums']['loss'], acc['grad_norm'], state.params)), state
 
 
+# sequence 8 alone is compiled by the collectives test below (PoNet's whole step at two lengths).
 MESHES = {'fsdp8': {'mesh.data': 1, 'mesh.fsdp': 8},
-          'data2-fsdp2-sequence2': {'mesh.fsdp': 2, 'mesh.sequence': 2},
-          'sequence8': {'mesh.data': 1, 'mesh.sequence': 8}}
+          'data2-fsdp2-sequence2': {'mesh.fsdp': 2, 'mesh.sequence': 2}}
 
 
 @pytest.fixture(scope='module')
@@ -96,7 +96,8 @@ def test_one_step_on_a_mesh_equals_one_device(ponet_one_device, mesh):
   assert kernel.addressable_shards[0].data.shape[1] == 16 // fsdp   # FSDP really splits it
 
 
-@pytest.mark.parametrize('family', ['transformer', 'linear', 'adamra'])
+# softmax's gathered form is checked at the layer (tests/layers/test_sequence_parallel_attention.py)
+@pytest.mark.parametrize('family', ['linear', 'adamra'])
 def test_one_step_of_every_sequence_parallel_family_on_data_fsdp_and_sequence(family):
   (loss, norm, params), _ = _one_step(family, **MESHES['data2-fsdp2-sequence2'])
   (ref_loss, ref_norm, ref_params), _ = _one_step(family, num_devices=1)
