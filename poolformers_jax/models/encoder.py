@@ -18,8 +18,10 @@ when set (config.length_buckets cuts batches shorter and sets the data's padded 
 fine-tunes with it, as Amos et al. (2024, "Never train from scratch") do, since only that token
 has seen the whole sequence.
 
-Positions: 'learned' (the LRA code's, default), 'sinusoidal' (the fixed table added to the token
-embeddings as they are, not rescaled), 'rotary' (inside the mixer's q and k: mixers with a
+Positions: 'learned' (the LRA code's, default), 'sinusoidal' (the fixed table added to token
+embeddings of unit scale: drawn with std dim^-1/2 and multiplied by sqrt(dim), Vaswani et al. Sec.
+3.4, as the char LM here does; the LRA code's std-0.02 embeddings would leave a token's identity ~2 %
+of its input beside the table's unit amplitude), 'rotary' (inside the mixer's q and k: mixers with a
 `rotary` field), 'none'. Only 'learned' has parameters ('position_embedding').
 
 Decisions where the references are silent:
@@ -119,8 +121,12 @@ class SequenceEncoder(nn.Module):
                        f'{tuple(tokens.shape)}.')
     check_choice('SequenceEncoder', 'pooling', self.pooling, sorted(POOLINGS))
     mask = tokens != 0
-    x = nn.Embed(self.vocab_size, self.dim, embedding_init=nn.initializers.normal(0.02),
-                 name='token_embedding')(tokens)
+    unit_scale = self.positions == 'sinusoidal'
+    x = nn.Embed(self.vocab_size, self.dim, name='token_embedding',
+                 embedding_init=nn.initializers.normal(self.dim ** -0.5 if unit_scale else 0.02)
+                 )(tokens)
+    if unit_scale:
+      x = x * jnp.asarray(self.dim ** 0.5, x.dtype)
     if self.pooling == 'cls':
       cls = self.param('cls', nn.initializers.zeros, (1, 1, self.dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (x.shape[0], 1, self.dim)), x], axis=1)

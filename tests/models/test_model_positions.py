@@ -87,12 +87,14 @@ def test_without_positions_the_encoder_reads_a_bag_of_tokens_and_with_them_it_do
 
 
 def test_sinusoidal_encoder_adds_the_table_to_the_token_embeddings():
-  """The sinusoidal encoder is the 'none' encoder given embeddings + the fixed table."""
+  """The sinusoidal encoder is the 'none' encoder given sqrt(dim) * embeddings + the fixed table,
+  the embeddings drawn at std dim^-1/2 (unit scale beside the table, Vaswani et al. Sec. 3.4)."""
   from poolformers_jax.layers.common import sinusoidal_positions
   model = _encoder(positions='sinusoidal', num_layers=0)
   variables = model.init(jax.random.PRNGKey(0), TOKENS)
   table = np.asarray(variables['params']['encoder']['token_embedding']['embedding'])
-  x = table[np.asarray(TOKENS)] + np.asarray(sinusoidal_positions(jnp.arange(10), 16))
+  assert 0.15 < table.std() < 0.35, table.std()       # 16 ** -0.5 = 0.25, not the LRA code's 0.02
+  x = 4.0 * table[np.asarray(TOKENS)] + np.asarray(sinusoidal_positions(jnp.arange(10), 16))
   mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)   # final_norm (scale 1, bias 0)
   normed = (x - mu) / np.sqrt(var + 1e-6)
   real = np.asarray(TOKENS != 0)[..., None]
