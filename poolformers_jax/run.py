@@ -197,7 +197,7 @@ class Run:
 
   # -- inputs -----------------------------------------------------------------------------------
   def _examples(self, raw_inputs: Sequence[Any], too_long: str) -> list[dict[str, np.ndarray]]:
-    from poolformers_jax.data import pipeline
+    from poolformers_jax.data import masking
     data_config = self.config.data
     if data_config.name not in RECORDS:
       raise ValueError(f'load_run cannot encode raw inputs of dataset {data_config.name!r}; '
@@ -209,7 +209,7 @@ class Run:
     data_config = copy.deepcopy(data_config)
     with data_config.unlocked():
       data_config.too_long = too_long
-    preprocess = pipeline._Preprocess(data_config)   # pylint: disable=protected-access
+    preprocess = masking.Preprocess(data_config)
     examples = []
     for i, raw in enumerate(raw_inputs):
       try:

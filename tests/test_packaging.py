@@ -8,7 +8,8 @@ used from an empty directory outside the source tree:
 - with no extras, from the package index constrained to the lock (requirements.txt, so it installs
   what the suite runs on; pip's cache makes it quick after the first run; skipped when no index is
   reachable): the core is small (no trainer packages), the README's layer example and the
-  numerics kit run, the trainer modules fail in one line naming the extra; then with `[all]`,
+  numerics kit run, the run trained above predicts the same classes, the trainer fails in one
+  line naming the extra; then with `[all]`,
   `python -m poolformers_jax.summary` on an installed config file."""
 import glob
 import json
@@ -80,8 +81,10 @@ USER_CODE = textwrap.dedent('''
   testing.assert_jit_matches(PoNet(num_heads=2, segment_num=4), x, mask)
   configs = os.path.join(os.path.dirname(poolformers_jax.__file__), 'configs')
   assert os.path.isfile(os.path.join(configs, 'lra_listops.py'))
+  run = poolformers_jax.load_run({run!r})   # trained with [train]; read and used without it
+  print('PREDICTED:', [int(p) for p in run.predict(['[MAX 2 9 [MIN 4 7 ] 0 ]', '[SM 1 2 ]'])])
   try:
-    import poolformers_jax.train
+    from poolformers_jax.train import train_and_evaluate
   except ModuleNotFoundError as error:
     print('TRAIN:', error)
 ''')
@@ -144,7 +147,8 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
   metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
   assert (metrics['split'], metrics['step']) == ('validation', 4), metrics
   used = json.loads(_run([python, '-c', RUN_CODE], cwd=empty, env=cpu).stdout.splitlines()[-1])
-  assert [0 <= p < 10 for p in used.pop('predicted')] == [True, True]   # ListOps values 0..9
+  predicted = used.pop('predicted')
+  assert [0 <= p < 10 for p in predicted] == [True, True]   # ListOps values 0..9
   assert used == {'model': 'lra_encoder', 'mixer': 'ponet', 'flags': [], 'distributed': False,
                   'license': 'Apache-2.0'}
   assert sorted(os.listdir(empty)) == ['data_cache', 'r']   # nothing written beside the run
@@ -168,9 +172,11 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
     pytest.skip('the [train] install trained and predicted; no package index reachable for the '
                 'core install: ' + installed.stderr.strip().splitlines()[-1])
   assert installed.returncode == 0, installed.stderr[-3000:]
-  code = USER_CODE.format(not_core=NOT_CORE, readme=textwrap.indent(_readme_layer_example(), ''))
+  code = USER_CODE.format(not_core=NOT_CORE, readme=textwrap.indent(_readme_layer_example(), ''),
+                          run=str(empty / 'r'))
   result = _run([python, '-c', code], cwd=tmp_path, env={**env, 'JAX_PLATFORMS': 'cpu'})
   assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip().splitlines()[-2] == f'PREDICTED: {predicted}'   # as with [train]
   assert result.stdout.strip().splitlines()[-1] == (
       "TRAIN: poolformers_jax.train needs grain, tensorflow_datasets, PIL: "
       "pip install 'poolformers_jax[train]'")
@@ -207,7 +213,7 @@ CORE_ONLY = textwrap.dedent('''
   tokens = jax.numpy.ones((2, config.model.max_length), jax.numpy.int32)
   logits = model.apply(model.init(jax.random.PRNGKey(0), tokens), tokens)
   try:
-    import poolformers_jax.train
+    from poolformers_jax.train import train_and_evaluate
     trainer = 'imported'
   except ModuleNotFoundError as error:
     trainer = str(error)

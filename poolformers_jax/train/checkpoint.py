@@ -25,14 +25,13 @@ import logging
 import os
 from typing import Any, Optional, Union
 
-import grain
 import orbax.checkpoint as ocp
 
 from poolformers_jax.train import checkpoint_policy as policy
 from poolformers_jax.train import integrity
 from poolformers_jax.train.checkpoint_policy import (  # noqa: F401  (the public names)
     AVERAGED_DIR, BEST_DIR, LATEST_DIR, REJECTED_DIR, CheckpointError)
-from poolformers_jax.train.checkpoint_storage import IteratorState, Store, listdir
+from poolformers_jax.train.checkpoint_storage import Store, listdir
 
 
 class Checkpointer:
@@ -58,6 +57,8 @@ class Checkpointer:
   def save_latest(self, step: int, state: Any, data_iterator: Any, force: bool = False) -> None:
     if step in self.latest.steps():
       return
+    import grain   # pylint: disable=g-import-not-at-top  (the train extra; reading needs none)
+    from poolformers_jax.train.iterator_state import IteratorState  # pylint: disable=g-import-not-at-top
     self.latest.save(step, state, dict(
         state=ocp.args.StandardSave(state),
         data=grain.checkpoint.CheckpointSave(IteratorState(data_iterator.get_state()))),
@@ -138,6 +139,7 @@ class Checkpointer:
 
     Damaged steps are logged (one line each) and moved to DIR/rejected/. If none verifies,
     CheckpointError, unless `start_over` (then None: train from step 0)."""
+    from poolformers_jax.train.iterator_state import IteratorState  # pylint: disable=g-import-not-at-top
     order = policy.resume_order(self.latest.steps())
     for step in order:
       position = IteratorState()

@@ -8,41 +8,17 @@ Restores take an abstract target carrying the *current* shardings, so a checkpoi
 """
 from __future__ import annotations
 
-import copy
 import os
 import shutil
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
-import grain
 import jax
 import orbax.checkpoint as ocp
 
 from poolformers_jax.train import integrity
 
-
-class IteratorState(grain.DatasetIterator):
-  """A grain iterator's state, frozen: what grain's orbax handler saves and restores.
-
-  Orbax writes checkpoints in a background thread, when the live iterator may already have
-  moved on; saving a snapshot taken at `save()` time keeps the saved position exact. On restore
-  the handler puts the saved state here and the caller hands it to the live iterator.
-  """
-
-  def __init__(self, state: Any = None):
-    super().__init__()
-    self.state = copy.deepcopy(state)
-
-  def __next__(self):
-    raise TypeError('IteratorState holds a saved position; it yields nothing.')
-
-  def get_state(self) -> Any:
-    return self.state
-
-  def set_state(self, state: Any) -> None:
-    self.state = state
-
-  def start_prefetch(self) -> None:  # called by grain's handler after set_state
-    pass
+if TYPE_CHECKING:
+  from poolformers_jax.train.iterator_state import IteratorState
 
 
 def _multiprocess_options(name: str) -> dict:
@@ -145,6 +121,7 @@ class Store:
     else:
       args = {'state': ocp.args.StandardRestore(abstract_state)}
     if data_position is not None:
+      import grain   # pylint: disable=g-import-not-at-top  (the train extra; reading a run needs none)
       args['data'] = grain.checkpoint.CheckpointRestore(data_position)
     try:
       restored = self.manager.restore(step, args=ocp.args.Composite(**args))

@@ -1,0 +1,32 @@
+"""The saved position of the data iterator in a checkpoint (the `train` extra: grain)."""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import grain
+
+
+class IteratorState(grain.DatasetIterator):
+  """A grain iterator's state, frozen: what grain's orbax handler saves and restores.
+
+  Orbax writes checkpoints in a background thread, when the live iterator may already have
+  moved on; saving a snapshot taken at `save()` time keeps the saved position exact. On restore
+  the handler puts the saved state here and the caller hands it to the live iterator.
+  """
+
+  def __init__(self, state: Any = None):
+    super().__init__()
+    self.state = copy.deepcopy(state)
+
+  def __next__(self):
+    raise TypeError('IteratorState holds a saved position; it yields nothing.')
+
+  def get_state(self) -> Any:
+    return self.state
+
+  def set_state(self, state: Any) -> None:
+    self.state = state
+
+  def start_prefetch(self) -> None:  # called by grain's handler after set_state
+    pass
