@@ -38,14 +38,14 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from poolformers_jax.data import base, masking  # noqa: E402
-# get_dataset_info lives in data/info.py (no grain); re-exported for pipeline's callers.
+# get_dataset_info needs no grain; re-exported for pipeline's callers.
 from poolformers_jax.data.info import (get_dataset_info,  # noqa: E402,F401
                                       objective as _objective)
 
 
 class _Preprocess:
   """Picklable (for grain workers) `record[, rng] -> example` of one dataset; with
-  config.data.mask_rate > 0 or next_tokens, the self-pretraining example of it (masking.py)."""
+  config.data.mask_rate > 0 or next_tokens, the self-pretraining example of it."""
 
   def __init__(self, data_config):
     self.data_config = data_config
