@@ -18,8 +18,8 @@ Decisions where the official code is loose:
   them, so by default they are dropped when tokenising (config.data.keep_parentheses=False).
 - config.data.tokenizer: 'brackets' (the default) keeps '[MAX' ... ']'. 'alphanumeric' is the
   LRA input pipeline as first released (docs/data.md names the change), which the Nystromformer
-  LRA code that PoNet and AdaMRA ran calls: `tfds.deprecated.text.Tokenizer()` keeps the runs of word
-  characters only, so `[MAX 2 9 [MIN 4 7 ] 0 ]` becomes `MAX 2 9 MIN 4 7 0` (no brackets: the
+  LRA code that PoNet and AdaMRA ran calls: `tfds.deprecated.text.Tokenizer()` keeps the runs of
+  word characters only, so `[MAX 2 9 [MIN 4 7 ] 0 ]` becomes `MAX 2 9 MIN 4 7 0` (no brackets: the
   tree's shape is not in the input). The LRA baseline (36.37) and Nystromformer (37.10) were
   trained on that; the later pipeline keeps ']'. Here the run 'MAX' takes the id of
   '[MAX' (same vocabulary, same model shapes), and '(' ')' ']' are dropped.
