@@ -183,9 +183,8 @@ def build_msac_resnet(cfg) -> MSACResNet:
 
 @register_model('cross_attentive_similarity')
 def build_cross_attentive_similarity(cfg) -> CrossAttentiveSimilarity:
-  """Sec. 6.1's image-pair model. Nothing trains it yet: it waits for an image-pair dataset
-  (`register_dataset` with inputs [2, H, W, C] and same / different labels) and a config; the
-  forward pass and its shapes are tested. Every field is
-  required: start from cross_attentive_similarity_config()."""
+  """Sec. 6.1's image-pair model: inputs [2, H, W, C], same / different labels (dataset
+  `cifar10_pairs`, `configs/cifar.py:cross_attentive_similarity`). Every field is required: start
+  from cross_attentive_similarity_config()."""
   required = tuple(module_fields(CrossAttentiveSimilarity))
   return CrossAttentiveSimilarity(**model_kwargs(cfg, CrossAttentiveSimilarity, required=required))

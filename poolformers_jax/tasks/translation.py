@@ -5,7 +5,7 @@ from what it uses: the model, config.decode, config.data and the shardings.
 
 Two numbers:
 - `bleu`: sacreBLEU on detokenized text (13a tokenization, case-sensitive; signature reported
-  as `bleu_signature`), the number to compare across papers today.
+  as `bleu_signature`), the number comparable across papers.
 - `tokenized_bleu`: the paper-style number of Vaswani et al. / tensor2tensor's get_ende_bleu.sh:
   hypothesis and reference tokenized by the Moses tokenizer (`sacremoses`, `-l <target
   language>`, escaping on, as tokenizer.perl), for EN-DE with compound splitting (every `a-b`

@@ -4,8 +4,9 @@ abstract (sharded) train state, and the numbers derived from the config once (th
 the gradient-accumulation count).
 
 The config is completed once, here (on a resume with the run's own model), checked and kept as
-`Setup.config`: every later reader takes it from `Setup`. The train and eval steps are built from `Setup.step_parts` (StepParts) instead: the parts they use
-and the few config values they read, resolved here once, so the steps never take the config."""
+`Setup.config`: every later reader takes it from `Setup`. The train and eval steps are built from
+`Setup.step_parts` (StepParts) instead: the parts they use and the few config values they read,
+resolved here once, so the steps never take the config."""
 from __future__ import annotations
 
 import dataclasses
