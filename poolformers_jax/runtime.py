@@ -56,12 +56,12 @@ def install_cpu_threefry_lowering(form: str = 'unrolled') -> bool:
 
   Dropout masks are threefry bits. For the CPU, jax lowers the hash's 20 rounds as a while loop
   of 5 iterations over whole arrays (to compile faster); XLA:CPU runs that as 5 memory-bound
-  passes per mask and cannot fuse them into the mask's select: the masks took ~150 of the ~710 ms
-  of the LRA text PoNet step at batch 8 x 4096 (docs/results/ponet_speed.md). Unrolled (as jax
-  lowers it for GPU and TPU), the hash is one elementwise expression that fuses into its
-  consumer, ~5x cheaper, and compiles slower (what the test suite's hundreds of tiny steps
-  avoid). The rounds, keys and counters are the same, so every random bit -- dropout masks
-  included -- is unchanged (tests/train/test_step.py). Applies to every program compiled
+  passes per mask and cannot fuse them into the mask's select, a large share of a dropout-heavy
+  CPU step (the measurement: docs/results/ponet_speed.md). Unrolled (as jax lowers it for GPU and
+  TPU), the hash is one elementwise expression that fuses into its consumer, cheaper to run and
+  slower to compile (what the test suite's hundreds of tiny steps avoid). The rounds, keys and
+  counters are the same, so every random bit -- dropout masks included -- is unchanged (tested
+  to the bit). Applies to every program compiled
   afterwards in this process; 'rolled' restores jax's own CPU lowering."""
   rule_name = THREEFRY_RULES[form]
   try:   # private API: no public one chooses a primitive's lowering

@@ -1,4 +1,4 @@
-"""`python -m poolformers_jax.average`: runs poolformers_jax/programs/average.py."""
+"""`python -m poolformers_jax.average`: the `average` program of `poolformers_jax.programs`."""
 from poolformers_jax.programs import run
 
 if __name__ == '__main__':   # imported (pkgutil walks), it runs nothing

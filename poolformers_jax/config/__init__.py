@@ -22,11 +22,11 @@ The rooms (each a small module):
   files.py       `load_file` / `load`: a config file by its name, with checked overrides
   keys.py        `check_keys` (close-key suggestions) and `override`
   completion.py  `completed`: the one place a run's config is completed (the run's model on a
-                 resume, model sizes from the data); train/setup.py keeps it as `Setup.config`
+                 resume, model sizes from the data); the trainer keeps it as `Setup.config`
   validate.py    `check_config`: every check of a completed config, one line each, up front
   run_file.py    a run's config.json (`save_config`, `load_saved_config`) and `with_run_model`
 Configs are numbers and names: nothing here imports flax, optax, orbax, grain or the trainer
-(tests/test_layering.py); the package builds on data/'s defaults only.
+(the layering test holds it); the package builds on data/'s defaults only.
 """
 from __future__ import annotations
 

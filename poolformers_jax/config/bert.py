@@ -21,7 +21,7 @@ from poolformers_jax.config.words import parse_words as parse_slots
 
 def parse_words(arg: str | None, choices: dict[str, tuple[str, ...]], usage: str) -> dict[str, str]:
   """'sso,bert,tiny' -> {'objective': 'sso', 'family': 'bert', 'size': 'tiny'} with the one
-  parser (config/words.py); the first choice of each slot is its default."""
+  parser (`parse_words`); the first choice of each slot is its default."""
   slots = {'family': ('a model family', ('ponet', 'bert')), 'size': SIZE_SLOT,
            **{slot: (f'a {slot}', words) for slot, words in choices.items()}}
   filled = parse_slots(arg, slots, usage)

@@ -1,5 +1,5 @@
 """Config files by their documented name, `configs/<task>.py[:<word>,<word>,...]`: the file's
-`get_config(words)` (words: config/words.py), with checked dotted-key overrides.
+`get_config(words)` (words: `parse_words`), with checked dotted-key overrides.
 
 `resolve` is THE resolver of a config's name (train, eval, summary, convert, reproduce, `load`,
 `load_run`): a path that exists is read from there; otherwise `configs/<task>.py` and the bare

@@ -2,7 +2,7 @@
 
 ml_collections locks the configs, but its error for an unknown key is a traceback without a hint;
 here an unknown key fails with one line listing the closest valid keys (difflib). train.py /
-eval.py's --config.<key> flags (train/cli.py), `poolformers_jax.config.load`'s overrides and
+eval.py's --config.<key> flags, `poolformers_jax.config.load`'s overrides and
 reproduce's --set all go through `check_keys`.
 """
 from __future__ import annotations

@@ -2,17 +2,16 @@
 
     params, model_config = load_official('path/to/ponet-base-uncased')   # config.json + weights
     model = build_model(ml_collections.ConfigDict({'name': 'ponet_mlm', **model_config}))
-or, as an orbax checkpoint that `config.init_from` and eval.py read (poolformers_jax/programs/convert.py):
+or, as an orbax checkpoint that `config.init_from` and eval.py read:
     python -m poolformers_jax.convert --config configs/ponet_pretrain.py:sso \
         --source path/to/ponet-base-uncased --workdir runs/ponet_base_official
 
-Weights: `model.safetensors` or `pytorch_model.bin`, read by conversion/state_dict.py (no torch
+Weights: `model.safetensors` or `pytorch_model.bin`, read by `state_dict` (no torch
 needed). Linear weights are [out, in] in PyTorch and [in, out] kernels here. The MLM decoder
 is tied to the word embeddings (a stored `cls.predictions.decoder.weight` must equal them). The
 SSO head (`cls.seq_relationship`) and a fine-tuned `classifier` are converted when present.
 `save_hf` writes our params back in these names (`python -m poolformers_jax.convert --to hf`).
-Proven against the official modeling code by tests/models/test_ponet_convert.py (fixture made
-with tests/fixtures/make_ponet_fixture.py).
+Tested against the official modeling code (on a fixture made with it).
 """
 from __future__ import annotations
 

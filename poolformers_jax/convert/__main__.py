@@ -1,4 +1,4 @@
-"""`python -m poolformers_jax.convert`: runs poolformers_jax/programs/convert.py."""
+"""`python -m poolformers_jax.convert`: the `convert` program of `poolformers_jax.programs`."""
 from poolformers_jax.programs import run
 
 if __name__ == '__main__':   # imported (pkgutil walks), it runs nothing

@@ -5,17 +5,16 @@
     for batch in data.make_eval_iterator(config, 'validation', batch_size=..., ...): ...
     config.data = data.get_data_config('listops')   # the defaults of the dataset's file
 
-`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself; the
-files are listed in poolformers_jax/registry.py).
+`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself).
 Nothing is downloaded at run time. Where each dataset's files must be:
   listops         nothing (generated into data_dir on first use), or source='tsv':
                   {tsv_dir}/basic_{train,val,test}.tsv of the LRA release
-  lra_text        TFDS imdb_reviews as array_record in data_dir   (poolformers_jax/data/build_tfds.py)
+  lra_text        TFDS imdb_reviews as array_record in data_dir (docs/data.md: how to build it)
   lra_image       TFDS cifar10 as array_record in data_dir
   cifar10/100     TFDS cifar10 / cifar100 as array_record in data_dir (cifar10_pairs: cifar10)
   imagenet2012    TFDS imagenet2012 as array_record in data_dir (manual download)
   lra_retrieval   {tsv_dir}/new_aan_pairs.{train,eval,test}.tsv of the LRA release
-  lra_pathfinder  {pathfinder_dir}/{train,validation,test}.npz, or the LRA release folder (lra.py)
+  lra_pathfinder  {pathfinder_dir}/{train,validation,test}.npz, or the LRA release folder
   enwik8 / text8  {data_dir}/enwik8.zip / text8.zip (mattmahoney.net/dc)
   wmt14           TFDS wmt14_translate/{de-en,fr-en} as array_record in data_dir (or source='tsv':
                   {tsv_dir}/{train,validation,test}.tsv); SentencePiece model trained beside it

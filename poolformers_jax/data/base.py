@@ -4,9 +4,9 @@ A dataset is a `DatasetSpec`: its `config.data` defaults (`config`), how to desc
 (`info`), where its raw records come from (`source`, any random-access sequence grain can read: a
 `tfds.data_source`, an index over a TSV file, ...) and how one raw record becomes one example
 (`preprocess`, given a numpy Generator at train time for augmentation and None at eval time).
-The pipeline (pipeline.py) does the rest, identically for every dataset. `config.data.name` picks
-the spec from `DATASETS`, filled by `register_dataset(name, spec)` in the dataset files (listed
-in poolformers_jax/registry.py); `get_data_config(name)` is the registered `config()`.
+The pipeline does the rest, identically for every dataset. `config.data.name` picks
+the spec from `DATASETS`, filled by `register_dataset(name, spec)` in the dataset files;
+`get_data_config(name)` is the registered `config()`.
 
 Fields every data config has (`common_config`; each dataset adds its own, documented there):
   name          the dataset (a key of data.DATASETS)
@@ -16,12 +16,12 @@ Fields every data config has (`common_config`; each dataset adds its own, docume
   too_long      'truncate' (keep the first max_length tokens, as the LRA pipelines do) or
                 'error' (raise on any longer input)
   repeated_augmentation  each train example shown this many times in a row (DeiT: 3), 1 = off
-  worker_count  grain worker processes; 0 = in-process (starting workers costs about 2 s)
+  worker_count  grain worker processes; 0 = in-process (no start-up cost for the workers)
   read_threads  grain threads reading records ahead in the main process
   mask_rate     > 0: self-pretraining on the inputs alone, that share of real tokens masked and
-                predicted (data/masking.py); 0 = the dataset's own task
+                predicted; 0 = the dataset's own task
   next_tokens   True: self-pretraining on the inputs alone, each real token predicted from the
-                ones before it (data/masking.py; a causal model); False = the dataset's own task
+                ones before it (a causal model); False = the dataset's own task
 The returned ConfigDicts are not locked; the experiment config that embeds one locks it.
 """
 from __future__ import annotations
@@ -45,7 +45,7 @@ SPLITS = ('train', 'validation', 'test')
 class DatasetInfo:
   """What the trainer and the model need to know about a dataset."""
   name: str
-  task: str                      # a registered task (poolformers_jax/tasks/): 'classification', ...
+  task: str                      # a registered task: 'classification', ...
   num_classes: int               # classes; for 'lm' the vocabulary size (targets are tokens)
   vocab_size: Optional[int]      # token vocabulary size incl. padding id 0; None for images
   input_shape: tuple[int, ...]   # one example: (L,), (2, L) or (H, W, C)
@@ -125,7 +125,7 @@ def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'seq
     if too_long != 'truncate':
       raise ValueError(f"config.data.too_long={too_long!r} must be 'truncate' or 'error'.")
     return np.asarray(ids[..., :max_length], np.int32)
-  out = np.zeros(ids.shape[:-1] + (max_length,), np.int32)   # np.pad costs ~4x more per call
+  out = np.zeros(ids.shape[:-1] + (max_length,), np.int32)   # cheaper per call than np.pad
   out[..., :length] = ids
   return out
 
@@ -133,7 +133,7 @@ def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'seq
 def process_share(batch_size: int, what: str, process_count: int,
                   devices: Optional[int] = None) -> int:
   """The rows each process holds of a global batch of `batch_size`: THE check that a batch splits
-  evenly, over the processes (the pipeline) and, with `devices` (the mesh's; config/validate.py), over
+  evenly, over the processes (the pipeline) and, with `devices` (the mesh's), over
   the devices too. A bad size fails with one line."""
   if devices is not None:
     if batch_size % devices or batch_size % process_count:

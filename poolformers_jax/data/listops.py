@@ -17,15 +17,15 @@ Decisions where the official code is loose:
 - Parentheses carry no information beyond ']' and the official length budget (2000) ignores
   them, so by default they are dropped when tokenising (config.data.keep_parentheses=False).
 - config.data.tokenizer: 'brackets' (the default) keeps '[MAX' ... ']'. 'alphanumeric' is the
-  LRA input pipeline before its commit c209b2a (2021-03-04), which the Nystromformer LRA code
-  that PoNet and AdaMRA ran calls: `tfds.deprecated.text.Tokenizer()` keeps the runs of word
-  characters only, so `[MAX 2 9 [MIN 4 7 ] 0 ]` becomes `MAX 2 9 MIN 4 7 0` (no brackets: the
+  LRA input pipeline as first released (docs/data.md names the change), which the Nystromformer
+  LRA code that PoNet and AdaMRA ran calls: `tfds.deprecated.text.Tokenizer()` keeps the runs of
+  word characters only, so `[MAX 2 9 [MIN 4 7 ] 0 ]` becomes `MAX 2 9 MIN 4 7 0` (no brackets: the
   tree's shape is not in the input). The LRA baseline (36.37) and Nystromformer (37.10) were
-  trained on that; after c209b2a the pipeline kept ']'. Here the run 'MAX' takes the id of
+  trained on that; the later pipeline keeps ']'. Here the run 'MAX' takes the id of
   '[MAX' (same vocabulary, same model shapes), and '(' ')' ']' are dropped.
 - Our generator draws only `random.Random(seed).random()` (Mersenne Twister; Python guarantees
-  this stream for a seed across versions and platforms, and it is about 4x faster here than
-  numpy's scalar calls; integers are floor(u * n)), keeps the first unique trees in generation order
+  this stream for a seed across versions and platforms, and it is cheaper than numpy's
+  scalar calls; integers are floor(u * n)), keeps the first unique trees in generation order
   (train first, then validation, then test) instead of iterating a Python set, draws the trees in
   chunks of 256 with one stream per (seed, chunk) so that all cores can generate them and the
   result does not depend on the core count, and stops
@@ -53,7 +53,7 @@ PAD = '<pad>'
 VOCAB = (PAD,) + tuple(str(d) for d in range(10)) + OPERATORS + (END, '(', ')')
 TOKEN_TO_ID = {token: i for i, token in enumerate(VOCAB)}
 PAREN_IDS = (TOKEN_TO_ID['('], TOKEN_TO_ID[')'])
-_NOT_PAREN = np.ones(256, bool)   # uint8 id -> kept; a table lookup is ~10x faster than np.isin
+_NOT_PAREN = np.ones(256, bool)   # uint8 id -> kept; a table lookup, cheaper than np.isin
 _NOT_PAREN[list(PAREN_IDS)] = False
 NUM_CLASSES = 10
 TOKENIZERS = ('brackets', 'alphanumeric')
@@ -239,7 +239,7 @@ def generate_splits(seed: int, sizes: Sequence[int], min_tokens: int, max_tokens
              for k in range(next_chunk, next_chunk + count)]
     next_chunk += count
     if workers > 1 and count >= 8:
-      # Worth the ~2 s start of the worker processes. spawn, not fork: the caller may hold JAX's
+      # Worth the start of the worker processes. spawn, not fork: the caller may hold JAX's
       # threads.
       import multiprocessing
       with multiprocessing.get_context('spawn').Pool(min(workers, count)) as pool:
@@ -359,11 +359,11 @@ def _prepared_builder(data_dir: str, params: tuple[int, ...]):
 class InMemoryRecords:
   """A split's records ({'tokens': uint8 ids, 'label'}) read once into one flat array.
 
-  A ListOps record is ~3 KB with its parentheses, so the paper's 96 000 training trees take ~300 MB. Read one at a time
-  from array_record, each costs ~0.65 ms (the random read ~0.3, TFDS's proto decoding ~0.3; one
-  core here), which capped the training input at ~1 300 trees/s: the rate of the whole ListOps run
-  on an H200, and of `make train` on a CPU. Here the split is read in large batched reads at
-  start, then a record is two slices. The records, and so every batch, are the same."""
+  A ListOps record is ~3 KB with its parentheses, so the paper's 96 000 training trees take
+  ~300 MB. Read one at a time from array_record, each record pays a random read and TFDS's proto
+  decoding, which capped the training input below the rate a ListOps step consumes (the figures:
+  docs/data.md). Here the split is read in large batched reads at start, then a record is two
+  slices. The records, and so every batch, are the same."""
 
   CHUNK = 4096
 

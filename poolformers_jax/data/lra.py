@@ -26,7 +26,7 @@ the model's `mask = inputs != 0` is right even for black pixels or NUL bytes; vo
                  line, split 80/10/10 into train/validation/test (LRA: 160k/20k/20k of 200k;
                  LRA cuts the same fractions of TFDS's hash order, Nystromformer of an unseeded
                  shuffle, so the images in each split differ from theirs).
-  'generated':   the same layout made offline by pathfinder_gen.py (seeded, config.data.generator)
+  'generated':   the same layout made offline by our generator (seeded, config.data.generator)
                  under {data_dir}/pathfinder_gen/ on first use.
 """
 from __future__ import annotations
@@ -318,7 +318,7 @@ def image_config():
 
 def pathfinder_config():
   c = base.common_config('lra_pathfinder', 1024)
-  c.format = 'npz'                # 'npz' | 'lra_release' (PNGs) | 'generated' (pathfinder_gen.py)
+  c.format = 'npz'                # 'npz' | 'lra_release' (PNGs) | 'generated' (our generator)
   c.resolution = 32               # 'generated': 32 (Pathfinder) or 128 (Path-X, max_length 16384)
   c.difficulty = 'curv_baseline'  # curv_baseline | curv_contour_length_9 | ..._14
   c.pathfinder_dir = os.path.join(base.default_data_dir(), 'lra_release', 'pathfinder32')

@@ -30,11 +30,11 @@ import numpy as np
 
 from poolformers_jax.data import base
 
-TASK = 'masked_tokens'   # tasks/masked_tokens.py
+TASK = 'masked_tokens'   # the registered task that scores it
 NOT_CHOSEN = -1          # a target that is not scored
 
 
-NEXT_TASK = 'next_tokens'   # tasks/masked_tokens.py, the same token sums
+NEXT_TASK = 'next_tokens'   # the same token sums
 
 
 def objective(mask_rate: float = 0.0, next_tokens: bool = False) -> Optional[str]:

@@ -42,7 +42,7 @@ consecutive paddles). Every paddle links to its predecessor, and ink of differen
 (markers included) stays more than 2 margin apart, where the official mask only keeps the
 paddles' margin rings from overlapping (at 32 px: 3 px between contours instead of about 2.5).
 A flood fill over linked ink from one marker so reaches the other exactly when the label is 1
-(tests/data/test_pathfinder_gen.py checks it on every image); a finished image whose targets
+(a test checks it on every image); a finished image whose targets
 would not pass it is drawn again, a test that does not look at the label. The markers are placed
 before the distractors, which keep clear of them (the official draws the markers last, over
 whatever is there). And the official design alone leaves the markers' distance a clue (a

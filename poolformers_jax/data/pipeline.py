@@ -38,7 +38,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from poolformers_jax.data import base, masking  # noqa: E402
-# get_dataset_info lives in data/info.py (no grain); re-exported for pipeline's callers.
+# get_dataset_info needs no grain; re-exported for pipeline's callers.
 from poolformers_jax.data.info import get_dataset_info  # noqa: E402,F401
 
 

@@ -12,14 +12,14 @@ config.data.random_erasing (default 0), one rectangle of 2-33 % of the normalise
 aspect ratio 0.3-3.3 (log-uniform, 10 attempts to fit), is replaced by N(0, 1) noise. It draws from
 the example's own rng, so it is deterministic and independent of the process count.
 RandAugment (config.data.rand_augment, timm's policy string; DeiT: 'rand-m9-mstd0.5-inc1') runs
-on the uint8 crop after the flip, before normalisation, as in timm's train transform
-(data/randaugment.py). Repeated augmentation (config.data.repeated_augmentation, DeiT: 3) is a
-property of the sample order: data/pipeline.py.
-Mixup / cutmix mix whole batches: the trainer owns them (train/mixing.py, config.mixup).
+on the uint8 crop after the flip, before normalisation, as in timm's train transform.
+Repeated augmentation (config.data.repeated_augmentation, DeiT: 3) is a property of the sample
+order: the pipeline's.
+Mixup / cutmix mix whole batches: the trainer owns them (config.mixup).
 cifar10_pairs (MSAC Sec. 6.1's cross-attentive similarity model): CIFAR-10 image pairs
 [2, H, W, C], half of them of one class, labelled same (1) / different (0) class (ImagePairs).
-TFDS datasets must be prepared as array_record beforehand (poolformers_jax/data/build_tfds.py in
-the data-preparation environment, docs/data.md; ImageNet needs its manual download).
+TFDS datasets must be prepared as array_record beforehand (docs/data.md; ImageNet needs its
+manual download).
 """
 from __future__ import annotations
 

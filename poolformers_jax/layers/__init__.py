@@ -1,7 +1,7 @@
 """Flax linen layers, one file per paper. See docs/design.md for the mixer interface.
 
 Mixers by name: `MIXERS` ('softmax', 'linear', 'ponet', 'adamra', 'contextpool', 'sac', 'msac'),
-filled by `@register_mixer` in the paper files (listed in poolformers_jax/registry.py).
+filled by `@register_mixer` in the paper files.
 The classes are re-exported here for `from poolformers_jax.layers import PoNet`.
 """
 from poolformers_jax.layers.adamra import AdaMRA

@@ -41,7 +41,7 @@ What the paper leaves open, and what we decided (see also docs/papers/adamra.md)
   and attends in its routed head only (tokens grouped by head into blocks, routed_kernel_attention);
   routing 'none' and the softmax ablation evaluate every head. Same values either way.
 - Dropout (the paper is silent): on the summed heads before W^O, as MultiHeadAttention does.
-- Sequence parallelism (layers/sequence_parallel.py): the segments are those of the whole
+- Sequence parallelism: the segments are those of the whole
   sequence; each shard sums its tokens into the segments they fall in (a segment may straddle
   shards) and the partial sums are all-reduced at the compressed length [B, m_h, D + 1] (sums and
   token counts), never the full one. Routing and attention over the compressed keys are per token.
@@ -305,7 +305,7 @@ class AdaMRA(nn.Module):
     maps = {n: [head_map(n, h) for h in range(len(counts))] for n in ('query', 'key', 'value')}
 
     # The projections and the router act per token; the core below runs on each sequence shard
-    # (layers/sequence_parallel.py; the whole sequence when the model is not sequence-sharded).
+    # (the whole sequence when the model is not sequence-sharded).
     def core(shard, x, mask, chosen, gate, maps):
       heads = [sharded_segment_means(x, mask, count, shard) for count in counts]
       heads = [(affine(means, maps['key'][h]), affine(means, maps['value'][h]), valid)

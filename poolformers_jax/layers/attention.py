@@ -12,7 +12,7 @@ Softmax attention has four implementations of the same function (`implementation
   exact for right-padded masks (real tokens first, as every data pipeline here pads).
 - 'auto': 'cudnn' where it applies, else 'xla'.
 
-Sequence-parallel forms (layers/sequence_parallel.py; the sequence split over devices):
+Sequence-parallel forms (the sequence split over devices):
 - linear attention: the key-value state sum_j phi(k_j) v_j^T [B, H, Dh, Dh] and the normaliser
   sum_j phi(k_j) [B, H, Dh] are all-reduced; causal, each shard adds the states of the shards
   before it (one all-gather of the per-shard states, an exclusive prefix sum: LASP-2) to its
@@ -194,7 +194,7 @@ class MultiHeadAttention(nn.Module):
     drop = lambda t: dropout(t, deterministic=deterministic)
 
     # Queries, keys and values are per token; the attention runs on each sequence shard
-    # (layers/sequence_parallel.py; the whole sequence when the model is not sequence-sharded).
+    # (the whole sequence when the model is not sequence-sharded).
     def core(shard, q, k, v, mask, segment_ids):
       if shard.count == 1:
         allowed = None if segment_ids is None else segment_allowed(segment_ids, mask)  # [B, L, L]
@@ -315,7 +315,7 @@ class LinearAttention(nn.Module):
     dense = lambda n: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=n)
     phi = FEATURE_MAPS[self.feature_map]
     q, k, v = (split_heads(dense(n)(x), self.num_heads) for n in ('query', 'key', 'value'))
-    # The sums over keys run on each sequence shard (layers/sequence_parallel.py).
+    # The sums over keys run on each sequence shard.
     core = lambda shard, q, k, v, mask: linear_attention(q, k, v, mask, self.causal,
                                                          normalizer=self.normalizer, shard=shard)
     out = map_shards(core, (phi(q), phi(k), v, mask), (2, 2, 2, 1), 2, owner=name)

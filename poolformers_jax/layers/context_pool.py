@@ -71,7 +71,7 @@ from poolformers_jax.layers.registry import register_mixer
 SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
 
 # Default ContextPool.query_block: 256 queries at a time keeps the logits of one block at
-# [B, 256, L] (benchmarks/efficiency.py measures the cost; docs/efficiency.md).
+# [B, 256, L] (the cost: docs/efficiency.md).
 QUERY_BLOCK = 256
 SIGMA_MIN = 1e-2      # sigma floor: keeps d log g / d sigma finite; still pools a single token
 WINDOW_EDGE = 4.0     # slope of the soft edges of the adaptive window (per token)
@@ -79,7 +79,7 @@ WINDOW_EDGE = 4.0     # slope of the soft edges of the adaptive window (per toke
 
 class ContextPoolOptions(nn.Module, kw_only=True):
   """The options of every ContextPool form, declared once: ContextPool, ContextPool2D,
-  WindowContextPool, ContextPoolAttention and the decoding step (models/seq2seq.py) inherit them.
+  WindowContextPool, ContextPoolAttention and the translation decoder's step inherit them.
 
   Keyword-only, so each form keeps its own positional fields (ContextPoolAttention(num_heads),
   WindowContextPool(window), ContextPool2D(stride)). A form whose default differs on purpose
@@ -506,14 +506,14 @@ class ContextPool2D(ContextPoolOptions):
 
 
 class WindowContextPool(ContextPoolOptions):
-  """ContextPool (Eq. 4) inside each (shifted) window of CP-Swin (models/swin.py, its docstring).
+  """ContextPool (Eq. 4) inside each (shifted) window of CP-Swin.
 
   Called with the block's normalised map `x` [B, H, W, C] (un-shifted); returns the pooled
   window tokens [B * nW, M^2, C] in window_partition order.
   """
   window: int
   shift: int = 0
-  # CP-Swin's fixed predictor width (models/swin.py says why; the other forms: dim // 16).
+  # CP-Swin's fixed predictor width (the Swin model says why; the other forms: dim // 16).
   predictor_dim: int = dataclasses.field(default=8, kw_only=True)
   dtype: Optional[Dtype] = None
 
@@ -545,8 +545,7 @@ class ContextPoolAttention(ContextPoolOptions):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
 
   Where the pooling sits (`placement`; both readings of the paper, compared in
-  docs/results/contextpool_placement.md: equal within noise on small ListOps, so the default
-  stays the form every earlier number used):
+  docs/results/contextpool_placement.md, which says why the default is kept):
   - 'mixer_input' (default): the block's normalised input LN(X) is pooled inside the residual
     branch, attention runs on the pooled tokens, and the residual stream itself is never pooled
     (§1: "pool neighboring features for each token at every attention layer before computing

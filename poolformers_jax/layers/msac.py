@@ -1,7 +1,7 @@
 """2D self-attention, Self-Attentive Convolutions (SAC) and Multiscale SAC (Barkan).
 
 Paper: "Multiscale Self Attentive Convolutions for Vision and Language Modeling"
-(papers/msac_barkan.txt).
+(notes: docs/papers/msac.md).
 
 * `SelfAttention2D` (Sec. 2, Eqs. 1-4): every pixel attends every pixel, with a learned bias
   b[|Δrow|, |Δcol|] added to the scaled scores. Params query/key/value/out are Dense layers named as

@@ -249,7 +249,7 @@ class PoNet(nn.Module):
     not_boundary = mask if boundary_mask is None else mask & ~boundary_mask.astype(bool)
 
     # The projections act per token; the pooling core below runs on each sequence shard
-    # (layers/sequence_parallel.py; the whole sequence when the model is not sequence-sharded).
+    # (the whole sequence when the model is not sequence-sharded).
     # Without GA's second stage (g' = g) K is unused, so it is not created.
     query, key = (Projection(dim, kernel_init=self.kernel_init, name=n)(dim) if use else None
                   for n, use in (('query', self.use_ga), ('key', self.use_ga and

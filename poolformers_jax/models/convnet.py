@@ -16,7 +16,7 @@ resolution, and more with pooling between stages: this family (3 stages, 2 convs
 after each) fits both numbers at 160^2 with widths (80, 136, 136) (0.660M, 3.75 G MACs) or at
 192^2 with (40, 144, 152) (0.662M, 3.70 G), and at 112^2 to 160^2 in the 2-FLOPs reading, so the
 two numbers do not pin one architecture. The supplementary material that would decide is not
-available; we keep CIFAR's native 32^2 (0.086 G MACs, tests/models/test_cifar_configs.py) and the
+available; we keep CIFAR's native 32^2 (0.086 G MACs) and the
 parameter count (config.data.image_size = 160 and model.widths = (80, 136, 136) give the 160^2
 reading). (ContextPool2D pools every output cell over the whole map, so at 160^2 its own cost is far
 above Table 3's +0.2 G: the paper's ConvNet pooling must be local.)

@@ -6,7 +6,7 @@ token embedding + learned position embedding (`positions`, below), pre-LN blocks
 Linear(dim, 128)-ReLU-Linear(128, C).
 For retrieval one encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
 
-Any registered token mixer can be used: the shared `TransformerBlock` (block.py) builds it by name.
+Any registered token mixer can be used: the shared `TransformerBlock` builds it by name.
 
 Pooling: the reference code averages `LN(x) * mask` over the *padded* length L (model.py then
 `inp.mean(dim=1)`), so its features shrink with the padding. `pooling='mean'` (default) is the
@@ -192,7 +192,7 @@ class LraDualEncoder(LraEncoder):
 
 
 class LraMaskedLM(SequenceEncoder, kw_only=True):
-  """Self-pretraining (data/masking.py): token ids [..., L] with [MASK] ids -> logits
+  """Self-pretraining (masked tokens): token ids [..., L] with [MASK] ids -> logits
   [..., L, num_classes] over the vocabulary, from the final-normed features of every position
   through one Dense ('mlm_head'). The encoder is the classifier's ('encoder', the same fields and
   parameter names; `pooling` is ignored), so fine-tuning reads it with `init_from` and a fresh
@@ -212,7 +212,7 @@ class LraMaskedLM(SequenceEncoder, kw_only=True):
 
 
 class LraCausalLM(LraMaskedLM, kw_only=True):
-  """Next-token self-pretraining (data/masking.py `next_tokens`): token ids [..., L] -> logits
+  """Next-token self-pretraining: token ids [..., L] -> logits
   [..., L, num_classes], position t predicting token t + 1 from positions <= t (every mixer
   built with causal=True; a mixer without a causal form is refused when the model is built).
   The encoder's parameters are the classifier's, name for name and shape for shape (no [MASK]

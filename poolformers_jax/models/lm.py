@@ -15,7 +15,7 @@ What the paper leaves open, and what we decided:
   'rotary' turns the mixers' q and k instead (RoFormer), 'none' drops positions.
   This choice is also what the parameter counts of Table 5 point to: CP-Transformer (12) has 39M
   parameters, fewer than Longformer's 41M, which the relative-position projections
-  (12 x 512 x 512 = 3.1M) of the latter explain (see tests/models/test_lm.py).
+  (12 x 512 x 512 = 3.1M) of the latter explain (argued in the Table 5 parameter-count test).
 - Output layer: tied to the input embedding (as in Transformer-XL's enwik8 model); embeddings
   are initialised with std d^-1/2 and scaled by sqrt(d) on input (Vaswani et al. 2017), so
   tokens and sinusoids have the same scale. `tie_embeddings=False` gives a separate Dense.

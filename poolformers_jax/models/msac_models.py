@@ -100,7 +100,7 @@ class MSACResNet(nn.Module):
   stage_blocks: Sequence[int] = (3, 3, 3)
   msac_stages: Sequence[int] = (1, 2)
   num_heads: int = 4
-  heads: str = 'full'          # MSAC heads: 'full' (Sec. 2.1, the paper) or 'split' (layers/msac.py)
+  heads: str = 'full'          # MSAC heads: 'full' (Sec. 2.1, the paper) or 'split' (see MSAC)
   windows: Sequence[Window] = (1, 3)
   regular_conv: bool = True
   relative_bias: bool = True
@@ -183,9 +183,8 @@ def build_msac_resnet(cfg) -> MSACResNet:
 
 @register_model('cross_attentive_similarity')
 def build_cross_attentive_similarity(cfg) -> CrossAttentiveSimilarity:
-  """Sec. 6.1's image-pair model. Nothing trains it yet: it waits for an image-pair dataset
-  (`register_dataset` with inputs [2, H, W, C] and same / different labels) and a config; the
-  forward pass and its shapes are tested (tests/models/test_msac_models.py). Every field is
-  required: start from cross_attentive_similarity_config()."""
+  """Sec. 6.1's image-pair model: inputs [2, H, W, C], same / different labels (dataset
+  `cifar10_pairs`, `configs/cifar.py:cross_attentive_similarity`). Every field is required: start
+  from cross_attentive_similarity_config()."""
   required = tuple(module_fields(CrossAttentiveSimilarity))
   return CrossAttentiveSimilarity(**model_kwargs(cfg, CrossAttentiveSimilarity, required=required))

@@ -6,7 +6,7 @@ d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
 
 - One SentencePiece vocabulary for both languages and ONE embedding table: encoder input,
   decoder input and output projection (three-way tying, Press & Wolf 2017, as Vaswani et al.);
-  initialised with std d^-1/2 and scaled by sqrt(d) on input (as models/lm.py).
+  initialised with std d^-1/2 and scaled by sqrt(d) on input (as the character LM).
 - Positions (`positions`): fixed sinusoids at the given positions (the packer's per-sentence
   positions, the decoding step); or 'rotary' (RoFormer: the encoder mixer's and the decoder
   self-attention's q and k turned by position, relative so packed rows need no restart; the
@@ -22,9 +22,9 @@ d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
   `decoder_context_pool` (a dict of ContextPool options, None = off), always CAUSAL (position t
   pools only target tokens <= t; its n is t + 1). Its `placement` (DecoderBlock):
   'every_attention' (default) pools the input of the self-attention AND the queries of the
-  cross-attention (keys/values: the encoder output); 'self_attention' only the former (this
-  model's earlier reading); 'block_output' the decoder block's output.
-- Packed rows: `{inputs,targets}_segment_ids` / `_positions` (data/translation.py): attention,
+  cross-attention (keys/values: the encoder output); 'self_attention' only the former (the
+  narrower reading); 'block_output' the decoder block's output.
+- Packed rows: `{inputs,targets}_segment_ids` / `_positions` (the translation data's): attention,
   cross-attention and ContextPool stay inside each sentence; with them absent, one sentence per row
   and id 0 is padding. The decoder input is the target shifted right with 0 as start token at
   every sentence start (Flax wmt).
@@ -55,7 +55,7 @@ from poolformers_jax.models.registry import register_model
 LAYER_NORM_EPSILON = 1e-6
 # Token ids: 0 = padding and the decoder's start token (shift_right), as everywhere in the
 # package; the end of sentence (where decoding stops) is the vocabulary's: `eos_id`, filled from
-# the dataset's info (data/translation.py), EOS_ID when a model is built without one.
+# the dataset's info, EOS_ID when a model is built without one.
 PAD_ID, EOS_ID = 0, 1
 PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                 'targets_positions')
@@ -94,7 +94,7 @@ class Attention(nn.Module):
   - 'memory' (cross-attention): the keys and values of the encoder output, projected once when
     the cache is created (seq2seq_decode.init_cache) instead of at every step.
   - 'none': nothing (cross-attention projecting the encoder output at every step: the slower
-    reference benchmarks/translation.py compares with).
+    reference the translation benchmark compares with).
   `rotary` (self-attention): q and k turned by position (common.apply_rotary), a decoding step's
   at its cache index.
   """
@@ -302,12 +302,12 @@ class PooledQueries(nn.Module):
 
 class DecoderBlock(nn.Module):
   """Pre-LN: causal self-attention, then cross-attention over the encoder output, then the MLP;
-  each a PreNormResidual (block.py). `context_pool` (ContextPool options, None = off) places a
+  each a PreNormResidual. `context_pool` (ContextPool options, None = off) places a
   CAUSAL ContextPool by its 'placement' (DECODER_PLACEMENTS):
   - 'every_attention' (default): before self-attention (parameters 'self_attention/
     context_pool') and before cross-attention ('cross_context_pool': the queries are pooled
     decoder tokens; keys/values are the encoder output): "after every attention layer".
-  - 'self_attention': only before self-attention (this model's earlier reading).
+  - 'self_attention': only before self-attention (the narrower reading).
   - 'block_output': plain attention inside; the block's output is pooled ('output_context_pool'),
     as the encoder's 'block_output' placement (Fig. 2c).
   """

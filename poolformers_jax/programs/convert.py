@@ -9,9 +9,9 @@ and (PoNet, `--to hf`) our checkpoint back to a Hugging Face folder.
 Sources (the format is read from the names):
 - timm ViT / DeiT (`deit_tiny_patch16_224`, `deit_small_patch16_224`, `vit_base_patch16_384`, ...):
   `.safetensors` (read with the `safetensors` package and numpy: no torch needed), or the
-  official DeiT `.pth` (`{'model': state_dict}`; read without torch, conversion/state_dict.py).
+  official DeiT `.pth` (`{'model': state_dict}`; read without torch).
 - PoNet-Base (`chtan/ponet-base-uncased`, BERT names; --source the folder with config.json,
-  --config configs/ponet_pretrain.py:sso): conversion/ponet.py.
+  --config configs/ponet_pretrain.py:sso).
 - HVT release checkpoints (MonashAI/HVT, `{'model': state_dict, 'args': ...}` `.pth`, or the same
   state dict saved as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
 
@@ -30,10 +30,10 @@ them from [SEP], the official code defaults to zeros): docs/results/ponet_transf
 The config names the model (`configs/imagenet.py:hvt_s_1`, ...); every tensor must land on a
 parameter of the same shape and every parameter must be filled, else one line says which names
 differ. The checkpoint is a full train state at step 0 (parameters, a fresh optimizer state) in
-DIR/checkpoints/0, the layout `train/checkpoint.py` writes, so `eval.py --checkpoint latest`,
+DIR/checkpoints/0, the layout training writes, so `eval.py --checkpoint latest`,
 `config.init_from=DIR` and a training run started in DIR (it resumes from step 0) all read it.
 
-The name mappings and the one reader of the weights live in poolformers_jax/conversion/.
+The name mappings and the one reader of the weights live in `poolformers_jax.conversion`.
 """
 from __future__ import annotations
 

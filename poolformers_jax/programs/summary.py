@@ -12,7 +12,7 @@ Fields:
   prod(output shape) * prod(kernel window) * in_channels / groups.
 - xla_flops: XLA's own cost_analysis() flops of the same forward (lowered, not compiled),
   which also counts elementwise work and counts a multiply-add as 2; reported for reference.
-- train_step_memory_bytes: bytes of THE training step train.py runs (train/step.py: forward,
+- train_step_memory_bytes: bytes of THE training step train.py runs (forward,
   backward, the config's optimizer update, metric sums), compiled at --batch_size (default
   config.batch_size) on one device, from `memory_analysis()`: arguments + outputs +
   temporaries - aliased (state and accumulator are donated); `train_step_memory` has the parts.
@@ -21,7 +21,7 @@ Fields:
 The dataset's files are not needed: its sizes come from the dataset's constants
 (`DatasetSpec.shapes`) where the files are missing, so every registered model can be sized.
 
-On accelerators this machine does not have (train/accelerators.py):
+On accelerators this machine does not have (docs/accelerators.md):
 
     python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --topology v5e:2x2
     python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --export_cuda step.mlir

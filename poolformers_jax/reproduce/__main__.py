@@ -1,4 +1,4 @@
-"""`python -m poolformers_jax.reproduce`: runs poolformers_jax/programs/reproduce.py."""
+"""`python -m poolformers_jax.reproduce`: the `reproduce` program of `poolformers_jax.programs`."""
 from poolformers_jax.programs import run
 
 if __name__ == '__main__':   # imported (pkgutil walks), it runs nothing

@@ -1,7 +1,7 @@
 """Tasks: what a model's outputs are scored by. `TASKS` maps `DatasetInfo.task` to a `Task`: the
 sums of a batch, the metrics from summed totals, the training objective, the model's input and one
 training example; a task that generates outputs (translation) also has a `decoder`, built once with
-the setup (train/setup.py) from what it uses, never from the trainer's Setup.
+the setup from what it uses, never from the trainer's Setup.
 
 Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
 examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
@@ -15,7 +15,6 @@ Sums may be arrays (a confusion matrix); the training objective of a batch is
                      classification (F1, Matthews), regression (Pearson, Spearman)
   masked_tokens.py   self-pretraining on a task's own inputs (masked- and next-token prediction)
   translation.py     the 'seq2seq' decoder: beam search, detokenized and tokenized BLEU
-The files that register tasks are listed in poolformers_jax/registry.py (MODULES['task']).
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Cross-entropy tasks: classification (top-1 and top-5), retrieval (a classifier of pairs), lm
-(bits per token) and seq2seq (perplexity; BLEU through the decoder of tasks/translation.py).
+(bits per token) and seq2seq (perplexity; BLEU through the translation decoder).
 """
 from __future__ import annotations
 

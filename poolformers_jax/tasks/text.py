@@ -34,7 +34,7 @@ def pretraining_example(info) -> dict[str, Any]:
 
 
 def pretraining_sums(outputs, targets, weights, label_smoothing: float = 0.0):
-  """Per-batch sums of the 'pretraining' task: `outputs` of PoNetMLM (models/ponet_mlm.py),
+  """Per-batch sums of the 'pretraining' task: `outputs` of PoNetMLM,
   `targets` {'mlm': [B, L] original ids at the chosen positions, -1 elsewhere; 'sso': [B]
   sentence-structure labels}, `weights` [B] (0 = a padding example)."""
   del label_smoothing

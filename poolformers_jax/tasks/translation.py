@@ -1,11 +1,11 @@
 """The 'seq2seq' task's decoder: BLEU of a translation model on a split. `Translator` decodes (beam
 search on the KV cache, sharded over the data axis), detokenizes with the shared SentencePiece
-model and scores against the raw references. It is built once, with the setup (train/setup.py),
+model and scores against the raw references. It is built once, with the setup,
 from what it uses: the model, config.decode, config.data and the shardings.
 
 Two numbers:
 - `bleu`: sacreBLEU on detokenized text (13a tokenization, case-sensitive; signature reported
-  as `bleu_signature`), the number to compare across papers today.
+  as `bleu_signature`), the number comparable across papers.
 - `tokenized_bleu`: the paper-style number of Vaswani et al. / tensor2tensor's get_ende_bleu.sh:
   hypothesis and reference tokenized by the Moses tokenizer (`sacremoses`, `-l <target
   language>`, escaping on, as tokenizer.perl), for EN-DE with compound splitting (every `a-b`
@@ -127,7 +127,7 @@ class Translator:
   """Translations and BLEU of a seq2seq `model` (the 'seq2seq' task's decoder). `decode` is
   config.decode, `data` config.data; decoding batches have a multiple of `devices` rows, laid out
   by the shardings (None: jax's defaults). One jitted decoder per (beam, alpha), compiled once
-  per bucket shape [rows, bucket length] of `length_batches` (tests/models/test_seq2seq.py)."""
+  per bucket shape [rows, bucket length] of `length_batches`."""
   model: Any
   decode: Any
   data: Any

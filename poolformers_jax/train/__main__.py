@@ -1,5 +1,5 @@
-"""`python -m poolformers_jax.train`: runs poolformers_jax/programs/train.py (this package is the
-training library; the program is there)."""
+"""`python -m poolformers_jax.train`: runs the `train` program of `poolformers_jax.programs` (this
+package is the training library)."""
 from poolformers_jax.programs import run
 
 if __name__ == '__main__':   # imported (pkgutil walks), it runs nothing

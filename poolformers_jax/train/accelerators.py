@@ -17,7 +17,7 @@ estimate (`optimal_seconds`), and a roofline estimate from the chip's published 
 It is a lower bound (perfect overlap, peak rates), labelled by its largest term: "flops",
 "memory" (HBM bytes) or "ici". float32 matmuls count at the bf16 peak: XLA:TPU runs them as
 bf16 passes at jax's default precision. XLA's estimate is reported beside it, never used: it can
-be negative (-11 s for the ListOps transformer step).
+be negative (docs/accelerators.md).
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class AcceleratorError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Chip:
-  """Published per-chip figures (Cloud TPU system architecture pages, 2026-11)."""
+  """Published per-chip figures (Cloud TPU system architecture pages; `source` is the page)."""
   device_kind: str            # jax's Device.device_kind for this chip
   devices_per_chip: int       # jax devices per chip in libtpu's compile-only topology
   hbm_bytes: float
@@ -209,7 +209,7 @@ def fit_advice(topology: str, config, *, devices: int, temp: float, fixed: float
     return (f'{need}; parameters and optimizer state alone take {fixed / gib:.1f} GiB: split '
             f'them over the chips with --config.mesh.fsdp={devices} --config.mesh.data=1, or '
             'use a slice with more chips')
-  # Steps and warmup count micro-batches (train/optim.py): times k keeps the schedule.
+  # Steps and warmup count micro-batches: times k keeps the schedule.
   return (f'{need}: try --config.batch_size={batch // k} --config.optimizer.grad_accum_steps='
           f'{int(config.optimizer.grad_accum_steps) * k} --config.num_train_steps='
           f'{int(config.num_train_steps) * k} --config.optimizer.warmup_steps='

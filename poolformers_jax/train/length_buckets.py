@@ -7,7 +7,7 @@ mesh; the last one filled with zero-weight copies of a real example); each micro
 data's padded length. So a run compiles at most max_length / multiple shapes.
 
 Why the result is the whole batch's: padding is token id 0 and the model's mask is `tokens != 0`
-(encoder.py), so a real length is the position after the last non-zero token and the cut drops
+(the encoder's), so a real length is the position after the last non-zero token and the cut drops
 only padding. Masked softmax attention gives padded keys exactly zero weight (exp(-1e9 - max)
 is 0.0 in float32), ContextPool zeroes padded tokens and counts only real ones, learned position
 embeddings are sliced from the left, and 'mean' pooling counts real tokens; 'mean_padded' keeps
@@ -17,8 +17,7 @@ to float rounding. Dropout masks are drawn per micro-batch shape, so only the dr
 is the same computation; with dropout it is an equally valid draw.
 
 PoNet and AdaMRA define their segments on the padded length, so cutting changes their output:
-they are refused (config/validate.py; the lists are config/defaults.py's), as is any mixer not
-shown to ignore padding.
+they are refused by the config check, as is any mixer not shown to ignore padding.
 
 Evaluation (`sorted_batches`): the split's real examples sorted by length, re-batched and cut the
 same way; the task's sums are order-free, so the metrics are the uncut ones to float rounding.

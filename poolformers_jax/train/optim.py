@@ -1,7 +1,6 @@
 """The optimizer factory: AdamW + warmup/decay schedule + clipping + masked weight decay.
 
-Everything comes from `config.optimizer` (its keys and defaults: config/defaults.py's
-`base_config`). The schedule counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
+Everything comes from `config.optimizer` (its keys and defaults: `config.base_config`). The schedule counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
 run makes `num_train_steps // k` updates, and warmup is given in micro-batch steps like everything
 else.
 """
@@ -107,7 +106,7 @@ SCHEDULES: dict[str, Callable[[float, int, int], optax.Schedule]] = {
 
 def _updates(config) -> tuple[int, int]:
   """(warmup, total) counted in optimizer updates: micro-batch steps // grad_accum_steps (>= 1,
-  config/validate.py)."""
+  as the config check ensures)."""
   accum = int(config.optimizer.grad_accum_steps)
   return config.optimizer.warmup_steps // accum, config.num_train_steps // accum
 
@@ -125,7 +124,7 @@ def make_optimizer(config) -> optax.GradientTransformation:
 
 def make_optimizer_and_schedule(config) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """(the optimizer of config.optimizer, its learning-rate schedule per update): the schedule is
-  built once, and the optimizer steps with that very one (train/setup.py keeps both)."""
+  built once, and the optimizer steps with that very one (the Setup keeps both)."""
   opt = config.optimizer
   chain = []
   if opt.grad_clip_norm > 0:

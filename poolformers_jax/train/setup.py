@@ -3,10 +3,10 @@ config, model, optimizer and its schedule, mesh, task (and its decoder, built he
 abstract (sharded) train state, and the numbers derived from the config once (the eval batch size,
 the gradient-accumulation count).
 
-The config is completed once, here (config/completion.py; on a resume with the run's own model),
-checked (config/validate.py) and kept as `Setup.config`: every later reader takes it from `Setup`.
-The train and eval steps are built from `Setup.step_parts` (StepParts) instead: the parts they use
-and the few config values they read, resolved here once, so the steps never take the config."""
+The config is completed once, here (on a resume with the run's own model), checked and kept as
+`Setup.config`: every later reader takes it from `Setup`. The train and eval steps are built from
+`Setup.step_parts` (StepParts) instead: the parts they use and the few config values they read,
+resolved here once, so the steps never take the config."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,7 +26,7 @@ from poolformers_jax.train import length_buckets, optim, sharding, state as stat
 
 @dataclasses.dataclass(frozen=True)
 class StepParts:
-  """What the train step (train/step.py) and the eval step (evaluate.make_eval_step) are built
+  """What the train step and the eval step (evaluate.make_eval_step) are built
   from: parts of the Setup plus the few config values the steps read, resolved once by
   make_setup. The steps take these, never the config (Setup.step_parts)."""
   info: Any
@@ -46,7 +46,7 @@ class StepParts:
 
 def _mixing_kwargs(config: ml_collections.ConfigDict) -> dict[str, float]:
   """mix_batch's keyword arguments from config.mixup, or {} when both alphas are 0
-  (config/validate.py has checked that the data are images to classify)."""
+  (the config check has made sure that the data are images to classify)."""
   mixup = config.mixup
   if mixup.mixup_alpha <= 0 and mixup.cutmix_alpha <= 0:
     return {}
@@ -87,7 +87,7 @@ def validation_metrics(info) -> Optional[list[str]]:
 def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool = True,
                info: Optional[Any] = None, mesh: Optional[Mesh] = None,
                run_dir: Optional[str] = None, todo: str = '') -> Setup:
-  """The completed config (config/completion.py) and every check of it (config/validate.py), then
+  """The completed config and every check of it (`config.check_config`), then
   the model, optimizer and abstract state; raises before compiling. need_files=False builds it
   without the dataset's files (sizes from its constants: the summary tool and the benchmarks);
   `info`: this DatasetInfo instead of the dataset's (a benchmark that makes its own batches);

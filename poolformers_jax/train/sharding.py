@@ -7,8 +7,7 @@ The mesh has three named axes (config.mesh, docs/training.md#sharding):
             dimension (FSDP, ZeRO-3): XLA gathers a weight where it is used and reduce-scatters
             its gradient;
   sequence  the tokens of every example split (sequence parallelism): the mixers that declare a
-            sequence-parallel form run on their shard and exchange only what their maths needs
-            (layers/sequence_parallel.py).
+            sequence-parallel form run on their shard and exchange only what their maths needs.
 Each process feeds only its own slice of the global batch and
 `jax.make_array_from_process_local_data` assembles the global array, so the same code runs on
 one CPU, 8 fake CPU devices, or many hosts. No pmap.
@@ -27,7 +26,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 DATA_AXIS, FSDP_AXIS, SEQUENCE_AXIS = 'data', 'fsdp', 'sequence'
 MESH_AXES = (DATA_AXIS, FSDP_AXIS, SEQUENCE_AXIS)   # outer to inner: 'sequence' varies fastest
 BATCH_AXES = (DATA_AXIS, FSDP_AXIS)                 # the axes that split the examples
-POSITION_TABLE = 'pos_embedding'   # a learned position table's parameter (layers/common.py)
+POSITION_TABLE = 'pos_embedding'   # a learned position table's parameter
 
 DISTRIBUTED_MODES = ('auto', 'on', 'off')
 

@@ -51,8 +51,7 @@ def state_shardings(model, tx, info, mesh: Mesh,
 def create_train_state(model, tx, info, rng: jax.Array, mesh: Mesh,
                        param_init: str = 'default',
                        rules: sharding_lib.FsdpRules = sharding_lib.FsdpRules()) -> TrainState:
-  """A fresh state, created sharded as `state_shardings` says; `param_init` is config.param_init
-  (train/param_init.py)."""
+  """A fresh state, created sharded as `state_shardings` says; `param_init` is config.param_init."""
   _, shardings = state_shardings(model, tx, info, mesh, rules)
   return jax.jit(lambda r: _create(model, tx, info, r, param_init), out_shardings=shardings)(rng)
 

@@ -1,6 +1,6 @@
 """Program transforms: platform-specific rewrites of the training step's program that keep its
-values (tested to the bit) and change only how XLA compiles it. One entry, used by the step
-(train/step.py) around the model's forward:
+values (tested to the bit) and change only how XLA compiles it. One entry, used by the training step
+around the model's forward:
 
     with program_transforms(platform)():
       out = model.apply(...)
