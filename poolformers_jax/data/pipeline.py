@@ -37,30 +37,9 @@ import grain  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poolformers_jax.data import base, masking  # noqa: E402
+from poolformers_jax.data import base  # noqa: E402
 # get_dataset_info lives in data/info.py (no grain); re-exported for pipeline's callers.
-from poolformers_jax.data.info import (get_dataset_info,  # noqa: E402,F401
-                                      objective as _objective)
-
-
-class _Preprocess:
-  """Picklable (for grain workers) `record[, rng] -> example` of one dataset; with
-  config.data.mask_rate > 0 or next_tokens, the self-pretraining example of it (masking.py)."""
-
-  def __init__(self, data_config):
-    self.data_config = data_config
-    self.objective = _objective(data_config)
-    self.mask_rate = float(data_config.get('mask_rate', 0.0))
-    # The [MASK] id is the data's vocabulary size, read once (not per example); None: the task.
-    self.mask_id = (base.get_spec(data_config.name).info(data_config).vocab_size
-                    if self.objective else None)
-
-  def __call__(self, record, rng: Optional[np.random.Generator] = None):
-    example = base.get_spec(self.data_config.name).preprocess(record, self.data_config, rng)
-    if self.mask_id is not None:
-      example = masking.pretraining_example(example, self.objective, self.mask_rate,
-                                            self.mask_id, rng)
-    return example
+from poolformers_jax.data.info import Preprocess, get_dataset_info  # noqa: E402,F401
 
 
 def _read_options(data_config) -> grain.ReadOptions:
@@ -122,7 +101,7 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   repeats = int(data_config.repeated_augmentation)
   if repeats > 1:
     examples = RepeatedAugmentation(examples, repeats, len(records))
-  examples = examples.random_map(_Preprocess(data_config))
+  examples = examples.random_map(Preprocess(data_config))
   if spec.pack is not None and data_config.pack:
     # Packed rows: each process packs its own examples p, p + P, ... into rows of its batch.
     per_process = examples[process_index::process_count].to_iter_dataset(_read_options(data_config))
@@ -138,7 +117,7 @@ class _EvalExample:
 
   def __init__(self, records, data_config, process_index: int, process_count: int,
                num_examples: int):
-    self.records, self.preprocess = records, _Preprocess(data_config)
+    self.records, self.preprocess = records, Preprocess(data_config)
     self.process_index, self.process_count = process_index, process_count
     self.num_examples = num_examples
     self._padding = None
@@ -182,7 +161,7 @@ class _StreamExample:
   """Picklable record -> example with 'mask' True (no augmentation: rng None)."""
 
   def __init__(self, data_config):
-    self.preprocess = _Preprocess(data_config)
+    self.preprocess = Preprocess(data_config)
 
   def __call__(self, record):
     return dict(self.preprocess(record), mask=np.bool_(True))

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from poolformers_jax.registry import TASKS, register_task  # noqa: F401  (re-exported)
 
@@ -50,6 +51,12 @@ def mean_loss(sums: Sums) -> Array:
   return sums['loss'] / jnp.maximum(sums['count'], 1.0)
 
 
+def class_ids(outputs, examples) -> np.ndarray:
+  """Run.predict of a classifier: the argmax of each example's logits [N]."""
+  del examples
+  return np.asarray(outputs).argmax(-1)
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
   sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
@@ -62,6 +69,13 @@ class Task:
   # data=config.data, devices=, params_sharding=, batch_sharding=, out_sharding=) -> an object
   # whose `metrics(params, split, output_path)` decodes `split` (output_path: one line each).
   decoder: Optional[Callable[..., Any]] = None
+  # load_run's Run.predict (run.py): what it returns (None: the task has none, pre-training) and
+  # how, (the model's outputs [N, ...] as numpy, the N examples) -> predictions; a task with a
+  # decoder predicts by decoding. `predict_example` (example, config.data) -> the example predict
+  # feeds where it is not the evaluation's.
+  predicts: Optional[str] = None
+  prediction: Callable[[Any, Any], Any] = class_ids
+  predict_example: Optional[Callable[[Any, Any], Any]] = None
 
 
 def get_task(name: str) -> Task:
