@@ -9,12 +9,11 @@ For every task (`--task all`: every LRA task) and model family it trains the tas
 the one training loop (`train.train_and_evaluate`: resumes from the latest checkpoint, evaluates
 the best checkpoint on test). A finished run (its result.json exists) is not trained again. It
 then writes WORKDIR/results.json and WORKDIR/results.md: per task and family the test accuracy
-(mean ± sample std over seeds), the papers' numbers beside it (poolformers_jax/reproduce/
-papers.json, the one copy),
-steps/s, wall time (summed over every invocation that trained the run, resumptions included),
-peak memory, device, seeds and git commit; and WORKDIR/curves.png and curves.csv, the
-validation accuracy of every run against its step. A task whose data is missing is reported as such, with the one line
-that says how to get it.
+(mean ± sample std over seeds), the papers' numbers beside it (reproduce/papers.json, the one
+copy), steps/s, wall time (summed over every invocation that trained the run, resumptions
+included), peak memory, device, seeds and git commit; and WORKDIR/curves.png and curves.csv, the
+validation accuracy of every run against its step. A task whose data is missing is reported as
+such, with the one line that says how to get it.
 
 `--spt` adds self-pretraining (Amos et al. 2024, data/masking.py) beside every run: the `spt`
 config (masked tokens of the task's own training inputs) in WORKDIR/<task>/<family>/spt_seed<s>/
