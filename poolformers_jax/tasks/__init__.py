@@ -1,7 +1,8 @@
 """Tasks: what a model's outputs are scored by. `TASKS` maps `DatasetInfo.task` to a `Task`: the
 sums of a batch, the metrics from summed totals, the training objective, the model's input and one
 training example; a task that generates outputs (translation) also has a `decoder`, built once with
-the setup (train/setup.py) from what it uses, never from the trainer's Setup.
+the setup (train/setup.py) from what it uses, never from the trainer's Setup; and what
+`load_run(...).predict` gives for it (`predicts`, `prediction`).
 
 Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
 examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
