@@ -24,7 +24,7 @@ def load_glue_config(task: str, family: str, size: str, batch_size: int, learnin
   """configs/glue.py:<task>,<family>,<size> at one grid point, then `key=value` overrides."""
   spec = os.path.join(configs_dir, 'glue.py') + f':{task},{family},{size}'
   return config_with(spec, {'batch_size': batch_size, 'optimizer.learning_rate': learning_rate},
-                      overrides)
+                     overrides)
 
 
 def run_glue_point(task: str, family: str, size: str, batch_size: int, learning_rate: float,
