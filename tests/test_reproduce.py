@@ -69,6 +69,10 @@ def test_reproduce_reports_missing_data(tmp_path):
   with open(tmp_path / 'repro' / 'results.md') as f:
     assert '| retrieval | all | data missing:' in f.read()
   assert not os.path.exists(tmp_path / 'repro' / 'retrieval')
+  # Data made on first use (its dataset declares `generated`) is reported present, not made here.
+  assert reproduce.data_status('pathfinder', 'tiny', ['data.format=generated',
+                                                      f'data.data_dir={tmp_path / "gen"}']) is None
+  assert not os.path.exists(tmp_path / 'gen')
 
 
 def test_paper_numbers_are_one_table():
