@@ -6,13 +6,8 @@ Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or
 shrink for a CPU. No argument = `transformer,small`.
 Data: TFDS cifar10 (prepared in config.data.data_dir).
 
-Test accuracy to expect at the paper setting (%, as reproduce.PAPER;
-AdaMRA T1 = AdaMRA Table 1):
-  transformer 42.44 (LRA) / 38.20 (Nystromformer setting);
-  linear 38.20 (AdaMRA T1) / 42.34 (LRA);
-  ponet 46.88 (PoNet);
-  adamra 46.00 (AdaMRA);
-  contextpool / msac: no number reported.
+Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
+(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
 """
 from __future__ import annotations
 

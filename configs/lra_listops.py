@@ -14,13 +14,8 @@ The LRA code PoNet and AdaMRA ran (docs/papers/lra.md): add `reference`, e.g. `:
 `:linear_reference,reference` (its linear attention). `adamra_eq8` is AdaMRA with Eq. 8's gate
 (routed heads summed unscaled, straight-through router gradient), e.g. `:adamra_eq8,reference`.
 
-Test accuracy to expect at the paper setting (LRA ListOps, %, as reproduce.PAPER;
-AdaMRA T1 = AdaMRA Table 1):
-  transformer 36.37 (LRA) / 37.10 (Nystromformer setting);
-  linear 37.35 (AdaMRA T1) / 16.13 (LRA);
-  ponet 37.80 (PoNet);
-  adamra 40.40 (AdaMRA);
-  contextpool / msac: no number reported.
+Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
+(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
 The default (`small`) reaches well above the majority-class rate; the measured number and
 time are in docs/results/make_train.md.
 """

@@ -11,13 +11,8 @@ poolformers_jax/data/pathfinder_gen.py: the LRA layout, made once under data_dir
 (measured on 2 CPU cores with today's generator: 50.0 % test, chance, at `dce5276`,
 docs/results/pathfinder_generator.md; the first generator's images gave 52.3 %).
 
-Test accuracy to expect at the paper setting (%, as reproduce.PAPER;
-AdaMRA T1 = AdaMRA Table 1):
-  transformer 71.40 (LRA) / 74.16 (Nystromformer setting);
-  linear 70.20 (AdaMRA T1) / 75.30 (LRA);
-  ponet 70.39 (PoNet);
-  adamra 75.77 (AdaMRA);
-  contextpool / msac: no number reported.
+Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
+(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
 """
 from __future__ import annotations
 

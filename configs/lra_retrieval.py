@@ -6,13 +6,8 @@ Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or
 shrink for a CPU. No argument = `transformer,small`.
 Data: the LRA release tsv_data (config.data.tsv_dir).
 
-Test accuracy to expect at the paper setting (%, as reproduce.PAPER;
-AdaMRA T1 = AdaMRA Table 1):
-  transformer 57.46 (LRA) / 79.35 (Nystromformer setting);
-  linear 81.10 (AdaMRA T1) / 53.09 (LRA);
-  ponet 80.35 (PoNet);
-  adamra 84.83 (AdaMRA);
-  contextpool / msac: no number reported.
+Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
+(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
 """
 from __future__ import annotations
 

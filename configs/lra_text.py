@@ -8,13 +8,8 @@ Data: TFDS imdb_reviews (prepared in config.data.data_dir). Full size: 4000 byte
 (PoNet's LRA data; AdaMRA also uses 4K); LRA's own code keeps 1000 bytes.
 IMDB has no validation split: as in LRA, validation = test (the best checkpoint is chosen on test).
 
-Test accuracy to expect at the paper setting (%, as reproduce.PAPER;
-AdaMRA T1 = AdaMRA Table 1):
-  transformer 64.27 (LRA) / 65.02 (Nystromformer setting);
-  linear 64.15 (AdaMRA T1) / 65.90 (LRA);
-  ponet 69.82 (PoNet);
-  adamra 68.44 (AdaMRA);
-  contextpool / msac: no number reported.
+Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
+(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
 """
 from __future__ import annotations
 

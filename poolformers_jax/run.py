@@ -9,11 +9,13 @@ run's own input processing).
 A run is read as eval.py and `python -m poolformers_jax.translate` read it: the run's own
 DIR/config.json (model and data settings), `make_setup` and `checkpoint.restore_for_reading` (the
 checkpoint verified against its integrity record, restored onto the devices at hand with their
-shardings: no orbax warnings); only the model's variables are read, not the optimizer state. Raw inputs become examples through the dataset's own `preprocess`
-(data/<dataset>.py), exactly as evaluation makes them: ListOps strings lose their parentheses
+shardings: no orbax warnings); only the model's variables are read, not the optimizer state.
+Raw inputs become records through the dataset's `record` and examples through its own
+`preprocess` (both declared in data/<dataset>.py), exactly as evaluation makes them; what
+`predict` returns is the task's `prediction` (tasks/). So ListOps strings lose their parentheses
 where the run dropped them (config.data.keep_parentheses), and their brackets too where it read
-them as the 2020 LRA pipeline did (config.data.tokenizer='alphanumeric'), text becomes the run's bytes or
-WordPiece ids, images the run's pixels. What a raw input is, per dataset:
+them as the 2020 LRA pipeline did (config.data.tokenizer='alphanumeric'), text becomes the run's
+bytes or WordPiece ids, images the run's pixels. What a raw input is, per dataset:
   listops                  a string of ListOps tokens (with or without parentheses) or a token list
   lra_text                 a string (or bytes)
   lra_retrieval            a pair of documents (text1, text2)
@@ -41,69 +43,6 @@ import ml_collections
 import numpy as np
 
 from poolformers_jax.data import base as data_base
-
-# task -> what `predict` returns for it.
-_PREDICTS = {'classification': 'class ids', 'retrieval': 'class ids',
-             'text_classification': 'class ids', 'regression': 'scores',
-             'lm': 'next-symbol probabilities', 'seq2seq': 'translations'}
-
-
-def _listops_record(raw, data_config):
-  from poolformers_jax.data import listops
-  text = raw if isinstance(raw, str) else ' '.join(raw)
-  return {'tokens': listops.encode_text(text, listops.tokenizer_of(data_config)), 'label': 0}
-
-
-def _image(raw) -> np.ndarray:
-  image = np.asarray(raw)
-  if image.dtype != np.uint8:
-    raise ValueError(f'images are uint8 arrays [H, W, 3] or [H, W]; got {image.dtype} '
-                     f'{tuple(image.shape)}')
-  return image[..., None] if image.ndim == 2 else image
-
-
-def _glue_record(raw, data_config):
-  from poolformers_jax.data import bert_text
-  keys, _ = bert_text.GLUE_TASKS[data_config.task]
-  texts = (raw,) if isinstance(raw, str) else tuple(raw)
-  if len(texts) != len(keys):
-    raise ValueError(f'GLUE {data_config.task} reads {len(keys)} text(s) {keys} per input; got '
-                     f'{len(texts)}')
-  return {**dict(zip(keys, texts)), 'label': 0}
-
-
-def _long_text_record(raw, data_config):
-  from poolformers_jax.data import bert_text
-  labels = bert_text._labels(data_config)   # pylint: disable=protected-access  (a valid label)
-  return {data_config.text_field: raw, data_config.label_field: labels[0] if labels else 0}
-
-
-def _lm_record(raw, data_config):
-  symbols = np.frombuffer(raw.encode('utf-8') if isinstance(raw, str) else bytes(raw), np.uint8)
-  if not len(symbols):
-    raise ValueError('an empty text has no next symbol to predict')
-  # preprocess makes inputs = window[:-1]: one more symbol (any) keeps the whole text as inputs.
-  return np.append(symbols, symbols[-1])
-
-
-# dataset -> (raw input, config.data) -> the record the dataset's source would give.
-RECORDS = {
-    'listops': _listops_record,
-    'lra_text': lambda raw, _: {'text': raw, 'label': 0},
-    'lra_retrieval': lambda raw, _: {'text1': raw[0], 'text2': raw[1], 'label': 0},
-    'lra_image': lambda raw, _: {'image': _image(raw), 'label': 0},
-    'lra_pathfinder': lambda raw, _: {'image': _image(raw), 'label': 0},
-    'cifar10': lambda raw, _: {'image': _image(raw), 'label': 0},
-    'cifar100': lambda raw, _: {'image': _image(raw), 'label': 0},
-    'imagenet2012': lambda raw, _: {'image': _image(raw), 'label': 0},
-    'cifar10_pairs': lambda raw, _: ({'image': _image(raw[0]), 'label': 0},
-                                     {'image': _image(raw[1]), 'label': 0}, np.int32(0)),
-    'glue': _glue_record,
-    'text_classification': _long_text_record,
-    'wmt14': lambda raw, _: {'src': raw, 'tgt': ''},
-    'enwik8': _lm_record,
-    'text8': _lm_record,
-}
 
 
 class _QuietReadOnly(logging.Filter):
@@ -145,12 +84,12 @@ def load_run(workdir: str, checkpoint: Union[str, int] = 'best', *,
     raise ValueError(f'{workdir}/config.json imports {untrusted} (config.imports): a run '
                      'directory runs no code on load; import them first, or pass '
                      'load_run(..., trust_imports=True) if you trust this run')
-  if config.data.name == 'wmt14':   # else the setup would train a new one from the data
-    from poolformers_jax.data import translation
-    path = translation.vocab_path(config.data)
+  spec = data_base.get_spec(config.data)   # else the setup would make them anew from the data
+  for path in spec.run_files(config.data) if spec.run_files else ():
     if not os.path.exists(path):
-      raise FileNotFoundError(f'{path} (the SentencePiece model of this run) is missing; it is '
-                              'written beside the data by train.py')
+      raise FileNotFoundError(f'{path} (trained with this run, config.data.name='
+                              f'{config.data.name!r}) is missing; train.py writes it beside the '
+                              'data')
   setup = make_setup(config, need_files=False, mesh=_mesh_for(config))
   quiet, loggers = _QuietReadOnly(), [logging.getLogger('absl'), logging.getLogger()]
   for logger in loggers:   # orbax logs through absl's logger; a logger's filter sees its own
@@ -197,11 +136,13 @@ class Run:
 
   # -- inputs -----------------------------------------------------------------------------------
   def _examples(self, raw_inputs: Sequence[Any], too_long: str) -> list[dict[str, np.ndarray]]:
-    from poolformers_jax.data import masking
+    from poolformers_jax.data.info import Preprocess
     data_config = self.config.data
-    if data_config.name not in RECORDS:
+    record = data_base.get_spec(data_config).record   # the dataset's declaration (data/<x>.py)
+    if record is None:
+      readable = sorted(n for n in data_base.DATASETS if data_base.DATASETS[n].record)
       raise ValueError(f'load_run cannot encode raw inputs of dataset {data_config.name!r}; '
-                       f'it knows {sorted(RECORDS)}')
+                       f'it knows {readable}')
     if too_long not in ('error', 'truncate'):
       raise ValueError(f"too_long={too_long!r}: use 'error' or 'truncate'")
     if isinstance(raw_inputs, (str, bytes)):
@@ -209,15 +150,12 @@ class Run:
     data_config = copy.deepcopy(data_config)
     with data_config.unlocked():
       data_config.too_long = too_long
-    preprocess = masking.Preprocess(data_config)
+    preprocess, refit = Preprocess(data_config), self._setup.task.predict_example
     examples = []
     for i, raw in enumerate(raw_inputs):
       try:
-        record = RECORDS[data_config.name](raw, data_config)
-        if self.task == 'lm':
-          examples.append(self._lm_example(record, data_config))
-          continue
-        examples.append(preprocess(record))
+        example = preprocess(record(raw, data_config))
+        examples.append(refit(example, data_config) if refit else example)
       except ValueError as error:
         message = str(error)
         if 'max_length' in message and 'tokens >' in message:
@@ -227,20 +165,6 @@ class Run:
     if not examples:
       raise ValueError('no inputs: pass a list of raw inputs')
     return examples
-
-  def _lm_example(self, window: np.ndarray, data_config) -> dict[str, np.ndarray]:
-    """A causal LM reads the text's symbols padded after it (padding never reaches back)."""
-    from poolformers_jax.data import text_lm
-    ids = text_lm.preprocess(window, data_config)['inputs']
-    length = int(data_config.max_length)
-    if len(ids) > length:
-      if data_config.too_long == 'error':
-        raise ValueError(f"text has {len(ids)} symbols > config.data.max_length={length}, too "
-                         "long for this run's model; shorten it, or pass too_long='truncate' to "
-                         'keep its last symbols')
-      ids = ids[-length:]   # the symbols just before the one predicted
-    return {'inputs': data_base.fit_length(ids, length, 'error'),
-            'last': np.int32(len(ids) - 1)}
 
   def encode(self, raw_inputs: Sequence[Any], *, too_long: str = 'error') -> dict[str, np.ndarray]:
     """The model's input arrays of `raw_inputs`, stacked (e.g. {'inputs': [N, max_length]}), made
@@ -252,7 +176,7 @@ class Run:
 
   # -- outputs ----------------------------------------------------------------------------------
   def _refuse(self, what: str) -> None:
-    if self.task not in _PREDICTS:
+    if self._setup.task.predicts is None:
       raise ValueError(f'{self.workdir} is a {self.task!r} run (pre-training): it has no '
                        f'{what}; fine-tune it (config.init_from={self.workdir}) and load that run')
 
@@ -288,7 +212,7 @@ class Run:
     [N, max_length, vocab], position t predicting symbol t + 1), `batch_size` at a time
     (default: the run's eval batch size)."""
     self._refuse('logits')
-    if self.task == 'seq2seq':
+    if self._setup.decoder is not None:
       raise ValueError('a translation model needs target tokens for logits; predict() translates')
     return self._forward(self._examples(raw_inputs, too_long), batch_size)
 
@@ -298,17 +222,11 @@ class Run:
     of the symbol after each text [N, vocab]; seq2seq: the translations (a list of str, through
     the run's beam-search decoder; `decode`: beam_size, alpha, batch_tokens)."""
     self._refuse('predictions')
-    if self.task == 'seq2seq':
+    if self._setup.decoder is not None:   # a task that generates (translation) decodes
       if isinstance(raw_inputs, str):
         raise ValueError('raw_inputs is one string: pass a list of sentences, e.g. [text]')
       return self._setup.decoder.translate(self.params, list(raw_inputs), **decode)
     if decode:
       raise ValueError(f'{sorted(decode)}: decoding options are for translation runs only')
     examples = self._examples(raw_inputs, too_long)
-    outputs = self._forward(examples, batch_size)
-    if self.task == 'lm':
-      last = np.asarray([e['last'] for e in examples])
-      return np.asarray(jax.nn.softmax(outputs[np.arange(len(examples)), last], axis=-1))
-    if self.task == 'regression':
-      return np.asarray(outputs).reshape(len(examples))
-    return np.asarray(outputs).argmax(-1)
+    return self._setup.task.prediction(self._forward(examples, batch_size), examples)

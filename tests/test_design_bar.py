@@ -65,3 +65,33 @@ def test_the_step_defines_no_cpu_only_transform():
   assert not platforms & {'cpu', 'gpu', 'cuda', 'rocm', 'tpu'}, (
       'train/step.py names a platform: its platform-specific choices belong in '
       'train/transforms.py')
+
+
+
+def branch_on(name: str) -> re.Pattern:
+  """`== 'name'`, `!= "name"`, `in ('a', 'name', ...)` (or [...] / {...}): code choosing by a
+  registered name."""
+  quoted = rf"""['"]{re.escape(name)}['"]"""
+  return re.compile(rf"""(?:==|!=)\s*{quoted}|\bin\s*[(\[{{]\s*(?:['"][\w.-]*['"]\s*,\s*)*"""
+                    rf'{quoted}')
+
+
+def test_no_code_branches_on_a_datasets_name_outside_its_file():
+  """What run.py / reproduce know of a dataset is its registration's (DatasetSpec.record,
+  run_files, generated): its name is compared only in the file that registers it."""
+  from poolformers_jax.data import DATASETS
+  homes = {name: 'poolformers_jax/' + DATASETS[name].config.__module__.split('.', 1)[1].replace(
+      '.', '/') + '.py' for name in DATASETS}
+  assert homes['wmt14'] == 'poolformers_jax/data/translation.py' and len(homes) >= 15
+  hits = {name: [f'{path}:{i}' for path, text in _sources() if path != home
+                 for i, line in enumerate(text.splitlines(), start=1)
+                 if branch_on(name).search(line)]
+          for name, home in homes.items()}
+  assert not {name: where for name, where in hits.items() if where}
+  # The pattern finds each form (vision.py's own `name == 'imagenet2012'` among them).
+  assert any(branch_on('imagenet2012').search(text) for path, text in _sources()
+             if path == homes['imagenet2012'])
+  for code in ("if name == 'wmt14':", 'x != "wmt14"', "if d.name in ('glue', 'wmt14'):",
+               "name in ['wmt14']"):
+    assert branch_on('wmt14').search(code), code
+  assert not branch_on('wmt14').search("spec = DATASETS['wmt14']  # 'wmt14_x' == y")

@@ -57,6 +57,7 @@ def test_wheel_has_every_package_the_configs_and_py_typed(dist):
   configs = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, 'configs', '*.py'))}
   assert {n.split('/')[-1] for n in names if n.startswith('poolformers_jax/configs/')} == configs
   assert 'poolformers_jax/py.typed' in names
+  assert 'poolformers_jax/reproduce/papers.json' in names   # the papers' numbers: package data
   assert not [n for n in names if n.startswith(('tests/', 'benchmarks/'))]
 
 

@@ -1,5 +1,5 @@
 """`python -m poolformers_jax.reproduce lra`: tables written, a finished family not retrained."""
-import ast
+import glob
 import json
 import logging
 import os
@@ -8,6 +8,7 @@ import re
 import pytest
 
 from poolformers_jax.programs import reproduce
+from poolformers_jax.reproduce import papers
 from poolformers_jax.config import lra as lra_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -68,6 +69,10 @@ def test_reproduce_reports_missing_data(tmp_path):
   with open(tmp_path / 'repro' / 'results.md') as f:
     assert '| retrieval | all | data missing:' in f.read()
   assert not os.path.exists(tmp_path / 'repro' / 'retrieval')
+  # Data made on first use (its dataset declares `generated`) is reported present, not made here.
+  assert reproduce.data_status('pathfinder', 'tiny', ['data.format=generated',
+                                                      f'data.data_dir={tmp_path / "gen"}']) is None
+  assert not os.path.exists(tmp_path / 'gen')
 
 
 def test_paper_numbers_are_one_table():
@@ -86,16 +91,15 @@ def _figures(text):
   return re.findall(r'\d+\.\d\d', text)
 
 
-def test_config_docstrings_and_docs_quote_the_one_table():
-  """The papers' figures are written once (reproduce.PAPER, GLUE_PAPER); each LRA config's
-  docstring, the table of docs/papers/lra.md and configs/glue.py's docstring quote them exactly,
-  and nothing else."""
-  for task, families in reproduce.PAPER.items():
-    doc = _read(f'configs/lra_{task}.py')
-    block = re.search(r'Test accuracy to expect[\s\S]*?\):\n((?:  .*\n)+)', doc).group(1)
-    lines = [' '.join(line.split()) for line in block.splitlines()]
-    assert lines == [f'{family} {reproduce.paper_text(task, family)};' for family in families] + [
-        'contextpool / msac: no number reported.'], task
+def test_papers_numbers_live_in_papers_json_alone():
+  """The papers' figures are written once (poolformers_jax/reproduce/papers.json, what
+  reproduce.PAPER / GLUE_PAPER read); docs/papers/lra.md's table quotes them exactly; no config
+  file or package module writes one again."""
+  with open(papers.PATH, encoding='utf-8') as f:
+    figures = set(_figures(f.read()))
+  assert {f'{v:.2f}' for families in reproduce.PAPER.values() for numbers in families.values()
+          for v, _ in numbers} | {f'{v:.2f}' for pair in reproduce.GLUE_PAPER.values()
+                                  for numbers in pair for v in numbers} <= figures
   rows = {}
   for line in _read('docs/papers/lra.md').splitlines():
     match = re.match(r'\| `(\w+)` \(.*?\) \|(.*)\|$', line)
@@ -104,15 +108,10 @@ def test_config_docstrings_and_docs_quote_the_one_table():
   assert rows == {family: [' · '.join(f'{value:.2f}' for value, _ in reproduce.PAPER[task][family])
                            for task in reproduce.TASKS]
                   for family in reproduce.PAPER['listops']}
-  glue = ' '.join(ast.get_docstring(ast.parse(_read('configs/glue.py'))).split())
-  label = {'mnli': 'MNLI-m/mm', 'qqp': 'QQP', 'qnli': 'QNLI', 'sst2': 'SST-2', 'cola': 'CoLA',
-           'stsb': 'STS-B', 'mrpc': 'MRPC', 'rte': 'RTE'}
-  quoted = []
-  for task, (ponet, bert) in reproduce.GLUE_PAPER.items():
-    text = lambda numbers: '/'.join(f'{n:.2f}' for n in numbers)
-    assert f'{label[task]} {text(ponet)} vs {text(bert)}' in glue, task
-    quoted += [f'{n:.2f}' for n in ponet + bert]
-  assert sorted(_figures(glue.split('GLUE dev results of the slides')[1])) == sorted(quoted)
+  sources = glob.glob(os.path.join(ROOT, 'configs', '*.py')) + glob.glob(
+      os.path.join(ROOT, 'poolformers_jax', '**', '*.py'), recursive=True)
+  quoted = {os.path.relpath(p, ROOT): set(_figures(_read(p))) & figures for p in sources}
+  assert not {p: q for p, q in quoted.items() if q}, 'read them from papers.json'
 
 
 def test_reproduce_trains_every_family_of_the_configs_but_the_reference_variants():

@@ -4,8 +4,10 @@ A dataset is a `DatasetSpec`: its `config.data` defaults (`config`), how to desc
 (`info`), where its raw records come from (`source`, any random-access sequence grain can read: a
 `tfds.data_source`, an index over a TSV file, ...) and how one raw record becomes one example
 (`preprocess`, given a numpy Generator at train time for augmentation and None at eval time).
-The pipeline does the rest, identically for every dataset. `config.data.name` picks
-the spec from `DATASETS`, filled by `register_dataset(name, spec)` in the dataset files;
+The pipeline does the rest, identically for every dataset. What else is known by the dataset's
+name is declared there too: a user's raw input as a record (`record`: load_run), the files a
+trained run reads back (`run_files`), data made on first use (`generated`). `config.data.name`
+picks the spec from `DATASETS`, filled by `register_dataset(name, spec)` in the dataset files;
 `get_data_config(name)` is the registered `config()`.
 
 Fields every data config has (`common_config`; each dataset adds its own, documented there):
@@ -70,6 +72,16 @@ class DatasetSpec:
   # The info from the dataset's known constants, reading no file (split sizes where known, else
   # empty): enough to build the model when the data is absent (the summary tool).
   shapes: Optional[Callable[[Any], DatasetInfo]] = None
+  # A trained run's raw inputs (load_run: run.py): (a user's raw input, config.data) -> the record
+  # `source` would give for it (any valid label), which `preprocess` makes the example evaluation
+  # makes. None: the dataset's runs take no raw inputs (a pre-training corpus).
+  record: Optional[Callable[[Any, Any], Record]] = None
+  # config.data -> files training writes beside the data that a trained run reads back (a
+  # vocabulary it trained): load_run refuses in one line where one is missing.
+  run_files: Optional[Callable[[Any], Sequence[str]]] = None
+  # config.data -> True where the data is made on first use, not read from files: nothing to
+  # fetch (reproduce's data check does not make it).
+  generated: Optional[Callable[[Any], bool]] = None
 
 
 def get_spec(name) -> DatasetSpec:
@@ -189,6 +201,15 @@ class LineFile:
 
   def __repr__(self) -> str:
     return f'LineFile({self.path!r}, {len(self)} lines)'
+
+
+def image_input(raw) -> np.ndarray:
+  """A user's image (`record` of the image datasets): uint8 [H, W, 3], or [H, W] made [H, W, 1]."""
+  image = np.asarray(raw)
+  if image.dtype != np.uint8:
+    raise ValueError(f'images are uint8 arrays [H, W, 3] or [H, W]; got {image.dtype} '
+                     f'{tuple(image.shape)}')
+  return image[..., None] if image.ndim == 2 else image
 
 
 def byte_ids(text) -> np.ndarray:

@@ -560,14 +560,32 @@ def long_text_config():
   return c
 
 
-def _spec(info, source, preprocess, config) -> base.DatasetSpec:
+def glue_record(raw, data_config):
+  """A user's sentence, or pair of sentences for the pair tasks (load_run), as a record."""
+  keys, _ = GLUE_TASKS[data_config.task]
+  texts = (raw,) if isinstance(raw, str) else tuple(raw)
+  if len(texts) != len(keys):
+    raise ValueError(f'GLUE {data_config.task} reads {len(keys)} text(s) {keys} per input; got '
+                     f'{len(texts)}')
+  return {**dict(zip(keys, texts)), 'label': 0}
+
+
+def long_text_record(raw, data_config):
+  """A user's document (load_run) as a record, with a valid label of the run's files."""
+  labels = _labels(data_config)
+  return {data_config.text_field: raw, data_config.label_field: labels[0] if labels else 0}
+
+
+def _spec(info, source, preprocess, config, record=None) -> base.DatasetSpec:
   """`shapes`: the info without files (BERT_UNCASED's vocabulary, no split sizes)."""
-  return base.DatasetSpec(info, source, preprocess, config,
+  return base.DatasetSpec(info, source, preprocess, config, record=record,
                           shapes=functools.partial(info, from_files=False))
 
 
 base.register_dataset('text_pretraining', _spec(pretraining_info, pretraining_source,
                                                 pretraining_preprocess, pretraining_config))
-base.register_dataset('glue', _spec(glue_info, glue_source, glue_preprocess, glue_config))
+base.register_dataset('glue', _spec(glue_info, glue_source, glue_preprocess, glue_config,
+                                    glue_record))
 base.register_dataset('text_classification', _spec(long_text_info, long_text_source,
-                                                   long_text_preprocess, long_text_config))
+                                                   long_text_preprocess, long_text_config,
+                                                   long_text_record))

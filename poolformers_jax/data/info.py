@@ -1,9 +1,12 @@
 """`get_dataset_info`: what a config's dataset is (task, classes, vocabulary, shapes, split
-sizes), from its files or, with need_files=False, its known constants. Plain Python and numpy:
+sizes), from its files or, with need_files=False, its known constants; `Preprocess`: one record
+as the example the pipeline (and load_run) makes of it. Plain Python and numpy:
 completing a config and building its model need no data reader (grain, tensorflow_datasets)."""
 from __future__ import annotations
 
 from typing import Optional
+
+import numpy as np
 
 from poolformers_jax.data import base, masking
 
@@ -30,3 +33,24 @@ def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
     info = spec.shapes(data_config)
   wanted = objective(data_config)
   return masking.pretraining_info(info, wanted) if wanted else info
+
+
+class Preprocess:
+  """Picklable (for grain workers) `record[, rng] -> example` of one dataset; with
+  config.data.mask_rate > 0 or next_tokens, the self-pretraining example of it. Needs no grain:
+  a run loaded for prediction encodes its inputs with it."""
+
+  def __init__(self, data_config):
+    self.data_config = data_config
+    self.objective = objective(data_config)
+    self.mask_rate = float(data_config.get('mask_rate', 0.0))
+    # The [MASK] id is the data's vocabulary size, read once (not per example); None: the task.
+    self.mask_id = (base.get_spec(data_config.name).info(data_config).vocab_size
+                    if self.objective else None)
+
+  def __call__(self, record, rng: Optional[np.random.Generator] = None):
+    example = base.get_spec(self.data_config.name).preprocess(record, self.data_config, rng)
+    if self.mask_id is not None:
+      example = masking.pretraining_example(example, self.objective, self.mask_rate,
+                                            self.mask_id, rng)
+    return example

@@ -20,7 +20,7 @@ Decisions where the official code is loose:
   LRA input pipeline as first released (docs/data.md names the change), which the Nystromformer
   LRA code that PoNet and AdaMRA ran calls: `tfds.deprecated.text.Tokenizer()` keeps the runs of
   word characters only, so `[MAX 2 9 [MIN 4 7 ] 0 ]` becomes `MAX 2 9 MIN 4 7 0` (no brackets: the
-  tree's shape is not in the input). The LRA baseline (36.37) and Nystromformer (37.10) were
+  tree's shape is not in the input). The LRA baseline and Nystromformer numbers (papers.json) were
   trained on that; the later pipeline keeps ']'. Here the run 'MAX' takes the id of
   '[MAX' (same vocabulary, same model shapes), and '(' ')' ']' are dropped.
 - Our generator draws only `random.Random(seed).random()` (Mersenne Twister; Python guarantees
@@ -539,8 +539,15 @@ def config():
   return c
 
 
-base.register_dataset('listops', base.DatasetSpec(info=info, source=source, preprocess=preprocess,
-                                                  config=config, shapes=shapes))
+def record(raw, data_config):
+  """A user's ListOps string (with or without parentheses) or token list, as a record."""
+  text = raw if isinstance(raw, str) else ' '.join(raw)
+  return {'tokens': encode_text(text, tokenizer_of(data_config)), 'label': 0}
+
+
+base.register_dataset('listops', base.DatasetSpec(
+    info=info, source=source, preprocess=preprocess, config=config, shapes=shapes, record=record,
+    generated=lambda data_config: data_config.source == 'generated'))
 
 
 @errors.one_line_errors

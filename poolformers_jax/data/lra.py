@@ -327,15 +327,24 @@ def pathfinder_config():
   return c
 
 
-def _spec(info, source, preprocess, config) -> base.DatasetSpec:
+def _spec(info, source, preprocess, config, record, **declared) -> base.DatasetSpec:
   """`shapes`: the same info without files (vocabulary, classes and lengths are constants)."""
-  return base.DatasetSpec(info, source, preprocess, config,
-                          shapes=functools.partial(info, split_sizes={}))
+  return base.DatasetSpec(info, source, preprocess, config, record=record,
+                          shapes=functools.partial(info, split_sizes={}), **declared)
 
 
-base.register_dataset('lra_text', _spec(text_info, text_source, text_preprocess, text_config))
-base.register_dataset('lra_retrieval', _spec(retrieval_info, retrieval_source,
-                                             retrieval_preprocess, retrieval_config))
-base.register_dataset('lra_image', _spec(image_info, image_source, image_preprocess, image_config))
-base.register_dataset('lra_pathfinder', _spec(pathfinder_info, pathfinder_source,
-                                              pathfinder_preprocess, pathfinder_config))
+# A user's raw input (load_run) as a record: a text, a pair of documents, an image.
+def _image_record(raw, data_config):
+  return {'image': base.image_input(raw), 'label': 0}
+
+
+base.register_dataset('lra_text', _spec(text_info, text_source, text_preprocess, text_config,
+                                        lambda raw, _: {'text': raw, 'label': 0}))
+base.register_dataset('lra_retrieval', _spec(
+    retrieval_info, retrieval_source, retrieval_preprocess, retrieval_config,
+    lambda raw, _: {'text1': raw[0], 'text2': raw[1], 'label': 0}))
+base.register_dataset('lra_image', _spec(image_info, image_source, image_preprocess, image_config,
+                                         _image_record))
+base.register_dataset('lra_pathfinder', _spec(
+    pathfinder_info, pathfinder_source, pathfinder_preprocess, pathfinder_config, _image_record,
+    generated=lambda data_config: data_config.format == 'generated'))

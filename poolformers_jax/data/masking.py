@@ -106,23 +106,3 @@ def pretraining_info(info: base.DatasetInfo, objective_: str = TASK) -> base.Dat
     return dataclasses.replace(info, task=NEXT_TASK, num_classes=info.vocab_size)
   size = info.vocab_size + 1
   return dataclasses.replace(info, task=TASK, vocab_size=size, num_classes=size)
-
-
-class Preprocess:
-  """Picklable (for grain workers) `record[, rng] -> example` of one dataset; with
-  config.data.mask_rate > 0 or next_tokens, its self-pretraining example. Needs no grain: a run
-  loaded for prediction encodes its inputs with it."""
-
-  def __init__(self, data_config):
-    self.data_config = data_config
-    self.mask_rate = float(data_config.get('mask_rate', 0.0))
-    self.objective = objective(self.mask_rate, bool(data_config.get('next_tokens', False)))
-    # The [MASK] id is the data's vocabulary size, read once (not per example); None: the task.
-    self.mask_id = (base.get_spec(data_config.name).info(data_config).vocab_size
-                    if self.objective else None)
-
-  def __call__(self, record, rng: Optional[np.random.Generator] = None):
-    example = base.get_spec(self.data_config.name).preprocess(record, self.data_config, rng)
-    if self.mask_id is not None:
-      example = pretraining_example(example, self.objective, self.mask_rate, self.mask_id, rng)
-    return example

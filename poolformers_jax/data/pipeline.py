@@ -37,9 +37,9 @@ import grain  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poolformers_jax.data import base, masking  # noqa: E402
+from poolformers_jax.data import base  # noqa: E402
 # get_dataset_info needs no grain; re-exported for pipeline's callers.
-from poolformers_jax.data.info import get_dataset_info  # noqa: E402,F401
+from poolformers_jax.data.info import Preprocess, get_dataset_info  # noqa: E402,F401
 
 
 def _read_options(data_config) -> grain.ReadOptions:
@@ -101,7 +101,7 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   repeats = int(data_config.repeated_augmentation)
   if repeats > 1:
     examples = RepeatedAugmentation(examples, repeats, len(records))
-  examples = examples.random_map(masking.Preprocess(data_config))
+  examples = examples.random_map(Preprocess(data_config))
   if spec.pack is not None and data_config.pack:
     # Packed rows: each process packs its own examples p, p + P, ... into rows of its batch.
     per_process = examples[process_index::process_count].to_iter_dataset(_read_options(data_config))
@@ -117,7 +117,7 @@ class _EvalExample:
 
   def __init__(self, records, data_config, process_index: int, process_count: int,
                num_examples: int):
-    self.records, self.preprocess = records, masking.Preprocess(data_config)
+    self.records, self.preprocess = records, Preprocess(data_config)
     self.process_index, self.process_count = process_index, process_count
     self.num_examples = num_examples
     self._padding = None
@@ -161,7 +161,7 @@ class _StreamExample:
   """Picklable record -> example with 'mask' True (no augmentation: rng None)."""
 
   def __init__(self, data_config):
-    self.preprocess = masking.Preprocess(data_config)
+    self.preprocess = Preprocess(data_config)
 
   def __call__(self, record):
     return dict(self.preprocess(record), mask=np.bool_(True))

@@ -172,6 +172,16 @@ def _config(name: str):
   return config
 
 
+def record(raw, data_config):
+  """A user's text (load_run: predict gives the distribution of the symbol after it) as a window
+  whose inputs are the whole text: preprocess makes inputs = window[:-1], so one more symbol."""
+  symbols = np.frombuffer(raw.encode('utf-8') if isinstance(raw, str) else bytes(raw), np.uint8)
+  if not len(symbols):
+    raise ValueError('an empty text has no next symbol to predict')
+  return np.append(symbols, symbols[-1])
+
+
 for _name in VOCABS:
   base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess, _config(_name),
-                                                shapes=_info(_name, from_files=False)))
+                                                shapes=_info(_name, from_files=False),
+                                                record=record))

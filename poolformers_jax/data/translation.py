@@ -217,5 +217,9 @@ def config():
   return c
 
 
-base.register_dataset('wmt14', base.DatasetSpec(info, source, preprocess, config, pack=pack,
-                                                shapes=functools.partial(info, from_files=False)))
+# A user's source sentence (load_run: predict translates it) as a record; a trained run reads
+# back the SentencePiece model trained beside the data (else the setup would train a new one).
+base.register_dataset('wmt14', base.DatasetSpec(
+    info, source, preprocess, config, pack=pack, shapes=functools.partial(info, from_files=False),
+    record=lambda raw, _: {'src': raw, 'tgt': ''},
+    run_files=lambda data_config: [vocab_path(data_config)]))

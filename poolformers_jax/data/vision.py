@@ -188,9 +188,14 @@ def _config(name: str):
   return config
 
 
+def record(raw, data_config):
+  """A user's image (load_run) as a record."""
+  return {'image': base.image_input(raw), 'label': 0}
+
+
 for _name in DATASETS:
   base.register_dataset(_name, base.DatasetSpec(
-      info, source, preprocess, _config(_name),
+      info, source, preprocess, _config(_name), record=record,
       shapes=functools.partial(info, from_files=False)))
 
 
@@ -247,6 +252,11 @@ def pair_config():
   return c
 
 
+def pair_record(raw, data_config):
+  """A user's pair of images (load_run) as a record."""
+  return record(raw[0], data_config), record(raw[1], data_config), np.int32(0)
+
+
 base.register_dataset('cifar10_pairs', base.DatasetSpec(
-    pair_info, pair_source, pair_preprocess, pair_config,
+    pair_info, pair_source, pair_preprocess, pair_config, record=pair_record,
     shapes=functools.partial(pair_info, from_files=False)))

@@ -1,7 +1,8 @@
 """Tasks: what a model's outputs are scored by. `TASKS` maps `DatasetInfo.task` to a `Task`: the
 sums of a batch, the metrics from summed totals, the training objective, the model's input and one
 training example; a task that generates outputs (translation) also has a `decoder`, built once with
-the setup from what it uses, never from the trainer's Setup.
+the setup from what it uses, never from the trainer's Setup; and what `load_run(...).predict` gives
+for it (`predicts`, `prediction`).
 
 Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
 examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
@@ -23,6 +24,7 @@ from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from poolformers_jax.registry import TASKS, register_task  # noqa: F401  (re-exported)
 
@@ -49,6 +51,12 @@ def mean_loss(sums: Sums) -> Array:
   return sums['loss'] / jnp.maximum(sums['count'], 1.0)
 
 
+def class_ids(outputs, examples) -> np.ndarray:
+  """Run.predict of a classifier: the argmax of each example's logits [N]."""
+  del examples
+  return np.asarray(outputs).argmax(-1)
+
+
 @dataclasses.dataclass(frozen=True)
 class Task:
   sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
@@ -61,6 +69,13 @@ class Task:
   # data=config.data, devices=, params_sharding=, batch_sharding=, out_sharding=) -> an object
   # whose `metrics(params, split, output_path)` decodes `split` (output_path: one line each).
   decoder: Optional[Callable[..., Any]] = None
+  # load_run's Run.predict (run.py): what it returns (None: the task has none, pre-training) and
+  # how, (the model's outputs [N, ...] as numpy, the N examples) -> predictions; a task with a
+  # decoder predicts by decoding. `predict_example` (example, config.data) -> the example predict
+  # feeds where it is not the evaluation's.
+  predicts: Optional[str] = None
+  prediction: Callable[[Any, Any], Any] = class_ids
+  predict_example: Optional[Callable[[Any, Any], Any]] = None
 
 
 def get_task(name: str) -> Task:

@@ -7,8 +7,10 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from poolformers_jax.data.base import fit_length
 from poolformers_jax.tasks import Array, Spec, Sums, Task, inputs_spec, register_task
 from poolformers_jax.tasks.translation import Translator
 
@@ -106,9 +108,35 @@ def token_example(info) -> dict[str, Spec]:
   return {'inputs': inputs_spec(info), 'targets': Spec(tuple(info.input_shape), jnp.int32)}
 
 
-register_task('classification', Task(classification_sums, classification_summary))
-register_task('retrieval', Task(classification_sums, classification_summary))  # model takes pairs
-register_task('lm', Task(lm_sums, lm_summary, train_example=token_example))
+def next_symbol_example(example, data_config) -> dict[str, np.ndarray]:
+  """What an LM predicts from: the text's symbols padded after it (a causal model: padding never
+  reaches back), `last` its last position; a text longer than max_length keeps its last symbols
+  (too_long='truncate') or is refused."""
+  ids, length = example['inputs'], int(data_config.max_length)
+  if len(ids) > length:
+    if data_config.too_long == 'error':
+      raise ValueError(f"text has {len(ids)} symbols > config.data.max_length={length}, too "
+                       "long for this run's model; shorten it, or pass too_long='truncate' to "
+                       'keep its last symbols')
+    ids = ids[-length:]   # the symbols just before the one predicted
+  return {'inputs': fit_length(ids, length, 'error'), 'last': np.int32(len(ids) - 1)}
+
+
+def next_symbol_probabilities(outputs, examples) -> np.ndarray:
+  """The distribution of the symbol after each text [N, vocab]."""
+  last = np.asarray([e['last'] for e in examples])
+  return np.asarray(jax.nn.softmax(outputs[np.arange(len(examples)), last], axis=-1))
+
+
+register_task('classification', Task(classification_sums, classification_summary,
+                                     predicts='class ids'))
+register_task('retrieval', Task(classification_sums, classification_summary,  # model takes pairs
+                                predicts='class ids'))
+register_task('lm', Task(lm_sums, lm_summary, train_example=token_example,
+                         predicts='next-symbol probabilities',
+                         prediction=next_symbol_probabilities,
+                         predict_example=next_symbol_example))
 register_task('seq2seq', Task(seq2seq_sums, seq2seq_summary, model_inputs=_all_but_mask,
-                             train_example=token_example, decoder=Translator))
+                             train_example=token_example, decoder=Translator,
+                             predicts='translations'))
 

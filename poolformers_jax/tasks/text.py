@@ -177,6 +177,9 @@ def regression_summary(totals, rows: Optional[dict] = None):
 register_task('pretraining', Task(pretraining_sums, pretraining_summary,
                                   objective=pretraining_objective,
                                   train_example=pretraining_example))
-register_task('text_classification', Task(confusion_sums, confusion_summary))
+register_task('text_classification', Task(confusion_sums, confusion_summary,
+                                          predicts='class ids'))
 register_task('regression', Task(regression_sums, regression_summary, rows=regression_rows,
-                                 train_example=regression_example))
+                                 train_example=regression_example, predicts='scores',
+                                 prediction=lambda outputs, examples: np.asarray(outputs).reshape(
+                                     len(examples))))

@@ -34,6 +34,13 @@ from poolformers_jax.train.checkpoint_policy import (  # noqa: F401  (the public
 from poolformers_jax.train.checkpoint_storage import Store, listdir
 
 
+
+def _iterator_state():
+  """The module of the data position saved beside the state: grain (the train extra), loaded
+  only to save or resume, so reading a run needs none."""
+  from poolformers_jax.train import iterator_state  # pylint: disable=g-import-not-at-top
+  return iterator_state
+
 class Checkpointer:
   """The checkpoints of a workdir: three stores (latest, best, averaged) run by the policy."""
 
@@ -57,12 +64,9 @@ class Checkpointer:
   def save_latest(self, step: int, state: Any, data_iterator: Any, force: bool = False) -> None:
     if step in self.latest.steps():
       return
-    import grain   # pylint: disable=g-import-not-at-top  (the train extra; reading needs none)
-    from poolformers_jax.train.iterator_state import IteratorState  # pylint: disable=g-import-not-at-top
-    self.latest.save(step, state, dict(
-        state=ocp.args.StandardSave(state),
-        data=grain.checkpoint.CheckpointSave(IteratorState(data_iterator.get_state()))),
-        force=force)
+    self.latest.save(step, state, dict(state=ocp.args.StandardSave(state),
+                                       data=_iterator_state().save_args(data_iterator)),
+                     force=force)
 
   def save_best(self, step: int, state: Any, metrics: dict[str, float]) -> None:
     """Saved only if it becomes the best (policy.saves_best); orbax then drops the previous."""
@@ -139,10 +143,9 @@ class Checkpointer:
 
     Damaged steps are logged (one line each) and moved to DIR/rejected/. If none verifies,
     CheckpointError, unless `start_over` (then None: train from step 0)."""
-    from poolformers_jax.train.iterator_state import IteratorState  # pylint: disable=g-import-not-at-top
     order = policy.resume_order(self.latest.steps())
     for step in order:
-      position = IteratorState()
+      position = _iterator_state().IteratorState()
       try:
         state = self.latest.restore_verified(step, abstract_state, position)
       except integrity.CheckpointDamaged as reason:

@@ -10,7 +10,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from poolformers_jax import data
-from poolformers_jax.data import listops, masking
+from poolformers_jax.data import listops, pipeline
 
 
 def _take(iterator, n):
@@ -160,7 +160,7 @@ def test_augmented_global_batches_do_not_depend_on_process_count(tmp_path):
 
 def test_each_process_preprocesses_only_its_own_rows(small_listops, monkeypatch):
   calls = []
-  real_call = masking.Preprocess.__call__
+  real_call = pipeline.Preprocess.__call__
 
   test_thread = threading.get_ident()
 
@@ -171,7 +171,7 @@ def test_each_process_preprocesses_only_its_own_rows(small_listops, monkeypatch)
       calls.append(record)
     return real_call(self, record, rng)
 
-  monkeypatch.setattr(masking.Preprocess, '__call__', counting_call)
+  monkeypatch.setattr(pipeline.Preprocess, '__call__', counting_call)
   config = small_listops.copy_and_resolve_references()
   config.data.read_threads = 0  # no threads: grain reads at most one batch ahead
   rows = config.batch_size // 4

@@ -350,9 +350,9 @@ def test_bad_tokenizer_settings_are_one_line(small_listops, change, words):
 
 
 def test_load_run_reads_raw_strings_with_the_runs_tokenizer():
-  """run.py's ListOps records: an alphanumeric run reads the official string, the bracketed one
-  and the bare runs alike; a brackets run keeps ']'."""
-  from poolformers_jax.run import _listops_record
+  """ListOps's declared `record` (what load_run reads): an alphanumeric run reads the official
+  string, the bracketed one and the bare runs alike; a brackets run keeps ']'."""
+  _listops_record = listops.record
   config = listops.config()
   config.max_length = 12
   ids = lambda raw: listops.preprocess(_listops_record(raw, config), config)['inputs'][:8].tolist()

@@ -231,11 +231,13 @@ def test_load_run_encodes_sentences_and_pairs_as_glue_does(text_dir):
   same record: WordPiece ids, [CLS] a [SEP] b [SEP], token types, the run's max_length."""
   import types
   from poolformers_jax.run import Run
+  from poolformers_jax.tasks import get_task
   for task, arity in (('mrpc', 2), ('cola', 1)):
     config = config_lib.override(glue.get_config(f'{task},tiny'),
                                    **{'data.vocab_file': text_dir['vocab']})
     run = Run(workdir='w', checkpoint='best', step=0, config=config, model=None, params=None,
-              _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='text_classification')))
+              _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='text_classification'),
+                                           task=get_task('text_classification')))
     rows = _records(task, 'validation', n=3)
     keys, _ = bert_text.GLUE_TASKS[task]
     raw = [tuple(r[k].decode() for k in keys) for r in rows]

@@ -216,13 +216,15 @@ def test_encode_makes_the_datasets_own_eval_examples(name, raw, record):
   import types
   import ml_collections
   from poolformers_jax.data import DATASETS, get_data_config
+  from poolformers_jax.tasks import get_task
   data_config = get_data_config(name)
   if name in ('lra_text', 'lra_retrieval'):
     data_config.max_length = 64
   run = poolformers_jax.Run(
       workdir='w', checkpoint='best', step=0, model=None, params=None,
       config=ml_collections.ConfigDict({'data': data_config}),
-      _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='classification')))
+      _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='classification'),
+                                   task=get_task('classification')))
   want = DATASETS[name].preprocess(record, data_config, None)['inputs']
   got = run.encode([raw, raw])['inputs']
   assert got.shape == (2,) + want.shape and got.dtype == want.dtype
