@@ -13,7 +13,8 @@ query-key product that the rotation applies to (the others are refused in one li
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping, Union
+import functools
+from typing import Any, Callable, Iterable, Mapping, Union
 
 import flax.linen as nn
 
@@ -21,7 +22,7 @@ from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.registry import MIXERS, register_mixer
 
 __all__ = ['MIXERS', 'MixerTraits', 'build_mixer', 'causal_mixers', 'check_causal',
-           'check_options', 'check_required', 'check_rotary', 'check_sequence_parallel',
+           'check_options', 'check_use', 'check_required', 'check_rotary', 'check_sequence_parallel',
            'mixer_fields', 'mixer_table_row', 'options_of', 'register_mixer', 'rotary_mixers',
            'sequence_parallel_mixers', 'traits_of']
 
@@ -181,19 +182,39 @@ def check_rotary(name: str) -> None:
                      f"{rotary_mixers()}.")
 
 
+def check_use(name: str, options: Iterable[str], *, given: Iterable[str] = (),
+              causal: bool = False, rotary: bool = False) -> None:
+  """Every one-line check of using mixer `name` with `options` (config.model.mixer_kwargs) and
+  the other arguments `given`: options it has, its causal form and rotary positions if asked
+  for, and its required arguments (else a raw TypeError from the dataclass __init__). A model
+  checks when it is built and `build_mixer` at every trace: a use already checked is not checked
+  again."""
+  cls = MIXERS[name]
+  missing = frozenset(required_fields(cls) - set(options) - set(given))
+  _check_use(name, cls, frozenset(options), missing, bool(causal), bool(rotary))
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_use(name: str, cls: type, options: frozenset, missing: frozenset, causal: bool,
+               rotary: bool) -> None:
+  del cls   # in the key: a name registered again (a test's throw-away mixer) is a new use
+  check_options(name, options)
+  if causal:
+    check_causal(name)
+  if rotary:
+    check_rotary(name)
+  check_required(name, set(required_fields(MIXERS[name])) - missing)
+
+
 def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: Any) -> nn.Module:
   """Builds mixer `name`. `shared` args (num_heads, causal, ...) go only where they are fields;
   `kwargs` (the config's mixer-specific options) must all be fields of the mixer."""
   cls = MIXERS[name]
   fields = mixer_fields(cls)
-  check_options(name, kwargs)
   args = {k: v for k, v in (shared or {}).items() if k in fields}
-  if (shared or {}).get('causal'):
-    check_causal(name)
-  if (shared or {}).get('rotary') or kwargs.get('rotary'):
-    check_rotary(name)
+  check_use(name, kwargs, given=args, causal=bool((shared or {}).get('causal')),
+            rotary=bool((shared or {}).get('rotary') or kwargs.get('rotary')))
   args.update(kwargs)
-  check_required(name, args)   # else a raw TypeError from the dataclass __init__
   if sequence_parallel.active():
     check_sequence_parallel(name)
   return cls(**args)

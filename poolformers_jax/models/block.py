@@ -20,8 +20,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock, check_choice
-from poolformers_jax.layers.registry import (MIXERS, build_mixer, check_causal, check_options,
-                                             check_required, check_rotary, traits_of)
+from poolformers_jax.layers.registry import MIXERS, build_mixer, check_use, traits_of
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
 # 'gelu_exact' the erf form of timm / the official ViT code.
@@ -193,16 +192,13 @@ def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: d
   mixer = kwargs.get('mixer', fields['mixer'].default)
   if not isinstance(mixer, str) or mixer not in MIXERS:
     return   # an unknown name is refused where the model builds its mixer, naming the valid ones
-  check_options(mixer, kwargs.get('mixer_kwargs') or {})
-  given = set(kwargs.get('mixer_kwargs') or {}) | set(_BLOCK_SHARED)
+  given = set(_BLOCK_SHARED)
   if getattr(cls, 'sentence_inputs', False):
     given |= set(traits_of(MIXERS[mixer]).sentence_options)
-  check_required(mixer, given)
   causal = kwargs.get('causal', fields['causal'].default) if 'causal' in fields else False
-  if causal:
-    check_causal(mixer)
-  if 'positions' in fields and kwargs.get('positions', fields['positions'].default) == 'rotary':
-    check_rotary(mixer)
+  rotary = ('positions' in fields
+            and kwargs.get('positions', fields['positions'].default) == 'rotary')
+  check_use(mixer, kwargs.get('mixer_kwargs') or {}, given=given, causal=causal, rotary=rotary)
 
 
 def as_dtype(value: Any) -> Any:
