@@ -26,7 +26,8 @@ print(json.dumps([listed, {kind: sorted(names) for kind, names in kinds.items()}
 
 
 def test_every_registering_file_is_found_by_the_walk():
-  """Names found through the registries' walk alone == names after importing every file of the package."""
+  """Names found through the registries' walk alone == names after importing every file of
+  the package."""
   out = subprocess.run([sys.executable, '-c', _LIST_ALL], capture_output=True, text=True,
                        check=True, cwd=ROOT, env={**os.environ, 'PYTHONPATH': ROOT})
   listed, everything = json.loads(out.stdout.strip().splitlines()[-1])

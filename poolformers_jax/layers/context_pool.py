@@ -554,7 +554,8 @@ class ContextPoolAttention(ContextPoolOptions):
   - 'block_output': Fig. 2c / §3.2 word for word, "placed after each attention block, whose
     output token features are pooled ... for use in the next attention block": this mixer is
     plain attention, and `TransformerBlock` replaces its output X_l by ContextPool(X_l)
-    (`block_output`, the mixer interface's hook on a block's output), so the residual stream the next block reads is the pooled one.
+    (`block_output`, the mixer interface's hook on a block's output), so the residual stream
+    the next block reads is the pooled one.
   Parameters either way: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out,
   as MultiHeadAttention). Registered as mixer 'contextpool'.
   """

@@ -22,8 +22,8 @@ from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.registry import MIXERS, register_mixer
 
 __all__ = ['MIXERS', 'MixerTraits', 'build_mixer', 'causal_mixers', 'check_causal',
-           'check_options', 'check_use', 'check_required', 'check_rotary', 'check_sequence_parallel',
-           'mixer_fields', 'mixer_table_row', 'options_of', 'register_mixer', 'rotary_mixers',
+           'check_options', 'check_required', 'check_rotary', 'check_sequence_parallel',
+           'check_use', 'mixer_fields', 'mixer_table_row', 'options_of', 'register_mixer', 'rotary_mixers',
            'sequence_parallel_mixers', 'traits_of']
 
 

@@ -16,8 +16,9 @@ using the shard's position (`shard.offset`) and collectives over the 'sequence' 
 So the unsharded mixer IS the sharded one with one shard: one code path, tested against itself.
 
 A mixer says what it needs in its traits, `MixerTraits(sequence_parallel='<what crosses
-devices>')` (the empty string: no sequence-parallel form, `no_sequence_parallel`: why); `build_mixer` refuses a mixer without one in a
-sequence-sharded model, in one line naming those that have one.
+devices>')` (the empty string: no sequence-parallel form; `no_sequence_parallel`: why);
+`build_mixer` refuses a mixer without one in a sequence-sharded model, in one line naming those
+that have one.
 """
 from __future__ import annotations
 

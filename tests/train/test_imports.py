@@ -66,7 +66,8 @@ def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module
   saved = json.load(open(os.path.join(workdir, 'config.json')))
   assert saved['imports'] == 'lab.my_mixer' and saved['model']['mixer'] == 'throwaway_mean'
   # eval.py with the run's own config: config.json's imports bring the mixer back.
-  evaluated = _run('eval.py', '--workdir', workdir, '--split', 'validation', env=_env(str(tmp_path)))
+  evaluated = _run('eval.py', '--workdir', workdir, '--split', 'validation',
+                   env=_env(str(tmp_path)))
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   (line,) = evaluated.stdout.strip().splitlines()
   assert json.loads(line)['count'] == 20
