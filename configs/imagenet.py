@@ -59,6 +59,10 @@ def _swin_b(context_pool: bool) -> ml_collections.ConfigDict:
       context_pool=context_pool, cp_predictor_dim=8, cp_size_ratio=0.1, dtype='float32'))
 
 
+# CP-ViT: ContextPool then attention; placement 'mixer_input' or 'block_output'
+# (docs/papers/context_pool.md).
+CP_VIT = dict(mixer='contextpool', mixer_kwargs={'placement': 'mixer_input'})
+
 # name -> (function returning config.model, recipe). Adding a model is one entry.
 IMAGENET_MODELS = {
     'deit_ti': (lambda: vit_model(192, 12, 3, drop_path_rate=0.0), deit_recipe_wd05),
@@ -69,9 +73,8 @@ IMAGENET_MODELS = {
     'hvt_s_3': (lambda: hvt_model(384, 6, 3), deit_recipe),
     'hvt_s_4': (lambda: hvt_model(384, 6, 4), deit_recipe),   # = Scale HVT-Ti-4
     'vit_b16': (lambda: vit_model(768, 12, 12, image_size=384), contextpool_recipe),
-    'cp_vit_b16': (lambda: vit_model(768, 12, 12, image_size=384, mixer='contextpool'),
-                   contextpool_recipe),
-    'cp_vit_b16_l10': (lambda: vit_model(768, 10, 12, image_size=384, mixer='contextpool'),
+    'cp_vit_b16': (lambda: vit_model(768, 12, 12, image_size=384, **CP_VIT), contextpool_recipe),
+    'cp_vit_b16_l10': (lambda: vit_model(768, 10, 12, image_size=384, **CP_VIT),
                        contextpool_recipe),
     # Swin-B, ContextPool Table 6: 88M, 15.4G, 83.5 (224^2); for 384^2 also set window_size=12.
     'swin_b': (lambda: _swin_b(context_pool=False), contextpool_recipe),

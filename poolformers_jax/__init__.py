@@ -3,8 +3,40 @@
 Importing the package (or any of its modules) changes nothing in jax; the programs' process-wide
 settings are explicit opt-ins in `poolformers_jax.runtime`."""
 import importlib
+import importlib.metadata
+import importlib.util
+import os
+import pkgutil
 
+from poolformers_jax import registry as _registry
 from poolformers_jax._version import __version__  # noqa: F401
+
+
+def import_registering_modules(kind: str) -> list[str]:
+  """Imports every module of the kind's subpackage (registry.PACKAGES) whose text calls
+  `register_<kind>(`, then the kind's installed entry points; returns the modules' names. Read
+  as text first, so a module that registers nothing (an input pipeline, a helper) is not
+  imported. Lives here, above every kind, so the registry imports none of them."""
+  package = _registry.PACKAGES[kind]
+  spec = importlib.util.find_spec(package)
+  names = []
+  for info in pkgutil.iter_modules(spec.submodule_search_locations, package + '.'):
+    path = os.path.join(getattr(info.module_finder, 'path', ''),
+                        info.name.rsplit('.', 1)[1] + '.py')
+    if info.ispkg or not os.path.isfile(path):
+      continue
+    with open(path, encoding='utf-8') as f:
+      if f'register_{kind}(' in f.read():
+        names.append(info.name)
+  for name in names:
+    importlib.import_module(name)
+  if kind in _registry.ENTRY_POINT_GROUPS:
+    for entry in importlib.metadata.entry_points(group=_registry.ENTRY_POINT_GROUPS[kind]):
+      entry.load()
+  return names
+
+
+_registry.set_loader(import_registering_modules)
 
 
 def __getattr__(name: str):

@@ -1,4 +1,4 @@
-"""The one registration pattern: a `Registry` per kind, and every file that registers, listed here.
+"""The one registration pattern: a `Registry` per kind, filled by decoration alone.
 
     @register_model('vit')                      # models/registry.py: register_model = MODELS.register
     def build_vit(cfg): ...
@@ -7,10 +7,11 @@
     register_dataset('listops', DatasetSpec(...))   # a value that is not a def/class: same method
     MODELS['vit'], 'ponet' in MIXERS, sorted(DATASETS)
 
-A registry imports the files of its kind (`MODULES` below) the first time it is read, so importing
-a registry is cheap and free of cycles, and a name is found whatever the caller imported before.
-A new paper's mixer, model or dataset file goes in `MODULES`; nothing else needs a side-effect
-import.
+The first read of a registry imports every module of its kind's subpackage (`PACKAGES`) whose
+text calls `register_<kind>(` (a module that registers nothing is not imported), so a new
+paper's mixer, model or dataset is its own file and nothing else. This module imports none of
+them: the walk (`import_registering_modules`) is installed by poolformers_jax/__init__.py, above
+every kind, so no import cycle runs through the registry.
 
 Outside the package, without editing it: a module of the user's that registers names is imported
 by the programs from `config.imports` ('my_mixers,lab.models'; `import_modules`), and an installed
@@ -23,28 +24,24 @@ distribution registers through the entry-point groups `poolformers_jax.mixers` /
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
-# kind -> the modules that register names of that kind (imported on first lookup).
-MODULES: dict[str, tuple[str, ...]] = {
-    'mixer': ('poolformers_jax.layers.attention', 'poolformers_jax.layers.ponet',
-              'poolformers_jax.layers.adamra', 'poolformers_jax.layers.context_pool',
-              'poolformers_jax.layers.msac'),
-    'model': ('poolformers_jax.models.encoder', 'poolformers_jax.models.lm',
-              'poolformers_jax.models.vit', 'poolformers_jax.models.swin',
-              'poolformers_jax.models.convnet', 'poolformers_jax.models.msac_models',
-              'poolformers_jax.models.ponet_mlm', 'poolformers_jax.models.seq2seq'),
-    'dataset': ('poolformers_jax.data.listops', 'poolformers_jax.data.lra',
-                'poolformers_jax.data.text_lm', 'poolformers_jax.data.vision',
-                'poolformers_jax.data.bert_text', 'poolformers_jax.data.translation'),
-    'task': ('poolformers_jax.tasks.classification', 'poolformers_jax.tasks.text',
-             'poolformers_jax.tasks.masked_tokens'),
-}
+# kind -> the subpackage whose modules register names of that kind (walked on first read).
+PACKAGES: dict[str, str] = {'mixer': 'poolformers_jax.layers', 'model': 'poolformers_jax.models',
+                            'dataset': 'poolformers_jax.data', 'task': 'poolformers_jax.tasks'}
 
 # kind -> the entry-point group whose installed plugins register names of that kind
 ENTRY_POINT_GROUPS: dict[str, str] = {'mixer': 'poolformers_jax.mixers',
                                       'model': 'poolformers_jax.models'}
+
+# Imports the modules that register names of a kind; set by poolformers_jax/__init__.py.
+_loader: Optional[Callable[[str], None]] = None
+
+
+def set_loader(loader: Callable[[str], None]) -> None:
+  """Installs `loader(kind)`, which imports the modules registering names of `kind`."""
+  global _loader
+  _loader = loader
 
 _MISSING = object()
 
@@ -75,13 +72,9 @@ class Registry(Mapping[str, Any]):
     return value
 
   def _load(self) -> None:
-    if not self._loaded:
+    if not self._loaded and _loader is not None:
       self._loaded = True
-      for module in MODULES[self.kind]:
-        importlib.import_module(module)
-      if self.kind in ENTRY_POINT_GROUPS:
-        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUPS[self.kind]):
-          entry.load()
+      _loader(self.kind)
 
   def __getitem__(self, name: str) -> Any:
     self._load()

@@ -27,9 +27,10 @@ Properties (`PROPERTIES`, in the order they are checked and reported):
                     mixer whose dropout_rate is 0 is run at 0.5)
   bfloat16          (mixers with a `dtype` field) bfloat16 compute stays within BF16_BOUND
 
-A property that does not hold by design is declared by the mixer class -- the registry entry --
-as `not_by_design`: a dict {property: why}, or a property computing one from the fields (PoNet's
-LRA segments live on the padded length, so PoNet declares 'padding_amount'). check_mixer skips
+A property that does not hold by design is declared in the mixer class's traits (`traits =
+MixerTraits(...)`, poolformers_jax.layers.registry): `not_by_design={property: why}`, and
+`padding_amount`, why the amount of padding changes real outputs, as a function of the options
+where one decides (PoNet's LRA segments live on the padded length with SMP on). check_mixer skips
 those and says so in its returned report; `skip={property: why}` adds call-site skips. What a
 mixer lacks is skipped with the reason too: no dropout field, no `deterministic` argument, no
 `dtype` field; a mixer whose `mask` has no default (`__call__(self, x, mask)`) has its causality
@@ -386,9 +387,11 @@ def _known(skips: Mapping[str, str], where: str) -> dict[str, str]:
 
 
 def not_by_design(mixer: nn.Module) -> dict[str, str]:
-  """{property: why} the mixer's class declares (`not_by_design`) for this configuration."""
-  return _known(getattr(mixer, 'not_by_design', None) or {},
-                f'{type(mixer).__name__}.not_by_design')
+  """{property: why} that do not hold by design for this mixer with its options, as its class's
+  traits declare them (`MixerTraits.not_by_design` and `padding_amount`)."""
+  from poolformers_jax.layers.registry import options_of, traits_of
+  return _known(traits_of(mixer).kit_skips(options_of(mixer)),
+                f'{type(mixer).__name__}.traits')
 
 
 def _fields(module) -> set[str]:

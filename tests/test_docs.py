@@ -367,9 +367,9 @@ def test_pyproject_ranges_contain_the_lock():
 def test_api_md_lists_every_registered_mixer_and_model():
   """docs/api.md has one section per registered mixer and model, naming its class, with its
   arguments as the code has them: required ones bare, the others with their default (`=…` where
-  it is no plain value), so required and optional cannot drift; the mixer table's `causal` column
-  says yes exactly where the class has a `causal` option, the `rotary` column where it has a
-  `rotary` one."""
+  it is no plain value), so required and optional cannot drift; the mixer table's rows are the
+  ones its classes declare (`mixer_table_row`: shapes, mask and 2-D form from the traits, the
+  `causal` / `rotary` columns yes exactly where the class has that option)."""
   import dataclasses
   import typing
   from poolformers_jax.registry import MIXERS, MODELS
@@ -397,13 +397,14 @@ def test_api_md_lists_every_registered_mixer_and_model():
 
   for name, cls in classes.items():
     assert sections[name] == (cls.__name__, documented(cls)), name
-  table = dict(re.findall(r'^\| `(\w+)` \| `\w+` \| .*? \| .*? \| (yes|no) \|', text, re.M))
-  assert table == {name: 'yes' if 'causal' in {f.name for f in dataclasses.fields(cls)} else 'no'
-                   for name, cls in MIXERS.items()}
-  rotary = dict(re.findall(r'^\| `(\w+)` \| `\w+` \| .*? \| .*? \| (?:yes|no) \| (yes|no) \|', text,
-                           re.M))
-  assert rotary == {name: 'yes' if 'rotary' in {f.name for f in dataclasses.fields(cls)} else 'no'
-                    for name, cls in MIXERS.items()}
+  from poolformers_jax.layers.registry import mixer_table_row
+  table = re.search(r'^\| mixer \| class \|.*\n\|[-|]+\|\n((?:\|.*\n)+)', text, re.M).group(1)
+  assert table.splitlines() == [mixer_table_row(name) for name in sorted(MIXERS)]
+  columns = re.findall(r'^\| `(\w+)` \| `\w+` \| .*? \| .*? \| (yes|no) \| (yes|no) \|', table,
+                       re.M)
+  assert {name: (causal, rotary) for name, causal, rotary in columns} == {
+      name: tuple('yes' if option in {f.name for f in dataclasses.fields(cls)} else 'no'
+                  for option in ('causal', 'rotary')) for name, cls in MIXERS.items()}
 
 
 def readme_python(marker: str) -> str:
@@ -467,6 +468,7 @@ def test_the_readme_padding_sentence_holds_for_every_mixer():
   import jax.numpy as jnp
   import numpy as np
   from poolformers_jax.layers import build_mixer
+  from poolformers_jax.layers.registry import options_of, traits_of
   from poolformers_jax.registry import MIXERS
   real, dim = 40, 16
   x_real = np.random.default_rng(0).normal(size=(1, real, dim)).astype(np.float32)
@@ -476,16 +478,19 @@ def test_the_readme_padding_sentence_holds_for_every_mixer():
     return (jnp.asarray(np.concatenate([x_real, pad.astype(np.float32)], 1)),
             jnp.arange(length)[None] < real)
 
-  amounts = {}
+  amounts, mixers = {}, {}
   for name in sorted(MIXERS):
-    mixer = build_mixer(name, shared=dict(num_heads=2), **({'segment_num': 4} if name == 'ponet'
-                                                           else {}))
+    mixer = mixers[name] = build_mixer(name, shared=dict(num_heads=2),
+                                       **({'segment_num': 4} if name == 'ponet' else {}))
     params = mixer.init(jax.random.PRNGKey(1), *padded(64, 0.0))
     out = lambda length, scale: mixer.apply(params, *padded(length, scale))[0, :real]
     base = out(64, 0.0)
     assert float(jnp.abs(out(64, 100.0) - base).max()) < 1e-5, name
     amounts[name] = float(jnp.abs(out(100, 0.0) - base).max())
   assert {name for name, change in amounts.items() if change > 1e-2} == set(AMOUNT_MATTERS), amounts
+  # ... and these are the mixers whose traits say so, with these options.
+  assert {name for name, mixer in mixers.items()
+          if traits_of(mixer).why_padding_amount_matters(options_of(mixer))} == set(AMOUNT_MATTERS)
   assert all(change < 1e-5 for name, change in amounts.items() if name not in AMOUNT_MATTERS)
 
 

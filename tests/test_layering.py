@@ -33,11 +33,16 @@ HEAVY = ('flax', 'grain', 'optax', 'orbax', 'tensorflow', 'tensorflow_datasets')
 
 
 def imported_names(source: str, module: str) -> list[tuple[int, str]]:
-  """(line, dotted name) of every import in `source`, function-level ones included; relative
-  imports resolved against `module` (the file's dotted name). `from a import b` gives 'a.b'."""
+  """(line, dotted name) of every import in `source`, function-level (lazy) ones and
+  `importlib.import_module('<a literal name>')` included; relative imports resolved against
+  `module` (the file's dotted name). `from a import b` gives 'a.b'."""
   found = []
   for node in ast.walk(ast.parse(source)):
-    if isinstance(node, ast.Import):
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        and node.func.attr == 'import_module' and node.args
+        and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+      found.append((node.lineno, node.args[0].value))
+    elif isinstance(node, ast.Import):
       found += [(node.lineno, alias.name) for alias in node.names]
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ''
@@ -140,6 +145,95 @@ def test_loading_any_config_imports_no_flax_grain_optax_or_orbax():
                        cwd=ROOT, env=env, capture_output=True, text=True, check=True)
   found = json.loads(out.stdout.strip().splitlines()[-1])
   assert found == {path: [] for path in paths}
+
+
+def _package_sources() -> dict[str, str]:
+  """dotted module name -> source, for every file of the package (a package as its __init__)."""
+  sources = {}
+  for path in glob.glob(os.path.join(PACKAGE, '**', '*.py'), recursive=True):
+    name = 'poolformers_jax.' + os.path.relpath(path, PACKAGE)[:-len('.py')].replace(os.sep, '.')
+    with open(path, encoding='utf-8') as f:
+      sources[name] = f.read()
+  return sources
+
+
+def import_graph(sources: dict[str, str], walks: dict[str, list[str]]) -> dict[str, set[str]]:
+  """module -> the modules it imports (lazy ones included; `from a import b`: a.b if that is a
+  module, else a; a package is its `.__init__`), plus `walks`: module -> the modules it imports by
+  a walk (the registries'). Python's import of a module's parent packages is not an edge."""
+  names = {name[:-len('.__init__')] if name.endswith('.__init__') else name: name
+           for name in sources}
+
+  def resolve(dotted):
+    parts = dotted.split('.')
+    while parts and '.'.join(parts) not in names:
+      parts.pop()
+    return names.get('.'.join(parts))
+
+  graph = {name: set(walks.get(name, ())) for name in sources}
+  for name, source in sources.items():
+    for _, imported in imported_names(source, name):
+      target = resolve(imported)
+      if target and target != name:
+        graph[name].add(target)
+  return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The import cycles of `graph` (its strongly connected components of two or more modules)."""
+  index, low, stack, found, counter = {}, {}, [], [], [0]
+
+  def visit(node):
+    index[node] = low[node] = counter[0]
+    counter[0] += 1
+    stack.append(node)
+    for other in sorted(graph[node]):
+      if other not in index:
+        visit(other)
+        low[node] = min(low[node], low[other])
+      elif other in stack:
+        low[node] = min(low[node], index[other])
+    if low[node] == index[node]:
+      component = [stack.pop()]
+      while component[-1] != node:
+        component.append(stack.pop())
+      if len(component) > 1:
+        found.append(sorted(component))
+
+  for node in sorted(graph):
+    if node not in index:
+      visit(node)
+  return found
+
+
+def registry_walks(sources: dict[str, str]) -> dict[str, list[str]]:
+  """The module that installs the registries' loader (`set_loader(...)`) -> every module the
+  walk imports: those under a kind's subpackage whose text calls register_<kind>(."""
+  from poolformers_jax import registry
+  (walker,) = [name for name, source in sources.items() if any(
+      isinstance(n, ast.Call) and getattr(n.func, 'attr', getattr(n.func, 'id', '')) == 'set_loader'
+      for n in ast.walk(ast.parse(source)))]
+  return {walker: sorted(name for name, source in sources.items() for kind, package in
+                         registry.PACKAGES.items()
+                         if name.rsplit('.', 1)[0] == package and f'register_{kind}(' in source)}
+
+
+def test_no_import_cycle_lazy_imports_and_the_registries_walk_included():
+  """Import cycles over the whole package, counting function-level imports, literal
+  importlib.import_module calls and the registries' walk: none. The registry module imports no
+  file of any kind, and the walk lives above every kind."""
+  sources = _package_sources()
+  walks = registry_walks(sources)
+  assert {'poolformers_jax.layers.ponet', 'poolformers_jax.models.vit',
+          'poolformers_jax.data.listops', 'poolformers_jax.tasks.text'} <= set(
+              *walks.values()), walks
+  assert cycles(import_graph(sources, walks)) == []
+  # The check sees a cycle through a lazy import, and through the walk had the registry run it.
+  lazy = {'poolformers_jax.a': 'def f():\n  from poolformers_jax import b\n',
+          'poolformers_jax.b': 'import importlib\nimportlib.import_module("poolformers_jax.a")\n'}
+  assert cycles(import_graph(lazy, {})) == [['poolformers_jax.a', 'poolformers_jax.b']]
+  assert cycles(import_graph(sources, {'poolformers_jax.registry': [
+      'poolformers_jax.layers.ponet']})) != []
 
 
 def test_the_check_names_every_offending_import():

@@ -18,11 +18,14 @@ from ml_collections import config_dict
 from poolformers_jax.config.defaults import SIZE_SLOT, base_config, shrink_run
 from poolformers_jax.config.words import parse_words as parse_slots
 
+# model family -> its registered token mixer (BERT: softmax attention)
+FAMILY_MIXERS = {'ponet': 'ponet', 'bert': 'softmax'}
+
 
 def parse_words(arg: str | None, choices: dict[str, tuple[str, ...]], usage: str) -> dict[str, str]:
   """'sso,bert,tiny' -> {'objective': 'sso', 'family': 'bert', 'size': 'tiny'} with the one
   parser (`parse_words`); the first choice of each slot is its default."""
-  slots = {'family': ('a model family', ('ponet', 'bert')), 'size': SIZE_SLOT,
+  slots = {'family': ('a model family', tuple(FAMILY_MIXERS)), 'size': SIZE_SLOT,
            **{slot: (f'a {slot}', words) for slot, words in choices.items()}}
   filled = parse_slots(arg, slots, usage)
   return {slot: filled[slot] or words[0] for slot, (_, words) in slots.items()}
@@ -31,7 +34,7 @@ def parse_words(arg: str | None, choices: dict[str, tuple[str, ...]], usage: str
 def model_config(name: str, family: str, max_length=None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict(dict(
       name=name,                              # ponet_mlm (pre-training) | ponet_classifier
-      mixer='ponet' if family == 'ponet' else 'softmax',
+      mixer=FAMILY_MIXERS[family],
       mixer_kwargs=ml_collections.ConfigDict(),
       emb_dim=768, num_layers=12, num_heads=12, mlp_dim=3072, type_vocab_size=2,
       dropout_rate=0.1, layer_norm_eps=1e-12,

@@ -23,12 +23,6 @@ from poolformers_jax.data import get_data_config
 PARAM_INIT_SCHEMES = ('default', 'torch')
 # config.model.dtype: the compute dtypes a model takes (parameters stay float32).
 DTYPES = ('float32', 'bfloat16', 'float16')
-# config.length_buckets: mixers whose output at real tokens does not depend on how much padding
-# follows them (train/length_buckets.py), and why the others are refused.
-LENGTH_BUCKET_MIXERS = ('softmax', 'contextpool')
-LENGTH_BUCKET_WHY_NOT = {'ponet': 'its segments are chunks of the padded length',
-                         'adamra': 'its segments are floor(L * rate) chunks of the padded length L',
-                         'linear': "linear_reference's normaliser is the padded length"}
 
 
 def base_config(data_name: str) -> ml_collections.ConfigDict:

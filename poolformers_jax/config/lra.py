@@ -194,7 +194,7 @@ def task_config(task: LraTask, arg: str | None,
   config.num_train_steps = task.num_train_steps
   config.log_every_steps = 50
   config.eval_every_steps = config.checkpoint_every_steps = task.eval_every_steps
-  if family == 'ponet':
+  if 'segment_num' in config.model.mixer_kwargs:   # the paper's segments, scaled to the length
     config.model.mixer_kwargs.segment_num = max(task.segment_num * length // task.length, 1)
   shrink_run(config, size, small_batch_size=32)
   if size == 'small':

@@ -21,9 +21,9 @@ from typing import Any, Optional, Sequence
 
 import ml_collections
 
-from poolformers_jax.config.defaults import (DTYPES, LENGTH_BUCKET_MIXERS, LENGTH_BUCKET_WHY_NOT,
-                                             PARAM_INIT_SCHEMES)
+from poolformers_jax.config.defaults import DTYPES, PARAM_INIT_SCHEMES
 from poolformers_jax.data import base as data_base
+from poolformers_jax.registry import MIXERS
 
 __all__ = ['DTYPES', 'ConfigError', 'check_batch_size', 'check_config', 'check_eval_batch_size']
 
@@ -124,8 +124,9 @@ def _check_profile_steps(steps: Any) -> None:
 
 
 def _check_length_buckets(config: ml_collections.ConfigDict, info, processes: int) -> None:
-  """config.length_buckets (train/length_buckets.py): exact only where padding gets exactly zero
-  weight, and in one process (all processes would have to agree on every micro-batch's cut)."""
+  """config.length_buckets (train/length_buckets.py): exact only where the amount of padding
+  changes no real output (the mixer's traits say, for its options), and in one process (all
+  processes would have to agree on every micro-batch's cut)."""
   buckets = config.length_buckets
   _require(_is_int(buckets.multiple) and buckets.multiple >= 0,
            f'config.length_buckets.multiple={buckets.multiple!r} must be an integer >= 0',
@@ -138,11 +139,13 @@ def _check_length_buckets(config: ml_collections.ConfigDict, info, processes: in
   _require(model.get('name') == 'lra_encoder' and info.task == 'classification',
            f'config.length_buckets cuts the token sequences of the LRA classifier, not of model '
            f'{model.get("name")!r} ({info.task})', f'use an LRA classification config or set {off}')
-  why = LENGTH_BUCKET_WHY_NOT.get(model.mixer, 'it is not shown to ignore padding')
-  _require(model.mixer in LENGTH_BUCKET_MIXERS,
-           f'config.length_buckets is exact only for mixers {list(LENGTH_BUCKET_MIXERS)}, '
-           f'which give padding exactly zero weight; mixer {model.mixer!r} is refused: {why}',
-           f'set {off}')
+  cls = MIXERS[model.mixer]
+  traits = getattr(cls, 'traits', None)   # the mixer's declared facts (layers/registry.py)
+  options = model.get('mixer_kwargs') or {}
+  why = traits.why_padding_amount_matters_for(cls, options) if traits else ''
+  _require(not why, f'config.length_buckets is exact only for mixers whose real outputs do not '
+           f'depend on the amount of padding; mixer {model.mixer!r} with these options is '
+           f'refused: {why}', f'set {off}')
   _require(processes == 1,
            f'config.length_buckets runs in one process, this run has {processes}',
            f'run one process (it uses all its devices) or set {off}')

@@ -2,6 +2,8 @@
 (config.model of the ViT family) and `deit_recipe`."""
 from __future__ import annotations
 
+from typing import Optional
+
 import ml_collections
 from ml_collections import config_dict
 
@@ -17,15 +19,14 @@ def epochs_to_steps(epochs: float, batch_size: int, train_size: int = IMAGENET_T
 
 def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 16,
               image_size: int = 224, classifier: str = 'token', mixer: str = 'softmax',
+              mixer_kwargs: Optional[dict] = None,
               drop_path_rate: float = 0.1) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       name='vit', num_classes=config_dict.placeholder(int),   # from the dataset
       image_size=image_size, patch_size=patch_size,
       hidden_dim=hidden_dim, depth=depth, num_heads=num_heads, mlp_ratio=4.0,
       classifier=classifier, mixer=mixer,
-      # ContextPool placement: 'mixer_input' or 'block_output' (docs/papers/context_pool.md).
-      mixer_kwargs=ml_collections.ConfigDict(
-          {'placement': 'mixer_input'} if mixer == 'contextpool' else {}),
+      mixer_kwargs=ml_collections.ConfigDict(mixer_kwargs or {}),
       dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=drop_path_rate,
       dtype='float32'))
 

@@ -5,7 +5,8 @@
     for batch in data.make_eval_iterator(config, 'validation', batch_size=..., ...): ...
     config.data = data.get_data_config('listops')   # the defaults of the dataset's file
 
-`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself).
+`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself and is
+found by the registry's walk of this folder).
 Nothing is downloaded at run time. Where each dataset's files must be:
   listops         nothing (generated into data_dir on first use), or source='tsv':
                   {tsv_dir}/basic_{train,val,test}.tsv of the LRA release

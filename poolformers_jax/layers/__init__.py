@@ -1,7 +1,7 @@
 """Flax linen layers, one file per paper. See docs/design.md for the mixer interface.
 
 Mixers by name: `MIXERS` ('softmax', 'linear', 'ponet', 'adamra', 'contextpool', 'sac', 'msac'),
-filled by `@register_mixer` in the paper files.
+filled by `@register_mixer` in the paper files (found by the registry's walk of this folder).
 The classes are re-exported here for `from poolformers_jax.layers import PoNet`.
 """
 from poolformers_jax.layers.adamra import AdaMRA
@@ -12,4 +12,4 @@ from poolformers_jax.layers.context_pool import (ContextPool, ContextPool2D, Con
 from poolformers_jax.layers.hierarchical_pool import HierarchicalPool, PoolingStages
 from poolformers_jax.layers.msac import MSAC, SAC, CrossAttentiveInput, SelfAttention2D
 from poolformers_jax.layers.ponet import PoNet
-from poolformers_jax.layers.registry import MIXERS, build_mixer, register_mixer
+from poolformers_jax.layers.registry import MIXERS, MixerTraits, build_mixer, register_mixer

@@ -60,7 +60,7 @@ from poolformers_jax.layers.attention import (FEATURE_MAPS, linear_attention, me
                                               softmax_attention, split_heads)
 from poolformers_jax.layers.common import (Array, Dtype, Projection, attention_bias,
                                            check_heads, check_sequence_input, compute_dtype)
-from poolformers_jax.layers.registry import register_mixer
+from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers.sequence_parallel import Shard, map_shards
 
 ROUTINGS = ('learned', 'random', 'none')
@@ -247,11 +247,10 @@ class AdaMRA(nn.Module):
   use_bias: bool = True
   dtype: Optional[Dtype] = None
 
-  # What poolformers_jax.testing.check_mixer must not expect, and why.
-  not_by_design = {'padding_amount': 'segments are defined on the padded input length'}
-  # What crosses devices when the sequence is split (layers/sequence_parallel.py).
-  sequence_parallel = ('the partial segment sums and token counts of every head, all-reduced at '
-                       'the compressed length [B, m_h, D + 1]')
+  traits = MixerTraits(
+      padding_amount='its segments are floor(L * rate) chunks of the padded length L',
+      sequence_parallel=('the partial segment sums and token counts of every head, all-reduced '
+                         'at the compressed length [B, m_h, D + 1]'))
 
   def _check_options(self, name: str) -> None:
     if self.routing not in ROUTINGS:

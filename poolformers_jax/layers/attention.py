@@ -33,7 +33,7 @@ import jax.numpy as jnp
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, apply_rotary, attention_bias,
                                            check_choice, check_choices, check_heads,
                                            check_sequence_input, compute_dtype, segment_allowed)
-from poolformers_jax.layers.registry import register_mixer
+from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.layers.sequence_parallel import Shard, map_shards
 
@@ -149,9 +149,10 @@ class MultiHeadAttention(nn.Module):
   kernel_init: Callable = nn.linear.default_kernel_init   # BERT: normal(0.02)
   dropout_on: Literal['output', 'weights'] = 'output'     # 'weights': explicit only
   rotary: bool = False   # rotary positions on q and k (RoFormer; common.apply_rotary)
-  # What crosses devices when the sequence is split (layers/sequence_parallel.py).
-  sequence_parallel = ('the quadratic baseline: all keys and values [B, L, D] (and the key '
-                       'mask) gathered on every shard, growing with the length; queries local')
+  traits = MixerTraits(
+      two_d='no (images as flattened patches)',
+      sequence_parallel=('the quadratic baseline: all keys and values [B, L, D] (and the key '
+                         'mask) gathered on every shard, growing with the length; queries local'))
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -290,17 +291,13 @@ class LinearAttention(nn.Module):
   use_bias: bool = True
   dtype: Optional[Dtype] = None
   normalizer: Literal['keys', 'padded_length'] = 'keys'
-  # What crosses devices when the sequence is split (layers/sequence_parallel.py).
-  sequence_parallel = ('the key-value state [B, H, Dh, Dh] and normaliser [B, H, Dh], all-reduced; '
-                       'causal: every shard\'s [B, H, Dh, Dh + 1] states gathered (LASP-2)')
-
-  @property
-  def not_by_design(self) -> dict[str, str]:
-    """Properties of poolformers_jax.testing.check_mixer that this mixer does not have, and why."""
-    out = {'dropout': 'kernel attention has no weights to drop (dropout_rate is unused)'}
-    if self.normalizer == 'padded_length':
-      out['padding_amount'] = "normalizer='padded_length' scales by the padded length"
-    return out
+  traits = MixerTraits(
+      padding_amount=lambda o: ("normalizer='padded_length' scales by the padded length"
+                                if o['normalizer'] == 'padded_length' else ''),
+      not_by_design={'dropout': 'kernel attention has no weights to drop (dropout_rate is unused)'},
+      sequence_parallel=('the key-value state [B, H, Dh, Dh] and normaliser [B, H, Dh], '
+                         "all-reduced; causal: every shard's [B, H, Dh, Dh + 1] states gathered "
+                         '(LASP-2)'))
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,

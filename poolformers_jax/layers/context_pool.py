@@ -65,7 +65,7 @@ from poolformers_jax.layers.attention import MultiHeadAttention
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_choices,
                                            check_image_input, check_sequence_input,
                                            compute_dtype, segment_allowed, window_partition)
-from poolformers_jax.layers.registry import register_mixer
+from poolformers_jax.layers.registry import MixerTraits, register_mixer
 
 # Localities that need the predicted pooling size s.
 SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
@@ -400,8 +400,8 @@ class ContextPool(ContextPoolOptions):
   token_grid: Optional[tuple[int, int]] = None
   prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
-  # What poolformers_jax.testing.check_mixer must not expect, and why.
-  not_by_design = {'dropout': 'pooling only: no dropout (ContextPoolAttention drops)'}
+  traits = MixerTraits(not_by_design={'dropout': 'pooling only: no dropout '
+                                                 '(ContextPoolAttention drops)'})
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -553,14 +553,17 @@ class ContextPoolAttention(ContextPoolOptions):
   - 'block_output': Fig. 2c / §3.2 word for word, "placed after each attention block, whose
     output token features are pooled ... for use in the next attention block": this mixer is
     plain attention, and `TransformerBlock` replaces its output X_l by ContextPool(X_l)
-    (`pool_block_output`), so the residual stream the next block reads is the pooled one.
+    (`block_output`, the mixer interface's hook on a block's output), so the residual stream
+    the next block reads is the pooled one.
   Parameters either way: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out,
   as MultiHeadAttention). Registered as mixer 'contextpool'.
   """
-  # Why there is no sequence-parallel form (layers/sequence_parallel.py; build_mixer says it).
-  no_sequence_parallel = ("Eq. 4's Gaussian weighs every token (sigma_i = r n s_i reaches r n "
-                          'tokens of the whole length, and its support is unbounded, so no halo '
-                          'gives the same values) and the softmax attention after it is global')
+  traits = MixerTraits(
+      two_d=('yes: `token_grid=(H, W)` pools on the patch grid, `prefix_tokens` (class token) '
+             'kept out'),
+      no_sequence_parallel=("Eq. 4's Gaussian weighs every token (sigma_i = r n s_i reaches r n "
+                            'tokens of the whole length, and its support is unbounded, so no halo '
+                            'gives the same values) and the softmax attention after it is global'))
   num_heads: int
   causal: bool = False
   dropout_rate: float = 0.0
@@ -590,9 +593,11 @@ class ContextPoolAttention(ContextPoolOptions):
       x = self.context_pool(x, mask, segment_ids=segment_ids)
     return self.attention(x, mask, segment_ids=segment_ids, deterministic=deterministic)
 
-  def pool_block_output(self, x: Array, mask: Optional[Array] = None, *,
-                        segment_ids: Optional[Array] = None) -> Array:
-    """ContextPool of a block's output (placement 'block_output'; called by TransformerBlock);
-    packed rows: each segment pooled as if alone."""
+  def block_output(self, x: Array, mask: Optional[Array] = None, *,
+                   segment_ids: Optional[Array] = None) -> Array:
+    """The block's output as the next block reads it (called by TransformerBlock): pooled by
+    ContextPool with placement 'block_output' (packed rows: each segment as if alone), else x."""
+    if self.placement != 'block_output':
+      return x
     return self.context_pool(x, mask, segment_ids=segment_ids)
 

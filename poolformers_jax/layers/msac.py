@@ -60,7 +60,7 @@ from poolformers_jax.layers.attention import merge_heads, softmax_attention, spl
 from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_choice,
                                            check_choices, check_heads, check_sequence_input,
                                            compute_dtype)
-from poolformers_jax.layers.registry import register_mixer
+from poolformers_jax.layers.registry import MixerTraits, register_mixer
 
 Window = Union[int, Sequence[int]]
 
@@ -207,10 +207,13 @@ def split_forms(x: Array, mask: Optional[Array], causal: bool, strides: int,
 
 class SACOptions(nn.Module):
   """The options SAC and MSAC share (one list; MSAC hands them to each of its SACs)."""
-  # Why there is no sequence-parallel form (layers/sequence_parallel.py; build_mixer says it).
-  no_sequence_parallel = ('its windows would take a halo, but the attention between the patches '
-                          'is global softmax attention over every token (Sec. 3), so each shard '
-                          "would need the whole sequence's keys and values")
+  traits = MixerTraits(
+      shapes=('`[B, L, D]` → `[B, L, D]`; or images `[B, H, W, C]` → `[B, H / strides, '
+              'W / strides, features or C]`'),
+      mask='yes (sequences)', two_d='yes: an image input is the 2-D form',
+      no_sequence_parallel=('its windows would take a halo, but the attention between the '
+                            'patches is global softmax attention over every token (Sec. 3), so '
+                            "each shard would need the whole sequence's keys and values"))
   num_heads: int
   features: Optional[int] = None      # output channels; None = the input's
   heads: HeadForm = 'full'

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, Projection, check_heads,
                                            check_sequence_input, compute_dtype)
-from poolformers_jax.layers.registry import register_mixer
+from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.layers.sequence_parallel import Shard, map_shards
 
@@ -194,19 +194,18 @@ class PoNet(nn.Module):
   # Every projection's kernel (the BERT version passes normal(0.02), the official init).
   kernel_init: Callable = nn.linear.default_kernel_init
   dtype: Optional[Dtype] = None
-  # What crosses devices when the sequence is split (layers/sequence_parallel.py).
-  sequence_parallel = ("GA: all-reduced [B, D] / [B, H] / [B, H, D] partial sums and the largest "
-                       "score; SMP: the partial maxima of each shard's two end chunks, gathered; "
-                       "LMP: a halo of local_window // 2 tokens from each neighbour")
-
-  @property
-  def not_by_design(self) -> dict[str, str]:
-    """Properties of poolformers_jax.testing.check_mixer that PoNet does not have, and why."""
-    out = {'dropout': 'no dropout inside: the official mixer has none (dropout_rate is unused)'}
-    if self.use_smp:
-      out['padding_amount'] = ('LRA segments (segment_num) are chunks of the padded length; '
-                               'with explicit segment_ids it holds')
-    return out
+  traits = MixerTraits(
+      padding_amount=lambda o: ('its LRA segments are chunks of the padded length (segment_num '
+                                'of them; with explicit segment_ids it holds)' if o['use_smp']
+                                else ''),
+      not_by_design={'dropout': 'no dropout inside: the official mixer has none (dropout_rate '
+                                'is unused)'},
+      sequence_parallel=("GA: all-reduced [B, D] / [B, H] / [B, H, D] partial sums and the "
+                         "largest score; SMP: the partial maxima of each shard's two end chunks, "
+                         "gathered; LMP: a halo of local_window // 2 tokens from each neighbour"),
+      # BERT-style inputs: SMP pools each sentence, the [CLS]/[SEP] positions are its boundaries;
+      # segment_num is then unused.
+      sentence_inputs=('segment_ids', 'boundary_mask'), sentence_options={'segment_num': 1})
 
   def _check(self, x: Array, segment_ids: Optional[Array], boundary_mask: Optional[Array]) -> None:
     name, length = type(self).__name__, x.shape[1]

@@ -1,7 +1,8 @@
-"""The mixer registry: name -> token-mixer class, and `build_mixer` to construct one.
+"""The mixer registry: name -> token-mixer class, `build_mixer` to construct one, and
+`MixerTraits`, the facts a mixer declares about itself (`traits_of`).
 
-Mixer classes register with `@register_mixer('name')` (their files are listed in
-poolformers_jax/registry.py). Models never branch on a mixer name; they call
+Mixer classes register with `@register_mixer('name')` in their own file under layers/ (found by
+the registry's package walk). Models never branch on a mixer name; they call
 `build_mixer(name, shared=dict(num_heads=..., causal=..., dropout_rate=...), **config_kwargs)`.
 Shared arguments are passed only to mixers that declare them as fields, and an unknown keyword
 fails with the list of valid ones; a missing required argument (PoNet's `segment_num`) fails in
@@ -12,16 +13,117 @@ query-key product that the rotation applies to (the others are refused in one li
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+import functools
+from typing import Any, Callable, Iterable, Mapping, Union
 
 import flax.linen as nn
 
 from poolformers_jax.layers import sequence_parallel
 from poolformers_jax.registry import MIXERS, register_mixer
 
-__all__ = ['MIXERS', 'build_mixer', 'causal_mixers', 'check_causal', 'check_options',
-           'check_required', 'check_rotary', 'check_sequence_parallel', 'mixer_fields',
-           'register_mixer', 'rotary_mixers']
+__all__ = ['MIXERS', 'MixerTraits', 'build_mixer', 'causal_mixers', 'check_causal',
+           'check_options', 'check_required', 'check_rotary', 'check_sequence_parallel',
+           'check_use', 'mixer_fields', 'mixer_table_row', 'options_of', 'register_mixer', 'rotary_mixers',
+           'sequence_parallel_mixers', 'traits_of']
+
+
+@dataclasses.dataclass(frozen=True)
+class MixerTraits:
+  """A mixer's facts, declared once on its class (`traits = MixerTraits(...)`) and read through
+  `traits_of` by config validation, the kit (poolformers_jax.testing.check_mixer), docs/api.md's
+  mixer table and the errors. What the class's fields already say is not declared again: a
+  `causal` field is a causal form, a `rotary` field takes rotary positions, a field without a
+  default is a required option (`required_fields`).
+
+  shapes          input → output, in words (docs/api.md's column).
+  padding_amount  why the *amount* of padding changes the real outputs ('' = it never does, so
+                  config.length_buckets may cut a batch to its real lengths, and the kit checks
+                  it); a function of the mixer's options {field: value} where an option decides.
+  mask            the padding mask it takes, in words (docs/api.md's column).
+  two_d           its 2-D form, in words ('no': none).
+  sequence_parallel     what crosses devices when the sequence is split ('' = no such form,
+                        layers/sequence_parallel.py); `no_sequence_parallel`: why there is none.
+  not_by_design   properties of check_mixer other than padding_amount that do not hold by design
+                  {property: why}, or a function of the options giving them.
+  sentence_inputs call arguments carrying a text's sentence structure that the mixer reads
+                  (a model with sentence inputs passes them), and `sentence_options`: the options
+                  such a model sets for it.
+  """
+  shapes: str = '`[B, L, D]` → `[B, L, D]`'
+  padding_amount: Union[str, Callable[[Mapping[str, Any]], str]] = ''
+  mask: str = 'yes'
+  two_d: str = 'no'
+  sequence_parallel: str = ''
+  no_sequence_parallel: str = ''
+  not_by_design: Union[Mapping[str, str], Callable[[Mapping[str, Any]], Mapping[str, str]]] = (
+      dataclasses.field(default_factory=dict))
+  sentence_inputs: tuple[str, ...] = ()
+  sentence_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def why_padding_amount_matters(self, options: Mapping[str, Any]) -> str:
+    """'' when the amount of padding never changes the real outputs under `options` (every
+    field's value: `options_of`)."""
+    amount = self.padding_amount
+    return amount(options) if callable(amount) else amount
+
+  def why_padding_amount_matters_for(self, cls: type, options: Mapping[str, Any]) -> str:
+    """The same for config.model.mixer_kwargs `options` of mixer class `cls` (its defaults
+    filled in)."""
+    return self.why_padding_amount_matters(options_of(cls, options))
+
+  def kit_skips(self, options: Mapping[str, Any]) -> dict[str, str]:
+    """{property: why} check_mixer skips for a mixer with these options."""
+    skips = dict(self.not_by_design(options) if callable(self.not_by_design)
+                 else self.not_by_design)
+    why = self.why_padding_amount_matters(options)
+    if why:
+      skips['padding_amount'] = why
+    return skips
+
+
+NO_TRAITS = MixerTraits()
+
+
+def traits_of(mixer: Any) -> MixerTraits:
+  """The facts a mixer class (or instance) declares; a class declaring none has the defaults."""
+  cls = mixer if isinstance(mixer, type) else type(mixer)
+  old = [a for a in ('not_by_design', 'sequence_parallel', 'no_sequence_parallel')
+         if hasattr(cls, a)]
+  if old:
+    raise TypeError(f'{cls.__name__} declares {old} as class attributes; declare them in one '
+                    f'`traits = MixerTraits({old[0]}=...)` (poolformers_jax.layers.registry).')
+  traits = getattr(cls, 'traits', NO_TRAITS)
+  if not isinstance(traits, MixerTraits):
+    raise TypeError(f'{cls.__name__}.traits must be a MixerTraits (poolformers_jax.layers.'
+                    f'registry), got {type(traits).__name__}.')
+  return traits
+
+
+def mixer_table_row(name: str) -> str:
+  """docs/api.md's row of mixer `name`: its class, shapes, mask, causal and rotary forms (from
+  its fields) and 2-D form (from its traits)."""
+  cls = MIXERS[name]
+  traits, fields = traits_of(cls), mixer_fields(cls)
+  yes = lambda field: 'yes' if field in fields else 'no'
+  return (f'| `{name}` | `{cls.__name__}` | {traits.shapes} | {traits.mask} | {yes("causal")} | '
+          f'{yes("rotary")} | {traits.two_d} |')
+
+
+def options_of(cls: type, options: Mapping[str, Any] = ()) -> dict[str, Any]:
+  """{field: value}: `options` over the class's defaults (an instance: its own values)."""
+  if not isinstance(cls, type):
+    return {f.name: getattr(cls, f.name) for f in dataclasses.fields(cls)
+            if f.name not in ('parent', 'name')}
+  values = {}
+  for f in dataclasses.fields(cls):
+    if f.name in ('parent', 'name'):
+      continue
+    if f.default is not dataclasses.MISSING:
+      values[f.name] = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+      values[f.name] = f.default_factory()
+  values.update(options)
+  return values
 
 
 def mixer_fields(cls: type[nn.Module]) -> set[str]:
@@ -80,32 +182,57 @@ def check_rotary(name: str) -> None:
                      f"{rotary_mixers()}.")
 
 
+def check_use(name: str, options: Iterable[str], *, given: Iterable[str] = (),
+              causal: bool = False, rotary: bool = False) -> None:
+  """Every one-line check of using mixer `name` with `options` (config.model.mixer_kwargs) and
+  the other arguments `given`: options it has, its causal form and rotary positions if asked
+  for, and its required arguments (else a raw TypeError from the dataclass __init__). A model
+  checks when it is built and `build_mixer` at every trace: a use already checked is not checked
+  again."""
+  cls = MIXERS[name]
+  missing = frozenset(required_fields(cls) - set(options) - set(given))
+  _check_use(name, cls, frozenset(options), missing, bool(causal), bool(rotary))
+
+
+@functools.lru_cache(maxsize=1024)
+def _check_use(name: str, cls: type, options: frozenset, missing: frozenset, causal: bool,
+               rotary: bool) -> None:
+  del cls   # in the key: a name registered again (a test's throw-away mixer) is a new use
+  check_options(name, options)
+  if causal:
+    check_causal(name)
+  if rotary:
+    check_rotary(name)
+  check_required(name, set(required_fields(MIXERS[name])) - missing)
+
+
 def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: Any) -> nn.Module:
   """Builds mixer `name`. `shared` args (num_heads, causal, ...) go only where they are fields;
   `kwargs` (the config's mixer-specific options) must all be fields of the mixer."""
   cls = MIXERS[name]
   fields = mixer_fields(cls)
-  check_options(name, kwargs)
   args = {k: v for k, v in (shared or {}).items() if k in fields}
-  if (shared or {}).get('causal'):
-    check_causal(name)
-  if (shared or {}).get('rotary') or kwargs.get('rotary'):
-    check_rotary(name)
+  check_use(name, kwargs, given=args, causal=bool((shared or {}).get('causal')),
+            rotary=bool((shared or {}).get('rotary') or kwargs.get('rotary')))
   args.update(kwargs)
-  check_required(name, args)   # else a raw TypeError from the dataclass __init__
   if sequence_parallel.active():
     check_sequence_parallel(name)
   return cls(**args)
 
 
+def sequence_parallel_mixers() -> list[str]:
+  """The registered mixers with a sequence-parallel form (their traits' `sequence_parallel`)."""
+  return sorted(name for name, cls in MIXERS.items() if traits_of(cls).sequence_parallel)
+
+
 def check_sequence_parallel(name: str) -> None:
-  """One line when mixer `name` has no sequence-parallel form (its class's `sequence_parallel`),
-  with the reason its class gives (`no_sequence_parallel`), naming the mixers that have one."""
+  """One line when mixer `name` has no sequence-parallel form, with the reason its traits give
+  (`no_sequence_parallel`), naming the mixers that have one."""
   cls = MIXERS[name]
-  if not getattr(cls, 'sequence_parallel', ''):
-    why = getattr(cls, 'no_sequence_parallel', '')
-    why = f' ({why})' if why else ''
+  traits = traits_of(cls)
+  if not traits.sequence_parallel:
+    why = f' ({traits.no_sequence_parallel})' if traits.no_sequence_parallel else ''
     raise ValueError(f'mixer {name!r} ({cls.__name__}) has no sequence-parallel form{why}, so '
                      'it cannot run with config.mesh.sequence > 1; the mixers that have one: '
-                     f'{sequence_parallel.mixers_with_form(MIXERS)} (or shard with '
+                     f'{sequence_parallel_mixers()} (or shard with '
                      '--config.mesh.fsdp and keep --config.mesh.sequence=1).')

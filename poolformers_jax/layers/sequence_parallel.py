@@ -15,9 +15,10 @@ using the shard's position (`shard.offset`) and collectives over the 'sequence' 
   - anywhere else: on the whole sequence, as one shard whose collectives are identities.
 So the unsharded mixer IS the sharded one with one shard: one code path, tested against itself.
 
-A mixer says what it needs on its class, `sequence_parallel = '<what crosses devices>'` (the
-empty string: no sequence-parallel form); `build_mixer` refuses a mixer without one in a
-sequence-sharded model, in one line naming those that have one.
+A mixer says what it needs in its traits, `MixerTraits(sequence_parallel='<what crosses
+devices>')` (the empty string: no sequence-parallel form; `no_sequence_parallel`: why);
+`build_mixer` refuses a mixer without one in a sequence-sharded model, in one line naming those
+that have one.
 """
 from __future__ import annotations
 
@@ -185,7 +186,3 @@ def map_shards(core: Callable[..., Any], arrays: Sequence[Any], axes: Sequence[A
   return jax.shard_map(lambda *a: core(shard, *a), mesh=layout.mesh, in_specs=in_specs,
                        out_specs=out_specs)(*arrays)
 
-
-def mixers_with_form(mixers: dict[str, type]) -> list[str]:
-  """The names in `mixers` (name -> class) whose class declares a sequence-parallel form."""
-  return sorted(name for name, cls in mixers.items() if getattr(cls, 'sequence_parallel', ''))

@@ -20,8 +20,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock, check_choice
-from poolformers_jax.layers.registry import (MIXERS, build_mixer, check_causal, check_options,
-                                             check_required, check_rotary)
+from poolformers_jax.layers.registry import MIXERS, build_mixer, check_use, traits_of
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
 # 'gelu_exact' the erf form of timm / the official ViT code.
@@ -104,10 +103,10 @@ class TransformerBlock(nn.Module):
                    kernel_init=self.kernel_init, name='mlp')
     x = PreNormResidual(norm('norm2'), mlp, self.dropout_rate if post else 0.0,
                         self.drop_path_rate, post)(x, deterministic=deterministic)
-    if getattr(mixer, 'placement', None) == 'block_output':
-      # ContextPool Fig. 2c: the block's output tokens are pooled for the next block.
+    if hasattr(mixer, 'block_output'):
+      # The mixer's hook on the block's output (ContextPool Fig. 2c: pooled for the next block).
       packed = {k: v for k, v in mixer_inputs.items() if k == 'segment_ids'}
-      x = mixer.pool_block_output(x, mask, **packed)
+      x = mixer.block_output(x, mask, **packed)
     return x
 
 
@@ -186,21 +185,20 @@ _BLOCK_SHARED = ('num_heads', 'causal', 'rotary', 'dropout_rate', 'dtype', 'toke
 def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: dict) -> None:
   """A model whose mixer lacks a required argument, the causal form the model needs (its
   `causal` field set: lra_causal_lm) or the rotary positions it asks for (`positions='rotary'`)
-  fails when built, not at its first trace.
-  `cls.mixer_args_set_by_model`: the ones the model passes itself (PoNetMLM's segment_num)."""
+  fails when built, not at its first trace. A model with `sentence_inputs` (PoNetMLM) sets the
+  options its mixer's traits name for sentences itself (`MixerTraits.sentence_options`)."""
   if 'mixer' not in fields or 'mixer_kwargs' not in fields:
     return
   mixer = kwargs.get('mixer', fields['mixer'].default)
   if not isinstance(mixer, str) or mixer not in MIXERS:
     return   # an unknown name is refused where the model builds its mixer, naming the valid ones
-  check_options(mixer, kwargs.get('mixer_kwargs') or {})
-  given = set(kwargs.get('mixer_kwargs') or {}) | set(_BLOCK_SHARED)
-  check_required(mixer, given | set(getattr(cls, 'mixer_args_set_by_model', ())))
+  given = set(_BLOCK_SHARED)
+  if getattr(cls, 'sentence_inputs', False):
+    given |= set(traits_of(MIXERS[mixer]).sentence_options)
   causal = kwargs.get('causal', fields['causal'].default) if 'causal' in fields else False
-  if causal:
-    check_causal(mixer)
-  if 'positions' in fields and kwargs.get('positions', fields['positions'].default) == 'rotary':
-    check_rotary(mixer)
+  rotary = ('positions' in fields
+            and kwargs.get('positions', fields['positions'].default) == 'rotary')
+  check_use(mixer, kwargs.get('mixer_kwargs') or {}, given=given, causal=causal, rotary=rotary)
 
 
 def as_dtype(value: Any) -> Any:

@@ -32,7 +32,7 @@ from flax.core import FrozenDict
 
 from poolformers_jax.layers.common import (Array, Dtype, Positions, check_choices,
                                            sinusoidal_positions)
-from poolformers_jax.layers.registry import MIXERS, check_rotary, mixer_fields
+from poolformers_jax.layers.registry import MIXERS, check_rotary, mixer_fields, traits_of
 from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
 
@@ -81,7 +81,9 @@ class BertEncoderFields(nn.Module):
   positions: Positions = 'learned'
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
-  mixer_args_set_by_model = ('segment_num',)   # from the inputs' sentences (encode below)
+  # The inputs bring sentences: the mixer gets the sentence inputs and options its traits name
+  # (PoNet's segment_ids, boundary_mask and segment_num; encode below).
+  sentence_inputs = True
 
   @nn.nowrap
   def check_mixer(self) -> None:
@@ -92,8 +94,9 @@ class BertEncoderFields(nn.Module):
     if self.positions == 'rotary':
       check_rotary(self.mixer)
     # The model sets these itself (heads, sentence segments from the inputs, dtype, dropout).
-    allowed = mixer_fields(MIXERS[self.mixer]) - {'num_heads', 'segment_num', 'dtype',
-                                                  'dropout_rate', 'kernel_init', 'rotary'}
+    allowed = mixer_fields(MIXERS[self.mixer]) - {'num_heads', 'dtype', 'dropout_rate',
+                                                  'kernel_init', 'rotary'} - set(
+        traits_of(MIXERS[self.mixer]).sentence_options)
     bad = sorted(set(self.mixer_kwargs) - allowed)
     if bad:
       raise ValueError(f'{name}: mixer_kwargs {bad} are not {self.mixer} options this model '
@@ -134,12 +137,13 @@ class BertEncoderFields(nn.Module):
                      name='type_embed')(token_type_ids)
     h = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='embed_norm')(h)
     h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
-    # PoNet's mixer reads the sentences and the [CLS]/[SEP] positions; BERT's attention does not.
-    mixer_inputs = (dict(segment_ids=segment_ids, boundary_mask=boundary)
-                    if self.mixer == 'ponet' else {})
+    # The sentences and the [CLS]/[SEP] positions go to a mixer whose traits say it reads them
+    # (PoNet; BERT's attention does not), with the options its traits set for them.
+    traits = traits_of(MIXERS[self.mixer])
+    mixer_inputs = {k: v for k, v in dict(segment_ids=segment_ids, boundary_mask=boundary).items()
+                    if k in traits.sentence_inputs}
     mixer_kwargs = dict(self.mixer_kwargs, kernel_init=_init)   # official: every Linear 0.02
-    if self.mixer == 'ponet':
-      mixer_kwargs['segment_num'] = 1    # unused: BERT input always brings sentence segment_ids
+    mixer_kwargs.update(traits.sentence_options)
     for i in range(self.num_layers):
       h = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, mixer_kwargs=mixer_kwargs,
                            dropout_rate=self.dropout_rate,

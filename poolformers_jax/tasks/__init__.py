@@ -16,6 +16,7 @@ Sums may be arrays (a confusion matrix); the training objective of a batch is
                      classification (F1, Matthews), regression (Pearson, Spearman)
   masked_tokens.py   self-pretraining on a task's own inputs (masked- and next-token prediction)
   translation.py     the 'seq2seq' decoder: beam search, detokenized and tokenized BLEU
+The files that register tasks are found by the registry's walk of this folder.
 """
 from __future__ import annotations
 

@@ -16,8 +16,9 @@ changes is the order of float additions (sums over fewer keys, micro-batch gradi
 to float rounding. Dropout masks are drawn per micro-batch shape, so only the dropout-free step
 is the same computation; with dropout it is an equally valid draw.
 
-PoNet and AdaMRA define their segments on the padded length, so cutting changes their output:
-they are refused by the config check, as is any mixer not shown to ignore padding.
+PoNet and AdaMRA define their segments on the padded length, so cutting changes their output.
+The config check refuses them, and every mixer whose traits (`MixerTraits.padding_amount`, for its
+options) say the amount of padding changes its real outputs.
 
 Evaluation (`sorted_batches`): the split's real examples sorted by length, re-batched and cut the
 same way; the task's sums are order-free, so the metrics are the uncut ones to float rounding.
@@ -28,8 +29,6 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from poolformers_jax.config.defaults import LENGTH_BUCKET_MIXERS as EXACT_MIXERS  # noqa: F401
-from poolformers_jax.config.defaults import LENGTH_BUCKET_WHY_NOT as WHY_NOT  # noqa: F401
 
 
 def real_lengths(inputs: np.ndarray) -> np.ndarray:

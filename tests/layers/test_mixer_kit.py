@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from poolformers_jax import testing as T
-from poolformers_jax.layers import MIXERS, MultiHeadAttention, build_mixer, register_mixer
+from poolformers_jax.layers import (MIXERS, MixerTraits, MultiHeadAttention, build_mixer,
+                                    register_mixer)
 from poolformers_jax.layers.registry import mixer_fields
 
 # Options that let every built-in mixer run at the kit's length 16.
@@ -94,7 +95,7 @@ def test_the_unbroken_planted_mixer_passes_every_property():
 
 def test_a_user_registered_mixer_is_picked_up_and_its_declared_skips_named():
   class Leaky(_Planted):
-    not_by_design = {'padding_values': 'made up for this test'}
+    traits = MixerTraits(not_by_design={'padding_values': 'made up for this test'})
 
   register_mixer('kit_test_leaky')(Leaky)
   try:
@@ -107,7 +108,12 @@ def test_a_user_registered_mixer_is_picked_up_and_its_declared_skips_named():
   finally:   # the registry has no unregister; other tests list MIXERS
     MIXERS._entries.pop('kit_test_leaky')   # pylint: disable=protected-access
   with pytest.raises(ValueError, match=r"unknown properties \['padding'\]"):
-    T.check_mixer(type('Typo', (_Planted,), {'not_by_design': {'padding': 'x'}})())
+    T.check_mixer(type('Typo', (_Planted,),
+                       {'traits': MixerTraits(not_by_design={'padding': 'x'})})())
+  # The facts declared the old way, as class attributes, are refused in one line naming them.
+  with pytest.raises(TypeError, match=r"declares \['not_by_design'\] as class attributes; "
+                                      r"declare them in one `traits = MixerTraits\("):
+    T.check_mixer(type('Old', (_Planted,), {'not_by_design': {'dropout': 'x'}})())
 
 
 class PlantedMixerTest(T.MixerTestCase):

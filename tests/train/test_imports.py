@@ -1,6 +1,7 @@
 """A mixer of the user's own, from a module outside the package, in our trainer without editing
 the package: `--config.imports=<module>` (train.py, eval.py, summary, reproduce import it before
 the registries are read) or an installed distribution's `poolformers_jax.mixers` entry point."""
+import ast
 import json
 import os
 import subprocess
@@ -22,17 +23,51 @@ def _run(script, *args, env):
                         timeout=600, env=env)
 
 
-def test_own_mixer_trains_and_evaluates_through_config_imports(data_dir, tmp_path):
+# A throw-away mixer written as a built-in one is: its module, its facts declared on its class,
+# and nothing else anywhere (no list, no table, no name branch).
+THROWAWAY = """
+import flax.linen as nn
+import jax.numpy as jnp
+
+from poolformers_jax.layers import MixerTraits, register_mixer
+
+
+@register_mixer('throwaway_mean')
+class ThrowawayMean(nn.Module):
+  \"\"\"Every real token gets the projected mean of the real tokens.\"\"\"
+  dropout_rate: float = 0.0
+  traits = MixerTraits(two_d='no (a throw-away)',
+                       not_by_design={'dropout': 'no dropout inside (dropout_rate is unused)'})
+
+  @nn.compact
+  def __call__(self, x, mask=None, deterministic: bool = True):
+    weights = jnp.ones(x.shape[:2], x.dtype) if mask is None else mask.astype(x.dtype)
+    mean = (x * weights[..., None]).sum(1, keepdims=True) / jnp.maximum(
+        weights.sum(1, keepdims=True)[..., None], 1.0)
+    return nn.Dense(x.shape[-1])(jnp.broadcast_to(mean, x.shape))
+"""
+
+
+def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module_alone(
+    data_dir, tmp_path):
+  """A throw-away mixer module in a temporary package: registered by decoration, trained by
+  train.py and evaluated by eval.py (`config.imports`), its kit report and docs/api.md row read
+  from its one declaration, and config validation accepts it for length buckets (its traits say
+  the amount of padding does not matter; a name table would refuse an unknown name)."""
+  (tmp_path / 'lab').mkdir()
+  (tmp_path / 'lab' / '__init__.py').write_text('')
+  (tmp_path / 'lab' / 'my_mixer.py').write_text(THROWAWAY)
   workdir = str(tmp_path / 'run')
   overrides = [f'--config.{k}={v}' for k, v in tiny_overrides(data_dir).items()]
-  own = ['--config.model.mixer=fixture_mean_mixer', '--config.imports=my_mixer']
+  own = ['--config.model.mixer=throwaway_mean', '--config.imports=lab.my_mixer']
   trained = _run('train.py', '--config', 'configs/lra_listops.py:transformer,tiny', '--workdir',
-                 workdir, *overrides, *own, env=_env(FIXTURES))
+                 workdir, *overrides, *own, env=_env(str(tmp_path)))
   assert trained.returncode == 0, trained.stderr[-3000:]
   saved = json.load(open(os.path.join(workdir, 'config.json')))
-  assert saved['imports'] == 'my_mixer' and saved['model']['mixer'] == 'fixture_mean_mixer'
+  assert saved['imports'] == 'lab.my_mixer' and saved['model']['mixer'] == 'throwaway_mean'
   # eval.py with the run's own config: config.json's imports bring the mixer back.
-  evaluated = _run('eval.py', '--workdir', workdir, '--split', 'validation', env=_env(FIXTURES))
+  evaluated = _run('eval.py', '--workdir', workdir, '--split', 'validation',
+                   env=_env(str(tmp_path)))
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   (line,) = evaluated.stdout.strip().splitlines()
   assert json.loads(line)['count'] == 20
@@ -40,17 +75,35 @@ def test_own_mixer_trains_and_evaluates_through_config_imports(data_dir, tmp_pat
   # with trust_imports=True, or once the caller imported the module itself.
   code = ('import sys; from poolformers_jax import load_run\n'
           'try:\n  load_run(sys.argv[1])\nexcept ValueError as e:\n  print(e)\n'
-          "print('my_mixer' in sys.modules)\n"
+          "print('lab.my_mixer' in sys.modules)\n"
           "run = load_run(sys.argv[1], trust_imports=True)\n"
           "print(run.predict(['[MAX 2 9 ]'])[0] in range(10))\n"
-          'import my_mixer\nprint(load_run(sys.argv[1]).step)\n')
+          'import lab.my_mixer\nprint(load_run(sys.argv[1]).step)\n'
+          'from poolformers_jax import testing\n'
+          'from poolformers_jax.config.run_file import load_saved_config\n'
+          'from poolformers_jax.config.validate import check_config\n'
+          'from poolformers_jax.data import get_dataset_info\n'
+          'from poolformers_jax.layers.registry import build_mixer, mixer_table_row\n'
+          "print(testing.check_mixer(build_mixer('throwaway_mean')))\n"
+          "print(mixer_table_row('throwaway_mean'))\n"
+          'config = load_saved_config(sys.argv[1])\n'
+          'config.length_buckets.multiple = 8\n'
+          "check_config(config, get_dataset_info(config), devices=2)\nprint('valid')\n")
   loaded = subprocess.run([sys.executable, '-c', code, workdir], cwd=REPO, capture_output=True,
-                          text=True, timeout=600, env=_env(FIXTURES))
+                          text=True, timeout=600, env=_env(str(tmp_path)))
   assert loaded.returncode == 0, loaded.stderr[-3000:]
-  assert loaded.stdout.splitlines() == [
-      f"{workdir}/config.json imports ['my_mixer'] (config.imports): a run directory runs no code "
-      'on load; import them first, or pass load_run(..., trust_imports=True) if you trust this '
-      'run', 'False', 'True', '3']
+  printed = loaded.stdout.splitlines()
+  assert printed[:4] == [
+      f"{workdir}/config.json imports ['lab.my_mixer'] (config.imports): a run directory runs no "
+      'code on load; import them first, or pass load_run(..., trust_imports=True) if you trust '
+      'this run', 'False', 'True', '3']
+  report = ast.literal_eval(printed[4])
+  assert report.pop('dropout') == 'skipped: no dropout inside (dropout_rate is unused)'
+  assert report.pop('causal') == 'skipped: not declared causal'
+  assert report.pop('bfloat16') == 'skipped: the mixer has no `dtype` field'
+  assert set(report.values()) == {'ok'} and 'padding_amount' in report, report
+  assert printed[5:] == ['| `throwaway_mean` | `ThrowawayMean` | `[B, L, D]` → `[B, L, D]` | '
+                         'yes | no | no | no (a throw-away) |', 'valid']
   # Without the module on the path: one line naming it, before anything is built.
   unknown = _run('train.py', '--config', 'configs/lra_listops.py:transformer,tiny', '--workdir',
                  str(tmp_path / 'other'), *overrides, '--config.imports=no_such_mixers',

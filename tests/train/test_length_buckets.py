@@ -230,7 +230,8 @@ def test_bucketed_training_run_matches_the_plain_run_without_reading_the_device(
 
 
 @pytest.mark.parametrize('family,why', [('ponet', 'segments are chunks of the padded length'),
-                                        ('adamra', 'floor'), ('msac', 'not shown to ignore padding')])
+                                        ('adamra', 'floor'),
+                                        ('linear_reference', "normalizer='padded_length'")])
 def test_families_that_read_the_padded_length_are_refused_in_one_line(family, why):
   config = tiny_config('/nonexistent', family, **{'length_buckets.multiple': 8})
   with pytest.raises(ConfigError, match=why) as error:
