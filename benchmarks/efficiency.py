@@ -206,7 +206,7 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
   changed `lra_text_config(entry, length, batch, dtype)` (benchmarks/official_torch.py)."""
   config = lra_text_config(entry, length, batch, dtype) if config is None else config
   setup = make_setup(config, need_files=False)
-  compiled = step_lib.compile_train_step(setup)
+  compiled = step_lib.compile_train_step(setup.step_parts)
   key = jax.random.PRNGKey(0)
   inputs = jax.random.randint(key, (batch, length), 1, 257, jnp.int32)   # every token real
   data = {'inputs': inputs, 'targets': jnp.arange(batch, dtype=jnp.int32) % 2}

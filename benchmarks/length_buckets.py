@@ -58,7 +58,7 @@ def measure(config, batches, passes: int) -> dict:
   for name, cfg in (('plain', plain_config), ('bucketed', config)):
     setup = make_setup(cfg, need_files=False)
     started = time.time()
-    compiled = step_lib.compile_train_step(setup)
+    compiled = step_lib.compile_train_step(setup.step_parts)
     state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                          setup.mesh, param_init=cfg.param_init)
     run = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))

@@ -71,7 +71,7 @@ def compile_step(family: str, length: int):
   info = dataclasses.replace(data.DATASETS['text_pretraining'].shapes(config.data),
                              vocab_size=FLAGS.vocab_size)
   setup = make_setup(config, info=info)
-  compiled = step_lib.compile_train_step(setup)
+  compiled = step_lib.compile_train_step(setup.step_parts)
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
   run = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))

@@ -198,7 +198,7 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
       'hoisted_out_of_the_loop_by_xla': cross_kv_outside_loop(
           before, params, np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32))}
   if not FLAGS.decode_only:
-    compiled = step_lib.compile_train_step(setup)
+    compiled = step_lib.compile_train_step(setup.step_parts)
     calls['train'] = (compiled.runner(state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
     out.update(train_temp_bytes=compiled.memory['temp'],
                train_argument_bytes=compiled.memory['argument'])

@@ -77,7 +77,7 @@ def test_training_step_compiles_for_a_tpu_slice_and_exports_for_cuda(case):
     if 'all-to-all' in others:
       assert others['all-to-all'] < 0.05 * reduced, found
     if 'collective-permute' in others:   # at most the chip's own images, in and out
-      images = step_lib.batch_spec(setup)['inputs']
+      images = step_lib.batch_spec(setup.step_parts)['inputs']
       assert others['collective-permute'] <= 2 * images.size // 4 * images.dtype.itemsize, found
   # The eval step reads the replicated parameters and all-reduces only its metric sums: no
   # activation ever crosses the chips in the forward pass.

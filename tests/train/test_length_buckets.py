@@ -119,7 +119,7 @@ def case(request):
   assert bucketed.config.model.pooling == 'mean_padded'     # the protocol's: sum / data's L
   state = state_lib.create_train_state(bucketed.model, bucketed.tx, bucketed.info,
                                        jax.random.PRNGKey(0), bucketed.mesh)
-  return _Case(plain, bucketed, step_lib.compile_train_step(bucketed), state,
+  return _Case(plain, bucketed, step_lib.compile_train_step(bucketed.step_parts), state,
                _host_batch(batch_size))
 
 

@@ -278,10 +278,10 @@ def test_guard_keeps_the_previous_state_and_records_the_first_bad_step(data_dir)
   from poolformers_jax.train import state as state_lib
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
-  step_fn = step_lib.make_train_step(setup)
+  step_fn = step_lib.make_train_step(setup.step_parts)
   it = data.make_train_iterator(config)
   batches = [jax.device_put(next(it)) for _ in range(4)]
-  acc = step_lib.new_accumulator(setup.mesh, step_lib.accumulator_shapes(setup))
+  acc = step_lib.new_accumulator(setup.mesh, step_lib.accumulator_shapes(setup.step_parts))
   before = None
   for batch in batches:
     before = jax.device_get(state)
