@@ -37,7 +37,7 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
   assert (inputs.shape, inputs.dtype) == ((2, length), 'int32')
   config = setup.config
   assert config.model.vocab_size == 257                   # 256 bytes + padding id 0
-  model = build_model(config)
+  model = build_model(config.model)
   one = jax.ShapeDtypeStruct((1, length), 'int32')
   shapes = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), one)['params']
   params = sum(math.prod(p.shape) for p in jax.tree_util.tree_leaves(shapes))

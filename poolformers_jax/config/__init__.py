@@ -3,7 +3,7 @@
     from poolformers_jax import config as config_lib
     config = config_lib.load('configs/lra_listops.py:ponet,tiny', {'model.dim': 32})
     config = config_lib.complete(config)       # vocab_size / num_classes / max_length from the data
-    model = poolformers_jax.models.build_model(config)
+    model = poolformers_jax.models.build_model(config.model)
 
 `load` takes the documented name `configs/<task>.py[:words]` or `<task>:words` (a file that
 exists is read from there, else the package's shipped config: `resolve`) and dotted-key overrides (`--config.<key>=<value>` on the

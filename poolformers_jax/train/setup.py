@@ -111,7 +111,7 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
       check_sequence_parallel(config.model.mixer)
     except ValueError as error:
       raise config_lib.ConfigError(str(error)) from None
-  model = build_model(config)
+  model = build_model(config.model)
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)
   tx, schedule = optim.make_optimizer_and_schedule(config)

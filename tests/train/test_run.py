@@ -190,13 +190,13 @@ def test_config_load_is_the_trainers_and_complete_fills_what_build_model_needs(d
   with pytest.raises(ValueError, match=r"^model 'lra_encoder': config.model.\{max_length, "
                      r'num_classes, vocab_size\} unset: the dataset decides them; fill them with '
                      r'config = poolformers_jax.config.complete\(config\)'):
-    build_model(config)
+    build_model(config.model)
   local = poolformers_jax.config.load('configs/lra_listops.py:ponet,tiny',
                                       {'data.data_dir': data_dir})
   completed = poolformers_jax.config.complete(local)
   assert (completed.model.vocab_size, completed.model.num_classes,
           completed.model.max_length) == (18, 10, 48)
-  assert build_model(completed).vocab_size == 18
+  assert build_model(completed.model).vocab_size == 18
 
 
 def _images(shape):
