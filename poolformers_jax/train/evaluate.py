@@ -166,8 +166,8 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
   setup = make_setup(config, run_dir=workdir)
   check_eval_batch_size(batch_size, devices=sharding.batch_devices(setup.mesh), processes=jax.process_count())
   data.base.check_split(split)
-  state, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
-                                                   setup.abstract_state)
+  state, step = checkpoint_lib.restore_state_for_reading(workdir, setup.config, checkpoint,
+                                                         setup.abstract_state)
   changes = data_changes(setup.config, workdir)
   name = record_name(split, changes)
   metrics = evaluate_state(setup, state, split, batch_size=batch_size,
