@@ -19,6 +19,7 @@ import optax
 from jax.sharding import Mesh
 
 from poolformers_jax import config as config_lib, tasks
+from poolformers_jax.config import completion
 from poolformers_jax.layers.registry import check_sequence_parallel
 from poolformers_jax.models import build_model
 from poolformers_jax.tasks.classification import TOP_K
@@ -100,8 +101,9 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
   only); `run_dir`: the run directory this config continues or reads, whose model it must be
   (config.with_run_model: `config` None is the run's own; `todo` says what to do about another
   model)."""
-  config, info = config_lib.completed(config, need_files=need_files, info=info, run_dir=run_dir,
-                                      todo=todo)
+  # config.complete, with the DatasetInfo it read (completion.py's own, private form)
+  config, info = completion._completed(config, need_files=need_files, info=info,
+                                       run_dir=run_dir, todo=todo)
   mesh = make_mesh(config) if mesh is None else mesh
   config_lib.check_config(config, info, devices=sharding.batch_devices(mesh),   # before any model
                           processes=jax.process_count(), metrics=validation_metrics(info),
