@@ -38,6 +38,7 @@ from poolformers_jax import config as config_lib
 from poolformers_jax.train import host_memory, length_buckets  # noqa: E402
 from poolformers_jax.train import state as state_lib, step as step_lib  # noqa: E402
 from poolformers_jax.train.setup import make_setup  # noqa: E402
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 
 def listops_batches(config, num_batches: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -61,7 +62,7 @@ def measure(config, batches, passes: int) -> dict:
     compiled = step_lib.compile_train_step(setup.step_parts)
     state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                          setup.mesh, param_init=cfg.param_init)
-    run = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))
+    run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
     report[name] = {'compile_s': time.time() - started, 'memory': compiled.memory}
     runs[name] = (run, compiled)
   cuts = sorted({int(m['inputs'].shape[1]) for b in batches

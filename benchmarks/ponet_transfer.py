@@ -29,6 +29,7 @@ from poolformers_jax import data, errors
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
+import step_runner  # benchmarks/step_runner.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -74,7 +75,7 @@ def compile_step(family: str, length: int):
   compiled = step_lib.compile_train_step(setup.step_parts)
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
-  run = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))
+  run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
   batch = batch_of(length, FLAGS.batch, FLAGS.vocab_size)
   result = {'step_temp_bytes': compiled.memory['temp'],
             'params': state_lib.param_count(state.params)}

@@ -44,6 +44,7 @@ from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
 from poolformers_jax.tasks.translation import length_batches
+import step_runner  # benchmarks/step_runner.py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -199,7 +200,7 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
           before, params, np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32))}
   if not FLAGS.decode_only:
     compiled = step_lib.compile_train_step(setup.step_parts)
-    calls['train'] = (compiled.runner(state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
+    calls['train'] = (step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
     out.update(train_temp_bytes=compiled.memory['temp'],
                train_argument_bytes=compiled.memory['argument'])
   return out

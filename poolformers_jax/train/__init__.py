@@ -5,5 +5,5 @@ extras.require('train', __name__)   # before the imports below fail deep inside 
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
 from poolformers_jax.train.evaluate import evaluate, evaluate_state  # noqa: E402
-from poolformers_jax.train.loop import Hooks, NonFiniteLossError, TrainResult, train_and_evaluate  # noqa: E402
+from poolformers_jax.train.loop import NonFiniteLossError, TrainResult, train_and_evaluate  # noqa: E402
 

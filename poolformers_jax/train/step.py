@@ -257,16 +257,6 @@ class CompiledStep:
   def new_accumulator(self, mesh) -> dict[str, Any]:
     return new_accumulator(mesh, self.sums_shapes)
 
-  def runner(self, state, mesh, rng) -> Callable[[Any], jax.Array]:
-    """`batch -> steps taken` (the benchmarks): each call takes one step from the state it
-    carries (state and accumulator are donated, so they live here)."""
-    carried = [state, self.new_accumulator(mesh)]
-
-    def run(batch):
-      carried[:] = self.run(*carried, batch, rng)
-      return carried[1]['steps']
-    return run
-
 
 def memory_of(compiled) -> dict[str, int]:
   """Bytes of a compiled program per device: arguments + outputs + temporaries - aliased
