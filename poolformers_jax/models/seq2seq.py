@@ -94,7 +94,7 @@ class Attention(nn.Module):
   - 'memory' (cross-attention): the keys and values of the encoder output, projected once when
     the cache is created (seq2seq_decode.init_cache) instead of at every step.
   - 'none': nothing (cross-attention projecting the encoder output at every step: the slower
-    reference benchmarks/translation.py compares with).
+    reference benchmarks/translation_bench.py compares with).
   `rotary` (self-attention): q and k turned by position (common.apply_rotary), a decoding step's
   at its cache index.
   """

@@ -38,6 +38,7 @@ from poolformers_jax.train.setup import (Setup, StepParts, make_setup, process_s
 def make_eval_step(parts: StepParts):
   """The jitted eval step of a Setup's step_parts (eval_step_of its model, task, shardings and
   mesh)."""
+  step_lib.check_parts(parts)
   return eval_step_of(parts.model, parts.task, parts.state_shardings, parts.mesh)
 
 

@@ -5,7 +5,7 @@ pages and unmaps them on free, and trims its per-thread arenas with `madvise(DON
 step touches its whole working set as new pages: on 2 CPU cores the default ListOps model took
 36 000 page faults per step, 14 of its 19 s in the kernel, at 10-11 steps/s. With the heap kept
 (no mmap for large blocks, no trimming, one arena) it is 36 000 faults in 200 steps, 0.7 s in
-the kernel, 15-16 steps/s (`benchmarks/host_memory.py` measures both in subprocesses).
+the kernel, 15-16 steps/s (`benchmarks/host_memory_bench.py` measures both in subprocesses).
 
 What it costs: the process keeps its peak heap instead of handing memory back to the system,
 and every thread allocates from one arena. Set POOLFORMERS_SYSTEM_MALLOC=1 to leave glibc's

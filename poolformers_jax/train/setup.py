@@ -41,12 +41,12 @@ class StepParts:
   grad_accum_steps: int
   batch_size: int                      # global; config.batch_size
   label_smoothing: float               # config.label_smoothing
-  mixup: dict[str, float]              # mixing.mix_batch's keyword arguments; {}: no mixup / cutmix
+  mixup: dict[str, float]              # mixup.mix_batch's keyword arguments; {}: no mixup / cutmix
   bucket_multiple: int                 # config.length_buckets.multiple; 0: no length buckets
   micro_batch_size: int                # config.length_buckets.micro_batch_size
 
 
-def _mixing_kwargs(config: ml_collections.ConfigDict) -> dict[str, float]:
+def _mixup_kwargs(config: ml_collections.ConfigDict) -> dict[str, float]:
   """mix_batch's keyword arguments from config.mixup, or {} when both alphas are 0
   (config/validate.py has checked that the data are images to classify)."""
   mixup = config.mixup
@@ -127,7 +127,7 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
       info=info, model=model, task=task, schedule=schedule, mesh=mesh, abstract_state=abstract,
       state_shardings=shardings, grad_accum_steps=int(config.optimizer.grad_accum_steps),
       batch_size=int(config.batch_size), label_smoothing=float(config.label_smoothing),
-      mixup=_mixing_kwargs(config), bucket_multiple=int(config.length_buckets.multiple),
+      mixup=_mixup_kwargs(config), bucket_multiple=int(config.length_buckets.multiple),
       micro_batch_size=int(config.length_buckets.micro_batch_size))
   return Setup(config=config, tx=tx, eval_batch_size=int(config.eval_batch_size or config.batch_size),
                step_parts=step_parts, decoder=decoder)

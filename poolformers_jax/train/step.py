@@ -29,10 +29,10 @@ import optax
 
 from poolformers_jax import tasks
 from poolformers_jax.layers import sequence_parallel
-from poolformers_jax.train import length_buckets, mixing, sharding, transforms
+from poolformers_jax.train import length_buckets, mixup, sharding, transforms
 from poolformers_jax.train.setup import StepParts, variables_of
 
-_MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
+_MIXUP_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
 
 
 def example_weights(targets: Any) -> jax.Array:
@@ -41,10 +41,18 @@ def example_weights(targets: Any) -> jax.Array:
   return jnp.ones(jax.tree.leaves(targets)[0].shape[:1], jnp.float32)
 
 
+def check_parts(parts: Any) -> None:
+  """One line for anything but a StepParts (a Setup: pass its step_parts)."""
+  if not isinstance(parts, StepParts):
+    raise TypeError(f'the train / eval steps are built from a StepParts, not a '
+                    f'{type(parts).__name__}: pass setup.step_parts')
+
+
 def batch_spec(parts: StepParts, batch_size: Optional[int] = None) -> Any:
   """The abstract global training batch (sharded as sharding.batch_sharded says: examples over
   'data' x 'fsdp', tokens over 'sequence'): `batch_size` (default config.batch_size) training
   examples of the dataset."""
+  check_parts(parts)
   size = int(parts.batch_size if batch_size is None else batch_size)
   return jax.tree.map(lambda s: jax.ShapeDtypeStruct(
       (size,) + s.shape, s.dtype, sharding=sharding.batch_sharded(parts.mesh, 1 + len(s.shape))),
@@ -139,6 +147,7 @@ def make_train_step(parts: StepParts, platform: Optional[str] = None):
   With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches.
   `platform`: the device platform the step is for (default: the mesh's; `export_for_cuda`
   says 'cuda'), which picks its program transforms (train/transforms.py)."""
+  check_parts(parts)
   if parts.bucket_multiple:
     return BucketedStep(parts, platform)
   task = parts.task
@@ -149,8 +158,8 @@ def make_train_step(parts: StepParts, platform: Optional[str] = None):
     rng = jax.random.fold_in(rng, state.step)
     inputs, targets = task.model_inputs(batch), batch['targets']
     if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
-      inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
-                                         parts.info.num_classes, **mix)
+      inputs, targets = mixup.mix_batch(jax.random.fold_in(rng, _MIXUP_SALT), inputs, targets,
+                                        parts.info.num_classes, **mix)
     (objective, (sums, updates)), grads = gradients(state, inputs, targets,
                                                     example_weights(targets), rng, task.objective)
     return update(state, acc, objective, sums, grads, updates)
@@ -270,6 +279,7 @@ def memory_of(compiled) -> dict[str, int]:
 
 def abstract_step_args(parts: StepParts, sums_shapes: Any = None) -> tuple[Any, Any, Any, Any]:
   """(state, accumulator, batch, rng) of the training step as sharded ShapeDtypeStructs."""
+  check_parts(parts)
   sums_shapes = accumulator_shapes(parts) if sums_shapes is None else sums_shapes
   replicated = sharding.replicated(parts.mesh)
   acc = _accumulator(sums_shapes, lambda shape, dtype: jax.ShapeDtypeStruct(
@@ -282,6 +292,7 @@ def compile_train_step(parts: StepParts) -> CompiledStep:
   """The training step of `parts` (a Setup's step_parts), compiled from abstract shapes
   (nothing is read or run). Bucketed: the micro step at the full length now, the shorter buckets
   on first use."""
+  check_parts(parts)
   sums_shapes = accumulator_shapes(parts)
   state, _, _, rng = args = abstract_step_args(parts, sums_shapes)
   step = make_train_step(parts)

@@ -76,6 +76,8 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
   assert setup.info.packed and setup.config.model.vocab_size == 32000
   (summarized,) = compiled
   assert summarized.info == setup.info and summarized.batch_size == setup.config.batch_size
+  with pytest.raises(TypeError, match=r'from a StepParts, not a Setup: pass setup.step_parts'):
+X
   shapes = lambda state: jax.tree.map(lambda a: (a.shape, a.dtype), state)
   for part in ('params', 'opt_state'):
     assert (shapes(getattr(summarized.abstract_state, part))

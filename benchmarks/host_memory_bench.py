@@ -8,7 +8,7 @@ reading the next batch (as the loop does). Per setting: steps/s, page faults per
 (`sys`) seconds, both from /proc/self/stat around the step-only phase. Prints a Markdown table
 and writes host_memory.json:
 
-  .venv/bin/python benchmarks/host_memory.py --output_dir /tmp/host_memory
+  .venv/bin/python benchmarks/host_memory_bench.py --output_dir /tmp/host_memory
 """
 import json
 import os

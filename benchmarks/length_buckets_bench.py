@@ -1,7 +1,7 @@
 r"""Length-grouped micro-batches (config.length_buckets) against the plain step, in one process,
 at the ListOps paper setting (length 2048, batch 32):
 
-  taskset -c 0 nice -n 10 .venv/bin/python benchmarks/length_buckets.py --output /tmp/lb.json
+  taskset -c 0 nice -n 10 .venv/bin/python benchmarks/length_buckets_bench.py --output /tmp/lb.json
 
 For each family (`--families`) and protocol word (`--protocols`: ours, reference) the trainer's
 own compiled step (train/step.py, the config of configs/lra_listops.py:<family>[,reference],

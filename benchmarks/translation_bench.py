@@ -20,7 +20,7 @@ encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
   `before_cross_kv_projections`: how many of the before decoder's per-step cross-attention
   key/value projections XLA moved out of the decoding loop (compiled once per batch anyway).
 
-  nice -n 19 .venv/bin/python benchmarks/translation.py --output_dir /tmp/translation_bench
+  nice -n 19 .venv/bin/python benchmarks/translation_bench.py --output_dir /tmp/translation_bench
 
 Defaults are a reduced Base (layers, width, FFN, heads below) that fits this 2-core CPU; pass
 --num_layers 6 --emb_dim 512 --mlp_dim 2048 --num_heads 8 --batch 128 --length 256 for the real
