@@ -55,8 +55,8 @@ def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_
 
 def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch):
   """`python -m poolformers_jax.summary --config configs/wmt14.py:base` prints 60.52 M parameters
-  and the memory of compile_train_step(setup.step_parts) for the trainer's setup. Compiling Base's step
-  takes minutes and 5-7 GB of host memory on XLA:CPU, too much for the suite, so the compile is
+  and the memory of compile_train_step(setup.step_parts) for the trainer's setup. Compiling
+  Base's step takes minutes and 5-7 GB of host memory on XLA:CPU, too much for the suite, so the compile is
   replaced by a spy here; the two tests above compare compiled bytes with a real trainer run."""
   compiled = []
   memory = {'argument': 1, 'output': 2, 'temp': 3, 'alias': 1, 'total': 5}
@@ -77,7 +77,7 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
   (summarized,) = compiled
   assert summarized.info == setup.info and summarized.batch_size == setup.config.batch_size
   with pytest.raises(TypeError, match=r'from a StepParts, not a Setup: pass setup.step_parts'):
-X
+    step.make_train_step(setup)                 # one type: the Setup's step_parts
   shapes = lambda state: jax.tree.map(lambda a: (a.shape, a.dtype), state)
   for part in ('params', 'opt_state'):
     assert (shapes(getattr(summarized.abstract_state, part))
