@@ -38,6 +38,7 @@ from poolformers_jax import config as config_lib
 from poolformers_jax.train import host_memory, length_buckets  # noqa: E402
 from poolformers_jax.train import state as state_lib, step as step_lib  # noqa: E402
 from poolformers_jax.train.setup import make_setup  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 

@@ -17,6 +17,7 @@ Defaults are a reduced size for a CPU (the paper's PoNet-Base is 12 x 768, vocab
 import dataclasses
 import json
 import os
+import sys
 import statistics
 import time
 
@@ -29,7 +30,8 @@ from poolformers_jax import data, errors
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
-import step_runner  # benchmarks/step_runner.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -28,6 +28,7 @@ Base size on an accelerator.
 """
 import json
 import os
+import sys
 import re
 import statistics
 import time
@@ -44,7 +45,8 @@ from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
 from poolformers_jax.tasks.translation import length_batches
-import step_runner  # benchmarks/step_runner.py
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
