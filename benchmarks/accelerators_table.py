@@ -1,5 +1,5 @@
-"""The markdown tables of benchmarks/accelerators.py's JSON records (one file per config and
-slice): `python benchmarks/accelerators.py --output_dir DIR --table`."""
+"""The markdown tables of benchmarks/accelerators_bench.py's JSON records (one file per config and
+slice): `python benchmarks/accelerators_bench.py --output_dir DIR --table`."""
 from __future__ import annotations
 
 import glob

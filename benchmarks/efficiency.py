@@ -89,6 +89,7 @@ from poolformers_jax.train.setup import make_setup, variables_of  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flop_rates import add_flop_rates, peak_bf16_flops  # noqa: E402  (benchmarks/flop_rates.py)
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where efficiency.json / .md / .png are written.')
@@ -206,7 +207,7 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
   changed `lra_text_config(entry, length, batch, dtype)` (benchmarks/official_torch.py)."""
   config = lra_text_config(entry, length, batch, dtype) if config is None else config
   setup = make_setup(config, need_files=False)
-  compiled = step_lib.compile_train_step(setup)
+  compiled = step_lib.compile_train_step(setup.step_parts)
   key = jax.random.PRNGKey(0)
   inputs = jax.random.randint(key, (batch, length), 1, 257, jnp.int32)   # every token real
   data = {'inputs': inputs, 'targets': jnp.arange(batch, dtype=jnp.int32) % 2}
@@ -217,7 +218,7 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
 
   train_state = state_lib.create_train_state(setup.model, setup.tx, setup.info, key, setup.mesh)
   variables = variables_of(train_state)
-  runner = compiled.runner(train_state, setup.mesh, key)
+  runner = step_runner.runner(compiled, train_state, setup.mesh, key)
   run = lambda state, data: (state, runner(data))   # the state lives in the runner
   stats = dict(compiled.memory, step_flops=step_flops(compiled))
   return (run, stats), variables, data, jax.jit(loss_fn)

@@ -65,7 +65,7 @@ def sequence_record(family: str, topology: str, shards: int, length: int):
   try:
     setup = make_setup(config, need_files=False, mesh=accelerators.topology_mesh(
         topology, {'data': 1, 'sequence': shards} if shards > 1 else {}))
-    compiled = step_lib.compile_train_step(setup).run
+    compiled = step_lib.compile_train_step(setup.step_parts).run
   except Exception as error:   # libtpu refuses a step whose temporaries exceed the chip
     return {**record, 'error': str(error).strip().splitlines()[0][:300],
             'compile_seconds': time.time() - started}

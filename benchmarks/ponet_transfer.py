@@ -17,6 +17,7 @@ Defaults are a reduced size for a CPU (the paper's PoNet-Base is 12 x 768, vocab
 import dataclasses
 import json
 import os
+import sys
 import statistics
 import time
 
@@ -29,6 +30,8 @@ from poolformers_jax import data, errors
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,10 +74,10 @@ def compile_step(family: str, length: int):
   info = dataclasses.replace(data.DATASETS['text_pretraining'].shapes(config.data),
                              vocab_size=FLAGS.vocab_size)
   setup = make_setup(config, info=info)
-  compiled = step_lib.compile_train_step(setup)
+  compiled = step_lib.compile_train_step(setup.step_parts)
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
-  run = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))
+  run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
   batch = batch_of(length, FLAGS.batch, FLAGS.vocab_size)
   result = {'step_temp_bytes': compiled.memory['temp'],
             'params': state_lib.param_count(state.params)}

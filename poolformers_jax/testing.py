@@ -44,7 +44,7 @@ import dataclasses
 import inspect
 import os
 import traceback
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import chex
 import flax.linen as nn
@@ -583,12 +583,8 @@ def compilations(fn) -> int:
   return fn._cache_size()   # pylint: disable=protected-access
 
 
-def assert_traces(fn: Callable, batches: Union[Iterable[Sequence[Any]], Callable[[Callable], Any]],
-                  n: int = 1, **jit_kwargs) -> Any:
-  """Runs `fn` and asserts that it traced (compiled) at most `n` times. `batches`: argument
-  tuples, `fn(*args)` called on each (returns the outputs); or a driver called once with the
-  function to use (returns what it returns), e.g.
-  `lambda step: evaluate_state(setup, state, 'test', eval_step=step)` for an eval loop.
+def _counted(fn: Callable, jit_kwargs: dict) -> tuple[str, Callable, Callable[[], int]]:
+  """(name, the function to run, how many times it traced so far).
 
   - A jitted function (jax.jit's result, e.g. an eval step or a decoder): the new entries of its
     compilation cache are counted, so its own shardings and static arguments stay as they are.
@@ -600,27 +596,45 @@ def assert_traces(fn: Callable, batches: Union[Iterable[Sequence[Any]], Callable
   name = getattr(fn, '__name__', repr(fn))
   if hasattr(fn, '_cache_size') and hasattr(fn, 'lower'):
     before = compilations(fn)
-    run, count = fn, lambda: compilations(fn) - before
-  else:
-    traces = []
+    return name, fn, lambda: compilations(fn) - before
+  traces = []
 
-    def counted(*args):   # a fresh Python function each call: its count starts at 0
-      traces.append(1)
-      return fn(*args)
+  def counted(*args):   # a fresh Python function each call: its count starts at 0
+    traces.append(1)
+    return fn(*args)
 
-    run, count = jax.jit(counted, **jit_kwargs), lambda: len(traces)
-  if callable(batches):
-    result, calls = batches(run), 'its driver'
-  else:
-    result = []
-    for args in batches:
-      result.append(run(*args))
-      if count() > n:
-        break
-    calls = f'{len(result)} calls (the last with shapes {jax.tree.map(np.shape, args)})'
+  return name, jax.jit(counted, **jit_kwargs), lambda: len(traces)
+
+
+def _retraced(name: str, count: int, n: int, calls: str) -> AssertionError:
+  return AssertionError(f'retrace: {name} compiled {count} times in {calls}; at most {n} allowed')
+
+
+def assert_traces(fn: Callable, batches: Iterable[Sequence[Any]], n: int = 1,
+                  **jit_kwargs) -> list[Any]:
+  """Calls `fn(*args)` on each argument tuple of `batches` and asserts that it traced (compiled)
+  at most `n` times; returns the outputs. How `fn` is counted: `_counted`."""
+  name, run, count = _counted(fn, jit_kwargs)
+  result = []
+  for args in batches:
+    result.append(run(*args))
+    if count() > n:
+      break
   if count() > n:
-    raise AssertionError(f'retrace: {name} compiled {count()} times in {calls}; at most {n} '
-                         f'allowed')
+    raise _retraced(name, count(), n, f'{len(result)} calls (the last with shapes '
+                    f'{jax.tree.map(np.shape, args)})')
+  return result
+
+
+def assert_driver_traces(fn: Callable, driver: Callable[[Callable], Any], n: int = 1,
+                         **jit_kwargs) -> Any:
+  """Calls `driver(f)` once, `f` standing for `fn`, and asserts that `fn` traced (compiled) at most
+  `n` times in it; returns what the driver returns. E.g. an eval loop:
+  `assert_driver_traces(step, lambda run: evaluate_state(setup, state, 'test', eval_step=run))`."""
+  name, run, count = _counted(fn, jit_kwargs)
+  result = driver(run)
+  if count() > n:
+    raise _retraced(name, count(), n, 'its driver')
   return result
 
 

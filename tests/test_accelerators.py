@@ -23,7 +23,7 @@ V5E = accelerators.CHIPS['v5e']
 # ContextPool with BatchNorm). Each libtpu compile takes 15-30 s here, so the other registered
 # models (the char LM, PoNet classifier and dual encoder: layers compiled here already; HVT's
 # token pooling, Swin's windows, MSAC's 2-D forms) are compiled at their paper settings by
-# benchmarks/accelerators.py, recorded in docs/accelerators.md.
+# benchmarks/accelerators_bench.py, recorded in docs/accelerators.md.
 MODELS_COMPILED = ('lra_encoder', 'transformer_seq2seq', 'ponet_mlm', 'vit', 'cp_convnet')
 CASES = {**{name: SIZED_BY[name] for name in MODELS_COMPILED},
          **{f'lra_encoder[{family}]': (f'lra_listops.py:{family},tiny', {})
@@ -77,7 +77,7 @@ def test_training_step_compiles_for_a_tpu_slice_and_exports_for_cuda(case):
     if 'all-to-all' in others:
       assert others['all-to-all'] < 0.05 * reduced, found
     if 'collective-permute' in others:   # at most the chip's own images, in and out
-      images = step_lib.batch_spec(setup)['inputs']
+      images = step_lib.batch_spec(setup.step_parts)['inputs']
       assert others['collective-permute'] <= 2 * images.size // 4 * images.dtype.itemsize, found
   # The eval step reads the replicated parameters and all-reduces only its metric sums: no
   # activation ever crosses the chips in the forward pass.
@@ -154,8 +154,8 @@ def test_fit_advice_names_the_accumulation_that_fits():
   assert ('--config.batch_size=128 --config.optimizer.grad_accum_steps=8 '
           '--config.num_train_steps=8000 --config.optimizer.warmup_steps=80') in line
   assert '~10.3 GiB estimated' in line
-  # benchmarks/accelerators.py compiles that suggestion again as the config's `__fit` record.
-  benchmark = load_benchmark('accelerators')
+  # benchmarks/accelerators_bench.py compiles that suggestion again as the config's `__fit` record.
+  benchmark = load_benchmark('accelerators_bench')
   assert benchmark.fit_overrides({'error': 'error: ' + line}) == (
       '--config.batch_size=128', '--config.optimizer.grad_accum_steps=8',
       '--config.num_train_steps=8000', '--config.optimizer.warmup_steps=80')
@@ -174,7 +174,7 @@ def test_benchmark_compiles_the_next_suggestion_when_an_accumulation_is_refused(
   that compiles above the chip's memory (summary's estimate fell short) is followed by `__fit2`
   with the accumulation its `fit_advice` names; a fitting one ends the chain; finished records
   are reused."""
-  benchmark = load_benchmark('accelerators')
+  benchmark = load_benchmark('accelerators_bench')
   refusal = lambda accum: {'error': f'error: v5e:2x2: the training step needs 17.4 GiB per chip, '
                            f'the chip has 15.8 GiB: try --config.batch_size={1024 // accum} '
                            f'--config.optimizer.grad_accum_steps={accum} (the same updates)'}
@@ -193,7 +193,7 @@ def test_benchmark_compiles_the_next_suggestion_when_an_accumulation_is_refused(
 
   monkeypatch.setattr(benchmark, 'run_one', fake_run_one)
   monkeypatch.setattr(benchmark, '_report', lambda record: record)
-  argv = ['accelerators.py', '--output_dir', str(tmp_path), '--topologies', 'v5e:2x2',
+  argv = ['accelerators_bench.py', '--output_dir', str(tmp_path), '--topologies', 'v5e:2x2',
           '--only', 'imagenet.py:vit_b16']
   monkeypatch.setattr(sys, 'argv', argv)
   benchmark.main()

@@ -122,6 +122,18 @@ def test_configuration_has_one_home():
   assert stale == []
 
 
+def test_no_benchmark_is_named_like_a_package_module():
+  """A benchmark script's folder is first on its sys.path: one named like a package module
+  (`accelerators`, `length_buckets`, ...) would read as, and import as, that module."""
+  stem = lambda path: os.path.splitext(os.path.basename(path))[0]
+  package = ({stem(p) for p in glob.glob(os.path.join(PACKAGE, '**', '*.py'), recursive=True)}
+             | {os.path.basename(os.path.dirname(p))
+                for p in glob.glob(os.path.join(PACKAGE, '**', '__init__.py'), recursive=True)})
+  benchmarks = {stem(p) for p in glob.glob(os.path.join(ROOT, 'benchmarks', '*.py'))}
+  assert 'length_buckets' in package and 'efficiency' in benchmarks      # the scan finds both
+  assert sorted(benchmarks & package) == []
+
+
 # Loads every config file (its default argument) in one fresh interpreter; after each, the heavy
 # modules then imported.
 _LOAD_CONFIGS = """

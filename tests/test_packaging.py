@@ -210,7 +210,7 @@ CORE_ONLY = textwrap.dedent('''
   from poolformers_jax import config as config_lib, models
   config = config_lib.complete(config_lib.load('configs/lra_listops.py:ponet,small'),
                                need_files=False)
-  model = models.build_model(config)
+  model = models.build_model(config.model)
   tokens = jax.numpy.ones((2, config.model.max_length), jax.numpy.int32)
   logits = model.apply(model.init(jax.random.PRNGKey(0), tokens), tokens)
   try:

@@ -31,7 +31,7 @@ def tiny_hvt_config():
 def test_summary_of_a_tiny_hvt():
   config = tiny_hvt_config()
   out = summary.summarize(config, batch_size=2)
-  model = build_model(config_lib.complete(config, need_files=False))   # 100 classes: the data
+  model = build_model(config_lib.complete(config, need_files=False).model)   # 100 classes: the data
   abstract = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), jnp.zeros((1, 32, 32, 3))))
   params = sum(math.prod(p.shape) for p in jax.tree_util.tree_leaves(abstract['params']))
   assert out['params'] == params

@@ -33,11 +33,11 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
     data.get_dataset_info(config)
   length = config.data.max_length                         # 2048 in stage 1
   setup = make_setup(config_lib.override(config, batch_size=2, num_devices=1), need_files=False)
-  inputs = step.batch_spec(setup)['inputs']               # what summary compiles the step for
+  inputs = step.batch_spec(setup.step_parts)['inputs']               # what summary compiles the step for
   assert (inputs.shape, inputs.dtype) == ((2, length), 'int32')
   config = setup.config
   assert config.model.vocab_size == 257                   # 256 bytes + padding id 0
-  model = build_model(config)
+  model = build_model(config.model)
   one = jax.ShapeDtypeStruct((1, length), 'int32')
   shapes = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), one)['params']
   params = sum(math.prod(p.shape) for p in jax.tree_util.tree_leaves(shapes))

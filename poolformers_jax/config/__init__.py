@@ -3,7 +3,7 @@
     from poolformers_jax import config as config_lib
     config = config_lib.load('configs/lra_listops.py:ponet,tiny', {'model.dim': 32})
     config = config_lib.complete(config)       # vocab_size / num_classes / max_length from the data
-    model = poolformers_jax.models.build_model(config)
+    model = poolformers_jax.models.build_model(config.model)
 
 `load` takes the documented name `configs/<task>.py[:words]` or `<task>:words` (a file that
 exists is read from there, else the package's shipped config: `resolve`) and dotted-key overrides (`--config.<key>=<value>` on the
@@ -21,7 +21,7 @@ The rooms (each a small module):
   bert.py        PoNet transfer (pre-training, GLUE, long text)
   files.py       `load_file` / `load`: a config file by its name, with checked overrides
   keys.py        `check_keys` (close-key suggestions) and `override`
-  completion.py  `completed`: the one place a run's config is completed (the run's model on a
+  completion.py  `complete`: the one place a run's config is completed (the run's model on a
                  resume, model sizes from the data); the trainer keeps it as `Setup.config`
   validate.py    `check_config`: every check of a completed config, one line each, up front
   run_file.py    a run's config.json (`save_config`, `load_saved_config`) and `with_run_model`
@@ -30,7 +30,7 @@ Configs are numbers and names: nothing here imports flax, optax, orbax, grain or
 """
 from __future__ import annotations
 
-from poolformers_jax.config.completion import complete_from_dataset, completed
+from poolformers_jax.config.completion import complete
 from poolformers_jax.config.defaults import SIZE_SLOT, SIZES, base_config, shrink_run
 from poolformers_jax.config.files import CONFIGS_DIR, load, load_file, resolve, resolved
 from poolformers_jax.config.keys import (ConfigKeyError, check_keys, flat_keys, is_open_key,
@@ -42,15 +42,8 @@ from poolformers_jax.config.words import Numbered, parse_words
 
 __all__ = [
     'CONFIGS_DIR', 'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES', 'SIZE_SLOT',
-    'base_config', 'check_config', 'check_keys', 'complete', 'complete_from_dataset', 'completed',
-    'flat_keys', 'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences', 'override',
-    'override_keys_from_argv', 'parse_words', 'resolve', 'resolved', 'save_config', 'shrink_run', 'to_json',
-    'with_run_model',
+    'base_config', 'check_config', 'check_keys', 'complete', 'flat_keys', 'is_open_key', 'load',
+    'load_file', 'load_saved_config', 'model_differences', 'override', 'override_keys_from_argv',
+    'parse_words', 'resolve', 'resolved', 'save_config', 'shrink_run', 'to_json', 'with_run_model',
 ]
 
-
-def complete(config, *, need_files: bool = True):
-  """A locked copy of `config` with the model sizes its dataset decides filled in (vocab_size,
-  num_classes, max_length, special-token ids), from the dataset's info: what train.py builds the
-  model from. need_files=False: from the dataset's constants where its files are missing."""
-  return completed(config, need_files=need_files)[0]

@@ -1,11 +1,12 @@
 """Completing a config: THE one place where a run's config becomes the config it runs.
 
-`completed` takes the config a run was given and returns a locked copy with the model sizes its
+`complete` takes the config a run was given and returns a locked copy with the model sizes its
 dataset decides filled in (vocab_size, num_classes, max_length, special-token ids, from the
 dataset's DatasetInfo), after the user's modules named in `config.imports` are imported (their
 mixers and models registered); with `run_dir` (a run being resumed, or read by eval.py) the
-model is the run's own first (config/run_file.py, `with_run_model`). `train/setup.py`'s `make_setup` calls it
-once and keeps the result as `Setup.config`, which every later reader takes.
+model is the run's own first (config/run_file.py, `with_run_model`). `make_setup` (the trainer)
+completes through `_completed`, the same with the DatasetInfo it read, once, and keeps the result
+as `Setup.config`, which every later reader takes.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from poolformers_jax import data, registry
 from poolformers_jax.config import run_file
 
 
-def complete_from_dataset(config: ml_collections.ConfigDict, info) -> None:
+def _fill_model_sizes(config: ml_collections.ConfigDict, info) -> None:
   """Fills model.vocab_size / max_length / num_classes left unset, from the DatasetInfo."""
   derived = {'vocab_size': info.vocab_size, 'num_classes': info.num_classes,
              'max_length': info.input_shape[-1] if info.vocab_size is not None else None,
@@ -45,20 +46,28 @@ def steps_from_epochs(config: ml_collections.ConfigDict, info) -> None:
     config.num_train_steps = math.ceil(epochs * examples / config.batch_size)
 
 
-def completed(config: ml_collections.ConfigDict, *, need_files: bool = True,
-              info: Optional[Any] = None, run_dir: Optional[str] = None,
-              todo: str = '') -> tuple[ml_collections.ConfigDict, Any]:
-  """(a locked copy of `config` with the model sizes the data decides filled in, DatasetInfo).
-  need_files=False: sizes from the dataset's constants where its files are missing; `info`: this
-  DatasetInfo instead of the dataset's (a benchmark that makes its own batches); `run_dir`: a run
-  directory this config continues (a resume): its model is the run's (`run_file.with_run_model`;
-  `todo` says what to do about a different one)."""
+def complete(config: ml_collections.ConfigDict, *, need_files: bool = True,
+             info: Optional[Any] = None, run_dir: Optional[str] = None,
+             todo: str = '') -> ml_collections.ConfigDict:
+  """A locked copy of `config` with the model sizes its dataset decides filled in (vocab_size,
+  num_classes, max_length, special-token ids) from the dataset's info: what train.py builds the
+  model from. need_files=False: sizes from the dataset's constants where its files are missing;
+  `info`: this DatasetInfo instead of the dataset's (a benchmark that makes its own batches);
+  `run_dir`: a run directory this config continues (a resume): its model is the run's
+  (`run_file.with_run_model`; `todo` says what to do about a different one)."""
+  return _completed(config, need_files=need_files, info=info, run_dir=run_dir, todo=todo)[0]
+
+
+def _completed(config: ml_collections.ConfigDict, *, need_files: bool = True,
+               info: Optional[Any] = None, run_dir: Optional[str] = None,
+               todo: str = '') -> tuple[ml_collections.ConfigDict, Any]:
+  """(`complete`'s config, the DatasetInfo it was completed from): make_setup's."""
   if run_dir is not None:
     config = run_file.with_run_model(config, run_dir, **({'todo': todo} if todo else {}))
   registry.import_modules(config.get('imports', ''))   # the user's mixers / models, registered
   info = info or data.get_dataset_info(config, need_files=need_files)
   config = copy.deepcopy(config)   # the caller's config is left untouched
-  complete_from_dataset(config, info)
+  _fill_model_sizes(config, info)
   steps_from_epochs(config, info)
   config.lock()
   return config, info

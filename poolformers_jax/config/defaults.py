@@ -44,7 +44,7 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   ))
   config.label_smoothing = 0.0
   config.param_init = 'default'          # 'torch': PyTorch's module defaults (train/param_init.py)
-  # DeiT's batch mixing for image classification (train/mixing.py); both alphas 0 = off.
+  # DeiT's batch mixing for image classification (train/mixup.py); both alphas 0 = off.
   config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.0, cutmix_alpha=0.0,
                                                 switch_prob=0.5))
   config.batch_size = 32                 # global, over all processes and devices

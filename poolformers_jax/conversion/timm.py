@@ -118,7 +118,7 @@ def model_params_of(config, state_dict: dict[str, np.ndarray]) -> tuple[Any, dic
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
   from poolformers_jax.models import build_model
-  model = build_model(config)
+  model = build_model(config.model)
   if not hasattr(model, 'pool_after_blocks'):
     raise ConversionError(f'model {config.model.name!r}: only ViT / DeiT / HVT configs convert.')
   images = jax.ShapeDtypeStruct((1,) + tuple(model.input_shape()), jnp.float32)

@@ -6,7 +6,7 @@ unbound Flax module, always `Cls(**model_kwargs(cfg, Cls, ...))` (models/block.p
 key is a field of the model class, checked in that one place. A model that needs nothing more
 registers its class, `register_model_class('name', Cls)`: its constructor is then that one line,
 here.
-`build_model(config)` is the only entry point the trainer, eval, summary and tests use.
+`build_model(config.model)` is the only entry point the trainer, eval, summary and tests use.
 """
 from __future__ import annotations
 
@@ -32,7 +32,9 @@ def register_model_class(name: str, cls: type) -> type:
   return cls
 
 
-def build_model(config) -> nn.Module:
-  """Builds `config.model.name` from `config.model` (a ConfigDict or the full config)."""
-  model_config = config.model if 'model' in config else config
+def build_model(model_config) -> nn.Module:
+  """Builds `model_config.name` from `model_config`: a run config's `config.model`."""
+  if 'name' not in model_config:
+    raise ValueError(f'build_model takes config.model (a model config with a name); got one with '
+                     f'keys {sorted(model_config.keys())[:6]}: pass config.model')
   return MODELS[model_config.name](model_config)

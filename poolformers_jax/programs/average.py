@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from poolformers_jax import errors
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import checkpoint as checkpoint_lib, cli
+from poolformers_jax.train import checkpoint as checkpoint_lib, cli, integrity
 from poolformers_jax.train.setup import make_setup
 
 
@@ -33,7 +33,8 @@ def average_checkpoints(workdir: str, last: Optional[int] = None, config=None) -
   setup = make_setup(config)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=int(config.keep_checkpoints),
                                              best_metric=config.best_metric,
-                                             best_mode=config.best_mode, config=config)
+                                             best_mode=config.best_mode,
+                                             config_sha256=integrity.config_hash(config))
   try:
     kept = checkpointer.latest.steps()
     if last is not None and (last < 1 or last > len(kept)):

@@ -56,7 +56,7 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   from poolformers_jax.models import build_model
   from poolformers_jax.train import checkpoint as checkpoint_lib, optim, state as state_lib
   params = jax.tree.map(jnp.asarray, params)
-  state = state_lib.TrainState.create(apply_fn=build_model(config).apply, params=params,
+  state = state_lib.TrainState.create(apply_fn=build_model(config.model).apply, params=params,
                                       tx=optim.make_optimizer(config))
   state = state.replace(step=jnp.asarray(0, jnp.int32))
   workdir = os.path.abspath(workdir)

@@ -135,8 +135,8 @@ def summarize(config, batch_size: Optional[int] = None) -> dict[str, Any]:
   if batch_size:
     updates['batch_size'] = int(batch_size)
   setup = make_setup(config_lib.override(config, **updates), need_files=False)
-  memory = step_lib.compile_train_step(setup).memory
-  one = setup.task.model_inputs(step_lib.batch_spec(setup, 1))   # one example as the model reads it
+  memory = step_lib.compile_train_step(setup.step_parts).memory
+  one = setup.task.model_inputs(step_lib.batch_spec(setup.step_parts, 1))   # one example as the model reads it
   variables = variables_of(setup.abstract_state)
   macs = forward_macs(setup.model, one, variables)
   return {

@@ -11,12 +11,12 @@ except extras.MissingExtraError as _missing:
   _MISSING = _missing
 
   def __getattr__(name: str):
-    if name in ('evaluate', 'evaluate_state', 'Hooks', 'NonFiniteLossError', 'TrainResult',
+    if name in ('evaluate', 'evaluate_state', 'NonFiniteLossError', 'TrainResult',
                 'train_and_evaluate'):
       raise extras.MissingExtraError(str(_MISSING), name=_MISSING.name)
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 else:
   # pylint: disable=g-import-not-at-top
   from poolformers_jax.train.evaluate import evaluate, evaluate_state  # noqa: F401
-  from poolformers_jax.train.loop import (Hooks, NonFiniteLossError, TrainResult,  # noqa: F401
+  from poolformers_jax.train.loop import (NonFiniteLossError, TrainResult,  # noqa: F401
                                           train_and_evaluate)

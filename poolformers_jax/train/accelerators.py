@@ -221,12 +221,13 @@ def _compile_or_advise(setup: Setup, topology: str):
   """The compiled training step; libtpu refuses one whose temporaries exceed the chip
   (RESOURCE_EXHAUSTED at compile time): then one line with the change that makes it fit."""
   try:
-    return step_lib.compile_train_step(setup).run
+    return step_lib.compile_train_step(setup.step_parts).run
   except jax.errors.JaxRuntimeError as e:
     found = re.search(r'HLO temporaries \(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)', str(e))
     if not found:
       raise
-    fixed = sum(_per_device_bytes(x) for x in jax.tree.leaves(step_lib.abstract_step_args(setup)))
+    fixed = sum(_per_device_bytes(x)
+                for x in jax.tree.leaves(step_lib.abstract_step_args(setup.step_parts)))
     temp, hbm = (float(g) * 2 ** 30 for g in found.groups())
     raise ValueError(fit_advice(topology, setup.config, devices=setup.mesh.devices.size,
                                  temp=temp, fixed=fixed, hbm=hbm)) from None
@@ -284,5 +285,5 @@ def export_for_cuda(setup: Setup) -> Any:
   """THE training step of `setup` exported for CUDA (`jax.export`, StableHLO): what a GPU would
   compile, lowered on this machine. The mesh is the setup's (one device per mesh device)."""
   _one_program(setup)
-  return jax.export.export(step_lib.make_train_step(setup, 'cuda'), platforms=['cuda'])(
-      *step_lib.abstract_step_args(setup))
+  return jax.export.export(step_lib.make_train_step(setup.step_parts, 'cuda'), platforms=['cuda'])(
+      *step_lib.abstract_step_args(setup.step_parts))

@@ -45,10 +45,11 @@ class Checkpointer:
   """The checkpoints of a workdir: three stores (latest, best, averaged) run by the policy."""
 
   def __init__(self, workdir: str, *, keep: int = 2, best_metric: str = 'accuracy',
-               best_mode: str = 'max', read_only: bool = False, config: Any = None,
+               best_mode: str = 'max', read_only: bool = False,
                config_sha256: Optional[str] = None):
-    # Every record carries config_sha256: the trainer's integrity.config_hash, else `config`'s.
-    config_sha256 = integrity.config_hash(config) if config_sha256 is None else config_sha256
+    # Every record carries config_sha256: the run config's integrity.config_hash (None: no
+    # config's, the hash of '').
+    config_sha256 = integrity.config_hash(None) if config_sha256 is None else config_sha256
     self.workdir = os.path.abspath(workdir)
     self.rejected_dir = os.path.join(self.workdir, REJECTED_DIR)
     self.best_metric, self.best_mode = best_metric, best_mode
@@ -200,26 +201,21 @@ def holds_checkpoints(workdir: str) -> bool:
 STATE_FIELDS = ('step', 'params', 'opt_state', 'batch_stats')   # train/state.py's TrainState
 
 
-def _is_partial(abstract_state: Any) -> bool:
-  """A dict of some of the train state's fields ({'params': ...}), not the whole state."""
-  if not isinstance(abstract_state, dict):
-    return False
-  unknown = sorted(set(abstract_state) - set(STATE_FIELDS))
+def _check_fields(fields: Any) -> None:
+  """`fields` is a dict of some of the train state's fields ({'params': ...}); one line if not."""
+  if not isinstance(fields, dict):
+    raise TypeError(f'restore_for_reading reads some fields of a train state: pass a dict of some '
+                    f'of {list(STATE_FIELDS)} (e.g. {{"params": abstract_state.params}}), not a '
+                    f'{type(fields).__name__}; the whole state: restore_state_for_reading')
+  unknown = sorted(set(fields) - set(STATE_FIELDS))
   if unknown:
-    raise ValueError(f'restore_for_reading: {unknown} are no fields of a train state; pass '
-                     f'the whole state (make_setup(config).abstract_state) or a dict of some of '
-                     f'{list(STATE_FIELDS)} (e.g. {{"params": abstract_state.params}})')
-  return True
+    raise ValueError(f'restore_for_reading: {unknown} are no fields of a train state; pass a '
+                     f'dict of some of {list(STATE_FIELDS)} (e.g. {{"params": '
+                     'abstract_state.params}) or the whole state to restore_state_for_reading')
 
 
-def restore_for_reading(workdir: str, config, which: Union[str, int],
-                        abstract_state: Any) -> tuple[Any, int]:
-  """(state, step) of checkpoint `which` (best | latest | averaged | a step) of a run, opened
-  read-only and closed again: THE way a run is read (eval.py, translate, load_run).
-  `abstract_state`: the whole train state's (make_setup(config).abstract_state), or a dict of
-  some of its fields ({'params': abstract_state.params}: only those are read, and a dict of them
-  is returned); its shardings place the restored arrays."""
-  partial = _is_partial(abstract_state)
+def _read(workdir: str, config, which: Union[str, int], abstract: Any, partial: bool):
+  """Checkpoint `which` of a run, opened read-only and closed again."""
   # A finished run may keep only best/ (benchmarks/listops_column.py packs it so).
   if not any(os.path.isdir(os.path.join(workdir, name)) for name in policy.KINDS):
     raise CheckpointError(f'{workdir} holds no training run (no {LATEST_DIR}/ nor {BEST_DIR}/); '
@@ -227,6 +223,26 @@ def restore_for_reading(workdir: str, config, which: Union[str, int],
   checkpointer = Checkpointer(workdir, best_metric=config.best_metric, best_mode=config.best_mode,
                               read_only=True)
   try:
-    return checkpointer.restore_state(which, abstract_state, partial=partial)
+    return checkpointer.restore_state(which, abstract, partial=partial)
   finally:
     checkpointer.close()
+
+
+def restore_for_reading(workdir: str, config, which: Union[str, int],
+                        fields: dict[str, Any]) -> tuple[dict[str, Any], int]:
+  """({field: value}, step) of checkpoint `which` (best | latest | averaged | a step) of a run:
+  THE way a run is read (translate, load_run). `fields`: a dict of some of the abstract train
+  state's fields ({'params': make_setup(config).abstract_state.params}): only those are read,
+  their shardings place the restored arrays."""
+  _check_fields(fields)
+  return _read(workdir, config, which, fields, partial=True)
+
+
+def restore_state_for_reading(workdir: str, config, which: Union[str, int],
+                              abstract_state: Any) -> tuple[Any, int]:
+  """(the whole train state, step) of checkpoint `which` of a run (eval.py), read as
+  `restore_for_reading` reads some fields; `abstract_state`: make_setup(config).abstract_state."""
+  if isinstance(abstract_state, dict):
+    raise TypeError('restore_state_for_reading reads the whole train state: pass '
+                    'make_setup(config).abstract_state; a dict of some fields: restore_for_reading')
+  return _read(workdir, config, which, abstract_state, partial=False)

@@ -35,9 +35,10 @@ from poolformers_jax.train.setup import (Setup, StepParts, make_setup, process_s
                                          variables_of)
 
 
-def make_eval_step(parts: Union[Setup, StepParts]):
-  """The jitted eval step of a Setup or its step_parts (eval_step_of its model, task, shardings
-  and mesh)."""
+def make_eval_step(parts: StepParts):
+  """The jitted eval step of a Setup's step_parts (eval_step_of its model, task, shardings and
+  mesh)."""
+  step_lib.check_parts(parts)
   return eval_step_of(parts.model, parts.task, parts.state_shardings, parts.mesh)
 
 
@@ -66,14 +67,14 @@ def eval_batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
   """The abstract global eval batch (sharded as the training batch): the training example's arrays and
   the `mask` of real examples, `batch_size` (default: the setup's eval batch size) of them."""
   size = int(setup.eval_batch_size if batch_size is None else batch_size)
-  batch = step_lib.batch_spec(setup, size)
+  batch = step_lib.batch_spec(setup.step_parts, size)
   return {**batch, 'mask': jax.ShapeDtypeStruct((size,), jnp.bool_,
                                                 sharding=sharding.batch_sharded(setup.mesh))}
 
 
 def compile_eval_step(setup: Setup, batch_size: Optional[int] = None):
   """The eval step of `setup` compiled from abstract shapes (summary --topology)."""
-  return make_eval_step(setup).lower(setup.abstract_state,
+  return make_eval_step(setup.step_parts).lower(setup.abstract_state,
                                      eval_batch_spec(setup, batch_size)).compile()
 
 
@@ -87,7 +88,7 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional
   batch_size = setup.eval_batch_size if batch_size is None else batch_size
   check_batch_size(batch_size, 'eval batch_size', devices=sharding.batch_devices(setup.mesh),
                    processes=jax.process_count())
-  eval_step = eval_step or make_eval_step(setup)
+  eval_step = eval_step or make_eval_step(setup.step_parts)
   totals: dict[str, Any] = {}
   rows: dict[str, list] = {}
   if batches is None:
@@ -166,8 +167,8 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
   setup = make_setup(config, run_dir=workdir)
   check_eval_batch_size(batch_size, devices=sharding.batch_devices(setup.mesh), processes=jax.process_count())
   data.base.check_split(split)
-  state, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
-                                                   setup.abstract_state)
+  state, step = checkpoint_lib.restore_state_for_reading(workdir, setup.config, checkpoint,
+                                                         setup.abstract_state)
   changes = data_changes(setup.config, workdir)
   name = record_name(split, changes)
   metrics = evaluate_state(setup, state, split, batch_size=batch_size,

@@ -1,5 +1,6 @@
-"""`fit`: the few lines that train a small model in a notebook: Adam on `loss_fn(params, *batch)`,
-one jitted step, one device. The papers' experiments use the trainer (`train_and_evaluate`)."""
+"""The notebooks' small-model loop (not the papers' trainer, `train_and_evaluate`): `fit` trains
+`loss_fn(params, *batch)` with Adam, one jitted step on one device, updating the trainer's
+TrainState as the one training step does (train/step.py: `state.apply_gradients`)."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -7,21 +8,22 @@ from typing import Any, Callable
 import jax
 import optax
 
+from poolformers_jax.train.state import TrainState
+
 
 def fit(loss_fn: Callable[..., jax.Array], params: Any, next_batch: Callable[[], tuple], *,
         steps: int, learning_rate: float = 3e-3) -> tuple[Any, list[float]]:
   """`steps` Adam updates of `params`, each on the batch `next_batch()` returns (the arguments
   of `loss_fn` after the params). Returns (the trained params, the loss of every step)."""
-  tx = optax.adam(learning_rate)
 
   @jax.jit
-  def step(params, opt_state, *batch):
-    loss, grads = jax.value_and_grad(loss_fn)(params, *batch)
-    updates, opt_state = tx.update(grads, opt_state, params)
-    return optax.apply_updates(params, updates), opt_state, loss
+  def step(state, *batch):
+    loss, grads = jax.value_and_grad(loss_fn)(state.params, *batch)
+    return state.apply_gradients(grads=grads), loss
 
-  opt_state, losses = tx.init(params), []
+  state = TrainState.create(apply_fn=None, params=params, tx=optax.adam(learning_rate))
+  losses = []
   for _ in range(steps):
-    params, opt_state, loss = step(params, opt_state, *next_batch())
+    state, loss = step(state, *next_batch())
     losses.append(float(loss))
-  return params, losses
+  return state.params, losses

@@ -189,19 +189,19 @@ def _place(value: np.ndarray, like: Any) -> Any:
   return value
 
 
-def load_init_params(path_or_tree: Any, target_params: Any,
+def load_init_params(source: Any, target_params: Any,
                      resize_rules: Optional[Sequence[tuple[str, ResizeFn]]] = None, *,
                      fresh: str = '', allow_missing: str = '', what: str = 'params') -> Any:
   """`target_params` (the new model's initialised tree) with the checkpoint's values put in.
 
-  `path_or_tree`: a path (see `checkpoint_dir`) or an already read tree of the same collection.
+  `source`: the checkpoint's tree of the same collection (a path's: `read_variables(path)`).
   `fresh`: a regex of names kept as initialised even when the checkpoint has them.
   `allow_missing`: a regex of names the checkpoint may lack (kept as initialised).
   """
+  if isinstance(source, (str, os.PathLike)):
+    raise TypeError(f'load_init_params takes the checkpoint\'s tree, not the path {source!r}: '
+                    'pass read_variables(path)["params"]')
   rules = RESIZE_RULES if resize_rules is None else resize_rules
-  source = path_or_tree
-  if isinstance(path_or_tree, (str, os.PathLike)):
-    source = read_variables(os.fspath(path_or_tree))['params']
   old = {'/'.join(k): v for k, v in flax.traverse_util.flatten_dict(
       flax.core.unfreeze(source)).items()}
   new = {'/'.join(k): v for k, v in flax.traverse_util.flatten_dict(

@@ -24,7 +24,7 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Callable, ContextManager, Optional
+from typing import Any, Optional
 
 import jax
 import ml_collections
@@ -158,27 +158,12 @@ class _Profiler:
       logging.info('profile of steps %d-%d written to %s', self.first, self.last, self.directory)
 
 
-@dataclasses.dataclass(frozen=True)
-class Hooks:
-  """What a caller adds to the loop without changing it (tests, notebooks, job schedulers).
-
-  hot_path:   a context-manager factory entered around every step that must not wait for the
-              device (no log, eval, checkpoint or profile work), e.g. a guard that fails on any
-              device-to-host read.
-  stop_after: stop after this global step as if preempted (checkpoint saved, status
-              'preempted'); None = train to config.num_train_steps.
-  """
-  hot_path: Callable[[], ContextManager[Any]] = contextlib.nullcontext
-  stop_after: Optional[int] = None
-
-
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
-                       start_over: bool = False, hooks: Hooks = Hooks(),
+                       start_over: bool = False,
                        distributed: Optional[str] = None) -> TrainResult:
   """Trains `config` in `workdir` (resuming from its newest checkpoint that verifies) and
   evaluates.
 
-  `hooks`: what the caller adds to the loop (`Hooks`).
   `start_over`: when every checkpoint of `workdir` is damaged, train from step 0 instead of
   stopping with CheckpointError.
   A workdir another live process trains is refused (run_lock.RunInProgressError, one line)
@@ -190,12 +175,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   if distributed is not None:
     sharding.maybe_initialize_distributed(distributed)
   with run_lock.RunLock(workdir, enabled=jax.process_index() == 0):
-    return _train_and_evaluate(config, workdir, start_over=start_over, hooks=hooks)
+    return _train_and_evaluate(config, workdir, start_over=start_over)
 
 
 def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
-                        start_over: bool, hooks: Hooks) -> TrainResult:
-  stop_at = hooks.stop_after
+                        start_over: bool) -> TrainResult:
   resume = checkpoint_lib.holds_checkpoints(workdir)   # a resume continues the run's own model
   # The config completed once (on a resume: the run's model) and every config / data check;
   # raises before compiling. Every line below reads that completed config, `setup.config`.
@@ -274,18 +258,16 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
       while step < total_steps:
         nxt = step + 1
         sync = (_due(nxt, config.log_every_steps) or _due(nxt, config.eval_every_steps)
-                or _due(nxt, config.checkpoint_every_steps) or nxt in (total_steps, stop_at,
-                                                                        profiler.last))
+                or _due(nxt, config.checkpoint_every_steps) or nxt in (total_steps, profiler.last))
         # The hot path: dispatch the step, then read the next batch while the device runs it;
         # nothing here waits for the device (grain's threads prefetch the batches themselves).
-        with contextlib.nullcontext() if sync else hooks.hot_path():
-          profiler.start(nxt)
-          state, acc = train_step(state, acc, batch, dropout_rng)
-          step = nxt
-          stop = preemption.should_stop() or step == stop_at
-          if not (sync or stop):
-            batch = next_batch()
-            continue
+        profiler.start(nxt)
+        state, acc = train_step(state, acc, batch, dropout_rng)
+        step = nxt
+        stop = preemption.should_stop()
+        if not (sync or stop):
+          batch = next_batch()
+          continue
 
         if _due(step, config.log_every_steps) or step == total_steps:
           fetched = jax.device_get(acc)

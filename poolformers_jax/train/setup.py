@@ -6,7 +6,8 @@ the gradient-accumulation count).
 The config is completed once, here (on a resume with the run's own model), checked and kept as
 `Setup.config`: every later reader takes it from `Setup`. The train and eval steps are built from
 `Setup.step_parts` (StepParts) instead: the parts they use and the few config values they read,
-resolved here once, so the steps never take the config."""
+resolved here once, so the steps never take the config.
+Each part is held once, in StepParts; Setup reads its model, mesh, task, ... from there."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,6 +19,7 @@ import optax
 from jax.sharding import Mesh
 
 from poolformers_jax import config as config_lib, tasks
+from poolformers_jax.config import completion
 from poolformers_jax.layers.registry import check_sequence_parallel
 from poolformers_jax.models import build_model
 from poolformers_jax.tasks.classification import TOP_K
@@ -39,12 +41,12 @@ class StepParts:
   grad_accum_steps: int
   batch_size: int                      # global; config.batch_size
   label_smoothing: float               # config.label_smoothing
-  mixup: dict[str, float]              # mixing.mix_batch's keyword arguments; {}: no mixup / cutmix
+  mixup: dict[str, float]              # mixup.mix_batch's keyword arguments; {}: no mixup / cutmix
   bucket_multiple: int                 # config.length_buckets.multiple; 0: no length buckets
   micro_batch_size: int                # config.length_buckets.micro_batch_size
 
 
-def _mixing_kwargs(config: ml_collections.ConfigDict) -> dict[str, float]:
+def _mixup_kwargs(config: ml_collections.ConfigDict) -> dict[str, float]:
   """mix_batch's keyword arguments from config.mixup, or {} when both alphas are 0
   (the config check has made sure that the data are images to classify)."""
   mixup = config.mixup
@@ -55,21 +57,25 @@ def _mixing_kwargs(config: ml_collections.ConfigDict) -> dict[str, float]:
               label_smoothing=float(config.label_smoothing))
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class Setup:
+  """A run's completed config and what is built from it. The parts the steps use are held once,
+  in `step_parts`; `info`, `model`, `task`, `schedule`, `mesh`, `abstract_state`,
+  `state_shardings` and `grad_accum_steps` read them from there."""
   config: ml_collections.ConfigDict      # completed from the dataset (model sizes filled in)
-  info: Any                              # data.DatasetInfo
-  model: Any
   tx: optax.GradientTransformation
-  schedule: optax.Schedule               # learning rate per optimizer update
-  mesh: Mesh
-  task: tasks.Task
-  abstract_state: Any                    # ShapeDtypeStructs carrying the current shardings
-  state_shardings: Any
   eval_batch_size: int                   # global; config.eval_batch_size, 0 -> batch_size
-  grad_accum_steps: int                  # micro-batches per optimizer update
+  step_parts: StepParts                  # what the train / eval steps are built from
   decoder: Any = None                    # the task's, if it generates outputs (Task.decoder)
-  step_parts: Optional[StepParts] = None   # what the train / eval steps are built from
+
+  info = property(lambda self: self.step_parts.info)                          # data.DatasetInfo
+  model = property(lambda self: self.step_parts.model)
+  task = property(lambda self: self.step_parts.task)
+  schedule = property(lambda self: self.step_parts.schedule)   # learning rate per optimizer update
+  mesh = property(lambda self: self.step_parts.mesh)
+  abstract_state = property(lambda self: self.step_parts.abstract_state)  # sharded ShapeDtypeStructs
+  state_shardings = property(lambda self: self.step_parts.state_shardings)
+  grad_accum_steps = property(lambda self: self.step_parts.grad_accum_steps)  # micro-batches / update
 
 
 def validation_metrics(info) -> Optional[list[str]]:
@@ -95,8 +101,9 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
   only); `run_dir`: the run directory this config continues or reads, whose model it must be
   (config.with_run_model: `config` None is the run's own; `todo` says what to do about another
   model)."""
-  config, info = config_lib.completed(config, need_files=need_files, info=info, run_dir=run_dir,
-                                      todo=todo)
+  # config.complete, with the DatasetInfo it read (completion.py's own, private form)
+  config, info = completion._completed(config, need_files=need_files, info=info,
+                                       run_dir=run_dir, todo=todo)
   mesh = make_mesh(config) if mesh is None else mesh
   config_lib.check_config(config, info, devices=sharding.batch_devices(mesh),   # before any model
                           processes=jax.process_count(), metrics=validation_metrics(info),
@@ -106,7 +113,7 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
       check_sequence_parallel(config.model.mixer)
     except ValueError as error:
       raise config_lib.ConfigError(str(error)) from None
-  model = build_model(config)
+  model = build_model(config.model)
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)
   tx, schedule = optim.make_optimizer_and_schedule(config)
@@ -116,17 +123,14 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
       model=model, decode=config.decode, data=config.data, devices=sharding.batch_devices(mesh),
       params_sharding=shardings.params, batch_sharding=sharding.batch_sharded(mesh, 2),
       out_sharding=sharding.replicated(mesh))
-  grad_accum_steps = int(config.optimizer.grad_accum_steps)
   step_parts = StepParts(
       info=info, model=model, task=task, schedule=schedule, mesh=mesh, abstract_state=abstract,
-      state_shardings=shardings, grad_accum_steps=grad_accum_steps,
+      state_shardings=shardings, grad_accum_steps=int(config.optimizer.grad_accum_steps),
       batch_size=int(config.batch_size), label_smoothing=float(config.label_smoothing),
-      mixup=_mixing_kwargs(config), bucket_multiple=int(config.length_buckets.multiple),
+      mixup=_mixup_kwargs(config), bucket_multiple=int(config.length_buckets.multiple),
       micro_batch_size=int(config.length_buckets.micro_batch_size))
-  return Setup(config=config, info=info, model=model, tx=tx, schedule=schedule,
-               mesh=mesh, task=task, abstract_state=abstract, state_shardings=shardings,
-               eval_batch_size=int(config.eval_batch_size or config.batch_size),
-               grad_accum_steps=grad_accum_steps, decoder=decoder, step_parts=step_parts)
+  return Setup(config=config, tx=tx, eval_batch_size=int(config.eval_batch_size or config.batch_size),
+               step_parts=step_parts, decoder=decoder)
 
 
 def make_mesh(config: ml_collections.ConfigDict) -> Mesh:

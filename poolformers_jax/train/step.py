@@ -1,7 +1,7 @@
 """The one training step: what the trainer runs, `summary` measures and the benchmarks time.
 
-`compile_train_step(parts)` builds the step from a `StepParts` (a Setup's `step_parts`, or the
-Setup itself) and compiles it from abstract shapes only: the state from `abstract_state`, the
+`compile_train_step(parts)` builds the step from a `StepParts` (a Setup's `step_parts`) and
+compiles it from abstract shapes only: the state from `abstract_state`, the
 batch from the dataset's training example (tasks.train_example) at config.batch_size, the
 accumulator from the task's sums. The step reads no config: StepParts carries the values it uses. No data is
 read, so `python -m poolformers_jax.summary` reports the `memory_analysis()` of exactly the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -29,10 +29,10 @@ import optax
 
 from poolformers_jax import tasks
 from poolformers_jax.layers import sequence_parallel
-from poolformers_jax.train import length_buckets, mixing, sharding, transforms
-from poolformers_jax.train.setup import Setup, StepParts, variables_of
+from poolformers_jax.train import length_buckets, mixup, sharding, transforms
+from poolformers_jax.train.setup import StepParts, variables_of
 
-_MIXING_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
+_MIXUP_SALT = 0x6D6978   # folded into the step rng for mixup / cutmix (dropout uses the step rng)
 
 
 def example_weights(targets: Any) -> jax.Array:
@@ -41,18 +41,18 @@ def example_weights(targets: Any) -> jax.Array:
   return jnp.ones(jax.tree.leaves(targets)[0].shape[:1], jnp.float32)
 
 
-Parts = Union[StepParts, Setup]   # a Setup stands for its step_parts
+def check_parts(parts: Any) -> None:
+  """One line for anything but a StepParts (a Setup: pass its step_parts)."""
+  if not isinstance(parts, StepParts):
+    raise TypeError(f'the train / eval steps are built from a StepParts, not a '
+                    f'{type(parts).__name__}: pass setup.step_parts')
 
 
-def _parts(parts: Parts) -> StepParts:
-  return parts.step_parts if isinstance(parts, Setup) else parts
-
-
-def batch_spec(parts: Parts, batch_size: Optional[int] = None) -> Any:
+def batch_spec(parts: StepParts, batch_size: Optional[int] = None) -> Any:
   """The abstract global training batch (sharded as sharding.batch_sharded says: examples over
   'data' x 'fsdp', tokens over 'sequence'): `batch_size` (default config.batch_size) training
   examples of the dataset."""
-  parts = _parts(parts)
+  check_parts(parts)
   size = int(parts.batch_size if batch_size is None else batch_size)
   return jax.tree.map(lambda s: jax.ShapeDtypeStruct(
       (size,) + s.shape, s.dtype, sharding=sharding.batch_sharded(parts.mesh, 1 + len(s.shape))),
@@ -70,9 +70,8 @@ def _all_finite(tree: Any) -> jax.Array:
   return jnp.sum(jnp.stack(flags).astype(jnp.int32)) == len(flags)
 
 
-def accumulator_shapes(parts: Parts) -> Any:
+def accumulator_shapes(parts: StepParts) -> Any:
   """Shapes of the task's sums of a training batch (they may be arrays: a confusion matrix)."""
-  parts = _parts(parts)
 
   def sums(state, batch):
     logits = parts.model.apply(variables_of(state), parts.task.model_inputs(batch),
@@ -143,12 +142,12 @@ def _step_parts(parts: StepParts, platform: Optional[str] = None):
   return gradients, update
 
 
-def make_train_step(parts: Parts, platform: Optional[str] = None):
+def make_train_step(parts: StepParts, platform: Optional[str] = None):
   """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated.
   With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches.
   `platform`: the device platform the step is for (default: the mesh's; `export_for_cuda`
   says 'cuda'), which picks its program transforms (train/transforms.py)."""
-  parts = _parts(parts)
+  check_parts(parts)
   if parts.bucket_multiple:
     return BucketedStep(parts, platform)
   task = parts.task
@@ -159,8 +158,8 @@ def make_train_step(parts: Parts, platform: Optional[str] = None):
     rng = jax.random.fold_in(rng, state.step)
     inputs, targets = task.model_inputs(batch), batch['targets']
     if mix:   # DeiT mixup / cutmix: soft targets, already label-smoothed
-      inputs, targets = mixing.mix_batch(jax.random.fold_in(rng, _MIXING_SALT), inputs, targets,
-                                         parts.info.num_classes, **mix)
+      inputs, targets = mixup.mix_batch(jax.random.fold_in(rng, _MIXUP_SALT), inputs, targets,
+                                        parts.info.num_classes, **mix)
     (objective, (sums, updates)), grads = gradients(state, inputs, targets,
                                                     example_weights(targets), rng, task.objective)
     return update(state, acc, objective, sums, grads, updates)
@@ -182,8 +181,8 @@ class BucketedStep:
   draws per micro-batch (the rng folded with the step and the micro-batch's index).
   """
 
-  def __init__(self, parts: Parts, platform: Optional[str] = None):
-    self.parts = parts = _parts(parts)
+  def __init__(self, parts: StepParts, platform: Optional[str] = None):
+    self.parts = parts
     task, mesh = parts.task, parts.mesh
     gradients, update = _step_parts(parts, platform)
     replicated = sharding.replicated(mesh)
@@ -267,16 +266,6 @@ class CompiledStep:
   def new_accumulator(self, mesh) -> dict[str, Any]:
     return new_accumulator(mesh, self.sums_shapes)
 
-  def runner(self, state, mesh, rng) -> Callable[[Any], jax.Array]:
-    """`batch -> steps taken` (the benchmarks): each call takes one step from the state it
-    carries (state and accumulator are donated, so they live here)."""
-    carried = [state, self.new_accumulator(mesh)]
-
-    def run(batch):
-      carried[:] = self.run(*carried, batch, rng)
-      return carried[1]['steps']
-    return run
-
 
 def memory_of(compiled) -> dict[str, int]:
   """Bytes of a compiled program per device: arguments + outputs + temporaries - aliased
@@ -288,9 +277,9 @@ def memory_of(compiled) -> dict[str, int]:
   return parts
 
 
-def abstract_step_args(parts: Parts, sums_shapes: Any = None) -> tuple[Any, Any, Any, Any]:
+def abstract_step_args(parts: StepParts, sums_shapes: Any = None) -> tuple[Any, Any, Any, Any]:
   """(state, accumulator, batch, rng) of the training step as sharded ShapeDtypeStructs."""
-  parts = _parts(parts)
+  check_parts(parts)
   sums_shapes = accumulator_shapes(parts) if sums_shapes is None else sums_shapes
   replicated = sharding.replicated(parts.mesh)
   acc = _accumulator(sums_shapes, lambda shape, dtype: jax.ShapeDtypeStruct(
@@ -299,11 +288,11 @@ def abstract_step_args(parts: Parts, sums_shapes: Any = None) -> tuple[Any, Any,
   return parts.abstract_state, acc, batch_spec(parts), rng
 
 
-def compile_train_step(parts: Parts) -> CompiledStep:
-  """The training step of `parts` (a StepParts or a Setup), compiled from abstract shapes
+def compile_train_step(parts: StepParts) -> CompiledStep:
+  """The training step of `parts` (a Setup's step_parts), compiled from abstract shapes
   (nothing is read or run). Bucketed: the micro step at the full length now, the shorter buckets
   on first use."""
-  parts = _parts(parts)
+  check_parts(parts)
   sums_shapes = accumulator_shapes(parts)
   state, _, _, rng = args = abstract_step_args(parts, sums_shapes)
   step = make_train_step(parts)

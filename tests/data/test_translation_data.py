@@ -40,8 +40,8 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
   assert info.split_sizes == {'train': 12, 'validation': 12, 'test': 12}
   # The model's end of sentence is the vocabulary's, handed over by the info as BERT's ids.
   model_config = ml_collections.ConfigDict({'vocab_size': None, 'eos_id': None})
-  config_lib.complete_from_dataset(ml_collections.ConfigDict({'model': model_config}), info)
-  assert translation.EOS_ID == tokenizer.eos_id() == model_config.eos_id == 1
+  completed = config_lib.complete(ml_collections.ConfigDict({'model': model_config}), info=info)
+  assert translation.EOS_ID == tokenizer.eos_id() == completed.model.eos_id == 1
   # Eval rows: source / target ids with EOS, zero padded; every row real (12 % 4 == 0).
   for row in range(4):
     src, tgt = as_text(test[row]['en']), as_text(test[row]['de'])

@@ -22,7 +22,7 @@ def completed(config):
 
 
 def _params(config):
-  model = build_model(config)
+  model = build_model(config.model)
   x = jax.ShapeDtypeStruct((1, 32, 32, 3), jnp.float32)
   shapes = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), x)['params']
   return sum(int(np.prod(s.shape)) for s in jax.tree_util.tree_leaves(shapes))

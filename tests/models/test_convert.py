@@ -43,7 +43,7 @@ def tiny_config(case, **more):
 
 def restore_like_eval(config, workdir):
   """What eval.py does after make_setup: the abstract sharded state, then restore 'latest'."""
-  model = build_model(config)
+  model = build_model(config.model)
   mesh = sharding.make_mesh(-1)
   abstract, _ = state_lib.state_shardings(model, optim.make_optimizer(config),
                                           DatasetInfo('official', 'classification', model.num_classes, None,

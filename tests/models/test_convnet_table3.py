@@ -9,7 +9,7 @@ from test_cifar_configs import cifar, completed
 
 
 def _counts(config, size):
-  model = build_model(config)
+  model = build_model(config.model)
   spec = jax.ShapeDtypeStruct((1, size, size, 3), jnp.float32)
   shapes = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), spec)['params']
   params = sum(int(a.size) for a in jax.tree_util.tree_leaves(shapes))

@@ -47,7 +47,7 @@ def test_hvt_tables_5_to_8(arg, overrides, lengths, params_m, gflops):
       config.model[key] = value
   # The data pipeline follows the model's resolution (a reference, as for a CLI override).
   assert config.data.image_size == config.model.image_size
-  model = build_model(config)
+  model = build_model(config.model)
   assert model.stage_lengths() == lengths
   # summary.forward_macs, with the abstract variables it traces kept for the parameter count.
   variables = abstract_variables(model, image_spec(config))

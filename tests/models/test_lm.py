@@ -32,7 +32,7 @@ def random_tokens(seed, batch, length):
 
 
 def count_params(config, length=64):
-  model = build_model(config)
+  model = build_model(config.model)
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0),
                                              jnp.ones((1, length), jnp.int32)))
   return sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(shapes['params']))
@@ -138,7 +138,7 @@ def test_configs_build_and_parse():
   for name in enwik8_config.MODELS:
     config = enwik8_config.get_config(f'{name},tiny')
     config.model.vocab_size = VOCAB
-    model = build_model(config)
+    model = build_model(config.model)
     assert model.mixer == enwik8_config.MODELS[name][1]
   config = enwik8_config.get_config('cp_transformer_l14,text8,stage3')
   assert (config.data.name, config.data.max_length, config.batch_size,

@@ -203,7 +203,7 @@ def test_base_parameter_count_with_a_32k_shared_vocabulary(cp, placement, millio
     config.model.vocab_size = 32000
     if placement:
       config.model.decoder_context_pool.placement = placement
-  model = build_model(config)
+  model = build_model(config.model)
   batch = {'inputs': jnp.zeros((1, 8), jnp.int32), 'targets': jnp.zeros((1, 8), jnp.int32)}
   shapes = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), batch))['params']
   count = sum(int(np.prod(s.shape)) for s in jax.tree.leaves(shapes))

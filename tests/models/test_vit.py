@@ -47,7 +47,7 @@ def num_params(model, spec) -> int:
 
 def full_size_counts(file, arg):
   config = load_config(file, arg)
-  model = build_model(config)
+  model = build_model(config.model)
   spec = image_spec(config)
   return config, model, num_params(model, spec), forward_macs(model, spec)
 
@@ -129,7 +129,7 @@ def test_contextpool_table_6_params():
   1.6% under the paper's 75M; we check it within 2% and check the exact block arithmetic.
   """
   spec = jax.ShapeDtypeStruct((1, 384, 384, 3), jnp.float32)
-  counts = {arg: num_params(build_model(load_config('imagenet', arg)), spec)
+  counts = {arg: num_params(build_model(load_config('imagenet', arg).model), spec)
             for arg in ('vit_b16', 'cp_vit_b16', 'cp_vit_b16_l10')}
   for arg, paper in (('vit_b16', 86), ('cp_vit_b16', 88)):
     assert paper - 0.5 <= counts[arg] / 1e6 < paper + 1, (arg, counts[arg])
@@ -143,13 +143,13 @@ def test_contextpool_table_6_macs():
   """Table 6 FLOPs 55.4G / 57.2G / 48.7G at 384^2, within 5%."""
   spec = jax.ShapeDtypeStruct((1, 384, 384, 3), jnp.float32)
   for arg, gmacs in (('vit_b16', 55.4), ('cp_vit_b16', 57.2), ('cp_vit_b16_l10', 48.7)):
-    macs = forward_macs(build_model(load_config('imagenet', arg)), spec)
+    macs = forward_macs(build_model(load_config('imagenet', arg).model), spec)
     assert abs(macs / 1e9 - gmacs) / gmacs < 0.05, (arg, macs)
 
 
 def test_stage_lengths_at_full_size():
   config = load_config('imagenet', 'hvt_s_4')
-  model = build_model(config)
+  model = build_model(config.model)
   assert model.stage_lengths() == [196, 97, 48, 23, 11]
   spec = image_spec(config)
   variables = jax.eval_shape(lambda x: model.init(jax.random.PRNGKey(0), x), spec)
@@ -159,7 +159,7 @@ def test_stage_lengths_at_full_size():
   assert sown == [97, 48, 23, 11]
   assert [variables['params'][f'pos_embed_stage{m}']['pos_embedding'].shape[1]
           for m in (1, 2, 3, 4)] == [97, 48, 23, 11]
-  assert build_model(load_config('imagenet', 'deit_s')).stage_lengths() == [197]
+  assert build_model(load_config('imagenet', 'deit_s').model).stage_lengths() == [197]
 
 
 # ------------------------------------------------------------------------ tiny models
@@ -175,7 +175,7 @@ def tiny(name, **overrides):
   if name == 'hvt':
     cfg.update(num_stages=2, pool_method='max', pool_kernel_size=3, pool_stride=2, pool_2d=False)
   cfg.update(overrides)
-  return build_model(ml_collections.ConfigDict({'model': cfg}))
+  return build_model(ml_collections.ConfigDict(cfg))
 
 
 def images(batch=2, size=32, seed=0):
@@ -273,7 +273,7 @@ def test_configs_build_and_are_locked(file, args):
   for arg in args:
     config = load_config(file, arg)
     assert config.is_locked
-    model = build_model(config)
+    model = build_model(config.model)
     assert config.data.image_size == config.model.image_size
     assert model.input_shape() == (config.model.image_size,) * 2 + (3,)
     with pytest.raises(AttributeError):

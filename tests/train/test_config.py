@@ -101,7 +101,7 @@ def test_config_is_completed_from_the_dataset_and_saved_as_json(tmp_path):
   from poolformers_jax.data import DatasetInfo
   config = lra_listops.get_config()
   info = DatasetInfo('listops', 'classification', 10, 18, (128,), {'train': 1})
-  config_lib.complete_from_dataset(config, info)
+  config = config_lib.complete(config, info=info)
   assert (config.model.vocab_size, config.model.num_classes, config.model.max_length) == (18, 10, 128)
   saved = json.load(open(config_lib.save_config(config, str(tmp_path))))
   assert saved == json.loads(config_lib.to_json(config))

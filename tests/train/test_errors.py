@@ -160,11 +160,11 @@ ENTRY_POINTS = {
                    "No module named 'tensorflow': run this in the data-preparation environment"),
     'efficiency': (['benchmarks/efficiency.py', '--output_dir', 'OUT', '--mixers', 'ponet,pnet'],
                    "--mixers: ['pnet'] are not registered; choose from"),
-    'host_memory': (['benchmarks/host_memory.py', '--output_dir', 'OUT', '--steps', 'many'],
+    'host_memory': (['benchmarks/host_memory_bench.py', '--output_dir', 'OUT', '--steps', 'many'],
                     "flag --steps=many: invalid literal for int()"),
     'input_pipeline': (['benchmarks/input_pipeline.py', '--datasets', 'listops'],
                        '--output_dir is required'),
-    'translation benchmark': (['benchmarks/translation.py', '--output_dir', 'OUT',
+    'translation benchmark': (['benchmarks/translation_bench.py', '--output_dir', 'OUT',
                                '--decode_length', '16'],
                               "Unknown command line flag 'decode_length'. Did you mean: "
                               'decode_sentences ?'),

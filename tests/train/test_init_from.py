@@ -63,6 +63,8 @@ def test_vit_224_to_384_style_and_hvt_stages_load_into_the_bigger_model():
   old = _vit_params(8)                     # 2 x 2 patches + class token
   target = _vit_params(12)                 # 3 x 3 patches + class token
   new = init_from.load_init_params(old, target)
+  with pytest.raises(TypeError, match=r"takes the checkpoint's tree, not the path '/a/run'"):
+    init_from.load_init_params('/a/run', target)     # one type: read_variables(path) first
   flat = lambda t: {k: np.asarray(v) for k, v in flatten_dict(t, sep='/').items()}
   o, n = flat(old), flat(new)
   for name in o:

@@ -15,10 +15,9 @@ import numpy as np
 import optax
 import pytest
 
-from test_robust import _NoDeviceToHost
-from tiny_runs import tiny_config
+from tiny_runs import DeviceReads, tiny_config
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import accelerators, length_buckets, loop
+from poolformers_jax.train import accelerators, length_buckets
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train import step as step_lib
 from poolformers_jax.train import train_and_evaluate
@@ -119,7 +118,7 @@ def case(request):
   assert bucketed.config.model.pooling == 'mean_padded'     # the protocol's: sum / data's L
   state = state_lib.create_train_state(bucketed.model, bucketed.tx, bucketed.info,
                                        jax.random.PRNGKey(0), bucketed.mesh)
-  return _Case(plain, bucketed, step_lib.compile_train_step(bucketed), state,
+  return _Case(plain, bucketed, step_lib.compile_train_step(bucketed.step_parts), state,
                _host_batch(batch_size))
 
 
@@ -211,11 +210,11 @@ def test_bucketed_training_run_matches_the_plain_run_without_reading_the_device(
   config = tiny_config(data_dir, 'transformer', **{'model.pooling': 'mean_padded', **NO_DROPOUT,
                                                    'log_every_steps': 3})
   plain = train_and_evaluate(config, str(tmp_path / 'plain'))
-  _NoDeviceToHost.entered = 0
-  bucketed = train_and_evaluate(config_lib.override(config, **{
-      'length_buckets.multiple': MULTIPLE, 'length_buckets.micro_batch_size': 3}),
-      str(tmp_path / 'bucketed'), hooks=loop.Hooks(hot_path=_NoDeviceToHost))
-  assert _NoDeviceToHost.entered == 2                  # steps 1 and 2 ran on the hot path
+  with DeviceReads() as reads:
+    bucketed = train_and_evaluate(config_lib.override(config, **{
+        'length_buckets.multiple': MULTIPLE, 'length_buckets.micro_batch_size': 3}),
+        str(tmp_path / 'bucketed'))
+  assert not reads.read_after & {1, 2} and 3 in reads.read_after   # steps 1, 2: the hot path
   assert bucketed.step == plain.step == 3 and bucketed.status == 'finished'
   _assert_trees_close(bucketed.state.params, plain.state.params, rtol=1e-4)
   (train_plain,), (train_bucketed,) = (read_metrics(str(tmp_path / d), 'train')

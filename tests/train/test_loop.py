@@ -1,7 +1,6 @@
 """train_and_evaluate end to end on tiny generated ListOps: sharding, resume, exact eval, errors."""
 import json
 import os
-import signal
 import subprocess
 import sys
 
@@ -9,9 +8,9 @@ import jax
 import numpy as np
 import pytest
 
-from tiny_runs import REPO, tiny_config, tiny_overrides
+from tiny_runs import REPO, sigterm_at_step, tiny_config, tiny_overrides
 from poolformers_jax import data
-from poolformers_jax.train import Hooks, NonFiniteLossError, evaluate, train_and_evaluate
+from poolformers_jax.train import NonFiniteLossError, evaluate, train_and_evaluate
 from poolformers_jax.train.metrics import read_metrics
 
 
@@ -107,40 +106,15 @@ def test_eval_py_prints_one_json_line_and_writes_the_split_file(trained, data_di
   assert printed['loss'] == pytest.approx(best['loss'], rel=1e-5)
 
 
-class _SigtermAt:
-  """Wraps the real train iterator; sends SIGTERM to this process when batch `at` is read."""
-
-  def __init__(self, iterator, at):
-    self.iterator, self.at, self.count = iterator, at, 0
-
-  def __iter__(self):
-    return self
-
-  def __next__(self):
-    self.count += 1
-    if self.count == self.at:
-      os.kill(os.getpid(), signal.SIGTERM)
-    return next(self.iterator)
-
-  def get_state(self):
-    return self.iterator.get_state()
-
-  def set_state(self, state):
-    self.iterator.set_state(state)
-
-
-def test_sigterm_then_resume_matches_uninterrupted(data_dir, tmp_path, monkeypatch):
+def test_sigterm_then_resume_matches_uninterrupted(data_dir, tmp_path):
   config = tiny_config(data_dir, num_train_steps=5, eval_every_steps=5, checkpoint_every_steps=5)
   straight = train_and_evaluate(config, str(tmp_path / 'straight'))
 
   interrupted = str(tmp_path / 'interrupted')
-  real = data.make_train_iterator
-  monkeypatch.setattr(data, 'make_train_iterator',
-                      lambda *a, **k: _SigtermAt(real(*a, **k), at=2))
-  first = train_and_evaluate(config, interrupted)
+  with sigterm_at_step(2):
+    first = train_and_evaluate(config, interrupted)
   assert first.status == 'preempted' and first.step == 2
   assert os.listdir(os.path.join(interrupted, 'checkpoints')) == ['2']
-  monkeypatch.setattr(data, 'make_train_iterator', real)
   second = train_and_evaluate(config, interrupted)
   assert second.status == 'finished' and second.step == 5
 
@@ -186,7 +160,8 @@ def test_progress_bar_counts_the_steps_whose_results_were_fetched(data_dir, tmp_
   monkeypatch.setattr(tqdm.auto, 'tqdm', Recording)
   config = tiny_config(data_dir, num_train_steps=7, log_every_steps=3, eval_every_steps=5,
                        checkpoint_every_steps=5, num_devices=1, progress_bar=True)
-  assert train_and_evaluate(config, str(tmp_path), hooks=Hooks(stop_after=4)).status == 'preempted'
+  with sigterm_at_step(4):
+    assert train_and_evaluate(config, str(tmp_path)).status == 'preempted'
   assert train_and_evaluate(config, str(tmp_path)).status == 'finished'
   loss = {r['step']: f"loss={r['loss']:.4g}" for r in read_metrics(str(tmp_path), 'train')}
   assert sorted(loss) == [3, 6, 7]

@@ -15,12 +15,12 @@ import lra_listops
 import lra_pathfinder
 import lra_retrieval
 import lra_text
-from tiny_runs import tiny_config
+from tiny_runs import sigterm_at_step, tiny_config
 from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax.data import get_data_config, lra
 from poolformers_jax.models.encoder import POOLINGS, SequenceEncoder
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import Hooks, optim, param_init, train_and_evaluate
+from poolformers_jax.train import optim, param_init, train_and_evaluate
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train.metrics import read_metrics
 from poolformers_jax.train.setup import make_setup
@@ -234,7 +234,8 @@ def test_validation_stream_resumes_exactly_and_test_drops_the_last_batch(data_di
                        eval_num_batches=2, test_drop_last=True, eval_batch_size=8)
   straight = train_and_evaluate(config, str(tmp_path / 'straight'))
   interrupted = str(tmp_path / 'interrupted')
-  assert train_and_evaluate(config, interrupted, hooks=Hooks(stop_after=2)).status == 'preempted'
+  with sigterm_at_step(2):
+    assert train_and_evaluate(config, interrupted).status == 'preempted'
   resumed = train_and_evaluate(config, interrupted)
   want = read_metrics(str(tmp_path / 'straight'), 'validation')
   got = read_metrics(interrupted, 'validation')

@@ -51,7 +51,7 @@ def test_fsdp_splits_the_largest_dimension_the_axis_divides_and_replicates_small
 def _batch(setup, seed=0):
   """A deterministic host batch of the setup's training examples, rows padded differently."""
   rng = np.random.default_rng(seed)
-  spec = step_lib.batch_spec(setup)
+  spec = step_lib.batch_spec(setup.step_parts)
   length = spec['inputs'].shape[1]
   tokens = rng.integers(1, setup.info.vocab_size, spec['inputs'].shape).astype(np.int32)
   tokens[1::2, length - 5:] = 0   # padding crosses shard boundaries
@@ -193,6 +193,6 @@ def test_a_sequence_sharded_ponet_step_moves_nothing_that_grows_with_the_length(
     config = config_lib.load('configs/lra_listops.py:ponet,tiny', {
         'data.max_length': length, 'batch_size': 1, 'mesh.data': 1, 'mesh.sequence': 8,
         'model.mixer_kwargs.segment_num': 4})
-    compiled = step_lib.compile_train_step(make_setup(config, need_files=False)).run
+    compiled = step_lib.compile_train_step(make_setup(config, need_files=False).step_parts).run
     found.append(sorted(collectives(compiled.as_text())))
   assert found[0] and found[0] == found[1]

@@ -78,8 +78,8 @@ def test_checkpoints_by_name_and_step_and_the_params_are_the_checkpoints(run_dir
   latest = poolformers_jax.load_run(run_dir, checkpoint='latest')
   assert latest.step == 4 and poolformers_jax.load_run(run_dir, checkpoint=2).step == 2
   setup = make_setup(latest.config, need_files=False)
-  state, _ = checkpoint_lib.restore_for_reading(run_dir, latest.config, 'latest',
-                                                setup.abstract_state)
+  state, _ = checkpoint_lib.restore_state_for_reading(run_dir, latest.config, 'latest',
+                                                      setup.abstract_state)
   import jax
   same = jax.tree.map(lambda a, b: bool((np.asarray(a) == np.asarray(b)).all()), latest.params,
                       state.params)
@@ -152,11 +152,13 @@ def test_a_damaged_checkpoint_is_refused_in_one_line(run_dir, tmp_path):
 
 def test_restore_for_reading_reads_the_parameters_alone(run_dir):
   """A dict of some of the state's fields reads those only (verified against the record); it was
-  refused as 'a different model: it has step, which this config does not'."""
+  refused as 'a different model: it has step, which this config does not'. Each reader takes one
+  type: the whole state goes to restore_state_for_reading, a dict of fields to
+  restore_for_reading."""
   run = poolformers_jax.load_run(run_dir, checkpoint='latest')
   setup = make_setup(run.config, need_files=False)
-  whole, step = checkpoint_lib.restore_for_reading(run_dir, run.config, 'latest',
-                                                   setup.abstract_state)
+  whole, step = checkpoint_lib.restore_state_for_reading(run_dir, run.config, 'latest',
+                                                         setup.abstract_state)
   part, same_step = checkpoint_lib.restore_for_reading(run_dir, run.config, 'latest',
                                                        {'params': setup.abstract_state.params})
   assert sorted(part) == ['params'] and same_step == step == 4
@@ -167,6 +169,12 @@ def test_restore_for_reading_reads_the_parameters_alone(run_dir):
   with pytest.raises(ValueError, match=r"\['weights'\] are no fields of a train state"):
     checkpoint_lib.restore_for_reading(run_dir, run.config, 'latest',
                                        {'weights': setup.abstract_state.params})
+  with pytest.raises(TypeError, match=r'pass a dict of some of .* not a TrainState; the whole '
+                     r'state: restore_state_for_reading'):
+    checkpoint_lib.restore_for_reading(run_dir, run.config, 'latest', setup.abstract_state)
+  with pytest.raises(TypeError, match=r'a dict of some fields: restore_for_reading'):
+    checkpoint_lib.restore_state_for_reading(run_dir, run.config, 'latest',
+                                             {'params': setup.abstract_state.params})
   wrong = jax.tree.map(lambda a: jax.ShapeDtypeStruct((a.shape[0] + 1,) + a.shape[1:], a.dtype,
                                                       sharding=a.sharding),
                        {'params': setup.abstract_state.params})
@@ -190,13 +198,13 @@ def test_config_load_is_the_trainers_and_complete_fills_what_build_model_needs(d
   with pytest.raises(ValueError, match=r"^model 'lra_encoder': config.model.\{max_length, "
                      r'num_classes, vocab_size\} unset: the dataset decides them; fill them with '
                      r'config = poolformers_jax.config.complete\(config\)'):
-    build_model(config)
+    build_model(config.model)
   local = poolformers_jax.config.load('configs/lra_listops.py:ponet,tiny',
                                       {'data.data_dir': data_dir})
   completed = poolformers_jax.config.complete(local)
   assert (completed.model.vocab_size, completed.model.num_classes,
           completed.model.max_length) == (18, 10, 48)
-  assert build_model(completed).vocab_size == 18
+  assert build_model(completed.model).vocab_size == 18
 
 
 def _images(shape):

@@ -72,8 +72,8 @@ def test_sliding_bpc_equals_brute_force(tmp_path):
   test_ids = table[np.frombuffer(text[77:].encode(), np.uint8)]
   expected_loss, expected_count = _brute_force(setup, state.params, test_ids, context, step)
   # The eval step compiles once for the split: its padded last batch reuses the program.
-  step = make_eval_step(setup)
-  metrics = T.assert_traces(
+  step = make_eval_step(setup.step_parts)
+  metrics = T.assert_driver_traces(
       step, lambda run: evaluate_state(setup, state, 'test', batch_size=8, eval_step=run), n=1)
   assert T.compilations(step) == 1
   assert metrics['count'] == expected_count == 44

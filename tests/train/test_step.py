@@ -55,14 +55,14 @@ def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_
 
 def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch):
   """`python -m poolformers_jax.summary --config configs/wmt14.py:base` prints 60.52 M parameters
-  and the memory of compile_train_step(setup) for the trainer's setup. Compiling Base's step
-  takes minutes and 5-7 GB of host memory on XLA:CPU, too much for the suite, so the compile is
+  and the memory of compile_train_step(setup.step_parts) for the trainer's setup. Compiling
+  Base's step takes minutes and 5-7 GB of host memory on XLA:CPU, too much for the suite, so the compile is
   replaced by a spy here; the two tests above compare compiled bytes with a real trainer run."""
   compiled = []
   memory = {'argument': 1, 'output': 2, 'temp': 3, 'alias': 1, 'total': 5}
 
-  def spy(setup):
-    compiled.append(setup)
+  def spy(parts):
+    compiled.append(parts)
     return step.CompiledStep(run=None, sums_shapes=None, memory=memory)
 
   monkeypatch.setattr(step, 'compile_train_step', spy)
@@ -70,12 +70,14 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
   out = summary.summarize(config, batch_size=8)
   assert out['model'] == 'transformer_seq2seq' and round(out['params'] / 1e6, 2) == 60.52
   assert out['train_step_memory'] == memory and out['train_step_memory_bytes'] == 5
-  # The trainer compiles its step with compile_train_step(make_setup(config)) (loop.py); the
+  # The trainer compiles its step with compile_train_step(make_setup(config).step_parts); the
   # data's files are missing here, so the sizes come from the dataset's constants.
   setup = make_setup(config_lib.override(config, num_devices=1, batch_size=8), need_files=False)
   assert setup.info.packed and setup.config.model.vocab_size == 32000
   (summarized,) = compiled
-  assert summarized.config.to_dict() == setup.config.to_dict() and summarized.info == setup.info
+  assert summarized.info == setup.info and summarized.batch_size == setup.config.batch_size
+  with pytest.raises(TypeError, match=r'from a StepParts, not a Setup: pass setup.step_parts'):
+    step.make_train_step(setup)                 # one type: the Setup's step_parts
   shapes = lambda state: jax.tree.map(lambda a: (a.shape, a.dtype), state)
   for part in ('params', 'opt_state'):
     assert (shapes(getattr(summarized.abstract_state, part))
@@ -232,8 +234,8 @@ def test_the_cpu_forms_are_the_cpu_steps_only_gpu_and_tpu_keep_flax_dense_and_dr
   setup = make_setup(tiny_config('/unused', 'transformer', **{'model.dim': 32,
                                                               'model.mlp_dim': 64}),
                      need_files=False)
-  texts = {platform: step.make_train_step(setup, platform).lower(
-      *step.abstract_step_args(setup)).as_text() for platform in (None, 'cpu', 'tpu', 'cuda')}
+  texts = {platform: step.make_train_step(setup.step_parts, platform).lower(
+      *step.abstract_step_args(setup.step_parts)).as_text() for platform in (None, 'cpu', 'tpu', 'cuda')}
   text = texts.__getitem__                                 # each program lowered once
   packing = lambda platform: text(platform).count('ui8')   # packed masks are uint8
   # A Dense kernel [32, 64] met by a rank-3 input: [B, L, 32] x [32, 64] -> [B, L, 64].

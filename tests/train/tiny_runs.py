@@ -4,7 +4,10 @@ tests/data/conftest.py): tiny ListOps configs on a session-wide generated datase
 The persistent compilation cache lets the many short runs of the same tiny model reuse XLA
 executables across tests (it changes no numbers).
 """
+import contextlib
+import dataclasses
 import os
+import signal
 import sys
 
 import jax
@@ -13,7 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'configs'))
 
 import lra_listops  # noqa: E402
-from poolformers_jax import config as config_lib  # noqa: E402
+from poolformers_jax import config as config_lib, data  # noqa: E402
 
 jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.pytest_cache', 'jax_cache'))
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
@@ -40,3 +43,75 @@ def tiny_overrides(data_dir: str, **updates) -> dict:
 def tiny_config(data_dir: str, family: str = 'transformer', **updates):
   return config_lib.override(lra_listops.get_config(f'{family},tiny'),
                                **tiny_overrides(data_dir, **updates))
+
+
+class _SigtermAt:
+  """Wraps the real train iterator; sends SIGTERM to this process when batch `at` is read."""
+
+  def __init__(self, iterator, at):
+    self.iterator, self.at, self.count = iterator, at, 0
+
+  def __iter__(self):
+    return self
+
+  def __next__(self):
+    self.count += 1
+    if self.count == self.at:
+      os.kill(os.getpid(), signal.SIGTERM)
+    return next(self.iterator)
+
+  def get_state(self):
+    return self.iterator.get_state()
+
+  def set_state(self, state):
+    self.iterator.set_state(state)
+
+
+@contextlib.contextmanager
+def sigterm_at_step(step: int):
+  """Inside: the trainer's train iterator sends this process SIGTERM as it reads the batch of
+  `step` (>= 2: the loop's handler is set by then), so the loop stops after `step` as a
+  preempted job does (checkpoint saved, status 'preempted')."""
+  real = data.make_train_iterator
+  data.make_train_iterator = lambda *a, **k: _SigtermAt(real(*a, **k), at=step)
+  try:
+    yield
+  finally:
+    data.make_train_iterator = real
+
+
+class DeviceReads:
+  """Inside: every host read of a jax.Array's value (device_get, float(), np.asarray: all go
+  through ArrayImpl._value; jax's transfer guard does not fire on CPU arrays) is recorded with
+  the number of train steps the trainer had dispatched by then (its compiled step counted):
+  `read_after` holds those numbers."""
+
+  def __init__(self):
+    self.dispatched = 0
+    self.read_after: set[int] = set()
+
+  def __enter__(self):
+    from jax._src import array
+    from poolformers_jax.train import step as step_lib
+    self._value, self._compile = array.ArrayImpl._value, step_lib.compile_train_step
+
+    def recorded(value):
+      self.read_after.add(self.dispatched)
+      return self._value.fget(value)
+
+    def compile_counted(parts):
+      compiled = self._compile(parts)
+
+      def counted(*args):
+        self.dispatched += 1
+        return compiled.run(*args)
+      return dataclasses.replace(compiled, run=counted)
+
+    array.ArrayImpl._value = property(recorded)
+    step_lib.compile_train_step = compile_counted
+    return self
+
+  def __exit__(self, *exc):
+    from jax._src import array
+    from poolformers_jax.train import step as step_lib
+    array.ArrayImpl._value, step_lib.compile_train_step = self._value, self._compile

@@ -1,7 +1,7 @@
 r"""Length-grouped micro-batches (config.length_buckets) against the plain step, in one process,
 at the ListOps paper setting (length 2048, batch 32):
 
-  taskset -c 0 nice -n 10 .venv/bin/python benchmarks/length_buckets.py --output /tmp/lb.json
+  taskset -c 0 nice -n 10 .venv/bin/python benchmarks/length_buckets_bench.py --output /tmp/lb.json
 
 For each family (`--families`) and protocol word (`--protocols`: ours, reference) the trainer's
 own compiled step (train/step.py, the config of configs/lra_listops.py:<family>[,reference],
@@ -38,6 +38,8 @@ from poolformers_jax import config as config_lib
 from poolformers_jax.train import host_memory, length_buckets  # noqa: E402
 from poolformers_jax.train import state as state_lib, step as step_lib  # noqa: E402
 from poolformers_jax.train.setup import make_setup  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 
 def listops_batches(config, num_batches: int, seed: int) -> list[dict[str, np.ndarray]]:
@@ -58,10 +60,10 @@ def measure(config, batches, passes: int) -> dict:
   for name, cfg in (('plain', plain_config), ('bucketed', config)):
     setup = make_setup(cfg, need_files=False)
     started = time.time()
-    compiled = step_lib.compile_train_step(setup)
+    compiled = step_lib.compile_train_step(setup.step_parts)
     state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                          setup.mesh, param_init=cfg.param_init)
-    run = compiled.runner(state, setup.mesh, jax.random.PRNGKey(1))
+    run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
     report[name] = {'compile_s': time.time() - started, 'memory': compiled.memory}
     runs[name] = (run, compiled)
   cuts = sorted({int(m['inputs'].shape[1]) for b in batches

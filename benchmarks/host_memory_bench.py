@@ -8,7 +8,7 @@ reading the next batch (as the loop does). Per setting: steps/s, page faults per
 (`sys`) seconds, both from /proc/self/stat around the step-only phase. Prints a Markdown table
 and writes host_memory.json:
 
-  .venv/bin/python benchmarks/host_memory.py --output_dir /tmp/host_memory
+  .venv/bin/python benchmarks/host_memory_bench.py --output_dir /tmp/host_memory
 """
 import json
 import os
@@ -49,7 +49,7 @@ def measure(config_spec: str, steps: int) -> dict:
   batch = next_batch()
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
                                        setup.mesh)
-  compiled = step_lib.compile_train_step(setup)   # the trainer's step
+  compiled = step_lib.compile_train_step(setup.step_parts)   # the trainer's step
   acc, rng, step = compiled.new_accumulator(setup.mesh), jax.random.PRNGKey(1), compiled.run
   for _ in range(20):
     state, acc = step(state, acc, batch, rng)

@@ -20,7 +20,7 @@ encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
   `before_cross_kv_projections`: how many of the before decoder's per-step cross-attention
   key/value projections XLA moved out of the decoding loop (compiled once per batch anyway).
 
-  nice -n 19 .venv/bin/python benchmarks/translation.py --output_dir /tmp/translation_bench
+  nice -n 19 .venv/bin/python benchmarks/translation_bench.py --output_dir /tmp/translation_bench
 
 Defaults are a reduced Base (layers, width, FFN, heads below) that fits this 2-core CPU; pass
 --num_layers 6 --emb_dim 512 --mlp_dim 2048 --num_heads 8 --batch 128 --length 256 for the real
@@ -28,6 +28,7 @@ Base size on an accelerator.
 """
 import json
 import os
+import sys
 import re
 import statistics
 import time
@@ -44,6 +45,8 @@ from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli, state as state_lib, step as step_lib
 from poolformers_jax.train.setup import make_setup
 from poolformers_jax.tasks.translation import length_batches
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -198,8 +201,8 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
       'hoisted_out_of_the_loop_by_xla': cross_kv_outside_loop(
           before, params, np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32))}
   if not FLAGS.decode_only:
-    compiled = step_lib.compile_train_step(setup)
-    calls['train'] = (compiled.runner(state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
+    compiled = step_lib.compile_train_step(setup.step_parts)
+    calls['train'] = (step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
     out.update(train_temp_bytes=compiled.memory['temp'],
                train_argument_bytes=compiled.memory['argument'])
   return out
