@@ -153,7 +153,7 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
   config.json; a config whose model differs is refused: config.with_run_model). Returns
   what was written: folder, run, checkpoint, step, commit, heads (also in config.json under
   'poolformers_jax_export' and in README.md)."""
-  from poolformers_jax.programs.reproduce import git_commit
+  from poolformers_jax.reproduce.runs import git_commit
   from poolformers_jax import config as config_lib
   from poolformers_jax.train import init_from
   state_dir, run, checkpoint, step = _checkpoint_of_run(source)

@@ -38,7 +38,7 @@ from poolformers_jax.train import step as step_lib
 from poolformers_jax.train.evaluate import (evaluate_state, hypotheses_path, make_eval_step,
                                             write_eval_json)
 from poolformers_jax.train.metrics import MetricWriter
-from poolformers_jax.train.setup import Setup, fsdp_rules, make_setup, process_slice
+from poolformers_jax.train.setup import Setup, make_setup, process_slice
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -186,7 +186,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   setup = make_setup(given, run_dir=workdir if resume else None,
                      todo='resume with the config the run was trained with, or train this one in '
                      'another --workdir')
-  config = setup.config
+  config, parts = setup.config, setup.step_parts
   if config.init_from and not resume:   # the run it starts from: same positions, learned
     init_check.check_init_source(config)
   total_steps = int(config.num_train_steps)
@@ -206,7 +206,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   rng = jax.random.PRNGKey(config.seed)
   init_rng, dropout_rng = jax.random.split(rng)
   try:
-    resumed = checkpointer.restore_for_resume(setup.abstract_state, data_position,
+    resumed = checkpointer.restore_for_resume(parts.abstract_state, data_position,
                                               start_over=start_over)
   except Exception:
     checkpointer.close()
@@ -215,18 +215,18 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
     (state, step), resumed_from = resumed, resumed[1]
     logging.info('resumed from step %d in %s', step, workdir)
   else:
-    state = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh,
+    state = state_lib.create_train_state(parts.model, setup.tx, parts.info, init_rng, parts.mesh,
                                          param_init=config.param_init,
-                                         rules=fsdp_rules(config))
+                                         rules=setup.fsdp_rules)
     step, resumed_from = 0, None
     if config.init_from:   # fine-tuning: parameters only, fresh optimizer and step
       state = init_from.init_state_from(state, config.init_from, config.init_from_fresh,
                                         config.init_from_allow_missing)
   logging.info('model %s: %d parameters', config.model.name, state_lib.param_count(state.params))
 
-  tokens = int(np.prod(setup.info.input_shape)) if setup.info.vocab_size is not None else 0
+  tokens = int(np.prod(parts.info.input_shape)) if parts.info.vocab_size is not None else 0
   # The steps are built from setup.step_parts: the parts and config values they use, no config.
-  eval_step = make_eval_step(setup.step_parts)
+  eval_step = make_eval_step(parts)
   writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
                         progress_bar=config.progress_bar)
   profiler = _Profiler(config.profile_steps, workdir)
@@ -234,11 +234,11 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   try:
     if step < total_steps:
       started = time.time()
-      compiled = step_lib.compile_train_step(setup.step_parts)
+      compiled = step_lib.compile_train_step(parts)
       compile_seconds, memory, train_step = time.time() - started, compiled.memory, compiled.run
       logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
                    memory['total'] / 2**20)
-      acc = compiled.new_accumulator(setup.mesh)
+      acc = compiled.new_accumulator(parts.mesh)
       next_batch = lambda: compiled.put(next(train_iter))   # global arrays (or micro-batches)
       batch = next_batch()
     elif total_steps == 0 and resumed is None:   # nothing to train (init_from, then evaluate):
@@ -277,7 +277,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
             metrics['compile_seconds'], compile_seconds = compile_seconds, None
           writer.write(step, 'train', metrics)
           postfix = {'loss': metrics['loss']}
-          acc, window_start = compiled.new_accumulator(setup.mesh), time.time()
+          acc, window_start = compiled.new_accumulator(parts.mesh), time.time()
         else:
           check_finite()             # one scalar: nothing non-finite may be evaluated or saved
           postfix = {}
@@ -306,7 +306,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
     test = None
     if status == 'finished' and config.final_test:
       which = 'best' if checkpointer.best_step() is not None else 'latest'
-      best_state, best_step = checkpointer.restore_state(which, setup.abstract_state)
+      best_state, best_step = checkpointer.restore_state(which, parts.abstract_state)
       test = evaluate_state(setup, best_state, 'test', eval_step=eval_step,
                             outputs_path=hypotheses_path(workdir, 'test'))
       test = {**test, 'step': best_step, 'checkpoint': which, 'split': 'test'}

@@ -66,6 +66,7 @@ class Setup:
   tx: optax.GradientTransformation
   eval_batch_size: int                   # global; config.eval_batch_size, 0 -> batch_size
   step_parts: StepParts                  # what the train / eval steps are built from
+  fsdp_rules: sharding.FsdpRules         # where parameters and optimizer state are split
   decoder: Any = None                    # the task's, if it generates outputs (Task.decoder)
 
   info = property(lambda self: self.step_parts.info)                          # data.DatasetInfo
@@ -117,7 +118,8 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)
   tx, schedule = optim.make_optimizer_and_schedule(config)
-  abstract, shardings = state_lib.state_shardings(model, tx, info, mesh, fsdp_rules(config))
+  rules = fsdp_rules(config)
+  abstract, shardings = state_lib.state_shardings(model, tx, info, mesh, rules)
   task = tasks.get_task(info.task)
   decoder = None if task.decoder is None else task.decoder(
       model=model, decode=config.decode, data=config.data, devices=sharding.batch_devices(mesh),
@@ -130,7 +132,7 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
       mixup=_mixup_kwargs(config), bucket_multiple=int(config.length_buckets.multiple),
       micro_batch_size=int(config.length_buckets.micro_batch_size))
   return Setup(config=config, tx=tx, eval_batch_size=int(config.eval_batch_size or config.batch_size),
-               step_parts=step_parts, decoder=decoder)
+               step_parts=step_parts, fsdp_rules=rules, decoder=decoder)
 
 
 def make_mesh(config: ml_collections.ConfigDict) -> Mesh:

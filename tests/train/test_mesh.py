@@ -15,7 +15,7 @@ from poolformers_jax import config as config_lib, load_run
 from poolformers_jax.train import evaluate, sharding, step as step_lib, train_and_evaluate
 from poolformers_jax.train import state as state_lib
 from poolformers_jax.train.metrics import read_metrics
-from poolformers_jax.train.setup import fsdp_rules, make_setup
+from poolformers_jax.train.setup import make_setup
 from poolformers_jax.testing import collectives
 
 import lra_listops
@@ -67,7 +67,7 @@ def _one_step(family, **updates):
   setup = make_setup(config, need_files=False)
   compiled = step_lib.compile_train_step(setup.step_parts)
   state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
-                                       setup.mesh, rules=fsdp_rules(setup.config))
+                                       setup.mesh, rules=setup.fsdp_rules)
   state, acc = compiled.run(state, compiled.new_accumulator(setup.mesh),
                             compiled.put(_batch(setup)), jax.random.PRNGKey(1))
   return jax.device_get((acc['sums']['loss'], acc['grad_norm'], state.params)), state
