@@ -5,7 +5,7 @@ and the results so far as one markdown file.
     python benchmarks/gpu_queue.py --results DIR --runs RUNS --group 'spt=adamra,spt contextpool,spt' \
         --group 'positions=transformer,rotary' --report OUT     # OUT/queue.md and OUT/queue.tar
     python benchmarks/gpu_queue.py --runs RUNS --finished 'adamra,spt contextpool,spt'  # exit 0 if all are
-    python benchmarks/gpu_queue.py --results DIR --sweep_complete                     # exit 0 if it is
+    python benchmarks/gpu_queue.py --results DIR --sweep_complete   # exit 0 if it is (--peer_done too)
 
 DIR holds the finished jobs' results (peer/: gpu_peer.*, efficiency.*; compile_time/:
 compile_time.json and the trace; listops_<group>.md), packed whole into OUT/queue.tar; RUNS the
@@ -58,7 +58,7 @@ def compile_status(results: str) -> tuple[str, str]:
   families = report['families']
   todo = [f'{f} {s}' for f, records in families.items() for s in compile_time.SETTINGS
           if not any(k in records.get(s, {}) for k in ('compile_s', 'na'))]
-  if 'trace' not in report:
+  if 'compile_s' not in report.get('trace', {}):
     todo.append('the trace')
   if todo:
     return 'partial', 'measures ' + ', '.join(todo)
@@ -154,9 +154,12 @@ def main() -> None:
   parser.add_argument('--report', metavar='OUT', help='write OUT/queue.md and OUT/queue.tar')
   parser.add_argument('--finished', metavar='FAMILIES', help='exit 0 if every family finished')
   parser.add_argument('--sweep_complete', action='store_true', help='exit 0 if the sweep is')
+  parser.add_argument('--peer_done', action='store_true', help='exit 0 if peer is done')
   args = parser.parse_args()
   if args.finished is not None:
     sys.exit(0 if all(family_status(args.runs, f) == 'done' for f in args.finished.split()) else 1)
+  if args.peer_done:
+    sys.exit(0 if peer_status(args.results)[0].startswith('done') else 1)
   if args.sweep_complete:
     counts = _sweep_points(args.results)
     sys.exit(0 if counts and counts[0] == counts[1] else 1)

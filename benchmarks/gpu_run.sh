@@ -241,10 +241,13 @@ if [[ "$MODE" == queue ]]; then
   has() { [[ " $JOBS " == *" $1 "* ]]; }
   left() { echo $((deadline - SECONDS)); }
   # a. Side by side with the authors (and the sweep, its stage b), unless a call finished it.
-  if has peer && [[ ! -f "$RESULTS/peer/gpu_peer.json" ]] && (( $(left) >= 60 )); then
+  # A partial one (runs cut by the budget) runs again whole; its new files replace the old.
+  if has peer && (( $(left) >= 60 )) && ! "$PY" benchmarks/gpu_queue.py --results "$RESULTS" --peer_done; then
     budget=${PEER_BUDGET_S:-200}; (( budget <= $(left) )) || budget=$(left)
     OUT="$WORK/peer_out" PEER_BUDGET_S=$budget bash "$0" peer || true
-    [[ -f "$WORK/peer_out/peer/gpu_peer.json" ]] && mv "$WORK/peer_out/peer" "$RESULTS/peer"
+    if [[ -f "$WORK/peer_out/peer/gpu_peer.json" ]]; then
+      rm -rf "$RESULTS/peer"; mv "$WORK/peer_out/peer" "$RESULTS/peer"
+    fi
   fi
   # b. Compile time: each family's ListOps paper step alone; resumes from compile_time.json.
   if has compile && (( $(left) >= 60 )); then
