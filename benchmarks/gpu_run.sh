@@ -295,6 +295,8 @@ PYEOF
   done
   "$PY" benchmarks/gpu_queue.py --results "$RESULTS" --runs "$RUNS" --group "spt=$SPT" \
     --group "positions=$POSITIONS" --report "$OUT"
+  files=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+  (( files <= 8 )) || echo "queue: warning: $files files in \$OUT; the device tool returns 8"
   echo "queue: $((SECONDS - start)) s of ${QUEUE_BUDGET_S:-540}; copy every file of \$OUT to $STATE/ (replacing it) for the next call"
   exit 0
 fi
