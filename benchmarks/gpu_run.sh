@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: the efficiency benchmark, one call per dtype (docs/efficiency.md, "On a GPU"),
-# and the ListOps paper-setting column (docs/accelerators.md, "ListOps on one GPU").
+# the ListOps paper-setting column (docs/accelerators.md, "ListOps on one GPU"), the side by side
+# with the authors, and the queue of every pending GPU job (`queue`, 5. below: run this one).
 #
 # 1. Wheels a GPU image with jax + CUDA, flax, optax, orbax and chex lacks: on a machine with PyPI
 #    access, from the repository root, once (fills the git-ignored .whl/, ~11 MB):
@@ -65,6 +66,28 @@
 #    table's commit column is `git rev-parse --short HEAD`, or $PEER_COMMIT in a copy without .git.
 #    PEER_INSTALL=0 uses the python at hand and PEER_DEVICE=cpu runs it all on a CPU (the test,
 #    tests/test_gpu_run.py, with tiny PEER_* sizes).
+#    PEER_STAGES (default abc) picks stages (the queue's sweep re-run: b).
+# 5. Every pending GPU job, in priority order within ONE budget of $QUEUE_BUDGET_S seconds
+#    (default 540: a ten-minute call), resumable across calls:
+#        bash benchmarks/gpu_run.sh queue
+#    (device tool: carry [".official", ".whl", ".gpu_state"]). It restores the last call's files
+#    from $QUEUE_STATE (default .gpu_state/: queue.tar, the results so far; listops_*.tar, the
+#    ListOps runs), then runs what is not finished, each job given what is left:
+#    a. `peer` (mode 4; its sweep is the queue's c), budget min($PEER_BUDGET_S, left);
+#    b. compile time: benchmarks/compile_time.py, each family's ListOps paper step alone
+#       ($COMPILE_FAMILIES, $COMPILE_SIZE), cold / cached / autotune level 0, one trace;
+#    c. the sweep again, alone (peer stage b), if the budget cut it inside `peer`;
+#    d. the ListOps long runs in `listops` mode, one group at a time, packs listops_<group>_<k>.tar:
+#       spt ($QUEUE_SPT_FAMILIES, default "adamra,spt contextpool,spt": 2 000 pre-training +
+#       3 000 fine-tuning steps, docs/results/lra_spt.md) and positions
+#       ($QUEUE_POSITIONS_FAMILIES, default "transformer,rotary transformer,rotary,spt,amos",
+#       5 pre-training epochs); the 6x512 runs and Pathfinder-32 are listed as pending (why:
+#       benchmarks/gpu_queue.py BLOCKED).
+#    $QUEUE_JOBS (default "peer compile sweep spt positions") picks jobs. $OUT gets queue.md (the
+#    status table, job / status / the next call, and every result so far), queue.tar and the
+#    groups' packs (the packs of groups that did not run come back unchanged): at most 8 files;
+#    copy them all to .gpu_state/ (replacing it) for the next call. QUEUE_INSTALL=0 and tiny
+#    sizes run it on a CPU (tests/test_gpu_run.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -73,7 +96,7 @@ WHEELS=(grain==0.2.18 tensorflow-datasets==4.9.10 ml_collections==1.1.0 tensorbo
         immutabledict==4.3.1 simple-parsing==0.1.9 tensorflow-metadata==1.21.0 termcolor==3.3.0
         toml==0.10.2 wrapt==2.5.2 portpicker==1.6.0)
 
-MODES=(download float32 bfloat16 listops peer)
+MODES=(download float32 bfloat16 listops peer queue)
 MODE=${1:-}
 if [[ " ${MODES[*]} " != *" $MODE "* ]]; then
   echo "error: mode '$MODE' is not one of ${MODES[*]}; e.g. bash benchmarks/gpu_run.sh bfloat16" >&2
@@ -192,7 +215,89 @@ if [[ "$MODE" == listops ]]; then
       > "$dir/heldout.json" 2>> "$dir/train.log" || rm -f "$dir/heldout.json"
   done
   "$PY" benchmarks/listops_column.py --runs "$RUNS" --families "$FAMILIES" --pack "$OUT" \
-    | tee "$OUT/listops.md"
+    --pack_name "${LISTOPS_PACK:-listops}" | tee "$OUT/listops.md"
+  exit 0
+fi
+
+if [[ "$MODE" == queue ]]; then
+  start=$SECONDS
+  deadline=$((SECONDS + ${QUEUE_BUDGET_S:-540}))
+  OUT=${OUT:-/tmp/gpu_run}
+  STATE=${QUEUE_STATE:-.gpu_state}
+  WORK=${QUEUE_WORK:-/tmp/gpu_queue}
+  JOBS=${QUEUE_JOBS:-peer compile sweep spt positions}
+  RESULTS="$WORK/results" RUNS="$WORK/runs"
+  rm -rf "$WORK"; mkdir -p "$OUT" "$RESULTS" "$RUNS" "$WORK/no_state"
+  [[ "${QUEUE_INSTALL:-1}" == 1 ]] && install_wheels
+  export PEER_INSTALL=0 LISTOPS_INSTALL=0 PYTHON=$PY
+  # The state of the last call: the results so far (queue.tar) and the ListOps runs (listops_*.tar).
+  [[ -f "$STATE/queue.tar" ]] && tar xf "$STATE/queue.tar" -C "$WORK"
+  for pack in "$STATE"/listops_*.tar; do [[ -f "$pack" ]] && tar xf "$pack" -C "$RUNS"; done
+  # The ListOps groups: the unfinished SPT fine-tunings (docs/results/lra_spt.md, H200 table) and
+  # the positions / Amos et al. runs at the LRA size ("Queued for a GPU"); their 6x512 runs and
+  # Pathfinder-32 are listed as pending (gpu_queue.py BLOCKED).
+  SPT=${QUEUE_SPT_FAMILIES-adamra,spt contextpool,spt}
+  POSITIONS=${QUEUE_POSITIONS_FAMILIES-transformer,rotary transformer,rotary,spt,amos}
+  has() { [[ " $JOBS " == *" $1 "* ]]; }
+  left() { echo $((deadline - SECONDS)); }
+  # a. Side by side with the authors (and the sweep, its stage b), unless a call finished it.
+  # A partial one (runs cut by the budget) runs again whole; its new files replace the old.
+  if has peer && (( $(left) >= 60 )) && ! "$PY" benchmarks/gpu_queue.py --results "$RESULTS" --peer_done; then
+    budget=${PEER_BUDGET_S:-200}; (( budget <= $(left) )) || budget=$(left)
+    OUT="$WORK/peer_out" PEER_BUDGET_S=$budget bash "$0" peer || true
+    if [[ -f "$WORK/peer_out/peer/gpu_peer.json" ]]; then
+      rm -rf "$RESULTS/peer"; mv "$WORK/peer_out/peer" "$RESULTS/peer"
+    fi
+  fi
+  # b. Compile time: each family's ListOps paper step alone; resumes from compile_time.json.
+  if has compile && (( $(left) >= 60 )); then
+    "$PY" benchmarks/compile_time.py --output_dir "$RESULTS/compile_time" \
+      --cache_dir "$WORK/compile_cache" --families "${COMPILE_FAMILIES:-transformer linear ponet adamra contextpool}" \
+      --size "${COMPILE_SIZE:-full}" --deadline_s $(( $(left) - 30 )) 2>&1 | grep --line-buffered -v Warning || true
+  fi
+  # c. The sweep ran in peer; cut by the budget, it runs again alone (the fuller one is kept).
+  if has sweep && [[ -f "$RESULTS/peer/efficiency.json" ]] && (( $(left) >= 60 )) &&
+      ! "$PY" benchmarks/gpu_queue.py --results "$RESULTS" --sweep_complete; then
+    OUT="$WORK/sweep_out" PEER_STAGES=b PEER_BUDGET_S=$(left) bash "$0" peer || true
+    "$PY" - "$WORK/sweep_out/peer" "$RESULTS/peer" <<'PYEOF' || true
+import json, os, shutil, sys
+def ok(d):
+  p = os.path.join(d, 'efficiency.json')
+  if not os.path.exists(p): return -1
+  return sum(v.get('status') == 'ok' for r in json.load(open(p))['results'].values() for v in r.values())
+if ok(sys.argv[1]) > ok(sys.argv[2]):
+  for name in ('efficiency.json', 'efficiency.md'):
+    shutil.copy(os.path.join(sys.argv[1], name), sys.argv[2])
+PYEOF
+  fi
+  # d. The long runs, each group in `listops` mode (its packs listops_<group>_<k>.tar).
+  FRESH=""
+  run_group() {   # name families pretrain_args finetune_args
+    [[ -n "$2" ]] && has "$1" && (( $(left) >= 120 )) || return 0
+    "$PY" benchmarks/gpu_queue.py --runs "$RUNS" --finished "$2" && return 0
+    OUT="$WORK/listops_$1" LISTOPS_STATE="$WORK/no_state" LISTOPS_RUNS="$RUNS" LISTOPS_FAMILIES="$2" \
+      LISTOPS_PACK="listops_$1" LISTOPS_BUDGET_S=$(( $(left) - 90 )) LISTOPS_PRETRAIN_ARGS="$3" \
+      LISTOPS_FINETUNE_ARGS="$4" LISTOPS_ARGS="--config.keep_checkpoints=1 ${LISTOPS_ARGS:-}" \
+      bash "$0" listops || true
+    if compgen -G "$WORK/listops_$1/listops_$1_*.tar" > /dev/null; then
+      FRESH+=" listops_$1"
+      mv "$WORK/listops_$1/listops_$1"_*.tar "$OUT/"
+      cp "$WORK/listops_$1/listops.md" "$RESULTS/listops_$1.md"
+    fi
+  }
+  run_group spt "$SPT" "${QUEUE_SPT_PRETRAIN_ARGS---config.num_train_steps=2000 --config.eval_every_steps=250 --config.checkpoint_every_steps=250}" \
+    "${QUEUE_SPT_FINETUNE_ARGS---config.num_train_steps=3000}"
+  run_group positions "$POSITIONS" "${QUEUE_POSITIONS_PRETRAIN_ARGS---config.num_train_epochs=5}" ""
+  # The packs of the groups not packed again in this call come back as they were.
+  for pack in "$STATE"/listops_*.tar; do
+    name=$(basename "$pack")
+    [[ -f "$pack" && " $FRESH " != *" ${name%_*} "* ]] && cp "$pack" "$OUT/"
+  done
+  "$PY" benchmarks/gpu_queue.py --results "$RESULTS" --runs "$RUNS" --group "spt=$SPT" \
+    --group "positions=$POSITIONS" --report "$OUT"
+  files=$(find "$OUT" -maxdepth 1 -type f | wc -l)
+  (( files <= 8 )) || echo "queue: warning: $files files in \$OUT; the device tool returns 8"
+  echo "queue: $((SECONDS - start)) s of ${QUEUE_BUDGET_S:-540}; copy every file of \$OUT to $STATE/ (replacing it) for the next call"
   exit 0
 fi
 
@@ -220,9 +325,10 @@ if [[ "$MODE" == peer ]]; then
     echo "peer: $TORCH_PY cannot import torch: our side only" | tee -a "$LOG"
     TORCH_PY=none
   fi
+  STAGES=${PEER_STAGES:-abc}
   # a. Side by side: every second left but a reserve for the sweep (PEER_SWEEP_RESERVE_S).
   left=$((deadline - SECONDS - ${PEER_SWEEP_RESERVE_S:-0}))
-  if (( left >= 10 )); then
+  if [[ "$STAGES" == *a* ]] && (( left >= 10 )); then
     # Round 2 loads round 1's compiled programs from the cache instead of compiling again.
     JAX_COMPILATION_CACHE_DIR=${PEER_JAX_CACHE:-/tmp/jax_peer_cache} \
     timeout --kill-after=5 "$left" "$PY" benchmarks/official_torch.py \
@@ -236,7 +342,7 @@ if [[ "$MODE" == peer ]]; then
   fi
   # b. The sweep in one process, until the deadline (5 s kept to write the files).
   left=$((deadline - SECONDS))
-  if (( left >= 15 )); then
+  if [[ "$STAGES" == *b* ]] && (( left >= 15 )); then
     timeout --kill-after=5 "$left" "$PY" benchmarks/efficiency.py --output_dir "$DIR" \
       --dtype bfloat16 --batch "${PEER_BATCH:-32}" --isolate=no --noplot \
       --mixers "${PEER_MIXERS:-softmax/xla,softmax/cudnn,linear,ponet,adamra,contextpool,sac,msac,none}" \
@@ -247,7 +353,9 @@ if [[ "$MODE" == peer ]]; then
   fi
   # c. The cuDNN check, if time is left.
   left=$((deadline - SECONDS))
-  if (( left >= ${PEER_CHECK_S:-40} )); then
+  if [[ "$STAGES" != *c* ]]; then
+    :
+  elif (( left >= ${PEER_CHECK_S:-40} )); then
     timeout --kill-after=5 "$left" "$PY" benchmarks/check_cudnn.py 2>&1 | grep --line-buffered -v Warning \
       | tee -a "$LOG" || true
   else

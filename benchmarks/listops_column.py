@@ -111,17 +111,19 @@ def _packed_files(runs: str, name: str) -> list[tuple[str, int]]:
   return sorted(files)
 
 
-def pack(runs: str, families: list[str], out: str, limit: int = PACK_LIMIT) -> list[str]:
-  """Packs the runs, whole, into as few tars of at most `limit` bytes as fit; returns their paths."""
+def pack(runs: str, families: list[str], out: str, limit: int = PACK_LIMIT,
+         name: str = 'listops') -> list[str]:
+  """Packs the runs, whole, into as few tars of at most `limit` bytes as fit (`name`_k.tar);
+  returns their paths."""
   groups, sizes = [], []
   for family in families:
-    name = run_dir(family)
-    if not os.path.isdir(os.path.join(runs, name)):
+    run = run_dir(family)
+    if not os.path.isdir(os.path.join(runs, run)):
       continue
-    files = _packed_files(runs, name)
+    files = _packed_files(runs, run)
     size = sum(s for _, s in files) + 1024 * (len(files) + 2)   # tar headers
     if size > limit:
-      raise ValueError(f'run {name} needs {size / 2**20:.1f} MiB packed, over {limit / 2**20:.0f} '
+      raise ValueError(f'run {run} needs {size / 2**20:.1f} MiB packed, over {limit / 2**20:.0f} '
                        'MiB: keep fewer checkpoints (--config.keep_checkpoints).')
     target = next((i for i, s in enumerate(sizes) if s + size <= limit), None)
     if target is None:
@@ -132,7 +134,7 @@ def pack(runs: str, families: list[str], out: str, limit: int = PACK_LIMIT) -> l
   os.makedirs(out, exist_ok=True)
   paths = []
   for k, files in enumerate(groups):
-    path = os.path.join(out, f'listops_{k}.tar')
+    path = os.path.join(out, f'{name}_{k}.tar')
     with tarfile.open(path, 'w') as tar:
       for rel, _ in files:
         tar.add(os.path.join(runs, rel), arcname=rel, recursive=False)
@@ -157,6 +159,7 @@ def main() -> None:
   parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='config override for --prepare, e.g. --set data.data_dir=/tmp/d')
   parser.add_argument('--pack', metavar='OUT', help='also pack the run directories into OUT')
+  parser.add_argument('--pack_name', default='listops', help='the packs are NAME_<k>.tar')
   args = parser.parse_args()
   if args.prepare:
     print('ListOps data ready:', prepare(args.prepare, args.set))
@@ -165,7 +168,7 @@ def main() -> None:
     parser.error('--runs is required (or --prepare SIZE)')
   families = args.families.split()
   if args.pack:
-    for path in pack(args.runs, families, args.pack):
+    for path in pack(args.runs, families, args.pack, name=args.pack_name):
       print(f'packed {path} ({os.path.getsize(path) / 2**20:.1f} MiB)', file=sys.stderr)
   print(markdown([row(args.runs, family) for family in families]))
 
