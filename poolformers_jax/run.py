@@ -84,7 +84,7 @@ def load_run(workdir: str, checkpoint: Union[str, int] = 'best', *,
     raise ValueError(f'{workdir}/config.json imports {untrusted} (config.imports): a run '
                      'directory runs no code on load; import them first, or pass '
                      'load_run(..., trust_imports=True) if you trust this run')
-  spec = data_base.get_spec(config.data)   # else the setup would make them anew from the data
+  spec = data_base.get_spec(config.data.name)   # else the setup would make them anew from the data
   for path in spec.run_files(config.data) if spec.run_files else ():
     if not os.path.exists(path):
       raise FileNotFoundError(f'{path} (trained with this run, config.data.name='
@@ -138,7 +138,7 @@ class Run:
   def _examples(self, raw_inputs: Sequence[Any], too_long: str) -> list[dict[str, np.ndarray]]:
     from poolformers_jax.data.info import Preprocess
     data_config = self.config.data
-    record = data_base.get_spec(data_config).record   # the dataset's declaration (data/<x>.py)
+    record = data_base.get_spec(data_config.name).record   # the dataset's declaration (data/<x>.py)
     if record is None:
       readable = sorted(n for n in data_base.DATASETS if data_base.DATASETS[n].record)
       raise ValueError(f'load_run cannot encode raw inputs of dataset {data_config.name!r}; '

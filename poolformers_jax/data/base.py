@@ -84,10 +84,9 @@ class DatasetSpec:
   generated: Optional[Callable[[Any], bool]] = None
 
 
-def get_spec(name) -> DatasetSpec:
-  """The registered spec of dataset `name` (config.data.name; a data config is read for its
-  name)."""
-  return DATASETS[name if isinstance(name, str) else name.name]
+def get_spec(name: str) -> DatasetSpec:
+  """The registered spec of dataset `name` (config.data.name)."""
+  return DATASETS[name]
 
 
 def get_data_config(name: str) -> ml_collections.ConfigDict:
