@@ -220,7 +220,7 @@ def test_sown_routing_is_a_distribution_and_its_argmax():
 ], ids=lambda o: '-'.join(f'{v}' for v in o.values()))
 def test_ablations_pass_check_mixer(options):
   report = T.check_mixer(AdaMRA(num_heads=2, compression_rates=(1 / 2, 1 / 4, 1 / 8), **options))
-  assert report['padding_amount'].startswith('skipped: segments')   # declared by AdaMRA
+  assert report['padding_amount'].startswith('skipped: its segments are floor(L * rate)')   # AdaMRA's traits
 
 
 def test_grads_reach_the_router():
