@@ -15,11 +15,10 @@ import json
 import logging
 from typing import Optional
 
-from absl import app, flags
+from absl import flags
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax import errors
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import checkpoint as checkpoint_lib, cli, integrity
 from poolformers_jax.train.setup import make_setup
@@ -63,22 +62,13 @@ def _average():
   print(json.dumps(average_checkpoints(flags.FLAGS.workdir, flags.FLAGS.last)), flush=True)
 
 
-@errors.one_line_errors
-def main(argv):
-  cli.run(argv, _average)
-
-
 def run(argv=None):
   """The program (`python -m poolformers_jax.average`, `poolformers-jax average`); its flags are
   defined here, so the package's modules import side by side."""
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_integer('last', None, 'Average the last N checkpoints (default: all kept).')
-  flags.mark_flags_as_required(['workdir'])
-  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
-  cli.key_flags_of(__name__)
-  runtime.configure_program()
-  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+  cli.start(__name__, _average, argv, required=('workdir',))
 
 
 if __name__ == '__main__':

@@ -13,9 +13,8 @@ Multi-process flags as train (--distributed, --coordinator_address, ...).
 """
 import json
 
-from absl import app, flags
+from absl import flags
 
-from poolformers_jax import errors, runtime
 from poolformers_jax.train import cli, evaluate
 
 
@@ -27,11 +26,6 @@ def _evaluate():
   print(json.dumps(metrics, sort_keys=True), flush=True)
 
 
-@errors.one_line_errors
-def main(argv):
-  cli.run(argv, _evaluate)
-
-
 def run(argv=None):
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
@@ -40,10 +34,7 @@ def run(argv=None):
   flags.DEFINE_string('checkpoint', 'best', "'best', 'latest', 'averaged' or a step number.")
   flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Split to evaluate.')
   flags.DEFINE_integer('batch_size', None, 'Global eval batch size (default: config).')
-  flags.mark_flags_as_required(['workdir'])
-  cli.key_flags_of(__name__)
-  runtime.configure_program()
-  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+  cli.start(__name__, _evaluate, argv, required=('workdir',))
 
 
 if __name__ == '__main__':

@@ -11,9 +11,8 @@ Kubernetes jax finds the processes itself; elsewhere set JAX_COORDINATOR_ADDRESS
 JAX_NUM_PROCESSES, JAX_PROCESS_ID (or --coordinator_address, --num_processes, --process_id) on
 every process. --distributed=off forces one process.
 """
-from absl import app, flags, logging
+from absl import flags, logging
 
-from poolformers_jax import errors, runtime
 from poolformers_jax.train import cli, train_and_evaluate
 
 
@@ -24,11 +23,6 @@ def _train():
                result.validation, result.test)
 
 
-@errors.one_line_errors
-def main(argv):
-  cli.run(argv, _train)
-
-
 def run(argv=None):
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
@@ -36,10 +30,7 @@ def run(argv=None):
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and config.json.')
   flags.DEFINE_bool('start_over', False, 'When no checkpoint of DIR verifies (all damaged), '
                     'train from step 0 instead of stopping.')
-  flags.mark_flags_as_required(['config', 'workdir'])
-  cli.key_flags_of(__name__)
-  runtime.configure_program()
-  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+  cli.start(__name__, _train, argv, required=('config', 'workdir'))
 
 
 if __name__ == '__main__':

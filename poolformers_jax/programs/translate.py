@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
-from poolformers_jax import errors
 from poolformers_jax.run import load_run
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import cli
@@ -48,11 +47,6 @@ def _translate():
       f.write(text)
 
 
-@errors.one_line_errors
-def main(argv):
-  cli.run(argv, _translate)
-
-
 def run(argv=None):
   """The program (`python -m poolformers_jax.translate`, `poolformers-jax translate`); its flags are
   defined here, so the package's modules import side by side."""
@@ -66,11 +60,7 @@ def run(argv=None):
   flags.DEFINE_float('alpha', None, 'Length penalty alpha (default config.decode).')
   flags.DEFINE_integer('batch_tokens', None, 'Source tokens (padding included) '
                        'decoded at once (default config.decode).')
-  flags.mark_flags_as_required(['workdir'])
-  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
-  cli.key_flags_of(__name__)
-  runtime.configure_program()
-  app.run(main, argv=argv, flags_parser=cli.parse_flags)
+  cli.start(__name__, _translate, argv, required=('workdir',))
 
 
 if __name__ == '__main__':

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging
 
 from poolformers_jax import config as config_lib, errors
@@ -200,3 +200,15 @@ def run(argv: Sequence[str], work: Callable[[], None]) -> None:
                                         flags.FLAGS.num_processes, flags.FLAGS.process_id)
   work()
   sharding.shutdown_distributed()
+
+
+def start(module_name: str, work: Callable[[], None], argv: Sequence[str] | None,
+          required: Sequence[str]) -> None:
+  """The end of every program's `run()`, after it defined its flags: `required` flags, the
+  program's key flags, the process setup, then `work()` under `run` with the one-line error
+  contract."""
+  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
+  flags.mark_flags_as_required(list(required))
+  key_flags_of(module_name)
+  runtime.configure_program()
+  app.run(one_line_errors(lambda args: run(args, work)), argv=argv, flags_parser=parse_flags)
