@@ -4,6 +4,7 @@ the registries are read) or an installed distribution's `poolformers_jax.mixers`
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -23,31 +24,6 @@ def _run(script, *args, env):
                         timeout=600, env=env)
 
 
-# A throw-away mixer written as a built-in one is: its module, its facts declared on its class,
-# and nothing else anywhere (no list, no table, no name branch).
-THROWAWAY = """
-import flax.linen as nn
-import jax.numpy as jnp
-
-from poolformers_jax.layers import MixerTraits, register_mixer
-
-
-@register_mixer('throwaway_mean')
-class ThrowawayMean(nn.Module):
-  \"\"\"Every real token gets the projected mean of the real tokens.\"\"\"
-  dropout_rate: float = 0.0
-  traits = MixerTraits(two_d='no (a throw-away)',
-                       not_by_design={'dropout': 'no dropout inside (dropout_rate is unused)'})
-
-  @nn.compact
-  def __call__(self, x, mask=None, deterministic: bool = True):
-    weights = jnp.ones(x.shape[:2], x.dtype) if mask is None else mask.astype(x.dtype)
-    mean = (x * weights[..., None]).sum(1, keepdims=True) / jnp.maximum(
-        weights.sum(1, keepdims=True)[..., None], 1.0)
-    return nn.Dense(x.shape[-1])(jnp.broadcast_to(mean, x.shape))
-"""
-
-
 def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module_alone(
     data_dir, tmp_path):
   """A throw-away mixer module in a temporary package: registered by decoration, trained by
@@ -56,15 +32,15 @@ def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module
   the amount of padding does not matter; a name table would refuse an unknown name)."""
   (tmp_path / 'lab').mkdir()
   (tmp_path / 'lab' / '__init__.py').write_text('')
-  (tmp_path / 'lab' / 'my_mixer.py').write_text(THROWAWAY)
+  shutil.copy(os.path.join(FIXTURES, 'my_mixer.py'), tmp_path / 'lab' / 'my_mixer.py')
   workdir = str(tmp_path / 'run')
   overrides = [f'--config.{k}={v}' for k, v in tiny_overrides(data_dir).items()]
-  own = ['--config.model.mixer=throwaway_mean', '--config.imports=lab.my_mixer']
+  own = ['--config.model.mixer=fixture_mean_mixer', '--config.imports=lab.my_mixer']
   trained = _run('train.py', '--config', 'configs/lra_listops.py:transformer,tiny', '--workdir',
                  workdir, *overrides, *own, env=_env(str(tmp_path)))
   assert trained.returncode == 0, trained.stderr[-3000:]
   saved = json.load(open(os.path.join(workdir, 'config.json')))
-  assert saved['imports'] == 'lab.my_mixer' and saved['model']['mixer'] == 'throwaway_mean'
+  assert saved['imports'] == 'lab.my_mixer' and saved['model']['mixer'] == 'fixture_mean_mixer'
   # eval.py with the run's own config: config.json's imports bring the mixer back.
   evaluated = _run('eval.py', '--workdir', workdir, '--split', 'validation',
                    env=_env(str(tmp_path)))
@@ -84,8 +60,8 @@ def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module
           'from poolformers_jax.config.validate import check_config\n'
           'from poolformers_jax.data import get_dataset_info\n'
           'from poolformers_jax.layers.registry import build_mixer, mixer_table_row\n'
-          "print(testing.check_mixer(build_mixer('throwaway_mean')))\n"
-          "print(mixer_table_row('throwaway_mean'))\n"
+          "print(testing.check_mixer(build_mixer('fixture_mean_mixer')))\n"
+          "print(mixer_table_row('fixture_mean_mixer'))\n"
           'config = load_saved_config(sys.argv[1])\n'
           'config.length_buckets.multiple = 8\n'
           "check_config(config, get_dataset_info(config), devices=2)\nprint('valid')\n")
@@ -102,8 +78,8 @@ def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module
   assert report.pop('causal') == 'skipped: not declared causal'
   assert report.pop('bfloat16') == 'skipped: the mixer has no `dtype` field'
   assert set(report.values()) == {'ok'} and 'padding_amount' in report, report
-  assert printed[5:] == ['| `throwaway_mean` | `ThrowawayMean` | `[B, L, D]` → `[B, L, D]` | '
-                         'yes | no | no | no (a throw-away) |', 'valid']
+  assert printed[5:] == ['| `fixture_mean_mixer` | `MeanMixer` | `[B, L, D]` → `[B, L, D]` | '
+                         'yes | no | no | no (a test mixer) |', 'valid']
   # Without the module on the path: one line naming it, before anything is built.
   unknown = _run('train.py', '--config', 'configs/lra_listops.py:transformer,tiny', '--workdir',
                  str(tmp_path / 'other'), *overrides, '--config.imports=no_such_mixers',
