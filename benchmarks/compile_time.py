@@ -5,8 +5,8 @@ XLA's autotuning lowered; then one jax.profiler trace of the slowest cold compil
     python benchmarks/compile_time.py --output_dir runs/compile_time [--size tiny] [--deadline_s 300]
     python benchmarks/compile_time.py --output_dir runs/compile_time --table
 
-The step is THE training step train.py runs (train/step.py `compile_train_step` of the config's
-setup, as train/loop.py compiles it: lowered and compiled from abstract shapes, one device),
+The step is THE training step train.py runs (trainer/step.py `compile_train_step` of the config's
+setup, as train.py compiles it: lowered and compiled from abstract shapes, one device),
 of `configs/lra_listops.py:<family>[,<size>]`. Each measurement is its own process, as XLA_FLAGS
 is read at start and a cold compile needs a process that compiled nothing:
 - cold: an empty JAX_COMPILATION_CACHE_DIR, which this process fills (every entry written:
@@ -43,14 +43,14 @@ def measure(family: str, size: str) -> dict:
   from poolformers_jax import config as config_lib, runtime   # pylint: disable=g-import-not-at-top
   runtime.configure_program()
   import jax   # pylint: disable=g-import-not-at-top
-  from poolformers_jax.train import setup as setup_lib, step as step_lib   # pylint: disable=g-import-not-at-top
+  from poolformers_jax.trainer import setup as setup_lib, step as step_lib   # pylint: disable=g-import-not-at-top
   start = time.perf_counter()
   spec = f'configs/lra_listops.py:{family}' + (f',{size}' if size != 'full' else '')
   config = config_lib.override(config_lib.load_file(os.path.join(ROOT, spec)), num_devices=1)
   setup = setup_lib.make_setup(config, need_files=False)
   setup_s = time.perf_counter() - start
   start = time.perf_counter()
-  step_lib.compile_train_step(setup.step_parts)
+  step_lib.compile_train_step(setup)
   device = jax.devices()[0]
   return {'compile_s': round(time.perf_counter() - start, 3), 'setup_s': round(setup_s, 3),
           'device': f'{device.platform} {device.device_kind}', 'jax': jax.__version__,

@@ -1,6 +1,6 @@
 r"""The papers' efficiency tables in one command: whole TRAINING steps of the LRA text model.
 
-Mode `train` (default): THE training step of the trainer (train/step.py: forward with dropout,
+Mode `train` (default): THE training step of the trainer (trainer/step.py: forward with dropout,
 backward, the AdamW update of `configs/lra_text.py`, metric sums and the NaN guard) of the LRA text model (2 pre-LN layers, dim 64,
 2 heads, FFN 128, mean pooling; batch 32 as in PoNet's table, `--batch` / `--dtype` change it) for
 every registered mixer, for:
@@ -48,7 +48,7 @@ Mode `layer`: the older per-mixer measurement (one mixer layer, forward+backward
 
 `--topology v5e:2x2` (needs libtpu): nothing runs; the same training steps are compiled for that
 TPU slice, `--batch` examples per chip, and each point reports XLA:TPU's memory per chip, flops
-and bytes per chip and the roofline step time of poolformers_jax/train/accelerators.py, with
+and bytes per chip and the roofline step time of poolformers_jax/trainer/accelerators.py, with
 ratios to softmax/xla and to the bound: efficiency_tpu.{json,md} (docs/accelerators.md).
 
 XLA flags: none of its own. It times and sizes the program train.py runs, with the XLA_FLAGS
@@ -84,8 +84,9 @@ from poolformers_jax import errors  # noqa: E402
 from poolformers_jax.layers import MIXERS, build_mixer, register_mixer  # noqa: E402
 from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
 from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
-from poolformers_jax.train import cli, host_memory, state as state_lib, step as step_lib  # noqa: E402
-from poolformers_jax.train.setup import make_setup, variables_of  # noqa: E402
+from poolformers_jax import cli
+from poolformers_jax.trainer import host_memory, setup as setup_lib, step as step_lib  # noqa: E402
+from poolformers_jax.trainer.setup import make_setup, variables_of  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from flop_rates import add_flop_rates, peak_bf16_flops  # noqa: E402  (benchmarks/flop_rates.py)
@@ -207,7 +208,7 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
   changed `lra_text_config(entry, length, batch, dtype)` (benchmarks/official_torch.py)."""
   config = lra_text_config(entry, length, batch, dtype) if config is None else config
   setup = make_setup(config, need_files=False)
-  compiled = step_lib.compile_train_step(setup.step_parts)
+  compiled = step_lib.compile_train_step(setup)
   key = jax.random.PRNGKey(0)
   inputs = jax.random.randint(key, (batch, length), 1, 257, jnp.int32)   # every token real
   data = {'inputs': inputs, 'targets': jnp.arange(batch, dtype=jnp.int32) % 2}
@@ -216,7 +217,7 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
     logits = setup.model.apply(variables, data['inputs'], deterministic=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, data['targets']).mean()
 
-  train_state = state_lib.create_train_state(setup.model, setup.tx, setup.info, key, setup.mesh)
+  train_state = setup_lib.create_train_state(setup, key)
   variables = variables_of(train_state)
   runner = step_runner.runner(compiled, train_state, setup.mesh, key)
   run = lambda state, data: (state, runner(data))   # the state lives in the runner
@@ -644,7 +645,7 @@ def run_layer() -> None:
 
 def run_topology(argv_command: str) -> None:
   """Every entry x length compiled for --topology: per-chip memory, cost and roofline time."""
-  from poolformers_jax.train import accelerators  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.trainer import accelerators  # pylint: disable=g-import-not-at-top
   chip = accelerators.chip_of(FLAGS.topology)
   if FLAGS.quick:   # the test suite's smoke test: two tiny compiles
     FLAGS.lengths, FLAGS.batch = ['32'], 2

@@ -1,5 +1,5 @@
 r"""What glibc's defaults cost XLA:CPU: the default ListOps train step with and without
-`poolformers_jax.train.host_memory.keep_freed_memory()`.
+`poolformers_jax.trainer.host_memory.keep_freed_memory()`.
 
 Each setting runs in its own subprocess (the allocator is chosen once per process): the AOT-
 compiled train step of `configs/lra_listops.py` (or `--config`), warmed up, then `--steps` steps
@@ -22,7 +22,7 @@ sys.path.insert(0, ROOT)
 from absl import app, flags  # noqa: E402
 
 from poolformers_jax import errors  # noqa: E402
-from poolformers_jax.train import cli  # noqa: E402
+from poolformers_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'configs/lra_listops.py', 'configs/<task>.py[:arg]')
@@ -37,19 +37,19 @@ def _faults_and_sys() -> tuple[int, float]:
 
 
 def measure(config_spec: str, steps: int) -> dict:
-  from poolformers_jax.train import host_memory
+  from poolformers_jax.trainer import host_memory
   applied = host_memory.keep_freed_memory()
   import jax
   from poolformers_jax import data
-  from poolformers_jax.train import cli, sharding, state as state_lib, step as step_lib
-  from poolformers_jax.train.setup import make_setup, process_slice
+  from poolformers_jax import cli
+  from poolformers_jax.trainer import sharding, setup as setup_lib, step as step_lib
+  from poolformers_jax.trainer.setup import make_setup, process_slice
   setup = make_setup(cli.load_config_file(config_spec))
   train_iter = data.make_train_iterator(setup.config, seed=0, **process_slice())
   next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
   batch = next_batch()
-  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
-                                       setup.mesh)
-  compiled = step_lib.compile_train_step(setup.step_parts)   # the trainer's step
+  state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
+  compiled = step_lib.compile_train_step(setup)   # the trainer's step
   acc, rng, step = compiled.new_accumulator(setup.mesh), jax.random.PRNGKey(1), compiled.run
   for _ in range(20):
     state, acc = step(state, acc, batch, rng)

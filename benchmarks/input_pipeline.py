@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 from poolformers_jax import data, errors  # noqa: E402
 from poolformers_jax.data import base, vision  # noqa: E402
-from poolformers_jax.train import cli  # noqa: E402
+from poolformers_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where input_pipeline.json is written.')

@@ -4,7 +4,7 @@ at the ListOps paper setting (length 2048, batch 32):
   taskset -c 0 nice -n 10 .venv/bin/python benchmarks/length_buckets_bench.py --output /tmp/lb.json
 
 For each family (`--families`) and protocol word (`--protocols`: ours, reference) the trainer's
-own compiled step (train/step.py, the config of configs/lra_listops.py:<family>[,reference],
+own compiled step (trainer/step.py, the config of configs/lra_listops.py:<family>[,reference],
 dropout included) runs on the same real ListOps batches: trees drawn by data/listops.py's
 generator with the paper setting's bounds (500 < tokens < 2000), preprocessed as training does
 (parentheses dropped, padded to 2048). The plain step and the bucketed one
@@ -35,9 +35,9 @@ import lra_listops  # noqa: E402
 from poolformers_jax import errors  # noqa: E402
 from poolformers_jax.data import listops  # noqa: E402
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import host_memory, length_buckets  # noqa: E402
-from poolformers_jax.train import state as state_lib, step as step_lib  # noqa: E402
-from poolformers_jax.train.setup import make_setup  # noqa: E402
+from poolformers_jax.trainer import host_memory, length_buckets  # noqa: E402
+from poolformers_jax.trainer import setup as setup_lib, step as step_lib  # noqa: E402
+from poolformers_jax.trainer.setup import make_setup  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
@@ -60,9 +60,8 @@ def measure(config, batches, passes: int) -> dict:
   for name, cfg in (('plain', plain_config), ('bucketed', config)):
     setup = make_setup(cfg, need_files=False)
     started = time.time()
-    compiled = step_lib.compile_train_step(setup.step_parts)
-    state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
-                                         setup.mesh, param_init=cfg.param_init)
+    compiled = step_lib.compile_train_step(setup)
+    state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
     run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
     report[name] = {'compile_s': time.time() - started, 'memory': compiled.memory}
     runs[name] = (run, compiled)

@@ -25,7 +25,7 @@ import sys
 import tarfile
 
 from poolformers_jax import errors
-from poolformers_jax.train.metrics import read_metrics
+from poolformers_jax.trainer.metrics import read_metrics
 
 
 PACK_LIMIT = 15 * 2**20
@@ -144,9 +144,9 @@ def pack(runs: str, families: list[str], out: str, limit: int = PACK_LIMIT,
 
 def prepare(size: str, overrides: list[str]) -> str:
   """Generates the ListOps splits of `size` (the same for every family) unless they exist."""
-  from poolformers_jax.programs import reproduce   # pylint: disable=g-import-not-at-top
+  from poolformers_jax.experiments import lra   # pylint: disable=g-import-not-at-top
   from poolformers_jax.data import listops   # pylint: disable=g-import-not-at-top
-  config = reproduce.load_config('listops', 'transformer', size, 0, overrides)
+  config = lra.load_config('listops', 'transformer', size, 0, overrides)
   return listops.prepare(config.data).info.full_name
 
 

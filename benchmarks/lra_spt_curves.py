@@ -16,7 +16,7 @@ import argparse
 import csv
 import os
 
-from poolformers_jax.train.metrics import read_metrics
+from poolformers_jax.trainer.metrics import read_metrics
 
 
 def spt_curves(runs: str, family: str) -> dict[str, dict[int, float]]:

@@ -22,8 +22,8 @@ import time
 import jax
 
 from poolformers_jax import config as config_lib, errors
-from poolformers_jax.train import accelerators, sharding, step as step_lib
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer import accelerators, sharding, step as step_lib
+from poolformers_jax.trainer.setup import make_setup
 
 GIB = 2 ** 30
 FSDP_MODELS = ('configs/ponet_pretrain.py:mlm', 'configs/wmt14.py:big',
@@ -65,7 +65,7 @@ def sequence_record(family: str, topology: str, shards: int, length: int):
   try:
     setup = make_setup(config, need_files=False, mesh=accelerators.topology_mesh(
         topology, {'data': 1, 'sequence': shards} if shards > 1 else {}))
-    compiled = step_lib.compile_train_step(setup.step_parts).run
+    compiled = step_lib.compile_train_step(setup).run
   except Exception as error:   # libtpu refuses a step whose temporaries exceed the chip
     return {**record, 'error': str(error).strip().splitlines()[0][:300],
             'compile_seconds': time.time() - started}

@@ -10,7 +10,7 @@ interpreter with torch and numpy (torch is not a dependency of this project). On
 on purpose: `mixed_precision` is off -- their amp is CUDA autocast and a GradScaler, which do
 nothing on a CPU; both sides run float32.
 
-Our side: the training step train.py runs (train/step.py, built as benchmarks/efficiency.py builds
+Our side: the training step train.py runs (trainer/step.py, built as benchmarks/efficiency.py builds
 it) of `configs/lra_text.py:ponet` / `:transformer`, with the official vocabulary size (512, so the
 parameter counts are equal; the byte data needs 257: `--our_vocab_size=0` keeps 257). Each
 `--our_xla_flags` value is one variant of our side: the XLA_FLAGS its processes get ('unset'
@@ -227,7 +227,7 @@ def our_dims(config) -> dict:
 
 
 def run_ours(args) -> dict:
-  from poolformers_jax.train import host_memory  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.trainer import host_memory  # pylint: disable=g-import-not-at-top
   host_memory.keep_freed_memory()   # as train.py (cli.run) does, before XLA allocates
   efficiency = efficiency_module()
   import jax  # pylint: disable=g-import-not-at-top

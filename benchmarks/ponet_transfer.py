@@ -1,6 +1,6 @@
 r"""Pre-training cost of PoNet vs BERT (softmax attention): steps/s and compiled memory.
 
-THE trainer's pre-training step (train/step.py) of `configs/ponet_pretrain.py:sso` (embeddings,
+THE trainer's pre-training step (trainer/step.py) of `configs/ponet_pretrain.py:sso` (embeddings,
 post-LN blocks, tied MLM head over the vocabulary, SSO head; MLM + SSO loss; AdamW update with
 clipping) for mixer 'ponet' and 'softmax' (BERT, `:sso,bert`) at each length, resized by the flags; both measured in the same process, so the ratios are what transfers
 between machines:
@@ -28,8 +28,9 @@ import numpy as np
 
 from poolformers_jax import data, errors
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import cli, state as state_lib, step as step_lib
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax import cli
+from poolformers_jax.trainer import setup as setup_lib, step as step_lib
+from poolformers_jax.trainer.setup import make_setup
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
@@ -74,13 +75,12 @@ def compile_step(family: str, length: int):
   info = dataclasses.replace(data.DATASETS['text_pretraining'].shapes(config.data),
                              vocab_size=FLAGS.vocab_size)
   setup = make_setup(config, info=info)
-  compiled = step_lib.compile_train_step(setup.step_parts)
-  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
-                                       setup.mesh)
+  compiled = step_lib.compile_train_step(setup)
+  state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
   run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
   batch = batch_of(length, FLAGS.batch, FLAGS.vocab_size)
   result = {'step_temp_bytes': compiled.memory['temp'],
-            'params': state_lib.param_count(state.params)}
+            'params': setup_lib.param_count(state.params)}
   jax.block_until_ready(run(batch))   # warm-up
   return run, batch, result
 

@@ -1,4 +1,4 @@
-"""`runner(compiled, state, mesh, rng)`: the trainer's compiled step (train/step.py's
+"""`runner(compiled, state, mesh, rng)`: the trainer's compiled step (trainer/step.py's
 `compile_train_step`) as `batch -> steps taken`, for the benchmarks that time it."""
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ r"""Transformer vs CP-Transformer for translation: the columns of the ContextPoo
 
 For each of `configs/wmt14.py:base` (mixer 'softmax', standard) and `:base,cp` (CP-attention:
 encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
-- train step: median wall time of THE trainer's step (train/step.py: forward, backward, the
+- train step: median wall time of THE trainer's step (trainer/step.py: forward, backward, the
   config's Adam update) on packed rows of random tokens, after a warm-up, the runs of both
   models interleaved; steps/s and the ratio CP / standard;
 - memory: XLA's compiled temp + argument bytes of that step (memory_analysis(): deterministic);
@@ -42,8 +42,9 @@ from poolformers_jax import errors
 from poolformers_jax.models import seq2seq_decode
 from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import cli, state as state_lib, step as step_lib
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax import cli
+from poolformers_jax.trainer import setup as setup_lib, step as step_lib
+from poolformers_jax.trainer.setup import make_setup
 from poolformers_jax.tasks.translation import length_batches
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
@@ -188,12 +189,11 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
   """The compiled trainer step (step.compile_train_step) and decoders of one model, with their
   arguments and memory."""
   setup = _setup(cp)
-  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
-                                       setup.mesh)
+  state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
   params = jax.tree.map(jnp.copy, state.params)   # the decoders' own: the step donates the state
   calls = decoders(setup.model, params, sources,
                    FLAGS.batch_tokens or setup.config.decode.batch_tokens)
-  out = {'calls': calls, 'params': state_lib.param_count(params)}
+  out = {'calls': calls, 'params': setup_lib.param_count(params)}
   before = seq2seq_decode.make_translate(setup.model.clone(cache_cross_attention=False),
                                          FLAGS.decode_pad_length, beam_size=4, alpha=0.6)
   out['before_cross_kv_projections'] = {
@@ -201,7 +201,7 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
       'hoisted_out_of_the_loop_by_xla': cross_kv_outside_loop(
           before, params, np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32))}
   if not FLAGS.decode_only:
-    compiled = step_lib.compile_train_step(setup.step_parts)
+    compiled = step_lib.compile_train_step(setup)
     calls['train'] = (step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
     out.update(train_temp_bytes=compiled.memory['temp'],
                train_argument_bytes=compiled.memory['argument'])

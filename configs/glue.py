@@ -20,7 +20,7 @@ the paper's numbers beside it, in one command:
   python -m poolformers_jax.reproduce glue --task all --workdir runs/glue_grid \
       --set init_from=runs/ponet_pretrain
 GLUE dev results of the slides (PoNet-Base / BERT-Base, pre-trained 340K steps on 5 GB): the
-papers' numbers file, poolformers_jax/reproduce/papers.json (QQP / MRPC: mean of accuracy and F1;
+papers' numbers file, poolformers_jax/experiments/papers.json (QQP / MRPC: mean of accuracy and F1;
 STS-B: Spearman); `reproduce glue` prints them beside ours.
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ shrink for a CPU. No argument = `transformer,small`.
 Data: TFDS cifar10 (prepared in config.data.data_dir).
 
 Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
-(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
+(the one copy: poolformers_jax/experiments/papers.json; contextpool / msac: none reported).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ The LRA code PoNet and AdaMRA ran (docs/papers/lra.md): add `reference`, e.g. `:
 (routed heads summed unscaled, straight-through router gradient), e.g. `:adamra_eq8,reference`.
 
 Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
-(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
+(the one copy: poolformers_jax/experiments/papers.json; contextpool / msac: none reported).
 The default (`small`) reaches well above the majority-class rate; the measured number and
 time are in docs/results/make_train.md.
 """

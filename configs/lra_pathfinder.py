@@ -12,7 +12,7 @@ poolformers_jax/data/pathfinder_gen.py: the LRA layout, made once under data_dir
 docs/results/pathfinder_generator.md; the first generator's images gave 52.3 %).
 
 Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
-(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
+(the one copy: poolformers_jax/experiments/papers.json; contextpool / msac: none reported).
 """
 from __future__ import annotations
 

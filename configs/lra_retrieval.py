@@ -7,7 +7,7 @@ shrink for a CPU. No argument = `transformer,small`.
 Data: the LRA release tsv_data (config.data.tsv_dir).
 
 Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
-(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
+(the one copy: poolformers_jax/experiments/papers.json; contextpool / msac: none reported).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Data: TFDS imdb_reviews (prepared in config.data.data_dir). Full size: 4000 byte
 IMDB has no validation split: as in LRA, validation = test (the best checkpoint is chosen on test).
 
 Test accuracy to expect at the paper setting: the papers' numbers in docs/papers/lra.md
-(the one copy: poolformers_jax/reproduce/papers.json; contextpool / msac: none reported).
+(the one copy: poolformers_jax/experiments/papers.json; contextpool / msac: none reported).
 """
 from __future__ import annotations
 

@@ -8,16 +8,17 @@ with exit code 1. `--verbose_errors` shows the traceback instead. Light on purpo
 library only; absl when a program runs), so that a tool can fail before it imports jax, and
 importing it (config/ does) defines no absl flag: the programs define theirs (`define_flags`).
 
-- absl mains: decorate `main` with `one_line_errors`; run with `app.run(main,
-  flags_parser=train.cli.parse_flags)` so that bad flags end the same way.
+- absl mains: `cli.start` runs them inside `reported_in_one_line`, with `cli.parse_flags` so
+  that bad flags end the same way.
 - argparse mains: build the parser with `ArgumentParser` and decorate `main` the same way.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import sys
-from typing import Callable, NoReturn
+from typing import Callable, Iterator, NoReturn
 
 
 class ConfigKeyError(KeyError):
@@ -72,22 +73,29 @@ def verbose() -> bool:
   return VERBOSE_FLAG in sys.argv[1:]
 
 
+@contextlib.contextmanager
+def reported_in_one_line() -> Iterator[None]:
+  """Input errors raised inside -> one stderr line + exit 2; a diverged run -> exit 1."""
+  flags = _absl_flags()
+  flag_errors = (flags.Error,) if flags is not None else ()
+  try:
+    yield
+  except (*INPUT_ERRORS, *flag_errors, FloatingPointError) as error:
+    if verbose():
+      raise
+    message = str(error)
+    if isinstance(error, flag_errors):  # --config files load lazily, at first use
+      message = f'{one_line(message)}; check the --config file and its argument'
+    fail(message, 1 if isinstance(error, FloatingPointError) else 2)
+
+
 def one_line_errors(main: Callable[..., object]) -> Callable[..., object]:
-  """Wraps a main: input errors -> one stderr line + exit 2; a diverged run -> exit 1."""
+  """A main wrapped in `reported_in_one_line`."""
 
   @functools.wraps(main)
   def wrapped(*args, **kwargs):
-    flags = _absl_flags()
-    flag_errors = (flags.Error,) if flags is not None else ()
-    try:
+    with reported_in_one_line():
       return main(*args, **kwargs)
-    except (*INPUT_ERRORS, *flag_errors, FloatingPointError) as error:
-      if verbose():
-        raise
-      message = str(error)
-      if isinstance(error, flag_errors):  # --config files load lazily, at first use
-        message = f'{one_line(message)}; check the --config file and its argument'
-      fail(message, 1 if isinstance(error, FloatingPointError) else 2)
 
   return wrapped
 

@@ -20,7 +20,9 @@ from typing import Any, Optional, Sequence
 import jax
 import numpy as np
 
-from poolformers_jax import errors
+from absl import flags
+
+from poolformers_jax import cli
 
 
 def count_routes(intermediates: Any, mask: np.ndarray, num_heads: int) -> dict[str, np.ndarray]:
@@ -58,17 +60,17 @@ def router_load(run, split: str = 'test', num_batches: Optional[int] = None,
   """The router load of the AdaMRA layers of `run` (a `load_run` Run) over `split` (its first
   `num_batches` batches; None: all), as the module docstring's JSON object."""
   from poolformers_jax import data
-  from poolformers_jax.train import sharding
+  from poolformers_jax.trainer import sharding
   model_config = run.config.model
   if model_config.get('mixer') != 'adamra':
     raise ValueError(f"{run.workdir}: model.mixer is {model_config.get('mixer')!r}; the router "
                      "load is AdaMRA's (model.mixer='adamra')")
   rates = _rates(model_config)
-  setup, model = run._setup, run.model   # pylint: disable=protected-access
+  setup, model = run.setup, run.model
   apply = jax.jit(lambda variables, inputs: model.apply(variables, inputs, deterministic=True,
                                                         mutable=['intermediates'])[1])
   totals: dict[str, np.ndarray] = {}
-  batches = data.make_eval_iterator(run.config, split, run._batch_size(batch_size))  # pylint: disable=protected-access
+  batches = data.make_eval_iterator(run.config, split, run.batch_size_for(batch_size))
   for index, batch in enumerate(batches):
     if num_batches is not None and index >= num_batches:
       break
@@ -89,30 +91,24 @@ def router_load(run, split: str = 'test', num_batches: Optional[int] = None,
   return {'layers': layers, 'split': split, 'step': run.step, 'checkpoint': run.checkpoint}
 
 
-def _print_load():
-  from absl import flags
-  from poolformers_jax.run import load_run
+def _print_load(argv: Sequence[str]) -> None:
+  from poolformers_jax.run import load_run  # pylint: disable=g-import-not-at-top
+  del argv   # stray arguments were refused by cli.parse_flags
   f = flags.FLAGS
   run = load_run(f.workdir, f.checkpoint)
   print(json.dumps(router_load(run, f.split, f.num_batches, f.batch_size)), flush=True)
 
 
-@errors.one_line_errors
-def main(argv):
-  from poolformers_jax.train import cli
-  cli.run(argv, _print_load)
-
-
-if __name__ == '__main__':   # flags defined here: the package's modules import side by side
-  from absl import app, flags
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The program; its flags are defined here, so importing this module defines none."""
+  cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory (an AdaMRA run).')
   flags.DEFINE_string('checkpoint', 'best', "'best', 'latest', 'averaged' or a step number.")
   flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Split to count on.')
   flags.DEFINE_integer('num_batches', None, 'Count on the first N batches only (default: all).')
   flags.DEFINE_integer('batch_size', None, "Global batch size (default: the run's eval batch).")
-  flags.mark_flags_as_required(['workdir'])
-  from poolformers_jax import runtime
-  from poolformers_jax.train import cli as _cli
-  _cli.define_flags()   # --verbose_errors and the multi-process flags cli.run reads
-  runtime.configure_program()
-  app.run(main, flags_parser=_cli.parse_flags)
+  cli.start(__name__, _print_load, argv, required=('workdir',))
+
+
+if __name__ == '__main__':
+  main()

@@ -55,7 +55,7 @@ class _QuietReadOnly(logging.Filter):
 
 def _mesh_for(config):
   """The devices at hand, as many as split the run's batch sizes evenly (the setup's checks)."""
-  from poolformers_jax.train import sharding
+  from poolformers_jax.trainer import sharding
   sizes = [int(config.batch_size), int(config.eval_batch_size or config.batch_size)]
   count = len(jax.devices())
   while count > 1 and any(s % count for s in sizes):
@@ -73,8 +73,8 @@ def load_run(workdir: str, checkpoint: Union[str, int] = 'best', *,
   mixer or model of its own) loads only when they are imported already, or with
   `trust_imports=True` (then they are imported, as train.py / eval.py do)."""
   from poolformers_jax import config as config_lib
-  from poolformers_jax.train import checkpoint as checkpoint_lib
-  from poolformers_jax.train.setup import make_setup
+  from poolformers_jax.trainer import checkpoint as checkpoint_lib
+  from poolformers_jax.trainer.setup import make_setup
   if not os.path.isdir(workdir):
     raise FileNotFoundError(f'{workdir} not found: pass the workdir of a train.py run')
   config = config_lib.load_saved_config(workdir)
@@ -106,7 +106,7 @@ def load_run(workdir: str, checkpoint: Union[str, int] = 'best', *,
       logger.removeFilter(quiet)
   return Run(workdir=workdir, checkpoint=str(checkpoint), step=int(step), config=setup.config,
              model=setup.model, params=restored['params'],
-             batch_stats=restored.get('batch_stats'), _setup=setup)
+             batch_stats=restored.get('batch_stats'), setup=setup)
 
 
 @dataclasses.dataclass
@@ -119,13 +119,13 @@ class Run:
   model: Any
   params: Any                          # on the devices at hand (replicated over them)
   batch_stats: Any = None              # BatchNorm statistics (models with BatchNorm only)
-  _setup: Any = dataclasses.field(default=None, repr=False)
+  setup: Any = dataclasses.field(default=None, repr=False)   # trainer.setup.Setup: task, mesh, ...
   _apply: Any = dataclasses.field(default=None, repr=False)
 
   @property
   def task(self) -> str:
     """The run's task ('classification', 'retrieval', 'lm', 'seq2seq', ...)."""
-    return self._setup.info.task
+    return self.setup.info.task
 
   @property
   def variables(self) -> dict[str, Any]:
@@ -150,7 +150,7 @@ class Run:
     data_config = copy.deepcopy(data_config)
     with data_config.unlocked():
       data_config.too_long = too_long
-    preprocess, refit = Preprocess(data_config), self._setup.task.predict_example
+    preprocess, refit = Preprocess(data_config), self.setup.task.predict_example
     examples = []
     for i, raw in enumerate(raw_inputs):
       try:
@@ -176,26 +176,28 @@ class Run:
 
   # -- outputs ----------------------------------------------------------------------------------
   def _refuse(self, what: str) -> None:
-    if self._setup.task.predicts is None:
+    if self.setup.task.predicts is None:
       raise ValueError(f'{self.workdir} is a {self.task!r} run (pre-training): it has no '
                        f'{what}; fine-tune it (config.init_from={self.workdir}) and load that run')
 
-  def _batch_size(self, batch_size: Optional[int]) -> int:
-    devices = self._setup.mesh.devices.size
-    size = int(batch_size or self._setup.eval_batch_size)
+  def batch_size_for(self, batch_size: Optional[int]) -> int:
+    """`batch_size` (default: the run's eval batch size) rounded up to a multiple of the devices,
+    over which a batch is split."""
+    devices = self.setup.mesh.devices.size
+    size = int(batch_size or self.setup.eval_batch_size)
     if size < 1:
       raise ValueError(f'batch_size={batch_size} must be positive')
     return -(-size // devices) * devices   # a multiple of the devices: the batch is split over them
 
   def _forward(self, examples: list[dict[str, np.ndarray]], batch_size: Optional[int]):
     """The model's outputs for `examples`, batch by batch (the last padded with zero rows)."""
-    from poolformers_jax.train import sharding
-    setup = self._setup
+    from poolformers_jax.trainer import sharding
+    setup = self.setup
     if self._apply is None:
       model = self.model
       self._apply = jax.jit(lambda variables, inputs: model.apply(variables, inputs,
                                                                   deterministic=True))
-    size = self._batch_size(batch_size)
+    size = self.batch_size_for(batch_size)
     outputs = []
     for start in range(0, len(examples), size):
       rows = examples[start:start + size]
@@ -212,7 +214,7 @@ class Run:
     [N, max_length, vocab], position t predicting symbol t + 1), `batch_size` at a time
     (default: the run's eval batch size)."""
     self._refuse('logits')
-    if self._setup.decoder is not None:
+    if self.setup.decoder is not None:
       raise ValueError('a translation model needs target tokens for logits; predict() translates')
     return self._forward(self._examples(raw_inputs, too_long), batch_size)
 
@@ -222,11 +224,11 @@ class Run:
     of the symbol after each text [N, vocab]; seq2seq: the translations (a list of str, through
     the run's beam-search decoder; `decode`: beam_size, alpha, batch_tokens)."""
     self._refuse('predictions')
-    if self._setup.decoder is not None:   # a task that generates (translation) decodes
+    if self.setup.decoder is not None:   # a task that generates (translation) decodes
       if isinstance(raw_inputs, str):
         raise ValueError('raw_inputs is one string: pass a list of sentences, e.g. [text]')
-      return self._setup.decoder.translate(self.params, list(raw_inputs), **decode)
+      return self.setup.decoder.translate(self.params, list(raw_inputs), **decode)
     if decode:
       raise ValueError(f'{sorted(decode)}: decoding options are for translation runs only')
     examples = self._examples(raw_inputs, too_long)
-    return self._setup.task.prediction(self._forward(examples, batch_size), examples)
+    return self.setup.task.prediction(self._forward(examples, batch_size), examples)

@@ -31,7 +31,7 @@ def _stop_after_parsing():
   import argparse
   from absl import app, flags
   from poolformers_jax import errors
-  from poolformers_jax.train import cli
+  from poolformers_jax import cli
 
   def run(main, argv=None, flags_parser=None):
     del main

@@ -13,7 +13,7 @@ os.environ.setdefault('MPLBACKEND', 'Agg')
 from absl import flags  # noqa: E402
 
 from poolformers_jax import runtime  # noqa: E402
-from poolformers_jax.train import host_memory  # noqa: E402
+from poolformers_jax.trainer import host_memory  # noqa: E402
 
 flags.FLAGS.mark_as_parsed()
 host_memory.keep_freed_memory()   # as train.py does: XLA:CPU steps without page-fault storms

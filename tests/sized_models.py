@@ -4,7 +4,7 @@ no size word (vision). Shared by the summary and the accelerator tests."""
 import importlib.util
 import os
 
-from poolformers_jax.train import cli
+from poolformers_jax import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_OVERRIDES = dict(hidden_dim=16, depth=2, num_heads=2, image_size=32, patch_size=4, num_stages=2)

@@ -11,8 +11,8 @@ import pytest
 
 from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import accelerators, state as state_lib, step as step_lib
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer import accelerators, setup as setup_lib, step as step_lib
+from poolformers_jax.trainer.setup import make_setup
 from sized_models import ROOT, SIZED_BY, load_benchmark, load_config
 
 TOPOLOGY = 'v5e:2x2'
@@ -50,7 +50,7 @@ def test_training_step_compiles_for_a_tpu_slice_and_exports_for_cuda(case):
   assert ':T(' in text   # TPU tiled layouts: a TPU program, not a CPU one compiled by mistake
   report = accelerators.program_report(train, V5E, 4)
   memory = report['memory']
-  param_bytes = 4 * state_lib.param_count(setup.abstract_state.params)
+  param_bytes = 4 * setup_lib.param_count(setup.abstract_state.params)
   # Replicated float32 parameters and two AdamW moments are arguments on every chip.
   assert memory['argument'] >= 3 * param_bytes and report['fits']
   assert report['flops'] > 0 and report['bytes_accessed'] > memory['argument'] / 2
@@ -77,7 +77,7 @@ def test_training_step_compiles_for_a_tpu_slice_and_exports_for_cuda(case):
     if 'all-to-all' in others:
       assert others['all-to-all'] < 0.05 * reduced, found
     if 'collective-permute' in others:   # at most the chip's own images, in and out
-      images = step_lib.batch_spec(setup.step_parts)['inputs']
+      images = step_lib.batch_spec(setup)['inputs']
       assert others['collective-permute'] <= 2 * images.size // 4 * images.dtype.itemsize, found
   # The eval step reads the replicated parameters and all-reduces only its metric sums: no
   # activation ever crosses the chips in the forward pass.

@@ -1,5 +1,5 @@
 """The design bar of issue #48, read from the package's source (nothing is imported but
-train/transforms.py): no class over 150 lines, no test seam left in as a global, and the
+trainer/transforms.py): no class over 150 lines, no test seam left in as a global, and the
 training step free of platform-specific program transforms."""
 import ast
 import pathlib
@@ -47,7 +47,7 @@ def test_removed_seams_appear_nowhere_in_the_package(name):
 
 
 def test_the_step_defines_no_cpu_only_transform():
-  from poolformers_jax.train import transforms
+  from poolformers_jax.trainer import transforms
   moved = {f.__name__ for fs in transforms.INTERCEPTORS.values() for f in fs} | {'stored_once'}
   assert {'dense_on_rows', 'dropout_mask_once'} <= moved
   transforms_tree = ast.parse((PACKAGE / 'train' / 'transforms.py').read_text())
@@ -56,15 +56,15 @@ def test_the_step_defines_no_cpu_only_transform():
   tree = ast.parse((PACKAGE / 'train' / 'step.py').read_text())
   defined = {n.name for n in ast.walk(tree)
              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-  assert not defined & moved, f'train/step.py defines {sorted(defined & moved)}'
+  assert not defined & moved, f'trainer/step.py defines {sorted(defined & moved)}'
   names = {n.attr if isinstance(n, ast.Attribute) else n.id
            for n in ast.walk(tree) if isinstance(n, (ast.Attribute, ast.Name))}
-  assert 'intercept_methods' not in names, 'train/step.py intercepts flax methods itself'
+  assert 'intercept_methods' not in names, 'trainer/step.py intercepts flax methods itself'
   platforms = {n.value.lower() for n in ast.walk(tree)
                if isinstance(n, ast.Constant) and isinstance(n.value, str)}
   assert not platforms & {'cpu', 'gpu', 'cuda', 'rocm', 'tpu'}, (
-      'train/step.py names a platform: its platform-specific choices belong in '
-      'train/transforms.py')
+      'trainer/step.py names a platform: its platform-specific choices belong in '
+      'trainer/transforms.py')
 
 
 

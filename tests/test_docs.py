@@ -36,7 +36,7 @@ OUTSIDE_NOTES = ('DESIGN' + '.md', 'PAPER' + '_NOTES', 'STACK' + '_NOTES', '../'
 # subfolder) followed by a file name with one of these extensions. Templates (`configs/<task>.py`,
 # `corpus/*.txt`) and example run folders (`runs/...`, `/tmp/...`) do not match.
 TOP = r'(?:docs|benchmarks|configs|poolformers_jax|tests|notebooks)'
-PACKAGE = r'(?:layers|models|data|train|config|tasks|conversion)'
+PACKAGE = r'(?:layers|models|data|trainer|config|tasks|weights|experiments)'
 EXT = r'(?:md|png|py|json|ipynb|sh|npz|safetensors|txt)'
 PATH = re.compile(rf'(?<![\w/.\-])((?:{TOP}|{PACKAGE})/[\w./\-]*\w\.{EXT})(?![\w/])')
 LINK = re.compile(r'!?\[[^\]]*\]\(([^)\s]+)\)')

@@ -2,7 +2,8 @@
 models/ on layers/, and neither imports data/ or train/ (a model is usable without the trainer);
 data/ imports neither models/ nor train/ (what a model must know of the data travels in
 DatasetInfo); tasks/ (loss, metrics, decoding) on data/ and models/, never on the trainer;
-conversion/ (other frameworks' checkpoints) on models/ only; config/ (the one home of
+weights/ (official weights) on models/ only; trainer/ (setup, steps, checkpoints) on everything
+but the programs, which import it and each other's functions, never the other way; config/ (the one home of
 configuration) and the config files build on data/'s defaults only (config/ also on the registry,
 for `config.imports` and a run's model, and on the one-line errors), and loading any config file
 imports no flax, grain, optax or orbax (checked in a fresh interpreter). The modules config/
@@ -24,8 +25,10 @@ ALLOWED = {
     'models': ('layers', 'models', 'registry'),
     'data': ('data', 'errors', 'extras', 'registry'),   # extras: the one-line missing-extra check
     'config': ('config', 'data', 'errors', 'registry'),
-    'conversion': ('conversion', 'extras', 'models', 'registry'),
+    'weights': ('extras', 'models', 'registry', 'weights'),
     'tasks': ('data', 'extras', 'models', 'registry', 'tasks'),
+    'trainer': ('config', 'data', 'errors', 'extras', 'layers', 'models', 'registry', 'tasks',
+                'trainer', 'weights'),
 }
 CONFIG_FILES_MAY_IMPORT = ('config',)
 # What loading a config must not import: the model, training and input-pipeline stacks.
@@ -120,6 +123,26 @@ def test_configuration_has_one_home():
                                       'poolformers_jax.train.config_utils',
                                       'poolformers_jax.train.validate'))]
   assert stale == []
+
+
+def test_each_program_is_one_module_of_the_top_package():
+  """`python -m poolformers_jax.<program>` runs poolformers_jax/<program>.py itself: no folder of
+  the package holds a `__main__.py` (a shim) or only one module, and the console script's table
+  names modules that exist and define `main`."""
+  from poolformers_jax import __main__ as console   # pylint: disable=g-import-not-at-top
+  folders = [d for d in sorted(os.listdir(PACKAGE))
+             if os.path.isfile(os.path.join(PACKAGE, d, '__init__.py'))]
+  assert 'trainer' in folders and 'layers' in folders
+  shims = [d for d in folders if os.path.exists(os.path.join(PACKAGE, d, '__main__.py'))]
+  thin = [d for d in folders if d != 'configs' and len(
+      [n for n in os.listdir(os.path.join(PACKAGE, d)) if n.endswith('.py')
+       and n != '__init__.py']) < 2]
+  assert (shims, thin) == ([], [])
+  for program in console.PROGRAMS:
+    path = os.path.join(PACKAGE, program + '.py')
+    with open(path, encoding='utf-8') as f:
+      source = f.read()
+    assert 'def main(' in source and "if __name__ == '__main__':" in source, path
 
 
 def test_no_benchmark_is_named_like_a_package_module():

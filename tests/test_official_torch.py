@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer.setup import make_setup
 from sized_models import load_benchmark
 
 # lxchtan/PoNet examples/LRA/code/lra_config.py, config['text']['model'].

@@ -57,7 +57,7 @@ def test_wheel_has_every_package_the_configs_and_py_typed(dist):
   configs = {os.path.basename(p) for p in glob.glob(os.path.join(ROOT, 'configs', '*.py'))}
   assert {n.split('/')[-1] for n in names if n.startswith('poolformers_jax/configs/')} == configs
   assert 'poolformers_jax/py.typed' in names
-  assert 'poolformers_jax/reproduce/papers.json' in names   # the papers' numbers: package data
+  assert 'poolformers_jax/experiments/papers.json' in names   # the papers' numbers: package data
   assert not [n for n in names if n.startswith(('tests/', 'benchmarks/'))]
 
 
@@ -157,7 +157,7 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
   shown = _run([python, '-m', 'pip', 'show', '-v', 'poolformers_jax'], env=env).stdout
   assert 'Author: The poolformers_jax authors' in shown, shown
   assert 'Topic :: Scientific/Engineering :: Artificial Intelligence' in shown, shown
-  assert 'poolformers-jax = poolformers_jax.programs:main' in shown, shown
+  assert 'poolformers-jax = poolformers_jax.__main__:main' in shown, shown
   script = os.path.join(os.path.dirname(python), 'poolformers-jax')   # the console script
   helped = _run([script, '--help'], cwd=empty, env=cpu)   # dispatch: tests/train/test_errors.py
   assert helped.returncode == 0 and helped.stderr.startswith(

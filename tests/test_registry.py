@@ -52,7 +52,7 @@ def test_unknown_and_twice_registered_names_fail_in_one_line():
 # that mixer's own (its converter, its router program), with why.
 NOT_A_MIXER_BRANCH = {
     ('poolformers_jax/layers/adamra.py', 'softmax'): "AdaMRA's feature_map option 'softmax'",
-    ('poolformers_jax/conversion/ponet.py', 'ponet'): "PoNet's own Hugging Face converter",
+    ('poolformers_jax/weights/ponet.py', 'ponet'): "PoNet's own Hugging Face converter",
     ('poolformers_jax/router_load.py', 'adamra'): "AdaMRA's own router-load program",
 }
 

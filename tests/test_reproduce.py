@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from poolformers_jax.programs import reproduce
-from poolformers_jax.reproduce import papers
+from poolformers_jax import reproduce
+from poolformers_jax.experiments import lra, papers, plots
 from poolformers_jax.config import lra as lra_configs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -27,7 +27,7 @@ def test_reproduce_listops_two_families_and_resume(tmp_path, caplog):
           '--set', 'num_train_steps=2', '--set', 'eval_every_steps=2',
           '--set', 'checkpoint_every_steps=2', '--set', 'log_every_steps=1',
           '--set', 'progress_bar=False']
-  results = reproduce.main(argv)
+  results = reproduce.command(argv)
   runs = results['tasks']['listops']['families']
   assert sorted(runs) == ['ponet', 'transformer']
   for family, (run,) in runs.items():
@@ -47,21 +47,21 @@ def test_reproduce_listops_two_families_and_resume(tmp_path, caplog):
   # The title says the run is not the plain setting: the overrides are listed.
   assert table.startswith('# LRA results (tiny setting with overrides: ')
   assert 'num_train_steps=2' in table.splitlines()[0]
-  # One row per family, with the paper's number from the one table in reproduce.PAPER.
+  # One row per family, with the paper's number from the one table in papers.PAPER.
   assert '| listops | ponet | ' in table and '37.80 (PoNet)' in table
   assert '36.37 (LRA) / 37.10 (Nystromformer setting)' in table
 
   # Second call: ponet is finished and must not be retrained; a new family is trained.
   before = _mtimes(os.path.join(workdir, 'listops', 'ponet'))
   caplog.set_level(logging.INFO, logger='poolformers_jax.reproduce')
-  again = reproduce.main(argv[:4] + ['ponet'] + argv[5:])
+  again = reproduce.command(argv[:4] + ['ponet'] + argv[5:])
   assert _mtimes(os.path.join(workdir, 'listops', 'ponet')) == before
   assert again['tasks']['listops']['families']['ponet'][0]['skipped'] is True
   assert any('not retrained' in r.getMessage() for r in caplog.records)
 
 
 def test_reproduce_reports_missing_data(tmp_path):
-  results = reproduce.reproduce_lra(
+  results = lra.reproduce_lra(
       ['retrieval'], ['ponet'], str(tmp_path / 'repro'), size='tiny',
       overrides=[f'data.tsv_dir={tmp_path / "nowhere"}'])
   missing = results['tasks']['retrieval']['missing']
@@ -70,16 +70,16 @@ def test_reproduce_reports_missing_data(tmp_path):
     assert '| retrieval | all | data missing:' in f.read()
   assert not os.path.exists(tmp_path / 'repro' / 'retrieval')
   # Data made on first use (its dataset declares `generated`) is reported present, not made here.
-  assert reproduce.data_status('pathfinder', 'tiny', ['data.format=generated',
+  assert lra.data_status('pathfinder', 'tiny', ['data.format=generated',
                                                       f'data.data_dir={tmp_path / "gen"}']) is None
   assert not os.path.exists(tmp_path / 'gen')
 
 
 def test_paper_numbers_are_one_table():
-  assert reproduce.paper_text('listops', 'adamra') == '40.40 (AdaMRA)'
-  assert reproduce.paper_text('listops', 'linear') == '37.35 (AdaMRA T1) / 16.13 (LRA)'
-  assert reproduce.paper_text('listops', 'msac') == 'not reported'
-  assert set(reproduce.PAPER) == set(reproduce.TASKS)
+  assert papers.paper_text('listops', 'adamra') == '40.40 (AdaMRA)'
+  assert papers.paper_text('listops', 'linear') == '37.35 (AdaMRA T1) / 16.13 (LRA)'
+  assert papers.paper_text('listops', 'msac') == 'not reported'
+  assert set(papers.PAPER) == set(lra.TASKS)
 
 
 def _read(path):
@@ -92,22 +92,22 @@ def _figures(text):
 
 
 def test_papers_numbers_live_in_papers_json_alone():
-  """The papers' figures are written once (poolformers_jax/reproduce/papers.json, what
-  reproduce.PAPER / GLUE_PAPER read); docs/papers/lra.md's table quotes them exactly; no config
+  """The papers' figures are written once (poolformers_jax/experiments/papers.json, what
+  papers.PAPER / GLUE_PAPER read); docs/papers/lra.md's table quotes them exactly; no config
   file or package module writes one again."""
   with open(papers.PATH, encoding='utf-8') as f:
     figures = set(_figures(f.read()))
-  assert {f'{v:.2f}' for families in reproduce.PAPER.values() for numbers in families.values()
-          for v, _ in numbers} | {f'{v:.2f}' for pair in reproduce.GLUE_PAPER.values()
+  assert {f'{v:.2f}' for families in papers.PAPER.values() for numbers in families.values()
+          for v, _ in numbers} | {f'{v:.2f}' for pair in papers.GLUE_PAPER.values()
                                   for numbers in pair for v in numbers} <= figures
   rows = {}
   for line in _read('docs/papers/lra.md').splitlines():
     match = re.match(r'\| `(\w+)` \(.*?\) \|(.*)\|$', line)
     if match:
       rows[match.group(1)] = [cell.strip() for cell in match.group(2).split('|')]
-  assert rows == {family: [' · '.join(f'{value:.2f}' for value, _ in reproduce.PAPER[task][family])
-                           for task in reproduce.TASKS]
-                  for family in reproduce.PAPER['listops']}
+  assert rows == {family: [' · '.join(f'{value:.2f}' for value, _ in papers.PAPER[task][family])
+                           for task in lra.TASKS]
+                  for family in papers.PAPER['listops']}
   sources = glob.glob(os.path.join(ROOT, 'configs', '*.py')) + glob.glob(
       os.path.join(ROOT, 'poolformers_jax', '**', '*.py'), recursive=True)
   quoted = {os.path.relpath(p, ROOT): set(_figures(_read(p))) & figures for p in sources}
@@ -115,16 +115,16 @@ def test_papers_numbers_live_in_papers_json_alone():
 
 
 def test_reproduce_trains_every_family_of_the_configs_but_the_reference_variants():
-  assert reproduce.FAMILIES == ('transformer', 'linear', 'ponet', 'adamra', 'contextpool', 'msac')
-  assert set(reproduce.FAMILIES) | set(reproduce.VARIANTS) == set(lra_configs.FAMILIES)
-  assert reproduce.VARIANTS == ('linear_reference', 'adamra_eq8')
+  assert lra.FAMILIES == ('transformer', 'linear', 'ponet', 'adamra', 'contextpool', 'msac')
+  assert set(lra.FAMILIES) | set(lra.VARIANTS) == set(lra_configs.FAMILIES)
+  assert lra.VARIANTS == ('linear_reference', 'adamra_eq8')
 
 
 def test_wall_time_and_curves_count_every_invocation(tmp_path, monkeypatch):
   """A run stopped once and resumed reports the time of both invocations; curves.png is drawn
   from every run's validation records, one point per step."""
   import poolformers_jax.train as train
-  from poolformers_jax.train.loop import TrainResult
+  from poolformers_jax.train import TrainResult
   clock = iter([100.0, 130.0, 500.0, 545.0])        # 30 s, stopped; then 45 s, finished
   calls = []
 
@@ -142,13 +142,13 @@ def test_wall_time_and_curves_count_every_invocation(tmp_path, monkeypatch):
   monkeypatch.setattr(train, 'train_and_evaluate', fake_train)
   workdir = str(tmp_path / 'repro')
   with pytest.raises(reproduce.RunStopped, match='stopped at step 100'):
-    reproduce.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny', clock=lambda: next(clock))
-  results = reproduce.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny',
+    lra.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny', clock=lambda: next(clock))
+  results = lra.reproduce_lra(['listops'], ['ponet'], workdir, size='tiny',
                                     clock=lambda: next(clock))
   (run,) = results['tasks']['listops']['families']['ponet']
   assert run['wall_seconds'] == pytest.approx(75.0) and run['invocations'] == 2
   assert run['test_accuracy'] == pytest.approx(40.0) and run['steps_per_second'] == 2.0
-  assert reproduce.validation_curves(results) == {
+  assert plots.validation_curves(results) == {
       'listops': {'ponet seed 0': ([100, 200, 300], [20.0, 30.0, 35.0])}}
   with open(os.path.join(workdir, 'curves.csv')) as f:
     assert f.read() == 'task,step,ponet seed 0\nlistops,100,20.00\nlistops,200,30.00\nlistops,300,35.00\n'

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from poolformers_jax.programs import summary
+from poolformers_jax import summary
 from poolformers_jax.models import build_model
 from poolformers_jax import config as config_lib
 from sized_models import SIZED_BY, TINY_OVERRIDES, load_sized

@@ -10,8 +10,8 @@ import pytest
 
 from poolformers_jax import data
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import step
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer import step
+from poolformers_jax.trainer.setup import make_setup
 from poolformers_jax.models import build_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +33,7 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
     data.get_dataset_info(config)
   length = config.data.max_length                         # 2048 in stage 1
   setup = make_setup(config_lib.override(config, batch_size=2, num_devices=1), need_files=False)
-  inputs = step.batch_spec(setup.step_parts)['inputs']               # what summary compiles the step for
+  inputs = step.batch_spec(setup)['inputs']               # what summary compiles the step for
   assert (inputs.shape, inputs.dtype) == ((2, length), 'int32')
   config = setup.config
   assert config.model.vocab_size == 257                   # 256 bytes + padding id 0

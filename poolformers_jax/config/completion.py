@@ -5,8 +5,8 @@ dataset decides filled in (vocab_size, num_classes, max_length, special-token id
 dataset's DatasetInfo), after the user's modules named in `config.imports` are imported (their
 mixers and models registered); with `run_dir` (a run being resumed, or read by eval.py) the
 model is the run's own first (config/run_file.py, `with_run_model`). `make_setup` (the trainer)
-completes through `_completed`, the same with the DatasetInfo it read, once, and keeps the result
-as `Setup.config`, which every later reader takes.
+completes through `complete_with_info`, which also returns the DatasetInfo it read, and keeps the
+result as `Setup.config`, which every later reader takes.
 """
 from __future__ import annotations
 
@@ -55,13 +55,14 @@ def complete(config: ml_collections.ConfigDict, *, need_files: bool = True,
   `info`: this DatasetInfo instead of the dataset's (a benchmark that makes its own batches);
   `run_dir`: a run directory this config continues (a resume): its model is the run's
   (`run_file.with_run_model`; `todo` says what to do about a different one)."""
-  return _completed(config, need_files=need_files, info=info, run_dir=run_dir, todo=todo)[0]
+  return complete_with_info(config, need_files=need_files, info=info, run_dir=run_dir,
+                            todo=todo)[0]
 
 
-def _completed(config: ml_collections.ConfigDict, *, need_files: bool = True,
+def complete_with_info(config: ml_collections.ConfigDict, *, need_files: bool = True,
                info: Optional[Any] = None, run_dir: Optional[str] = None,
                todo: str = '') -> tuple[ml_collections.ConfigDict, Any]:
-  """(`complete`'s config, the DatasetInfo it was completed from): make_setup's."""
+  """(`complete`'s config, the DatasetInfo it was completed from)."""
   if run_dir is not None:
     config = run_file.with_run_model(config, run_dir, **({'todo': todo} if todo else {}))
   registry.import_modules(config.get('imports', ''))   # the user's mixers / models, registered

@@ -19,7 +19,7 @@ import ml_collections
 
 from poolformers_jax.data import get_data_config
 
-# config.param_init: the initialisation schemes of train/param_init.py.
+# config.param_init: the initialisation schemes of trainer/param_init.py.
 PARAM_INIT_SCHEMES = ('default', 'torch')
 # config.model.dtype: the compute dtypes a model takes (parameters stay float32).
 DTYPES = ('float32', 'bfloat16', 'float16')
@@ -43,12 +43,12 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
       grad_accum_steps=1,        # optax.MultiSteps: one update per k steps; steps count micro-batches
   ))
   config.label_smoothing = 0.0
-  config.param_init = 'default'          # 'torch': PyTorch's module defaults (train/param_init.py)
-  # DeiT's batch mixing for image classification (train/mixup.py); both alphas 0 = off.
+  config.param_init = 'default'          # 'torch': PyTorch's module defaults (trainer/param_init.py)
+  # DeiT's batch mixing for image classification (trainer/mixup.py); both alphas 0 = off.
   config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.0, cutmix_alpha=0.0,
                                                 switch_prob=0.5))
   config.batch_size = 32                 # global, over all processes and devices
-  # Length-grouped micro-batches (train/length_buckets.py, docs/training.md): each global batch
+  # Length-grouped micro-batches (trainer/length_buckets.py, docs/training.md): each global batch
   # is sorted by real length, split into micro-batches of `micro_batch_size` examples (rounded up
   # to the device count), each cut to a multiple of `multiple` tokens; their summed gradients
   # make ONE update, the same as the whole batch's to float rounding (softmax / ContextPool LRA
@@ -72,10 +72,10 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.init_from = ''                  # workdir / checkpoint: start from its parameters
   config.init_from_fresh = ''            # regex of parameter names kept freshly initialised
   config.init_from_allow_missing = ''    # regex of names the checkpoint may lack (a new head)
-  # True: refuse an init_from pre-training run at its data's unigram rate (train/init_check.py)
+  # True: refuse an init_from pre-training run at its data's unigram rate (trainer/init_check.py)
   config.init_from_refuse_unlearned = False
   config.num_devices = -1                # -1 = all local devices
-  # The device mesh (train/sharding.py, docs/training.md#sharding): data parallel by default.
+  # The device mesh (trainer/sharding.py, docs/training.md#sharding): data parallel by default.
   # fsdp splits the examples and the large parameters / optimizer state; sequence splits every
   # example's tokens. -1 = the devices the other axes leave. `rules`: 'regex=spec;...' overrides
   # of which dimension of a parameter fsdp splits; `fsdp_min_size`: smaller leaves are replicated.

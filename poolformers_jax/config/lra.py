@@ -14,7 +14,7 @@ The argument string of an LRA task config is `family[,size][,protocol]...` (word
             fine-tuning starts from; spt_causal: the same by next-token prediction (causal
             mixers); finetune / finetune_causal: the task itself, started from such a run
             (`finetune`: --config.init_from=<its workdir> is required, the classifier head is
-            new, a pre-training still at its data's unigram rate is refused, train/init_check.py;
+            new, a pre-training still at its data's unigram rate is refused, trainer/init_check.py;
             finetune_causal pools the last token); without any, the task from scratch
   recipe:   amos: the stage with Amos et al.'s schedule (`amos_recipe`)
   AdaMRA's open choices (families adamra, adamra_eq8; docs/papers/adamra.md):

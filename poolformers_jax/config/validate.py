@@ -1,6 +1,6 @@
 """Every check of a run's config against itself, the data and the devices, in one place, up front.
 
-`check_config` runs in `make_setup` (train/setup.py), after the config is completed
+`check_config` runs in `make_setup` (trainer/setup.py), after the config is completed
 (config/completion.py) and before any model is built or compiled; `check_eval_batch_size` for
 eval.py's --batch_size. Each failure is a ConfigError (a ValueError; a batch that does not split
 over the devices: data.base.process_share's, the one divisibility check) whose message is one
@@ -124,7 +124,7 @@ def _check_profile_steps(steps: Any) -> None:
 
 
 def _check_length_buckets(config: ml_collections.ConfigDict, info, processes: int) -> None:
-  """config.length_buckets (train/length_buckets.py): exact only where the amount of padding
+  """config.length_buckets (trainer/length_buckets.py): exact only where the amount of padding
   changes no real output (the mixer's traits say, for its options), and in one process (all
   processes would have to agree on every micro-batch's cut)."""
   buckets = config.length_buckets

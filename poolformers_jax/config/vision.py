@@ -56,7 +56,7 @@ def deit_recipe(config, weight_decay: float = 0.025, train_size: int = IMAGENET_
   opt.grad_clip_norm = 0.0
   config.label_smoothing = 0.1
   config.num_train_steps = epochs_to_steps(300, config.batch_size, train_size)
-  # DeiT's augmentations (train/mixup.py, data/vision.py, data/randaugment.py, data/pipeline.py).
+  # DeiT's augmentations (trainer/mixup.py, data/vision.py, data/randaugment.py, data/pipeline.py).
   config.mixup.update(mixup_alpha=0.8, cutmix_alpha=1.0, switch_prob=0.5)
   config.data.random_erasing = 0.25
   config.data.rand_augment = 'rand-m9-mstd0.5-inc1'

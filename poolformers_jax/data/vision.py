@@ -15,7 +15,7 @@ RandAugment (config.data.rand_augment, timm's policy string; DeiT: 'rand-m9-mstd
 on the uint8 crop after the flip, before normalisation, as in timm's train transform.
 Repeated augmentation (config.data.repeated_augmentation, DeiT: 3) is a property of the sample
 order: the pipeline's.
-Mixup / cutmix mix whole batches: the trainer owns them (config.mixup, train/mixup.py).
+Mixup / cutmix mix whole batches: the trainer owns them (config.mixup, trainer/mixup.py).
 cifar10_pairs (MSAC Sec. 6.1's cross-attentive similarity model): CIFAR-10 image pairs
 [2, H, W, C], half of them of one class, labelled same (1) / different (0) class (ImagePairs).
 TFDS datasets must be prepared as array_record beforehand (docs/data.md; ImageNet needs its

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from poolformers_jax.programs import convert as convert_lib
+from poolformers_jax import convert as convert_lib
 from poolformers_jax.data.base import DatasetInfo
 from poolformers_jax.models import build_model
-from poolformers_jax.train import checkpoint as checkpoint_lib, optim, sharding
-from poolformers_jax.train import state as state_lib
+from poolformers_jax.trainer import checkpoint as checkpoint_lib, optim, sharding
+from poolformers_jax.trainer import setup as setup_lib
 from test_vit import load_config
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures')
@@ -45,7 +45,7 @@ def restore_like_eval(config, workdir):
   """What eval.py does after make_setup: the abstract sharded state, then restore 'latest'."""
   model = build_model(config.model)
   mesh = sharding.make_mesh(-1)
-  abstract, _ = state_lib.state_shardings(model, optim.make_optimizer(config),
+  abstract, _ = setup_lib.state_shardings(model, optim.make_optimizer(config),
                                           DatasetInfo('official', 'classification', model.num_classes, None,
                                                       model.input_shape(), {}), mesh)
   checkpointer = checkpoint_lib.Checkpointer(str(workdir), read_only=True)

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 
 from poolformers_jax.models import build_model
-from poolformers_jax.programs.summary import forward_macs
+from poolformers_jax.summary import forward_macs
 from test_cifar_configs import cifar, completed
 
 

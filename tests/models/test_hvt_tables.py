@@ -14,7 +14,7 @@ import jax
 import pytest
 
 from poolformers_jax.models import build_model
-from poolformers_jax.programs.summary import abstract_variables, forward_macs
+from poolformers_jax.summary import abstract_variables, forward_macs
 from test_vit import image_spec, load_config
 
 # (config arg, config.model overrides, stage lengths, paper params M, paper FLOPs G)

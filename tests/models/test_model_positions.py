@@ -19,7 +19,7 @@ from poolformers_jax.config.completion import steps_from_epochs
 from poolformers_jax.data import get_dataset_info
 from poolformers_jax.models import build_model
 from poolformers_jax.models.encoder import LraEncoder
-from poolformers_jax.train import init_check
+from poolformers_jax.trainer import init_check
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', '..', 'configs'))
 import lra_listops  # noqa: E402

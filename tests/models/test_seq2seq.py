@@ -194,7 +194,7 @@ def test_decoding_sharded_over_the_data_axis_matches_one_device():
                                                    (True, 'self_attention', 61.12),
                                                    (True, 'every_attention', 61.41)])
 def test_base_parameter_count_with_a_32k_shared_vocabulary(cp, placement, millions):
-  from poolformers_jax.train.cli import load_config_file
+  from poolformers_jax.cli import load_config_file
   import os
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   config = load_config_file(os.path.join(repo, 'configs', 'wmt14.py') + (':base,cp' if cp else

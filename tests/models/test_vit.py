@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from poolformers_jax.models import build_model
-from poolformers_jax.programs.summary import count_macs, forward_macs
+from poolformers_jax.summary import count_macs, forward_macs
 from poolformers_jax import config as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -5,9 +5,9 @@ import jax
 import pytest
 
 from text_corpus import pretraining_config, write_corpus, write_vocab
-from poolformers_jax.train import setup as setup_lib, state as state_lib
+from poolformers_jax.trainer import setup as setup_lib
 from poolformers_jax.train import train_and_evaluate
-from poolformers_jax.train.evaluate import evaluate_state
+from poolformers_jax.eval import evaluate_state
 
 
 @pytest.fixture(scope='session')
@@ -30,8 +30,7 @@ def pretrained(text_dir):
       'optimizer.learning_rate': 1e-2, 'optimizer.warmup_steps': 10, 'model.dropout_rate': 0.0,
       'num_devices': 1})
   setup = setup_lib.make_setup(config)
-  untrained = state_lib.create_train_state(setup.model, setup.tx, setup.info,
-                                           jax.random.PRNGKey(0), setup.mesh)
+  untrained = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
   before = evaluate_state(setup, untrained, 'validation')
   workdir = os.path.join(text_dir['root'], 'pretrain')
   return {'before': before, 'result': train_and_evaluate(config, workdir), 'workdir': workdir,

@@ -14,7 +14,7 @@ from text_corpus import SPECIALS, WORDS, document
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import init_from, setup as setup_lib, state as state_lib
+from poolformers_jax.trainer import init_from, setup as setup_lib
 from poolformers_jax.train import train_and_evaluate
 
 CLS, SEP = 2, 3
@@ -95,7 +95,7 @@ def test_finetune_restores_encoder_only_head_new(pretrained, text_dir, tmp_path)
   # The head is the fresh initialisation of this run (seed), not anything pre-trained.
   setup = setup_lib.make_setup(config)
   init_rng, _ = jax.random.split(jax.random.PRNGKey(config.seed))
-  fresh = state_lib.create_train_state(setup.model, setup.tx, setup.info, init_rng, setup.mesh)
+  fresh = setup_lib.create_train_state(setup, init_rng)
   np.testing.assert_array_equal(tuned['classifier/kernel'],
                                 np.asarray(fresh.params['classifier']['kernel']))
   assert set(result.validation) >= {'accuracy', 'f1', 'macro_f1', 'matthews_corrcoef'}

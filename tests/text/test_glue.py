@@ -15,10 +15,10 @@ import glue
 from poolformers_jax import data
 from poolformers_jax.data import bert_text
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import setup as setup_lib, state as state_lib
+from poolformers_jax.trainer import setup as setup_lib
 from poolformers_jax.tasks import text as text_tasks
-from poolformers_jax.train.evaluate import evaluate_state
-from poolformers_jax.train.metrics import read_metrics
+from poolformers_jax.eval import evaluate_state
+from poolformers_jax.trainer.metrics import read_metrics
 
 WORDS = ['first', 'second', 'the', 'cat'] + [f'tp{t}w{j}' for t in range(6) for j in range(8)]
 
@@ -54,8 +54,7 @@ def _evaluate(task, text_dir, tmp_path):
 
   with tfds.testing.mock_data(as_data_source_fn=as_data_source):
     setup = setup_lib.make_setup(config)
-    state = state_lib.create_train_state(setup.model, setup.tx, setup.info,
-                                         jax.random.PRNGKey(1), setup.mesh)
+    state = setup_lib.create_train_state(setup, jax.random.PRNGKey(1))
     # BERT's init (0.02) predicts one class everywhere: perturb every weight so the predictions
     # vary (the metrics are checked, not the model).
     leaves, tree = jax.tree.flatten(state.params)
@@ -179,7 +178,7 @@ def test_glue_steps_follow_epochs_at_the_chosen_batch_size():
 def test_glue_sweep_end_to_end_best_on_dev(text_dir, tmp_path):
   """`python -m poolformers_jax.reproduce glue` on mock MRPC and MNLI with a 1 x 2 grid: every
   run trained, the best on dev chosen, one table with the slides' numbers beside ours."""
-  from poolformers_jax.programs import reproduce
+  from poolformers_jax import reproduce
   records = {}
 
   def as_data_source(builder, split, **kwargs):
@@ -195,7 +194,7 @@ def test_glue_sweep_end_to_end_best_on_dev(text_dir, tmp_path):
           '--set', 'checkpoint_every_steps=1', '--set', 'progress_bar=False',
           '--set', 'num_devices=1', '--set', 'model.dropout_rate=0.0']
   with tfds.testing.mock_data(as_data_source_fn=as_data_source):
-    results = reproduce.main(argv)
+    results = reproduce.command(argv)
   with open(os.path.join(workdir, 'glue_results.md')) as f:
     table = f.read()
   assert table.startswith('# GLUE dev results (tiny setting with overrides: ')
@@ -236,7 +235,7 @@ def test_load_run_encodes_sentences_and_pairs_as_glue_does(text_dir):
     config = config_lib.override(glue.get_config(f'{task},tiny'),
                                    **{'data.vocab_file': text_dir['vocab']})
     run = Run(workdir='w', checkpoint='best', step=0, config=config, model=None, params=None,
-              _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='text_classification'),
+              setup=types.SimpleNamespace(info=types.SimpleNamespace(task='text_classification'),
                                            task=get_task('text_classification')))
     rows = _records(task, 'validation', n=3)
     keys, _ = bert_text.GLUE_TASKS[task]

@@ -16,7 +16,8 @@ flags.FLAGS.mark_as_parsed()
 import jax  # noqa: E402
 
 from tiny_runs import tiny_config  # noqa: E402
-from poolformers_jax.train import sharding, train_and_evaluate  # noqa: E402
+from poolformers_jax.trainer import sharding
+from poolformers_jax.train import train_and_evaluate  # noqa: E402
 
 # No persistent compilation cache here: both processes compile the same programs at the same
 # moment, and one could read a cache entry while the other is still writing it.

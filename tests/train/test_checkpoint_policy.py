@@ -1,4 +1,4 @@
-"""The checkpoint policy (train/checkpoint_policy.py) on plain lists of steps and metric values,
+"""The checkpoint policy (trainer/checkpoint_policy.py) on plain lists of steps and metric values,
 and, on a tiny state, that the storage's orbax managers hold exactly what the policy says."""
 import math
 import os
@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poolformers_jax.train import checkpoint as checkpoint_lib
-from poolformers_jax.train import checkpoint_policy as policy
-from poolformers_jax.train.loop import NonFiniteLossError, _non_finite_error
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
+from poolformers_jax.trainer import checkpoint_policy as policy
+from poolformers_jax.train import NonFiniteLossError, _non_finite_error
 
 
 def _walk(steps, damaged, rejected=()):

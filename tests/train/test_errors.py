@@ -11,8 +11,8 @@ import pytest
 
 from tiny_runs import REPO, tiny_config
 from poolformers_jax.config import validate
-from poolformers_jax.train import cli
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax import errors
+from poolformers_jax.trainer.setup import make_setup
 
 BAD = {   # override -> what the line must say
     'model.num_classes=2': ({'model.num_classes': 2},
@@ -61,7 +61,7 @@ def test_bad_config_fails_in_setup_with_one_line(data_dir, case):
 
 def test_image_checks_patch_size_and_mixup():
   from poolformers_jax.data import DatasetInfo
-  from poolformers_jax.train import sharding
+  from poolformers_jax.trainer import sharding
   from poolformers_jax.config import base_config
   import ml_collections
   info = DatasetInfo('cifar10', 'classification', 10, None, (32, 32, 3), {'train': 1})
@@ -91,14 +91,14 @@ def test_the_wrapper_prints_one_line_and_exits_2(capsys):
   def main(argv):
     raise validate.ConfigError('config.x=1 is wrong\n(really); set config.x=2')
   with pytest.raises(SystemExit) as exit_:
-    cli.one_line_errors(main)([])
+    errors.one_line_errors(main)([])
   assert exit_.value.code == 2
   assert capsys.readouterr().err == 'error: config.x=1 is wrong (really); set config.x=2\n'
 
   def diverges(argv):
     raise FloatingPointError('training loss is nan at step 3: ...')
   with pytest.raises(SystemExit) as exit_:
-    cli.one_line_errors(diverges)([])
+    errors.one_line_errors(diverges)([])
   assert exit_.value.code == 1
 
 
@@ -206,17 +206,18 @@ def test_every_entry_point_ends_bad_input_in_one_line_with_exit_code_2(entry_poi
 def test_reproduce_checks_the_data_with_the_configs_of_the_families_it_runs(tmp_path):
   """A --set key that only AdaMRA's config has passes with --families adamra (the data check
   used to load the transformer config with it), and fails in one line for families without it."""
-  from poolformers_jax.programs import reproduce
+  from poolformers_jax import reproduce
+  from poolformers_jax.experiments import lra
   args = ['lra', '--task', 'listops', '--families', 'adamra', '--size', 'tiny', '--workdir',
           str(tmp_path), '--set', 'model.mixer_kwargs.router_gate=straight_through', '--dry_run']
-  assert reproduce.main(args) is None
-  assert reproduce.plan(['listops'], ['adamra'], str(tmp_path), seeds=[0, 1], size='tiny',
+  assert reproduce.command(args) is None
+  assert lra.plan(['listops'], ['adamra'], str(tmp_path), seeds=[0, 1], size='tiny',
                         overrides=['model.mixer_kwargs.router_gate=straight_through']) == [
       f'listops/adamra seed {s}: to train (20 steps) in {tmp_path}/listops/adamra/seed{s}'
       for s in (0, 1)]
   with pytest.raises(ValueError, match=r"--set for .*lra_listops.py:ponet,tiny: mixer 'ponet' "
                      r"\(PoNet\) has no option\(s\) \['router_gate'\]"):
-    reproduce.check_configs(['listops'], ['adamra', 'ponet'], 'tiny',
+    lra.check_configs(['listops'], ['adamra', 'ponet'], 'tiny',
                             ['model.mixer_kwargs.router_gate=straight_through'])
   assert not os.listdir(tmp_path)
 

@@ -9,7 +9,7 @@ from poolformers_jax.config import lra as lra_base
 from tiny_runs import tiny_config
 from poolformers_jax.layers import MIXERS
 from poolformers_jax.train import train_and_evaluate
-from poolformers_jax.train.metrics import read_metrics
+from poolformers_jax.trainer.metrics import read_metrics
 
 
 @pytest.mark.parametrize('family', sorted(lra_base.FAMILIES))

@@ -1,11 +1,11 @@
-"""train/fit.py, the notebooks' training loop: the same parameters and losses as Adam written out."""
+"""trainer/fit.py, the notebooks' training loop: the same parameters and losses as Adam written out."""
 import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from poolformers_jax.train.fit import fit
+from poolformers_jax.trainer.fit import fit
 
 
 def test_fit_is_adam_on_the_loss_step_by_step():

@@ -8,14 +8,14 @@ import sys
 
 import pytest
 
-from poolformers_jax.train import host_memory
+from poolformers_jax.trainer import host_memory
 
 pytestmark = pytest.mark.skipif(host_memory._glibc() is None,
                                 reason='mallopt settings exist for glibc on Linux only')
 
 _CHILD = r'''
 import ctypes, json
-from poolformers_jax.train import host_memory
+from poolformers_jax.trainer import host_memory
 applied = host_memory.keep_freed_memory()
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

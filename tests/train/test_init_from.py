@@ -10,7 +10,9 @@ from flax.traverse_util import flatten_dict
 
 from tiny_runs import tiny_config
 from poolformers_jax.models.vit import VisionTransformer
-from poolformers_jax.train import evaluate, init_from, train_and_evaluate
+from poolformers_jax.eval import evaluate
+from poolformers_jax.trainer import init_from
+from poolformers_jax.train import train_and_evaluate
 
 # torch 2.13 `F.interpolate(g[None, None], size=..., mode='bicubic', align_corners=False)`, float64
 # (the call in DeiT's main.py), computed once; torch is not needed to run this file.

@@ -1,4 +1,4 @@
-"""Length-grouped micro-batches (config.length_buckets, train/length_buckets.py): the summed
+"""Length-grouped micro-batches (config.length_buckets, trainer/length_buckets.py): the summed
 micro-batch gradients, the updated parameters and the metric sums are the whole batch's, for
 softmax attention and ContextPool at the reference protocol ('mean_padded' pooling, divided by the
 data's length), on one and on two devices; cutting padding leaves the logits unchanged with either
@@ -17,12 +17,12 @@ import pytest
 
 from tiny_runs import DeviceReads, tiny_config
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import accelerators, length_buckets
-from poolformers_jax.train import state as state_lib
-from poolformers_jax.train import step as step_lib
+from poolformers_jax.trainer import accelerators, length_buckets
+from poolformers_jax.trainer import setup as setup_lib
+from poolformers_jax.trainer import step as step_lib
 from poolformers_jax.train import train_and_evaluate
-from poolformers_jax.train.metrics import read_metrics
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer.metrics import read_metrics
+from poolformers_jax.trainer.setup import make_setup
 from poolformers_jax.config import ConfigError
 
 LENGTH = 32
@@ -116,9 +116,8 @@ def case(request):
   family, devices, batch_size, micro_batch_size = request.param
   plain, bucketed = _setups(family, devices, batch_size, micro_batch_size)
   assert bucketed.config.model.pooling == 'mean_padded'     # the protocol's: sum / data's L
-  state = state_lib.create_train_state(bucketed.model, bucketed.tx, bucketed.info,
-                                       jax.random.PRNGKey(0), bucketed.mesh)
-  return _Case(plain, bucketed, step_lib.compile_train_step(bucketed.step_parts), state,
+  state = setup_lib.create_train_state(bucketed, jax.random.PRNGKey(0))
+  return _Case(plain, bucketed, step_lib.compile_train_step(bucketed), state,
                _host_batch(batch_size))
 
 

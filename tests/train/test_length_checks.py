@@ -8,7 +8,7 @@ import pytest
 
 from tiny_runs import REPO, tiny_config, tiny_overrides
 from poolformers_jax.config import validate
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer.setup import make_setup
 
 
 def _config(data_dir, family, mixer_kwargs=None, **overrides):

@@ -10,8 +10,9 @@ import pytest
 
 from tiny_runs import REPO, sigterm_at_step, tiny_config, tiny_overrides
 from poolformers_jax import data
-from poolformers_jax.train import NonFiniteLossError, evaluate, train_and_evaluate
-from poolformers_jax.train.metrics import read_metrics
+from poolformers_jax.train import NonFiniteLossError, train_and_evaluate
+from poolformers_jax.eval import evaluate
+from poolformers_jax.trainer.metrics import read_metrics
 
 
 def _losses(workdir):

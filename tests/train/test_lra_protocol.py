@@ -20,10 +20,11 @@ from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax.data import get_data_config, lra
 from poolformers_jax.models.encoder import POOLINGS, SequenceEncoder
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import optim, param_init, train_and_evaluate
-from poolformers_jax.train import state as state_lib
-from poolformers_jax.train.metrics import read_metrics
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer import optim, param_init
+from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import setup as setup_lib
+from poolformers_jax.trainer.metrics import read_metrics
+from poolformers_jax.trainer.setup import make_setup
 
 
 def test_full_configs_evaluate_as_often_as_the_reference_and_cut_bytes_at_4000():
@@ -157,7 +158,7 @@ def _fresh_and_torch(family):
   setup = _setup(family)
 
   def both(rng):
-    fresh = setup.model.init({'params': rng, 'dropout': rng}, state_lib.dummy_inputs(setup.info),
+    fresh = setup.model.init({'params': rng, 'dropout': rng}, setup_lib.dummy_inputs(setup.info),
                              deterministic=True)['params']
     return fresh, param_init.initialize('torch', fresh, rng)
   flat = lambda tree: flax.traverse_util.flatten_dict(jax.device_get(tree), sep='/')
@@ -214,8 +215,7 @@ def test_torch_init_is_seeded_and_applied_where_the_state_is_made():
   setup = _setup('transformer')
   fresh, torch = draw(3)
   for scheme, expected in (('torch', torch), ('default', fresh)):
-    state = state_lib.create_train_state(setup.model, setup.tx, setup.info,
-                                         jax.random.PRNGKey(3), setup.mesh, param_init=scheme)
+    state = setup_lib.create_train_state(setup, jax.random.PRNGKey(3))
     got = flax.traverse_util.flatten_dict(jax.device_get(state.params), sep='/')
     assert got.keys() == expected.keys()
     for name in got:
@@ -315,8 +315,7 @@ def test_reference_transformer_equals_a_transcription_of_the_lra_code():
   overrides = {'model.num_layers': 2, 'model.dim': 16, 'model.num_heads': 2}
   setup = make_setup(tiny_config('/unused', 'transformer,reference', **overrides),
                      need_files=False)
-  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
-                                       setup.mesh, param_init=setup.config.param_init)
+  state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
   params = jax.device_get(state.params)
   rng = np.random.default_rng(0)
   tokens = rng.integers(1, setup.info.vocab_size, size=(3, 32)).astype(np.int32)

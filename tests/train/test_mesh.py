@@ -12,10 +12,12 @@ from jax.sharding import PartitionSpec as P
 
 from tiny_runs import tiny_config
 from poolformers_jax import config as config_lib, load_run
-from poolformers_jax.train import evaluate, sharding, step as step_lib, train_and_evaluate
-from poolformers_jax.train import state as state_lib
-from poolformers_jax.train.metrics import read_metrics
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.eval import evaluate
+from poolformers_jax.trainer import sharding, step as step_lib
+from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import setup as setup_lib
+from poolformers_jax.trainer.metrics import read_metrics
+from poolformers_jax.trainer.setup import make_setup
 from poolformers_jax.testing import collectives
 
 import lra_listops
@@ -51,7 +53,7 @@ def test_fsdp_splits_the_largest_dimension_the_axis_divides_and_replicates_small
 def _batch(setup, seed=0):
   """A deterministic host batch of the setup's training examples, rows padded differently."""
   rng = np.random.default_rng(seed)
-  spec = step_lib.batch_spec(setup.step_parts)
+  spec = step_lib.batch_spec(setup)
   length = spec['inputs'].shape[1]
   tokens = rng.integers(1, setup.info.vocab_size, spec['inputs'].shape).astype(np.int32)
   tokens[1::2, length - 5:] = 0   # padding crosses shard boundaries
@@ -65,9 +67,8 @@ def _one_step(family, **updates):
       'model.dim': 16, 'model.mlp_dim': 16, 'model.num_layers': 2, 'data.max_length': 32,
       'batch_size': 8, 'mesh.fsdp_min_size': 64, **updates})
   setup = make_setup(config, need_files=False)
-  compiled = step_lib.compile_train_step(setup.step_parts)
-  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
-                                       setup.mesh, rules=setup.fsdp_rules)
+  compiled = step_lib.compile_train_step(setup)
+  state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
   state, acc = compiled.run(state, compiled.new_accumulator(setup.mesh),
                             compiled.put(_batch(setup)), jax.random.PRNGKey(1))
   return jax.device_get((acc['sums']['loss'], acc['grad_norm'], state.params)), state
@@ -193,6 +194,6 @@ def test_a_sequence_sharded_ponet_step_moves_nothing_that_grows_with_the_length(
     config = config_lib.load('configs/lra_listops.py:ponet,tiny', {
         'data.max_length': length, 'batch_size': 1, 'mesh.data': 1, 'mesh.sequence': 8,
         'model.mixer_kwargs.segment_num': 4})
-    compiled = step_lib.compile_train_step(make_setup(config, need_files=False).step_parts).run
+    compiled = step_lib.compile_train_step(make_setup(config, need_files=False)).run
     found.append(sorted(collectives(compiled.as_text())))
   assert found[0] and found[0] == found[1]

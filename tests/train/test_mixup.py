@@ -1,4 +1,4 @@
-"""Mixup / cutmix (timm Mixup, 'batch' mode) in train/mixup.py, the recipes that enable them, and
+"""Mixup / cutmix (timm Mixup, 'batch' mode) in trainer/mixup.py, the recipes that enable them, and
 one train run with them on a tiny HVT."""
 import json
 import math
@@ -13,7 +13,7 @@ import cifar
 import imagenet
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import train_and_evaluate
-from poolformers_jax.train.mixup import MixParams, apply_mix, mix_batch
+from poolformers_jax.trainer.mixup import MixParams, apply_mix, mix_batch
 
 B, H, W, C, K = 4, 8, 10, 3, 5
 

@@ -11,7 +11,7 @@ import pytest
 
 from tiny_runs import tiny_config
 from poolformers_jax.train import train_and_evaluate
-from poolformers_jax.train.metrics import read_metrics
+from poolformers_jax.trainer.metrics import read_metrics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -14,7 +14,8 @@ import pytest
 
 import tiny_runs
 from poolformers_jax import testing
-from poolformers_jax.programs import reproduce
+from poolformers_jax import reproduce
+from poolformers_jax.experiments import lra
 from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax.data import masking
 from poolformers_jax.data.base import DatasetInfo
@@ -202,7 +203,7 @@ def test_init_from_a_causal_pretraining_into_the_bidirectional_classifier(data_d
   best checkpoint: every encoder parameter is read unchanged (lr 0 here), the head is fresh."""
   from poolformers_jax.config import keys as config_keys
   from poolformers_jax.train import train_and_evaluate
-  from poolformers_jax.train.init_from import read_variables
+  from poolformers_jax.trainer.init_from import read_variables
   pre_dir, ft_dir = str(tmp_path / 'pre'), str(tmp_path / 'ft')
   config = config_keys.override(importlib.import_module('lra_listops').get_config(
       'transformer,tiny,spt_causal'), **tiny_runs.tiny_overrides(data_dir))
@@ -225,18 +226,18 @@ def test_init_from_a_causal_pretraining_into_the_bidirectional_classifier(data_d
 
 
 def test_reproduce_picks_the_objective_and_refuses_mixers_without_a_causal_form(tmp_path):
-  stages = reproduce.spt_stages('listops', 'linear', 'tiny', 0, str(tmp_path), objective='causal')
+  stages = lra.spt_stages('listops', 'linear', 'tiny', 0, str(tmp_path), objective='causal')
   (pre_words, pre_dir, _), (words, _, ft_set) = stages
   assert pre_words == 'linear,spt_causal' and words == 'linear'
   assert f'init_from={pre_dir}' in ft_set
-  assert reproduce.spt_dir('w', 'listops', 'linear', 1, 'causal').endswith('spt_causal_seed1')
-  assert reproduce.spt_dir('w', 'listops', 'linear', 1).endswith('/spt_seed1')
+  assert lra.spt_dir('w', 'listops', 'linear', 1, 'causal').endswith('spt_causal_seed1')
+  assert lra.spt_dir('w', 'listops', 'linear', 1).endswith('/spt_seed1')
   with pytest.raises(ValueError, match=r"mixer 'ponet' \(PoNet\) cannot run causally"):
-    reproduce.check_configs(['listops'], ['transformer', 'ponet'], 'tiny', [], spt=True,
+    lra.check_configs(['listops'], ['transformer', 'ponet'], 'tiny', [], spt=True,
                             objective='causal')
-  reproduce.check_configs(['listops'], ['ponet'], 'tiny', [], spt=True)   # masked: fine
+  lra.check_configs(['listops'], ['ponet'], 'tiny', [], spt=True)   # masked: fine
   with pytest.raises(SystemExit):
-    reproduce.main(['lra', '--task', 'listops', '--spt', '--spt_objective', 'next',
+    reproduce.command(['lra', '--task', 'listops', '--spt', '--spt_objective', 'next',
                     '--workdir', str(tmp_path), '--dry_run'])
 
 
@@ -244,9 +245,9 @@ def test_reproduce_dry_run_lists_the_objective(data_dir, tmp_path, capsys):
   sets = [f'{k}={v}' for k, v in tiny_runs.tiny_overrides(data_dir).items() if k.startswith('data.')]
   argv = ['lra', '--task', 'listops', '--families', 'linear', '--size', 'tiny', '--spt',
           '--workdir', str(tmp_path), '--dry_run', *[x for s in sets for x in ('--set', s)]]
-  assert reproduce.main(argv + ['--spt_objective', 'causal']) is None
+  assert reproduce.command(argv + ['--spt_objective', 'causal']) is None
   lines = capsys.readouterr().out.splitlines()
   assert any(line.startswith('listops/linear seed 0 self-pretraining (next tokens): to train')
              and line.endswith('linear/spt_causal_seed0/pretrain') for line in lines), lines
-  reproduce.main(argv)                                   # the default stays masked tokens
+  reproduce.command(argv)                                   # the default stays masked tokens
   assert 'self-pretraining (masked tokens)' in capsys.readouterr().out

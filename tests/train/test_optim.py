@@ -10,7 +10,7 @@ import pytest
 from tiny_runs import tiny_config
 from poolformers_jax import tasks
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import optim
+from poolformers_jax.trainer import optim
 
 
 def _config(**updates):

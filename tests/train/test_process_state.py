@@ -1,6 +1,6 @@
 """Library calls change nothing process-wide (issue 54): importing every module of the package,
 `config.load`, `train_and_evaluate`, `load_run(...).predict` and `evaluate` leave absl's flags,
-jax's config and the multi-process state as they were. The programs (poolformers_jax/programs/)
+jax's config and the multi-process state as they were. The programs (poolformers_jax/train.py, ...)
 define their flags and start a multi-process run themselves; a library caller (a notebook on a
 SLURM node, an application with its own `--config` flag) gets neither."""
 import json
@@ -39,7 +39,8 @@ for info in pkgutil.walk_packages(poolformers_jax.__path__, 'poolformers_jax.'):
   importlib.import_module(info.name)   # the programs and the __main__ modules too
 imported = state()
 from poolformers_jax import config as config_lib, load_run
-from poolformers_jax.train import evaluate, train_and_evaluate
+from poolformers_jax.eval import evaluate
+from poolformers_jax.train import train_and_evaluate
 config = config_lib.load('lra_listops:transformer,tiny', tiny_overrides({data_dir!r}))
 result = train_and_evaluate(config, {workdir!r})
 predicted = load_run({workdir!r}).predict(['[MAX 2 9 [MIN 4 7 ] 0 ]'])

@@ -17,14 +17,15 @@ import pytest
 
 from tiny_runs import REPO, DeviceReads, tiny_config, tiny_overrides
 from poolformers_jax import data
-from poolformers_jax.programs import average
-from poolformers_jax.train import NonFiniteLossError, evaluate, train_and_evaluate
-from poolformers_jax.train import checkpoint as checkpoint_lib
+from poolformers_jax import average
+from poolformers_jax.train import NonFiniteLossError, train_and_evaluate
+from poolformers_jax.eval import evaluate
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import init_from, integrity
-from poolformers_jax.train import step as step_lib
-from poolformers_jax.train.metrics import read_metrics
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer import init_from, integrity
+from poolformers_jax.trainer import step as step_lib
+from poolformers_jax.trainer.metrics import read_metrics
+from poolformers_jax.trainer.setup import make_setup
 
 STEPS = dict(num_train_steps=4, eval_every_steps=2, checkpoint_every_steps=2, num_devices=1)
 
@@ -277,13 +278,12 @@ DIVERGING = {'optimizer.learning_rate': 1e30, 'optimizer.warmup_steps': 0,
 def test_guard_keeps_the_previous_state_and_records_the_first_bad_step(data_dir):
   config = tiny_config(data_dir, num_devices=1, **DIVERGING)   # the next test's compiled step
   setup = make_setup(config)
-  from poolformers_jax.train import state as state_lib
-  state = state_lib.create_train_state(setup.model, setup.tx, setup.info, jax.random.PRNGKey(0),
-                                       setup.mesh)
-  step_fn = step_lib.make_train_step(setup.step_parts)
+  from poolformers_jax.trainer import setup as setup_lib
+  state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
+  step_fn = step_lib.make_train_step(setup)
   it = data.make_train_iterator(config)
   batches = [jax.device_put(next(it)) for _ in range(4)]
-  acc = step_lib.new_accumulator(setup.mesh, step_lib.accumulator_shapes(setup.step_parts))
+  acc = step_lib.new_accumulator(setup.mesh, step_lib.accumulator_shapes(setup))
   before = None
   for batch in batches:
     before = jax.device_get(state)

@@ -11,8 +11,9 @@ import pytest
 from tiny_runs import REPO, tiny_config
 import poolformers_jax
 from poolformers_jax.data import listops
-from poolformers_jax.train import checkpoint as checkpoint_lib, train_and_evaluate
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
+from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer.setup import make_setup
 
 
 @pytest.fixture(scope='module')
@@ -231,7 +232,7 @@ def test_encode_makes_the_datasets_own_eval_examples(name, raw, record):
   run = poolformers_jax.Run(
       workdir='w', checkpoint='best', step=0, model=None, params=None,
       config=ml_collections.ConfigDict({'data': data_config}),
-      _setup=types.SimpleNamespace(info=types.SimpleNamespace(task='classification'),
+      setup=types.SimpleNamespace(info=types.SimpleNamespace(task='classification'),
                                    task=get_task('classification')))
   want = DATASETS[name].preprocess(record, data_config, None)['inputs']
   got = run.encode([raw, raw])['inputs']

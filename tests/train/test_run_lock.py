@@ -1,4 +1,4 @@
-"""One writer per run directory (train/run_lock.py): a second train.py on a live run's workdir is
+"""One writer per run directory (trainer/run_lock.py): a second train.py on a live run's workdir is
 refused in one line before it compiles; a lock whose process died does not block the resume."""
 import json
 import os
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from poolformers_jax.train import run_lock
+from poolformers_jax.trainer import run_lock
 from tiny_runs import REPO, tiny_overrides
 
 

@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poolformers_jax.programs import reproduce
+from poolformers_jax import reproduce
 from poolformers_jax.data import masking
 from poolformers_jax.models import build_model
 from poolformers_jax.tasks import get_task
-from poolformers_jax.train import init_from
+from poolformers_jax.trainer import init_from
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, 'configs'))
@@ -135,9 +135,9 @@ def test_reproduce_spt_runs_both_stages_beside_scratch_and_resumes(tmp_path):
           '--set', f'data.data_dir={tmp_path / "data"}', '--set', 'num_train_steps=6',
           '--set', 'eval_every_steps=2', '--set', 'checkpoint_every_steps=2',
           '--set', 'progress_bar=False']
-  plan = reproduce.main(argv + ['--dry_run'])
+  plan = reproduce.command(argv + ['--dry_run'])
   assert plan is None
-  results = reproduce.main(argv)
+  results = reproduce.command(argv)
   entry = results['tasks']['listops']
   (scratch,), (spt,) = entry['families']['linear'], entry['spt']['linear']
   assert scratch['steps'] == 6 and spt['steps'] == 2 and spt['pretrain']['steps'] == 4
@@ -146,7 +146,7 @@ def test_reproduce_spt_runs_both_stages_beside_scratch_and_resumes(tmp_path):
     assert json.load(f)['model']['name'] == 'lra_masked_lm'
   # The fine-tuned run started from the pre-training's best encoder: its token table is the
   # pre-trained one without the [MASK] row, moved by exactly two optimizer steps from it.
-  from poolformers_jax.train.init_from import read_variables
+  from poolformers_jax.trainer.init_from import read_variables
   pre = read_variables(pre_dir)['params']['encoder']['token_embedding']['embedding']
   ft_dir = os.path.join(workdir, 'listops', 'linear', 'spt_seed0', 'finetune')
   first = read_variables(os.path.join(ft_dir, 'checkpoints', '2'))['params']
@@ -159,7 +159,7 @@ def test_reproduce_spt_runs_both_stages_beside_scratch_and_resumes(tmp_path):
              and 'min |' in line and line.count('|') == 12)
   assert f'{scratch["test_accuracy"]:.2f} | {spt["test_accuracy"]:.2f} |' in row
   assert '| 4 | 2 | 0 |' in row
-  again = reproduce.main(argv)
+  again = reproduce.command(argv)
   assert again['tasks']['listops']['spt']['linear'][0]['skipped'] is True
 
 

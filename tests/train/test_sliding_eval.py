@@ -17,9 +17,10 @@ import pytest
 
 import enwik8
 from poolformers_jax.data import text_lm
-from poolformers_jax.train import setup as setup_lib, state as state_lib
+from poolformers_jax.trainer import setup as setup_lib
 from poolformers_jax import testing as T
-from poolformers_jax.train.evaluate import evaluate_state, make_eval_step
+from poolformers_jax.eval import evaluate_state
+from poolformers_jax.trainer.step import make_eval_step
 
 ALPHABET = list('abcdefghijklmnopqrstuvwxyz ')
 
@@ -43,7 +44,7 @@ def _random_state(setup):
   rng = np.random.default_rng(1)
   params = jax.tree.map(lambda a: np.asarray(0.5 * rng.standard_normal(a.shape), a.dtype),
                         setup.abstract_state.params)
-  return state_lib.TrainState.create(apply_fn=setup.model.apply, params=params, tx=setup.tx)
+  return setup_lib.TrainState.create(apply_fn=setup.model.apply, params=params, tx=setup.tx)
 
 
 def _brute_force(setup, params, ids, context, step):
@@ -72,7 +73,7 @@ def test_sliding_bpc_equals_brute_force(tmp_path):
   test_ids = table[np.frombuffer(text[77:].encode(), np.uint8)]
   expected_loss, expected_count = _brute_force(setup, state.params, test_ids, context, step)
   # The eval step compiles once for the split: its padded last batch reuses the program.
-  step = make_eval_step(setup.step_parts)
+  step = make_eval_step(setup)
   metrics = T.assert_driver_traces(
       step, lambda run: evaluate_state(setup, state, 'test', batch_size=8, eval_step=run), n=1)
   assert T.compilations(step) == 1

@@ -1,4 +1,4 @@
-"""One training step (train/step.py): the memory `python -m poolformers_jax.summary` prints is the
+"""One training step (trainer/step.py): the memory `python -m poolformers_jax.summary` prints is the
 `memory_analysis()` of the very step the trainer compiles and runs, for a tiny ListOps run, a
 tiny HVT with mixup / cutmix on CIFAR (tfds mock data), and the paper's WMT14 Transformer-Base
 (the setup it compiles). The threefry bits (dropout masks) of the unrolled CPU lowering the step
@@ -17,10 +17,12 @@ import tensorflow_datasets as tfds
 import cifar
 from tiny_runs import REPO, tiny_config
 from poolformers_jax import runtime
-from poolformers_jax.programs import summary
+from poolformers_jax import summary
 from poolformers_jax import config as config_lib
-from poolformers_jax.train import cli, step, train_and_evaluate, transforms
-from poolformers_jax.train.setup import make_setup
+from poolformers_jax import cli
+from poolformers_jax.trainer import step, transforms
+from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer.setup import make_setup
 
 ONE_STEP = {'num_train_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
             'checkpoint_every_steps': 1, 'final_test': False, 'num_devices': 1,
@@ -55,7 +57,7 @@ def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_
 
 def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch):
   """`python -m poolformers_jax.summary --config configs/wmt14.py:base` prints 60.52 M parameters
-  and the memory of compile_train_step(setup.step_parts) for the trainer's setup. Compiling
+  and the memory of compile_train_step(setup) for the trainer's setup. Compiling
   Base's step takes minutes and 5-7 GB of host memory on XLA:CPU, too much for the suite, so the compile is
   replaced by a spy here; the two tests above compare compiled bytes with a real trainer run."""
   compiled = []
@@ -70,14 +72,12 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
   out = summary.summarize(config, batch_size=8)
   assert out['model'] == 'transformer_seq2seq' and round(out['params'] / 1e6, 2) == 60.52
   assert out['train_step_memory'] == memory and out['train_step_memory_bytes'] == 5
-  # The trainer compiles its step with compile_train_step(make_setup(config).step_parts); the
+  # The trainer compiles its step with compile_train_step(make_setup(config)); the
   # data's files are missing here, so the sizes come from the dataset's constants.
   setup = make_setup(config_lib.override(config, num_devices=1, batch_size=8), need_files=False)
   assert setup.info.packed and setup.config.model.vocab_size == 32000
   (summarized,) = compiled
   assert summarized.info == setup.info and summarized.batch_size == setup.config.batch_size
-  with pytest.raises(TypeError, match=r'from a StepParts, not a Setup: pass setup.step_parts'):
-    step.make_train_step(setup)                 # one type: the Setup's step_parts
   shapes = lambda state: jax.tree.map(lambda a: (a.shape, a.dtype), state)
   for part in ('params', 'opt_state'):
     assert (shapes(getattr(summarized.abstract_state, part))
@@ -234,8 +234,8 @@ def test_the_cpu_forms_are_the_cpu_steps_only_gpu_and_tpu_keep_flax_dense_and_dr
   setup = make_setup(tiny_config('/unused', 'transformer', **{'model.dim': 32,
                                                               'model.mlp_dim': 64}),
                      need_files=False)
-  texts = {platform: step.make_train_step(setup.step_parts, platform).lower(
-      *step.abstract_step_args(setup.step_parts)).as_text() for platform in (None, 'cpu', 'tpu', 'cuda')}
+  texts = {platform: step.make_train_step(setup, platform).lower(
+      *step.abstract_step_args(setup)).as_text() for platform in (None, 'cpu', 'tpu', 'cuda')}
   text = texts.__getitem__                                 # each program lowered once
   packing = lambda platform: text(platform).count('ui8')   # packed masks are uint8
   # A Dense kernel [32, 64] met by a rank-3 input: [B, L, 32] x [32, 64] -> [B, L, 64].

@@ -92,7 +92,7 @@ class DeviceReads:
 
   def __enter__(self):
     from jax._src import array
-    from poolformers_jax.train import step as step_lib
+    from poolformers_jax.trainer import step as step_lib
     self._value, self._compile = array.ArrayImpl._value, step_lib.compile_train_step
 
     def recorded(value):
@@ -113,5 +113,5 @@ class DeviceReads:
 
   def __exit__(self, *exc):
     from jax._src import array
-    from poolformers_jax.train import step as step_lib
+    from poolformers_jax.trainer import step as step_lib
     array.ArrayImpl._value, step_lib.compile_train_step = self._value, self._compile

@@ -1,0 +1,76 @@
+r"""Checkpoint averaging (Vaswani et al. 2017: the last 5 checkpoints for Base, 20 for Big).
+
+  python -m poolformers_jax.average --workdir DIR [--last N]
+
+Averages the parameters of the last N checkpoints of DIR/checkpoints (all kept ones by default;
+`config.keep_checkpoints` says how many training keeps) and writes them as DIR/averaged/<step>
+(<step> = the newest averaged one, whose optimizer state and step it keeps), with its integrity
+record like every checkpoint. eval.py and `python -m poolformers_jax.translate` load it with
+`--checkpoint averaged`. The run's config comes from DIR/config.json. Every checkpoint read is
+verified against its integrity record; bad input ends with one line `error: ...`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Optional, Sequence
+
+from absl import flags
+import jax
+import jax.numpy as jnp
+
+from poolformers_jax import config as config_lib
+from poolformers_jax.trainer import checkpoint as checkpoint_lib, integrity
+from poolformers_jax import cli
+from poolformers_jax.trainer.setup import make_setup
+
+
+def average_checkpoints(workdir: str, last: Optional[int] = None, config=None) -> dict:
+  """Writes DIR/averaged/<step>: the mean parameters of the last `last` checkpoints (None: all
+  kept). Returns {'step': <step>, 'averaged_steps': [...]}. `config`: the run's by default; one
+  whose model differs is refused (config.with_run_model)."""
+  config = config_lib.with_run_model(config, workdir)
+  setup = make_setup(config)
+  checkpointer = checkpoint_lib.Checkpointer(workdir, keep=int(config.keep_checkpoints),
+                                             best_metric=config.best_metric,
+                                             best_mode=config.best_mode,
+                                             config_sha256=integrity.config_hash(config))
+  try:
+    kept = checkpointer.latest.steps()
+    if last is not None and (last < 1 or last > len(kept)):
+      raise checkpoint_lib.CheckpointError(
+          f'--last={last}: DIR/checkpoints holds {len(kept)} checkpoints ({kept}); pass 1..'
+          f'{len(kept)} (config.keep_checkpoints sets how many training keeps)')
+    if not kept:
+      raise checkpoint_lib.CheckpointError(f'no checkpoint in {workdir}/checkpoints: train first')
+    steps = kept[-last:] if last else kept
+    total, newest = None, None
+    # One checkpoint in memory at a time; the sum in float32 (the parameters' dtype).
+    for step, state in checkpointer.restore_latest_steps(steps, setup.abstract_state):
+      params = jax.tree.map(lambda p: p.astype(jnp.float32), state.params)
+      total = params if total is None else jax.tree.map(jnp.add, total, params)
+      newest = state
+    mean = jax.tree.map(lambda t, p: (t / len(steps)).astype(p.dtype), total, newest.params)
+    checkpointer.save_averaged(steps[-1], newest.replace(params=mean), steps)
+    checkpointer.wait()
+  finally:
+    checkpointer.close()
+  logging.info('averaged checkpoints %s -> %s/averaged/%d', steps, workdir, steps[-1])
+  return {'step': int(steps[-1]), 'averaged_steps': [int(s) for s in steps]}
+
+
+def _average(argv: Sequence[str]) -> None:
+  del argv   # stray arguments were refused by cli.parse_flags
+  print(json.dumps(average_checkpoints(flags.FLAGS.workdir, flags.FLAGS.last)), flush=True)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The program; its flags are defined here, so importing this module defines none."""
+  cli.define_flags()
+  flags.DEFINE_string('workdir', None, 'The training run directory.')
+  flags.DEFINE_integer('last', None, 'Average the last N checkpoints (default: all kept).')
+  cli.start(__name__, _average, argv, required=('workdir',))
+
+
+if __name__ == '__main__':
+  main()

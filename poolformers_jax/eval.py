@@ -1,0 +1,173 @@
+r"""Evaluate a run's checkpoint: `evaluate(config, workdir)`, and the program that runs it.
+
+    python -m poolformers_jax.eval --workdir DIR [--config configs/<task>.py[:words]]
+        [--checkpoint best|latest|averaged|STEP] [--split validation|test] [--batch_size N]
+        [--config.k=v ...]                  (or `python eval.py ...`, `poolformers-jax eval ...`)
+
+prints one JSON line of metrics and writes DIR/eval/<split>.json (DIR/eval/<split>.data-<hash>.json
+when the data settings differ from the run's). The model is always the run's (DIR/config.json):
+without --config the run's whole config is used, and a --config whose model differs is refused
+naming the differing keys (data settings may differ: another test file, say). The checkpoint is
+verified against its integrity record; a damaged or mismatched one, or any other bad input, ends
+with one line `error: ...` and exit code 2 (--verbose_errors: traceback). Multi-process flags as
+train (--distributed, --coordinator_address, ...).
+
+Evaluation is exact: the data layer pads the last batch with examples whose `mask` is False; the
+task sums weight them by 0, and the sums are divided once at the end. So the counts and the
+accuracy depend neither on the batch size nor on the number of devices or processes; the batch
+sums are added in float64 on the host, so the loss is exact up to the float32 rounding of each
+batch's sum (~1e-7 relative between batch sizes).
+
+Two settings of the LRA reference protocol (docs/papers/lra.md) change what is evaluated, not how:
+`config.test_drop_last` evaluates test on the first N - N % (eval batch size) examples only (a
+DataLoader's drop_last), and the training loop may pass `batches` (config.eval_num_batches
+batches of the endless validation stream) instead of one pass over the split.
+With config.length_buckets the same examples are evaluated length-sorted, each batch cut to its
+longest example's bucket (trainer/length_buckets.py): the sums are the same to float rounding.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any, Iterable, Optional, Sequence, Union
+
+import jax
+import ml_collections
+import numpy as np
+from absl import flags
+from flax import traverse_util
+
+from poolformers_jax import cli, config as config_lib, data, extras
+from poolformers_jax.config.validate import check_batch_size, check_eval_batch_size
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
+from poolformers_jax.trainer import length_buckets, sharding, step as step_lib
+from poolformers_jax.trainer.setup import Setup, make_setup, process_slice
+
+extras.require('train', __name__)
+
+
+def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional[int] = None,
+                   eval_step=None, outputs_path: Optional[str] = None,
+                   batches: Optional[Iterable[dict[str, Any]]] = None) -> dict[str, float]:
+  """Metrics of `state` on every example of `split` (exact; see the module docstring), or on
+  `batches` when given (this process's rows of global batches with a 'mask').
+  `outputs_path`: where generated outputs (translations) go, one line per example."""
+  config = setup.config
+  batch_size = setup.eval_batch_size if batch_size is None else batch_size
+  check_batch_size(batch_size, 'eval batch_size', devices=sharding.batch_devices(setup.mesh),
+                   processes=jax.process_count())
+  eval_step = eval_step or step_lib.make_eval_step(setup)
+  totals: dict[str, Any] = {}
+  rows: dict[str, list] = {}
+  if batches is None:
+    # batch_size is global; each process yields its batch_size // process_count share.
+    drop_last = setup.eval_batch_size if split == 'test' and config.test_drop_last else 0
+    batches = data.make_eval_iterator(config, split, batch_size=batch_size, drop_last=drop_last,
+                                      **process_slice())
+  if config.length_buckets.multiple:   # one process (config/validate.py): sorted by length, cut
+    batches = length_buckets.sorted_batches(batches, batch_size, config.length_buckets.multiple)
+  for batch in batches:
+    sums, batch_rows = jax.device_get(eval_step(state, sharding.global_batch(batch, setup.mesh)))
+    for key, value in sums.items():
+      totals[key] = totals.get(key, 0.0) + np.asarray(value, np.float64)
+    real = batch_rows.pop('weight', None)
+    for key, value in batch_rows.items():   # per-example rows of real examples only
+      rows.setdefault(key, []).append(np.asarray(value)[real > 0])
+  if not totals:
+    raise ValueError(f'split {split!r} of {config.data.name!r} is empty.')
+  if setup.task.rows is None:
+    metrics = setup.task.summary(totals)
+  else:
+    metrics = setup.task.summary(totals, rows={k: np.concatenate(v) for k, v in rows.items()})
+  if setup.decoder is not None:   # e.g. BLEU of beam-search translations
+    metrics.update(setup.decoder.metrics(state.params, split, outputs_path))
+  return metrics
+
+
+def hypotheses_path(workdir: str, split: str) -> str:
+  return os.path.join(workdir, 'eval', f'{split}.hyp.txt')
+
+
+def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:
+  path = os.path.join(workdir, 'eval', f'{split}.json')
+  if jax.process_index() == 0:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, 'w') as f:
+      f.write(json.dumps(metrics, sort_keys=True) + '\n')
+  return path
+
+
+def data_changes(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """The data settings of `config` that differ from the run's own (DIR/config.json), e.g. another
+  test file: {dotted key: value}, empty for the run's own data."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    saved = json.load(f).get('data', {})
+
+  flat = lambda d: traverse_util.flatten_dict(d, sep='.')
+  ours, theirs = flat(json.loads(config_lib.to_json(config.data))), flat(saved)
+  return {f'data.{k}': v for k, v in sorted(ours.items()) if k in theirs and theirs[k] != v}
+
+
+def record_name(split: str, changes: dict[str, Any]) -> str:
+  """`split` for the run's own data, else `split` + a short hash of the changed data settings,
+  so evaluating on other data never writes over the run's own record."""
+  if not changes:
+    return split
+  digest = hashlib.sha1(json.dumps(changes, sort_keys=True).encode()).hexdigest()[:8]
+  return f'{split}.data-{digest}'
+
+
+def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
+             checkpoint: Union[str, int] = 'best', split: str = 'test',
+             batch_size: Optional[int] = None) -> dict[str, Any]:
+  """Restores `checkpoint` ('best' | 'latest' | 'averaged' | step) from `workdir` and evaluates
+  on `split`. The model is the run's (config.with_run_model): `config` None evaluates
+  with the run's own config.json; a `config` whose model differs is refused.
+
+  Returns the metrics (plus 'step', 'checkpoint' and 'split') and writes them to
+  DIR/eval/<split>.json (translation: the hypotheses to DIR/eval/<split>.hyp.txt). With data
+  settings other than the run's (another test file, say), the record is
+  DIR/eval/<split>.data-<hash>.json with those settings in 'data_changes'.
+  """
+  setup = make_setup(config, run_dir=workdir)
+  check_eval_batch_size(batch_size, devices=sharding.batch_devices(setup.mesh), processes=jax.process_count())
+  data.base.check_split(split)
+  state, step = checkpoint_lib.restore_state_for_reading(workdir, setup.config, checkpoint,
+                                                         setup.abstract_state)
+  changes = data_changes(setup.config, workdir)
+  name = record_name(split, changes)
+  metrics = evaluate_state(setup, state, split, batch_size=batch_size,
+                           outputs_path=hypotheses_path(workdir, name))
+  metrics = {**metrics, 'step': int(step), 'checkpoint': str(checkpoint), 'split': split}
+  if changes:
+    metrics['data_changes'] = changes
+  write_eval_json(workdir, name, metrics)
+  return metrics
+
+
+def _evaluate(argv: Sequence[str]) -> None:
+  del argv   # stray arguments were refused by cli.parse_flags
+  given = flags.FLAGS['config'].present
+  config = cli.config_value(flags.FLAGS['config']) if given else None
+  metrics = evaluate(config, flags.FLAGS.workdir, checkpoint=flags.FLAGS.checkpoint,
+                     split=flags.FLAGS.split, batch_size=flags.FLAGS.batch_size)
+  print(json.dumps(metrics, sort_keys=True), flush=True)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The program; its flags are defined here, so importing this module defines none."""
+  cli.define_flags()
+  cli.define_config_flag(argv)
+  flags.DEFINE_string('workdir', None, 'The training run directory.')
+  flags.DEFINE_string('checkpoint', 'best', "'best', 'latest', 'averaged' or a step number.")
+  flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Split to evaluate.')
+  flags.DEFINE_integer('batch_size', None, 'Global eval batch size (default: config).')
+  cli.start(__name__, _evaluate, argv, required=('workdir',))
+
+
+if __name__ == '__main__':
+  main()

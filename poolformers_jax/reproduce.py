@@ -1,0 +1,166 @@
+r"""Reproduce a Long Range Arena table, or PoNet's GLUE table, in one command.
+
+  python -m poolformers_jax.reproduce lra --task listops --families all --workdir runs/repro \
+      [--seeds 0,1,2] [--size full|small|tiny] [--set key=value ...] [--spt [--spt_steps N]
+      [--finetune_steps N] [--spt_objective masked|causal]]
+
+For every task (`--task all`: every LRA task) and model family it trains the task's config
+(configs/lra_<task>.py:<family>,<size>) in its own workdir, WORKDIR/<task>/<family>/seed<s>, with
+the one training loop (`train.train_and_evaluate`: resumes from the latest checkpoint, evaluates
+the best checkpoint on test). A finished run (its result.json exists) is not trained again. It
+then writes WORKDIR/results.json and WORKDIR/results.md: per task and family the test accuracy
+(mean ± sample std over seeds), the papers' numbers beside it (experiments/papers.json, the one
+copy), steps/s, wall time (summed over every invocation that trained the run, resumptions
+included), peak memory, device, seeds and git commit; and WORKDIR/curves.png and curves.csv, the
+validation accuracy of every run against its step. A task whose data is missing is reported as
+such, with the one line that says how to get it.
+
+`--spt` adds self-pretraining (Amos et al. 2024, data/masking.py) beside every run: the `spt`
+config (masked tokens of the task's own training inputs) in WORKDIR/<task>/<family>/spt_seed<s>/
+pretrain, then the task's config fine-tuned from its best checkpoint (init_from; the classifier
+head new) in .../finetune; results.md then has a second table, scratch and self-pretrained side
+by side. --spt_steps / --finetune_steps set each stage's steps (e.g. half the task's each, for
+the same total as scratch). `--spt_objective causal` pre-trains by next-token prediction instead
+(the `spt_causal` config: the same encoder with causal mixers), in .../spt_causal_seed<s>/.
+
+The GLUE table of PoNet's slides: the paper's grid per task, the best run on dev.
+
+  python -m poolformers_jax.reproduce glue --task all --workdir runs/glue_grid \
+      --set init_from=runs/ponet_pretrain [--families ponet|bert] [--batch_sizes 8,16,32,64,128] \
+      [--learning_rates 3e-5,5e-5,1e-4,3e-4] [--size full|small|tiny]
+
+Every (batch size, learning rate) of the grid trains configs/glue.py:<task>,<family> in
+WORKDIR/glue/<family>/<task>/b<batch>_lr<lr> (4 epochs: the config's steps follow the batch size;
+a finished run is not trained again). A run's dev score is its best validation evaluation of the
+task's metric (the one its best checkpoint keeps); the task's result is the run with the highest
+dev score. MNLI's matched accuracy is that score, its mismatched one the test split (validation
+mismatched) of the same best checkpoint. WORKDIR/glue_results.md (one table: ours beside the
+slides' PoNet-Base and BERT-Base numbers, papers.json) and glue_results.json (every run).
+
+The work is done in poolformers_jax/experiments/ (lra, glue, runs, tables, plots, papers);
+this module is the program: its arguments and `main`.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, Optional, Sequence
+
+from poolformers_jax import errors
+from poolformers_jax.experiments import tables
+from poolformers_jax.experiments.glue import (GLUE_BATCH_SIZES, GLUE_FAMILIES, GLUE_LEARNING_RATES,
+                                              GLUE_TASKS, glue_plan, reproduce_glue)
+from poolformers_jax.experiments.lra import FAMILIES, TASKS, plan, reproduce_lra
+from poolformers_jax.experiments.runs import CONFIGS_DIR, SPT_OBJECTIVES, RunStopped
+
+
+def _names(text: str, valid: Sequence[str], what: str) -> list[str]:
+  names = list(valid) if text == 'all' else [n for n in text.replace(' ', '').split(',') if n]
+  unknown = [n for n in names if n not in valid]
+  if unknown or not names:
+    raise ValueError(f'--{what} {text!r}: unknown {unknown}; choose from {",".join(valid)} or '
+                     'all (comma-separated)')
+  return names
+
+
+def _numbers(text: str, kind: type, what: str) -> list:
+  try:
+    return [kind(v) for v in text.split(',') if v.strip()]
+  except ValueError:
+    raise ValueError(f'--{what} {text!r}: expected comma-separated numbers, e.g. '
+                     f'--{what} 0,1,2') from None
+
+
+@errors.one_line_errors
+def command(argv: Sequence[str]) -> Optional[dict[str, Any]]:
+  """The command line without the program's name (`lra --task listops ...`): its runs' results,
+  or None for --dry_run."""
+  from poolformers_jax.config import SIZES  # pylint: disable=g-import-not-at-top
+  parser = errors.ArgumentParser(prog='python -m poolformers_jax.reproduce',
+                                 description=__doc__.split('\n\n')[0])
+  parser.add_argument('benchmark', choices=['lra', 'glue'])
+  parser.add_argument('--task', default='all',
+                      help=f'lra: {",".join(TASKS)}; glue: {",".join(GLUE_TASKS)}; or all')
+  parser.add_argument('--families', default=None,
+                      help=f'lra: {",".join(FAMILIES)} or all (default); glue: '
+                      f'{",".join(GLUE_FAMILIES)} or all (default ponet)')
+  parser.add_argument('--workdir', required=True)
+  parser.add_argument('--seeds', default='0', help='lra: comma-separated, e.g. 0,1,2')
+  parser.add_argument('--batch_sizes', default=','.join(map(str, GLUE_BATCH_SIZES)),
+                      help='glue: the grid\'s batch sizes')
+  parser.add_argument('--learning_rates', default=','.join(f'{x:g}' for x in GLUE_LEARNING_RATES),
+                      help='glue: the grid\'s learning rates')
+  parser.add_argument('--size', default='full', choices=SIZES,
+                      help='full: the paper setting; small: CPU-sized; tiny: a smoke test')
+  parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                      help='config override for every run, e.g. --set data.format=generated')
+  parser.add_argument('--configs_dir', default=CONFIGS_DIR)
+  parser.add_argument('--spt', action='store_true',
+                      help='lra: also self-pretrain on the task\'s own inputs (config word spt) '
+                      'and fine-tune from it, beside each run from scratch')
+  parser.add_argument('--spt_steps', type=int, default=None,
+                      help='lra --spt: pre-training steps (default: the spt config\'s)')
+  parser.add_argument('--finetune_steps', type=int, default=None,
+                      help='lra --spt: fine-tuning steps (default: the task config\'s)')
+  parser.add_argument('--spt_objective', default='masked', choices=sorted(SPT_OBJECTIVES),
+                      help='lra --spt: masked tokens (config word spt, the default) or next '
+                      'tokens (spt_causal: causal mixers; not for ponet or adamra)')
+  parser.add_argument('--dry_run', action='store_true',
+                      help='load every config with --set, check the data, print what would run; '
+                      'train nothing')
+  args = parser.parse_args(argv)
+  seeds = _numbers(args.seeds, int, 'seeds')
+  lra = args.benchmark == 'lra'
+  if lra:
+    tasks = _names(args.task, TASKS, 'task')
+    families = _names(args.families or 'all', FAMILIES, 'families')
+  else:
+    tasks = _names(args.task, GLUE_TASKS, 'task')
+    families = _names(args.families or 'ponet', GLUE_FAMILIES, 'families')
+  if args.dry_run:
+    lines = (plan(tasks, families, args.workdir, seeds=seeds, size=args.size, overrides=args.set,
+                  configs_dir=args.configs_dir, spt=args.spt, pretrain_steps=args.spt_steps,
+                  finetune_steps=args.finetune_steps, objective=args.spt_objective)
+             if lra else
+             glue_plan(tasks, families, args.workdir,
+                       batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
+                       learning_rates=_numbers(args.learning_rates, float, 'learning_rates'),
+                       size=args.size, overrides=args.set, configs_dir=args.configs_dir))
+    print('\n'.join(lines))
+    return None
+  logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
+  from poolformers_jax import cli
+  from poolformers_jax.trainer import host_memory, sharding
+  cli.quiet_library_logs()
+  host_memory.keep_freed_memory()
+  sharding.maybe_initialize_distributed('auto')   # as train's --distributed=auto
+  command_line = 'python -m poolformers_jax.reproduce ' + ' '.join(argv)
+  try:
+    if not lra:
+      results = reproduce_glue(tasks, families, args.workdir,
+                               batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
+                               learning_rates=_numbers(args.learning_rates, float,
+                                                       'learning_rates'),
+                               size=args.size, overrides=args.set, configs_dir=args.configs_dir,
+                               command=command_line)
+      print(tables.glue_markdown(results))
+      return results
+    results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
+                            overrides=args.set, configs_dir=args.configs_dir, command=command_line,
+                            spt=args.spt, pretrain_steps=args.spt_steps,
+                            finetune_steps=args.finetune_steps, objective=args.spt_objective)
+  except RunStopped as stopped:   # one line, not a traceback: nothing went wrong
+    raise SystemExit(f'stopped: {stopped}') from None
+  print(tables.markdown(results))
+  return results
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The program: `command` on sys.argv (or argv) after the process settings."""
+  from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
+  runtime.configure_program()
+  command(list(sys.argv if argv is None else argv)[1:])
+
+
+if __name__ == '__main__':
+  main()

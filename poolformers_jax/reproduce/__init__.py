@@ -1,9 +1,0 @@
-"""`reproduce`'s rooms (the program, its flags and usage: poolformers_jax/programs/reproduce.py):
-
-  lra.py     the LRA table: one run per (task, family, seed), self-pretraining beside it
-  glue.py    PoNet's GLUE grid, the best run on dev per task
-  runs.py    what every run shares: its config with --set, its record (commit, device, memory)
-  tables.py  results.md / glue_results.md
-  plots.py   curves.csv / curves.png
-  papers.py  the papers' numbers, read from papers.json (the one copy)
-"""

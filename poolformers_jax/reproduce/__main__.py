@@ -1,5 +1,0 @@
-"""`python -m poolformers_jax.reproduce`: the `reproduce` program of `poolformers_jax.programs`."""
-from poolformers_jax.programs import run
-
-if __name__ == '__main__':   # imported (pkgutil walks), it runs nothing
-  run('reproduce')

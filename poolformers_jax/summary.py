@@ -1,0 +1,197 @@
+"""Parameters, MACs, training-step memory and stage lengths of a config, as one JSON object.
+
+    python -m poolformers_jax.summary --config configs/imagenet.py:hvt_s_4 [--batch_size 2]
+
+Fields:
+- params: number of trainable parameters (the `params` collection; no batch statistics).
+- macs: multiply-accumulates of ONE example's deterministic forward pass, counted the way the
+  papers count "FLOPs" (HVT Appendix S2: phi_BLK = 12 n d^2 + 2 n^2 d): every matrix product and
+  convolution in the traced jaxpr, including the attention products Q K^T and A V, and nothing
+  else (no softmax, normalisation, activation or pooling). Counted exactly from shapes: a
+  dot_general costs prod(lhs shape) * prod(rhs free dims); a convolution costs
+  prod(output shape) * prod(kernel window) * in_channels / groups.
+- xla_flops: XLA's own cost_analysis() flops of the same forward (lowered, not compiled),
+  which also counts elementwise work and counts a multiply-add as 2; reported for reference.
+- train_step_memory_bytes: bytes of THE training step train.py runs (forward,
+  backward, the config's optimizer update, metric sums), compiled at --batch_size (default
+  config.batch_size) on one device, from `memory_analysis()`: arguments + outputs +
+  temporaries - aliased (state and accumulator are donated); `train_step_memory` has the parts.
+- stage_lengths: the token sequence length of every stage, from the model's `stage_lengths()`
+  when it has one, else the input length (tokens) or H * W (images).
+The dataset's files are not needed: its sizes come from the dataset's constants
+(`DatasetSpec.shapes`) where the files are missing, so every registered model can be sized.
+
+On accelerators this machine does not have (docs/accelerators.md):
+
+    python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --topology v5e:2x2
+    python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --export_cuda step.mlir
+
+--topology compiles the training and eval steps for that TPU slice (needs libtpu; the global
+batch is split over its chips) and reports, per chip, memory against HBM, flops, bytes, the
+collectives, XLA's and a roofline step time and the time to train. --export_cuda writes the
+training step lowered for CUDA by `jax.export` (StableHLO text, one device): what a GPU compiles,
+checked here without one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from typing import Any, Optional, Sequence
+
+import jax
+from absl import flags
+
+from poolformers_jax import cli, config as config_lib
+from poolformers_jax.trainer import accelerators, step as step_lib
+from poolformers_jax.trainer.setup import make_setup, param_count, variables_of
+
+
+# ---------------------------------------------------------------- MAC counting from a jaxpr
+
+def _dot_general_macs(eqn) -> int:
+  lhs, rhs = (v.aval.shape for v in eqn.invars)
+  (_, rhs_contract), (_, rhs_batch) = eqn.params['dimension_numbers']
+  rhs_free = [n for i, n in enumerate(rhs) if i not in rhs_contract and i not in rhs_batch]
+  return math.prod(lhs) * math.prod(rhs_free)
+
+
+def _conv_macs(eqn) -> int:
+  rhs = eqn.invars[1].aval.shape
+  out = eqn.outvars[0].aval.shape
+  dn = eqn.params['dimension_numbers']
+  kernel_in = rhs[dn.rhs_spec[1]]       # input features per group
+  window = math.prod(rhs[i] for i in dn.rhs_spec[2:])
+  return math.prod(out) * window * kernel_in
+
+
+def _sub_jaxprs(eqn):
+  for value in eqn.params.values():
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    for item in items:
+      if isinstance(item, jax.extend.core.ClosedJaxpr):
+        yield item.jaxpr
+      elif isinstance(item, jax.extend.core.Jaxpr):
+        yield item
+
+
+def count_macs(jaxpr) -> int:
+  """Matmul + convolution MACs of a (Closed)Jaxpr, recursing into calls; scans count x length,
+  conditionals count their most expensive branch."""
+  jaxpr = getattr(jaxpr, 'jaxpr', jaxpr)
+  total = 0
+  for eqn in jaxpr.eqns:
+    prim = eqn.primitive.name
+    if prim == 'dot_general':
+      total += _dot_general_macs(eqn)
+    elif prim == 'conv_general_dilated':
+      total += _conv_macs(eqn)
+    elif prim == 'cond':
+      total += max(count_macs(b) for b in eqn.params['branches'])
+    else:
+      subs = [count_macs(j) for j in _sub_jaxprs(eqn)]
+      total += sum(subs) * (eqn.params['length'] if prim == 'scan' else 1)
+  return total
+
+
+# ---------------------------------------------------------------- the summary
+
+def forward_macs(model, inputs: Any, variables: Any = None) -> int:
+  """Matmul + convolution MACs of one deterministic forward of `inputs` (abstract; batch 1 for
+  one example), traced, not run."""
+  if variables is None:
+    variables = abstract_variables(model, inputs)
+  forward = lambda v, x: model.apply(v, x, deterministic=True)
+  return count_macs(jax.make_jaxpr(forward)(variables, inputs))
+
+
+def abstract_variables(model, inputs):
+  return jax.eval_shape(lambda x: model.init({'params': jax.random.PRNGKey(0),
+                                              'dropout': jax.random.PRNGKey(1)}, x,
+                                             deterministic=True), inputs)
+
+
+def xla_forward_flops(model, variables, inputs) -> float:
+  """XLA's cost_analysis() flops of one forward (lowered, not compiled)."""
+  forward = lambda v, x: model.apply(v, x, deterministic=True)
+  cost = jax.jit(forward).lower(variables, inputs).cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return float(cost.get('flops', float('nan')))
+
+
+def stage_lengths(model, info) -> list[int]:
+  if hasattr(model, 'stage_lengths'):
+    return [int(n) for n in model.stage_lengths()]
+  if info.vocab_size is not None:
+    return [int(info.input_shape[-1])]              # tokens: (L,) or (2, L)
+  return [int(math.prod(info.input_shape[:-1]))]     # images: H * W positions
+
+
+def summarize(config, batch_size: Optional[int] = None) -> dict[str, Any]:
+  """The summary dict of `config` on one device; `batch_size` defaults to config.batch_size.
+  The data's files are not needed (sizes from the dataset's constants)."""
+  updates = {'num_devices': 1}
+  if batch_size:
+    updates['batch_size'] = int(batch_size)
+  setup = make_setup(config_lib.override(config, **updates), need_files=False)
+  memory = step_lib.compile_train_step(setup).memory
+  one = setup.task.model_inputs(step_lib.batch_spec(setup, 1))   # one example as the model reads it
+  variables = variables_of(setup.abstract_state)
+  macs = forward_macs(setup.model, one, variables)
+  return {
+      'model': setup.config.model.name,
+      'params': param_count(setup.abstract_state.params),
+      'macs': int(macs),
+      'gmacs': round(macs / 1e9, 3),
+      'xla_flops': xla_forward_flops(setup.model, variables, one),
+      'batch_size': int(setup.config.batch_size),
+      'input_shape': list(setup.info.input_shape),
+      'train_step_memory_bytes': memory['total'],
+      'train_step_memory': memory,
+      'stage_lengths': stage_lengths(setup.model, setup.info),
+      'macs_counting': 'matmul + conv MACs of one example (jaxpr), attention products included',
+  }
+
+
+def _summary(argv: Sequence[str]) -> None:
+  del argv   # stray arguments were refused by cli.parse_flags
+  config = cli.config_value(flags.FLAGS['config'])
+  if flags.FLAGS.batch_size:
+    config = config_lib.override(config, batch_size=int(flags.FLAGS.batch_size))
+  if flags.FLAGS.topology:
+    out = accelerators.topology_report(config, flags.FLAGS.topology)
+    train = out['train_step']
+    if not train['fits']:   # compiled, but arguments + outputs + temporaries exceed the chip
+      memory = train['memory']
+      out['fit_advice'] = accelerators.fit_advice(
+          flags.FLAGS.topology, config, devices=out['devices'], temp=memory['temp'],
+          fixed=memory['total'] - memory['temp'], hbm=train['hbm_bytes'])
+      print('warning: ' + out['fit_advice'], file=sys.stderr)
+  elif flags.FLAGS.export_cuda:
+    setup = make_setup(config_lib.override(config, num_devices=1), need_files=False)
+    exported = accelerators.export_for_cuda(setup)
+    text = exported.mlir_module()
+    with open(flags.FLAGS.export_cuda, 'w') as f:
+      f.write(text)
+    out = {'export_cuda': flags.FLAGS.export_cuda, 'platforms': list(exported.platforms),
+           'devices': exported.nr_devices, 'stablehlo_lines': text.count('\n')}
+  else:
+    out = summarize(config)
+  print(json.dumps(out))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The program; its flags are defined here, so importing this module defines none."""
+  cli.define_flags()
+  cli.define_config_flag(argv)
+  flags.DEFINE_integer('batch_size', None, 'global batch size of the measured training step '
+                       '(default: config.batch_size).')
+  flags.DEFINE_string('topology', None, 'compile for this TPU slice instead of this machine, e.g. '
+                      + ', '.join(accelerators.TOPOLOGY_EXAMPLES) + ' (needs libtpu).')
+  flags.DEFINE_string('export_cuda', None, 'write the training step exported for CUDA (StableHLO '
+                      'text) to this file.')
+  cli.start(__name__, _summary, argv, required=('config',))
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,354 @@
+r"""Training: `train_and_evaluate(config, workdir)`, the one training loop, and the program that
+runs it.
+
+    python -m poolformers_jax.train --config configs/<task>.py[:words] --workdir DIR [--config.k=v]
+                                      (or `python train.py ...`, `poolformers-jax train ...`)
+
+--config is a config file, or a shipped one by name (`lra_listops:ponet,tiny`:
+`poolformers_jax.config.resolve`). A bad config, dataset or checkpoint ends with one line
+`error: ...` and exit code 2 (--verbose_errors for the traceback); a diverged run (non-finite
+loss) with exit code 1. Multi-process (--distributed=auto, the default): under SLURM, Open MPI, a
+Cloud TPU pod or Kubernetes jax finds the processes itself; elsewhere set JAX_COORDINATOR_ADDRESS,
+JAX_NUM_PROCESSES, JAX_PROCESS_ID (or --coordinator_address, --num_processes, --process_id) on
+every process. --distributed=off forces one process.
+
+The loop, per step: this process's slice of the batch -> global sharded arrays
+(config.length_buckets: length-grouped micro-batches) -> the training step (trainer/step.py,
+compiled before the first batch is read) with state and metric accumulator donated.
+Validation every `eval_every_steps` (the best checkpoint is kept) on the whole split, or with
+`eval_num_batches` > 0 on that many batches of an endless reshuffled validation stream whose
+position is checkpointed with the train iterator's (the LRA reference protocol); checkpoints every
+`checkpoint_every_steps` and at the end; resume from the newest checkpoint of DIR that verifies
+(damaged ones are moved to DIR/rejected); SIGTERM -> save and stop cleanly; a non-finite loss ->
+stop naming the step without saving (a checkpoint counts as good once the step after it was
+finite: Checkpointer.reject_unconfirmed); at the end the best checkpoint is evaluated on test.
+`num_train_steps=0` (a fresh run, e.g. from `init_from`): the initial state is evaluated on
+validation, saved as step 0 and tested. The progress bar moves at the steps that sync (log,
+validation, checkpoint): it counts finished steps, not dispatched ones.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any, Optional, Sequence
+
+import jax
+import ml_collections
+import numpy as np
+from absl import flags
+
+from poolformers_jax import cli, config as config_lib, data, extras
+from poolformers_jax.eval import evaluate_state, hypotheses_path, write_eval_json
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
+from poolformers_jax.trainer import init_check, init_from, integrity, run_lock, sharding
+from poolformers_jax.trainer import step as step_lib
+from poolformers_jax.trainer.metrics import MetricWriter
+from poolformers_jax.trainer.setup import (Setup, create_train_state, make_setup, param_count,
+                                           process_slice)
+
+extras.require('train', __name__)
+
+
+class NonFiniteLossError(FloatingPointError):
+  """The training loss became NaN or infinite; the message names the step."""
+
+
+@dataclasses.dataclass
+class TrainResult:
+  state: Any
+  step: int
+  status: str                                  # 'finished' | 'preempted'
+  validation: Optional[dict[str, float]]       # the last validation metrics of this run
+  test: Optional[dict[str, float]]             # test metrics of the best checkpoint
+  data_state: Any                              # the train iterator's state at the end
+  train_step_memory: Optional[dict[str, int]]  # memory_analysis() of the compiled step (step.py)
+
+
+class _Preemption:
+  """SIGTERM sets a flag the loop checks after every step (the handler only sets the flag)."""
+
+  def __init__(self):
+    self.requested = False
+    self._previous = None
+
+  def __enter__(self):
+    if threading.current_thread() is threading.main_thread():
+      self._previous = signal.signal(signal.SIGTERM, self._handle)
+    return self
+
+  def _handle(self, signum, frame):
+    del signum, frame
+    logging.warning('SIGTERM received: saving a checkpoint and stopping.')
+    self.requested = True
+
+  def __exit__(self, *exc):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
+
+  def should_stop(self) -> bool:
+    if jax.process_count() == 1:
+      return self.requested
+    # Every process must agree on the step at which to stop.
+    from jax.experimental import multihost_utils
+    return bool(np.any(multihost_utils.process_allgather(np.asarray(self.requested))))
+
+
+def _due(step: int, every: int) -> bool:
+  """Every `every` steps; 0 or less = only at the end."""
+  return every > 0 and step % every == 0
+
+
+def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
+                     tokens_per_example: int) -> dict[str, float]:
+  """The window's metrics from the fetched accumulator; rates exclude compilation (done before)."""
+  out = setup.task.summary({k: np.asarray(v, np.float64) for k, v in acc['sums'].items()})
+  out.pop('count', None)
+  steps, seconds = max(float(acc['steps']), 1.0), max(seconds, 1e-9)
+  out['grad_norm'] = float(acc['grad_norm']) / steps
+  out['learning_rate'] = float(acc['learning_rate'])
+  out['steps_per_second'] = steps / seconds
+  out['examples_per_second'] = steps * int(setup.config.batch_size) / seconds
+  if tokens_per_example:
+    out['tokens_per_second'] = out['examples_per_second'] * tokens_per_example
+  return out
+
+
+def _non_finite_error(step: int, loss: float, *, unconfirmed: list[int],
+                      last_good: Optional[int], latest_dir: str, rejected_dir: str,
+                      resumed_from: Optional[int]) -> NonFiniteLossError:
+  """The one-line error of a non-finite step `step`; builds it and does nothing else (the
+  unconfirmed checkpoints were moved aside before: Checkpointer.reject_unconfirmed)."""
+  what = (f'training loss is {loss} at step {step}' if not np.isfinite(loss) else
+          f'the update of step {step} is not finite (loss {loss:.4g})')
+  good = (f'the last good checkpoint is step {last_good} in {latest_dir}'
+          if last_good is not None else 'no checkpoint was saved before it' if not unconfirmed
+          else 'no good checkpoint is kept')
+  if unconfirmed:
+    good += (f' (checkpoint {", ".join(map(str, unconfirmed))}, saved right before the step '
+             'that diverged, is not confirmed by a finite step after it: moved to '
+             f'{rejected_dir})')
+  resumed = (f', or the checkpoint of step {resumed_from} this run resumed from'
+             if resumed_from else '')
+  return NonFiniteLossError(
+      f'{what}: stopped without saving anything after step {step - 1}; {good}. Causes to check: '
+      f'the examples of step {step} (the data){resumed}, or a learning rate too high for this '
+      'model without clipping (config.optimizer.grad_clip_norm).')
+
+
+def _stop_non_finite(acc: dict[str, Any], checkpointer: checkpoint_lib.Checkpointer,
+                     resumed_from: Optional[int]) -> NonFiniteLossError:
+  """A non-finite step: moves the checkpoints it leaves unconfirmed aside (the one action),
+  then returns the error that says so."""
+  step, loss = int(acc['first_bad_step']), float(acc['bad_loss'])
+  unconfirmed = checkpointer.reject_unconfirmed(step)
+  return _non_finite_error(step, loss, unconfirmed=unconfirmed,
+                           last_good=checkpointer.latest_step(),
+                           latest_dir=checkpointer.latest.directory,
+                           rejected_dir=checkpointer.rejected_dir, resumed_from=resumed_from)
+
+
+class _Profiler:
+  """config.profile_steps = (first, last): a jax.profiler trace of those steps in DIR/profile
+  (TensorBoard's profile tab or Perfetto)."""
+
+  def __init__(self, steps, workdir: str):
+    self.first, self.last = (max(int(steps[0]), 1), int(steps[1])) if steps else (None, None)
+    self.directory = os.path.join(workdir, 'profile')
+
+  def start(self, step: int) -> None:
+    if step == self.first:
+      jax.profiler.start_trace(self.directory)
+
+  def stop(self, step: int, state: Any) -> None:
+    if step == self.last:
+      jax.block_until_ready(state)
+      jax.profiler.stop_trace()
+      logging.info('profile of steps %d-%d written to %s', self.first, self.last, self.directory)
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       start_over: bool = False,
+                       distributed: Optional[str] = None) -> TrainResult:
+  """Trains `config` in `workdir` (resuming from its newest checkpoint that verifies) and
+  evaluates.
+
+  `start_over`: when every checkpoint of `workdir` is damaged, train from step 0 instead of
+  stopping with CheckpointError.
+  A workdir another live process trains is refused (run_lock.RunInProgressError, one line)
+  before anything is read or compiled; process 0 holds the lock for the run.
+  `distributed`: None (the default) trains in the process(es) as they are, changing nothing
+  process-wide (the programs start a multi-process run from --distributed first); 'auto', 'on'
+  or 'off' starts one here first (sharding.maybe_initialize_distributed).
+  """
+  if distributed is not None:
+    sharding.maybe_initialize_distributed(distributed)
+  with run_lock.RunLock(workdir, enabled=jax.process_index() == 0):
+    return _train_and_evaluate(config, workdir, start_over=start_over)
+
+
+def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
+                        start_over: bool) -> TrainResult:
+  resume = checkpoint_lib.holds_checkpoints(workdir)   # a resume continues the run's own model
+  # The config completed once (on a resume: the run's model) and every config / data check;
+  # raises before compiling. Every line below reads that completed config, `setup.config`.
+  setup = make_setup(given, run_dir=workdir if resume else None,
+                     todo='resume with the config the run was trained with, or train this one in '
+                     'another --workdir')
+  config = setup.config
+  if config.init_from and not resume:   # the run it starts from: same positions, learned
+    init_check.check_init_source(config)
+  total_steps = int(config.num_train_steps)
+  train_iter = data.make_train_iterator(config, seed=config.seed, **process_slice())
+  validation_stream = None
+  if config.eval_num_batches > 0:
+    validation_stream = data.make_eval_stream(config, 'validation', setup.eval_batch_size,
+                                              seed=config.seed + 1, **process_slice())
+  data_position = data.Streams(train=train_iter, validation=validation_stream)
+  if jax.process_index() == 0:
+    config_lib.save_config(config, workdir)
+
+  checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.keep_checkpoints,
+                                             best_metric=config.best_metric,
+                                             best_mode=config.best_mode,
+                                             config_sha256=integrity.config_hash(config))
+  rng = jax.random.PRNGKey(config.seed)
+  init_rng, dropout_rng = jax.random.split(rng)
+  try:
+    resumed = checkpointer.restore_for_resume(setup.abstract_state, data_position,
+                                              start_over=start_over)
+  except Exception:
+    checkpointer.close()
+    raise
+  if resumed is not None:
+    (state, step), resumed_from = resumed, resumed[1]
+    logging.info('resumed from step %d in %s', step, workdir)
+  else:
+    state = create_train_state(setup, init_rng)
+    step, resumed_from = 0, None
+    if config.init_from:   # fine-tuning: parameters only, fresh optimizer and step
+      state = init_from.init_state_from(state, config.init_from, config.init_from_fresh,
+                                        config.init_from_allow_missing)
+  logging.info('model %s: %d parameters', config.model.name, param_count(state.params))
+
+  tokens = int(np.prod(setup.info.input_shape)) if setup.info.vocab_size is not None else 0
+  eval_step = step_lib.make_eval_step(setup)
+  writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
+                        progress_bar=config.progress_bar)
+  profiler = _Profiler(config.profile_steps, workdir)
+  status, validation, compile_seconds, memory = 'finished', None, None, None
+  try:
+    if step < total_steps:
+      started = time.time()
+      compiled = step_lib.compile_train_step(setup)
+      compile_seconds, memory, train_step = time.time() - started, compiled.memory, compiled.run
+      logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
+                   memory['total'] / 2**20)
+      acc = compiled.new_accumulator(setup.mesh)
+      next_batch = lambda: compiled.put(next(train_iter))   # global arrays (or micro-batches)
+      batch = next_batch()
+    elif total_steps == 0 and resumed is None:   # nothing to train (init_from, then evaluate):
+      validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)
+      writer.write(step, 'validation', validation)  # step 0 becomes the run's best and latest
+      checkpointer.save_best(step, state, validation)   # checkpoint, which eval.py reads too
+      checkpointer.save_latest(step, state, train_iter)
+    window_start = time.time()
+    writer.start_clock()
+
+    def check_finite(fetched=None):
+      fetched = fetched or {'first_bad_step': jax.device_get(acc['first_bad_step'])}
+      if int(fetched['first_bad_step']):
+        raise _stop_non_finite(jax.device_get(acc), checkpointer, resumed_from)
+
+    with _Preemption() as preemption:
+      while step < total_steps:
+        nxt = step + 1
+        sync = (_due(nxt, config.log_every_steps) or _due(nxt, config.eval_every_steps)
+                or _due(nxt, config.checkpoint_every_steps) or nxt in (total_steps, profiler.last))
+        # The hot path: dispatch the step, then read the next batch while the device runs it;
+        # nothing here waits for the device (grain's threads prefetch the batches themselves).
+        profiler.start(nxt)
+        state, acc = train_step(state, acc, batch, dropout_rng)
+        step = nxt
+        stop = preemption.should_stop()
+        if not (sync or stop):
+          batch = next_batch()
+          continue
+
+        if _due(step, config.log_every_steps) or step == total_steps:
+          fetched = jax.device_get(acc)
+          check_finite(fetched)
+          metrics = _summarize_train(setup, fetched, time.time() - window_start, tokens)
+          if compile_seconds is not None:
+            metrics['compile_seconds'], compile_seconds = compile_seconds, None
+          writer.write(step, 'train', metrics)
+          postfix = {'loss': metrics['loss']}
+          acc, window_start = compiled.new_accumulator(setup.mesh), time.time()
+        else:
+          check_finite()             # one scalar: nothing non-finite may be evaluated or saved
+          postfix = {}
+        writer.progress(step, **postfix)   # the fetch above waited for every step up to `step`
+        checkpointer.poll()          # integrity records of saves finished since
+        sync_started = time.time()   # eval / checkpoint time is left out of the train rates
+        if _due(step, config.eval_every_steps) or step == total_steps:
+          batches = (None if validation_stream is None else
+                     itertools.islice(validation_stream, config.eval_num_batches))
+          validation = evaluate_state(setup, state, 'validation', eval_step=eval_step,
+                                      batches=batches)
+          writer.write(step, 'validation', validation)
+          checkpointer.save_best(step, state, validation)
+        if _due(step, config.checkpoint_every_steps) or step == total_steps:
+          checkpointer.save_latest(step, state, data_position)
+        profiler.stop(step, state)
+        if stop:
+          status = 'preempted'
+          checkpointer.save_latest(step, state, data_position, force=True)
+          break
+        if step < total_steps:
+          batch = next_batch()
+        window_start += time.time() - sync_started
+
+    checkpointer.wait()
+    test = None
+    if status == 'finished' and config.final_test:
+      which = 'best' if checkpointer.best_step() is not None else 'latest'
+      best_state, best_step = checkpointer.restore_state(which, setup.abstract_state)
+      test = evaluate_state(setup, best_state, 'test', eval_step=eval_step,
+                            outputs_path=hypotheses_path(workdir, 'test'))
+      test = {**test, 'step': best_step, 'checkpoint': which, 'split': 'test'}
+      writer.write(step, 'test', test)
+      write_eval_json(workdir, 'test', test)
+  finally:
+    writer.close()
+    with contextlib.suppress(Exception):
+      checkpointer.wait()
+    checkpointer.close()
+  return TrainResult(state=state, step=step, status=status, validation=validation, test=test,
+                     data_state=train_iter.get_state(), train_step_memory=memory)
+
+
+def _train(argv: Sequence[str]) -> None:
+  del argv   # stray arguments were refused by cli.parse_flags
+  result = train_and_evaluate(cli.config_value(flags.FLAGS['config']), flags.FLAGS.workdir,
+                              start_over=flags.FLAGS.start_over)
+  logging.info('%s at step %d; validation %s; test %s', result.status, result.step,
+               result.validation, result.test)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The program; its flags are defined here, so importing this module defines none."""
+  cli.define_flags()
+  cli.define_config_flag(argv)
+  flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and config.json.')
+  flags.DEFINE_bool('start_over', False, 'When no checkpoint of DIR verifies (all damaged), '
+                    'train from step 0 instead of stopping.')
+  cli.start(__name__, _train, argv, required=('config', 'workdir'))
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,67 @@
+r"""Translate text with a trained model: one detokenized line out per line in, same order.
+
+  python -m poolformers_jax.translate --workdir DIR [--checkpoint best|latest|averaged|STEP]
+      --input FILE|- --output FILE|- [--beam 4 --alpha 0.6 --batch_tokens N]
+
+The run's config (model, SentencePiece vocabulary, decode settings) comes from DIR/config.json;
+--beam, --alpha and --batch_tokens override config.decode. Decoding is the one eval.py uses
+(beam search on the KV cache, sources bucketed by length, output at most source length + 50
+tokens; sources longer than config.data.max_length tokens are cut, EOS kept), so the same
+sentences give the same translations. `-` reads stdin / writes stdout. Bad input ends with one
+line `error: ...` and exit code 2.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Optional, Sequence
+
+from absl import flags
+
+from poolformers_jax import cli, config as config_lib
+from poolformers_jax.run import load_run
+
+def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best',
+                   trust_imports: bool = False, **decode) -> list[str]:
+  """Translations of `lines` by the `checkpoint` of `workdir` (decode: beam_size, alpha,
+  batch_tokens): `load_run(workdir, checkpoint).predict(lines)`, the one way a run is read
+  (`trust_imports`: load_run's; the program trusts the --workdir it is given, as eval does)."""
+  config = config_lib.load_saved_config(workdir)
+  if config.model.name != 'transformer_seq2seq':
+    raise ValueError(f'{workdir} trained {config.model.name!r}, not a translation model.')
+  return load_run(workdir, checkpoint, trust_imports=trust_imports).predict(lines, **decode)
+
+
+def _translate(argv: Sequence[str]) -> None:
+  del argv   # stray arguments were refused by cli.parse_flags
+  source = sys.stdin if flags.FLAGS.input == '-' else open(flags.FLAGS.input, encoding='utf-8')
+  with source:
+    lines = [line.rstrip('\n') for line in source]
+  out = translate_file(flags.FLAGS.workdir, lines, checkpoint=flags.FLAGS.checkpoint,
+                       trust_imports=True, beam_size=flags.FLAGS.beam,
+                       alpha=flags.FLAGS.alpha, batch_tokens=flags.FLAGS.batch_tokens)
+  text = ''.join(line + '\n' for line in out)
+  if flags.FLAGS.output == '-':
+    sys.stdout.write(text)
+    sys.stdout.flush()
+  else:
+    with open(flags.FLAGS.output, 'w', encoding='utf-8') as f:
+      f.write(text)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """The program; its flags are defined here, so importing this module defines none."""
+  cli.define_flags()
+  flags.DEFINE_string('workdir', None, 'The training run directory.')
+  flags.DEFINE_string('checkpoint', 'best',
+                      "'best', 'latest', 'averaged' or a step number.")
+  flags.DEFINE_string('input', '-', 'Source sentences, one per line; - = stdin.')
+  flags.DEFINE_string('output', '-', 'Translations, one per line; - = stdout.')
+  flags.DEFINE_integer('beam', None, 'Beam size (1 = greedy; default config.decode).')
+  flags.DEFINE_float('alpha', None, 'Length penalty alpha (default config.decode).')
+  flags.DEFINE_integer('batch_tokens', None, 'Source tokens (padding included) '
+                       'decoded at once (default config.decode).')
+  cli.start(__name__, _translate, argv, required=('workdir',))
+
+
+if __name__ == '__main__':
+  main()
