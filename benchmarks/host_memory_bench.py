@@ -41,10 +41,10 @@ def measure(config_spec: str, steps: int) -> dict:
   applied = host_memory.keep_freed_memory()
   import jax
   from poolformers_jax import data
-  from poolformers_jax import cli
+  from poolformers_jax import config as config_lib
   from poolformers_jax.trainer import sharding, setup as setup_lib, step as step_lib
   from poolformers_jax.trainer.setup import make_setup, process_slice
-  setup = make_setup(cli.load_config_file(config_spec))
+  setup = make_setup(config_lib.load_file(config_spec))
   train_iter = data.make_train_iterator(setup.config, seed=0, **process_slice())
   next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
   batch = next_batch()

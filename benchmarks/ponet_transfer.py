@@ -67,7 +67,7 @@ def compile_step(family: str, length: int):
   """(the step to time, the batch, result dict with memory and parameter count)."""
   spec = os.path.join(ROOT, 'configs', 'ponet_pretrain.py') + (':sso,bert' if family == 'bert'
                                                                 else ':sso')
-  config = config_lib.override(cli.load_config_file(spec), **{
+  config = config_lib.override(config_lib.load_file(spec), **{
       'model.emb_dim': FLAGS.emb_dim, 'model.num_layers': FLAGS.num_layers,
       'model.num_heads': FLAGS.num_heads, 'model.mlp_dim': 4 * FLAGS.emb_dim,
       'data.max_length': length, 'batch_size': FLAGS.batch, 'num_devices': 1})

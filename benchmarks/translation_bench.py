@@ -72,7 +72,7 @@ flags.DEFINE_list('models', ['standard', 'cp'], 'Which of standard, cp to measur
 
 def _setup(cp: bool):
   """configs/wmt14.py:base[,cp] at the flags' sizes, on one device, without the data."""
-  config = cli.load_config_file(os.path.join(ROOT, 'configs', 'wmt14.py') + (':base,cp' if cp
+  config = config_lib.load_file(os.path.join(ROOT, 'configs', 'wmt14.py') + (':base,cp' if cp
                                                                               else ':base'))
   config = config_lib.override(config, **{
       'model.num_layers': FLAGS.num_layers, 'model.emb_dim': FLAGS.emb_dim,

@@ -95,11 +95,6 @@ def config_value(holder):
                      '(e.g. configs/lra_listops.py)') from None
 
 
-def load_config_file(spec: str):
-  """'configs/lra_listops.py:ponet,small' -> the config, as ml_collections' config_flags does."""
-  return config_lib.load_file(spec)
-
-
 def _config_spec(argv: Sequence[str]) -> str | None:
   for i, arg in enumerate(argv):
     if arg.startswith('--config='):
@@ -140,7 +135,7 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
     keys = config_lib.override_keys_from_argv(argv)
     if spec and keys:
       try:
-        config_lib.check_keys(load_config_file(spec), keys)
+        config_lib.check_keys(config_lib.load_file(spec), keys)
       except config_lib.ConfigKeyError as key_error:
         errors.fail(str(key_error), 2)
       except Exception as config_error:  # pylint: disable=broad-except  (the config file itself)

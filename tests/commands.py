@@ -31,7 +31,7 @@ def _stop_after_parsing():
   import argparse
   from absl import app, flags
   from poolformers_jax import errors
-  from poolformers_jax import cli
+  from poolformers_jax import cli, config as config_lib
 
   def run(main, argv=None, flags_parser=None):
     del main
@@ -39,7 +39,7 @@ def _stop_after_parsing():
     if 'config' in flags.FLAGS:
       value = flags.FLAGS['config'].value
       if isinstance(value, str):              # a plain string flag naming a config file
-        cli.load_config_file(value)
+        config_lib.load_file(value)
       else:                                   # config_flags: loaded, overrides applied, here
         cli.config_value(flags.FLAGS['config'])
     sys.exit(0)

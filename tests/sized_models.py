@@ -4,7 +4,7 @@ no size word (vision). Shared by the summary and the accelerator tests."""
 import importlib.util
 import os
 
-from poolformers_jax import cli
+from poolformers_jax import config as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_OVERRIDES = dict(hidden_dim=16, depth=2, num_heads=2, image_size=32, patch_size=4, num_stages=2)
@@ -33,7 +33,7 @@ SIZED_BY = {
 
 def load_config(spec: str, overrides: dict = None):
   """configs/<spec> with `overrides`, as train.py loads it with them on the command line."""
-  config = cli.load_config_file(os.path.join(ROOT, 'configs', spec))
+  config = config_lib.load_file(os.path.join(ROOT, 'configs', spec))
   config.update_from_flattened_dict(overrides or {})   # as --config.k=v: the data follows image_size
   return config
 

@@ -50,10 +50,10 @@ def test_the_step_defines_no_cpu_only_transform():
   from poolformers_jax.trainer import transforms
   moved = {f.__name__ for fs in transforms.INTERCEPTORS.values() for f in fs} | {'stored_once'}
   assert {'dense_on_rows', 'dropout_mask_once'} <= moved
-  transforms_tree = ast.parse((PACKAGE / 'train' / 'transforms.py').read_text())
+  transforms_tree = ast.parse((PACKAGE / 'trainer' / 'transforms.py').read_text())
   assert moved <= {n.name for n in ast.walk(transforms_tree) if isinstance(n, ast.FunctionDef)}
 
-  tree = ast.parse((PACKAGE / 'train' / 'step.py').read_text())
+  tree = ast.parse((PACKAGE / 'trainer' / 'step.py').read_text())
   defined = {n.name for n in ast.walk(tree)
              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
   assert not defined & moved, f'trainer/step.py defines {sorted(defined & moved)}'

@@ -31,7 +31,6 @@ def _parse_value(text: str) -> Any:
 def config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
   """The config file `spec` with `updates`, then the `--set key=value` overrides."""
   from poolformers_jax import config as config_lib
-  from poolformers_jax import cli
   updates = dict(updates)
   for item in overrides:
     key, sep, value = item.partition('=')
@@ -39,7 +38,7 @@ def config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
       raise ValueError(f'--set {item!r}: expected key=value, e.g. --set num_train_steps=100.')
     updates[key] = _parse_value(value)
   try:
-    config = config_lib.override(cli.load_config_file(spec), **updates)
+    config = config_lib.override(config_lib.load_file(spec), **updates)
     if 'mixer' in config.model and config.model.get('mixer_kwargs'):   # open: any key passes
       from poolformers_jax import registry
       registry.import_modules(config.get('imports', ''))

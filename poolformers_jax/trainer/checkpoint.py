@@ -198,7 +198,7 @@ def holds_checkpoints(workdir: str) -> bool:
   return any(name.isdigit() for name in listdir(os.path.join(workdir, LATEST_DIR)))
 
 
-STATE_FIELDS = ('step', 'params', 'opt_state', 'batch_stats')   # trainer/state.py's TrainState
+STATE_FIELDS = ('step', 'params', 'opt_state', 'batch_stats')   # trainer/setup.py's TrainState
 
 
 def _check_fields(fields: Any) -> None:

@@ -19,7 +19,6 @@ from tiny_runs import REPO, tiny_config
 from poolformers_jax import runtime
 from poolformers_jax import summary
 from poolformers_jax import config as config_lib
-from poolformers_jax import cli
 from poolformers_jax.trainer import step, transforms
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.trainer.setup import make_setup
@@ -68,7 +67,7 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
     return step.CompiledStep(run=None, sums_shapes=None, memory=memory)
 
   monkeypatch.setattr(step, 'compile_train_step', spy)
-  config = cli.load_config_file(os.path.join(REPO, 'configs', 'wmt14.py') + ':base')
+  config = config_lib.load_file(os.path.join(REPO, 'configs', 'wmt14.py') + ':base')
   out = summary.summarize(config, batch_size=8)
   assert out['model'] == 'transformer_seq2seq' and round(out['params'] / 1e6, 2) == 60.52
   assert out['train_step_memory'] == memory and out['train_step_memory_bytes'] == 5
