@@ -1,7 +1,7 @@
 """What the programs share: the --config flag with close-key suggestions and the config resolver
 (`--config lra_listops:ponet` reads the shipped config), the multi-process flags (`define_flags`:
 importing this module defines no flag), and `start`, the last line of every program's `main`
-(process settings, logs, multi-process start and end, and the one-line error contract of
+(process settings, logs, multi-process start and end, and the error contract of
 `poolformers_jax.errors` around the program's work)."""
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def _resolve_config(argv: Sequence[str]) -> list[str]:
 
 
 def parse_flags(argv: Sequence[str]) -> list[str]:
-  """absl flag parsing with the one-line contract: --config resolved as `config.load` resolves it,
+  """absl flag parsing under the error contract: --config resolved as `config.load` resolves it,
   a misspelled --config.key names close valid keys, a bad flag value or an unknown flag says so,
   a stray positional argument (often a space for the colon of --config FILE.py:WORDS) says how to
   write it."""
@@ -186,7 +186,7 @@ def quiet_library_logs() -> None:
 
 
 def _run_program(work: Callable[[Sequence[str]], None], argv: Sequence[str]) -> None:
-  """`work(argv)` between the multi-process start and end, under the one-line error contract
+  """`work(argv)` between the multi-process start and end, under the error contract
   (stray arguments were refused by parse_flags)."""
   with errors.reported_in_one_line():
     quiet_library_logs()

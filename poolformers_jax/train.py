@@ -1,5 +1,5 @@
-r"""Training: `train_and_evaluate(config, workdir)`, the one training loop, and the program that
-runs it.
+r"""Training: `train_and_evaluate(config, workdir)`, the training loop, and the program that runs
+it.
 
     python -m poolformers_jax.train --config configs/<task>.py[:words] --workdir DIR [--config.k=v]
                                       (or `python train.py ...`, `poolformers-jax train ...`)
@@ -122,8 +122,8 @@ def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
 def _non_finite_error(step: int, loss: float, *, unconfirmed: list[int],
                       last_good: Optional[int], latest_dir: str, rejected_dir: str,
                       resumed_from: Optional[int]) -> NonFiniteLossError:
-  """The one-line error of a non-finite step `step`; builds it and does nothing else (the
-  unconfirmed checkpoints were moved aside before: Checkpointer.reject_unconfirmed)."""
+  """The error of a non-finite step `step` (the unconfirmed checkpoints were moved aside before:
+  Checkpointer.reject_unconfirmed)."""
   what = (f'training loss is {loss} at step {step}' if not np.isfinite(loss) else
           f'the update of step {step} is not finite (loss {loss:.4g})')
   good = (f'the last good checkpoint is step {last_good} in {latest_dir}'
@@ -143,7 +143,7 @@ def _non_finite_error(step: int, loss: float, *, unconfirmed: list[int],
 
 def _stop_non_finite(acc: dict[str, Any], checkpointer: checkpoint_lib.Checkpointer,
                      resumed_from: Optional[int]) -> NonFiniteLossError:
-  """A non-finite step: moves the checkpoints it leaves unconfirmed aside (the one action),
+  """A non-finite step: moves the checkpoints it leaves unconfirmed aside ,
   then returns the error that says so."""
   step, loss = int(acc['first_bad_step']), float(acc['bad_loss'])
   unconfirmed = checkpointer.reject_unconfirmed(step)
@@ -180,7 +180,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
 
   `start_over`: when every checkpoint of `workdir` is damaged, train from step 0 instead of
   stopping with CheckpointError.
-  A workdir another live process trains is refused (run_lock.RunInProgressError, one line)
+  A workdir another live process trains is refused (run_lock.RunInProgressError)
   before anything is read or compiled; process 0 holds the lock for the run.
   `distributed`: None (the default) trains in the process(es) as they are, changing nothing
   process-wide (the programs start a multi-process run from --distributed first); 'auto', 'on'

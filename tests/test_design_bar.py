@@ -95,3 +95,25 @@ def test_no_code_branches_on_a_datasets_name_outside_its_file():
                "name in ['wmt14']"):
     assert branch_on('wmt14').search(code), code
   assert not branch_on('wmt14').search("spec = DATASETS['wmt14']  # 'wmt14_x' == y")
+
+
+def repeated_blocks(sources: dict[str, str], size: int = 6) -> dict[tuple[str, ...], list[str]]:
+  """Blocks of `size` consecutive non-blank lines (stripped, each longer than 3 characters) that
+  stand in more than one place: {lines: ['path:line', ...]}."""
+  places: dict[tuple[str, ...], list[str]] = {}
+  for path, text in sources.items():
+    lines = [(i, line.strip()) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    for k in range(len(lines) - size + 1):
+      block = tuple(line for _, line in lines[k:k + size])
+      if all(len(line) > 3 for line in block):
+        places.setdefault(block, []).append(f'{path}:{lines[k][0]}')
+  return {block: where for block, where in places.items() if len(where) > 1}
+
+
+def test_no_block_of_six_lines_stands_twice_in_the_package():
+  sources = dict(_sources())
+  assert len(sources) > 100
+  assert repeated_blocks(sources) == {}
+  copied = '\n'.join(f'value_{i} = compute({i}, axis=-1)' for i in range(6))
+  assert list(repeated_blocks({'a.py': copied, 'b.py': 'x = 1\n' + copied}).values()) == [
+      ['a.py:1', 'b.py:2']]

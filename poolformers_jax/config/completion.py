@@ -1,4 +1,4 @@
-"""Completing a config: THE one place where a run's config becomes the config it runs.
+"""Completing a config: where a run's config becomes the config it runs.
 
 `complete` takes the config a run was given and returns a locked copy with the model sizes its
 dataset decides filled in (vocab_size, num_classes, max_length, special-token ids, from the

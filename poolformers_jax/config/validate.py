@@ -3,7 +3,7 @@
 `check_config` runs in `make_setup` (trainer/setup.py), after the config is completed
 (config/completion.py) and before any model is built or compiled; `check_eval_batch_size` for
 eval.py's --batch_size. Each failure is a ConfigError (a ValueError; a batch that does not split
-over the devices: data.base.process_share's, the one divisibility check) whose message is one
+over the devices: data.base.process_share's divisibility check) whose message is one
 line, `<what is wrong>; <what to do>`, which train.py / eval.py print as `error: ...` with exit
 code 2. What the checks need of the trainer comes as plain values: the device and process counts
 and the task's validation metric names (so this file imports no jax and no trainer).

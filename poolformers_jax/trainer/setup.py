@@ -123,7 +123,7 @@ def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool 
 
 
 def make_mesh(config: ml_collections.ConfigDict) -> Mesh:
-  """The run's mesh: config.num_devices devices shaped by config.mesh (one line when the sizes do
+  """The run's mesh: config.num_devices devices shaped by config.mesh (ConfigError when the sizes do
   not fit the devices)."""
   sizes = {a: config.mesh[a] for a in sharding.MESH_AXES}
   try:
@@ -133,7 +133,7 @@ def make_mesh(config: ml_collections.ConfigDict) -> Mesh:
 
 
 def fsdp_rules(config: ml_collections.ConfigDict) -> sharding.FsdpRules:
-  """config.mesh.rules and fsdp_min_size as the FSDP placement rule (a bad rule: one line)."""
+  """config.mesh.rules and fsdp_min_size as the FSDP placement rule (a bad rule: ConfigError)."""
   rules = sharding.FsdpRules(tuple(r.strip() for r in str(config.mesh.rules).split(';')
                                    if r.strip()), int(config.mesh.fsdp_min_size))
   try:
@@ -152,7 +152,7 @@ def dummy_inputs(info) -> Any:
 def _create(model: nn.Module, tx: optax.GradientTransformation, info, rng: jax.Array,
             param_init: str = 'default') -> TrainState:
   variables = model.init({'params': rng, 'dropout': rng}, dummy_inputs(info), deterministic=True)
-  # config.param_init: redraw the fresh parameters (PyTorch's defaults), the one place it happens.
+  # config.param_init: redraw the fresh parameters (PyTorch's defaults), here only.
   params = param_init_lib.initialize(param_init, variables['params'], rng)
   state = TrainState.create(apply_fn=model.apply, params=params, tx=tx,
                             batch_stats=variables.get('batch_stats'))

@@ -87,7 +87,7 @@ def new_accumulator(mesh, sums_shapes: Any) -> dict[str, Any]:
 
 
 def _gradients_and_update(setup: Setup, platform: Optional[str] = None):
-  """(gradients, update) of the one step, shared by its plain and its bucketed form.
+  """(gradients, update) of the step, shared by its plain and its bucketed form.
 
   gradients(state, inputs, targets, weights, rng, reduce) -> ((reduce(sums), (sums, updates)),
   grads): forward with dropout, the task's weighted sums, the gradient of `reduce(sums)`.
