@@ -77,8 +77,7 @@ def _affine(img: Image.Image, matrix, fill) -> Image.Image:
 
 
 def _posterize(img: Image.Image, bits: int) -> Image.Image:
-  """Keep the top `bits` bits. PIL >= 10 refuses bits = 0, which PosterizeIncreasing reaches at
-  magnitude 10 (and Posterize at 0); older PIL, which DeiT ran, gave black: so do we."""
+  """Keep the top `bits` bits; bits = 0 (PIL >= 10 refuses it) gives black, as DeiT's PIL did."""
   if bits >= 8:
     return img
   mask = ~(2 ** (8 - bits) - 1) & 0xFF
