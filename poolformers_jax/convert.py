@@ -12,7 +12,7 @@ Sources (the format is read from the names):
 - PoNet-Base (`chtan/ponet-base-uncased`, BERT names; --source the folder with config.json,
   --config configs/ponet_pretrain.py:sso).
 - HVT release checkpoints (MonashAI/HVT, `{'model': state_dict, 'args': ...}` `.pth`, or the same
-  state dict saved as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
+  state dict as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
 
 PoNet back to Hugging Face (model.safetensors + config.json + README.md, the official names,
 loaded by the official `PoNetForPreTraining` / `PoNetForSequenceClassification` and by
@@ -155,8 +155,8 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
     raise ConversionError(f'--source {source} is not in a run directory (no config.json says '
                           'what the model is); pass --config')
   if config.model.name not in ponet_conversion.MODELS:
-    raise ConversionError(f'--to hf: only PoNet models {ponet_conversion.MODELS} have a Hugging Face '
-                          f'layout; the run trained {config.model.name!r}.')
+    raise ConversionError(f'--to hf: only PoNet models {ponet_conversion.MODELS} have a Hugging '
+                          f'Face layout; the run trained {config.model.name!r}.')
   if os.path.exists(os.path.join(folder, 'model.safetensors')):
     raise ConversionError(f'{folder} already holds model.safetensors; pass an empty --workdir.')
   params, heads = _hf_heads(init_from.read_variables(state_dir)['params'], drop_sentence_head)

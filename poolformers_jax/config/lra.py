@@ -63,7 +63,8 @@ MODEL_WORDS = ('6x512',)
 RECIPES = ('amos',)
 
 
-RATES, SUBHEADS, MIXER_DROPOUT = NumberList('rates'), Numbered('subheads'), Numbered('mixer_dropout')
+RATES, SUBHEADS, MIXER_DROPOUT = (NumberList('rates'), Numbered('subheads'),
+                                  Numbered('mixer_dropout'))
 ADAMRA_FAMILIES = ('adamra', 'adamra_eq8')
 
 
@@ -100,7 +101,8 @@ def mixer_words(config: ml_collections.ConfigDict, family: str, arg: str | None)
       raise ValueError(f'config argument {words[slot]!r} sets AdaMRA\'s {slot}, but the family is '
                        f'{family!r}; use it with {" or ".join(ADAMRA_FAMILIES)}.')
   if words['rates']:
-    config.model.mixer_kwargs.compression_rates = tuple(1 / n for n in RATES.numbers(words['rates']))
+    config.model.mixer_kwargs.compression_rates = tuple(
+        1 / n for n in RATES.numbers(words['rates']))
   if words['subheads']:
     config.model.num_heads = SUBHEADS.number(words['subheads'])
   if words['mixer_dropout']:

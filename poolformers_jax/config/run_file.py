@@ -54,7 +54,8 @@ def _built_fields(model: Any) -> dict[str, Any]:
   """The top-level fields of the module a run's config.model builds, as JSON values (what a key
   added after the run was when it trained); {} if the model cannot be built here."""
   try:
-    config = model if isinstance(model, ml_collections.ConfigDict) else ml_collections.ConfigDict(model)
+    config = (model if isinstance(model, ml_collections.ConfigDict)
+              else ml_collections.ConfigDict(model))
     module = registry.MODELS[config.name](config)   # imports the model files
   except Exception:   # an unregistered or unbuildable model: no defaults to offer
     return {}

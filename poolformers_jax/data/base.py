@@ -118,7 +118,8 @@ def check_split(split: str) -> str:
   return split
 
 
-def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'sequence') -> np.ndarray:
+def fit_length(ids: np.ndarray, max_length: int, too_long: str,
+               what: str = 'sequence') -> np.ndarray:
   """Pads `ids` (last axis) with 0 to `max_length`; longer inputs are cut or rejected.
 
   too_long='truncate' keeps the first `max_length` tokens (what the LRA pipelines do);
