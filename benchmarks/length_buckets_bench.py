@@ -100,7 +100,8 @@ def main() -> None:
   parser.add_argument('--families', default='transformer,contextpool')
   parser.add_argument('--protocols', default='ours,reference')
   parser.add_argument('--multiple', type=int, default=None,
-                      help='bucket multiple (default 256; --quick: 16, so its 64-token batches are cut)')
+                      help='bucket multiple (default 256; --quick: 16, so its 64-token batches '
+                      'are cut)')
   parser.add_argument('--micro_batch_size', type=int, default=8)
   parser.add_argument('--batches', type=int, default=3, help='distinct generated batches')
   parser.add_argument('--passes', type=int, default=2, help='timed passes over the batches')
