@@ -58,7 +58,7 @@ PAPER_SETTINGS = [
       for family in LRA_FAMILIES],
 ]
 
-# A refused accumulation is compiled again with the one its refusal names (`__fit2`, ...).
+# A refused accumulation is compiled again with the accumulation its refusal names (`__fit2`).
 MAX_FIT_ATTEMPTS = 3
 
 

@@ -3,7 +3,7 @@ r"""On an NVIDIA GPU: softmax attention 'cudnn' (flash) equals 'xla' in bf16, va
 Right-padded masks (cuDNN gets them as lengths) and causal, as the CPU tests check explicit ==
 xla. Prints each gradient leaf's difference and exits 1 if one exceeds the bf16 tolerance. Then
 the kernel alone, for a diagnosis: its gradients at real positions, and what it leaves at padded
-ones. Run by benchmarks/gpu_run.sh; on a CPU it prints the one-line error of
+ones. Run by benchmarks/gpu_run.sh; on a CPU it prints the error of
 implementation='cudnn' (tests/test_check_cudnn.py runs the same comparison for explicit vs xla).
 
 The key projection's bias has a gradient of exactly zero: adding one vector to every key adds

@@ -5,7 +5,7 @@ and the results so far as one markdown file.
     python benchmarks/gpu_queue.py --results DIR --runs RUNS \
         --group 'spt=adamra,spt contextpool,spt' --group 'positions=transformer,rotary' \
         --report OUT                     # OUT/queue.md and OUT/queue.tar
-    python benchmarks/gpu_queue.py --runs RUNS --finished 'adamra,spt contextpool,spt'  # exit 0: all
+    python benchmarks/gpu_queue.py --runs RUNS --finished 'adamra,spt contextpool,spt'  # 0: all
     python benchmarks/gpu_queue.py --results DIR --sweep_complete   # exit 0: complete (--peer_done)
 
 DIR holds the finished jobs' results (peer/: gpu_peer.*, efficiency.*; compile_time/:

@@ -9,8 +9,8 @@ r"""What a mesh saves per chip, on TPU slices compiled here (libtpu's compile-on
 the train state's shardings on the slice (exactly the arrays the compiled step takes; nothing to
 compile). `sequence`: the training step of each family's LRA Text encoder (the paper's 2 x 64
 model, batch 1 per sequence) compiled for the slice at a length, split over 'sequence' or one
-whole sequence per chip (data parallel): bytes per chip (`memory_analysis`), the collectives' bytes, and the compile seconds. One JSON line per
-record, appended to --output; records already there are skipped, so a stopped run resumes.
+whole sequence per chip (data parallel): bytes per chip (`memory_analysis`), the collectives'
+bytes, and the compile seconds. One JSON line per record, appended to --output; records already there are skipped, so a stopped run resumes.
 """
 from __future__ import annotations
 

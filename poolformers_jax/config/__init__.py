@@ -40,8 +40,9 @@ from poolformers_jax.config.words import Numbered, parse_words
 
 __all__ = [
     'CONFIGS_DIR', 'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES',
-    'SIZE_SLOT', 'base_config', 'check_config', 'check_keys', 'complete', 'flat_keys', 'is_open_key', 'load',
-    'load_file', 'load_saved_config', 'model_differences', 'override', 'override_keys_from_argv',
-    'parse_words', 'resolve', 'resolved', 'save_config', 'shrink_run', 'to_json', 'with_run_model',
+    'SIZE_SLOT', 'base_config', 'check_config', 'check_keys', 'complete', 'flat_keys',
+    'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences', 'override',
+    'override_keys_from_argv', 'parse_words', 'resolve', 'resolved', 'save_config', 'shrink_run',
+    'to_json', 'with_run_model',
 ]
 

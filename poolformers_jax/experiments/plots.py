@@ -47,7 +47,7 @@ def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 3.8), squeeze=False)
   for ax, (task, runs) in zip(axes[0], curves.items()):
-    # One colour per family (its paper line too), one line style per seed.
+    # A colour per family (its paper line too), a line style per seed.
     families = sorted({name.split(' seed ')[0] for name in runs})
     seen = {}
     for name, (steps, accuracy) in sorted(runs.items()):

@@ -22,7 +22,7 @@ What the paper leaves open, and what we decided (docs/papers/context_pool.md):
 - n is the number of real tokens; in causal mode n_i is the number of real tokens at or before
   i, so nothing about the future (not even its length) reaches position i. Causal pooling only
   uses j <= i and left-pads the convolutions.
-- Ablations (Tables 1-3), our reading of one-line descriptions:
+- Ablations (Tables 1-3), our reading of the paper's short descriptions:
   weights 'uniform' = no w (Gaussian-weighted average); 'unnormalized' = raw m(X) output as w,
     normalised by sum_j g_ij only (a signed weighting; sum_j w_j g_ij could cross zero);
     'nonlocal' = pairwise w_ij = softmax_j(theta(x_i) . phi(x_j) / sqrt(d)) (Eq. 3 with the

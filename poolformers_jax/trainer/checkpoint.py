@@ -66,7 +66,7 @@ class Checkpointer:
       return
     if self.best.save(step, state, dict(state=ocp.args.StandardSave(state)),
                       metrics={k: float(v) for k, v in metrics.items()}):
-      self._best_entries = [(step, value)]   # Retention.best = 1: the one kept
+      self._best_entries = [(step, value)]   # Retention.best = 1: only it is kept
 
   def save_averaged(self, step: int, state: Any, averaged_steps: list[int]) -> None:
     """`state` (the mean parameters of `averaged_steps`) as DIR/averaged/<step>; replaces the
@@ -84,7 +84,7 @@ class Checkpointer:
 
   def poll(self) -> None:
     """Writes the records of saves that have finished since; cheap, called at log steps, so a
-    kill -9 finds a record on every checkpoint but (at most) the one written last."""
+    kill -9 finds a record on every checkpoint but (at most) the last written."""
     for store in (self.latest, self.best, self.averaged):
       store.write_records(wait=False)
 
