@@ -10,7 +10,8 @@ the train state's shardings on the slice (exactly the arrays the compiled step t
 compile). `sequence`: the training step of each family's LRA Text encoder (the paper's 2 x 64
 model, batch 1 per sequence) compiled for the slice at a length, split over 'sequence' or one
 whole sequence per chip (data parallel): bytes per chip (`memory_analysis`), the collectives'
-bytes, and the compile seconds. One JSON line per record, appended to --output; records already there are skipped, so a stopped run resumes.
+bytes, and the compile seconds. One JSON line per record, appended to --output; records already
+there are skipped, so a stopped run resumes.
 """
 from __future__ import annotations
 
