@@ -135,14 +135,13 @@ def test_plain_prose_passes_the_emphasis_patterns(text):
 def test_emphasis_reads_only_prose_and_spares_the_contract(tmp_path):
   package = tmp_path / 'poolformers_jax'
   package.mkdir()
-  module = package / 'module.py'
+  module = tmp_path / 'module.py'
   module.write_text('"""The one module."""\n'
                     "LABEL = 'THE one'   # fails in one line\n")
   contract = package / 'errors.py'
-  contract.write_text('"""Bad input ends as one stderr line."""\n')
+  contract.write_text('"""Bad input ends in one line."""\n')
   assert [o.split(': ')[:2] for o in emphasis(module, tmp_path)] == [
-      ['poolformers_jax/module.py:2', 'the one-line contract restated'],
-      ['poolformers_jax/module.py:1', "'the one'"]]
+      ['module.py:2', 'the one-line contract restated'], ['module.py:1', "'the one'"]]
   assert emphasis(contract, tmp_path) == []
 
 
