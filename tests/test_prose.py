@@ -1,11 +1,12 @@
-"""The package's prose says what and why, once: not when, not how fast, not louder.
+"""The prose of the package and benchmarks/ says what and why, once: not when, not how fast, not
+louder.
 
 Docstrings and comments rot when they carry dates, commit ids or timings measured on one machine:
 those belong in docs/results/*.md (each figure with its machine, command and commit) and
 CHANGELOG.md. Nor do they shout: no "the one X" or capitalised words for emphasis, no "rooms" for
 modules, and the one-line error contract is stated in poolformers_jax/errors.py, not restated
-wherever an error is raised. This test reads every comment and docstring of the package and
-benchmarks/ (tokenize + ast, no import) and names each offence as file:line.
+wherever an error is raised. This test reads every comment and docstring (tokenize + ast, no
+import) and names each offence as file:line.
 """
 from __future__ import annotations
 
@@ -88,7 +89,8 @@ def offences(path: pathlib.Path, root: pathlib.Path = PACKAGE.parent) -> list[st
 
 
 def test_prose_has_no_dates_commit_ids_or_timings():
-  found = [o for path in sorted(PACKAGE.rglob('*.py')) for o in offences(path)]
+  found = [o for path in sorted([*PACKAGE.rglob('*.py'), *BENCHMARKS.rglob('*.py')])
+           for o in offences(path)]
   assert not found, ('measurements, dates and history go to docs/results/*.md or CHANGELOG.md, '
                      'not into docstrings and comments:\n' + '\n'.join(found))
 
