@@ -2,9 +2,11 @@ r"""What every paper setting costs on a TPU slice: each config's training and ev
 for the slice (`python -m poolformers_jax.summary --topology`, one process per config), as JSON
 files, then one markdown table (docs/accelerators.md). Resumable: finished configs are skipped.
 
-    python benchmarks/accelerators_bench.py --output_dir runs/accelerators --topologies v5e:2x2,v5e:2x4
-    python benchmarks/accelerators_bench.py --output_dir runs/accelerators --table   # print the table
-    python benchmarks/accelerators_bench.py --output_dir runs/accelerators --only 'lra_listops.py:ponet wmt14.py:base,cp'
+    python benchmarks/accelerators_bench.py --output_dir runs/accelerators \
+        --topologies v5e:2x2,v5e:2x4
+    python benchmarks/accelerators_bench.py --output_dir runs/accelerators --table
+    python benchmarks/accelerators_bench.py --output_dir runs/accelerators \
+        --only 'lra_listops.py:ponet wmt14.py:base,cp'
 
 A config that does not fit (summary ends with "try --config.batch_size=... grad_accum_steps=...")
 is compiled again with the suggested gradient accumulation, as a second record (`__fit`); if
@@ -56,7 +58,7 @@ PAPER_SETTINGS = [
       for family in LRA_FAMILIES],
 ]
 
-# A refused accumulation is compiled again with the one its refusal names (`__fit2`, ...).
+# A refused accumulation is compiled again with the accumulation its refusal names (`__fit2`).
 MAX_FIT_ATTEMPTS = 3
 
 

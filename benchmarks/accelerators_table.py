@@ -47,7 +47,8 @@ def row(record: dict, retried: bool = True) -> str:
   reduced = train['collectives'].get('all-reduce', {}).get('bytes', 0)
   return (f'| `{spec}` | {record["topology"]} | {record["per_device_batch"]} | '
           f'{memory["total"] / MIB:,.0f} ({fits}) | {train["flops"] / 1e9:,.1f} / '
-          f'{train["bytes_accessed"] / 1e9:,.2f} | {roof["seconds"] * 1e3:,.2f} ({roof["bound"]}) | '
+          f'{train["bytes_accessed"] / 1e9:,.2f} | '
+          f'{roof["seconds"] * 1e3:,.2f} ({roof["bound"]}) | '
           f'{_hours(steps * roof["seconds"])} for {steps:,} | '
           f'{reduced / MIB:,.1f} MiB all-reduce; XLA {train["xla_seconds"] * 1e3:,.2f} ms |')
 

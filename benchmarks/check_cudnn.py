@@ -3,15 +3,14 @@ r"""On an NVIDIA GPU: softmax attention 'cudnn' (flash) equals 'xla' in bf16, va
 Right-padded masks (cuDNN gets them as lengths) and causal, as the CPU tests check explicit ==
 xla. Prints each gradient leaf's difference and exits 1 if one exceeds the bf16 tolerance. Then
 the kernel alone, for a diagnosis: its gradients at real positions, and what it leaves at padded
-ones. Run by benchmarks/gpu_run.sh; on a CPU it prints the one-line error of
+ones. Run by benchmarks/gpu_run.sh; on a CPU it prints the error of
 implementation='cudnn' (tests/test_check_cudnn.py runs the same comparison for explicit vs xla).
 
 The key projection's bias has a gradient of exactly zero: adding one vector to every key adds
 q_i . c to every score of row i, which the softmax ignores. What the backward passes compute
 there is rounding (~1e-3 of the other leaves), so that leaf is measured against the largest
 gradient of the tree, not its own largest entry: relative to itself two roundings differ by
-~100 % (the H100 and H200 runs of 2026-11-26 "failed" by 2.0-2.3x on exactly that; explicit vs
-xla on a CPU gives 0.94).
+~100 %.
 """
 import os
 import sys

@@ -2,13 +2,13 @@ r"""How long the ListOps paper-setting training step of each family takes to com
 this machine's first device: cold, from JAX's persistent compilation cache, and (on a GPU) with
 XLA's autotuning lowered; then one jax.profiler trace of the slowest cold compile.
 
-    python benchmarks/compile_time.py --output_dir runs/compile_time [--size tiny] [--deadline_s 300]
+    python benchmarks/compile_time.py --output_dir runs/compile_time [--size tiny] \
+        [--deadline_s 300]
     python benchmarks/compile_time.py --output_dir runs/compile_time --table
 
-The step is THE training step train.py runs (trainer/step.py `compile_train_step` of the config's
-setup, as train.py compiles it: lowered and compiled from abstract shapes, one device),
-of `configs/lra_listops.py:<family>[,<size>]`. Each measurement is its own process, as XLA_FLAGS
-is read at start and a cold compile needs a process that compiled nothing:
+The step is train.py's (`compile_train_step`, from abstract shapes, one device) of
+`configs/lra_listops.py:<family>[,<size>]`. Each measurement is its own process (XLA_FLAGS is read
+at start, and a cold compile needs a process that compiled nothing):
 - cold: an empty JAX_COMPILATION_CACHE_DIR, which this process fills (every entry written:
   the minimum compile time and entry size set to 0);
 - cached: a second process reading that cache;
@@ -43,7 +43,8 @@ def measure(family: str, size: str) -> dict:
   from poolformers_jax import config as config_lib, runtime   # pylint: disable=g-import-not-at-top
   runtime.configure_program()
   import jax   # pylint: disable=g-import-not-at-top
-  from poolformers_jax.trainer import setup as setup_lib, step as step_lib   # pylint: disable=g-import-not-at-top
+  from poolformers_jax.trainer import (  # pylint: disable=g-import-not-at-top
+      setup as setup_lib, step as step_lib)
   start = time.perf_counter()
   spec = f'configs/lra_listops.py:{family}' + (f',{size}' if size != 'full' else '')
   config = config_lib.override(config_lib.load_file(os.path.join(ROOT, spec)), num_devices=1)
@@ -68,7 +69,7 @@ def _commit() -> str:
 
 
 def _child(args, family: str, setting: str, cache: str, timeout: float) -> dict:
-  """One measurement in a fresh process; the record, or its error in one line."""
+  """One measurement in a fresh process; the record, or {'error': why}."""
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=cache,
              JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS='0',
              JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES='0')

@@ -2,10 +2,11 @@ r"""The state and status of `bash benchmarks/gpu_run.sh queue` (every pending GP
 budget, resumed across calls): which jobs are done, partial or pending, what the next call does,
 and the results so far as one markdown file.
 
-    python benchmarks/gpu_queue.py --results DIR --runs RUNS --group 'spt=adamra,spt contextpool,spt' \
-        --group 'positions=transformer,rotary' --report OUT     # OUT/queue.md and OUT/queue.tar
-    python benchmarks/gpu_queue.py --runs RUNS --finished 'adamra,spt contextpool,spt'  # exit 0 if all are
-    python benchmarks/gpu_queue.py --results DIR --sweep_complete   # exit 0 if it is (--peer_done too)
+    python benchmarks/gpu_queue.py --results DIR --runs RUNS \
+        --group 'spt=adamra,spt contextpool,spt' --group 'positions=transformer,rotary' \
+        --report OUT                     # OUT/queue.md and OUT/queue.tar
+    python benchmarks/gpu_queue.py --runs RUNS --finished 'adamra,spt contextpool,spt'  # 0: all
+    python benchmarks/gpu_queue.py --results DIR --sweep_complete   # exit 0: complete (--peer_done)
 
 DIR holds the finished jobs' results (peer/: gpu_peer.*, efficiency.*; compile_time/:
 compile_time.json and the trace; listops_<group>.md), packed whole into OUT/queue.tar; RUNS the
@@ -110,7 +111,8 @@ def group_status(runs: str, families: list[str]) -> tuple[str, str]:
   return f'{kind} ({text})', 'trains ' + ' '.join(todo) + ' (gpu_run.sh listops)'
 
 
-def status_rows(results: str, runs: str, groups: dict[str, list[str]]) -> list[tuple[str, str, str]]:
+def status_rows(results: str, runs: str,
+                groups: dict[str, list[str]]) -> list[tuple[str, str, str]]:
   rows = [('peer', *peer_status(results)), ('compile time', *compile_status(results)),
           ('sweep', *sweep_status(results))]
   rows += [(f'listops {name}', *group_status(runs, families)) for name, families in groups.items()]

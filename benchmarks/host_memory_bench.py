@@ -1,12 +1,11 @@
 r"""What glibc's defaults cost XLA:CPU: the default ListOps train step with and without
 `poolformers_jax.trainer.host_memory.keep_freed_memory()`.
 
-Each setting runs in its own subprocess (the allocator is chosen once per process): the AOT-
+Each setting runs in its own subprocess (the allocator is chosen once per process): the
 compiled train step of `configs/lra_listops.py` (or `--config`), warmed up, then `--steps` steps
-on one fixed batch (the step alone: no input pipeline), then `--steps` steps each followed by
-reading the next batch (as the loop does). Per setting: steps/s, page faults per step and kernel
-(`sys`) seconds, both from /proc/self/stat around the step-only phase. Prints a Markdown table
-and writes host_memory.json:
+on a fixed batch, then `--steps` steps each followed by reading the next batch (as the loop
+does). Per setting: steps/s, page faults per step and kernel seconds (/proc/self/stat around the
+step-only phase). Prints a Markdown table and writes host_memory.json:
 
   .venv/bin/python benchmarks/host_memory_bench.py --output_dir /tmp/host_memory
 """

@@ -1,4 +1,4 @@
-r"""Input pipeline throughput: examples/s of every dataset's TRAIN iterator, 0 and N grain workers.
+r"""Input pipeline throughput: examples/s of every dataset's training iterator, 0 / N grain workers.
 
 Each dataset goes through the library's own `data.make_train_iterator` (shuffle, repeat,
 preprocess with augmentation, batch) on small local files made the way the tests make them:

@@ -4,18 +4,15 @@ at the ListOps paper setting (length 2048, batch 32):
   taskset -c 0 nice -n 10 .venv/bin/python benchmarks/length_buckets_bench.py --output /tmp/lb.json
 
 For each family (`--families`) and protocol word (`--protocols`: ours, reference) the trainer's
-own compiled step (trainer/step.py, the config of configs/lra_listops.py:<family>[,reference],
-dropout included) runs on the same real ListOps batches: trees drawn by data/listops.py's
-generator with the paper setting's bounds (500 < tokens < 2000), preprocessed as training does
-(parentheses dropped, padded to 2048). The plain step and the bucketed one
-(`--multiple`, `--micro_batch_size`) take turns batch by batch, so load changes hit both alike.
-Reported per configuration: the median seconds per step of the wall clock and of this process's
-CPU time (pinned to one core, the CPU time leaves out other processes' load), after a warm-up
-pass over every batch (which compiles every bucket length that occurs), the speed-up, XLA's
-compiled memory (`memory_analysis()`, bytes per device; bucketed: the micro step at each bucket
-length that occurred, the largest reported: the full-length one), the cut lengths seen, and the
-load average before and after. `--quick` is a smoke run of a tiny model on short trees (64
-tokens, buckets of 16).
+compiled step of configs/lra_listops.py:<family>[,reference] (dropout included) runs on the same
+real ListOps batches (the generator's trees at the paper setting's bounds, 500 < tokens < 2000,
+preprocessed as training does). The plain step and the bucketed one (`--multiple`,
+`--micro_batch_size`) take turns batch by batch, so load changes hit both alike. Reported per
+configuration, after a warm-up pass that compiles every bucket length: the median seconds per
+step of the wall clock and of this process's CPU time, the speed-up, XLA's compiled memory
+(`memory_analysis()`, per device; bucketed: the largest micro step), the cut lengths seen, and
+the load average before and after. `--quick`: a tiny model on short trees (64 tokens, buckets
+of 16).
 """
 import os
 import sys
@@ -100,7 +97,8 @@ def main() -> None:
   parser.add_argument('--families', default='transformer,contextpool')
   parser.add_argument('--protocols', default='ours,reference')
   parser.add_argument('--multiple', type=int, default=None,
-                      help='bucket multiple (default 256; --quick: 16, so its 64-token batches are cut)')
+                      help='bucket multiple (default 256; --quick: 16, so its 64-token batches '
+                      'are cut)')
   parser.add_argument('--micro_batch_size', type=int, default=8)
   parser.add_argument('--batches', type=int, default=3, help='distinct generated batches')
   parser.add_argument('--passes', type=int, default=2, help='timed passes over the batches')

@@ -1,6 +1,7 @@
 r"""The ListOps column so far, from run directories DIR/<run> (benchmarks/gpu_run.sh listops):
 
-    python benchmarks/listops_column.py --runs /tmp/listops_runs --families "transformer ponet,reference"
+    python benchmarks/listops_column.py --runs /tmp/listops_runs \
+        --families "transformer ponet,reference"
 
 A family is config words (`ponet`, `ponet,reference`, `adamra_eq8,reference`); its run directory
 is the words joined by '-' (`ponet-reference`). One markdown row per family: the step reached,
@@ -68,7 +69,8 @@ def row(runs: str, family: str) -> dict:
 
 
 def markdown(rows: list[dict]) -> str:
-  lines = ['| family | step | best validation % (step) | test % | held-out test % | steps/s (median) | compile s |',
+  lines = ['| family | step | best validation % (step) | test % | held-out test % | '
+           'steps/s (median) | compile s |',
            '|---|---|---|---|---|---|---|']
   for r in rows:
     best = (f'{100 * r["best_validation"][0]:.2f} ({r["best_validation"][1]})'

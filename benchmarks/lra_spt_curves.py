@@ -4,11 +4,10 @@ r"""The self-pretraining record's curves: fine-tuned runs beside the runs from s
         --scratch docs/results/lra_listops_curves.csv --out docs/results/lra_spt_curves
 
 Reads each `<family>-spt` run directory of `benchmarks/gpu_run.sh listops` (its pre-training in
-DIR/pretrain) and writes OUT.csv (one row per step of training in all: pre-training steps, then
-fine-tuning steps offset by the pre-training's; columns: each run's validation accuracy %, the
-pre-training's masked-token accuracy %) and OUT.png (one panel per family: the run from scratch
-from --scratch's column '<family> seed 0 ...', and the self-pretrained run on the same axis of
-total steps).
+DIR/pretrain) and writes OUT.csv (a row per step of training in all, fine-tuning offset by the
+pre-training; columns: each run's validation accuracy %, the pre-training's masked-token accuracy
+%) and OUT.png (a panel per family: the run from scratch, --scratch's column '<family> seed 0
+...', and the self-pretrained run on the same axis of total steps).
 """
 from __future__ import annotations
 

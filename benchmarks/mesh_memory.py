@@ -1,16 +1,17 @@
 r"""What a mesh saves per chip, on TPU slices compiled here (libtpu's compile-only topologies).
 
   python benchmarks/mesh_memory.py fsdp --output runs/mesh_memory.jsonl
-  python benchmarks/mesh_memory.py sequence --output runs/mesh_memory.jsonl [--families ponet,linear]
+  python benchmarks/mesh_memory.py sequence --output runs/mesh_memory.jsonl \
+      [--families ponet,linear]
 
 `fsdp`: the parameter and optimizer bytes each chip of a v5e 2x4 slice holds for the big models
 (PoNet-Base MLM, WMT14 Big, ViT-B/16 = DeiT-B, HVT-S-1), data parallel against fsdp 8: read from
 the train state's shardings on the slice (exactly the arrays the compiled step takes; nothing to
-compile). `sequence`: THE training step of each family's LRA Text encoder (the paper's 2 x 64
+compile). `sequence`: the training step of each family's LRA Text encoder (the paper's 2 x 64
 model, batch 1 per sequence) compiled for the slice at a length, split over 'sequence' or one
-whole sequence per chip (data parallel): bytes
-per chip (`memory_analysis`), the collectives' bytes, and the compile seconds. One JSON line per
-record, appended to --output; records already there are skipped, so a stopped run resumes.
+whole sequence per chip (data parallel): bytes per chip (`memory_analysis`), the collectives'
+bytes, and the compile seconds. One JSON line per record, appended to --output; records already
+there are skipped, so a stopped run resumes.
 """
 from __future__ import annotations
 

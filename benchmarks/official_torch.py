@@ -1,21 +1,18 @@
 r"""Our whole training step against the official PyTorch LRA text step of PoNet's authors, same CPU.
 
 Official side: lxchtan/PoNet `examples/LRA/code` -- its `model_wrapper.ModelForSC` built from its
-`lra_config.py` ('text' task, the `--models` attention) the way its `run_tasks.py` builds it
-(positions rounded up to a power of two: 4096), trained by run_tasks.py's step: zero_grad,
-forward with dropout, mean loss, backward, AdamW (betas 0.9 / 0.999, eps 1e-6, the config's lr and
-weight decay), OneCycleLR. Its code is imported from `--official_dir` (your checkout of that
-folder; nothing of it is copied into this repository) and runs under `--torch_python`, an
-interpreter with torch and numpy (torch is not a dependency of this project). One difference,
-on purpose: `mixed_precision` is off -- their amp is CUDA autocast and a GradScaler, which do
-nothing on a CPU; both sides run float32.
+`lra_config.py` ('text' task, the `--models` attention) as its `run_tasks.py` builds it (positions
+rounded up to 4096), trained by run_tasks.py's step: zero_grad, forward with dropout, mean loss,
+backward, AdamW (0.9 / 0.999, eps 1e-6), OneCycleLR. Its code is imported from `--official_dir`
+(your checkout; nothing of it is copied here) and runs under `--torch_python`, an interpreter
+with torch and numpy. On a CPU `mixed_precision` is off (their amp is CUDA autocast and a
+GradScaler, which do nothing there): both sides run float32.
 
-Our side: the training step train.py runs (trainer/step.py, built as benchmarks/efficiency.py builds
-it) of `configs/lra_text.py:ponet` / `:transformer`, with the official vocabulary size (512, so the
-parameter counts are equal; the byte data needs 257: `--our_vocab_size=0` keeps 257). Each
-`--our_xla_flags` value is one variant of our side: the XLA_FLAGS its processes get ('unset'
-removes the variable, 'inherit' keeps this process's environment); every process records the
-XLA_FLAGS it saw after the library was imported and jax started.
+Our side: train.py's training step (built as benchmarks/efficiency.py builds it) of
+`configs/lra_text.py:ponet` / `:transformer`, with the official vocabulary size (512, so the
+parameter counts are equal; `--our_vocab_size=0` keeps the byte data's 257). Each
+`--our_xla_flags` value is a variant of our side: the XLA_FLAGS its processes get ('unset'
+removes the variable, 'inherit' keeps this process's); every process records what it saw.
 
 Same batch on both sides: `--batch` rows of `--length` tokens, the first `--real_tokens` random
 bytes 1..256 and the rest 0 = padding (LRA text as both codes train it: 4000 bytes padded to 4096).
@@ -32,23 +29,19 @@ run with taskset on a shared machine; CPU time is then the load-robust clock.
   taskset -c 0 python benchmarks/official_torch.py --official_dir /path/PoNet/examples/LRA/code \
       --torch_python /path/torchvenv/bin/python --output_dir /tmp/official_torch
 
-Writes official_torch.json (every step time, versions, XLA_FLAGS, parameter counts and both sides'
+Writes official_torch.json (every step time, versions, XLA_FLAGS, parameter counts, both sides'
 model dims) and official_torch.md (the table); a later run with other --models keeps the earlier
-models' results in the same files.
+models' results.
 
-`--device cuda` (benchmarks/gpu_run.sh peer): the step as run_tasks.py runs it on a GPU --
-the model wrapped in nn.DataParallel, `mixed_precision` on (their ModelForSC's forward under
-torch.cuda.amp.autocast, fp16; their attention cores leave autocast and run float32) and the
-loss scaled by a GradScaler (scale, backward, scaler.step, scaler.update), batch 32 of 4096 as
-their lra_config 'text' trains it -- against our step in each `--our_precisions` dtype and, for
-softmax, each `--our_impls` attention implementation (cudnn: bf16 only). Step times are wall
-clock after torch.cuda.synchronize() / jax.block_until_ready, and each process records its own
-peak device memory (torch.cuda.max_memory_allocated(); jax's peak_bytes_in_use): one process per
-side, as always. `--device cpu` runs the same code: the same scaler calls, with autocast and the
-scaler disabled (what torch makes of them without CUDA), so a CPU test covers the GPU path.
-`--budget_s`: rounds go round every model (round 1 of every model, then round 2, ...), and a
-process that cannot finish in the time left is not started ('not run: budget spent'); the files
-are rewritten after every model of every round. `--output_name` names the two files.
+`--device cuda` (benchmarks/gpu_run.sh peer): the step as run_tasks.py runs it on a GPU -- the
+model in nn.DataParallel, `mixed_precision` on (forward under torch.cuda.amp.autocast, fp16;
+their attention cores run float32) and the loss scaled by a GradScaler -- against our step in
+each `--our_precisions` dtype and, for softmax, each `--our_impls` attention implementation
+(cudnn: bf16 only). Step times are wall clock after torch.cuda.synchronize() /
+jax.block_until_ready; each process records its own peak device memory. `--device cpu` runs the
+same scaler calls with autocast and the scaler disabled, so a CPU test covers the GPU path.
+`--budget_s`: rounds go round every model, a process that cannot finish in the time left is not
+started ('not run: budget spent'), and the files are rewritten after every model of every round.
 """
 import argparse
 import json
@@ -490,16 +483,18 @@ def official_version(rec: dict, key: str) -> str:
 
 
 def check_args(args) -> None:
-  """Bad input: one line before anything runs."""
+  """Bad input, refused before anything runs."""
   missing = [f for f in OFFICIAL_FILES if not os.path.isfile(os.path.join(args.official_dir, f))]
   if missing and args.torch_python != 'none':
-    raise ValueError(f'--official_dir {args.official_dir} lacks {", ".join(missing)}: give the folder '
-         'examples/LRA/code of a lxchtan/PoNet checkout')
+    raise ValueError(f'--official_dir {args.official_dir} lacks {", ".join(missing)}: give the '
+                     'folder examples/LRA/code of a lxchtan/PoNet checkout')
   if not args.output_dir:
-    raise ValueError('--output_dir is required: the folder official_torch.json / .md are written to')
+    raise ValueError('--output_dir is required: the folder official_torch.json / .md are '
+                     'written to')
   if not args.torch_python:
-    raise ValueError('--torch_python is required: an interpreter with torch and numpy (torch is not a '
-         'dependency of this project; e.g. a separate venv with CPU torch), or none: ours only')
+    raise ValueError('--torch_python is required: an interpreter with torch and numpy (torch is '
+                     'not a dependency of this project; e.g. a separate venv with CPU torch), or '
+                     'none: ours only')
   probe_code = 'import torch, numpy' + (
       '; assert torch.cuda.is_available(), "no CUDA device"' if args.device == 'cuda' else '')
   probe = subprocess.run([args.torch_python, '-c', probe_code], capture_output=True,
@@ -522,8 +517,8 @@ def check_args(args) -> None:
   if min(args.rounds, args.steps, args.batch) < 1 or args.warmup < 0:
     raise ValueError('--rounds, --steps and --batch must be >= 1 and --warmup >= 0')
   if args.length > OFFICIAL_POSITIONS:
-    raise ValueError(f'--length {args.length} exceeds the official model\'s {OFFICIAL_POSITIONS} positions '
-         '(lra_config text max_seq_len 4000, rounded up to a power of two)')
+    raise ValueError(f'--length {args.length} exceeds the official model\'s {OFFICIAL_POSITIONS} '
+                     'positions (lra_config text max_seq_len 4000, rounded up to a power of two)')
 
 
 def drive(args) -> None:
@@ -581,7 +576,7 @@ def parse_args(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   if '--child=official' in argv:   # --torch_python runs it: no absl, no poolformers_jax there
     p = argparse.ArgumentParser()
-  else:   # the project's one-line error contract
+  else:   # the project's error contract (poolformers_jax/errors.py)
     from poolformers_jax import errors  # pylint: disable=g-import-not-at-top
     p = errors.ArgumentParser(description=__doc__.split('\n', 1)[0])
   split = lambda s: [x for x in s.split(',') if x]

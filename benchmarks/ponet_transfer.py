@@ -1,15 +1,13 @@
 r"""Pre-training cost of PoNet vs BERT (softmax attention): steps/s and compiled memory.
 
-THE trainer's pre-training step (trainer/step.py) of `configs/ponet_pretrain.py:sso` (embeddings,
-post-LN blocks, tied MLM head over the vocabulary, SSO head; MLM + SSO loss; AdamW update with
-clipping) for mixer 'ponet' and 'softmax' (BERT, `:sso,bert`) at each length, resized by the flags; both measured in the same process, so the ratios are what transfers
-between machines:
+The trainer's pre-training step of `configs/ponet_pretrain.py:sso` (MLM + SSO loss, AdamW with
+clipping) for mixer 'ponet' and 'softmax' (BERT, `:sso,bert`) at each length, resized by the
+flags, both in the same process, so the ratios are what transfers between machines:
 - steps/s: 1 / median wall time of a step over `--repeats` runs after a warm-up, the two
-  models' steps interleaved so that both see the same load of a shared machine;
+  models' steps interleaved (the same load of a shared machine);
 - memory: XLA's compiled temp bytes of the step (`memory_analysis()`), deterministic.
-Both of the program train.py runs, under the environment's XLA_FLAGS (recorded), as in
-benchmarks/efficiency.py.
-Defaults are a reduced size for a CPU (the paper's PoNet-Base is 12 x 768, vocab 30522):
+Under the environment's XLA_FLAGS (recorded). Defaults are a reduced size for a CPU (the paper's
+PoNet-Base is 12 x 768, vocab 30522):
 
   nice -n 19 .venv/bin/python benchmarks/ponet_transfer.py --output_dir /tmp/ponet_transfer \
       --lengths 512,4096 --batch 2 --emb_dim 256 --num_layers 4 --vocab_size 8192

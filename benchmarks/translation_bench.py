@@ -1,22 +1,20 @@
 r"""Transformer vs CP-Transformer for translation: the columns of the ContextPool paper's Table 1
-(training memory and steps/s) and decoding speed, both models in ONE process so the ratios hold.
+(training memory and steps/s) and decoding speed, both models in one process so the ratios hold.
 
 For each of `configs/wmt14.py:base` (mixer 'softmax', standard) and `:base,cp` (CP-attention:
 encoder 'contextpool' + causal decoder ContextPool), resized by the flags below:
-- train step: median wall time of THE trainer's step (trainer/step.py: forward, backward, the
-  config's Adam update) on packed rows of random tokens, after a warm-up, the runs of both
-  models interleaved; steps/s and the ratio CP / standard;
+- train step: median wall time of the trainer's step on packed rows of random tokens, after a
+  warm-up, the runs of both models interleaved; steps/s and the ratio CP / standard;
 - memory: XLA's compiled temp + argument bytes of that step (memory_analysis(): deterministic);
 - decoding, before / after (the ratio of output tokens/s in this one process): greedy and beam-4
   translation of `--decode_sentences` random sources of 4..60 tokens, whose EOS logit is raised
-  from the source length on (so every run outputs the same tokens, as a trained model would
-  end near the source length).
+  from the source length on (every run outputs the same tokens).
     before: sources in input order, `--decode_batch` per batch, each padded to
             `--decode_pad_length` (the data max_length of the real config), decode length fixed
             to it, cross-attention keys/values written inside the step (the decoder as it was);
-    after:  tasks/translation.py's path: sources sorted by length, cut into batches of at most
-            `--batch_tokens` (the config's) padded to length buckets,
-            caches sized to source length + 50, cross-attention keys/values projected once.
+    after:  tasks/translation.py's path: sources sorted by length, batches of at most
+            `--batch_tokens` padded to length buckets, caches sized to source length + 50,
+            cross-attention keys/values projected once.
   `before_cross_kv_projections`: how many of the before decoder's per-step cross-attention
   key/value projections XLA moved out of the decoding loop (compiled once per batch anyway).
 
@@ -102,9 +100,8 @@ def _packed_batch(rng: np.random.Generator) -> dict:
 
 
 def _interleaved_medians(calls: dict, warmed=()) -> dict:
-  """Median seconds of each `name -> (fn, args)`, the runs of all names interleaved, so a load
-  that changes during the benchmark hits every model alike (the ratios are what we report).
-  Every call but those `warmed` already runs once first (compilation, warm-up)."""
+  """Median seconds of each `name -> (fn, args)`, the runs of all names interleaved (a changing
+  load hits every model alike); every call but those `warmed` runs once first."""
   for name, (fn, args) in calls.items():
     if name not in warmed:
       jax.block_until_ready(fn(*args))
@@ -147,7 +144,8 @@ def _output_tokens(tokens: np.ndarray) -> int:
 
 def decoders(model, params, sources: list, batch_tokens: int) -> dict:
   """name -> (fn, args): each translates every source and returns its output token count."""
-  model = EndsAtSourceLength(**{f: getattr(model, f) for f in TransformerSeq2Seq.__dataclass_fields__
+  model = EndsAtSourceLength(**{f: getattr(model, f)
+                                for f in TransformerSeq2Seq.__dataclass_fields__
                                 if f not in ('parent', 'name')})
   slow = model.clone(cache_cross_attention=False)
   before_batches = []
@@ -176,9 +174,8 @@ def decoders(model, params, sources: list, batch_tokens: int) -> dict:
 
 def cross_kv_outside_loop(translate, params, ids) -> int:
   """How many cross-attention key/value projections the compiled `translate` computes in its
-  entry computation, i.e. once, outside the decoding loop. The before decoder writes them
-  inside the loop body; XLA's loop-invariant code motion moves them out (each fusion keeps its
-  op_name, so a projection found in ENTRY was hoisted)."""
+  entry computation, outside the decoding loop: XLA's loop-invariant code motion hoists the before
+  decoder's (each fusion keeps its op_name)."""
   text = translate.lower(params, ids).compile().as_text()
   entry = text[text.index('\nENTRY'):]
   entry = entry[:entry.index('\n}')]
@@ -202,7 +199,8 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
           before, params, np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32))}
   if not FLAGS.decode_only:
     compiled = step_lib.compile_train_step(setup)
-    calls['train'] = (step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1)), (batch,))
+    calls['train'] = (step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1)),
+                      (batch,))
     out.update(train_temp_bytes=compiled.memory['temp'],
                train_argument_bytes=compiled.memory['argument'])
   return out

@@ -13,10 +13,8 @@ from poolformers_jax._version import __version__  # noqa: F401
 
 
 def import_registering_modules(kind: str) -> list[str]:
-  """Imports every module of the kind's subpackage (registry.PACKAGES) whose text calls
-  `register_<kind>(`, then the kind's installed entry points; returns the modules' names. Read
-  as text first, so a module that registers nothing (an input pipeline, a helper) is not
-  imported. Lives here, above every kind, so the registry imports none of them."""
+  """Imports every module of the kind's subpackage whose text calls `register_<kind>(` (a module
+  that registers nothing is not imported), then the kind's entry points; returns the names."""
   package = _registry.PACKAGES[kind]
   spec = importlib.util.find_spec(package)
   names = []

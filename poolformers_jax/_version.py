@@ -1,2 +1,2 @@
-"""The one version string: pyproject.toml reads it (dynamic version), the package exports it."""
+"""The version string: pyproject.toml reads it (dynamic version), the package exports it."""
 __version__ = '0.1.0'

@@ -2,12 +2,9 @@ r"""Checkpoint averaging (Vaswani et al. 2017: the last 5 checkpoints for Base, 
 
   python -m poolformers_jax.average --workdir DIR [--last N]
 
-Averages the parameters of the last N checkpoints of DIR/checkpoints (all kept ones by default;
-`config.keep_checkpoints` says how many training keeps) and writes them as DIR/averaged/<step>
-(<step> = the newest averaged one, whose optimizer state and step it keeps), with its integrity
-record like every checkpoint. eval.py and `python -m poolformers_jax.translate` load it with
-`--checkpoint averaged`. The run's config comes from DIR/config.json. Every checkpoint read is
-verified against its integrity record; bad input ends with one line `error: ...`.
+Averages the parameters of the last N checkpoints of DIR/checkpoints (default: all kept) into
+DIR/averaged/<step> (the newest one's step and optimizer state), with its integrity record;
+eval.py and translate load it with `--checkpoint averaged`. Every checkpoint read is verified.
 """
 from __future__ import annotations
 
@@ -27,8 +24,7 @@ from poolformers_jax.trainer.setup import make_setup
 
 def average_checkpoints(workdir: str, last: Optional[int] = None, config=None) -> dict:
   """Writes DIR/averaged/<step>: the mean parameters of the last `last` checkpoints (None: all
-  kept). Returns {'step': <step>, 'averaged_steps': [...]}. `config`: the run's by default; one
-  whose model differs is refused (config.with_run_model)."""
+  kept). Returns {'step': <step>, 'averaged_steps': [...]}. `config`: the run's by default."""
   config = config_lib.with_run_model(config, workdir)
   setup = make_setup(config)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=int(config.keep_checkpoints),

@@ -7,33 +7,28 @@ and (PoNet, `--to hf`) our checkpoint back to a Hugging Face folder.
         --checkpoint latest --split validation
 
 Sources (the format is read from the names):
-- timm ViT / DeiT (`deit_tiny_patch16_224`, `deit_small_patch16_224`, `vit_base_patch16_384`, ...):
-  `.safetensors` (read with the `safetensors` package and numpy: no torch needed), or the
-  official DeiT `.pth` (`{'model': state_dict}`; read without torch).
+- timm ViT / DeiT (`deit_tiny_patch16_224`, `vit_base_patch16_384`, ...): `.safetensors`, or the
+  official DeiT `.pth` (`{'model': state_dict}`); neither needs torch.
 - PoNet-Base (`chtan/ponet-base-uncased`, BERT names; --source the folder with config.json,
   --config configs/ponet_pretrain.py:sso).
 - HVT release checkpoints (MonashAI/HVT, `{'model': state_dict, 'args': ...}` `.pth`, or the same
-  state dict saved as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
+  state dict as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
 
-PoNet back to Hugging Face (model.safetensors + config.json + README.md, the official names;
-the official modeling code loads it with `PoNetForPreTraining.from_pretrained` or, with a
-classifier, `PoNetForSequenceClassification`; `config.init_from` reads such a folder directly):
+PoNet back to Hugging Face (model.safetensors + config.json + README.md, the official names,
+loaded by the official `PoNetForPreTraining` / `PoNetForSequenceClassification` and by
+`config.init_from`):
     python -m poolformers_jax.convert --to hf --source runs/ponet_pretrain \
         --workdir runs/ponet_pretrain_hf
-The architecture is the run's own (DIR/config.json; a --config whose model differs is refused
-naming the keys); a run directory exports its best checkpoint, else its latest. An NSP sentence
-head (2 classes) is refused, the official class has a 3-class one: --drop_sentence_head exports
-the rest. The folder records the run, checkpoint, step and commit (config.json
-'poolformers_jax_export', README.md). Call the exported model with `token_type_ids` (ours derives
-them from [SEP], the official code defaults to zeros): docs/results/ponet_transfer.md.
+The architecture is the run's own (DIR/config.json); a run directory exports its best checkpoint,
+else its latest. An NSP sentence head (2 classes) is refused (the official class has a 3-class
+one); --drop_sentence_head exports the rest. The folder records the run, checkpoint, step and
+commit. Call the exported model with `token_type_ids` (ours derives them from [SEP], the official
+code defaults to zeros): docs/results/ponet_transfer.md.
 
-The config names the model (`configs/imagenet.py:hvt_s_1`, ...); every tensor must land on a
-parameter of the same shape and every parameter must be filled, else one line says which names
-differ. The checkpoint is a full train state at step 0 (parameters, a fresh optimizer state) in
-DIR/checkpoints/0, the layout training writes, so `eval.py --checkpoint latest`,
-`config.init_from=DIR` and a training run started in DIR (it resumes from step 0) all read it.
-
-The name mappings and the one reader of the weights live in `poolformers_jax.weights`.
+Every tensor must land on a parameter of the same shape and every parameter must be filled, else
+the error names what differs. The checkpoint is a train state at step 0 (a fresh optimizer
+state) in DIR/checkpoints/0, the layout training writes, so eval.py, `config.init_from=DIR` and a
+training run in DIR all read it. The name mappings and the reader live in `poolformers_jax.weights`.
 """
 from __future__ import annotations
 
@@ -147,12 +142,9 @@ with `token_type_ids`: poolformers_jax derives them from [SEP] (0 up to and incl
 
 def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = False
               ) -> dict[str, Any]:
-  """Our PoNet checkpoint (a workdir: its best checkpoint, else the latest; or
-  DIR/checkpoints/<step>) -> a Hugging Face folder (model.safetensors + config.json + README.md)
-  that the official modeling code loads. The model is the run's (config None: the run's
-  config.json; a config whose model differs is refused: config.with_run_model). Returns
-  what was written: folder, run, checkpoint, step, commit, heads (also in config.json under
-  'poolformers_jax_export' and in README.md)."""
+  """Our PoNet checkpoint (a workdir or DIR/checkpoints/<step>) -> a Hugging Face folder that the
+  official modeling code loads; the model is the run's (config.with_run_model). Returns what was
+  written: folder, run, checkpoint, step, commit, heads (also in config.json and README.md)."""
   from poolformers_jax.experiments.runs import git_commit
   from poolformers_jax import config as config_lib
   from poolformers_jax.trainer import init_from
@@ -163,8 +155,8 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
     raise ConversionError(f'--source {source} is not in a run directory (no config.json says '
                           'what the model is); pass --config')
   if config.model.name not in ponet_conversion.MODELS:
-    raise ConversionError(f'--to hf: only PoNet models {ponet_conversion.MODELS} have a Hugging Face '
-                          f'layout; the run trained {config.model.name!r}.')
+    raise ConversionError(f'--to hf: only PoNet models {ponet_conversion.MODELS} have a Hugging '
+                          f'Face layout; the run trained {config.model.name!r}.')
   if os.path.exists(os.path.join(folder, 'model.safetensors')):
     raise ConversionError(f'{folder} already holds model.safetensors; pass an empty --workdir.')
   params, heads = _hf_heads(init_from.read_variables(state_dir)['params'], drop_sentence_head)

@@ -1,16 +1,13 @@
-"""The one error contract of every command-line entry point (train.py, eval.py, the `python -m
-poolformers_jax.<module>` tools, the benchmarks): bad input ends as ONE stderr line
+"""The error contract of every command-line entry point (train.py, eval.py, the programs, the
+benchmarks): bad input ends as one stderr line, before anything is compiled, with exit code 2
 
     error: <what is wrong>; <what to do>
 
-with exit code 2, raised before anything is compiled; a diverged run (non-finite loss) as one line
-with exit code 1. `--verbose_errors` shows the traceback instead. Light on purpose (the standard
-library only; absl when a program runs), so that a tool can fail before it imports jax, and
-importing it (config/ does) defines no absl flag: the programs define theirs (`define_flags`).
-
-- absl mains: `cli.start` runs them inside `reported_in_one_line`, with `cli.parse_flags` so
-  that bad flags end the same way.
-- argparse mains: build the parser with `ArgumentParser` and decorate `main` the same way.
+and a diverged run (non-finite loss) likewise with exit code 1; `--verbose_errors` shows the
+traceback instead. The standard library only (absl when a program runs), so a tool fails before it
+imports jax; importing it defines no absl flag (the programs call `define_flags`). absl mains run
+inside `reported_in_one_line` (`cli.start`); argparse mains use `ArgumentParser` and
+`one_line_errors`.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The optional parts of the install: what each extra of pyproject.toml lets you import.
 
 A module that needs an extra calls `require(extra, __name__)` first, so a missing package fails
-on import in one line naming the pip command, not deep inside a training run."""
+on import naming the pip command, not deep inside a training run."""
 from __future__ import annotations
 
 import importlib.util
@@ -17,7 +17,7 @@ MODULES: dict[str, tuple[str, ...]] = {
 
 
 class MissingExtraError(ModuleNotFoundError):
-  """An optional package is not installed; the message is the one line to act on."""
+  """An optional package is not installed; the message names the pip command."""
 
 
 def require(extra: str, user: str) -> None:

@@ -1,22 +1,18 @@
-"""The one registration pattern: a `Registry` per kind, filled by decoration alone.
+"""The registration pattern: a `Registry` per kind, filled by decoration alone.
 
-    @register_model('vit')                      # models/registry.py: register_model = MODELS.register
+    @register_model('vit')                           # register_model = MODELS.register
     def build_vit(cfg): ...
-    @register_mixer('ponet')                    # layers/registry.py: register_mixer = MIXERS.register
+    @register_mixer('ponet')                         # register_mixer = MIXERS.register
     class PoNet(nn.Module): ...
-    register_dataset('listops', DatasetSpec(...))   # a value that is not a def/class: same method
+    register_dataset('listops', DatasetSpec(...))    # a value that is not a def/class
     MODELS['vit'], 'ponet' in MIXERS, sorted(DATASETS)
 
 The first read of a registry imports every module of its kind's subpackage (`PACKAGES`) whose
-text calls `register_<kind>(` (a module that registers nothing is not imported), so a new
-paper's mixer, model or dataset is its own file and nothing else. This module imports none of
-them: the walk (`import_registering_modules`) is installed by poolformers_jax/__init__.py, above
-every kind, so no import cycle runs through the registry.
-
-Outside the package, without editing it: a module of the user's that registers names is imported
-by the programs from `config.imports` ('my_mixers,lab.models'; `import_modules`), and an installed
-distribution registers through the entry-point groups `poolformers_jax.mixers` /
-`poolformers_jax.models` (each entry point names a module, loaded with the kind's own files):
+text calls `register_<kind>(`, so a new paper's mixer, model or dataset is its own file and nothing
+else. The walk is installed by poolformers_jax/__init__.py, above every kind, so no import cycle
+runs through the registry. From outside the package: `config.imports` names the user's modules
+('my_mixers,lab.models'), and an installed distribution declares entry points (each names a
+module):
 
     [project.entry-points."poolformers_jax.mixers"]
     my_mixer = "my_package.my_mixer"
@@ -30,11 +26,9 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 PACKAGES: dict[str, str] = {'mixer': 'poolformers_jax.layers', 'model': 'poolformers_jax.models',
                             'dataset': 'poolformers_jax.data', 'task': 'poolformers_jax.tasks'}
 
-# kind -> the entry-point group whose installed plugins register names of that kind
 ENTRY_POINT_GROUPS: dict[str, str] = {'mixer': 'poolformers_jax.mixers',
                                       'model': 'poolformers_jax.models'}
 
-# Imports the modules that register names of a kind; set by poolformers_jax/__init__.py.
 _loader: Optional[Callable[[str], None]] = None
 
 
@@ -47,7 +41,7 @@ _MISSING = object()
 
 
 class UnknownNameError(KeyError, ValueError):
-  """A name no file registered; one line with the valid names (a KeyError for `in` / `.get`)."""
+  """A name no file registered; the message lists the valid names (a KeyError for `in` / `.get`)."""
 
   def __str__(self) -> str:  # KeyError would quote the message
     return str(self.args[0])
@@ -115,7 +109,7 @@ register_task: Callable = TASKS.register
 
 def import_modules(names: str | Sequence[str]) -> list[str]:
   """Imports the modules of `config.imports` ('a,b.c' or a list), so what they register is
-  found; returns their names. A module that is not importable fails in one line."""
+  found; returns their names."""
   if isinstance(names, str):
     names = names.split(',')
   names = [n.strip() for n in names if n.strip()]

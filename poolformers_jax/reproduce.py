@@ -4,16 +4,12 @@ r"""Reproduce a Long Range Arena table, or PoNet's GLUE table, in one command.
       [--seeds 0,1,2] [--size full|small|tiny] [--set key=value ...] [--spt [--spt_steps N]
       [--finetune_steps N] [--spt_objective masked|causal]]
 
-For every task (`--task all`: every LRA task) and model family it trains the task's config
-(configs/lra_<task>.py:<family>,<size>) in its own workdir, WORKDIR/<task>/<family>/seed<s>, with
-the one training loop (`train.train_and_evaluate`: resumes from the latest checkpoint, evaluates
-the best checkpoint on test). A finished run (its result.json exists) is not trained again. It
-then writes WORKDIR/results.json and WORKDIR/results.md: per task and family the test accuracy
-(mean ± sample std over seeds), the papers' numbers beside it (experiments/papers.json, the one
-copy), steps/s, wall time (summed over every invocation that trained the run, resumptions
-included), peak memory, device, seeds and git commit; and WORKDIR/curves.png and curves.csv, the
-validation accuracy of every run against its step. A task whose data is missing is reported as
-such, with the one line that says how to get it.
+For every task and model family it trains configs/lra_<task>.py:<family>,<size> in
+WORKDIR/<task>/<family>/seed<s> with `train.train_and_evaluate` (resuming; a run whose result.json
+exists is not trained again), then writes WORKDIR/results.json and results.md (per task and
+family: test accuracy, mean ± sample std over seeds, beside the papers' numbers; steps/s, wall
+time over every invocation, peak memory, device, seeds, git commit) and curves.png / curves.csv
+(validation accuracy against step). A task whose data is missing is reported with what to do.
 
 `--spt` adds self-pretraining (Amos et al. 2024, data/masking.py) beside every run: the `spt`
 config (masked tokens of the task's own training inputs) in WORKDIR/<task>/<family>/spt_seed<s>/
@@ -30,15 +26,12 @@ The GLUE table of PoNet's slides: the paper's grid per task, the best run on dev
       [--learning_rates 3e-5,5e-5,1e-4,3e-4] [--size full|small|tiny]
 
 Every (batch size, learning rate) of the grid trains configs/glue.py:<task>,<family> in
-WORKDIR/glue/<family>/<task>/b<batch>_lr<lr> (4 epochs: the config's steps follow the batch size;
-a finished run is not trained again). A run's dev score is its best validation evaluation of the
-task's metric (the one its best checkpoint keeps); the task's result is the run with the highest
-dev score. MNLI's matched accuracy is that score, its mismatched one the test split (validation
-mismatched) of the same best checkpoint. WORKDIR/glue_results.md (one table: ours beside the
-slides' PoNet-Base and BERT-Base numbers, papers.json) and glue_results.json (every run).
+WORKDIR/glue/<family>/<task>/b<batch>_lr<lr> (4 epochs). A run's dev score is its best validation
+evaluation of the task's metric; the task's result is the run with the highest. MNLI's mismatched
+accuracy is the test split (validation mismatched) of the same best checkpoint. Written:
+WORKDIR/glue_results.md (ours beside the slides' PoNet-Base and BERT-Base) and glue_results.json.
 
-The work is done in poolformers_jax/experiments/ (lra, glue, runs, tables, plots, papers);
-this module is the program: its arguments and `main`.
+The work is done in poolformers_jax/experiments/; this module is the program's arguments.
 """
 from __future__ import annotations
 
@@ -149,7 +142,7 @@ def command(argv: Sequence[str]) -> Optional[dict[str, Any]]:
                             overrides=args.set, configs_dir=args.configs_dir, command=command_line,
                             spt=args.spt, pretrain_steps=args.spt_steps,
                             finetune_steps=args.finetune_steps, objective=args.spt_objective)
-  except RunStopped as stopped:   # one line, not a traceback: nothing went wrong
+  except RunStopped as stopped:   # not a traceback: nothing went wrong
     raise SystemExit(f'stopped: {stopped}') from None
   print(tables.markdown(results))
   return results

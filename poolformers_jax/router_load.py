@@ -5,12 +5,11 @@ to one head; the paper's "Rand" / single-resolution ablations (Table 5) cost 3-7
     python -m poolformers_jax.router_load --workdir DIR [--checkpoint best] [--split test]
                                            [--num_batches N] [--batch_size N]
 
-Prints one JSON object: per AdaMRA layer (its module path, e.g. `encoder/block_0/mixer`) the
-heads' compression rates, the real tokens counted and `load`, the fraction routed to each head
-(in the order of `compression_rates`); `split`, `step`, `checkpoint`. Real tokens are the non-pad
-ids of the examples of `split` (padding rows of the last batch left out), read and preprocessed
-as evaluation reads them. In Python: `router_load(load_run(DIR))`, or `count_routes` on the
-'intermediates' of any `model.apply(..., mutable=['intermediates'])` (the AdaMRA notebook).
+Prints one JSON object: per AdaMRA layer (its module path) the heads' compression rates, the
+real tokens counted and `load`, the fraction routed to each head; `split`, `step`, `checkpoint`.
+Real tokens are the non-pad ids of `split`'s examples, read as evaluation reads them. In Python:
+`router_load(load_run(DIR))`, or `count_routes` on the 'intermediates' of any
+`model.apply(..., mutable=['intermediates'])`.
 """
 from __future__ import annotations
 
@@ -27,9 +26,7 @@ from poolformers_jax import cli
 
 def count_routes(intermediates: Any, mask: np.ndarray, num_heads: int) -> dict[str, np.ndarray]:
   """{layer path: tokens routed to each head [num_heads]} from the sown 'routed_head' [B, n] of
-  every AdaMRA layer in `intermediates` (the 'intermediates' collection), counting positions where
-  `mask` [B, n] is True. A model that prepends a [CLS] token routes n + 1 positions: the
-  [CLS] counts as real."""
+  every AdaMRA layer, counting positions where `mask` [B, n] is True (a prepended [CLS] counts)."""
   mask = np.asarray(mask, bool)
   flat = jax.tree_util.tree_flatten_with_path(intermediates)[0]
   counts = {}

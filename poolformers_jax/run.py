@@ -6,16 +6,12 @@ run's own input processing).
     run.logits(['[MAX 2 9 ]'])                                   # [N, num_classes]
     batch = run.encode(['[MAX 2 9 ]'])                           # {'inputs': [N, max_length]}
 
-A run is read as eval.py and `python -m poolformers_jax.translate` read it: the run's own
-DIR/config.json (model and data settings), `make_setup` and `checkpoint.restore_for_reading` (the
-checkpoint verified against its integrity record, restored onto the devices at hand with their
-shardings: no orbax warnings); only the model's variables are read, not the optimizer state.
-Raw inputs become records through the dataset's `record` and examples through its own
-`preprocess` (both declared in data/<dataset>.py), exactly as evaluation makes them; what
-`predict` returns is the task's `prediction` (tasks/). So ListOps strings lose their parentheses
-where the run dropped them (config.data.keep_parentheses), and their brackets too where it read
-them as the 2020 LRA pipeline did (config.data.tokenizer='alphanumeric'), text becomes the run's
-bytes or WordPiece ids, images the run's pixels. What a raw input is, per dataset:
+A run is read as eval.py reads it: its DIR/config.json, `make_setup`, and the checkpoint verified
+against its integrity record, restored onto the devices at hand (the model's variables only, not
+the optimizer state). Raw inputs become examples through the dataset's own `record` and
+`preprocess` (data/<dataset>.py), exactly as evaluation makes them (ListOps strings lose their
+parentheses where the run dropped them, text becomes the run's bytes or WordPiece ids, images its
+pixels); `predict` returns the task's `prediction` (tasks/). What a raw input is, per dataset:
   listops                  a string of ListOps tokens (with or without parentheses) or a token list
   lra_text                 a string (or bytes)
   lra_retrieval            a pair of documents (text1, text2)
@@ -25,9 +21,8 @@ bytes or WordPiece ids, images the run's pixels. What a raw input is, per datase
   text_classification      a document string
   wmt14                    a source sentence (predict translates it)
   enwik8, text8            a text (predict gives the distribution of the symbol after it)
-Inputs longer than the run's config.data.max_length are refused (one line naming the input);
-`too_long='truncate'` cuts them as the run's data did. Refusals are one line (no run, a damaged
-or missing checkpoint, a pre-training run asked for predictions).
+Inputs longer than the run's config.data.max_length are refused, naming the input;
+`too_long='truncate'` cuts them as the run's data did.
 """
 from __future__ import annotations
 
@@ -66,11 +61,8 @@ def _mesh_for(config):
 def load_run(workdir: str, checkpoint: Union[str, int] = 'best', *,
              trust_imports: bool = False) -> 'Run':
   """The run trained in `workdir` at `checkpoint` ('best' | 'latest' | 'averaged' | a step),
-  restored onto the devices at hand. One line (ValueError / FileNotFoundError) when there is no
-  run there, the checkpoint is missing or damaged.
-
-  A run directory runs no code on load: a run whose config names modules (`config.imports`, a
-  mixer or model of its own) loads only when they are imported already, or with
+  restored onto the devices at hand. A run directory runs no code on load: a run whose config
+  names modules (`config.imports`) loads only when they are imported already, or with
   `trust_imports=True` (then they are imported, as train.py / eval.py do)."""
   from poolformers_jax import config as config_lib
   from poolformers_jax.trainer import checkpoint as checkpoint_lib
@@ -119,7 +111,7 @@ class Run:
   model: Any
   params: Any                          # on the devices at hand (replicated over them)
   batch_stats: Any = None              # BatchNorm statistics (models with BatchNorm only)
-  setup: Any = dataclasses.field(default=None, repr=False)   # trainer.setup.Setup: task, mesh, ...
+  setup: Any = dataclasses.field(default=None, repr=False)   # trainer.setup.Setup
   _apply: Any = dataclasses.field(default=None, repr=False)
 
   @property
@@ -138,7 +130,7 @@ class Run:
   def _examples(self, raw_inputs: Sequence[Any], too_long: str) -> list[dict[str, np.ndarray]]:
     from poolformers_jax.data.info import Preprocess
     data_config = self.config.data
-    record = data_base.get_spec(data_config.name).record   # the dataset's declaration (data/<x>.py)
+    record = data_base.get_spec(data_config.name).record
     if record is None:
       readable = sorted(n for n in data_base.DATASETS if data_base.DATASETS[n].record)
       raise ValueError(f'load_run cannot encode raw inputs of dataset {data_config.name!r}; '
@@ -181,13 +173,12 @@ class Run:
                        f'{what}; fine-tune it (config.init_from={self.workdir}) and load that run')
 
   def batch_size_for(self, batch_size: Optional[int]) -> int:
-    """`batch_size` (default: the run's eval batch size) rounded up to a multiple of the devices,
-    over which a batch is split."""
+    """`batch_size` (default: the run's eval batch size) rounded up to a multiple of the devices."""
     devices = self.setup.mesh.devices.size
     size = int(batch_size or self.setup.eval_batch_size)
     if size < 1:
       raise ValueError(f'batch_size={batch_size} must be positive')
-    return -(-size // devices) * devices   # a multiple of the devices: the batch is split over them
+    return -(-size // devices) * devices
 
   def _forward(self, examples: list[dict[str, np.ndarray]], batch_size: Optional[int]):
     """The model's outputs for `examples`, batch by batch (the last padded with zero rows)."""

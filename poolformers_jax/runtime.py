@@ -1,11 +1,10 @@
 """Process-wide jax settings the programs opt into; importing poolformers_jax changes none of them.
 
     from poolformers_jax import runtime
-    runtime.configure_program()   # what train.py, eval.py, summary, reproduce and benchmarks/* run first
+    runtime.configure_program()   # what the programs and benchmarks/* run first
 
 Both settings touch jax through private names that no public API offers; each checks that the
-name exists, and when it does not (another jax), logs one line and leaves jax as it is.
-A library user who wants either calls it before the first compile.
+name exists, and when it does not (another jax), logs a warning and leaves jax as it is.
 """
 from __future__ import annotations
 
@@ -26,11 +25,9 @@ THREEFRY_RULES = {'unrolled': '_threefry2x32_lowering_rule',   # GPU / TPU's: on
 def use_cpu_when_no_tpu_chip() -> bool:
   """Sets jax_platforms='cpu' when libtpu is installed but no TPU chip is attached; True if set.
 
-  libtpu is installed on CPU machines only to compile for TPU slices (`summary --topology`).
-  Left alone, jax starts the TPU runtime at every start there, which looks for TPU hosts and
-  prints warnings before a program's first line. With no TPU chip and no GPU plugin, the CPU is
-  the only backend there is: say so to jax (as JAX_PLATFORMS=cpu would), unless the user chose
-  platforms or jax has already started."""
+  libtpu is installed on CPU machines only to compile for TPU slices (`summary --topology`);
+  left alone, jax starts the TPU runtime there, which looks for TPU hosts and prints warnings.
+  Nothing is set when the user chose platforms, a GPU plugin is installed or jax has started."""
   if (os.environ.get('JAX_PLATFORMS') or jax.config.jax_platforms
       or importlib.util.find_spec('libtpu') is None):
     return False
@@ -54,15 +51,12 @@ def use_cpu_when_no_tpu_chip() -> bool:
 def install_cpu_threefry_lowering(form: str = 'unrolled') -> bool:
   """Lowers jax's threefry hash for the CPU in `form` ('unrolled' or 'rolled'); True if installed.
 
-  Dropout masks are threefry bits. For the CPU, jax lowers the hash's 20 rounds as a while loop
-  of 5 iterations over whole arrays (to compile faster); XLA:CPU runs that as 5 memory-bound
-  passes per mask and cannot fuse them into the mask's select, a large share of a dropout-heavy
-  CPU step (the measurement: docs/results/ponet_speed.md). Unrolled (as jax lowers it for GPU and
-  TPU), the hash is one elementwise expression that fuses into its consumer, cheaper to run and
-  slower to compile (what the test suite's hundreds of tiny steps avoid). The rounds, keys and
-  counters are the same, so every random bit -- dropout masks included -- is unchanged (tested
-  to the bit). Applies to every program compiled
-  afterwards in this process; 'rolled' restores jax's own CPU lowering."""
+  Dropout masks are threefry bits. For the CPU, jax lowers the hash's 20 rounds as a loop of 5
+  iterations over whole arrays, which XLA:CPU runs as 5 memory-bound passes per mask, unfused
+  with the mask's select (docs/results/ponet_speed.md). Unrolled (as for GPU and TPU), the hash is
+  one elementwise expression that fuses into its consumer: cheaper to run, slower to compile.
+  Every random bit is unchanged (tested). Applies to every program compiled afterwards in this
+  process; 'rolled' restores jax's own CPU lowering."""
   rule_name = THREEFRY_RULES[form]
   try:   # private API: no public one chooses a primitive's lowering
     from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
@@ -82,8 +76,7 @@ def install_cpu_threefry_lowering(form: str = 'unrolled') -> bool:
 
 
 def configure_program() -> None:
-  """The settings of this project's programs (train.py, eval.py, summary, reproduce,
-  benchmarks/*): the CPU when libtpu has no chip, and the unrolled threefry lowering on the CPU.
-  Call before anything is compiled."""
+  """The programs' settings: the CPU when libtpu has no chip, the unrolled threefry lowering on
+  the CPU. Call before anything is compiled."""
   use_cpu_when_no_tpu_chip()
   install_cpu_threefry_lowering('unrolled')

@@ -4,33 +4,28 @@
 
 Fields:
 - params: number of trainable parameters (the `params` collection; no batch statistics).
-- macs: multiply-accumulates of ONE example's deterministic forward pass, counted the way the
-  papers count "FLOPs" (HVT Appendix S2: phi_BLK = 12 n d^2 + 2 n^2 d): every matrix product and
-  convolution in the traced jaxpr, including the attention products Q K^T and A V, and nothing
-  else (no softmax, normalisation, activation or pooling). Counted exactly from shapes: a
-  dot_general costs prod(lhs shape) * prod(rhs free dims); a convolution costs
+- macs: multiply-accumulates of one example's deterministic forward pass, counted as the papers
+  count "FLOPs" (HVT Appendix S2: phi_BLK = 12 n d^2 + 2 n^2 d): every matrix product and
+  convolution of the traced jaxpr, attention products included, nothing else. Exact from shapes:
+  a dot_general costs prod(lhs shape) * prod(rhs free dims); a convolution
   prod(output shape) * prod(kernel window) * in_channels / groups.
-- xla_flops: XLA's own cost_analysis() flops of the same forward (lowered, not compiled),
-  which also counts elementwise work and counts a multiply-add as 2; reported for reference.
-- train_step_memory_bytes: bytes of THE training step train.py runs (forward,
-  backward, the config's optimizer update, metric sums), compiled at --batch_size (default
-  config.batch_size) on one device, from `memory_analysis()`: arguments + outputs +
-  temporaries - aliased (state and accumulator are donated); `train_step_memory` has the parts.
-- stage_lengths: the token sequence length of every stage, from the model's `stage_lengths()`
-  when it has one, else the input length (tokens) or H * W (images).
-The dataset's files are not needed: its sizes come from the dataset's constants
-(`DatasetSpec.shapes`) where the files are missing, so every registered model can be sized.
+- xla_flops: XLA's cost_analysis() flops of the same forward (elementwise work too, a
+  multiply-add as 2); for reference.
+- train_step_memory_bytes: `memory_analysis()` of train.py's training step compiled at
+  --batch_size on one device: arguments + outputs + temporaries - aliased; `train_step_memory`
+  has the parts.
+- stage_lengths: the sequence length of every stage (the model's `stage_lengths()`, else the
+  input length or H * W).
+The dataset's files are not needed (sizes from `DatasetSpec.shapes`).
 
 On accelerators this machine does not have (docs/accelerators.md):
 
     python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --topology v5e:2x2
     python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --export_cuda step.mlir
 
---topology compiles the training and eval steps for that TPU slice (needs libtpu; the global
-batch is split over its chips) and reports, per chip, memory against HBM, flops, bytes, the
-collectives, XLA's and a roofline step time and the time to train. --export_cuda writes the
-training step lowered for CUDA by `jax.export` (StableHLO text, one device): what a GPU compiles,
-checked here without one.
+--topology compiles the training and eval steps for that TPU slice (needs libtpu) and reports,
+per chip, memory against HBM, flops, bytes, collectives, step time and time to train.
+--export_cuda writes the training step lowered for CUDA by `jax.export` (StableHLO text).
 """
 from __future__ import annotations
 
@@ -97,8 +92,7 @@ def count_macs(jaxpr) -> int:
 # ---------------------------------------------------------------- the summary
 
 def forward_macs(model, inputs: Any, variables: Any = None) -> int:
-  """Matmul + convolution MACs of one deterministic forward of `inputs` (abstract; batch 1 for
-  one example), traced, not run."""
+  """Matmul + convolution MACs of one deterministic forward of `inputs`, traced, not run."""
   if variables is None:
     variables = abstract_variables(model, inputs)
   forward = lambda v, x: model.apply(v, x, deterministic=True)
@@ -128,8 +122,7 @@ def stage_lengths(model, info) -> list[int]:
 
 
 def summarize(config, batch_size: Optional[int] = None) -> dict[str, Any]:
-  """The summary dict of `config` on one device; `batch_size` defaults to config.batch_size.
-  The data's files are not needed (sizes from the dataset's constants)."""
+  """The summary dict of `config` on one device; `batch_size` defaults to config.batch_size."""
   updates = {'num_devices': 1}
   if batch_size:
     updates['batch_size'] = int(batch_size)

@@ -3,12 +3,10 @@ r"""Translate text with a trained model: one detokenized line out per line in, s
   python -m poolformers_jax.translate --workdir DIR [--checkpoint best|latest|averaged|STEP]
       --input FILE|- --output FILE|- [--beam 4 --alpha 0.6 --batch_tokens N]
 
-The run's config (model, SentencePiece vocabulary, decode settings) comes from DIR/config.json;
---beam, --alpha and --batch_tokens override config.decode. Decoding is the one eval.py uses
-(beam search on the KV cache, sources bucketed by length, output at most source length + 50
-tokens; sources longer than config.data.max_length tokens are cut, EOS kept), so the same
-sentences give the same translations. `-` reads stdin / writes stdout. Bad input ends with one
-line `error: ...` and exit code 2.
+The run's config comes from DIR/config.json; --beam, --alpha and --batch_tokens override
+config.decode. Decoding is eval.py's (beam search on the KV cache, output at most source length +
+50 tokens, sources cut to config.data.max_length with EOS kept), so the same sentences give the
+same translations. `-` reads stdin / writes stdout.
 """
 from __future__ import annotations
 
@@ -23,8 +21,7 @@ from poolformers_jax.run import load_run
 def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best',
                    trust_imports: bool = False, **decode) -> list[str]:
   """Translations of `lines` by the `checkpoint` of `workdir` (decode: beam_size, alpha,
-  batch_tokens): `load_run(workdir, checkpoint).predict(lines)`, the one way a run is read
-  (`trust_imports`: load_run's; the program trusts the --workdir it is given, as eval does)."""
+  batch_tokens): `load_run(workdir, checkpoint, trust_imports=).predict(lines)`."""
   config = config_lib.load_saved_config(workdir)
   if config.model.name != 'transformer_seq2seq':
     raise ValueError(f'{workdir} trained {config.model.name!r}, not a translation model.')

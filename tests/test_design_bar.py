@@ -30,7 +30,7 @@ def test_no_class_is_over_150_lines():
               for path, text in _sources() for name, lines in _classes(text)
               if lines > MAX_CLASS_LINES]
   assert not too_long, (f'classes over {MAX_CLASS_LINES} lines (split them into smaller '
-                        'rooms):\n' + '\n'.join(too_long))
+                        'classes):\n' + '\n'.join(too_long))
 
 
 def test_the_class_walk_counts_lines_as_written():

@@ -23,8 +23,8 @@ FAMILY_MIXERS = {'ponet': 'ponet', 'bert': 'softmax'}
 
 
 def parse_words(arg: str | None, choices: dict[str, tuple[str, ...]], usage: str) -> dict[str, str]:
-  """'sso,bert,tiny' -> {'objective': 'sso', 'family': 'bert', 'size': 'tiny'} with the one
-  parser (`parse_words`); the first choice of each slot is its default."""
+  """'sso,bert,tiny' -> {'objective': 'sso', 'family': 'bert', 'size': 'tiny'}; the first choice
+  of each slot is its default."""
   slots = {'family': ('a model family', tuple(FAMILY_MIXERS)), 'size': SIZE_SLOT,
            **{slot: (f'a {slot}', words) for slot, words in choices.items()}}
   filled = parse_slots(arg, slots, usage)
@@ -65,8 +65,8 @@ def transfer_config(data_name: str, model: ml_collections.ConfigDict, size: str,
   config.best_metric = best_metric
   config.best_mode = best_mode
   # Fine-tuning: config.init_from = a pre-training run (its workdir) or the official checkpoint
-  # folder (chtan/ponet-base-uncased); '' = train from scratch. The classifier is the one
-  # parameter a pre-training checkpoint may lack (anything else missing fails).
+  # folder (chtan/ponet-base-uncased); '' = train from scratch. Only the classifier may be
+  # missing from a pre-training checkpoint.
   if model.name == 'ponet_classifier':
     config.init_from_allow_missing = '^classifier/'
   shrink_run(config, size, small_batch_size=16)

@@ -2,11 +2,9 @@
 file shares (`SIZES`, `shrink_run`) and the fixed choices of a few keys (big_vision's
 configs/common.py).
 
-A config file starts from `base_config(data_name)` and only overrides; the trainer reads every key
-directly (no defaults elsewhere), so what a run does is what its config.json says. Configs hold
-numbers and names only: this file imports no model code. Model sizes the data decides
-(vocabulary, classes, sequence length) are placeholders filled from the dataset when a run starts
-(config/completion.py).
+A config file starts from `base_config(data_name)` and only overrides; the trainer has no defaults
+of its own, so what a run does is what its config.json says. Model sizes the data decides are
+placeholders filled when a run starts (config/completion.py).
 
 Size words, the same in every config file that has a smaller run:
     full   the paper's setting (the default)
@@ -37,23 +35,21 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
       b1=0.9, b2=0.999, eps=1e-8,   # AdamW
       weight_decay=0.0,          # masked off biases, norms and position embeddings
       schedule='constant',       # constant | cosine | linear | one_cycle | inverse_sqrt
-      cycle_momentum=False,      # one_cycle: beta1 0.95 -> 0.85 -> 0.95 (PyTorch OneCycleLR default)
+      cycle_momentum=False,      # one_cycle: beta1 0.95 -> 0.85 -> 0.95 (PyTorch OneCycleLR)
       warmup_steps=0,            # linear warmup from 0 (one_cycle: from peak / 25)
       grad_clip_norm=0.0,        # 0 = no clipping
-      grad_accum_steps=1,        # optax.MultiSteps: one update per k steps; steps count micro-batches
+      grad_accum_steps=1,        # optax.MultiSteps: an update per k steps (of micro-batches)
   ))
   config.label_smoothing = 0.0
-  config.param_init = 'default'          # 'torch': PyTorch's module defaults (trainer/param_init.py)
+  config.param_init = 'default'          # 'torch': PyTorch's defaults (trainer/param_init.py)
   # DeiT's batch mixing for image classification (trainer/mixup.py); both alphas 0 = off.
   config.mixup = ml_collections.ConfigDict(dict(mixup_alpha=0.0, cutmix_alpha=0.0,
                                                 switch_prob=0.5))
   config.batch_size = 32                 # global, over all processes and devices
   # Length-grouped micro-batches (trainer/length_buckets.py, docs/training.md): each global batch
-  # is sorted by real length, split into micro-batches of `micro_batch_size` examples (rounded up
-  # to the device count), each cut to a multiple of `multiple` tokens; their summed gradients
-  # make ONE update, the same as the whole batch's to float rounding (softmax / ContextPool LRA
-  # encoders; exact with dropout off, since dropout masks follow the batch's shape). Evaluation
-  # batches are then length-sorted and cut the same way. multiple=0: off (one uncut batch).
+  # is sorted by real length, split into micro-batches of `micro_batch_size` examples, each cut to
+  # a multiple of `multiple` tokens; their summed gradients make a single update, the whole
+  # batch's to float rounding. Evaluation batches are cut the same way. multiple=0: off.
   config.length_buckets = ml_collections.ConfigDict(dict(multiple=0, micro_batch_size=8))
   config.eval_batch_size = 0             # global; 0 = batch_size
   config.num_train_steps = 1000          # 0: nothing to train (init_from, then evaluate)
@@ -63,7 +59,7 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.eval_every_steps = 1000         # on validation; the best checkpoint is kept
   config.eval_num_batches = 0            # 0: all of validation, exactly; N: N eval batches of an
                                          # endless reshuffled validation stream (LRA reference)
-  config.test_drop_last = False          # True: test on the first N - N % eval batch size examples
+  config.test_drop_last = False          # True: test on N - N % eval_batch_size examples
   config.checkpoint_every_steps = 1000
   config.keep_checkpoints = 2            # latest checkpoints kept (the best is kept apart)
   config.best_metric = 'accuracy'        # a validation metric of the task

@@ -1,10 +1,9 @@
 """Config files by their documented name, `configs/<task>.py[:<word>,<word>,...]`: the file's
 `get_config(words)` (words: `parse_words`), with checked dotted-key overrides.
 
-`resolve` is THE resolver of a config's name (train, eval, summary, convert, reproduce, `load`,
-`load_run`): a path that exists is read from there; otherwise `configs/<task>.py` and the bare
-`<task>` name the config the package ships (the repository's configs/ in a checkout,
-poolformers_jax/configs in an installed wheel), so the README's names work from any directory."""
+`resolve` reads a path that exists from there; otherwise `configs/<task>.py` and the bare `<task>`
+name the config the package ships (configs/ in a checkout, poolformers_jax/configs in a wheel),
+so the README's names work from any directory."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,7 +14,6 @@ from poolformers_jax.config.keys import override
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _SHIPPED = os.path.join(_PACKAGE, 'configs')
-# The configs the package ships: in the wheel poolformers_jax/configs, in a checkout ../configs.
 CONFIGS_DIR = _SHIPPED if os.path.isdir(_SHIPPED) else os.path.join(os.path.dirname(_PACKAGE),
                                                                     'configs')
 
@@ -27,9 +25,7 @@ def shipped_tasks() -> list[str]:
 
 def resolve(spec: str) -> tuple[str, str]:
   """'configs/lra_listops.py:ponet,small' (or 'lra_listops:ponet,small') -> (its file,
-  'ponet,small').
-
-  A path that exists is read from there; else `configs/<task>.py` / `<task>` is the shipped one."""
+  'ponet,small')."""
   if '.py:' in spec:
     path, _, words = spec.partition('.py:')
     path += '.py'

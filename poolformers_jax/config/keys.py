@@ -1,9 +1,8 @@
 """Config keys: close-key suggestions for a misspelled key, and checked dotted-key overrides.
 
-ml_collections locks the configs, but its error for an unknown key is a traceback without a hint;
-here an unknown key fails with one line listing the closest valid keys (difflib). train.py /
-eval.py's --config.<key> flags, `poolformers_jax.config.load`'s overrides and
-reproduce's --set all go through `check_keys`.
+ml_collections' error for an unknown key is a traceback without a hint; `check_keys` names the
+closest valid keys (difflib). --config.<key> flags, `config.load`'s overrides and reproduce's --set
+all go through it.
 """
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def check_keys(config: ml_collections.ConfigDict, keys: Iterable[str]) -> None:
     parent, _, leaf = key.rpartition('.')
     leaf_of = lambda k: k.rpartition('.')[2]
     siblings = [v for v in valid if v.rpartition('.')[0] == parent]
-    # The same name under another parent first ('num_heads' -> 'model.num_heads'), then
-    # near spellings among the siblings ('model.dmi' -> 'model.dim').
+    # The same name under another parent first, then near spellings ('model.dmi' -> 'model.dim').
     close = [v for v in valid if leaf_of(v) == leaf]
     close += [f'{parent}.{m}' if parent else m for m in
               difflib.get_close_matches(leaf, [leaf_of(v) for v in siblings], n=3, cutoff=0.6)]

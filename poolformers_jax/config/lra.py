@@ -10,12 +10,10 @@ The argument string of an LRA task config is `family[,size][,protocol]...` (word
   positions: learned (the default) | sinusoidal | rotary (config.model.positions)
   protocol: ours (the default) | reference (the LRA code PoNet and AdaMRA ran, as far as it can
             be followed here: `reference_protocol`, docs/papers/lra.md)
-  stage:    spt: self-pretraining on the task's own inputs (`self_pretraining`), the run that
-            fine-tuning starts from; spt_causal: the same by next-token prediction (causal
-            mixers); finetune / finetune_causal: the task itself, started from such a run
-            (`finetune`: --config.init_from=<its workdir> is required, the classifier head is
-            new, a pre-training still at its data's unigram rate is refused, trainer/init_check.py;
-            finetune_causal pools the last token); without any, the task from scratch
+  stage:    spt / spt_causal: self-pretraining on the task's own inputs (`self_pretraining`);
+            finetune / finetune_causal: the task, from such a run (--config.init_from=<its
+            workdir>; the classifier head is new; a pre-training still at its data's unigram
+            rate is refused, trainer/init_check.py); without any, the task from scratch
   recipe:   amos: the stage with Amos et al.'s schedule (`amos_recipe`)
   AdaMRA's open choices (families adamra, adamra_eq8; docs/papers/adamra.md):
             rates<n>-<n>-...: compression rates 1/n, one resolution head each (rates2-8-32 is
@@ -43,7 +41,7 @@ from poolformers_jax.config.words import Numbered, NumberList, parse_words
 FAMILIES = {
     'transformer': ('softmax', {}),
     'linear': ('linear', {}),
-    # The LRA reference code's linear attention (no normaliser, L^(-1/4) scaling): docs/papers/lra.md
+    # The LRA reference code's linear attention (no normaliser, L^(-1/4) scaling)
     'linear_reference': ('linear', {'normalizer': 'padded_length'}),
     'ponet': ('ponet', {'segment_num': 64}),
     # router_gate 'probability' (Switch) or 'straight_through': docs/papers/adamra.md
@@ -65,7 +63,8 @@ MODEL_WORDS = ('6x512',)
 RECIPES = ('amos',)
 
 
-RATES, SUBHEADS, MIXER_DROPOUT = NumberList('rates'), Numbered('subheads'), Numbered('mixer_dropout')
+RATES, SUBHEADS, MIXER_DROPOUT = (NumberList('rates'), Numbered('subheads'),
+                                  Numbered('mixer_dropout'))
 ADAMRA_FAMILIES = ('adamra', 'adamra_eq8')
 
 
@@ -86,9 +85,8 @@ def _words(arg: str | None) -> dict[str, str | None]:
 def parse_arg(arg: str | None, default_family: str = 'transformer',
               default_size: str = 'full') -> dict[str, str | None]:
   """'ponet,small,reference' -> {'family': 'ponet', 'size': 'small', 'protocol': 'reference',
-  'stage': 'task', 'model': None, 'positions': None, 'recipe': None}; 'ponet,spt' -> stage
-  'spt'. Unknown words fail with the valid choices. The protocol defaults to 'ours', the stage to
-  'task' (training on the task itself)."""
+  'stage': 'task', 'model': None, 'positions': None, 'recipe': None}; the stage 'task' is
+  training on the task itself."""
   words = _words(arg)
   return {**words, 'family': words['family'] or default_family,
           'size': words['size'] or default_size, 'protocol': words['protocol'] or 'ours',
@@ -103,7 +101,8 @@ def mixer_words(config: ml_collections.ConfigDict, family: str, arg: str | None)
       raise ValueError(f'config argument {words[slot]!r} sets AdaMRA\'s {slot}, but the family is '
                        f'{family!r}; use it with {" or ".join(ADAMRA_FAMILIES)}.')
   if words['rates']:
-    config.model.mixer_kwargs.compression_rates = tuple(1 / n for n in RATES.numbers(words['rates']))
+    config.model.mixer_kwargs.compression_rates = tuple(
+        1 / n for n in RATES.numbers(words['rates']))
   if words['subheads']:
     config.model.num_heads = SUBHEADS.number(words['subheads'])
   if words['mixer_dropout']:
@@ -154,8 +153,8 @@ class LraTask:
 def reference_protocol(config: ml_collections.ConfigDict, family: str, task: LraTask,
                        size: str) -> None:
   """What the LRA code of Nystromformer / PoNet does that our default does not, where it can be
-  followed exactly here (each line: docs/papers/lra.md, 'Reference protocol'). Not followed:
-  fp16 autocast with a GradScaler, and its unseeded data orders."""
+  followed exactly (docs/papers/lra.md, 'Reference protocol'; not followed: fp16 autocast with a
+  GradScaler, unseeded data orders)."""
   config.model.update(pooling='mean_padded',          # model.py: (LN(x) * mask).mean(dim=1)
                       activation='gelu_exact',        # nn.GELU()
                       layer_norm_epsilon=1e-5)        # nn.LayerNorm
@@ -171,17 +170,10 @@ def reference_protocol(config: ml_collections.ConfigDict, family: str, task: Lra
 def task_config(task: LraTask, arg: str | None,
                 size_overrides: dict[str, Callable[[ml_collections.ConfigDict], None]] | None = None
                 ) -> ml_collections.ConfigDict:
-  """The locked config of `task` for `arg` = 'family[,size][,protocol][,stage]' and the mixer
-  words (module docstring; no argument: transformer,small).
-
-  The settings of PoNet / AdaMRA on LRA (Nystromformer's LRA code): 2 pre-LN layers, dim 64,
-  FFN 128, 2 heads, learned positions, dropout 0.1, mean pooling, head
-  Linear(64,128)-ReLU-Linear(128,C); AdamW (0.9, 0.999, eps 1e-6), no clipping, no weight decay,
-  one-cycle linear schedule; batch, warmup and steps from `task`.
-  `small` keeps the model and shortens sequences, steps and batch for a CPU; `tiny` also shrinks
-  the model. PoNet's segment count scales with the length. A task file can change more per size
-  with `size_overrides[size](config)`. `reference` then applies `reference_protocol`.
-  """
+  """The locked config of `task` for `arg`, the words of the module docstring (no argument:
+  transformer,small). `small` keeps the model and shortens sequences, steps and batch for a CPU;
+  `tiny` also shrinks the model; PoNet's segment count scales with the length. A task file can
+  change more per size with `size_overrides[size](config)`."""
   words = parse_arg(arg, default_size='full' if arg else 'small')
   family, size, protocol, stage = (words[k] for k in ('family', 'size', 'protocol', 'stage'))
   config = base_config(task.data)
@@ -233,8 +225,7 @@ AMOS_EPOCHS = 100             # pre-training length (their ListOps config: max_e
 def amos_recipe(config: ml_collections.ConfigDict, stage: str, size: str) -> None:
   """The `amos` word: Amos et al.'s schedule for a self-pretraining or fine-tuning stage:
   constant learning rate after warm-up (AMOS_LEARNING_RATES), no dropout while pre-training, and
-  pre-training measured in epochs (AMOS_EPOCHS over the training split; `tiny` keeps its steps).
-  Refused without a stage word (it is a recipe of the two stages, not of training from scratch)."""
+  pre-training measured in epochs (AMOS_EPOCHS; `tiny` keeps its steps)."""
   if stage not in AMOS_LEARNING_RATES:
     raise ValueError(f"config word 'amos' is Amos et al.'s self-pretraining schedule: add a stage "
                      f'word, one of {sorted(AMOS_LEARNING_RATES)} (e.g. :transformer,spt,amos).')
@@ -249,13 +240,11 @@ def amos_recipe(config: ml_collections.ConfigDict, stage: str, size: str) -> Non
 
 def self_pretraining(config: ml_collections.ConfigDict, task: LraTask,
                      causal: bool = False) -> None:
-  """The `spt` word: the same encoder (every mixer setting, size, optimizer and schedule)
-  trained to predict `task.mask_rate` of its own masked input tokens (data/masking.py, Amos et
-  al. 2024); the best checkpoint is the one with the best masked-token accuracy on validation.
-  `spt_causal` (`causal`): each next token from the ones before it instead, the same encoder's
-  mixers causal (`lra_causal_lm`; mixers without a causal form are refused).
-  Fine-tune from it with the task's config and `init_from` (its 'mlm_head' / 'lm_head' is
-  ignored, the classifier's 'head' starts fresh): `reproduce lra --spt` runs both stages."""
+  """The `spt` word: the same encoder trained to predict `task.mask_rate` of its own masked input
+  tokens (data/masking.py, Amos et al. 2024), the best checkpoint by masked-token accuracy.
+  `spt_causal`: each next token from those before it, the mixers causal (`lra_causal_lm`).
+  Fine-tune from it with the task's config and `init_from` (the classifier's 'head' starts
+  fresh); `reproduce lra --spt` runs both stages."""
   config.model.name = 'lra_causal_lm' if causal else 'lra_masked_lm'
   if causal:
     config.data.next_tokens = True

@@ -1,6 +1,5 @@
-"""A run's config.json: writing it, reading it back, and the one rule of every command that reads
-a run directory (its model is the run's own: `with_run_model`).
-"""
+"""A run's config.json: writing it, reading it back, and `with_run_model` (a command that reads a
+run directory uses the run's own model)."""
 from __future__ import annotations
 
 import dataclasses
@@ -31,7 +30,7 @@ def load_saved_config(workdir: str) -> ml_collections.ConfigDict:
 
 
 class ModelMismatch(ValueError):
-  """A --config whose model is not the one of the run it reads (one line names the keys)."""
+  """A --config whose model differs from the run's it reads; the message names the keys."""
 
 
 def _flat_model(model: Any) -> dict[str, Any]:
@@ -52,11 +51,11 @@ def _flatten(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
 
 
 def _built_fields(model: Any) -> dict[str, Any]:
-  """The top-level fields of the module `model` (a run's config.model) builds, as JSON values:
-  what a key the run's config.json lacks (an option added after the run) was when it trained.
-  {} if the model cannot be built here."""
+  """The top-level fields of the module a run's config.model builds, as JSON values (what a key
+  added after the run was when it trained); {} if the model cannot be built here."""
   try:
-    config = model if isinstance(model, ml_collections.ConfigDict) else ml_collections.ConfigDict(model)
+    config = (model if isinstance(model, ml_collections.ConfigDict)
+              else ml_collections.ConfigDict(model))
     module = registry.MODELS[config.name](config)   # imports the model files
   except Exception:   # an unregistered or unbuildable model: no defaults to offer
     return {}
@@ -71,10 +70,8 @@ def _built_fields(model: Any) -> dict[str, Any]:
 
 def model_differences(given: Any, run: Any) -> list[str]:
   """'model.<key> <given> (run: <value>)' for every key where a --config's model differs from a
-  run's. A key the --config leaves unset (None: filled from the data) takes the run's value;
-  dropout rates (`*_rate`) only act in training and may differ. A key the run's config.json
-  lacks (added to the library after the run) is the value the run's model was built with: its
-  module's default."""
+  run's. Keys the --config leaves None and dropout rates (`*_rate`) may differ; a key the run's
+  config.json lacks is its module's default."""
   ours, theirs = _flat_model(given), _flat_model(run)
   absent = object()
   text = lambda v: 'absent' if v is absent else json.dumps(v)
@@ -98,12 +95,10 @@ def model_differences(given: Any, run: Any) -> list[str]:
 def with_run_model(config: Optional[ml_collections.ConfigDict], workdir: str, *,
                    todo: str = 'leave --config out (the run\'s own config is used) or give the '
                    'config it was trained with') -> ml_collections.ConfigDict:
-  """THE rule of every command that reads a run directory (eval.py, convert --to hf, average, a
-  resumed train.py / reproduce run; translate takes the run's config whole): the model is the
-  run's, DIR/config.json.
-  `config` None -> the run's config; a `config` whose model differs -> ModelMismatch naming
-  every differing key in one line; else `config` with its unset model keys filled from the run.
-  A directory without config.json (not a train.py / convert run) leaves `config` as it is."""
+  """The model of a command that reads a run directory (eval.py, convert --to hf, average, a
+  resumed run) is the run's: `config` None -> the run's config; a `config` whose model differs ->
+  ModelMismatch; else `config` with its unset model keys filled from the run. A directory without
+  config.json leaves `config` as it is."""
   if not os.path.exists(os.path.join(workdir, 'config.json')):
     if config is None:
       load_saved_config(workdir)   # raises: nothing says what the model is

@@ -1,6 +1,5 @@
-"""THE parser of config arguments (`configs/<task>.py:<word>,<word>,...`) of every config file:
-`parse_words` fills named slots (model family, size, ...) from comma-separated words and fails
-on an unknown word in one line naming every slot's choices."""
+"""The parser of every config file's arguments (`configs/<task>.py:<word>,<word>,...`):
+`parse_words` fills named slots (model family, size, ...) from comma-separated words."""
 from __future__ import annotations
 
 import dataclasses
@@ -50,10 +49,8 @@ def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Choices]],
   slot whose choices hold it (later words win); unfilled slots are None.
 
   slots: slot -> (what it is, its choices), e.g. {'size': ('a size', SIZES)}; choices are words,
-  `Numbered('L')` (L1, L2, ...) or `NumberList('rates')` (rates2-8-32, ...). A word no slot
-  holds fails with one line naming every slot's
-  choices and an `example`.
-  """
+  `Numbered('L')` (L1, L2, ...) or `NumberList('rates')` (rates2-8-32, ...). A word no slot holds
+  fails naming every slot's choices and an `example`."""
   filled: dict[str, Optional[str]] = dict.fromkeys(slots)
   for word in filter(None, (arg or '').replace(' ', '').split(',')):
     slot = next((s for s, (_, choices) in slots.items() if word in choices), None)

@@ -5,8 +5,7 @@
     for batch in data.make_eval_iterator(config, 'validation', batch_size=..., ...): ...
     config.data = data.get_data_config('listops')   # the defaults of the dataset's file
 
-`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself and is
-found by the registry's walk of this folder).
+`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself).
 Nothing is downloaded at run time. Where each dataset's files must be:
   listops         nothing (generated into data_dir on first use), or source='tsv':
                   {tsv_dir}/basic_{train,val,test}.tsv of the LRA release
@@ -23,17 +22,15 @@ Nothing is downloaded at run time. Where each dataset's files must be:
                   lines) or TFDS wikipedia; a BERT vocab.txt (config.data.vocab_file)
   glue            TFDS glue/<task> as array_record in data_dir; vocab.txt
   text_classification  TFDS imdb_reviews, or JSONL / CSV files (HND, Yelp-5, Arxiv-11); vocab.txt
-Missing files raise DataNotFoundError with one line: the path and what to do.
+Missing files raise DataNotFoundError naming the path and what to do.
 With worker_count > 0 the iterator state has another format: resume with the same worker_count.
 """
 from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo,
                                        DatasetSpec, get_data_config, register_dataset)
 from poolformers_jax.data.info import get_dataset_info
 
-# The pipeline (grain, jax) loads on first use, so a config file, which needs only
-# get_data_config, imports nothing heavier than ml_collections and numpy, and the dataset files
-# import their readers (grain, tensorflow_datasets, PIL: the `train` extra) when data is read:
-# a config loads, and its model builds, on the core install.
+# The pipeline (grain, jax) and the readers (the `train` extra) load on first use, so a config
+# loads, and its model builds, on the core install.
 _PIPELINE = ('Streams', 'eval_num_batches', 'make_eval_iterator', 'make_eval_stream',
              'make_train_iterator')
 

@@ -1,14 +1,11 @@
 """The dataset registry and the small helpers every dataset file shares.
 
 A dataset is a `DatasetSpec`: its `config.data` defaults (`config`), how to describe it
-(`info`), where its raw records come from (`source`, any random-access sequence grain can read: a
-`tfds.data_source`, an index over a TSV file, ...) and how one raw record becomes one example
-(`preprocess`, given a numpy Generator at train time for augmentation and None at eval time).
-The pipeline does the rest, identically for every dataset. What else is known by the dataset's
-name is declared there too: a user's raw input as a record (`record`: load_run), the files a
-trained run reads back (`run_files`), data made on first use (`generated`). `config.data.name`
-picks the spec from `DATASETS`, filled by `register_dataset(name, spec)` in the dataset files;
-`get_data_config(name)` is the registered `config()`.
+(`info`), where its raw records come from (`source`, any random-access sequence grain can read)
+and how one raw record becomes one example (`preprocess`, given a numpy Generator at train time
+for augmentation and None at eval time); the pipeline does the rest, identically for every
+dataset. Whatever else is known by the dataset's name is declared there too (`record`,
+`run_files`, `generated`). The dataset files fill `DATASETS` with `register_dataset(name, spec)`.
 
 Fields every data config has (`common_config`; each dataset adds its own, documented there):
   name          the dataset (a key of data.DATASETS)
@@ -72,12 +69,11 @@ class DatasetSpec:
   # The info from the dataset's known constants, reading no file (split sizes where known, else
   # empty): enough to build the model when the data is absent (the summary tool).
   shapes: Optional[Callable[[Any], DatasetInfo]] = None
-  # A trained run's raw inputs (load_run: run.py): (a user's raw input, config.data) -> the record
-  # `source` would give for it (any valid label), which `preprocess` makes the example evaluation
-  # makes. None: the dataset's runs take no raw inputs (a pre-training corpus).
+  # load_run's raw inputs: (a user's raw input, config.data) -> the record `source` would give for
+  # it (any valid label). None: the dataset's runs take no raw inputs (a pre-training corpus).
   record: Optional[Callable[[Any, Any], Record]] = None
   # config.data -> files training writes beside the data that a trained run reads back (a
-  # vocabulary it trained): load_run refuses in one line where one is missing.
+  # vocabulary it trained).
   run_files: Optional[Callable[[Any], Sequence[str]]] = None
   # config.data -> True where the data is made on first use, not read from files: nothing to
   # fetch (reproduce's data check does not make it).
@@ -107,7 +103,7 @@ def common_config(name: str, max_length: int) -> ml_collections.ConfigDict:
 
 
 class DataNotFoundError(FileNotFoundError):
-  """Raised (with one line: the path and what to do) when a dataset's files are missing."""
+  """A dataset's files are missing; the message names the path and what to do."""
 
 
 def require_file(path: str, what_to_do: str) -> str:
@@ -122,7 +118,8 @@ def check_split(split: str) -> str:
   return split
 
 
-def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'sequence') -> np.ndarray:
+def fit_length(ids: np.ndarray, max_length: int, too_long: str,
+               what: str = 'sequence') -> np.ndarray:
   """Pads `ids` (last axis) with 0 to `max_length`; longer inputs are cut or rejected.
 
   too_long='truncate' keeps the first `max_length` tokens (what the LRA pipelines do);
@@ -143,9 +140,8 @@ def fit_length(ids: np.ndarray, max_length: int, too_long: str, what: str = 'seq
 
 def process_share(batch_size: int, what: str, process_count: int,
                   devices: Optional[int] = None) -> int:
-  """The rows each process holds of a global batch of `batch_size`: THE check that a batch splits
-  evenly, over the processes (the pipeline) and, with `devices` (the mesh's), over
-  the devices too. A bad size fails with one line."""
+  """The rows each process holds of a global batch of `batch_size`, checked to split evenly over
+  the processes and, with `devices` (the mesh's), over the devices too."""
   if devices is not None:
     if batch_size % devices or batch_size % process_count:
       raise ValueError(f'{what}={batch_size} must be divisible by the number of devices '
@@ -162,13 +158,9 @@ def expand_path(path: str) -> str:
 
 
 class LineFile:
-  """Random access to the non-empty lines of a large text file (byte offsets indexed once, read
-  lazily), each turned into a record by `parse` (a picklable function of the line; a ValueError
-  it raises is reported with the file and line). No `parse`: the line itself.
-
-  Picklable, thread-safe (every read opens the file), and cheap in memory: the LRA TSV files are
-  around a gigabyte, so we keep 16 bytes per line instead of the lines.
-  """
+  """Random access to the non-empty lines of a large text file, each turned into a record by
+  `parse` (a picklable function of the line; no `parse`: the line itself). Picklable, thread-safe
+  (every read opens the file), 16 bytes of memory per line: the LRA TSV files are ~1 GB."""
 
   def __init__(self, path: str, skip_header: bool = False,
                parse: Optional[Callable[[str], Any]] = None):
@@ -227,7 +219,7 @@ def build_command(name: str, data_dir: str) -> str:
 
 
 def tfds_source(name: str, split: str, data_dir: str):
-  """`tfds.data_source` of a prepared array_record dataset; one clear line if it is missing."""
+  """`tfds.data_source` of a prepared array_record dataset (DataNotFoundError if missing)."""
   import tensorflow_datasets as tfds
   data_dir = expand_path(data_dir)
   try:

@@ -1,15 +1,14 @@
-r"""Builds TFDS datasets as array_record files: the one step that needs TensorFlow, run in the
-data-preparation environment (requirements-data.txt), never in the project's own.
+r"""Builds TFDS datasets as array_record files, in the data-preparation environment
+(requirements-data.txt): the only step that needs TensorFlow.
 
   make data-env        # once: .venv-data with TensorFlow and the project's tensorflow-datasets
-  .venv-data/bin/python poolformers_jax/data/build_tfds.py imdb_reviews cifar10 --data_dir data_cache
+  .venv-data/bin/python poolformers_jax/data/build_tfds.py imdb_reviews cifar10 \
+      --data_dir data_cache
 
-Downloads each dataset (network needed here, and only here) and writes
-DATA_DIR/<name>/<version>/ as array_record, which `tfds.data_source` reads in the project's
-environment without TensorFlow. Names as TFDS spells them: imdb_reviews, cifar10, cifar100,
-wmt14_translate/de-en, wmt14_translate/fr-en, glue/mrpc, ...; imagenet2012 needs its manual
-download in --manual_dir. Run as a file (not `-m`): the package's own imports are not installed
-in that environment.
+Downloads each dataset (the only step that needs the network) and writes DATA_DIR/<name>/<version>/
+as array_record, which `tfds.data_source` reads without TensorFlow. Names as TFDS spells them
+(imdb_reviews, wmt14_translate/de-en, glue/mrpc, ...); imagenet2012 needs its manual download in
+--manual_dir. Run as a file (not `-m`): the package's dependencies are not installed there.
 """
 import os
 import sys

@@ -1,7 +1,7 @@
 """`get_dataset_info`: what a config's dataset is (task, classes, vocabulary, shapes, split
 sizes), from its files or, with need_files=False, its known constants; `Preprocess`: one record
-as the example the pipeline (and load_run) makes of it. Plain Python and numpy:
-completing a config and building its model need no data reader (grain, tensorflow_datasets)."""
+as the example the pipeline (and load_run) makes of it. Plain Python and numpy: completing a
+config needs no data reader."""
 from __future__ import annotations
 
 from typing import Optional
@@ -19,10 +19,9 @@ def objective(data_config) -> Optional[str]:
 
 
 def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
-  """DatasetInfo of config.data (raises DataNotFoundError if files are missing). With
-  need_files=False missing files give the info from the dataset's known constants instead
-  (input shape, vocabulary, classes), where the dataset has them. With config.data.mask_rate > 0
-  or next_tokens it is the self-pretraining info (masking.pretraining_info)."""
+  """DatasetInfo of config.data (DataNotFoundError if files are missing; with need_files=False,
+  the dataset's known constants instead where it has them); the self-pretraining info with
+  config.data.mask_rate > 0 or next_tokens."""
   data_config = config.data
   spec = base.get_spec(data_config.name)
   try:
@@ -37,8 +36,7 @@ def get_dataset_info(config, *, need_files: bool = True) -> base.DatasetInfo:
 
 class Preprocess:
   """Picklable (for grain workers) `record[, rng] -> example` of one dataset; with
-  config.data.mask_rate > 0 or next_tokens, the self-pretraining example of it. Needs no grain:
-  a run loaded for prediction encodes its inputs with it."""
+  config.data.mask_rate > 0 or next_tokens, the self-pretraining example of it."""
 
   def __init__(self, data_config):
     self.data_config = data_config

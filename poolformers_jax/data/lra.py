@@ -4,28 +4,26 @@ Tokens are bytes or pixel values shifted by one (id = value + 1), so that id 0 s
 the model's `mask = inputs != 0` is right even for black pixels or NUL bytes; vocabulary 257
 (the LRA table's 512 is just the embedding size the configs use).
 
-- lra_text: TFDS 'imdb_reviews/plain_text' (array_record in config.data.data_dir), UTF-8 bytes,
-  max_length 4096 (PoNet: 4000 bytes + 96 padding, `max_tokens`; AdaMRA "4K") or 1000 / 1024
-  (LRA's and Nystromformer's code). IMDB has no validation split: as in LRA
-  (text_classification/input_pipeline.py), 'validation' reads the test split, so the best
-  checkpoint is chosen on test (config.data.tfds_splits changes that).
+- lra_text: TFDS 'imdb_reviews/plain_text', UTF-8 bytes, max_length 4096 (PoNet: 4000 bytes +
+  96 padding, `max_tokens`; AdaMRA "4K") or 1000 / 1024 (LRA's and Nystromformer's code). IMDB
+  has no validation split: as in LRA (text_classification/input_pipeline.py), 'validation' reads
+  the test split (config.data.tfds_splits changes that).
 - lra_retrieval: the LRA release files new_aan_pairs.{train,eval,test}.tsv in config.data.tsv_dir
   (no header; columns label, id1, id2, text1, text2, split on tabs only, as the LRA code reads
   them); inputs [2, max_length] bytes of the two documents, target the float label as int.
 - lra_image: TFDS 'cifar10', gray levels as LRA's `tf.image.rgb_to_grayscale` computes them
   (weights 0.2989, 0.5870, 0.1140 in float32, scaled by 255.5/255 and truncated: `to_gray`),
   flattened row-major to 1024 pixel tokens.
-  Splits as LRA's image/input_pipeline.py: train[:90%] / train[90%:] / test (45k / 5k / 10k).
+  Splits as LRA's image/input_pipeline.py: train[:90%] / train[90%:] / test.
 - lra_pathfinder, three layouts (config.data.format):
   'npz':         {pathfinder_dir}/{train,validation,test}.npz, each with 'images' uint8
                  [N, R, R] (or [N, R, R, 1]) and 'labels' int [N];
   'lra_release': the LRA release folder {pathfinder_dir}/{difficulty}/ with metadata/*.npy
                  (text, one line per image: `imgs/<k> sample_<i>.png <x> <label> ...`) and
-                 imgs/<k>/*.png. Missing or empty PNGs are skipped with a warning count (as LRA's
-                 TFDS pipeline and Nystromformer's script do); the rest, ordered by sorted metadata file then
-                 line, split 80/10/10 into train/validation/test (LRA: 160k/20k/20k of 200k;
-                 LRA cuts the same fractions of TFDS's hash order, Nystromformer of an unseeded
-                 shuffle, so the images in each split differ from theirs).
+                 imgs/<k>/*.png. Missing or empty PNGs are skipped with a warning count (as LRA
+                 and Nystromformer do); the rest, ordered by sorted metadata file then line,
+                 split 80/10/10 (LRA cuts the same fractions of TFDS's hash order,
+                 Nystromformer of an unseeded shuffle: each split's images differ from theirs).
   'generated':   the same layout made offline by our generator (seeded, config.data.generator)
                  under {data_dir}/pathfinder_gen/ on first use.
 """
@@ -103,7 +101,8 @@ def retrieval_file(path: str) -> base.LineFile:
 
 
 def retrieval_source(data_config, split):
-  path = os.path.join(base.expand_path(data_config.tsv_dir), RETRIEVAL_FILES[base.check_split(split)])
+  path = os.path.join(base.expand_path(data_config.tsv_dir),
+                      RETRIEVAL_FILES[base.check_split(split)])
   base.require_file(path, 'download the LRA release (lra_release.gz, tsv_data/) and set '
                     'config.data.tsv_dir to the folder holding new_aan_pairs.*.tsv.')
   return retrieval_file(path)
@@ -128,10 +127,9 @@ def retrieval_info(data_config, split_sizes=None):
 def to_gray(image: np.ndarray) -> np.ndarray:
   """[H, W, 3] uint8 -> [H, W] uint8 gray levels exactly as LRA's pipeline makes them.
 
-  LRA (image/input_pipeline.py) casts `tf.image.rgb_to_grayscale(x['image'])` to int32. On uint8
-  that op runs `convert_image_dtype` to float32 (x * float32(1/255)), a dot product with the
-  float32 weights (0.2989, 0.5870, 0.1140), and `convert_image_dtype` back (* 255.5, then a cast
-  that truncates), so, in float32:
+  LRA casts `tf.image.rgb_to_grayscale(x['image'])` to int32. On uint8 that op runs
+  `convert_image_dtype` to float32 (x * float32(1/255)), a dot product with the float32 weights,
+  and `convert_image_dtype` back (* 255.5, then a truncating cast), so, in float32:
       gray = floor((0.2989 r/255 + 0.5870 g/255 + 0.1140 b/255) * 255.5) = floor(luma * 511/510).
   Not luma rounded half up: that is one level brighter on 25 % of all RGB triples (pure green
   (0, 255, 0): luma 149.685, TF 149, rounded 150). Summing the three products in float32 in
@@ -207,8 +205,8 @@ def _npz(path: str) -> NpzSource:
 
 def release_images(folder: str) -> tuple[list[tuple[str, int]], int]:
   """(png path, label) of every readable image listed in folder/metadata/*.npy, and how many
-  listed images were skipped as missing or empty (the LRA release has one empty PNG:
-  pathfinder32/curv_baseline/imgs/0/sample_172.png), so no epoch stops on a bad file."""
+  were skipped as missing or empty (the LRA release has one empty PNG:
+  pathfinder32/curv_baseline/imgs/0/sample_172.png)."""
   metadata = sorted(glob.glob(os.path.join(folder, 'metadata', '*.npy')))
   if not metadata:
     raise base.DataNotFoundError(
@@ -290,20 +288,16 @@ def pathfinder_info(data_config, split_sizes=None):
 # ----------------------------------------------------------------------- config.data defaults
 
 def text_config():
-  # Bytes kept: LRA's code 1000, Nystromformer 1000 (padded to 1024), PoNet 4000 (padded to 4096,
-  # configs/lra_text.py full), AdaMRA "4K". max_tokens cuts before padding to max_length.
   c = base.common_config('lra_text', 4096)
-  c.max_tokens = 0                # 0 = max_length
+  c.max_tokens = 0                # bytes kept before padding to max_length; 0 = max_length
   c.tfds_name = 'imdb_reviews/plain_text'
-  # IMDB has no validation split: LRA validates on test (lra_benchmarks/text_classification/
-  # input_pipeline.py: "use test set for validation because IMDb doesn't have val set").
   c.tfds_splits = dict(train='train', validation='test', test='test')
   return c
 
 
 def retrieval_config():
   c = base.common_config('lra_retrieval', 4096)   # per document
-  c.max_tokens = 0                # bytes kept per document (PoNet / Nystromformer: 4000); 0 = max_length
+  c.max_tokens = 0                # bytes kept per document; 0 = max_length
   c.tsv_dir = os.path.join(base.default_data_dir(), 'lra_release', 'tsv_data')
   return c
 
@@ -311,7 +305,6 @@ def retrieval_config():
 def image_config():
   c = base.common_config('lra_image', 1024)
   c.tfds_name = 'cifar10'
-  # As LRA (lra_benchmarks/image/input_pipeline.py): 45k train, 5k validation, 10k test.
   c.tfds_splits = dict(train='train[:90%]', validation='train[90%:]', test='test')
   return c
 
@@ -322,7 +315,6 @@ def pathfinder_config():
   c.resolution = 32               # 'generated': 32 (Pathfinder) or 128 (Path-X, max_length 16384)
   c.difficulty = 'curv_baseline'  # curv_baseline | curv_contour_length_9 | ..._14
   c.pathfinder_dir = os.path.join(base.default_data_dir(), 'lra_release', 'pathfinder32')
-  # format='generated': made once into {data_dir}/pathfinder_gen/ in the LRA release layout.
   c.generator = dict(seed=0, num_examples=200000, images_per_file=1000)
   return c
 

@@ -4,21 +4,19 @@ but the inputs (the labels are dropped):
 - masked tokens (`config.data.mask_rate` > 0): that share of each example's real tokens is
   replaced by one [MASK] id and the model predicts the originals (bidirectional encoders);
 - next tokens (`config.data.next_tokens`): the inputs unchanged, the target at position t the
-  real token at t + 1 (the model's mixers causal, `lra_causal_lm`, so position t sees positions
-  <= t only); the first token is never a target, and neither is padding (the last real token's
-  target is NOT_CHOSEN). A retrieval pair is two documents, each shifted on its own.
+  real token at t + 1 (the mixers causal, `lra_causal_lm`); padding and the last real token's
+  successor are NOT_CHOSEN.
 
-Where their recipe is fixed (paper Sec. 3, their configs): masked-token prediction for
-bidirectional encoders, each real token chosen independently with probability `mask_rate` (10 %
-for ListOps, 15 % for text and retrieval, 50 % for the pixel tasks), the loss and accuracy on the
-chosen tokens only, the best checkpoint by validation accuracy on them. Our choices where they are
-not: the [MASK] id is one past the data's vocabulary (`vocab_size`; id 0 stays padding, so a
-masked token is still a real one for the mixer's mask), chosen tokens are always replaced by it
-(no BERT 80/10/10), and a retrieval pair is two documents, each masked and predicted on its own.
+Their recipe (paper Sec. 3, their configs): each real token chosen independently with probability
+`mask_rate` (10 % for ListOps, 15 % for text and retrieval, 50 % for the pixel tasks), the loss and
+accuracy on the chosen tokens only, the best checkpoint by validation accuracy on them. Our
+choices where it is silent: the [MASK] id is one past the data's vocabulary (id 0 stays padding,
+so a masked token is still real for the mixer's mask), chosen tokens are always replaced (no BERT
+80/10/10), and a retrieval pair's two documents are each masked or shifted on their own.
 
-Training draws the mask from the example's own Generator (the pipeline's: seed and global
-position, so a resumed run masks as the original did); evaluation has no Generator and draws it
-from the example's tokens (a CRC of them), so every pass over validation scores the same masks.
+Training draws the mask from the example's own Generator (seed and global position: a resumed run
+masks as the original did); evaluation draws it from a CRC of the example's tokens, so every pass
+over validation scores the same masks.
 """
 from __future__ import annotations
 
@@ -38,9 +36,8 @@ NEXT_TASK = 'next_tokens'   # the same token sums
 
 
 def objective(mask_rate: float = 0.0, next_tokens: bool = False) -> Optional[str]:
-  """config.data's `mask_rate` and `next_tokens` (the caller reads them) -> the self-pretraining
-  objective, TASK (masked tokens) or NEXT_TASK, or None: the dataset's own task. Both at once is
-  refused in one line."""
+  """config.data's `mask_rate` and `next_tokens` -> the self-pretraining objective, TASK (masked
+  tokens) or NEXT_TASK, or None: the dataset's own task."""
   if next_tokens and float(mask_rate) > 0.0:
     raise ValueError(f'config.data.next_tokens=True and config.data.mask_rate={mask_rate}: pick '
                      'one self-pretraining objective (set mask_rate=0 for next tokens, '

@@ -1,27 +1,23 @@
 """grain pipelines shared by every dataset: the train iterator, the eval iterator, the info.
 
-Train: all records of the split -> shuffle (one global permutation, new every epoch, from the
-seed) -> repeat forever -> [repeated augmentation, DeiT] -> preprocess (with a numpy Generator derived from the seed and the
-example's GLOBAL position, for augmentation) -> chunks of b = batch_size // process_count ->
+Train: all records of the split -> shuffle (a global permutation, new every epoch, from the
+seed) -> repeat forever -> [repeated augmentation, DeiT] -> preprocess (with a numpy Generator
+from the seed and the example's global position) -> chunks of b = batch_size // process_count ->
 process p keeps chunks p, p + P, p + 2P, ..., i.e. rows [p*b, (p+1)*b) of every global batch.
-So the global batch k (and its augmentation) is the same whatever the process count, and since
-grain MapDatasets are lazy, each process reads and preprocesses only its own rows.
-Datasets with a `pack` step (translation, config.data.pack) instead give process p the examples
-p, p + P, ... to pack into its own rows (rows then depend on the process count).
-It is a grain `DatasetIterator`: `get_state()` / `set_state()` resume exactly, and orbax saves
-it with `grain.checkpoint.CheckpointSave`.
+So global batch k (and its augmentation) is the same whatever the process count, and each process
+reads only its own rows (grain MapDatasets are lazy). Datasets with a `pack` step (translation)
+instead give process p the examples p, p + P, ... to pack into its own rows. `get_state()` /
+`set_state()` resume exactly.
 
-Eval: every example of the split exactly once across processes: process p reads examples
-p, p + P, p + 2P, ...; all processes yield the same number of batches (collectives need that),
-the last ones filled with zero examples whose 'mask' is False. `drop_last=b` keeps only the
-first N - N % b examples (PyTorch's DataLoader(drop_last=True) with batch size b).
-`batch_size` is GLOBAL (like config.batch_size); each process yields batch_size // P examples.
+Eval: every example of the split exactly once across processes (process p reads examples
+p, p + P, ...); all processes yield the same number of batches (collectives need that), the last
+filled with zero examples whose 'mask' is False. `drop_last=b` keeps the first N - N % b
+examples (PyTorch's DataLoader(drop_last=True)). `batch_size` is global, as config.batch_size.
 
 Eval stream (`make_eval_stream`, config.eval_num_batches > 0): a split read like the training
-data -- shuffled, reshuffled every epoch, endless, batches crossing epoch boundaries -- for
-validating on a fixed number of batches as the Nystromformer / PoNet LRA code does (its dev
-set is an endless LRADataset); every example real ('mask' True), not augmented. `Streams`
-saves the positions of the train iterator and this stream as one checkpoint item.
+data (reshuffled every epoch, endless), for validating on a fixed number of batches as the
+Nystromformer / PoNet LRA code does; not augmented. `Streams` saves the positions of the train
+iterator and this stream as one checkpoint item.
 """
 from __future__ import annotations
 
@@ -38,7 +34,6 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from poolformers_jax.data import base  # noqa: E402
-# get_dataset_info needs no grain; re-exported for pipeline's callers.
 from poolformers_jax.data.info import Preprocess, get_dataset_info  # noqa: E402,F401
 
 
@@ -65,10 +60,9 @@ def _endless(records, seed: int) -> grain.MapDataset:
 
 class RepeatedAugmentation(grain.MapDataset):
   """DeiT's repeated augmentation (RASampler) on the global order: epoch e shows the first
-  epoch_length / repeats images of its permutation, each `repeats` times in a row; the copies sit
-  at different positions, so random_map augments each differently. The stream stays global, so
-  every process takes its rows of the same global batches (the copies of an image fall in one
-  global batch, as DeiT's do across GPUs). DeiT also rounds the epoch down to a multiple of 256."""
+  epoch_length / repeats images of its permutation, each `repeats` times in a row, at different
+  positions, so random_map augments each differently; the copies of an image fall in one global
+  batch, as DeiT's do across GPUs. (DeiT also rounds the epoch down to a multiple of 256.)"""
 
   def __init__(self, parent: grain.MapDataset, repeats: int, epoch_length: int):
     super().__init__(parent)
@@ -104,7 +98,8 @@ def make_train_iterator(config, seed: Optional[int] = None, process_index: int =
   examples = examples.random_map(Preprocess(data_config))
   if spec.pack is not None and data_config.pack:
     # Packed rows: each process packs its own examples p, p + P, ... into rows of its batch.
-    per_process = examples[process_index::process_count].to_iter_dataset(_read_options(data_config))
+    per_process = examples[process_index::process_count].to_iter_dataset(
+        _read_options(data_config))
     return _start(spec.pack(per_process, data_config, batch, seed), data_config)
   # Chunk c of b examples is rows [p*b, (p+1)*b) of global batch c // P, with p = c % P.
   chunks = examples.batch(batch, drop_remainder=True)
@@ -140,9 +135,8 @@ def eval_num_batches(num_examples: int, batch_size: int, process_count: int) -> 
 
 def make_eval_iterator(config, split: str, batch_size: int, process_index: int = 0,
                        process_count: int = 1, drop_last: int = 0) -> Iterator[dict[str, Any]]:
-  """One pass over `split` in global batches of `batch_size` (the trainer's: Setup's
-  eval_batch_size): batches with 'mask' (False = padding) for this process. `drop_last` > 0:
-  only the first N - N % drop_last examples of the split's N."""
+  """One pass over `split` in global batches of `batch_size`: this process's batches, with 'mask'
+  (False = padding). `drop_last` > 0: only the first N - N % drop_last examples."""
   data_config = config.data
   per_process = base.process_share(batch_size, 'eval batch_size', process_count)
   records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
@@ -169,8 +163,7 @@ class _StreamExample:
 
 def make_eval_stream(config, split: str, batch_size: int, seed: int, process_index: int = 0,
                      process_count: int = 1) -> grain.DatasetIterator:
-  """Endless reshuffled batches of `split` (module docstring), this process's rows of each
-  global batch of `batch_size`; a grain iterator (get_state / set_state resume it exactly)."""
+  """Endless reshuffled batches of `split`: this process's rows of each global batch."""
   data_config = config.data
   per_process = base.process_share(batch_size, 'eval batch_size', process_count)
   records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
@@ -182,8 +175,8 @@ def make_eval_stream(config, split: str, batch_size: int, seed: int, process_ind
 
 
 class Streams:
-  """Several iterators' positions as one checkpoint item: {name: state}. With one iterator (no
-  eval stream) the state is that iterator's own, the format of every earlier checkpoint."""
+  """Several iterators' positions as one checkpoint item: {name: state}; with one iterator (no
+  eval stream), that iterator's own state."""
 
   def __init__(self, **iterators):
     self.iterators = {name: it for name, it in iterators.items() if it is not None}

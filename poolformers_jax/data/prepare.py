@@ -4,8 +4,7 @@ r"""Check which Long Range Arena data is ready: one line per task (found / missi
 
 DIR is the unpacked LRA release (lra_release.gz: listops-1000/, tsv_data/, pathfinder32/,
 pathfinder128/); data_dir holds the TFDS array_record datasets imdb_reviews and cifar10. Nothing
-is downloaded or written. Listed Pathfinder images that are missing or empty are counted as
-skipped (the release has one empty PNG); the reader skips them the same way.
+is downloaded or written; missing or empty Pathfinder images are counted, as the reader skips them.
 """
 from __future__ import annotations
 

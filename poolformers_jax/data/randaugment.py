@@ -2,7 +2,7 @@
 
 DeiT (and HVT, which trains with DeiT's recipe) uses timm's `rand-m9-mstd0.5-inc1`:
 - 'inc1': the "increasing" op set, 15 ops whose strength grows with the magnitude;
-- 2 ops per image, drawn uniformly WITH replacement; each applied with probability 0.5;
+- 2 ops per image, drawn uniformly with replacement; each applied with probability 0.5;
 - 'm9-mstd0.5': each applied op draws its magnitude from N(9, 0.5), clipped to [0, 10];
 - geometric ops fill with the dataset mean (timm `img_mean`) and resample bicubically (DeiT passes
   interpolation='bicubic'); signed ops (rotate, shear, translate, enhance) negate their argument
@@ -77,8 +77,7 @@ def _affine(img: Image.Image, matrix, fill) -> Image.Image:
 
 
 def _posterize(img: Image.Image, bits: int) -> Image.Image:
-  """Keep the top `bits` bits. PIL >= 10 refuses bits = 0, which PosterizeIncreasing reaches at
-  magnitude 10 (and Posterize at 0); older PIL, which DeiT ran, gave black: so do we."""
+  """Keep the top `bits` bits; bits = 0 (PIL >= 10 refuses it) gives black, as DeiT's PIL did."""
   if bits >= 8:
     return img
   mask = ~(2 ** (8 - bits) - 1) & 0xFF

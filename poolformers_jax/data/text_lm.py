@@ -1,24 +1,18 @@
 """Character-level language modelling: enwik8 and text8 from their official zip files.
 
-Files: {config.data.data_dir}/enwik8.zip (member 'enwik8', 100M bytes of Wikipedia XML) and
-{config.data.data_dir}/text8.zip (member 'text8', 100M characters of a-z and space), as
-distributed at mattmahoney.net/dc. Nothing is downloaded at run time.
+Files: {config.data.data_dir}/enwik8.zip (100M bytes of Wikipedia XML) and text8.zip (100M
+characters of a-z and space), as distributed at mattmahoney.net/dc.
 
-Splits: the first 90M / next 5M / last 5M bytes (enwik8) or characters (text8)
-(config.data.split_sizes), the standard split of Al-Rfou et al. and Transformer-XL.
-Tokens: enwik8 byte + 1 (vocabulary 257, id 0 stays padding though a full-length window never
-pads); text8 ' ' -> 1, 'a'..'z' -> 2..27 (vocabulary 28).
-Examples: non-overlapping windows of max_length + 1 symbols, inputs = window[:-1],
-targets = window[1:] (int32 [L] each), so every symbol of a split except the first is predicted
-exactly once per epoch in eval; the trailing remainder shorter than a window is dropped.
+Splits: the first 90M / next 5M / last 5M symbols (config.data.split_sizes), the standard split
+of Al-Rfou et al. and Transformer-XL. Tokens: enwik8 byte + 1 (vocabulary 257); text8 ' ' -> 1,
+'a'..'z' -> 2..27 (vocabulary 28). Examples: non-overlapping windows of max_length + 1 symbols,
+inputs = window[:-1], targets = window[1:]; the remainder shorter than a window is dropped.
 
 Evaluation as in ContextPool Table 5 (Beltagy et al. 2020, Longformer): with
-config.data.eval_protocol='sliding' the validation and test splits are read as overlapping
-windows of `eval_context` symbols (32k) every `eval_step` symbols (512); the first window scores
-all its predictions, every later one only the `eval_step` new ones, predicted from the up to
-`eval_context` symbols before them, and a last window aligned to the split's end scores whatever
-is left. So every symbol but the first is scored exactly once (BPC over the whole split); each
-example carries its per-token 0/1 `weights`. Training always reads non-overlapping windows.
+config.data.eval_protocol='sliding' validation and test are read as overlapping windows of
+`eval_context` symbols every `eval_step`; the first window scores all its predictions, every later
+one only the new ones, and a last window aligned to the split's end scores what is left, so every
+symbol but the first is scored exactly once (each example's 0/1 `weights`).
 """
 from __future__ import annotations
 
@@ -70,9 +64,8 @@ class WindowSource:
 
 
 class SlidingWindowSource:
-  """Overlapping windows of `context` (+1) symbols every `step`; record i scores its tokens
-  from `scored_from` on (see the module docstring). Splits shorter than the context give one
-  window of the whole split."""
+  """Overlapping windows of `context` (+1) symbols every `step`; record i scores its tokens from
+  `scored_from` on. A split shorter than the context is one window."""
 
   def __init__(self, symbols: np.ndarray, context: int, step: int):
     if not 1 <= step <= context:
@@ -163,9 +156,7 @@ def _config(name: str):
     c = base.common_config(name, 512)
     c.data_dir = os.path.join(base.default_data_dir(), name)   # holds enwik8.zip / text8.zip
     c.split_sizes = (90_000_000, 5_000_000, 5_000_000)     # bytes (enwik8) / characters (text8)
-    # Validation / test windows: 'windows' (non-overlapping, max_length) or 'sliding' (ContextPool
-    # Table 5 / Longformer: eval_context symbols every eval_step, the new ones scored).
-    c.eval_protocol = 'windows'
+    c.eval_protocol = 'windows'   # validation / test: or 'sliding' (module docstring)
     c.eval_context = 32_768
     c.eval_step = 512
     return c
@@ -173,8 +164,7 @@ def _config(name: str):
 
 
 def record(raw, data_config):
-  """A user's text (load_run: predict gives the distribution of the symbol after it) as a window
-  whose inputs are the whole text: preprocess makes inputs = window[:-1], so one more symbol."""
+  """A user's text as a window whose inputs are the whole text (one symbol appended)."""
   symbols = np.frombuffer(raw.encode('utf-8') if isinstance(raw, str) else bytes(raw), np.uint8)
   if not len(symbols):
     raise ValueError('an empty text has no next symbol to predict')

@@ -1,25 +1,21 @@
 """Machine translation: WMT14 EN-DE / EN-FR through `tfds.data_source`, a shared SentencePiece
 vocabulary, and packed training rows (ContextPool paper sec. 4.1, as the Flax `wmt` example).
 
-Records: TFDS `wmt14_translate/de-en` or `/fr-en` prepared as array_record (features: one text per
-language), or, with config.data.source='tsv', `{tsv_dir}/{train,validation,test}.tsv` lines
-`source<TAB>target` (any parallel corpus; the tests use a tiny one). TFDS splits: train;
-validation = newstest2013; test = newstest2014.
+Records: TFDS `wmt14_translate/de-en` or `/fr-en` as array_record (validation = newstest2013,
+test = newstest2014), or, with config.data.source='tsv', `{tsv_dir}/{train,validation,test}.tsv`
+lines `source<TAB>target` (any parallel corpus).
 
-Vocabulary: ONE SentencePiece model for both languages (unigram, 32K by default), trained once on
-at most `spm_max_chars` characters of the training text (both sides, in record order) and stored
-beside the data as `{data_dir}/wmt14_translate/{pair}/spm_{vocab}_{lang1}{lang2}.model` (tsv: in
-tsv_dir). Ids: 0 = padding (also the decoder's start token), 1 = EOS, 2 = UNK (the Flax example's
-choice). Every sentence ends with EOS.
+Vocabulary: a single SentencePiece model for both languages (unigram, 32K by default), trained
+once on at most `spm_max_chars` characters of the training text and stored beside the data
+(`vocab_path`). Ids: 0 = padding (also the decoder's start token), 1 = EOS, 2 = UNK (the Flax
+example's choice); every sentence ends with EOS.
 
-Examples: {'inputs': source ids, 'targets': target ids}. Train rows are PACKED (config.data.pack):
-sentences are placed first-fit into rows of max_length tokens by grain's FirstFitPackIterDataset,
-which adds `{inputs,targets}_segment_ids` (1, 2, ... per sentence, 0 = padding) and
-`{inputs,targets}_positions` (restarting at 0 per sentence); the model turns them into masks so
-packed sentences never see each other. Training pairs longer than max_length on either side are
-dropped (as Flax wmt); evaluation pairs are padded to max_length and cut beyond it
-(config.data.too_long), so a cut reference is still scored against the full one by eval.py, which
-reads the raw text.
+Examples: {'inputs': source ids, 'targets': target ids}. Train rows are packed first-fit into
+rows of max_length tokens by grain's FirstFitPackIterDataset, which adds
+`{inputs,targets}_segment_ids` (1, 2, ... per sentence, 0 = padding) and `_positions`; the model
+turns them into masks so packed sentences never see each other. Training pairs longer than
+max_length are dropped (as Flax wmt); evaluation pairs are cut (config.data.too_long), and eval.py
+scores against the raw reference text.
 """
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ import numpy as np
 from poolformers_jax import extras
 from poolformers_jax.data import base
 
-# The vocabulary's ids: 0 = padding (every dataset's), EOS, UNK. The model learns EOS_ID from
-# the info (model_defaults: config.model.eos_id), as BERT models learn [CLS] / [SEP].
+# The model learns EOS_ID from the info (model_defaults: config.model.eos_id).
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 PAIRS = ('de-en', 'fr-en')
 PACKED_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
@@ -67,7 +62,7 @@ def source(data_config, split):
     return base.LineFile(path, parse=tsv_pair)
   if data_config.source != 'tfds':
     raise ValueError(f"config.data.source={data_config.source!r}; choose 'tfds' or 'tsv'.")
-  import tensorflow_datasets.translate.wmt14  # noqa: F401  registers wmt14_translate (no TF needed)
+  import tensorflow_datasets.translate.wmt14  # noqa: F401  registers wmt14_translate (no TF)
   return base.tfds_source(_tfds_name(data_config), data_config.tfds_splits[split],
                           data_config.data_dir)
 
@@ -211,14 +206,12 @@ def config():
   c.vocab_size = 32000             # shared SentencePiece vocabulary (both languages)
   c.spm_max_chars = 10_000_000     # training text read to train it (Flax wmt's default)
   c.spm_hard_vocab_limit = True    # False lets a tiny corpus have fewer pieces than vocab_size
-  c.spm_model = ''                 # an existing .model to use instead ('' = train/find beside data)
+  c.spm_model = ''                 # an existing .model to use ('' = train / find beside data)
   c.pack = True                    # pack training pairs into rows (segment ids + positions)
   c.packing_bins = 0               # first-fit bins per round; 0 = the per-process batch size
   return c
 
 
-# A user's source sentence (load_run: predict translates it) as a record; a trained run reads
-# back the SentencePiece model trained beside the data (else the setup would train a new one).
 base.register_dataset('wmt14', base.DatasetSpec(
     info, source, preprocess, config, pack=pack, shapes=functools.partial(info, from_files=False),
     record=lambda raw, _: {'src': raw, 'tgt': ''},

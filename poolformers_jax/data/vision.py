@@ -8,18 +8,12 @@ Eval: resize the shorter side to image_size / eval_crop_fraction (ImageNet: 224 
 then center crop image_size x image_size (CIFAR: identity).
 
 Random erasing (DeiT; timm `RandomErasing` mode 'pixel'): with probability
-config.data.random_erasing (default 0), one rectangle of 2-33 % of the normalised train image,
-aspect ratio 0.3-3.3 (log-uniform, 10 attempts to fit), is replaced by N(0, 1) noise. It draws from
-the example's own rng, so it is deterministic and independent of the process count.
-RandAugment (config.data.rand_augment, timm's policy string; DeiT: 'rand-m9-mstd0.5-inc1') runs
-on the uint8 crop after the flip, before normalisation, as in timm's train transform.
-Repeated augmentation (config.data.repeated_augmentation, DeiT: 3) is a property of the sample
-order: the pipeline's.
-Mixup / cutmix mix whole batches: the trainer owns them (config.mixup, trainer/mixup.py).
+config.data.random_erasing, one rectangle of 2-33 % of the normalised train image, aspect ratio
+0.3-3.3 (log-uniform, 10 attempts), is replaced by N(0, 1) noise. RandAugment
+(config.data.rand_augment, timm's policy string) runs on the uint8 crop after the flip, as in
+timm. Repeated augmentation is the pipeline's; mixup / cutmix the trainer's (trainer/mixup.py).
 cifar10_pairs (MSAC Sec. 6.1's cross-attentive similarity model): CIFAR-10 image pairs
 [2, H, W, C], half of them of one class, labelled same (1) / different (0) class (ImagePairs).
-TFDS datasets must be prepared as array_record beforehand (docs/data.md; ImageNet needs its
-manual download).
 """
 from __future__ import annotations
 
@@ -166,9 +160,6 @@ def _config(name: str):
     c = base.common_config(name, 0)
     c.tfds_name = name
     c.image_size = image_size
-    # Train crop: 'pad_crop' (CIFAR: zero-pad crop_padding pixels, random image_size crop) or
-    # 'inception_crop' (ImageNet: random area 8-100 %, aspect 3/4-4/3, resized to image_size).
-    # Eval: resize the shorter side to image_size / eval_crop_fraction, center crop image_size.
     small = image_size <= 64
     c.train_crop = 'pad_crop' if small else 'inception_crop'
     c.crop_padding = 4
@@ -176,7 +167,7 @@ def _config(name: str):
     c.random_flip = True
     c.random_erasing = 0.0   # probability of timm RandomErasing per train image (DeiT: 0.25)
     c.rand_augment = ''      # timm RandAugment policy, '' = off (DeiT: 'rand-m9-mstd0.5-inc1')
-    # Per-channel mean/std of the training set (ImageNet values for ImageNet, CIFAR ones otherwise).
+    # Per-channel mean / std of the training set (ImageNet's, or CIFAR's).
     imagenet = name == 'imagenet2012'
     c.mean = (0.485, 0.456, 0.406) if imagenet else (0.4914, 0.4822, 0.4465)
     c.std = (0.229, 0.224, 0.225) if imagenet else (0.2470, 0.2435, 0.2616)
@@ -202,9 +193,8 @@ for _name in DATASETS:
 # ----------------------------------------------------------- image pairs (MSAC Sec. 6.1)
 
 class ImagePairs:
-  """Image pairs of a split, half of one class: pair i is image i with an image drawn (by a
-  generator seeded with (seed, i)) from its own class when i is even, from another class when
-  i is odd. Records (image record, image record, 1 = same class / 0 = different)."""
+  """Image pairs of a split: pair i is image i with an image drawn (seeded with (seed, i)) from
+  its own class when i is even, from another when odd. Records (image, image, 1 = same class)."""
 
   def __init__(self, records, seed: int):
     self.records, self.seed = records, seed

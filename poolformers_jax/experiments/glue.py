@@ -81,7 +81,7 @@ def glue_data_status(task: str, family: str, size: str, overrides: Sequence[str]
 def glue_plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *,
               batch_sizes: Sequence[int], learning_rates: Sequence[float], size: str,
               overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR) -> list[str]:
-  """--dry_run: per family and task, how many grid runs are finished, or why its data is missing."""
+  """--dry_run: per family and task, the grid runs finished, or why its data is missing."""
   lines = []
   for family in families:
     for task in tasks:

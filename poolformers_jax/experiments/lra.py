@@ -16,9 +16,8 @@ from poolformers_jax.experiments.runs import (CONFIGS_DIR, SPT_OBJECTIVES, RunSt
 
 # The tasks of the table, in its order (configs/lra_<task>.py).
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
-# The LRA configs' model families (config/lra.py's FAMILIES) but the variants of one: the `_reference`
-# ones, which only make sense with the reference protocol (configs/lra_<task>.py:linear_reference,
-# reference), and AdaMRA with Eq. 8's gate (train.py --config configs/lra_<task>.py:adamra_eq8).
+# config/lra.py's FAMILIES but the variants: linear_reference (only with the reference protocol)
+# and AdaMRA with Eq. 8's gate (both trained by train.py --config configs/lra_<task>.py:<family>).
 VARIANTS = ('linear_reference', 'adamra_eq8')
 FAMILIES = tuple(f for f in lra_configs.FAMILIES if f not in VARIANTS)
 
@@ -34,12 +33,12 @@ def run_one(task: str, family: str, size: str, seed: int, workdir: str,
             overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
             clock: Callable[[], float] = time.time) -> dict[str, Any]:
   """Trains and tests one (task, family, seed) in `workdir` unless its result.json exists.
-  `family` may carry more config words: 'ponet,spt' is the self-pretraining run, which has no
-  test (its record has the best validation accuracy of the masked tokens instead). `clock`
-  times the invocation for the run's wall time."""
+  `family` may carry more config words ('ponet,spt': the self-pretraining run, without test).
+  `clock` times the invocation for the run's wall time."""
   result_path = os.path.join(workdir, 'result.json')
   if os.path.exists(result_path):
-    log.info('%s/%s seed %d: finished before (%s), not retrained.', task, family, seed, result_path)
+    log.info('%s/%s seed %d: finished before (%s), not retrained.', task, family, seed,
+             result_path)
     with open(result_path) as f:
       return {**json.load(f), 'skipped': True}
   from poolformers_jax.train import train_and_evaluate
@@ -84,9 +83,8 @@ def spt_stages(task: str, family: str, size: str, seed: int, workdir: str,
                overrides: Sequence[str] = (), pretrain_steps: Optional[int] = None,
                finetune_steps: Optional[int] = None,
                objective: str = 'masked') -> list[tuple[str, str, list[str]]]:
-  """The two runs of self-pretraining as (config words, workdir, overrides): the `spt` run on
-  the task's own inputs (`spt_causal` for objective 'causal'), then the task itself from its
-  best checkpoint (init_from)."""
+  """The two runs of self-pretraining as (config words, workdir, overrides): the `spt` (or
+  `spt_causal`) run, then the task itself from its best checkpoint (init_from)."""
   pretrain, finetune = os.path.join(workdir, 'pretrain'), os.path.join(workdir, 'finetune')
   word = SPT_OBJECTIVES[objective][0]
   return [(f'{family},{word}', pretrain, [*overrides, *_steps(pretrain_steps)]),
@@ -111,9 +109,8 @@ def run_spt(task: str, family: str, size: str, seed: int, workdir: str,
 
 def data_status(task: str, size: str, overrides: Sequence[str] = (),
                 configs_dir: str = CONFIGS_DIR, family: str = 'transformer') -> Optional[str]:
-  """None when the task's data can be read or is made on first use (the dataset's declared
-  `generated`: ListOps, generated Pathfinder), else the line saying why. Read with `family`'s
-  config: the --set overrides may name keys only that family has."""
+  """None when the task's data can be read or is made on first use (`generated`), else why not.
+  Read with `family`'s config: the --set overrides may name keys only that family has."""
   from poolformers_jax import data
   config = load_config(task, family, size, 0, overrides, configs_dir)
   generated = data.DATASETS[config.data.name].generated
@@ -130,14 +127,13 @@ def check_configs(tasks: Sequence[str], families: Sequence[str], size: str,
                   overrides: Sequence[str], configs_dir: str = CONFIGS_DIR,
                   spt: bool = False, objective: str = 'masked') -> None:
   """Loads every (task, family) config with the overrides before anything trains, so that a bad
-  --set (or a mixer without the causal form `objective` 'causal' needs) fails at once in one
-  line, not after the first family's run."""
+  --set (or a mixer without a causal form) fails at once, not after the first family's run."""
   word = SPT_OBJECTIVES[objective][0]
   for task in tasks:
     for family in families:
       for words in (family, f'{family},{word}') if spt else (family,):
         config = load_config(task, words, size, 0, overrides, configs_dir)
-        if words != family and objective == 'causal':   # before anything trains, in one line
+        if words != family and objective == 'causal':
           from poolformers_jax.layers.registry import check_causal
           check_causal(config.model.mixer)
 
@@ -185,10 +181,8 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
                   clock: Callable[[], float] = time.time,
                   objective: str = 'masked') -> dict[str, Any]:
   """Runs what is missing and writes WORKDIR/results.json and results.md; returns the results.
-  `clock` times each invocation (the runs' wall times).
-  With `spt`, every (task, family, seed) also self-pretrains (`objective`: 'masked' or 'causal')
-  and fine-tunes (run_spt) in WORKDIR/<task>/<family>/spt_seed<s> (spt_causal_seed<s>), beside
-  the run from scratch."""
+  With `spt`, every (task, family, seed) also self-pretrains and fine-tunes (run_spt) in
+  WORKDIR/<task>/<family>/spt_seed<s> (spt_causal_seed<s>)."""
   check_configs(tasks, families, size, overrides, configs_dir, spt, objective)
   results = {'size': size, 'seeds': list(seeds), 'device': device_name(),
              'git_commit': git_commit(), 'command': command, 'overrides': list(overrides),

@@ -1,4 +1,4 @@
-"""The papers' numbers, read from papers.json beside this file (the one copy; package data):
+"""The papers' numbers, read from papers.json beside this file (package data):
 `PAPER` (LRA test accuracy %, task -> family -> [(number, where it is from)]), `GLUE_PAPER`
 (PoNet's slides, GLUE dev %: task -> (PoNet-Base, BERT-Base)) and `GLUE_PAPER_AVERAGE`."""
 from __future__ import annotations

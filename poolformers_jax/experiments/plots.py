@@ -1,5 +1,4 @@
-"""The runs' validation curves: curves.csv (one column per run) and curves.png (one panel per task,
-the papers' numbers as dotted lines)."""
+"""The runs' validation curves: curves.csv and curves.png."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -7,7 +6,7 @@ from typing import Any, Optional
 from poolformers_jax.experiments.papers import PAPER
 
 def validation_curves(results: dict[str, Any]) -> dict[str, dict[str, tuple[list, list]]]:
-  """task -> '<family> seed <s>' -> (steps, validation accuracy %) from each run's metrics.jsonl."""
+  """task -> '<family> seed <s>' -> (steps, validation accuracy %) from the runs' metrics."""
   from poolformers_jax.trainer.metrics import read_metrics
   curves = {}
   for task, entry in results['tasks'].items():
@@ -23,7 +22,7 @@ def validation_curves(results: dict[str, Any]) -> dict[str, dict[str, tuple[list
 
 
 def write_curves_csv(results: dict[str, Any], path: str) -> None:
-  """One row per (task, step), one column per run: the validation accuracy %, blank where absent."""
+  """A row per (task, step), a column per run: the validation accuracy %, blank where absent."""
   curves = validation_curves(results)
   names = sorted({name for runs in curves.values() for name in runs})
   with open(path, 'w') as f:
@@ -48,7 +47,7 @@ def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig, axes = plt.subplots(1, len(curves), figsize=(5.5 * len(curves), 3.8), squeeze=False)
   for ax, (task, runs) in zip(axes[0], curves.items()):
-    # One colour per family (its paper line too), one line style per seed.
+    # A colour per family (its paper line too), a line style per seed.
     families = sorted({name.split(' seed ')[0] for name in runs})
     seen = {}
     for name, (steps, accuracy) in sorted(runs.items()):

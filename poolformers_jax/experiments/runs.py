@@ -14,7 +14,6 @@ import numpy as np
 
 from poolformers_jax.config import files as config_files
 
-# The shipped configs (config.files: poolformers_jax/configs in a wheel, configs/ in a checkout).
 CONFIGS_DIR = config_files.CONFIGS_DIR
 log = logging.getLogger('poolformers_jax.reproduce')
 # --spt_objective -> the pre-training's config word (config/lra.py STAGES) and what it predicts
@@ -47,8 +46,8 @@ def config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
     return config
   except (config_lib.ConfigKeyError, ValueError) as error:   # name the config: --set is for all
     raise type(error)(
-        f'--set for configs/{os.path.basename(spec)}: {str(error).rstrip(".")}; pass only --families whose config has '
-        'that key (or mixer option)') from None
+        f'--set for configs/{os.path.basename(spec)}: {str(error).rstrip(".")}; pass only '
+        '--families whose config has that key (or mixer option)') from None
 
 
 def git_commit() -> str:

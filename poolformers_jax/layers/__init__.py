@@ -1,8 +1,7 @@
 """Flax linen layers, one file per paper. See docs/design.md for the mixer interface.
 
 Mixers by name: `MIXERS` ('softmax', 'linear', 'ponet', 'adamra', 'contextpool', 'sac', 'msac'),
-filled by `@register_mixer` in the paper files (found by the registry's walk of this folder).
-The classes are re-exported here for `from poolformers_jax.layers import PoNet`.
+filled by `@register_mixer` in the paper files; the classes are re-exported here.
 """
 from poolformers_jax.layers.adamra import AdaMRA
 from poolformers_jax.layers.attention import LinearAttention, MultiHeadAttention

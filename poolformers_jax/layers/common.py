@@ -1,14 +1,12 @@
 """Shared building blocks: input checks, masks, MLP, DropPath, embeddings and positions.
 
-Every sequence mixer in this package follows one interface (docs/design.md):
+Every sequence mixer follows the same interface (docs/design.md):
 
     mixer(x, mask=None, *, deterministic=True) -> y
     x: [batch, length, dim], mask: [batch, length] bool (True = real token), y like x.
 
-`check_sequence_input` validates that contract while tracing, so bad shapes fail with one
-clear line before XLA ever sees them; `check_mask` is the mask contract (bool, or 0 / 1).
-"One of these" options are fields typed `Literal[...]`, checked all at once by `check_choices`
-(or `check_choice` for a name looked up in a table).
+`check_sequence_input` validates it while tracing, before XLA sees bad shapes. "One of these"
+options are fields typed `Literal[...]`, checked together by `check_choices`.
 """
 from __future__ import annotations
 
@@ -45,9 +43,8 @@ def check_sequence_input(x: Array, mask: Optional[Array], name: str) -> Array:
 
 def check_mask(mask: Array, name: str) -> Array:
   """The mask contract: bool, or integers / floats holding only 0 and 1 (1 = real token);
-  returns it as bool. Anything else is refused in one line: an additive mask (0 for real tokens,
-  -1e9 or -inf for padding) would act as its inverse, NaN as True. The dtype is checked always;
-  the values of a concrete array only (outside jit, where reading them costs nothing)."""
+  returns it as bool. Anything else is refused: an additive mask (0 for real tokens, -1e9 or -inf
+  for padding) would act as its inverse, NaN as True. The values are checked outside jit only."""
   dtype = np.dtype(mask.dtype)
   if dtype == np.bool_:
     return mask
@@ -64,7 +61,7 @@ def check_mask(mask: Array, name: str) -> Array:
 
 
 def check_choice(owner: str, field: str, value: Any, choices: Iterable[Any]) -> None:
-  """THE "one of these" check of layers and models: one line naming every valid value."""
+  """The "one of these" check of layers and models; the error names every valid value."""
   choices = list(choices)
   if value not in choices:
     raise ValueError(f'{owner}: unknown {field} {value!r}; choose one of {choices}.')
@@ -106,8 +103,7 @@ def compute_dtype(dtype: Optional[Dtype], x: Array) -> Dtype:
 
 class Projection(nn.Module):
   """The kernel [in, features] and bias [features] (None without `use_bias`) of an
-  `nn.Dense(features)` -- same names, shapes and initialisers, so parameters, checkpoints and
-  converted weights are those of the Dense layer -- for a mixer that applies them itself
+  `nn.Dense(features)`, same names, shapes and initialisers, for a mixer that applies them itself
   (PoNet's GA and AdaMRA fold them into averages instead of projecting every token)."""
   features: int
   use_bias: bool = True
@@ -122,10 +118,8 @@ class Projection(nn.Module):
 
 
 def attention_bias(mask: Array, causal: bool = False) -> Array:
-  """Additive bias [B, 1, Lq, Lk]: 0 where attention is allowed, NEG_INF elsewhere.
-
-  Keys at padded positions are blocked; with `causal`, keys after the query are blocked.
-  """
+  """Additive bias [B, 1, Lq, Lk]: NEG_INF at padded keys (and, `causal`, keys after the
+  query), else 0."""
   allowed = mask[:, None, None, :]
   if causal:
     length = mask.shape[-1]
@@ -135,7 +129,7 @@ def attention_bias(mask: Array, causal: bool = False) -> Array:
 
 def segment_allowed(segment_ids: Array, mask: Array) -> Array:
   """[B, L, L] bool: query i may see key j only inside its own packed sentence (same segment
-  id) and j is a real token. For rows that pack several sentences (translation)."""
+  id) when j is a real token."""
   same = segment_ids[:, :, None] == segment_ids[:, None, :]
   return same & mask[:, None, :]
 
@@ -200,11 +194,9 @@ class LearnedPositionEmbedding(nn.Module):
     return x + table[:, :x.shape[1]].astype(x.dtype)
 
 
-# config.model.positions of the sequence models: how a token's position enters the model.
-# 'learned': a trained table added to the embeddings; 'sinusoidal': the fixed table of Vaswani et
-# al. (2017) added instead (no parameters); 'rotary': nothing added, the attention-family mixers
-# rotate query and key by position (RoFormer; only mixers with a `rotary` field take it); 'none':
-# no positions at all.
+# config.model.positions of the sequence models: 'learned' (a trained table added to the
+# embeddings), 'sinusoidal' (Vaswani et al.'s fixed table), 'rotary' (nothing added: the mixers
+# with a `rotary` field rotate query and key by position, RoFormer) or 'none'.
 Positions = Literal['learned', 'sinusoidal', 'rotary', 'none']
 
 

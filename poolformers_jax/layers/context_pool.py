@@ -13,17 +13,16 @@ What the paper leaves open, and what we decided (docs/papers/context_pool.md):
 - m(X) is two convolutions (kernel 3, GELU between), the second with 2 output channels (w, s).
   The hidden width is not given; `predictor_dim` defaults to max(dim // 16, 8), which makes
   12 layers of ViT-B (d = 768) add 1.3M parameters (86M -> 88M, Table 6) and Swin-B 1.3M
-  (88M -> 89M). Padded positions are zeroed before each convolution, so they act as the
-  convolution's own zero padding.
+  (88M -> 89M). Padded positions are zeroed before each convolution.
 - w is a softmax over the real tokens. In Eq. 4 the softmax normaliser cancels, so we add the
-  logits of w to log g_ij and take ONE softmax over j: the normaliser C(X) = sum_j w_j g_ij is
-  then computed in log space (max subtracted), so narrow Gaussians never underflow to 0 / 0.
+  logits of w to log g_ij and take a single softmax over j: the normaliser C(X) = sum_j w_j g_ij
+  is computed in log space, so narrow Gaussians never underflow to 0 / 0.
 - s is squashed with a sigmoid, not the paper's softmax (a softmax over n tokens would make
   every s_i ~ 1/n and every sigma ~ r). sigma is floored at 1e-2 (still an identity pooling).
 - n is the number of real tokens; in causal mode n_i is the number of real tokens at or before
   i, so nothing about the future (not even its length) reaches position i. Causal pooling only
   uses j <= i and left-pads the convolutions.
-- Ablations (Tables 1-3), our reading of one-line descriptions:
+- Ablations (Tables 1-3), our reading of the paper's short descriptions:
   weights 'uniform' = no w (Gaussian-weighted average); 'unnormalized' = raw m(X) output as w,
     normalised by sum_j g_ij only (a signed weighting; sum_j w_j g_ij could cross zero);
     'nonlocal' = pairwise w_ij = softmax_j(theta(x_i) . phi(x_j) / sqrt(d)) (Eq. 3 with the
@@ -36,20 +35,16 @@ What the paper leaves open, and what we decided (docs/papers/context_pool.md):
     on the padded length).
   predictor 'mlp' = per-token Dense-GELU-Dense; 'attention' = one single-head self-attention
     layer (Table 3; the paper reports the same numbers for it as for NL weights).
-- ContextPoolAttention pools the mixer input and computes queries, keys AND values from the
-  pooled tokens: Fig. 2c passes the pooled features "for use in the next attention block".
+- ContextPoolAttention computes queries, keys and values from the pooled tokens (`placement`).
 - ContextPool2D (the ConvNet form, sec. 4.2 / Table 3) replaces a stride-`stride` pooling layer:
   output cell (u, v) sits at the centre of its stride x stride input cell, distances are in
   pixels and sigma = r * max(H, W) * s (the image side plays the role of n).
 - WindowContextPool (CP-Swin, Table 6) pools inside each (shifted) Swin window with 2D
   positions and n = M^2 tokens; where it sits in the block is argued in models/swin.py.
 
-The pairwise logits are [batch, queries, keys] in float32. ContextPool evaluates them
-`query_block` queries at a time under `jax.checkpoint` (each row of Eq. 4 needs only its own
-logits), so its memory is linear in length in the forward and the backward pass; the flops stay
-quadratic (sigma_i = r n s_i reaches 0.1 n, so a window of a few sigma is itself O(n) and
-truncating it would not make the work linear). The softmax attention that follows is quadratic
-unless its `implementation` is a flash one ('cudnn').
+Memory is linear in length (`pool_eq4`'s query blocks); the flops stay quadratic (sigma_i =
+r n s_i reaches 0.1 n, so truncating the window would not make the work linear), as does the
+softmax attention that follows unless its `implementation` is a flash one ('cudnn').
 """
 from __future__ import annotations
 
@@ -70,22 +65,16 @@ from poolformers_jax.layers.registry import MixerTraits, register_mixer
 # Localities that need the predicted pooling size s.
 SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
 
-# Default ContextPool.query_block: 256 queries at a time keeps the logits of one block at
-# [B, 256, L] (the cost: docs/efficiency.md).
-QUERY_BLOCK = 256
+QUERY_BLOCK = 256     # ContextPool.query_block's default (the cost: docs/efficiency.md)
 SIGMA_MIN = 1e-2      # sigma floor: keeps d log g / d sigma finite; still pools a single token
 WINDOW_EDGE = 4.0     # slope of the soft edges of the adaptive window (per token)
 
 
 class ContextPoolOptions(nn.Module, kw_only=True):
-  """The options of every ContextPool form, declared once: ContextPool, ContextPool2D,
-  WindowContextPool, ContextPoolAttention and the translation decoder's step inherit them.
-
-  Keyword-only, so each form keeps its own positional fields (ContextPoolAttention(num_heads),
-  WindowContextPool(window), ContextPool2D(stride)). A form whose default differs on purpose
-  redeclares the field as `dataclasses.field(default=..., kw_only=True)` (a plain redeclaration
-  would make it positional): ContextPool2D's window_size 3, WindowContextPool's predictor_dim 8.
-  """
+  """The options every ContextPool form inherits (ContextPool, ContextPool2D, WindowContextPool,
+  ContextPoolAttention, the translation decoder's step). Keyword-only, so each form keeps its own
+  positional fields; a form whose default differs redeclares the field with
+  `dataclasses.field(default=..., kw_only=True)`."""
   weights: Literal['learned', 'uniform', 'unnormalized', 'nonlocal'] = 'learned'  # Tables 1-2
   locality: Literal['gaussian', 'none', 'fixed_window', 'adaptive_window',
                     'random_sparse'] = 'gaussian'                               # Tables 1-2
@@ -101,7 +90,7 @@ class ContextPoolOptions(nn.Module, kw_only=True):
 
   @nn.nowrap
   def check_pool_options(self) -> None:
-    """Raises a one-line ValueError for an unknown option string or an invalid number."""
+    """Raises ValueError for an unknown option string or an invalid number."""
     owner = type(self).__name__
     check_choices(self)
     if self.size_ratio < 0:
@@ -117,12 +106,9 @@ class ContextPoolOptions(nn.Module, kw_only=True):
   def predict_pooling(self, x: Array, mask: Array, *, causal: bool = False,
                       dtype: Optional[Dtype] = None, segment_ids: Optional[Array] = None
                       ) -> tuple[Optional[Array], Optional[Array]]:
-    """{w, s} = m(X) (sec. 3.2) for this variant, inside this module's compact __call__: its
-    submodule 'predictor'.
-
-    x [B, *spatial, C], mask [B, *spatial]. Returns the float32 logits of w and of s at every
-    position ([B, *spatial]); None for the one(s) the variant does not use.
-    """
+    """{w, s} = m(X) (sec. 3.2), the submodule 'predictor' of this module's compact __call__:
+    x [B, *spatial, C], mask [B, *spatial] -> the float32 logits of w and of s [B, *spatial]
+    (None where the variant uses neither)."""
     need_w, need_s = predicted_channels(self.weights, self.locality)
     if not (need_w or need_s):
       return None, None
@@ -135,9 +121,9 @@ class ContextPoolOptions(nn.Module, kw_only=True):
   def pool(self, x: Array, mask: Array, sites: PoolSites, *, query_x: Optional[Array] = None,
            allowed: Optional[Array] = None, w_logit: Optional[Array] = None,
            s_logit: Optional[Array] = None, query_block: Optional[int] = None) -> Array:
-    """Eq. 4 (`pool_eq4`) inside this module's compact __call__: the non-local weights'
-    projections 'theta' (of `query_x`, default x) and 'phi' (of x) are this module's parameters,
-    and what Eq. 4 exposes ('pooling_weights', 'sigma') is sown here."""
+    """Eq. 4 (`pool_eq4`) inside this module's compact __call__, with the non-local weights'
+    projections 'theta' (of `query_x`, default x) and 'phi' as its parameters; sows
+    'pooling_weights' and 'sigma'."""
     theta = phi = None
     if self.weights == 'nonlocal':
       dim = x.shape[-1]
@@ -156,11 +142,8 @@ POOL_OPTIONS = tuple(f.name for f in dataclasses.fields(ContextPoolOptions)
 
 
 class PoolingPredictor(nn.Module):
-  """m(X): [B, *spatial, C] -> [B, *spatial, num_outputs] raw pooling logits (sec. 3.2).
-
-  Padded positions (mask False) are zeroed before every layer, so their values never matter and
-  appended padding looks exactly like the convolution's own zero padding.
-  """
+  """m(X): [B, *spatial, C] -> [B, *spatial, num_outputs] raw pooling logits (sec. 3.2); padded
+  positions are zeroed before every layer, so they look like the convolution's zero padding."""
   kind: str
   hidden_dim: int
   num_outputs: int
@@ -256,21 +239,15 @@ def pool_eq4(options: ContextPoolOptions, x: Array, mask: Array, sites: PoolSite
              s_logit: Optional[Array] = None, theta: Optional[Array] = None,
              phi: Optional[Array] = None, query_block: Optional[int] = None
              ) -> tuple[Array, dict[str, Array]]:
-  """Eq. 4 for flattened positions: a pure function of arrays. Returns (y [B, Lq, C], the
-  intermediates to sow: 'pooling_weights' and / or 'sigma' as the variant has them).
+  """Eq. 4 for flattened positions, a pure function of arrays: (y [B, Lq, C], the intermediates
+  to sow: 'pooling_weights' and / or 'sigma').
 
-  options: the variant's settings (weights, locality, size_ratio, window_size; a ContextPool
-  form); x [B, Lk, C] keys/values (zero at padding); mask [B, Lk]; allowed [B, Lq, Lk]
-  (padding, causality) or None (= the real keys, and j <= i when sites.causal, built block by
-  block); w_logit [B, Lk] / s_logit [B, Lq] float32 outputs of m(X) (None when the variant
-  needs none); theta [B, Lq, C] / phi [B, Lk, C] the projections of the non-local weights (the
-  caller's parameters: ContextPoolOptions.pool).
-
-  Every query row of Eq. 4 needs only its own row of logits. `query_block` pools that many
-  queries at a time: a `jax.lax.map` over blocks of a rematerialised (`jax.checkpoint`) block
-  function, so forward and backward hold [B, query_block, Lk] logits, never [B, Lq, Lk]
-  (memory linear in length; the flops are the same). None = all queries in one block.
-  """
+  x [B, Lk, C] keys/values (zero at padding); mask [B, Lk]; allowed [B, Lq, Lk] or None (the real
+  keys, and j <= i when sites.causal, built block by block); w_logit [B, Lk] / s_logit [B, Lq]
+  the float32 outputs of m(X); theta [B, Lq, C] / phi [B, Lk, C] the non-local projections.
+  Each query row needs only its own logits: `query_block` pools that many queries at a time
+  under `jax.checkpoint`, so forward and backward hold [B, query_block, Lk] logits, never
+  [B, Lq, Lk]. None = all queries in one block."""
   query_pos, key_pos, n, causal, cell = (sites.query_pos, sites.key_pos, sites.n, sites.causal,
                                          sites.cell)
   lq = query_pos.shape[0]
@@ -346,13 +323,8 @@ def pool_eq4(options: ContextPoolOptions, x: Array, mask: Array, sites: PoolSite
 
 
 def _map_query_blocks(fn, rows: dict, length: int, block: int):
-  """fn over query blocks of `rows` (per-query arrays: [Lq, ...] or [B, Lq, ...]), rematerialised.
-
-  `block` is an upper bound: the queries are cut into the fewest blocks of at most `block` rows,
-  of equal size ceil(Lq / num), so at most num - 1 padded rows are computed and dropped (576
-  patches with block 256 -> 3 x 192, not 3 x 256). The block axis leads for lax.map and the
-  outputs [B, Lq, ...] are stitched back.
-  """
+  """fn over query blocks of `rows` ([Lq, ...] or [B, Lq, ...]), rematerialised. The queries are
+  cut into the fewest equal blocks of at most `block` rows (576 with block 256 -> 3 x 192)."""
   num = -(-length // block)
   block = -(-length // num)
   pad = num * block - length
@@ -385,18 +357,14 @@ def predictor_width(dim: int, predictor_dim: Optional[int]) -> int:
 
 
 class ContextPool(ContextPoolOptions):
-  """ContextPool on token sequences: [B, L, D] -> [B, L, D] (mixer interface, Eq. 3-4).
-
-  Sows 'pooling_weights' (w, softmax over real tokens) and 'sigma' (Gaussian widths). The
-  options (weights, locality, ...) are ContextPoolOptions'.
-  """
+  """ContextPool on token sequences: [B, L, D] -> [B, L, D] (mixer interface, Eq. 3-4); sows
+  'pooling_weights' (w) and 'sigma' (Gaussian widths)."""
   causal: bool = False
   # Queries pooled at a time (memory linear in length, pool_eq4); None = [L, L] at once.
   query_block: Optional[int] = QUERY_BLOCK
-  # Image tokens (CP-ViT, Fig. 3): `prefix_tokens` (the class token) then a raster token_grid
-  # (h, w) of patches. The patches pool each other with a 2D Gaussian on the grid, distances and
-  # sigma = r * max(h, w) * s in patch units (as CP-Swin); prefix tokens are neither pooled nor
-  # pooled from. None = a 1D sequence.
+  # Image tokens (CP-ViT, Fig. 3): `prefix_tokens` (the class token, left out) then a raster
+  # grid (h, w) of patches, pooled with a 2D Gaussian, sigma = r * max(h, w) * s in patch units
+  # (as CP-Swin). None = a 1D sequence.
   token_grid: Optional[tuple[int, int]] = None
   prefix_tokens: int = 0
   dtype: Optional[Dtype] = None
@@ -465,11 +433,8 @@ class ContextPool(ContextPoolOptions):
 
 
 class ContextPool2D(ContextPoolOptions):
-  """ContextPool in place of a stride-`stride` pooling layer: [B, H, W, C] -> [B, H/s, W/s, C].
-
-  Output (u, v) pools around the centre of its stride cell; w is predicted at every input pixel,
-  s at every output cell (the predictor's s logits averaged over the cell).
-  """
+  """ContextPool in place of a stride-`stride` pooling layer: [B, H, W, C] -> [B, H/s, W/s, C];
+  w is predicted at every input pixel, s at every output cell (averaged over the cell)."""
   stride: int = 2
   window_size: int = dataclasses.field(default=3, kw_only=True)   # pixels (sequences: 5 tokens)
   dtype: Optional[Dtype] = None
@@ -506,11 +471,8 @@ class ContextPool2D(ContextPoolOptions):
 
 
 class WindowContextPool(ContextPoolOptions):
-  """ContextPool (Eq. 4) inside each (shifted) window of CP-Swin.
-
-  Called with the block's normalised map `x` [B, H, W, C] (un-shifted); returns the pooled
-  window tokens [B * nW, M^2, C] in window_partition order.
-  """
+  """ContextPool (Eq. 4) inside each (shifted) window of CP-Swin: the block's normalised map
+  [B, H, W, C] (un-shifted) -> the pooled window tokens [B * nW, M^2, C] (window_partition)."""
   window: int
   shift: int = 0
   # CP-Swin's fixed predictor width (the Swin model says why; the other forms: dim // 16).
@@ -545,18 +507,14 @@ class ContextPoolAttention(ContextPoolOptions):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
 
   Where the pooling sits (`placement`; both readings of the paper, compared in
-  docs/results/contextpool_placement.md, which says why the default is kept):
-  - 'mixer_input' (default): the block's normalised input LN(X) is pooled inside the residual
-    branch, attention runs on the pooled tokens, and the residual stream itself is never pooled
-    (§1: "pool neighboring features for each token at every attention layer before computing
-    full attention").
-  - 'block_output': Fig. 2c / §3.2 word for word, "placed after each attention block, whose
-    output token features are pooled ... for use in the next attention block": this mixer is
-    plain attention, and `TransformerBlock` replaces its output X_l by ContextPool(X_l)
-    (`block_output`, the mixer interface's hook on a block's output), so the residual stream
-    the next block reads is the pooled one.
-  Parameters either way: 'context_pool' (the predictor m(X)) and 'attention' (query/key/value/out,
-  as MultiHeadAttention). Registered as mixer 'contextpool'.
+  docs/results/contextpool_placement.md):
+  - 'mixer_input' (default): LN(X) is pooled inside the residual branch; the residual stream is
+    never pooled (§1: "pool neighboring features for each token at every attention layer before
+    computing full attention").
+  - 'block_output': Fig. 2c / §3.2, "placed after each attention block, whose output token
+    features are pooled ... for use in the next attention block": this mixer is plain attention,
+    and `TransformerBlock` replaces its output X_l by ContextPool(X_l) (`block_output`).
+  Parameters either way: 'context_pool' (m(X)) and 'attention' (as MultiHeadAttention).
   """
   traits = MixerTraits(
       two_d=('yes: `token_grid=(H, W)` pools on the patch grid, `prefix_tokens` (class token) '

@@ -5,10 +5,9 @@ After the first block of every stage the token sequence is downsampled, Eq. (5):
 
     X_hat = MaxPool1D(X) + E_stage
 
-`HierarchicalPool` is the pooling part, `[B, N, D] -> [B, N', D]`. It is not a token mixer (it
-changes the length), so it returns the pooled mask as well. `PoolingStages` is the staging of the
-whole network: which blocks pool (b_m), the token layout of every stage, and `pool_stage`, Eq. (5)
-(pooling plus the new position embedding E_stage) run in the model's scope.
+`HierarchicalPool` is the pooling, `[B, N, D] -> [B, N', D]` (not a token mixer: it changes the
+length, so it returns the pooled mask too). `PoolingStages` is the network's staging: which
+blocks pool (b_m), every stage's token layout, and Eq. (5) in the model's scope (`pool_stage`).
 
 What the paper fixes: 1D max pooling, kernel 3, stride 2 (grid search on CIFAR-100), so
 196 -> 97 -> 48 -> 23 -> 11 tokens; average pooling and a strided convolution as ablations
@@ -18,9 +17,9 @@ What it leaves open, and what we decided:
 - No padding (as the official code's `nn.MaxPool1d(3, 2)`): N' = floor((N - k) / s) + 1.
 - 2D pooling uses the same kernel and stride on both grid axes, no padding, on the row-major
   [h, w] patch grid; the caller says the grid with `grid=(h, w)`.
-- Masks (not needed for images, where every patch is real, but part of the interface): a pooled
-  token is real when at least one token of its window is real. Padded tokens never contribute:
-  they lose every max, are left out of averages, and are zeroed before the convolution.
+- Masks (part of the interface, though every patch is real): a pooled token is real when a token
+  of its window is. Padded tokens lose every max, are left out of averages, and are zeroed before
+  the convolution.
 """
 from __future__ import annotations
 
@@ -41,12 +40,10 @@ def pooled_length(length: int, kernel_size: int = 3, stride: int = 2) -> int:
 
 
 class HierarchicalPool(nn.Module):
-  """Pools tokens `[B, N, D] -> [B, N', D]` and the mask `[B, N] -> [B, N']`.
+  """Pools tokens `[B, N, D] -> [B, N', D]` and the mask `[B, N] -> [B, N']`; returns both.
 
   method: 'max' (the paper's default), 'avg' or 'conv' (Table 3).
-  grid: None for 1D pooling over the token axis; (h, w) to pool 2D on the patch grid
-    (tokens in row-major order, N = h * w).
-  Returns `(pooled_tokens, pooled_mask)`.
+  grid: None for 1D pooling; (h, w) to pool 2D on the row-major patch grid (N = h * w).
   """
   method: Literal['max', 'avg', 'conv'] = 'max'
   kernel_size: int = 3
@@ -109,12 +106,9 @@ class HierarchicalPool(nn.Module):
 
 @dataclasses.dataclass(frozen=True)
 class PoolingStages:
-  """HVT's staging (Sec. 3.2.1): `depth` blocks in `num_stages` (M) stages of equal width.
-
-  Pooling follows blocks b_m = 0, w, 2w, ... (w = depth / M, the official code); each pooling is
-  followed by a new learned position embedding of the pooled length. `grid` is the (h, w) patch
-  grid; with `pool_2d` the pooling runs on it (HVT Table 9), else on the token sequence.
-  """
+  """HVT's staging (Sec. 3.2.1): `depth` blocks in `num_stages` (M) stages of equal width;
+  pooling follows blocks b_m = 0, w, 2w, ... (w = depth / M, the official code). `grid` is the
+  (h, w) patch grid; with `pool_2d` the pooling runs on it (HVT Table 9)."""
   depth: int
   num_stages: int
   grid: tuple[int, int]
@@ -140,7 +134,7 @@ class PoolingStages:
     return layouts
 
   def check(self, owner: str) -> None:
-    """One-line errors for a staging that cannot run, before anything is traced."""
+    """Refuses a staging that cannot run, before anything is traced."""
     if not self.num_stages:
       return
     if self.depth % self.num_stages:
@@ -154,9 +148,8 @@ class PoolingStages:
 
   def pool_stage(self, stage: int, x: Array, mask: Array,
                  dtype: Optional[Dtype] = None) -> tuple[Array, Array]:
-    """Eq. (5), X^ = Pool(X) + E_stage. Called inside the model's compact __call__, so the
-    parameters 'pool{stage}' (the 'conv' method's) and 'pos_embed_stage{stage + 1}' are the
-    model's own (flax gives modules created here the calling module as parent)."""
+    """Eq. (5), X^ = Pool(X) + E_stage, inside the model's compact __call__: the parameters
+    'pool{stage}' and 'pos_embed_stage{stage + 1}' are the model's own."""
     grid = self.stage_grids()[stage] if self.pool_2d else None
     x, mask = HierarchicalPool(self.method, self.kernel_size, self.stride, grid=grid,
                                dtype=dtype, name=f'pool{stage}')(x, mask)

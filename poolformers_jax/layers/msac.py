@@ -1,15 +1,12 @@
-"""2D self-attention, Self-Attentive Convolutions (SAC) and Multiscale SAC (Barkan).
-
-Paper: "Multiscale Self Attentive Convolutions for Vision and Language Modeling"
-(notes: docs/papers/msac.md).
+"""2D self-attention, Self-Attentive Convolutions (SAC) and Multiscale SAC (Barkan, "Multiscale
+Self Attentive Convolutions for Vision and Language Modeling"; notes: docs/papers/msac.md).
 
 * `SelfAttention2D` (Sec. 2, Eqs. 1-4): every pixel attends every pixel, with a learned bias
-  b[|Δrow|, |Δcol|] added to the scaled scores. Params query/key/value/out are Dense layers named as
-  in `MultiHeadAttention`, so without the bias it IS softmax attention on the flattened image.
+  b[|Δrow|, |Δcol|] added to the scaled scores; without the bias it is softmax attention on the
+  flattened image (parameters named as in `MultiHeadAttention`).
 * `SAC` (Sec. 3): the query/key/value 1×1 filters become n×m convolutions, so each position stands
-  for the n×m patch around it, and patches attend all other patches (global attention, not attention
-  restricted to a window). Optionally a regular n×m convolution runs in parallel and the two are
-  fused by a 1×1 convolution.
+  for the n×m patch around it, and patches attend all other patches (global attention).
+  Optionally a regular n×m convolution runs in parallel, fused by a 1×1 convolution.
 * `MSAC` (Sec. 4): several SACs with different windows in parallel, concatenated, 1×1 reduce.
 * Language form (Sec. 5): the same classes take [B, N, D] as a 1×N image with 1×m windows.
 * `CrossAttentiveInput` (Sec. 6.1): two images side by side, t = [x, z], with segment augmentation.
@@ -19,32 +16,26 @@ What the paper leaves open, and what we decided:
   [.] is a ceiling; the window is then [i - ceil(n/2) + 1, i + n - ceil(n/2)], which is exactly
   XLA's 'SAME' padding at stride 1 (even windows reach one step further forward). We use 'SAME',
   zeros outside the signal as Def. 1 says.
-* Causal language form (docs/papers/msac.md): windows look only back, [t - m + 1, t] (left
-  padding m - 1), and attention is causal, so position t never sees > t.
-* Masks (language form): padded tokens are zeroed before the convolutions, i.e. they are treated as
-  the zeros outside the signal of Def. 1, and they are removed from the keys. Hence their values
-  never matter and appending padding changes nothing at real positions.
-* Relative bias b (Eq. 3): one table per head (the paper defines it for one head). The paper sizes
-  b as N×M; our params cannot depend on the input size, so the table is max_distance × max_distance
-  (1 × max_distance in the language form) and larger distances share the last entry (as T5 clips).
-  With max_distance >= the grid size this is exactly Eq. 3. Init: truncated normal, std 0.02.
-  The bias is on the grid the attention runs on (the output grid of a strided SAC).
-* Heads (`heads`). Sec. 2.1: "each head c is associated with its own set of filters H_Q^c, H_K^c,
-  H_V^c and produces a corresponding output y^c in R^{N x M x d_o}"; the C outputs are concatenated
-  to C * d_o channels and reduced back to d_o by the 1x1 convolution H_Y. That is heads='full'
-  (the default): every head has full-width filters, d_a = d_o = `features` per head, so the
-  query / key / value filters have C * features outputs and `out` (H_Y) maps C * features ->
-  features. heads='split' is standard multi-head attention (Vaswani et al. 2017), which the paper
-  does not describe: the `features` channels are split evenly over the heads (d_a = d_o =
-  features / C), C times fewer query / key / value parameters, and `out` is features -> features.
+* Causal language form: windows look only back, [t - m + 1, t], and attention is causal.
+* Masks (language form): padded tokens are zeroed before the convolutions (the zeros outside the
+  signal of Def. 1) and removed from the keys, so appending padding changes no real position.
+* Relative bias b (Eq. 3): a table per head. The paper sizes b as N×M; our parameters cannot
+  depend on the input size, so the table is max_distance × max_distance (1 × max_distance in the
+  language form) and larger distances share the last entry (as T5 clips): exactly Eq. 3 when
+  max_distance >= the grid size. Init: truncated normal, std 0.02. The bias is on the grid the
+  attention runs on (the output grid of a strided SAC).
+* Heads. Sec. 2.1: "each head c is associated with its own set of filters H_Q^c, H_K^c, H_V^c and
+  produces a corresponding output y^c in R^{N x M x d_o}", concatenated to C * d_o channels and
+  reduced to d_o by H_Y: heads='full' (the default), so the filters have C * features outputs.
+  heads='split' is standard multi-head attention (not in the paper): `features` split evenly over
+  the heads, C times fewer query / key / value parameters.
 * Sec. 2.1 and Sec. 3 both call their 1×1 reduction H_Y. We keep two: `out` merges the heads
   (Sec. 2.1) and `fuse` merges [y, y'] when the regular convolution is on.
 * Sec. 4 lists the regular convolution H_R^l in every scale of MSAC, so `MSAC.regular_conv`
   defaults to True; Sec. 3 calls it optional, so `SAC.regular_conv` defaults to False.
 * Dropout acts on the attention output before `out`, as in MultiHeadAttention.
-* Identity (tested, either `heads` form): SAC with window 1×1, no regular conv, equals
-  SelfAttention2D with the same weights, the conv kernels [1, 1, d, f] being the Dense kernels [d, f] reshaped (Lemma 1); the
-  relative bias table has the same name and shape in both, so the identity holds with the bias on.
+* Identity (Lemma 1, tested): SAC with window 1×1 and no regular conv equals SelfAttention2D
+  with the same weights (conv kernels [1, 1, d, f] = Dense kernels [d, f]), bias included.
 """
 from __future__ import annotations
 
@@ -65,15 +56,12 @@ from poolformers_jax.layers.registry import MixerTraits, register_mixer
 Window = Union[int, Sequence[int]]
 
 
-# ---------------------------------------------------------------------------------------------
-# Shared pieces
-# ---------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------ Shared pieces
 
 def relative_distance_indices(rows: int, cols: int, table_rows: int,
                               table_cols: int) -> tuple[Array, Array]:
-  """Indices [rows*cols, rows*cols] of b_{|i-r|, |j-t|} (Eq. 3), clipped to the table size.
-  Computed in the program from iotas (jnp), not embedded as constants: at 16K tokens two
-  [L, L] int32 constants would be 2 GiB of the compiled program."""
+  """Indices [rows*cols, rows*cols] of b_{|i-r|, |j-t|} (Eq. 3), clipped to the table size;
+  computed from iotas (at 16K tokens two [L, L] int32 constants would be 2 GiB of program)."""
   r, c = jnp.arange(rows, dtype=jnp.int32), jnp.arange(cols, dtype=jnp.int32)
   d_row = jnp.minimum(jnp.abs(r[:, None] - r[None, :]), table_rows - 1)   # [N, N]
   d_col = jnp.minimum(jnp.abs(c[:, None] - c[None, :]), table_cols - 1)   # [M, M]
@@ -92,11 +80,9 @@ def relative_position_bias(table: Array, rows: int, cols: int) -> Array:
 
 def attention_on_grid(q: Array, k: Array, v: Array, num_heads: int,
                       bias: Array) -> tuple[Array, Array]:
-  """Multi-head attention of every grid position over every grid position (Eqs. 2-4).
-
-  q, k, v: [B, N, M, F] (the outputs of the query/key/value filters, Eq. 1); bias broadcastable to
-  [B, heads, NM, NM]. Returns the merged heads y* [B, N, M, F] (Sec. 2.1) and the weights a.
-  """
+  """Multi-head attention of every grid position over every grid position (Eqs. 2-4): q, k, v
+  [B, N, M, F] (Eq. 1's filters), bias broadcastable to [B, heads, NM, NM] -> (y* [B, N, M, F],
+  the weights a)."""
   b, rows, cols, _ = q.shape
   flat = lambda t: split_heads(t.reshape(b, rows * cols, t.shape[-1]), num_heads)
   out, weights = softmax_attention(flat(q), flat(k), flat(v), bias)  # Eqs. 2-4, softmax in f32
@@ -124,16 +110,11 @@ def _relative_bias_param(module: nn.Module, num_heads: int, table_rows: int,
                       (num_heads, table_rows, table_cols))
 
 
-# ---------------------------------------------------------------------------------------------
-# 2D self-attention (Sec. 2)
-# ---------------------------------------------------------------------------------------------
+# ----------------------------------------------------------------------- 2D self-attention (Sec. 2)
 
 class SelfAttention2D(nn.Module):
-  """Multi-head 2D self-attention on images [B, H, W, C] -> [B, H, W, C] (Sec. 2, Eqs. 1-4).
-
-  `heads='split'` with `relative_bias=False` gives exactly MultiHeadAttention on the image
-  flattened to [B, H*W, C] with the same parameters; `heads='full'` (default) is Sec. 2.1's form.
-  """
+  """Multi-head 2D self-attention on images [B, H, W, C] -> [B, H, W, C] (Sec. 2, Eqs. 1-4);
+  `heads='split'` without relative bias is MultiHeadAttention on the flattened image."""
   num_heads: int
   heads: HeadForm = 'full'
   relative_bias: bool = True
@@ -164,9 +145,7 @@ class SelfAttention2D(nn.Module):
     return dense(dim, 'out')(y)                                            # H_Y, Sec. 2.1
 
 
-# ---------------------------------------------------------------------------------------------
-# Self-attentive convolutions (Sec. 3) and their multiscale version (Sec. 4)
-# ---------------------------------------------------------------------------------------------
+# ----------------------- Self-attentive convolutions (Sec. 3) and their multiscale version (Sec. 4)
 
 def window_shape(window: Window, language: bool, name: str) -> tuple[int, int]:
   """int w -> (1, w) for language, (w, w) for images; (n, m) kept. Validates positivity."""
@@ -233,9 +212,8 @@ class SAC(SACOptions):
 
   Vision: [B, H, W, C] -> [B, H', W', features]  (H' = ceil(H / strides)).
   Language: [B, L, D] (+ mask [B, L]) -> [B, L, features], a 1×L image with 1×m windows.
-  `window`: int w (1×w for language, w×w for images) or a pair (n, m).
-  No rotary positions (no `rotary` field): positions between patches are its relative bias b.
-  """
+  `window`: int w (1×w for language, w×w for images) or a pair (n, m). Positions between patches
+  are its relative bias b (no rotary form)."""
   window: Window = 1
 
   @nn.compact
@@ -281,11 +259,8 @@ class SAC(SACOptions):
 
 @register_mixer('msac')
 class MSAC(SACOptions):
-  """Multiscale SAC (Sec. 4): SACs with different windows in parallel, ψ = [γ^1..γ^L], φ = ψ ⋆ H_φ.
-
-  Same forms as SAC. `windows`: one entry per scale, each an int or an (n, m) pair; the default
-  (1, 2, 3) is the paper's language example (1×1, 1×2 and 1×3 SACs).
-  """
+  """Multiscale SAC (Sec. 4): SACs with different windows in parallel, ψ = [γ^1..γ^L],
+  φ = ψ ⋆ H_φ. `windows`: an int or (n, m) per scale; (1, 2, 3) is the paper's language example."""
   windows: Sequence[Window] = (1, 2, 3)
   regular_conv: bool = True
 
@@ -306,18 +281,12 @@ class MSAC(SACOptions):
                     name='reduce')(psi)                             # φ = ψ ⋆ H_φ
 
 
-# ---------------------------------------------------------------------------------------------
-# Cross-attentive image similarity input (Sec. 6.1)
-# ---------------------------------------------------------------------------------------------
+# ------------------------------------------------ Cross-attentive image similarity input (Sec. 6.1)
 
 class CrossAttentiveInput(nn.Module):
-  """t = [x, z] side by side ([B, N, M, d] twice -> [B, N, 2M, d']) with segment augmentation.
-
-  segment='add': learned x_seg, z_seg [N, M, d] added to x and z (d' = d).
-  segment='concat': learned x_seg, z_seg [N, M, segment_dim] appended as channels
-  (d' = d + segment_dim).
-  segment='none': plain concatenation.
-  """
+  """t = [x, z] side by side ([B, N, M, d] twice -> [B, N, 2M, d']) with segment augmentation:
+  learned x_seg, z_seg added ('add', [N, M, d]) or appended as channels ('concat',
+  [N, M, segment_dim]); 'none': plain concatenation."""
   segment: Literal['add', 'concat', 'none'] = 'add'
   segment_dim: int = 4
   std: float = 0.02

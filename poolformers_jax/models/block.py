@@ -1,14 +1,13 @@
-"""The one pre-LN transformer block, and the one `config.model` -> module arguments helper.
+"""The pre-LN transformer block every model stacks, and `model_kwargs` (`config.model` -> module
+arguments).
 
     X' = X + DropPath(Dropout(Mixer(LN(X))))        (HVT Eq. 2, Vaswani et al. 2017 pre-LN form)
     Y  = X' + DropPath(MLP(LN(X')))                 (HVT Eq. 3; the MLP ends with its dropout)
 
-The LRA encoder (`encoder.py`), the character LM (`lm.py`) and the ViT family (`vit.py`) all stack
-`TransformerBlock`; a decoder adds its cross-attention sublayer with one more `PreNormResidual`.
-`post_norm=True` is the original post-LN form of BERT, which the official PoNet BERT code keeps
-(`ponet_mlm.py`):  X' = LN(X + Dropout(Mixer(X))),  Y = LN(X' + Dropout(W2 act(W1 X'))).
-Parameter names inside a block: `norm1`, the mixer under its class name (`MultiHeadAttention_0`,
-`PoNet_0`, ...: the parameter tree says which mixer ran), `norm2`, `mlp` (`fc1`, `fc2`).
+A decoder adds its cross-attention sublayer with another `PreNormResidual`. `post_norm=True` is
+BERT's post-LN form, which the official PoNet code keeps (`ponet_mlm.py`):
+X' = LN(X + Dropout(Mixer(X))),  Y = LN(X' + Dropout(W2 act(W1 X'))). Parameter names: `norm1`,
+the mixer under its class name (`PoNet_0`, ...), `norm2`, `mlp` (`fc1`, `fc2`).
 """
 from __future__ import annotations
 
@@ -32,13 +31,9 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
 
 
 class PreNormResidual(nn.Module):
-  """One sublayer: x + DropPath(Dropout(fn(norm(x), *args))).
-
-  `norm` and `fn` are modules built (and named) by the caller, so their parameters live in the
-  caller's scope (`norm1`, `mixer`, ...): this wrapper has none. Extra positional / keyword
-  arguments go to `fn` after the normalised input, e.g. a cross-attention sublayer
-  `PreNormResidual(nn.LayerNorm(name='norm_cross'), CrossAttention(...))(x, memory, memory_mask)`.
-  """
+  """One sublayer: x + DropPath(Dropout(fn(norm(x), *args))). `norm` and `fn` are built and
+  named by the caller, so their parameters live in the caller's scope; extra arguments go to `fn`
+  after the normalised input (a cross-attention's memory and bias)."""
   norm: nn.Module
   fn: nn.Module
   dropout_rate: float = 0.0
@@ -56,13 +51,10 @@ class PreNormResidual(nn.Module):
 class TransformerBlock(nn.Module):
   """Pre-LN block on [B, L, D]: token mixer by registry name, then the MLP.
 
-  The mixer gets `num_heads`, `causal`, `rotary`, `dropout_rate=attention_dropout_rate` and `dtype`
-  where it declares them as fields (`build_mixer`; `rotary=True` refuses a mixer without it), plus
-  `mixer_kwargs`. `dropout_rate` drops the mixer's output and the MLP's hidden and output
-  activations; `drop_path_rate` drops whole residual
-  branches per example (stochastic depth). `post_norm=True`: BERT's post-LN block, whose MLP
-  has no hidden dropout. Keyword `mixer_inputs` of the call go to the mixer (PoNet's
-  `segment_ids`, `boundary_mask`).
+  The mixer gets `num_heads`, `causal`, `rotary`, `dropout_rate=attention_dropout_rate` and
+  `dtype` where it declares them (`build_mixer`), plus `mixer_kwargs`. `dropout_rate` drops the
+  mixer's output and the MLP's hidden and output activations; `drop_path_rate` drops whole
+  residual branches per example. `post_norm=True`: BERT's post-LN block (no hidden dropout).
   """
   mixer: str
   num_heads: int
@@ -86,7 +78,7 @@ class TransformerBlock(nn.Module):
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
                deterministic: bool = True, **mixer_inputs: Any) -> Array:
-    """`mixer_inputs`: further keyword arrays for the mixer (segment_ids of packed rows)."""
+    """`mixer_inputs`: further keyword arrays for the mixer (PoNet's `segment_ids`, ...)."""
     check_choice('TransformerBlock', 'activation', self.activation, sorted(ACTIVATIONS))
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=self.dtype, name=name)
     shared = dict(num_heads=self.num_heads, causal=self.causal, rotary=self.rotary,
@@ -140,15 +132,13 @@ DATA_FILLED = ('vocab_size', 'num_classes', 'max_length', 'cls_id', 'sep_id', 'e
 
 def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (),
                  **overrides: Any) -> dict[str, Any]:
-  """`config.model` -> keyword arguments of module class `cls`; the ONE place this happens.
+  """`config.model` -> keyword arguments of module class `cls` (every model builder's).
 
   Every key but `name` must be a field of `cls`, every field without a default a key, and the
-  `required` keys must be set (not None); otherwise one line says which keys are wrong and which
-  are valid. A key set to None (a placeholder the dataset fills later) keeps the field's default;
-  where the field has none, a data-decided size (DATA_FILLED) is refused with how to fill it, any
-  other key stays None. Lists become tuples, ConfigDicts dicts, and the dtype string ('bfloat16') a
-  jnp.dtype. `overrides` are the model's to set, never the config's (e.g. HVT's
-  classifier='mean').
+  `required` keys must be set (not None). A key set to None keeps the field's default; where the
+  field has none, a data-decided size (DATA_FILLED) is refused, any other key stays None. Lists
+  become tuples, ConfigDicts dicts, the dtype string a jnp.dtype. `overrides` are the model's to
+  set, never the config's (HVT's classifier='mean').
   """
   fields = module_fields(cls)
   valid = sorted(set(fields) - set(overrides))
@@ -183,10 +173,9 @@ _BLOCK_SHARED = ('num_heads', 'causal', 'rotary', 'dropout_rate', 'dtype', 'toke
 
 
 def _check_mixer_args(cls: type, fields: dict[str, dataclasses.Field], kwargs: dict) -> None:
-  """A model whose mixer lacks a required argument, the causal form the model needs (its
-  `causal` field set: lra_causal_lm) or the rotary positions it asks for (`positions='rotary'`)
-  fails when built, not at its first trace. A model with `sentence_inputs` (PoNetMLM) sets the
-  options its mixer's traits name for sentences itself (`MixerTraits.sentence_options`)."""
+  """A model whose mixer lacks a required argument, the causal form or the rotary positions the
+  model asks for fails when built, not at its first trace. A model with `sentence_inputs`
+  (PoNetMLM) sets its mixer's `MixerTraits.sentence_options` itself."""
   if 'mixer' not in fields or 'mixer_kwargs' not in fields:
     return
   mixer = kwargs.get('mixer', fields['mixer'].default)

@@ -2,24 +2,19 @@
 
 The paper's ConvNet is described only in its supplementary material (not available to us):
 Table 3 gives a 0.66M-parameter baseline at 92.9% on CIFAR-10 and +0.02M for ContextPool.
-Our decision: a VGG-style net of `len(widths)` stages, each `convs_per_stage` x
-(3x3 conv without bias -> BatchNorm -> ReLU) followed by a stride-2 pooling layer, then a global
-average pool and a Dense classifier. With the default widths (48, 96, 192) and 2 convs per stage the
-max-pool baseline has 0.65M parameters and ContextPool adds 0.03M, close to Table 3.
+Our decision: a VGG-style net of `len(widths)` stages, each `convs_per_stage` x (3x3 conv without
+bias -> BatchNorm -> ReLU) then a stride-2 pooling layer, a global average pool and a Dense
+classifier. With the default widths (48, 96, 192) and 2 convs per stage the max-pool baseline
+has 0.65M parameters and ContextPool adds 0.03M, close to Table 3.
 
-Table 3's compute (3.7 GFLOPs baseline, 3.9 with ContextPool) cannot hold at CIFAR's 32 x 32, for
-any architecture: a convolution (or Dense) weight is applied once per output position, so
-MACs = sum_l params_l x area_l <= params x (largest feature-map area) = 0.66M x 32^2 = 0.68 G,
-5.5x short of 3.7 G (2.7x if "FLOPs" counts 2 per multiply-add). It needs images of at least
-sqrt(3.7e9 / 0.66e6) = 75 pixels a side (53 with 2 FLOPs per MAC) even with every weight at full
-resolution, and more with pooling between stages: this family (3 stages, 2 convs each, pooling
-after each) fits both numbers at 160^2 with widths (80, 136, 136) (0.660M, 3.75 G MACs) or at
-192^2 with (40, 144, 152) (0.662M, 3.70 G), and at 112^2 to 160^2 in the 2-FLOPs reading, so the
-two numbers do not pin one architecture. The supplementary material that would decide is not
-available; we keep CIFAR's native 32^2 (0.086 G MACs) and the
-parameter count (config.data.image_size = 160 and model.widths = (80, 136, 136) give the 160^2
-reading). (ContextPool2D pools every output cell over the whole map, so at 160^2 its own cost is far
-above Table 3's +0.2 G: the paper's ConvNet pooling must be local.)
+Table 3's compute (3.7 GFLOPs baseline, 3.9 with ContextPool) cannot hold at CIFAR's 32 x 32 for
+any architecture: a weight is applied once per output position, so MACs <= params x (largest
+feature-map area) = 0.66M x 32^2 = 0.68 G, 5.5x short (2.7x if "FLOPs" counts 2 per
+multiply-add). This family fits both numbers at 160^2 with widths (80, 136, 136) (0.660M,
+3.75 G MACs) or at 192^2 with (40, 144, 152), so they do not pin one architecture; we keep CIFAR's
+native 32^2 (0.086 G MACs) and the parameter count (config.data.image_size = 160 and
+model.widths = (80, 136, 136) give the 160^2 reading). ContextPool2D pools every output cell
+over the whole map, so at 160^2 its cost is far above Table 3's +0.2 G: the paper's must be local.
 
 Config fields of `config.model` (name 'cp_convnet'):
   num_classes       int, e.g. 10 for CIFAR-10

@@ -1,28 +1,20 @@
 """Pre-LN sequence encoder and classifier heads for Long Range Arena (LRA).
 
-The LRA setting used by PoNet and AdaMRA (Nystromformer's PyTorch LRA code, docs/papers/lra.md):
-token embedding + learned position embedding (`positions`, below), pre-LN blocks
-`x + Mixer(LN(x))`, `x + MLP(LN(x))`, a final LayerNorm, MEAN pooling and the head
-Linear(dim, 128)-ReLU-Linear(128, C).
-For retrieval one encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
+The LRA setting of PoNet and AdaMRA (Nystromformer's PyTorch LRA code, docs/papers/lra.md):
+token embedding + learned position embedding, pre-LN blocks (any registered mixer), a final
+LayerNorm, mean pooling and the head Linear(dim, 128)-ReLU-Linear(128, C). For retrieval one
+encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
 
-Any registered token mixer can be used: the shared `TransformerBlock` builds it by name.
+Pooling: the reference code averages `LN(x) * mask` over the *padded* length L, so its features
+shrink with the padding; `pooling='mean'` (default) is the masked mean over real tokens instead,
+`'mean_padded'` the reference's (divided by `pool_length` when length buckets cut batches
+shorter). `'last'` reads the last real token, as a causal self-pretrained encoder fine-tunes
+(Amos et al. 2024): only that token has seen the whole sequence.
 
-Pooling: the reference code averages `LN(x) * mask` over the *padded* length L (model.py then
-`inp.mean(dim=1)`), so its features shrink with the padding. `pooling='mean'` (default) is the
-masked mean over real tokens instead, independent of how much padding a batch carries;
-`pooling='mean_padded'` is the reference's, for exact reproduction; it divides by `pool_length`
-when set (config.length_buckets cuts batches shorter and sets the data's padded length).
-
-`pooling='last'` reads the last real token: a causal (next-token) self-pretrained encoder
-fine-tunes with it, as Amos et al. (2024, "Never train from scratch") do, since only that token
-has seen the whole sequence.
-
-Positions: 'learned' (the LRA code's, default), 'sinusoidal' (the fixed table added to token
-embeddings of unit scale: drawn with std dim^-1/2 and multiplied by sqrt(dim), Vaswani et al. Sec.
-3.4, as the char LM here does; the LRA code's std-0.02 embeddings would leave a token's identity ~2 %
-of its input beside the table's unit amplitude), 'rotary' (inside the mixer's q and k: mixers with a
-`rotary` field), 'none'. Only 'learned' has parameters ('position_embedding').
+Positions: 'learned' (default), 'sinusoidal' (added to token embeddings of unit scale, std
+dim^-1/2 times sqrt(dim) as Vaswani et al. Sec. 3.4: the LRA code's std-0.02 embeddings would
+leave a token's identity ~2 % of its input beside the table), 'rotary' (mixers with a `rotary`
+field), 'none'.
 
 Decisions where the references are silent:
 - `pooling='cls'` prepends one learned vector (not a vocabulary token), always unmasked.
@@ -105,12 +97,8 @@ class SequenceEncoder(nn.Module):
   activation: str = 'gelu'             # the MLP's: block.ACTIVATIONS ('gelu_exact': erf form)
   layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
-  # The padded length 'mean_padded' divides by, when batches are cut shorter than the data's
-  # padding (config.length_buckets sets the data's length); None = the input's own length.
-  pool_length: Optional[int] = None
-  # Every mixer causal (position t sees positions <= t): next-token self-pretraining
-  # (`lra_causal_lm`); the mixer must have a causal form (refused when the model is built).
-  causal: bool = False
+  pool_length: Optional[int] = None   # 'mean_padded' divides by it; None = the input's length
+  causal: bool = False                # every mixer causal (`lra_causal_lm`)
   positions: Positions = 'learned'
 
   @nn.compact
@@ -136,7 +124,8 @@ class SequenceEncoder(nn.Module):
                                    name='position_embedding')(x)
     elif self.positions == 'sinusoidal':
       x = x + sinusoidal_positions(jnp.arange(x.shape[1]), self.dim).astype(x.dtype)
-    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic).astype(self.dtype or jnp.float32)
+    x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic).astype(
+        self.dtype or jnp.float32)
     for i in range(self.num_layers):
       x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
                            causal=self.causal, dropout_rate=self.dropout_rate,
@@ -193,10 +182,9 @@ class LraDualEncoder(LraEncoder):
 
 class LraMaskedLM(SequenceEncoder, kw_only=True):
   """Self-pretraining (masked tokens): token ids [..., L] with [MASK] ids -> logits
-  [..., L, num_classes] over the vocabulary, from the final-normed features of every position
-  through one Dense ('mlm_head'). The encoder is the classifier's ('encoder', the same fields and
-  parameter names; `pooling` is ignored), so fine-tuning reads it with `init_from` and a fresh
-  'head'. A retrieval pair [B, 2, L] is two documents, each encoded on its own."""
+  [..., L, num_classes], every position's features through a Dense ('mlm_head'). The encoder is
+  the classifier's, name for name, so fine-tuning reads it with `init_from` and a fresh 'head'.
+  A retrieval pair [B, 2, L] is two documents, each encoded on its own."""
   num_classes: int
   head_hidden_dim: int = 128   # the classifier's; unused here (one config for both stages)
   head_name = 'mlm_head'
@@ -212,12 +200,9 @@ class LraMaskedLM(SequenceEncoder, kw_only=True):
 
 
 class LraCausalLM(LraMaskedLM, kw_only=True):
-  """Next-token self-pretraining: token ids [..., L] -> logits
-  [..., L, num_classes], position t predicting token t + 1 from positions <= t (every mixer
-  built with causal=True; a mixer without a causal form is refused when the model is built).
-  The encoder's parameters are the classifier's, name for name and shape for shape (no [MASK]
-  row), so the bidirectional classifier reads them with `init_from`, its 'head' fresh; the
-  per-position Dense is 'lm_head'. A retrieval pair is two documents, each on its own."""
+  """Next-token self-pretraining: token ids [..., L] -> logits [..., L, num_classes], position t
+  predicting token t + 1 (every mixer causal). The encoder's parameters are the classifier's,
+  shape for shape (no [MASK] row); the per-position Dense is 'lm_head'."""
   head_name = 'lm_head'
 
 

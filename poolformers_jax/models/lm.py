@@ -3,19 +3,15 @@
 Architecture (Huang et al. 2022, Sec. 4.1: "the same 12-layer model architecture as Longformer
 (Beltagy et al. 2020)"): 12 layers, width 512, 8 heads of 64, feed-forward 2048, pre-LN blocks, a
 final LayerNorm and a projection onto the byte vocabulary. CP-Transformer (L) swaps the softmax
-mixer of every layer for 'contextpool' (ContextPool, then softmax attention); the MSAC LM swaps it
-for 'msac'. Any registered causal mixer works: the mixer is picked by name through `build_mixer`.
+mixer of every layer for 'contextpool'; the MSAC LM for 'msac'; any registered causal mixer works.
 
 What the paper leaves open, and what we decided:
-- Positions. Longformer (and Transformer-XL, whose 12-layer enwik8 model is the same size) use
-  relative position attention; the paper's mixers ('softmax', 'contextpool', ...) are plain
-  content attention, so we add fixed sinusoidal positions to the embeddings (no parameters;
-  defined at any length, which the staged 2048 -> 4096 -> 8192 training and the 32k-context
-  evaluation need). `positions` (common.Positions): 'learned' is a max_length x d table,
-  'rotary' turns the mixers' q and k instead (RoFormer), 'none' drops positions.
-  This choice is also what the parameter counts of Table 5 point to: CP-Transformer (12) has 39M
-  parameters, fewer than Longformer's 41M, which the relative-position projections
-  (12 x 512 x 512 = 3.1M) of the latter explain (argued in the Table 5 parameter-count test).
+- Positions. Longformer and Transformer-XL use relative position attention; the paper's mixers
+  are plain content attention, so we add fixed sinusoids to the embeddings (no parameters,
+  defined at any length, as the staged 2048 -> 8192 training and 32k-context evaluation need).
+  Table 5's parameter counts point there too: CP-Transformer (12) has 39M, fewer than
+  Longformer's 41M by about its relative-position projections (12 x 512 x 512 = 3.1M).
+  `positions` (common.Positions) chooses otherwise.
 - Output layer: tied to the input embedding (as in Transformer-XL's enwik8 model); embeddings
   are initialised with std d^-1/2 and scaled by sqrt(d) on input (Vaswani et al. 2017), so
   tokens and sinusoids have the same scale. `tie_embeddings=False` gives a separate Dense.
@@ -23,8 +19,7 @@ What the paper leaves open, and what we decided:
 - Dropout 0.2 everywhere the paper says "dropout rates 0.2": embeddings, residual branches,
   feed-forward hidden layer and attention weights.
 
-Conventions (see `lm_inputs_targets`): logits[:, t] predict token t + 1. Token id 0 is padding;
-the model derives `mask = inputs != 0` and never lets a position see a later one.
+logits[:, t] predict token t + 1; token id 0 is padding (`mask = inputs != 0`).
 """
 from __future__ import annotations
 
@@ -41,11 +36,8 @@ from poolformers_jax.models.registry import register_model
 
 
 def lm_inputs_targets(tokens: Array) -> tuple[Array, Array]:
-  """Splits windows of L + 1 characters into model inputs x[:, :-1] and targets x[:, 1:].
-
-  The data pipeline already yields {'inputs', 'targets'} in this convention; this helper is for
-  raw windows (evaluation over a long text, sampling).
-  """
+  """Raw windows of L + 1 characters -> inputs x[:, :-1] and targets x[:, 1:] (the pipeline's
+  convention)."""
   return tokens[:, :-1], tokens[:, 1:]
 
 
@@ -80,7 +72,8 @@ class CharTransformerLM(nn.Module):
                      embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
     x = embed(inputs) * jnp.asarray(self.emb_dim ** 0.5, dtype)
     if self.positions == 'sinusoidal':
-      x = x + sinusoidal_positions(jnp.arange(inputs.shape[1]), self.emb_dim)[None].astype(dtype)
+      x = x + sinusoidal_positions(jnp.arange(inputs.shape[1]),
+                                   self.emb_dim)[None].astype(dtype)
     elif self.positions == 'learned' and self.max_length is None:
       raise ValueError(f"{name}: positions='learned' needs max_length (the longest "
                        f'sequence, e.g. 8192); set config.model.max_length.')
@@ -104,5 +97,5 @@ class CharTransformerLM(nn.Module):
 
 @register_model('char_lm')
 def build_char_lm(cfg) -> CharTransformerLM:
-  """`config.model` -> CharTransformerLM; every key except `name` is a field (unknown keys fail)."""
+  """`config.model` -> CharTransformerLM; every key except `name` is a field."""
   return CharTransformerLM(**model_kwargs(cfg, CharTransformerLM))

@@ -9,34 +9,16 @@ one attend the patches of the other. It gives no architecture or numbers; our de
   (two 3×3 conv-BN, ReLU, identity shortcut or 1×1 strided projection), the first block of every
   stage but the first with stride 2, global average pooling, Dense head. ResNet-20 by default
   (widths 16/32/64, 3 blocks per stage).
-* In the stages listed in `msac_stages` (default: the last two), BOTH 3×3 convolutions of every
-  block are MSACs (the strided one is a strided MSAC: its query/key/value/regular filters are
-  strided, so attention runs on the reduced grid; Sec. 3 allows strided SACs). MSAC windows
-  default to (1, 3): a 1×1 SAC (= 2D self-attention) and a 3×3 SAC, each with its regular
-  convolution fused in, as in Sec. 4. Memory: the attention maps of an MSAC on a 16×16 grid are
-  [B, heads, 256, 256] per scale; with batch 128 a training step keeps a few GB.
-* BatchNorm (momentum 0.9, eps 1e-5) after every conv/MSAC, `batch_stats` collection; running
-  averages when deterministic=True.
-* Similarity model: CrossAttentiveInput (segment augmentation 'add' by default) then the MSAC
-  ResNet on the N × 2M image t = [x, z], logits [B, num_classes] (2: same / different).
+* In the stages listed in `msac_stages` (default: the last two), both 3×3 convolutions of every
+  block are MSACs (the strided one a strided MSAC, so attention runs on the reduced grid; Sec. 3
+  allows strided SACs). Windows (1, 3) by default: a 1×1 SAC (= 2D self-attention) and a 3×3
+  SAC, each with its regular convolution fused in (Sec. 4). An MSAC on a 16×16 grid keeps
+  [B, heads, 256, 256] attention maps per scale.
+* BatchNorm (momentum 0.9, eps 1e-5) after every conv / MSAC.
+* Similarity model: CrossAttentiveInput then the MSAC ResNet on the N × 2M image t = [x, z].
 
-Config fields of `config.model` for 'msac_resnet' (all required; `msac_resnet_config()` gives the
-defaults, unknown fields fail):
-  num_classes      int
-  stage_widths     sequence of ints, channels per stage, e.g. (16, 32, 64)
-  stage_blocks     sequence of ints, basic blocks per stage, e.g. (3, 3, 3) (ResNet-20)
-  msac_stages      sequence of 0-based stage indices whose 3×3 convs are MSACs, e.g. (1, 2)
-  num_heads        int, heads of every SAC (with heads='split' it must divide the MSAC widths)
-  heads            'full' (Sec. 2.1: each head its own full-width filters, the paper) or 'split'
-  windows          sequence of MSAC windows (int w = w×w, or (n, m)), e.g. (1, 3)
-  regular_conv     bool, fuse a regular n×m conv into every SAC (Sec. 3-4)
-  relative_bias    bool, learned bias b[|Δrow|, |Δcol|] in the attention (Eq. 3)
-  max_distance     int, size of the relative bias table per axis (>= the grid size = exact Eq. 3)
-  dtype            'float32' | 'bfloat16', compute dtype (params stay float32; logits float32)
-'cross_attentive_similarity' takes the same fields plus:
-  segment          'add' | 'concat' | 'none', the segment augmentation of Sec. 6.1
-  segment_dim      int, channels of the segment tensors when segment='concat'
-and its inputs are image pairs [B, 2, H, W, C] (inputs[:, 0] = x, inputs[:, 1] = z).
+Every field of `config.model` is required ('msac_resnet': `msac_resnet_config()` gives them;
+'cross_attentive_similarity': `cross_attentive_similarity_config()`).
 """
 from __future__ import annotations
 
@@ -98,13 +80,13 @@ class MSACResNet(nn.Module):
   num_classes: int
   stage_widths: Sequence[int] = (16, 32, 64)
   stage_blocks: Sequence[int] = (3, 3, 3)
-  msac_stages: Sequence[int] = (1, 2)
+  msac_stages: Sequence[int] = (1, 2)   # 0-based stages whose 3×3 convs are MSACs
   num_heads: int = 4
   heads: str = 'full'          # MSAC heads: 'full' (Sec. 2.1, the paper) or 'split' (see MSAC)
-  windows: Sequence[Window] = (1, 3)
-  regular_conv: bool = True
-  relative_bias: bool = True
-  max_distance: int = 32
+  windows: Sequence[Window] = (1, 3)    # MSAC windows: int w = w×w, or (n, m)
+  regular_conv: bool = True             # fuse a regular n×m conv into every SAC (Sec. 3-4)
+  relative_bias: bool = True            # b[|Δrow|, |Δcol|] of Eq. 3
+  max_distance: int = 32                # relative bias table size per axis
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -136,10 +118,9 @@ class MSACResNet(nn.Module):
 
 
 class CrossAttentiveSimilarity(MSACResNet):
-  """Sec. 6.1: image pairs [B, 2, H, W, C] -> t = [x, z] with segments -> MSAC ResNet -> logits.
-
-  The MSACResNet's fields (its parameters under 'backbone') and the segment augmentation's."""
-  segment: str = 'add'
+  """Sec. 6.1: image pairs [B, 2, H, W, C] -> t = [x, z] with segments -> MSAC ResNet
+  ('backbone') -> logits (2: same / different)."""
+  segment: str = 'add'         # 'add' | 'concat' | 'none' (CrossAttentiveInput)
   segment_dim: int = 4
 
   @nn.compact
@@ -164,9 +145,8 @@ def msac_resnet_config(num_classes: int = 10) -> ml_collections.ConfigDict:
 
 
 def cross_attentive_similarity_config(num_classes: int = 2) -> ml_collections.ConfigDict:
-  """Default `config.model` for 'cross_attentive_similarity' (the backbone fields + segments).
-
-  max_distance 64 covers the 2M-wide side-by-side image of two 32×32 images exactly."""
+  """Default `config.model` for 'cross_attentive_similarity'; max_distance 64 covers the 2M-wide
+  side-by-side image of two 32×32 images."""
   cfg = msac_resnet_config(num_classes)
   cfg.name = 'cross_attentive_similarity'
   cfg.max_distance = 64
@@ -177,14 +157,13 @@ def cross_attentive_similarity_config(num_classes: int = 2) -> ml_collections.Co
 
 @register_model('msac_resnet')
 def build_msac_resnet(cfg) -> MSACResNet:
-  """Every field is required (the module docstring): start from msac_resnet_config()."""
+  """Every field is required: start from msac_resnet_config()."""
   return MSACResNet(**model_kwargs(cfg, MSACResNet, required=tuple(module_fields(MSACResNet))))
 
 
 @register_model('cross_attentive_similarity')
 def build_cross_attentive_similarity(cfg) -> CrossAttentiveSimilarity:
-  """Sec. 6.1's image-pair model: inputs [2, H, W, C], same / different labels (dataset
-  `cifar10_pairs`, `configs/cifar.py:cross_attentive_similarity`). Every field is required: start
-  from cross_attentive_similarity_config()."""
+  """Sec. 6.1's image-pair model (dataset `cifar10_pairs`,
+  `configs/cifar.py:cross_attentive_similarity`); start from cross_attentive_similarity_config()."""
   required = tuple(module_fields(CrossAttentiveSimilarity))
   return CrossAttentiveSimilarity(**model_kwargs(cfg, CrossAttentiveSimilarity, required=required))

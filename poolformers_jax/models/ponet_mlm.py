@@ -3,9 +3,8 @@
 Follows the authors' BERT version (lxchtan/PoNet, models/modeling_ponet.py), which is HuggingFace
 BERT with self-attention replaced by the PoNet mixer:
 - Embeddings: token + learned absolute position + token type (sentence A/B), LayerNorm, dropout.
-- POST-LN blocks, as BERT: h = LN(h + Dropout(PoNet(h))); h = LN(h + Dropout(W2 gelu(W1 h))),
-  the shared `TransformerBlock` with `post_norm=True` (models/block.py). (The slides do not
-  say; the official code is BERT's post-LN. LayerNorm eps 1e-12, exact erf GELU.)
+- Post-LN blocks, as the official code (the slides do not say): h = LN(h + Dropout(PoNet(h)));
+  h = LN(h + Dropout(W2 gelu(W1 h))), LayerNorm eps 1e-12, exact erf GELU.
 - Segments of SMP are sentences, with [CLS] and [SEP] each a segment of their own
   (`sentence_segment_ids`, the official `get_segment_index`), and [CLS]/[SEP] get no SMP/LMP term
   and stay out of local windows (the official "clsgsepg" switch, on in the released checkpoint).
@@ -16,8 +15,7 @@ BERT with self-attention replaced by the PoNet mixer:
   included, biases 0, LayerNorm 1 / 0: the official `_init_weights` (BERT's initializer_range).
 - Fine-tuning (`ponet_classifier`, official PoNetForSequenceClassification): the same encoder
   and pooler, dropout, a new Dense head; one output = regression (STS-B).
-- `mixer='softmax'` gives BERT itself (the baseline of the paper's tables, and of
-  benchmarks/ponet_transfer.py) with the same names.
+- `mixer='softmax'` gives BERT itself (the paper's baseline) with the same names.
 
 Decided here: token types are derived from the inputs when not given (type = number of [SEP]
 before the token, capped at type_vocab_size - 1, so "[CLS] A [SEP]" is 0 and "B [SEP]" is 1).
@@ -57,13 +55,9 @@ def token_type_ids_from_inputs(inputs: Array, sep_id: int, type_vocab_size: int)
 
 
 class BertEncoderFields(nn.Module):
-  """The BERT-style encoder both PoNet models share: embeddings and post-LN layers.
-
-  `inputs`: int [B, L] token ids (SMP segments derived from [CLS]/[SEP]: GLUE) or [B, 2, L]
-  (row 0 token ids, row 1 SMP segment ids from the data: one per sentence, as the official
-  pre-training and long-text code pass `segment_ids`). 0 = padding. `mixer='softmax'` makes it
-  BERT (the baseline), with the same names otherwise.
-  """
+  """The BERT-style encoder both PoNet models share: embeddings and post-LN layers. `inputs`:
+  int [B, L] token ids (SMP segments derived from [CLS]/[SEP]: GLUE) or [B, 2, L] (token ids,
+  then SMP segment ids from the data, as the official pre-training code passes them)."""
   vocab_size: int
   emb_dim: int = 768
   num_layers: int = 12
@@ -76,8 +70,7 @@ class BertEncoderFields(nn.Module):
   sep_id: int = 102
   layer_norm_eps: float = 1e-12
   mixer: Literal['ponet', 'softmax'] = 'ponet'   # PoNet, or softmax attention (BERT)
-  # common.Positions: BERT's learned table ('position_embed'), the fixed sinusoids added in its
-  # place, rotary (softmax only: PoNet has no query-key product for it) or none.
+  # BERT's learned table ('position_embed'), sinusoids, rotary (softmax only) or none.
   positions: Positions = 'learned'
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
   dtype: Optional[Dtype] = None
@@ -87,8 +80,7 @@ class BertEncoderFields(nn.Module):
 
   @nn.nowrap
   def check_mixer(self) -> None:
-    """One line if the mixer or its options are not this model's (the builders call it, so a
-    config fails when the model is built)."""
+    """Refuses a mixer or options that are not this model's (when the model is built)."""
     name = type(self).__name__
     check_choices(self)
     if self.positions == 'rotary':
@@ -104,8 +96,8 @@ class BertEncoderFields(nn.Module):
 
   def encode(self, inputs: Array, segment_ids: Optional[Array], token_type_ids: Optional[Array],
              deterministic: bool) -> tuple[Array, nn.Embed]:
-    """Hidden states [B, L, D] and the token embedding (for the tied MLM decoder). Called from
-    the compact __call__ of a subclass, so parameter names are top-level."""
+    """Hidden states [B, L, D] and the token embedding (for the tied MLM decoder), inside a
+    subclass's compact __call__ (parameter names top-level)."""
     name = type(self).__name__
     self.check_mixer()
     if inputs.ndim == 3 and inputs.shape[1] == 2:
@@ -156,23 +148,21 @@ class BertEncoderFields(nn.Module):
 
   def pool(self, h: Array) -> Array:
     """BERT pooler: tanh(Dense(h[CLS]))."""
-    return jnp.tanh(nn.Dense(self.emb_dim, dtype=self.dtype, kernel_init=_init, name='pooler')(h[:, 0]))
+    return jnp.tanh(nn.Dense(self.emb_dim, dtype=self.dtype, kernel_init=_init,
+                             name='pooler')(h[:, 0]))
 
 
 class PoNetMLM(BertEncoderFields):
-  """BERT-style PoNet encoder with the MLM and sentence-structure pre-training heads.
-
-  `sentence_classes`: 3 = StructBERT's SSO (the paper), 2 = BERT's NSP, 0 = MLM only (no head).
-  """
+  """BERT-style PoNet encoder with the MLM and sentence-structure pre-training heads;
+  `sentence_classes`: 3 = StructBERT's SSO (the paper), 2 = BERT's NSP, 0 = MLM only."""
   sentence_classes: int = SSO_CLASSES
 
   @nn.compact
   def __call__(self, inputs: Array, *, segment_ids: Optional[Array] = None,
                token_type_ids: Optional[Array] = None,
                deterministic: bool = True) -> dict[str, Array]:
-    """Returns {'mlm_logits': [B, L, V], 'sso_logits': [B, sentence_classes]} in float32
-    (no 'sso_logits' for MLM only). `segment_ids` (SMP sentences) and `token_type_ids` default
-    to those of the inputs (see BertEncoderFields)."""
+    """{'mlm_logits': [B, L, V], 'sso_logits': [B, sentence_classes]} in float32 (no
+    'sso_logits' for MLM only); `segment_ids` and `token_type_ids` default to the inputs'."""
     h, embed = self.encode(inputs, segment_ids, token_type_ids, deterministic)
     t = nn.Dense(self.emb_dim, dtype=self.dtype, kernel_init=_init, name='mlm_transform')(h)
     t = nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype, name='mlm_norm')(
@@ -187,12 +177,8 @@ class PoNetMLM(BertEncoderFields):
 
 
 class PoNetClassifier(BertEncoderFields):
-  """Fine-tuning (official PoNetForSequenceClassification): pooler -> dropout -> Dense.
-
-  `num_classes` = 1 is a regression (STS-B): outputs [B, 1]; else logits [B, C]. Parameter names
-  equal PoNetMLM's but for the new 'classifier', so `init_from` a pre-training run restores
-  every encoder and pooler weight.
-  """
+  """Fine-tuning (official PoNetForSequenceClassification): pooler -> dropout -> Dense
+  'classifier' (`num_classes` = 1: regression, STS-B); every other name is PoNetMLM's."""
   num_classes: int = 2
 
   @nn.compact

@@ -1,12 +1,9 @@
-"""The model registry: `config.model.name` -> constructor. No if/elif chains.
+"""The model registry: `config.model.name` -> constructor.
 
-Model files register their constructors with `@register_model('name')` (and are listed in
-poolformers_jax/registry.py); a constructor takes the `config.model` ConfigDict and returns an
-unbound Flax module, always `Cls(**model_kwargs(cfg, Cls, ...))` (models/block.py): every config
-key is a field of the model class, checked in that one place. A model that needs nothing more
-registers its class, `register_model_class('name', Cls)`: its constructor is then that one line,
-here.
-`build_model(config.model)` is the only entry point the trainer, eval, summary and tests use.
+Model files register constructors with `@register_model('name')`: `config.model` -> an unbound
+Flax module, always `Cls(**model_kwargs(cfg, Cls, ...))` (models/block.py), so every config key
+is a checked field of the model class; a model that needs nothing more calls
+`register_model_class('name', Cls)`. Everything builds models with `build_model(config.model)`.
 """
 from __future__ import annotations
 

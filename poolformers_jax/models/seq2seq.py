@@ -4,34 +4,24 @@ Vaswani et al. (2017) in the pre-LN form, sizes of Li et al. (2019b, "Area atten
 ContextPool paper uses (configs/wmt14.py): Small 2 layers d 256 FFN 1024 4 heads; Base 6 layers
 d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
 
-- One SentencePiece vocabulary for both languages and ONE embedding table: encoder input,
-  decoder input and output projection (three-way tying, Press & Wolf 2017, as Vaswani et al.);
-  initialised with std d^-1/2 and scaled by sqrt(d) on input (as the character LM).
+- A shared SentencePiece vocabulary and a single embedding table for encoder input, decoder
+  input and output projection (three-way tying, Press & Wolf 2017, as Vaswani et al.),
+  initialised with std d^-1/2 and scaled by sqrt(d) on input.
 - Positions (`positions`): fixed sinusoids at the given positions (the packer's per-sentence
-  positions, the decoding step); or 'rotary' (RoFormer: the encoder mixer's and the decoder
-  self-attention's q and k turned by position, relative so packed rows need no restart; the
-  cross-attention has none); or 'none'. No learned table. Why sinusoids by default: no
-  parameters (Vaswani et al. report learned ones equal), defined at any length (test sentences
-  longer than any training row still get positions), and packed rows need positions that restart
-  per sentence, which a table would also support but sinusoids give free.
-- Encoder self-attention: ANY registered mixer (`mixer`, `mixer_kwargs`); 'contextpool' is
+  positions, the decoding step: defined at any length, no parameters); 'rotary' (the encoder
+  mixer's and the decoder self-attention's q and k; the cross-attention has none); or 'none'.
+- Encoder self-attention: any registered mixer (`mixer`, `mixer_kwargs`); 'contextpool' is
   CP-attention. Decoder: causal self-attention, cross-attention over the encoder output, MLP.
 - ContextPool "after every attention layer" (paper sec. 4.1): in the encoder via the
-  'contextpool' mixer (pool, then attention on the pooled tokens: ContextPoolAttention; its
-  `placement` 'block_output' pools each block's output instead, Fig. 2c), in the decoder by
-  `decoder_context_pool` (a dict of ContextPool options, None = off), always CAUSAL (position t
-  pools only target tokens <= t; its n is t + 1). Its `placement` (DecoderBlock):
-  'every_attention' (default) pools the input of the self-attention AND the queries of the
-  cross-attention (keys/values: the encoder output); 'self_attention' only the former (the
-  narrower reading); 'block_output' the decoder block's output.
-- Packed rows: `{inputs,targets}_segment_ids` / `_positions` (the translation data's): attention,
-  cross-attention and ContextPool stay inside each sentence; with them absent, one sentence per row
-  and id 0 is padding. The decoder input is the target shifted right with 0 as start token at
-  every sentence start (Flax wmt).
-- Decoding (`decode=True`): keys and values of the decoder self-attention are cached, one token
-  per call, those of the cross-attention projected once per sentence; every decoder ContextPool
-  keeps its input, its predictor's hidden states and its pooling logits, and pools the new token
-  over them (O(L) per token) with the same parameters.
+  'contextpool' mixer, in the decoder by `decoder_context_pool` (ContextPool options, None =
+  off), always causal (position t pools target tokens <= t; its n is t + 1), placed as
+  DecoderBlock says.
+- Packed rows: `{inputs,targets}_segment_ids` / `_positions`: attention, cross-attention and
+  ContextPool stay inside each sentence; without them, a sentence per row, id 0 padding. The
+  decoder input is the target shifted right, 0 as start token at every sentence start (Flax wmt).
+- Decoding (`decode=True`): the decoder self-attention's keys and values are cached one token per
+  call, the cross-attention's projected once per sentence; every decoder ContextPool caches its
+  inputs, predictor states and pooling logits and pools the new token over them (O(L) per token).
 """
 from __future__ import annotations
 
@@ -49,13 +39,13 @@ from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, MlpBlock, appl
                                            sinusoidal_positions)
 from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, PoolSites,
                                                  predicted_channels, predictor_width)
-from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock, model_kwargs
+from poolformers_jax.models.block import (ACTIVATIONS, PreNormResidual, TransformerBlock,
+                                          model_kwargs)
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPSILON = 1e-6
-# Token ids: 0 = padding and the decoder's start token (shift_right), as everywhere in the
-# package; the end of sentence (where decoding stops) is the vocabulary's: `eos_id`, filled from
-# the dataset's info, EOS_ID when a model is built without one.
+# 0 = padding and the decoder's start token (shift_right); the end of sentence is `eos_id`, from
+# the dataset's info (EOS_ID when a model is built without one).
 PAD_ID, EOS_ID = 0, 1
 PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                 'targets_positions')
@@ -85,18 +75,14 @@ def _bias(allowed: Array) -> Array:
 
 
 class Attention(nn.Module):
-  """Softmax multi-head attention of `x` over `memory` with an additive bias [B, 1, Lq, Lk].
-
-  Parameters query/key/value/out as MultiHeadAttention. With `decode=True` (one token per call),
-  `cache` says what the 'cache' collection keeps:
-  - 'steps' (decoder self-attention): the keys and values of every step so far, appended one at
-    a time; the bias is then 'every cached position so far'.
-  - 'memory' (cross-attention): the keys and values of the encoder output, projected once when
-    the cache is created (seq2seq_decode.init_cache) instead of at every step.
-  - 'none': nothing (cross-attention projecting the encoder output at every step: the slower
-    reference the translation benchmark compares with).
-  `rotary` (self-attention): q and k turned by position (common.apply_rotary), a decoding step's
-  at its cache index.
+  """Softmax multi-head attention of `x` over `memory` with an additive bias [B, 1, Lq, Lk]
+  (parameters as MultiHeadAttention). With `decode=True` (one token per call), `cache` says what
+  the 'cache' collection keeps:
+  - 'steps' (decoder self-attention): the keys and values of every step so far;
+  - 'memory' (cross-attention): the encoder output's keys and values, projected when the cache
+    is created (seq2seq_decode.init_cache);
+  - 'none': nothing (the slower reference the translation benchmark compares with).
+  `rotary`: q and k turned by position, a decoding step's at its cache index.
   """
   num_heads: int
   dropout_rate: float = 0.0
@@ -111,7 +97,8 @@ class Attention(nn.Module):
     dim = x.shape[-1]
     check_heads(dim, self.num_heads, type(self).__name__)
     dense = lambda name: nn.Dense(dim, dtype=self.dtype, name=name)
-    step = self.get_variable('cache', 'index')[None] if self.has_variable('cache', 'index') else None
+    step = (self.get_variable('cache', 'index')[None] if self.has_variable('cache', 'index')
+            else None)
     turn = (lambda t: apply_rotary(t, self.num_heads, step)) if self.rotary else (lambda t: t)
     q = split_heads(turn(dense('query')(x)), self.num_heads)
     if self.decode and self.cache == 'memory':
@@ -138,14 +125,12 @@ class Attention(nn.Module):
         index.value = i + 1
         seen = jnp.arange(k.shape[2]) <= i
         bias = jnp.where(seen, 0.0, NEG_INF)[None, None, None, :].astype(jnp.float32)
-    # Beam search keeps one copy of a sentence's memory keys / values for its K beams (rows
-    # b*K .. b*K+K-1 of q): their queries attend as K query positions of row b, so the memory
-    # is read once per sentence, not once per beam.
+    # Beam search keeps a single copy of a sentence's memory for its K beams (rows b*K ..
+    # b*K+K-1 of q): their queries attend as K query positions of row b.
     beams = q.shape[0] // k.shape[0]
     if beams > 1:
       q, bias = _beams_to_positions(q, beams), _beams_to_positions(bias, beams)
-    # softmax_attention's weights, then dropout on them (attention-probability dropout, as
-    # tensor2tensor's attention_dropout), then the values.
+    # Dropout on the attention probabilities (tensor2tensor's attention_dropout).
     _, weights = softmax_attention(q, k, v, bias)
     self.sow('intermediates', 'attention_weights', weights)
     dropped = nn.Dropout(self.dropout_rate)(weights, deterministic=deterministic)
@@ -195,11 +180,10 @@ class _PredictorStep(nn.Module):
 
 
 class ContextPoolStep(ContextPoolOptions):
-  """Causal ContextPool for decoding: one new token per call, the same parameters (submodule
-  'predictor') and output as ContextPool(causal=True) at that position. Cached: the inputs so
-  far (two leading zero slots = the causal conv's padding), the predictor's hidden states and the
-  pooling-weight logits. Supported: predictor 'conv' / 'mlp', every weights option, every
-  locality except 'random_sparse'. The options are ContextPoolOptions' (as ContextPool's)."""
+  """Causal ContextPool for decoding: one new token per call, the parameters and output of
+  ContextPool(causal=True) at that position. Cached: the inputs so far (two leading zero slots:
+  the causal conv's padding), the predictor's hidden states and the pooling-weight logits.
+  Not supported: predictor 'attention', locality 'random_sparse'."""
   dtype: Optional[Dtype] = None
 
   @nn.compact
@@ -302,8 +286,8 @@ class PooledQueries(nn.Module):
 
 class DecoderBlock(nn.Module):
   """Pre-LN: causal self-attention, then cross-attention over the encoder output, then the MLP;
-  each a PreNormResidual. `context_pool` (ContextPool options, None = off) places a
-  CAUSAL ContextPool by its 'placement' (DECODER_PLACEMENTS):
+  each a PreNormResidual. `context_pool` (ContextPool options, None = off) places a causal
+  ContextPool by its 'placement' (DECODER_PLACEMENTS):
   - 'every_attention' (default): before self-attention (parameters 'self_attention/
     context_pool') and before cross-attention ('cross_context_pool': the queries are pooled
     decoder tokens; keys/values are the encoder output): "after every attention layer".
@@ -389,7 +373,8 @@ class TransformerSeq2Seq(nn.Module):
     check_choices(self)
     self.embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=self.dtype or jnp.float32,
                           embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
-    common = dict(dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
+    common = dict(dropout_rate=self.dropout_rate,
+                  attention_dropout_rate=self.attention_dropout_rate,
                   drop_path_rate=self.drop_path_rate, activation=self.activation, dtype=self.dtype,
                   rotary=self.positions == 'rotary')
     self.encoder_blocks = [

@@ -1,18 +1,16 @@
 """Greedy and beam-search decoding of TransformerSeq2Seq on its KV cache (jit-able, shardable).
 
-Both encode the source once, project the encoder output to every cross-attention's keys and
-values once (init_cache), then call the decoder one token per step with `decode=True` (the
-self-attention keys/values and the decoder ContextPool's state cached, sized to the decode
-length). Start token 0, stop at EOS (the model's `eos_id`). A sentence's output has at most its source length
-+ 50 tokens, EOS included (Vaswani et al.: "input length + 50"); the decode length of a batch
-is its padded source length + 50 unless `max_length` fixes it. Every operation is per batch
-row, so under `jax.jit` with the batch sharded over the 'data' axis the decode runs sharded.
+Both encode the source once, project the encoder output to the cross-attentions' keys and values
+once (init_cache), then call the decoder one token per step with `decode=True`. Start token 0,
+stop at the model's `eos_id`; a sentence's output has at most its source length + 50 tokens, EOS
+included (Vaswani et al.: "input length + 50"). Every operation is per batch row, so with the
+batch sharded over the 'data' axis the decode runs sharded.
 
 Beam search (Vaswani et al. 2017; the Flax wmt example's algorithm): beam K, length penalty
-lp(n) = ((5 + n) / 6)^alpha (Wu et al. 2016) with alpha 0.6; each step takes the 2K best
-extensions, moves those among the K best that end in EOS to the finished set (score =
-log p / lp(length); fairseq's rule, so beam 1 is greedy) and keeps the K best others alive; it stops when no live beam can still beat the worst finished one
-(log p only falls, so log p / lp(max_length) bounds every continuation) or at max_length.
+lp(n) = ((5 + n) / 6)^alpha (Wu et al. 2016); each step takes the 2K best extensions, moves those
+among the K best that end in EOS to the finished set (score = log p / lp(length); fairseq's rule,
+so beam 1 is greedy) and keeps the K best others alive; it stops when no live beam can still beat
+the worst finished one (log p / lp(max_length) bounds every continuation) or at max_length.
 """
 from __future__ import annotations
 
@@ -39,8 +37,7 @@ def init_cache(decoder, params, memory: jax.Array, inputs: jax.Array, max_length
   batch = {'inputs': inputs, 'targets': jnp.zeros((inputs.shape[0], max_length), jnp.int32)}
   shapes = jax.eval_shape(lambda: decoder.init(jax.random.PRNGKey(0), batch))['cache']
   flat = traverse_util.flatten_dict(jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes))
-  # Without the memory entries, the cross-attentions project `memory` and store it (one step
-  # of the decoder, whose other updates are dropped).
+  # Without the memory entries, a decoder step projects `memory` (its other updates dropped).
   steps = traverse_util.unflatten_dict({k: v for k, v in flat.items() if k[-1] not in _MEMORY})
   _, updates = decoder.apply({'params': params, 'cache': steps}, memory, inputs,
                              jnp.zeros((inputs.shape[0], 1), jnp.int32), 0, method='decode_step',
@@ -110,8 +107,8 @@ def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: in
   tile = lambda x: jnp.repeat(x, k, axis=0)                 # row b*K + j = beam j of b
   step = _step_fn(decoder, params, tile(memory), tile(inputs),
                   tile(source_lengths(inputs) + extra_length))
-  # The cache of each sentence is made once, then copied to its K beams; the cross-attention
-  # keys / values stay one per sentence (the beams' queries share them: seq2seq.Attention).
+  # Each sentence's cache is copied to its K beams, but for the cross-attention keys / values
+  # (the beams' queries share them: seq2seq.Attention).
   flat = traverse_util.flatten_dict(init_cache(decoder, params, memory, inputs, max_length))
   cache0 = traverse_util.unflatten_dict({
       key: tile(x) if x.ndim and key[-1] not in _MEMORY else x for key, x in flat.items()})
@@ -161,10 +158,9 @@ def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: in
 
 def make_translate(model, max_length: Optional[int] = None, beam_size: int = 4,
                    alpha: float = 0.6, extra_length: int = EXTRA_LENGTH, **jit_kwargs):
-  """A jitted `(params, inputs [B, Ls]) -> tokens [B, T]`: beam_size 1 = greedy (the argmax
-  path), else beam search. T = max_length, or Ls + extra_length when None (the default: caches
-  sized to the batch's source length, one compilation per source shape). `jit_kwargs`
-  (in_shardings, ...) go to jax.jit: shard the inputs over the data axis to decode sharded."""
+  """A jitted `(params, inputs [B, Ls]) -> tokens [B, T]`: beam_size 1 = greedy, else beam
+  search. T = max_length, or Ls + extra_length when None (one compilation per source shape).
+  `jit_kwargs` (in_shardings, ...) go to jax.jit."""
   def run(params, inputs):
     length = max_length or inputs.shape[1] + extra_length
     if beam_size <= 1:

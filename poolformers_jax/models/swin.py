@@ -1,13 +1,11 @@
 """Swin Transformer (Liu et al., ICCV 2021) and CP-Swin (ContextPool paper, Table 6).
 
-Swin: a 4x4 patch embedding, four stages of blocks at resolutions H/4 .. H/32 with patch
-merging (2x2 neighbours concatenated, LayerNorm, Linear 4C -> 2C) between them. Each block is
-pre-LN window attention + MLP; odd blocks shift the windows by half a window (cyclic shift,
-with an attention mask that stops tokens which were not neighbours before the shift from
-attending each other). Window attention adds a learned relative position bias
-B[dy, dx] per head, (2M-1)^2 entries per block (Swin Eq. 4). Head: LayerNorm, mean over tokens,
-Linear. Swin-B: embed 128, depths (2, 2, 18, 2), heads (4, 8, 16, 32), window 7, 224 input,
-drop-path 0.5 -> 87.8M parameters (Table 6: 88M).
+Swin: a 4x4 patch embedding, four stages at resolutions H/4 .. H/32 with patch merging between
+them. Each block is pre-LN window attention + MLP; odd blocks shift the windows by half a window
+(cyclic shift, masked so tokens that were not neighbours do not attend each other). Window
+attention adds a learned relative position bias B[dy, dx] per head (Swin Eq. 4). Swin-B: embed
+128, depths (2, 2, 18, 2), heads (4, 8, 16, 32), window 7, 224 input -> 87.8M parameters
+(Table 6: 88M).
 
 Layers follow the official code: LayerNorm eps 1e-5, exact GELU, qkv bias, Linear kernels
 trunc-normal 0.02, relative bias table trunc-normal 0.02, drop-path rising linearly over all
@@ -15,14 +13,11 @@ blocks. A stage whose resolution is not larger than the window uses one window a
 (stage 4 of Swin-B at 224^2: 7x7 tokens, window 7).
 
 CP-Swin. The paper only says CP "is applicable to the Swin transformer"; where it goes is ours:
-- ContextPool runs in every block right before window attention, on the tokens of each (shifted)
-  window, and attention then reads the pooled tokens (queries, keys and values, as in
-  ContextPoolAttention). Pooling stays inside the window and obeys the shifted-window mask, so it
-  adds no new interactions beyond the ones window attention already has.
-- Eq. 4 with 2D positions: g_ij = exp(-|p_j - p_i|^2 / (2 sigma_i^2)), sigma_i = r n s_i with
-  r = 0.1 and n = M^2, the number of tokens attention sees (the paper's n); w and s are
-  predicted by m(X) = two 3x3 convolutions (GELU between, 2 output channels) run on the
-  un-shifted feature map (so each token's prediction sees its true neighbours), then shifted and
+- ContextPool runs in every block right before window attention, on each (shifted) window's
+  tokens, obeying the shifted-window mask; attention reads the pooled tokens (queries, keys and
+  values, as ContextPoolAttention), so no interaction is added beyond window attention's.
+- Eq. 4 with 2D positions: sigma_i = r n s_i with r = 0.1 and n = M^2 (the tokens attention
+  sees); m(X) runs on the un-shifted map (each token's true neighbours), then is shifted and
   partitioned like the tokens.
 - The predictor's hidden width: Table 6 gives CP-Swin-B 89M against 88M, i.e. about 1M for 24
   blocks. 3x3 convolutions of ContextPool's default width (C/16) would add 3.9M (92M); a fixed
@@ -50,9 +45,7 @@ dense_init = nn.initializers.truncated_normal(0.02)
 exact_gelu = functools.partial(nn.gelu, approximate=False)
 
 
-# --------------------------------------------------------------------------------------------
-# Windows, shifts and the relative position index (static numpy: they depend on shapes only)
-# --------------------------------------------------------------------------------------------
+# ------- Windows, shifts and the relative position index (static numpy: they depend on shapes only)
 
 def relative_position_index(window: int) -> np.ndarray:
   """[M^2, M^2] index into the (2M-1)^2 bias table: (dy + M - 1) * (2M - 1) + (dx + M - 1)."""
@@ -63,12 +56,9 @@ def relative_position_index(window: int) -> np.ndarray:
 
 
 def shifted_window_mask(height: int, width: int, window: int, shift: int) -> np.ndarray:
-  """[nW, M^2, M^2] bool, True where two tokens of a shifted window may attend each other.
-
-  After the cyclic shift by -shift, the last window row / column holds tokens from two (or, in
-  the corner, four) regions of the original image that were not neighbours; each region gets a
-  label (official construction with slices) and only tokens with the same label attend.
-  """
+  """[nW, M^2, M^2] bool, True where two tokens of a shifted window may attend each other: after
+  the cyclic shift, the last window row / column holds regions that were not neighbours; each
+  region gets a label (the official construction) and only tokens with the same label attend."""
   labels = np.zeros((height, width), np.int32)
   slices = lambda size: (slice(0, size - window), slice(size - window, size - shift),
                          slice(size - shift, None))
@@ -88,15 +78,11 @@ def window_and_shift(height: int, width: int, window: int, shift: int) -> tuple[
   return window, shift
 
 
-# --------------------------------------------------------------------------------------------
-# Layers
-# --------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------- Layers
 
 class WindowAttention(nn.Module):
-  """Multi-head self-attention inside windows, with the relative position bias (Swin Eq. 4).
-
-  x: [B * nW, M^2, C]; `allowed`: [nW, M^2, M^2] bool or None (no shift).
-  """
+  """Multi-head self-attention inside windows x [B * nW, M^2, C], with the relative position bias
+  (Swin Eq. 4); `allowed`: [nW, M^2, M^2] bool or None (no shift)."""
   num_heads: int
   window: int
   attention_dropout_rate: float = 0.0

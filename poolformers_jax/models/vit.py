@@ -13,15 +13,13 @@
   M = 0 is DeiT without a class token (HVT Table 4).
 
 What the papers leave open and what we decided (docs/papers/hvt.md; the official code pins most):
-- Blocks are split into M stages of equal width depth / M (depth must divide); pooling follows
-  blocks 0, w, 2w, ... (official code), each followed by a new learned position embedding of the
-  pooled length (trunc-normal 0.02; parameter name `pos_embedding`, like the input one, so an
-  optimizer can exclude every position embedding from weight decay by name).
+- Blocks are split into M stages of equal width (`PoolingStages`); each pooling is followed by a
+  new learned position embedding of the pooled length (parameter `pos_embedding`, like the input
+  one, so weight decay can exclude every position embedding by name).
 - Layers follow timm / the authors' code: LayerNorm eps 1e-6, exact (erf) GELU, qkv bias,
   Linear kernels trunc-normal 0.02 (the softmax mixer keeps its own initializer), drop-path
   rate rising linearly from 0 to `drop_path_rate` over the blocks.
-- A class token and pooling do not mix (pooling would blend the class token into patches):
-  'hvt' always uses the mean head.
+- 'hvt' always uses the mean head (pooling would blend a class token into patches).
 - 2D pooling (HVT Table 9) pools the patch grid with the same kernel / stride; the paper's
   per-stage head and block counts for it are unspecified, so we keep one width for all stages.
 """
@@ -77,7 +75,7 @@ class VisionTransformer(nn.Module):
                          self.pool_kernel_size, self.pool_stride)
 
   def pool_after_blocks(self) -> tuple[int, ...]:
-    """Indices b_m of the blocks followed by pooling: 0, w, 2w, ... with w = depth / M."""
+    """Indices b_m of the blocks followed by pooling."""
     return self.stages().pool_after_blocks()
 
   def stage_lengths(self) -> list[int]:
@@ -109,7 +107,8 @@ class VisionTransformer(nn.Module):
     batch = x.shape[0]
     x = x.reshape(batch, -1, self.hidden_dim)
     if self.classifier == 'token':
-      cls = self.param('cls_token', nn.initializers.truncated_normal(0.02), (1, 1, self.hidden_dim))
+      cls = self.param('cls_token', nn.initializers.truncated_normal(0.02),
+                       (1, 1, self.hidden_dim))
       x = jnp.concatenate([jnp.broadcast_to(cls, (batch, 1, self.hidden_dim)).astype(x.dtype), x],
                           axis=1)
     x = LearnedPositionEmbedding(x.shape[1], name='pos_embed')(x)            # Eq. (1)
@@ -119,7 +118,8 @@ class VisionTransformer(nn.Module):
     stages = self.stages()
     pool_after = stages.pool_after_blocks()
     block_args = dict(mixer=self.mixer, num_heads=self.num_heads,
-                      mlp_dim=int(self.hidden_dim * self.mlp_ratio), mixer_kwargs=self.mixer_kwargs,
+                      mlp_dim=int(self.hidden_dim * self.mlp_ratio),
+                      mixer_kwargs=self.mixer_kwargs,
                       dropout_rate=self.dropout_rate,
                       attention_dropout_rate=self.attention_dropout_rate, activation='gelu_exact',
                       layer_norm_epsilon=LAYER_NORM_EPS, kernel_init=dense_init, dtype=self.dtype)

@@ -1,22 +1,18 @@
 """Tasks: what a model's outputs are scored by. `TASKS` maps `DatasetInfo.task` to a `Task`: the
-sums of a batch, the metrics from summed totals, the training objective, the model's input and one
-training example; a task that generates outputs (translation) also has a `decoder`, built once with
-the setup from what it uses, never from the trainer's Setup; and what `load_run(...).predict` gives
-for it (`predicts`, `prediction`).
+sums of a batch, the metrics from summed totals, the training objective, the model's input, one
+training example, a `decoder` for a task that generates outputs (translation), and what
+`load_run(...).predict` gives (`predicts`, `prediction`).
 
-Every task returns *sums* over examples (or tokens) weighted by a per-example weight (1 for real
-examples, 0 for the padding examples that fill the last evaluation batch), so metrics summed
-over batches and divided once at the end are exact whatever the batch size or device count.
-Sums may be arrays (a confusion matrix); the training objective of a batch is
-`task.objective(sums)` (default: summed loss / count). A metric that is no function of sums
-(Spearman's rank correlation) reads per-example `rows` that evaluation gathers once per split.
+Every task returns *sums* over examples (or tokens), weighted 1 for real examples and 0 for the
+padding that fills the last evaluation batch, so metrics summed over batches and divided once at
+the end are exact whatever the batch size or device count. Sums may be arrays (a confusion
+matrix); a metric that is no function of sums (Spearman's) reads per-example `rows`.
 
   classification.py  classification, retrieval, lm, seq2seq (cross-entropy, accuracy, top-5)
   text.py            PoNet's transfer tasks: pre-training (MLM + SSO / NSP), GLUE-style
                      classification (F1, Matthews), regression (Pearson, Spearman)
   masked_tokens.py   self-pretraining on a task's own inputs (masked- and next-token prediction)
   translation.py     the 'seq2seq' decoder: beam search, detokenized and tokenized BLEU
-The files that register tasks are found by the registry's walk of this folder.
 """
 from __future__ import annotations
 
@@ -68,12 +64,11 @@ class Task:
   train_example: Callable[[Any], Any] = class_example      # DatasetInfo -> one training example
   # Generated outputs scored at evaluation (BLEU): (model=, decode=config.decode,
   # data=config.data, devices=, params_sharding=, batch_sharding=, out_sharding=) -> an object
-  # whose `metrics(params, split, output_path)` decodes `split` (output_path: one line each).
+  # whose `metrics(params, split, output_path)` decodes `split`.
   decoder: Optional[Callable[..., Any]] = None
-  # load_run's Run.predict (run.py): what it returns (None: the task has none, pre-training) and
-  # how, (the model's outputs [N, ...] as numpy, the N examples) -> predictions; a task with a
-  # decoder predicts by decoding. `predict_example` (example, config.data) -> the example predict
-  # feeds where it is not the evaluation's.
+  # Run.predict: what it returns (None: pre-training has none) and (outputs [N, ...] as numpy,
+  # the N examples) -> predictions; `predict_example` (example, config.data) -> the example
+  # predict feeds where it is not the evaluation's.
   predicts: Optional[str] = None
   prediction: Callable[[Any, Any], Any] = class_ids
   predict_example: Optional[Callable[[Any, Any], Any]] = None
@@ -84,9 +79,8 @@ def get_task(name: str) -> Task:
 
 
 def train_example(info) -> Any:
-  """One training example of the dataset (ShapeDtypeStructs, no batch axis): the task's arrays,
-  and, when the rows are packed (DatasetInfo.packed), the segment ids and positions grain's
-  packing adds beside each of them."""
+  """One training example of the dataset (ShapeDtypeStructs, no batch axis), with the segment
+  ids and positions of packed rows (DatasetInfo.packed)."""
   example = get_task(info.task).train_example(info)
   if info.packed:
     packing = {f'{key}_{what}': Spec(spec.shape, jnp.int32) for key, spec in example.items()

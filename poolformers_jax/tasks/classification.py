@@ -20,7 +20,8 @@ def _is_soft(logits: Array, targets: Array) -> bool:
   return targets.shape == logits.shape
 
 
-def _cross_entropy(logits: Array, targets: Array, num_classes: int, label_smoothing: float) -> Array:
+def _cross_entropy(logits: Array, targets: Array, num_classes: int,
+                   label_smoothing: float) -> Array:
   if _is_soft(logits, targets):
     labels = targets.astype(jnp.float32)
   else:
@@ -44,10 +45,8 @@ def _rank(logits: Array, classes: Array) -> Array:
 
 def classification_sums(logits: Array, targets: Array, weights: Array,
                         label_smoothing: float = 0.0, top_k: bool = True) -> Sums:
-  """logits [B, C], targets [B] (or soft targets [B, C]), weights [B] -> summed loss, correct
-  and count, and `correct_top5` when C >= 5 (and `top_k`). Soft targets are used as given
-  (label_smoothing ignored); correct = the argmax of the logits is the argmax of the soft target
-  (the majority class of a mixed example)."""
+  """logits [B, C], targets [B] (or soft targets [B, C], used as given), weights [B] -> summed
+  loss, correct (a soft target's argmax) and count, and `correct_top5` when C >= 5."""
   loss = _cross_entropy(logits, targets, logits.shape[-1], label_smoothing)
   classes = jnp.argmax(targets, -1) if _is_soft(logits, targets) else targets
   correct = (jnp.argmax(logits, -1) == classes).astype(jnp.float32)
@@ -118,7 +117,7 @@ def next_symbol_example(example, data_config) -> dict[str, np.ndarray]:
       raise ValueError(f"text has {len(ids)} symbols > config.data.max_length={length}, too "
                        "long for this run's model; shorten it, or pass too_long='truncate' to "
                        'keep its last symbols')
-    ids = ids[-length:]   # the symbols just before the one predicted
+    ids = ids[-length:]   # the symbols just before the predicted one
   return {'inputs': fit_length(ids, length, 'error'), 'last': np.int32(len(ids) - 1)}
 
 

@@ -1,13 +1,8 @@
-"""'masked_tokens': self-pretraining on a task's own inputs (`data.masking`). The model
-(`lra_masked_lm`) gives logits [..., L, V+1] for token ids [..., L]; the targets
-are the original ids at the masked positions and -1 elsewhere. Loss and accuracy are means over
-the masked tokens of the real examples (Amos et al.'s cross-entropy and `accuracy_ignore_m100`);
-`count` is that number of tokens, `examples` the number of examples.
-
-'next_tokens': the causal objective of `data.masking.next_tokens`. The model
-(`lra_causal_lm`, its mixers causal) gives logits [..., L, V]; the target at position t is the
-real token at t + 1 and -1 where that is padding or past the end, so the same sums score every
-real next token once, each predicted from the positions <= t.
+"""Self-pretraining on a task's own inputs (`data.masking`): 'masked_tokens' (`lra_masked_lm`,
+logits [..., L, V+1]; targets the original ids at the masked positions) and 'next_tokens'
+(`lra_causal_lm`, logits [..., L, V]; target t the real token at t + 1). Targets are -1 where not
+scored. Loss and accuracy are means over the scored tokens of the real examples (Amos et al.'s
+cross-entropy and `accuracy_ignore_m100`); `count` is that number, `examples` the examples'.
 """
 from __future__ import annotations
 

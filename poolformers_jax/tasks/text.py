@@ -3,8 +3,8 @@ classification (accuracy, F1, Matthews from one confusion matrix); STS-B regress
 
 pretraining          outputs {'mlm_logits' [B, L, V], 'sso_logits' [B, C] (absent for MLM
                      only)}, targets {'mlm': [B, L] original ids at the chosen positions, -1
-                     elsewhere; 'sso': [B] sentence-structure label, SSO (3 classes) or NSP (2)}. The objective
-                     is the official one: mean CE over chosen tokens + mean CE over pairs.
+                     elsewhere; 'sso': [B] SSO (3 classes) or NSP (2) label}. The objective is
+                     the official one: mean CE over chosen tokens + mean CE over pairs.
 text_classification  logits [B, C], targets [B]; one confusion matrix gives accuracy, F1
                      (binary: of class 1, as GLUE MRPC/QQP; else macro and micro F1) and
                      Matthews' correlation (CoLA; Gorodkin's multi-class form).
@@ -23,8 +23,7 @@ import optax
 from poolformers_jax.tasks import Spec, Task, inputs_spec, register_task
 
 
-# --------------------------------------------------------------------------------------------
-# Pre-training: MLM + sentence-structure objective (the official one).
+# ------------------------------ Pre-training: MLM + sentence-structure objective (the official one)
 
 def pretraining_example(info) -> dict[str, Any]:
   """inputs [2, L] (ids, segment ids); targets: MLM ids [L] and the sentence label."""
@@ -34,9 +33,7 @@ def pretraining_example(info) -> dict[str, Any]:
 
 
 def pretraining_sums(outputs, targets, weights, label_smoothing: float = 0.0):
-  """Per-batch sums of the 'pretraining' task: `outputs` of PoNetMLM,
-  `targets` {'mlm': [B, L] original ids at the chosen positions, -1 elsewhere; 'sso': [B]
-  sentence-structure labels}, `weights` [B] (0 = a padding example)."""
+  """Per-batch sums of the 'pretraining' task (outputs, targets: the module docstring)."""
   del label_smoothing
   logits = outputs['mlm_logits'].astype(jnp.float32)
   chosen = (targets['mlm'] >= 0).astype(jnp.float32) * weights[:, None]
@@ -75,8 +72,7 @@ def pretraining_summary(totals, rows=None):
   return {k: float(v) for k, v in out.items()}
 
 
-# --------------------------------------------------------------------------------------------
-# Classification with a confusion matrix.
+# ----------------------------------------------------------- Classification with a confusion matrix
 
 def confusion_sums(logits, targets, weights, label_smoothing: float = 0.0):
   num_classes = logits.shape[-1]
@@ -121,8 +117,7 @@ def confusion_summary(totals, rows=None):
   return {k: float(v) for k, v in out.items()}
 
 
-# --------------------------------------------------------------------------------------------
-# Regression (STS-B).
+# ------------------------------------------------------------------------------- Regression (STS-B)
 
 def regression_example(info) -> dict[str, Spec]:
   return {'inputs': inputs_spec(info), 'targets': Spec((), jnp.float32)}

@@ -1,18 +1,15 @@
 """The 'seq2seq' task's decoder: BLEU of a translation model on a split. `Translator` decodes (beam
 search on the KV cache, sharded over the data axis), detokenizes with the shared SentencePiece
-model and scores against the raw references. It is built once, with the setup,
-from what it uses: the model, config.decode, config.data and the shardings.
+model and scores against the raw references.
 
 Two numbers:
 - `bleu`: sacreBLEU on detokenized text (13a tokenization, case-sensitive; signature reported
   as `bleu_signature`), the number comparable across papers.
-- `tokenized_bleu`: the paper-style number of Vaswani et al. / tensor2tensor's get_ende_bleu.sh:
-  hypothesis and reference tokenized by the Moses tokenizer (`sacremoses`, `-l <target
-  language>`, escaping on, as tokenizer.perl), for EN-DE with compound splitting (every `a-b`
-  inside a word becomes `a ##AT##-##AT## b`), then BLEU on those tokens (sacreBLEU with
-  tokenize='none', which is multi-bleu.perl's formula). The ContextPool paper's Table 4 numbers
-  are of this kind. config.decode.tokenized_bleu='13a' uses sacreBLEU's 13a tokenizer instead
-  (it differs from Moses, e.g. it splits "2013-2014" and keeps quotes unescaped).
+- `tokenized_bleu`: the paper-style number (Vaswani et al., tensor2tensor's get_ende_bleu.sh; the
+  ContextPool paper's Table 4): hypothesis and reference tokenized by the Moses tokenizer
+  (`sacremoses`, escaping on, as tokenizer.perl), for EN-DE with compound splitting, then BLEU on
+  those tokens (multi-bleu.perl's formula). config.decode.tokenized_bleu='13a' uses sacreBLEU's
+  13a tokenizer instead (it splits "2013-2014" and keeps quotes unescaped).
 """
 from __future__ import annotations
 
@@ -94,9 +91,9 @@ def encode_source(tokenizer, text: str, max_length: int) -> np.ndarray:
 
 def length_batches(sources: list[np.ndarray], batch_tokens: int, multiple: int):
   """Yields (indices, ids [rows, length]): sources sorted by length, grouped by bucket length;
-  `rows` = batch_tokens // length rounded down to a multiple of `multiple` (the devices), or
-  for a bucket's last sentences the power of two (times `multiple`) that holds them, so the
-  shapes stay few; rows beyond the sentences are all padding, after the real ones."""
+  `rows` = batch_tokens // length rounded down to a multiple of `multiple` (the devices), or for
+  a bucket's last sentences the power of two (times `multiple`) that holds them; padding rows
+  last."""
   order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
   start = 0
   while start < len(order):
@@ -124,10 +121,9 @@ def write_lines(path: str, lines: list[str]) -> None:
 
 @dataclasses.dataclass
 class Translator:
-  """Translations and BLEU of a seq2seq `model` (the 'seq2seq' task's decoder). `decode` is
-  config.decode, `data` config.data; decoding batches have a multiple of `devices` rows, laid out
-  by the shardings (None: jax's defaults). One jitted decoder per (beam, alpha), compiled once
-  per bucket shape [rows, bucket length] of `length_batches`."""
+  """Translations and BLEU of a seq2seq `model`. `decode` is config.decode, `data` config.data;
+  decoding batches have a multiple of `devices` rows, laid out by the shardings (None: jax's
+  defaults). A jitted decoder per (beam, alpha), compiled per bucket shape."""
   model: Any
   decode: Any
   data: Any
@@ -149,7 +145,7 @@ class Translator:
   def translate(self, params, texts: list[str], *, beam_size: Optional[int] = None,
                 alpha: Optional[float] = None, batch_tokens: Optional[int] = None) -> list[str]:
     """Detokenized translations of `texts`, in their order (config.decode's settings unless
-    given). Sources are cut to config.data.max_length tokens (EOS kept), bucketed by length."""
+    given)."""
     decode = self.decode
     beam_size = int(decode.beam_size if beam_size is None else beam_size)
     alpha = float(decode.alpha if alpha is None else alpha)
@@ -178,8 +174,8 @@ class Translator:
 
   def metrics(self, params, split: str, output_path: Optional[str] = None) -> dict[str, Any]:
     """BLEU metrics of `split`: all sentences (or decode.max_sentences) when decode.bleu_splits
-    names it; the first decode.validation_sentences of 'validation' otherwise (BLEU during
-    training); else {}. `output_path`: where the hypotheses go, one line per sentence."""
+    names it; the first decode.validation_sentences of 'validation' otherwise; else {}.
+    `output_path`: where the hypotheses go, a line each."""
     decode = self.decode
     if split in tuple(decode.bleu_splits):
       limit = int(decode.max_sentences)

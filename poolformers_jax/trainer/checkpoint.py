@@ -1,23 +1,16 @@
 """Checkpoints: the latest few (model + data iterator state), the best on validation, averages.
 
 DIR/checkpoints/<step>/{state, data}   every `checkpoint_every_steps`, at the end, on SIGTERM;
-                                       `data` is the grain iterator state of every process, so a
-                                       resumed run reads exactly the batches it would have read.
+                                       `data`: every process's grain iterator state, so a resumed
+                                       run reads exactly the batches it would have read.
 DIR/best/<step>/state                  the best `config.best_metric` on validation so far.
 DIR/averaged/<step>/{state, averaged}  the mean parameters of the last N latest checkpoints
-                                       (`python -m poolformers_jax.average`; <step> = the newest
-                                       of them, whose other state it keeps; `averaged` lists them).
+                                       (`python -m poolformers_jax.average`).
 
-Two rooms behind one door: the policy (trainer/checkpoint_policy.py: what to keep, confirm,
-reject, resume from and call best, pure functions of lists of steps and metric values, and the
-error texts) and the storage (trainer/checkpoint_storage.py: one orbax manager per kind with the
-integrity records of its steps, integrity.py). The Checkpointer asks the first and has the
-second do it.
-
-Every step directory gets `integrity.json` once orbax has finished writing it, and every restore
-verifies it. Resume walks back from the newest checkpoint to the newest one that verifies, one
-log line per damaged one, which is moved to DIR/rejected/ (never deleted); when none verifies it
-stops with one line unless the caller asked to start over.
+The `Checkpointer` asks the policy (trainer/checkpoint_policy.py) and has the storage
+(trainer/checkpoint_storage.py: an orbax manager per kind, with integrity records) do it. Every
+step directory gets `integrity.json` once orbax has written it, and every restore verifies it;
+resume walks back to the newest checkpoint that verifies, moving damaged ones to DIR/rejected/.
 """
 from __future__ import annotations
 
@@ -34,10 +27,9 @@ from poolformers_jax.trainer.checkpoint_policy import (  # noqa: F401  (the publ
 from poolformers_jax.trainer.checkpoint_storage import Store, listdir
 
 
-
 def _iterator_state():
-  """The module of the data position saved beside the state: grain (the train extra), loaded
-  only to save or resume, so reading a run needs none."""
+  """The module of the data position saved beside the state (grain: loaded only to save or
+  resume, so reading a run needs none)."""
   from poolformers_jax.trainer import iterator_state  # pylint: disable=g-import-not-at-top
   return iterator_state
 
@@ -47,8 +39,6 @@ class Checkpointer:
   def __init__(self, workdir: str, *, keep: int = 2, best_metric: str = 'accuracy',
                best_mode: str = 'max', read_only: bool = False,
                config_sha256: Optional[str] = None):
-    # Every record carries config_sha256: the run config's integrity.config_hash (None: no
-    # config's, the hash of '').
     config_sha256 = integrity.config_hash(None) if config_sha256 is None else config_sha256
     self.workdir = os.path.abspath(workdir)
     self.rejected_dir = os.path.join(self.workdir, REJECTED_DIR)
@@ -76,7 +66,7 @@ class Checkpointer:
       return
     if self.best.save(step, state, dict(state=ocp.args.StandardSave(state)),
                       metrics={k: float(v) for k, v in metrics.items()}):
-      self._best_entries = [(step, value)]   # Retention.best = 1: the one kept
+      self._best_entries = [(step, value)]   # Retention.best = 1: only it is kept
 
   def save_averaged(self, step: int, state: Any, averaged_steps: list[int]) -> None:
     """`state` (the mean parameters of `averaged_steps`) as DIR/averaged/<step>; replaces the
@@ -94,7 +84,7 @@ class Checkpointer:
 
   def poll(self) -> None:
     """Writes the records of saves that have finished since; cheap, called at log steps, so a
-    kill -9 finds a record on every checkpoint but (at most) the one written last."""
+    kill -9 finds a record on every checkpoint but (at most) the last written."""
     for store in (self.latest, self.best, self.averaged):
       store.write_records(wait=False)
 
@@ -125,9 +115,9 @@ class Checkpointer:
     return store.move_to(step, os.path.join(self.rejected_dir, f'{prefix}{store.name}-{step}'))
 
   def reject_unconfirmed(self, first_bad_step: int) -> list[int]:
-    """Moves the latest and best checkpoints a non-finite step `first_bad_step` leaves
-    unconfirmed (policy.unconfirmed) to DIR/rejected/diverged-<checkpoints|best>-<step>, so that
-    neither a resume nor `--checkpoint best` uses them. Returns their steps."""
+    """Moves the checkpoints a non-finite step `first_bad_step` leaves unconfirmed to
+    DIR/rejected/diverged-<checkpoints|best>-<step> (no resume nor `--checkpoint best` uses them);
+    returns their steps."""
     self.wait()   # a save of one of them may still be in flight
     steps = set()
     for store in (self.latest, self.best):
@@ -140,10 +130,8 @@ class Checkpointer:
   def restore_for_resume(self, abstract_state: Any, data_iterator: Any, *,
                          start_over: bool = False) -> Optional[tuple[Any, int]]:
     """The newest checkpoint that verifies, as (state, step), with `data_iterator` set to its
-    saved position; None when there is none to resume (a fresh run).
-
-    Damaged steps are logged (one line each) and moved to DIR/rejected/. If none verifies,
-    CheckpointError, unless `start_over` (then None: train from step 0)."""
+    saved position; None for a fresh run. If none verifies, CheckpointError, unless `start_over`
+    (then None: train from step 0)."""
     order = policy.resume_order(self.latest.steps())
     for step in order:
       position = _iterator_state().IteratorState()
@@ -202,7 +190,7 @@ STATE_FIELDS = ('step', 'params', 'opt_state', 'batch_stats')   # trainer/setup.
 
 
 def _check_fields(fields: Any) -> None:
-  """`fields` is a dict of some of the train state's fields ({'params': ...}); one line if not."""
+  """Refuses `fields` unless a dict of some of the train state's fields ({'params': ...})."""
   if not isinstance(fields, dict):
     raise TypeError(f'restore_for_reading reads some fields of a train state: pass a dict of some '
                     f'of {list(STATE_FIELDS)} (e.g. {{"params": abstract_state.params}}), not a '
@@ -230,18 +218,17 @@ def _read(workdir: str, config, which: Union[str, int], abstract: Any, partial: 
 
 def restore_for_reading(workdir: str, config, which: Union[str, int],
                         fields: dict[str, Any]) -> tuple[dict[str, Any], int]:
-  """({field: value}, step) of checkpoint `which` (best | latest | averaged | a step) of a run:
-  THE way a run is read (translate, load_run). `fields`: a dict of some of the abstract train
-  state's fields ({'params': make_setup(config).abstract_state.params}): only those are read,
-  their shardings place the restored arrays."""
+  """({field: value}, step) of checkpoint `which` (best | latest | averaged | a step) of a run
+  (load_run). `fields`: some of the abstract train state's fields ({'params':
+  make_setup(config).abstract_state.params}): only those are read, placed by their shardings."""
   _check_fields(fields)
   return _read(workdir, config, which, fields, partial=True)
 
 
 def restore_state_for_reading(workdir: str, config, which: Union[str, int],
                               abstract_state: Any) -> tuple[Any, int]:
-  """(the whole train state, step) of checkpoint `which` of a run (eval.py), read as
-  `restore_for_reading` reads some fields; `abstract_state`: make_setup(config).abstract_state."""
+  """(the whole train state, step) of checkpoint `which` of a run (eval.py); `abstract_state`:
+  make_setup(config).abstract_state."""
   if isinstance(abstract_state, dict):
     raise TypeError('restore_state_for_reading reads the whole train state: pass '
                     'make_setup(config).abstract_state; a dict of some fields: restore_for_reading')

@@ -1,7 +1,5 @@
 """Checkpoint policy: which steps to keep, confirm, reject, resume from and call best, as pure
-functions of lists of steps and metric values (no jax, no orbax, no files); and the text of the
-errors. The storage (trainer/checkpoint_storage.py) does what these decide; the Checkpointer
-(trainer/checkpoint.py) joins the two.
+functions of lists of steps and metric values (no jax, no orbax, no files); and the error texts.
 
   keep        the newest `keep` latest checkpoints (`kept` / `pruned`), one best, one averaged;
               orbax's managers enforce these counts (`Retention`)
@@ -88,9 +86,8 @@ def best_step(entries: Sequence[tuple[int, Optional[float]]], mode: str) -> Opti
 
 def saves_best(step: int, value: float, kept: Sequence[tuple[int, Optional[float]]],
                mode: str) -> bool:
-  """Whether a new checkpoint of `step` with metric `value` is saved as the best, given the
-  (step, value) of the kept best ones: only a step newer than all of them (as orbax saves) that
-  `best_step` then picks (so a save that would be pruned at once is not written)."""
+  """Whether a new checkpoint of `step` with metric `value` is saved as the best, given the kept
+  best ones' (step, value): only a step newer than all of them that `best_step` then picks."""
   if any(s >= step for s, _ in kept):
     return False
   return best_step([*kept, (step, value)], mode) == step

@@ -1,10 +1,7 @@
-"""Checkpoint storage: one orbax manager of a workdir (DIR/checkpoints, DIR/best or DIR/averaged)
-with the integrity records of its steps (trainer/integrity.py), verified restores and moves of a
-step to DIR/rejected/. It decides nothing: what to save, keep, reject or restore is the policy's
-(trainer/checkpoint_policy.py), joined to this by the Checkpointer (trainer/checkpoint.py).
-
-Restores take an abstract target carrying the *current* shardings, so a checkpoint written on
-8 devices restores onto 1 (or the reverse).
+"""Checkpoint storage: an orbax manager of a workdir (DIR/checkpoints, DIR/best or DIR/averaged)
+with the integrity records of its steps, verified restores and moves of a step to DIR/rejected/.
+It decides nothing (trainer/checkpoint_policy.py does). Restores take an abstract target with
+the *current* shardings, so a checkpoint written on 8 devices restores onto 1 (or the reverse).
 """
 from __future__ import annotations
 
@@ -40,10 +37,8 @@ def sync(name: str) -> None:
 
 
 class Store:
-  """DIR/<name>/<step>/...: one orbax manager and the integrity records of its steps.
-
-  `keep`: how many steps orbax keeps (None: all); `best_fn` / `best_mode`: orbax keeps the best
-  `keep` by that metric instead of the newest (saves then carry `metrics`)."""
+  """DIR/<name>/<step>/...: an orbax manager and the integrity records of its steps. `keep`:
+  steps kept (None: all); with `best_fn` / `best_mode` the best `keep` by that metric."""
 
   def __init__(self, workdir: str, name: str, *, keep: Optional[int], read_only: bool,
                config_sha256: str, best_fn: Optional[Callable[[dict], float]] = None,
@@ -121,7 +116,7 @@ class Store:
     else:
       args = {'state': ocp.args.StandardRestore(abstract_state)}
     if data_position is not None:
-      import grain   # pylint: disable=g-import-not-at-top  (the train extra; reading a run needs none)
+      import grain   # pylint: disable=g-import-not-at-top  (the train extra)
       args['data'] = grain.checkpoint.CheckpointRestore(data_position)
     try:
       restored = self.manager.restore(step, args=ocp.args.Composite(**args))

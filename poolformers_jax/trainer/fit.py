@@ -1,6 +1,6 @@
 """The notebooks' small-model loop (not the papers' trainer, `train_and_evaluate`): `fit` trains
-`loss_fn(params, *batch)` with Adam, one jitted step on one device, updating the trainer's
-TrainState as the one training step does (trainer/step.py: `state.apply_gradients`)."""
+`loss_fn(params, *batch)` with Adam, a jitted step on one device, through the trainer's
+TrainState (`state.apply_gradients`, as trainer/step.py)."""
 from __future__ import annotations
 
 from typing import Any, Callable

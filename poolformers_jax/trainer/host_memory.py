@@ -1,14 +1,11 @@
 """Keep freed host memory in the process, so that XLA:CPU steps stop paying page faults.
 
-XLA:CPU takes every step's buffers from malloc. glibc hands large blocks out as fresh `mmap`
-pages and unmaps them on free, and trims its per-thread arenas with `madvise(DONTNEED)`, so each
-step touches its whole working set as new pages and spends much of its time in the kernel's page
-faults. With the heap kept (no mmap for large blocks, no trimming, one arena) a step reuses the
-pages of the last one (the measurement: docs/efficiency.md, "Host memory").
-
-What it costs: the process keeps its peak heap instead of handing memory back to the system,
-and every thread allocates from one arena. Set POOLFORMERS_SYSTEM_MALLOC=1 to leave glibc's
-defaults (other C libraries, and systems other than Linux, are left alone anyway).
+XLA:CPU takes every step's buffers from malloc; glibc hands large blocks out as fresh `mmap`
+pages, unmaps them on free and trims its arenas, so each step touches its whole working set as
+new pages, in page faults. With the heap kept (no mmap for large blocks, no trimming, one arena)
+a step reuses the last one's pages (docs/efficiency.md, "Host memory"). The cost: the process
+keeps its peak heap, and every thread allocates from one arena. POOLFORMERS_SYSTEM_MALLOC=1
+keeps glibc's defaults (other C libraries and systems are left alone anyway).
 """
 from __future__ import annotations
 

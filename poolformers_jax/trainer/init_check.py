@@ -2,13 +2,11 @@
 anything compiles:
 
 - the same `model.positions` (a parameter tree cannot tell sinusoidal, rotary and no positions
-  apart: the same weights under other positions would load silently and compute another
-  function);
-- with `config.init_from_refuse_unlearned` (the `finetune` stages of the LRA configs): a
-  self-pretraining run whose best validation accuracy on its masked (or next) tokens is still
-  within `UNLEARNED_MARGIN` of its data's unigram rate -- always guessing the most frequent
-  target token of its validation split -- learned nothing to start from (docs/results/lra_spt.md:
-  every paper-setting pre-training at lr 1e-4). Set it False to fine-tune from it anyway.
+  apart: the same weights would load silently and compute another function);
+- with `config.init_from_refuse_unlearned` (the LRA `finetune` stages): a self-pretraining run
+  whose best validation accuracy is still within `UNLEARNED_MARGIN` of its data's unigram rate
+  (always guessing the most frequent target) learned nothing to start from
+  (docs/results/lra_spt.md).
 """
 from __future__ import annotations
 
@@ -59,7 +57,7 @@ def unigram_rate(config) -> float:
 
 
 def check_init_source(config) -> None:
-  """One ValueError line when `config.init_from` is a run this run must not start from."""
+  """ValueError when `config.init_from` is a run this run must not start from."""
   run = source_run(config.init_from)
   if run is None:
     return   # a bare checkpoint or a Hugging Face folder: nothing says what trained it

@@ -1,27 +1,23 @@
 """`config.init_from`: start a run from another run's parameters (fine-tuning, e.g. 224 -> 384).
 
-Only the model's variables are read ('params', and 'batch_stats' where the model has them); the
-optimizer state and the step start fresh. Per parameter (names are '/'-joined paths):
+Only the model's variables are read ('params', and 'batch_stats'); the optimizer state and the
+step start fresh. Per parameter (names are '/'-joined paths):
 - same name, same shape: copied;
-- same name, other shape: resized by the first matching rule of `resize_rules` (a list of
-  (regex, fn(name, old, new_shape) -> new)); no rule -> one error line listing them all;
-- only in the new model: an error, unless its name matches `allow_missing` (a regex naming the
-  heads the checkpoint may lack, `config.init_from_allow_missing`, e.g. '^classifier/' when
-  fine-tuning from a pre-training run): kept as initialised, listed in one log line;
-- matching `fresh` (a regex, `config.init_from_fresh`): kept as initialised even when the
-  checkpoint has it (a new head of another size);
-- only in the checkpoint (the pre-training heads a classifier drops): listed in one log line,
-  ignored.
-Missing and unmatched-in-shape names fail together, in one line that also lists the unused ones.
+- same name, other shape: resized by the first matching rule of `resize_rules` ((regex,
+  fn(name, old, new_shape) -> new)), else an error;
+- only in the new model: an error, unless its name matches `allow_missing`
+  (`config.init_from_allow_missing`, e.g. '^classifier/'): kept as initialised, logged;
+- matching `fresh` (`config.init_from_fresh`): kept as initialised even when the checkpoint has
+  it (a new head of another size);
+- only in the checkpoint (the pre-training heads a classifier drops): logged, ignored.
+Missing and unmatched-in-shape names fail together, the unused ones listed too.
 
-Default rule: position embeddings of ViT / DeiT / HVT (`pos_embed*/pos_embedding`, [1, L, D]).
-A table whose patch part is a square grid on both sides is resized on the 2D grid with PyTorch's
-bicubic (a = -0.75, align_corners=False), the extra tokens (class token) copied: exactly DeiT's
-`main.py` fine-tuning code. Otherwise (HVT stages after 1D pooling hold a pooled raster sequence,
-not a grid) the same cubic resizes it along the sequence. PoNet / BERT position tables
-(`position_embed/embedding`, [L, D]) are tiled cyclically, 512 -> 4096 as the official long-text
-code (`tile_positions`). A self-pretrained LRA encoder's token table loses its [MASK] row
-(`drop_mask_row`). Further rules are appended to `RESIZE_RULES`.
+Rules (`RESIZE_RULES`): ViT / DeiT / HVT position embeddings (`pos_embed*/pos_embedding`,
+[1, L, D]) whose patch part is a square grid on both sides are resized on the 2D grid with
+PyTorch's bicubic (a = -0.75, align_corners=False), the class token copied: exactly DeiT's
+fine-tuning code; otherwise (HVT's pooled sequences) the same cubic along the sequence. PoNet /
+BERT position tables are tiled cyclically (`tile_positions`), and a self-pretrained LRA
+encoder's token table loses its [MASK] row (`drop_mask_row`).
 """
 from __future__ import annotations
 
@@ -40,7 +36,7 @@ import orbax.checkpoint as ocp
 from poolformers_jax.trainer import checkpoint as checkpoint_lib
 
 ResizeFn = Callable[[str, np.ndarray, tuple[int, ...]], np.ndarray]
-BICUBIC_A = -0.75           # PyTorch's cubic convolution coefficient (Keys' a; jax.image uses -0.5)
+BICUBIC_A = -0.75           # PyTorch's cubic convolution coefficient (jax.image uses -0.5)
 
 
 def cubic_resize_matrix(n_in: int, n_out: int, a: float = BICUBIC_A) -> np.ndarray:
@@ -74,7 +70,8 @@ def _square_split(n_old: int, n_new: int) -> Optional[tuple[int, int, int]]:
   return None
 
 
-def resize_position_embedding(name: str, old: np.ndarray, new_shape: tuple[int, ...]) -> np.ndarray:
+def resize_position_embedding(name: str, old: np.ndarray,
+                              new_shape: tuple[int, ...]) -> np.ndarray:
   """[1, L, D] -> [1, L', D]: 2D bicubic over the patch grid (extra tokens kept), else 1D cubic."""
   if old.ndim != 3 or len(new_shape) != 3 or old.shape[::2] != tuple(new_shape[::2]):
     raise ValueError(f'{name}: cannot resize a position table {old.shape} to {new_shape}: only '
@@ -90,17 +87,16 @@ def resize_position_embedding(name: str, old: np.ndarray, new_shape: tuple[int, 
 
 
 def tile_positions(name: str, old: np.ndarray, new_shape: tuple[int, ...]) -> np.ndarray:
-  """PoNet / BERT learned positions [L, D] -> [L', D]: row p of the new table is row p mod L of
-  the old one, the official long-text code's cyclic copy of 512 positions to 4096 (it requires
-  L' to be a multiple of L; any L' works here); a shorter table keeps the first L' rows."""
+  """PoNet / BERT learned positions [L, D] -> [L', D]: row p is old row p mod L, the official
+  long-text code's cyclic copy of 512 positions to 4096 (there L' must be a multiple of L)."""
   if old.ndim != 2 or len(new_shape) != 2 or old.shape[1] != new_shape[1]:
     raise ValueError(f'{name}: cannot tile a position table {old.shape} to {new_shape}.')
   return old[np.arange(new_shape[0]) % old.shape[0]]
 
 
 def drop_mask_row(name: str, old: np.ndarray, new_shape: tuple[int, ...]) -> np.ndarray:
-  """A self-pretrained encoder's token table [V + 1, D] -> the task's [V, D]: the last row is
-  the [MASK] id the task never sees (data/masking.py); any other change of shape is refused."""
+  """A self-pretrained encoder's token table [V + 1, D] -> the task's [V, D] (the last row is the
+  [MASK] id the task never sees)."""
   if old.ndim != 2 or tuple(new_shape) != (old.shape[0] - 1, old.shape[1]):
     raise ValueError(f'{name}: a token table {old.shape} cannot become {tuple(new_shape)}; only '
                      'the [MASK] row of a self-pretrained encoder (one row fewer) is dropped.')
@@ -128,8 +124,7 @@ def _best_of(workdir: str) -> dict[str, str]:
 
 def checkpoint_dir(path: str) -> str:
   """The orbax PyTree directory behind `path`: a workdir (its best checkpoint, else the latest),
-  a step directory (DIR/checkpoints/<step>) or the PyTree directory itself (a Hugging Face
-  folder is read by `read_variables`)."""
+  a step directory (DIR/checkpoints/<step>) or the PyTree directory itself."""
   path = os.path.abspath(os.path.expanduser(path))
   if os.path.isdir(os.path.join(path, 'state')):
     return os.path.join(path, 'state')
@@ -151,10 +146,9 @@ def checkpoint_dir(path: str) -> str:
 
 
 def read_variables(path: str) -> dict[str, Any]:
-  """{'params': ..., ['batch_stats': ...]} of the checkpoint at `path` as host numpy arrays,
-  without reading the optimizer state. A tree without 'params' is taken as the params. A Hugging
-  Face PoNet folder (config.json + model.safetensors / pytorch_model.bin, pre-training or
-  sequence-classification layout, e.g. chtan/ponet-base-uncased) is converted on the fly."""
+  """{'params': ..., ['batch_stats': ...]} of the checkpoint at `path` as host numpy arrays (a
+  tree without 'params' is the params); a Hugging Face PoNet folder (chtan/ponet-base-uncased) is
+  converted on the fly."""
   from poolformers_jax.weights import ponet as ponet_conversion
   folder = os.path.abspath(os.path.expanduser(path))
   if ponet_conversion.is_hf_folder(folder) and not os.path.isdir(

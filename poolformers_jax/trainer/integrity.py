@@ -1,17 +1,14 @@
 """Integrity records of checkpoints: what was saved, so a restore can tell a damaged checkpoint.
 
 Orbax data files carry no checksum: a flipped bit restores silently as a wrong parameter. Each
-saved step therefore gets `<step>/integrity.json`, written only AFTER orbax has finished the step
-on disk (a step without one did not finish saving):
-  leaves  per array of the state: shape, dtype and a checksum computed on device (two sums of
-          the raw bits modulo 2**32, one weighted by position; any single flipped bit changes
-          both, whatever the sharding or the device count);
-  files   every file of the step with its size and, up to CRC_MAX_BYTES, its CRC-32 (so most
-          damage is named by file before orbax reads anything; the arrays of bigger files are
-          covered by the leaf sums, checked after the restore);
+saved step gets `<step>/integrity.json`, written only after orbax has finished the step (a step
+without one did not finish saving):
+  leaves  per array: shape, dtype and a checksum computed on device (two sums of the raw bits
+          modulo 2**32, one weighted by position; any flipped bit changes both, whatever the
+          sharding);
+  files   every file with its size and, up to CRC_MAX_BYTES, its CRC-32 (`verify_files`, before
+          orbax reads anything; bigger files are covered by the leaf sums, `verify_leaves`);
   step, config_sha256.
-`verify_files` reads only the file list (cheap, before orbax touches anything); after a restore,
-`verify_leaves` compares the checksums of what was read.
 """
 from __future__ import annotations
 
@@ -29,7 +26,7 @@ RECORD = 'integrity.json'
 
 
 class CheckpointDamaged(Exception):
-  """A checkpoint fails its integrity record; the message says what differs (one line)."""
+  """A checkpoint fails its integrity record; the message says what differs."""
 
 
 class CheckpointMismatch(ValueError):
@@ -76,7 +73,8 @@ def leaf_records(state: Any) -> dict[str, dict[str, Any]]:
   sums = jax.device_get(_checksums(state))
   return {leaf_name(path): {'shape': list(np.shape(x)), 'dtype': str(x.dtype),
                             'checksum': [int(v) for v in np.asarray(s)]}
-          for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(state), jax.tree.leaves(sums))}
+          for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(state),
+                                  jax.tree.leaves(sums))}
 
 
 def config_hash(config) -> str:
@@ -130,7 +128,8 @@ def check_structure(record: dict, abstract_state: Any, where: str, partial: bool
   """Raises CheckpointMismatch naming the first leaf whose presence or shape differs. `partial`:
   `abstract_state` is a part of the saved state (the parameters alone): leaves it lacks are fine."""
   saved = record['leaves']
-  wanted = {leaf_name(p): list(x.shape) for p, x in jax.tree_util.tree_leaves_with_path(abstract_state)}
+  wanted = {leaf_name(p): list(x.shape)
+            for p, x in jax.tree_util.tree_leaves_with_path(abstract_state)}
   for name, shape in wanted.items():
     if name not in saved:
       break
@@ -174,7 +173,7 @@ def verify_leaves(record: dict, state: Any, partial: bool = False) -> None:
 
 
 def short_reason(error: BaseException) -> str:
-  """One line for an exception raised by orbax / tensorstore while reading a damaged step."""
+  """A short reason for an exception orbax / tensorstore raised reading a damaged step."""
   text = ' '.join(str(error).split())
   return f'cannot be read: {type(error).__name__}: {text[:160]}' if text else (
       f'cannot be read: {type(error).__name__}')

@@ -8,12 +8,8 @@ import grain
 
 
 class IteratorState(grain.DatasetIterator):
-  """A grain iterator's state, frozen: what grain's orbax handler saves and restores.
-
-  Orbax writes checkpoints in a background thread, when the live iterator may already have
-  moved on; saving a snapshot taken at `save()` time keeps the saved position exact. On restore
-  the handler puts the saved state here and the caller hands it to the live iterator.
-  """
+  """A grain iterator's state, frozen at `save()` time (orbax writes in a background thread,
+  when the live iterator may have moved on); on restore the caller hands it to the live one."""
 
   def __init__(self, state: Any = None):
     super().__init__()

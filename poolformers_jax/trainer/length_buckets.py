@@ -1,34 +1,24 @@
 """Length-grouped micro-batches (config.length_buckets): the host side of the bucketed step.
 
 A global batch of LRA token sequences is sorted by real length and split into micro-batches of
-`micro_batch_size` examples (rounded up to the device count, so each splits over the 'data'
-mesh; the last one filled with zero-weight copies of a real example); each micro-batch is cut to
-`bucket_length` of its longest example: the next multiple of `multiple` tokens, at most the
-data's padded length. So a run compiles at most max_length / multiple shapes.
+`micro_batch_size` examples (rounded up to the device count; the last filled with zero-weight
+copies of a real example); each is cut to the next multiple of `multiple` tokens above its
+longest example, at most the data's padded length, so a run compiles at most
+max_length / multiple shapes.
 
-Why the result is the whole batch's: padding is token id 0 and the model's mask is `tokens != 0`
-(the encoder's), so a real length is the position after the last non-zero token and the cut drops
-only padding. Masked softmax attention gives padded keys exactly zero weight (exp(-1e9 - max)
-is 0.0 in float32), ContextPool zeroes padded tokens and counts only real ones, learned position
-embeddings are sliced from the left, and 'mean' pooling counts real tokens; 'mean_padded' keeps
-dividing by the data's length (the encoder's `pool_length`, set by `padded_length_model`). What
-changes is the order of float additions (sums over fewer keys, micro-batch gradients added): equal
-to float rounding. Dropout masks are drawn per micro-batch shape, so only the dropout-free step
-is the same computation; with dropout it is an equally valid draw.
-
-PoNet and AdaMRA define their segments on the padded length, so cutting changes their output.
-The config check refuses them, and every mixer whose traits (`MixerTraits.padding_amount`, for its
-options) say the amount of padding changes its real outputs.
-
-Evaluation (`sorted_batches`): the split's real examples sorted by length, re-batched and cut the
-same way; the task's sums are order-free, so the metrics are the uncut ones to float rounding.
+The result is the whole batch's to float rounding: the mask is `tokens != 0`, so the cut drops
+only padding; masked softmax gives padded keys exactly zero weight, ContextPool counts only real
+tokens, learned position embeddings are sliced from the left, 'mean' pooling counts real tokens
+and 'mean_padded' keeps dividing by the data's length (`padded_length_model`). Dropout masks
+follow the micro-batch shape, so with dropout it is an equally valid draw. Mixers whose traits
+say the amount of padding changes their outputs (PoNet, AdaMRA) are refused by the config check.
+Evaluation (`sorted_batches`) sorts, re-batches and cuts the split's real examples the same way.
 """
 from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
 import numpy as np
-
 
 
 def real_lengths(inputs: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """Where metrics go: DIR/metrics.jsonl (one JSON object per line), TensorBoard event files
-(tensorboardX) and a tqdm progress bar of finished steps with rate and ETA. Only process 0 writes.
+(tensorboardX) and a tqdm progress bar of finished steps. Only process 0 writes.
 
 A resumed run replays the steps after its checkpoint: the records of those steps are dropped
 from metrics.jsonl and purged from TensorBoard (`purge_step`), so every curve has one point per
@@ -66,15 +66,13 @@ class MetricWriter:
       self._bar.write(line)
 
   def start_clock(self) -> None:
-    """Training starts now: the bar's clock leaves out what came before (data preparation,
-    compilation, logged on their own), so its first rate is one of training steps."""
+    """Training starts now: the bar's rate leaves out data preparation and compilation."""
     if self._bar is not None:
       self._bar.unpause()
 
   def progress(self, finished_step: int, **postfix: Any) -> None:
-    """Moves the bar to `finished_step`, a step the device has finished (the loop calls it after
-    fetching that step's results), never to one only dispatched: with asynchronous dispatch the
-    bar would otherwise race ahead and stall at every sync, and its rate and ETA would lie."""
+    """Moves the bar to `finished_step`, a step the device has finished, never one only
+    dispatched (the bar would race ahead, stall at every sync, and its rate and ETA would lie)."""
     if self._bar is not None:
       if postfix:
         self._bar.set_postfix({k: f'{_plain(v):.4g}' for k, v in postfix.items()}, refresh=False)

@@ -9,9 +9,8 @@ axis 0 (example i with example B - 1 - i), as timm does:
 Targets: one-hot, label-smoothed (timm's off value smoothing / C, as optax.smooth_labels), then
   y = lam * y + (1 - lam) * flip(y)  ->  soft targets [B, C] summing to 1.
 
-Everything has static shapes, so it runs inside the jitted train step: the cutmix box is a mask
-built from iota comparisons, and mixup vs cutmix is a `jnp.where`, not Python control flow.
-Left as in timm: mix_prob = 1 (every batch is mixed); no per-element or pair modes.
+Static shapes (the cutmix box a mask from iotas, mixup vs cutmix a `jnp.where`), so it runs inside
+the jitted train step. As timm's defaults: every batch is mixed; no per-element or pair modes.
 """
 from __future__ import annotations
 
@@ -86,10 +85,8 @@ def apply_mix(images: Array, soft_targets: Array, params: MixParams) -> tuple[Ar
 def mix_batch(rng: Array, images: Array, targets: Array, num_classes: int, *,
               mixup_alpha: float, cutmix_alpha: float, switch_prob: float = 0.5,
               label_smoothing: float = 0.0) -> tuple[Array, Array]:
-  """images [B, H, W, C], integer targets [B] -> (mixed images, soft targets [B, num_classes]).
-
-  With both alphas 0 the images are returned unchanged (targets only one-hot and smoothed).
-  """
+  """images [B, H, W, C], integer targets [B] -> (mixed images, soft targets [B, num_classes]);
+  with both alphas 0 the images unchanged."""
   if images.ndim != 4 or targets.shape != images.shape[:1]:
     raise ValueError(f'mix_batch: expected images [batch, height, width, channels] and targets '
                      f'[batch], got {images.shape} and {targets.shape}; mixup / cutmix are for '

@@ -1,8 +1,8 @@
 """The optimizer factory: AdamW + warmup/decay schedule + clipping + masked weight decay.
 
-Everything comes from `config.optimizer` (its keys and defaults: `config.base_config`). The schedule counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
-run makes `num_train_steps // k` updates, and warmup is given in micro-batch steps like everything
-else.
+Everything comes from `config.optimizer` (keys and defaults: `config.base_config`). The schedule
+counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
+run makes `num_train_steps // k` updates; warmup is given in micro-batch steps.
 """
 from __future__ import annotations
 
@@ -26,11 +26,10 @@ def weight_decay_mask(params: Any) -> Any:
 
 
 # PyTorch's OneCycleLR (two phases, anneal_strategy='linear'), as the LRA code of Nystromformer /
-# PoNet builds it (run_tasks.py: pct_start = warmup / steps, anneal_strategy = lr_decay = 'linear',
-# the other arguments at their defaults): update k uses the value at k. Phase one rises from its
-# start to its peak over steps 0 .. float(pct_start * total) - 1 (so the peak is at warmup - 1),
-# phase two falls to its end at total - 1. Momentum (beta1 for Adam, `cycle_momentum`) runs the
-# other way: 0.95 -> 0.85 at the peak -> 0.95. Values past the last step stay at the end value.
+# PoNet builds it (run_tasks.py: pct_start = warmup / steps, the other arguments at their
+# defaults): update k uses the value at k; phase one peaks at step warmup - 1, phase two ends at
+# total - 1, and later steps keep the end value. Momentum (beta1, `cycle_momentum`) runs the other
+# way: 0.95 -> 0.85 at the peak -> 0.95.
 DIV_FACTOR, FINAL_DIV_FACTOR = 25.0, 1e4
 BASE_MOMENTUM, MAX_MOMENTUM = 0.85, 0.95
 
@@ -44,9 +43,9 @@ def one_cycle_phases(warmup: int, total: int) -> tuple[float, float]:
 
 def _two_phase(start: float, peak: float, end: float, warmup: int, total: int) -> optax.Schedule:
   """start -> peak linearly over phase one, peak -> end over phase two: OneCycleLR's
-  (b - a) * pct + a with pct = (step - phase start) / (phase end - phase start), written as
-  a * (1 - pct) + b * pct with both weights from integers, so that float32 keeps the ~1e-10
-  learning rates of the last steps to ~1e-7 relative (PyTorch computes in double)."""
+  (b - a) * pct + a written as a * (1 - pct) + b * pct with both weights from integers, so float32
+  keeps the ~1e-10 learning rates of the last steps to ~1e-7 relative (PyTorch computes in
+  double)."""
   rise_end, last = one_cycle_phases(warmup, total)
 
   def lerp(a, b, step, begin, finish):
@@ -67,7 +66,7 @@ def _one_cycle(peak: float, warmup: int, total: int) -> optax.Schedule:
 
 
 def one_cycle_b1(warmup: int, total: int) -> optax.Schedule:
-  """beta1 of OneCycleLR's `cycle_momentum`: 0.95 -> 0.85 (at the learning rate's peak) -> 0.95."""
+  """beta1 of OneCycleLR's `cycle_momentum`: 0.95 -> 0.85 (at the peak) -> 0.95."""
   return _two_phase(MAX_MOMENTUM, BASE_MOMENTUM, MAX_MOMENTUM, warmup, total)
 
 
@@ -114,7 +113,8 @@ def _updates(config) -> tuple[int, int]:
 def make_schedule(config) -> optax.Schedule:
   opt = config.optimizer
   if opt.schedule not in SCHEDULES:
-    raise ValueError(f'config.optimizer.schedule={opt.schedule!r}; choose one of {sorted(SCHEDULES)}.')
+    raise ValueError(f'config.optimizer.schedule={opt.schedule!r}; choose one of '
+                     f'{sorted(SCHEDULES)}.')
   return SCHEDULES[opt.schedule](opt.learning_rate, *_updates(config))
 
 
@@ -123,8 +123,7 @@ def make_optimizer(config) -> optax.GradientTransformation:
 
 
 def make_optimizer_and_schedule(config) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """(the optimizer of config.optimizer, its learning-rate schedule per update): the schedule is
-  built once, and the optimizer steps with that very one (the Setup keeps both)."""
+  """(the optimizer of config.optimizer, the learning-rate schedule per update it steps with)."""
   opt = config.optimizer
   chain = []
   if opt.grad_clip_norm > 0:

@@ -1,4 +1,4 @@
-"""`config.param_init`: how the parameters start; applied once, where the train state is created.
+"""`config.param_init`: how the parameters start, applied where the train state is created.
 
 'default'  every module's own initialisers (flax's Dense: lecun-normal kernel, zero bias; the
            MLP's xavier-uniform; trunc-normal position tables; ...). Nothing is redrawn.

@@ -1,15 +1,15 @@
 """One writer per run directory: DIR/run.lock names the process that trains DIR.
 
 A second `train.py` on the workdir of a live run (a second terminal, a scheduler restarting a job
-whose old process has not died) is refused before it compiles, in one line naming the holder's
-host, pid and start time. A lock whose holder is gone does not block a resume:
+whose old process has not died) is refused before it compiles, naming the holder's host, pid and
+start time. A lock whose holder is gone does not block a resume:
 - same host: the holder is gone when no process has its pid and start time (a pid reused by
   another program has another start time);
 - another host (a shared file system): the holder refreshes the file's time every
   `HEARTBEAT_S` seconds while it trains; a lock not refreshed for `STALE_AFTER_S` seconds is
   taken over (a lost host, a kill -9 there).
-A multi-process run takes it in process 0 only, for all of them. The lock is removed when the
-run ends, however it ends, as long as the process can still run Python.
+A multi-process run takes it in process 0 only. The lock is removed when the run ends, however
+it ends, as long as the process can still run Python.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ STALE_AFTER_S = 180.0
 
 
 class RunInProgressError(FileExistsError):
-  """Another live process trains this workdir (a FileExistsError: exit code 2, one line)."""
+  """Another live process trains this workdir (a FileExistsError: an input error, exit code 2)."""
 
 
 def _start_ticks(pid: int) -> Optional[str]:
@@ -123,7 +123,8 @@ class RunLock:
       return
     self._stop.set()
     holder, _ = self._read()
-    if holder and holder.get('pid') == self.record['pid'] and holder.get('host') == self.record['host']:
+    if (holder and holder.get('pid') == self.record['pid']
+        and holder.get('host') == self.record['host']):
       os.remove(self.path)
     self._thread = None
 

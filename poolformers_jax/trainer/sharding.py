@@ -8,9 +8,9 @@ The mesh has three named axes (config.mesh, docs/training.md#sharding):
             its gradient;
   sequence  the tokens of every example split (sequence parallelism): the mixers that declare a
             sequence-parallel form run on their shard and exchange only what their maths needs.
-Each process feeds only its own slice of the global batch and
-`jax.make_array_from_process_local_data` assembles the global array, so the same code runs on
-one CPU, 8 fake CPU devices, or many hosts. No pmap.
+Each process feeds only its own slice of the global batch, which
+`jax.make_array_from_process_local_data` assembles, so the same code runs on one CPU, 8 fake CPU
+devices, or many hosts.
 """
 from __future__ import annotations
 
@@ -38,9 +38,8 @@ def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Option
 
   mode 'off': one process. 'on': always; settings not given here are found by jax (SLURM, Open
   MPI, Cloud TPU pods, Kubernetes; JAX_COORDINATOR_ADDRESS). 'auto': as 'on' when settings are
-  given or jax finds a cluster, else one process. Called by the programs (train, eval: from
-  --distributed) and by `train_and_evaluate(..., distributed=mode)` only: a library call starts
-  nothing unasked. Nothing is kept here: jax.distributed itself says whether a run started.
+  given or jax finds a cluster, else one process. Only the programs (--distributed) and
+  `train_and_evaluate(..., distributed=mode)` call it: a library call starts nothing unasked.
   """
   if mode not in DISTRIBUTED_MODES:
     raise ValueError(f'distributed={mode!r}; choose one of {DISTRIBUTED_MODES}.')
@@ -51,8 +50,8 @@ def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Option
   # What jax lacks: it reads JAX_COORDINATOR_ADDRESS but not the process count and id.
   num = num_processes if num_processes is not None else os.environ.get('JAX_NUM_PROCESSES')
   pid = process_id if process_id is not None else os.environ.get('JAX_PROCESS_ID')
-  explicit = [v for v in (coordinator_address, os.environ.get('JAX_COORDINATOR_ADDRESS'), num, pid)
-              if v is not None]
+  explicit = [v for v in (coordinator_address, os.environ.get('JAX_COORDINATOR_ADDRESS'), num,
+                          pid) if v is not None]
   try:
     jax.distributed.initialize(coordinator_address, None if num is None else int(num),
                                None if pid is None else int(pid))
@@ -79,8 +78,7 @@ def shutdown_distributed() -> None:
 
 def mesh_sizes(num_devices: int, sizes: Mapping[str, int]) -> dict[str, int]:
   """{axis: size} of a mesh over `num_devices`: `sizes` gives some (-1 = what the others leave,
-  at most one; an axis left out is 1, except 'data', which takes the rest). One line when the
-  sizes do not multiply to the devices."""
+  at most one; an axis left out is 1, except 'data', which takes the rest)."""
   given = {axis: int(sizes.get(axis, -1 if axis == DATA_AXIS else 1)) for axis in MESH_AXES}
   unknown = sorted(set(sizes) - set(MESH_AXES))
   if unknown:
@@ -161,12 +159,11 @@ def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, ja
 class FsdpRules:
   """Which parameters (and their optimizer state) the 'fsdp' axis splits, and on which dimension.
 
-  `overrides`: 'regex=spec' strings (config.mesh.rules, ';'-separated), the first whose regex is found in a leaf's path
-  ('params/encoder/block_0/PoNet_0/query/kernel'; optimizer state: the same path behind its own
-  prefix) wins; spec: one entry per dimension, comma-separated, each a mesh axis or '' (not
-  split); '' alone replicates the leaf. E.g. 'embedding=fsdp,' splits an embedding table's rows.
-  Otherwise a leaf of at least `min_size` elements is split on its largest dimension that the
-  axis size divides (big_vision's `fsdp` rule); smaller leaves (biases, norms) are replicated.
+  `overrides`: 'regex=spec' strings (config.mesh.rules, ';'-separated); the first whose regex is
+  found in a leaf's path ('params/encoder/block_0/PoNet_0/query/kernel') wins; spec: a mesh axis
+  or '' (not split) per dimension, comma-separated; '' alone replicates the leaf
+  ('embedding=fsdp,' splits an embedding table's rows). Otherwise a leaf of at least `min_size`
+  elements is split on its largest dimension the axis size divides (big_vision's `fsdp` rule).
   With sequence parallelism a learned position table's rows are split over 'sequence'.
   """
   overrides: tuple[str, ...] = ()

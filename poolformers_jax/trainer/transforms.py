@@ -1,6 +1,5 @@
 """Program transforms: platform-specific rewrites of the training step's program that keep its
-values (tested to the bit) and change only how XLA compiles it. One entry, used by the training step
-around the model's forward:
+values (tested to the bit) and change only how XLA compiles it, around the model's forward:
 
     with program_transforms(platform)():
       out = model.apply(...)
@@ -9,9 +8,8 @@ On the CPU ('cpu'), two flax method interceptors, each measured faster on XLA:CP
 elsewhere (the evidence: docs/efficiency.md, "Program transforms on the CPU"):
   dense_on_rows      every nn.Dense on [..., K] inputs as one [rows, K] x [K, N] product
   dropout_mask_once  every nn.Dropout mask hashed once and stored as bits
-GPU and TPU programs run flax's Dense and Dropout as they are. The CPU lowering of the threefry
-hash is the other CPU-only choice; it is process-wide, so the programs opt in to it
-(`poolformers_jax.runtime.install_cpu_threefry_lowering`), not the step.
+The CPU lowering of the threefry hash, the other CPU-only choice, is process-wide: the programs
+opt in to it (`poolformers_jax.runtime`), not the step.
 """
 from __future__ import annotations
 
@@ -26,10 +24,9 @@ Interceptor = Callable[..., object]
 
 
 def dense_on_rows(next_fun, args, kwargs, context):
-  """Every `nn.Dense` applied to [..., K] inputs computes one [rows, K] x [K, N] product, its
-  input and output reshaped around it: the same values, but the kernel's gradient is then a
-  plain x^T g over rows, which XLA:CPU runs on its fast dot path (a [B, L, K] product's
-  transpose contracts two axes of both operands and takes a slow path behind copies)."""
+  """Every `nn.Dense` applied to [..., K] inputs computes one [rows, K] x [K, N] product: the
+  kernel's gradient is then a plain x^T g over rows, XLA:CPU's fast dot path (a [B, L, K]
+  product's transpose contracts two axes of both operands, behind copies)."""
   inputs = args[0] if args else None
   if (context.method_name != '__call__' or not isinstance(context.module, nn.Dense)
       or getattr(inputs, 'ndim', 0) <= 2):
@@ -40,9 +37,8 @@ def dense_on_rows(next_fun, args, kwargs, context):
 
 def stored_once(mask: jax.Array) -> jax.Array:
   """`mask` (bool) packed into bits along its last axis and unpacked again: the same values.
-  XLA fuses a mask's threefry hash into every select that applies it -- dropout's forward and
-  its backward -- so each mask would be hashed twice; the packing is a reduction, which XLA
-  keeps as the end of a fusion, so the mask is hashed once and stored at one bit an element."""
+  XLA fuses a mask's threefry hash into every select that applies it (dropout's forward and
+  backward); the packing, a reduction, ends a fusion, so the mask is hashed once."""
   packed = jnp.packbits(mask, axis=-1)
   return jnp.unpackbits(packed, axis=-1, count=mask.shape[-1]).astype(bool)
 

@@ -1,4 +1,4 @@
-"""The authors' PoNet checkpoints (chtan/ponet-base-uncased: HuggingFace BERT names) -> our params.
+"""The authors' PoNet checkpoints (chtan/ponet-base-uncased: Hugging Face BERT names) -> our params.
 
     params, model_config = load_official('path/to/ponet-base-uncased')   # config.json + weights
     model = build_model(ml_collections.ConfigDict({'name': 'ponet_mlm', **model_config}))
@@ -6,12 +6,11 @@ or, as an orbax checkpoint that `config.init_from` and eval.py read:
     python -m poolformers_jax.convert --config configs/ponet_pretrain.py:sso \
         --source path/to/ponet-base-uncased --workdir runs/ponet_base_official
 
-Weights: `model.safetensors` or `pytorch_model.bin`, read by `state_dict` (no torch
-needed). Linear weights are [out, in] in PyTorch and [in, out] kernels here. The MLM decoder
-is tied to the word embeddings (a stored `cls.predictions.decoder.weight` must equal them). The
-SSO head (`cls.seq_relationship`) and a fine-tuned `classifier` are converted when present.
-`save_hf` writes our params back in these names (`python -m poolformers_jax.convert --to hf`).
-Tested against the official modeling code (on a fixture made with it).
+Weights: `model.safetensors` or `pytorch_model.bin` (no torch needed); Linear weights [out, in]
+become [in, out] kernels. The MLM decoder is tied to the word embeddings (a stored
+`cls.predictions.decoder.weight` must equal them); the SSO head and a fine-tuned `classifier`
+are converted when present. `save_hf` writes our params back in these names. Tested against the
+official modeling code (on a fixture made with it).
 """
 from __future__ import annotations
 
@@ -67,7 +66,7 @@ def _listed(names: list[str], limit: int = 8) -> str:
 
 
 def mismatch_line(missing: list[str], unexpected: list[str], misshaped: list[str]) -> str:
-  """One line naming what does not fit ('' when everything does)."""
+  """What does not fit, in words ('' when everything does)."""
   parts = ([f'{len(missing)} missing from the checkpoint {_listed(missing)}']
            if missing else []) + (
       [f'{len(unexpected)} unknown parameter(s) with no counterpart here {_listed(unexpected)}']
@@ -79,13 +78,9 @@ def mismatch_line(missing: list[str], unexpected: list[str], misshaped: list[str
 
 def convert_state_dict(state: dict[str, np.ndarray], expected: Any = None,
                        allow_missing: str = '') -> dict[str, Any]:
-  """Official state dict (numpy) -> our nested params dict.
-
-  Names with no counterpart here raise. With `expected` (the model's params tree, arrays or
-  ShapeDtypeStructs) every parameter must also be filled with its shape, except those whose
-  '/'-joined name matches the regex `allow_missing` (e.g. '^sso_head/', a head the checkpoint
-  lacks: they are left out of the result). One line lists everything that does not fit.
-  """
+  """Official state dict (numpy) -> our nested params dict. Names with no counterpart here raise;
+  with `expected` (the model's params tree) every parameter must also be filled with its shape,
+  but those whose '/'-joined name matches `allow_missing` (left out of the result)."""
   flat, decoder, unknown = {}, None, []
   for name, value in state.items():
     value = np.asarray(value, np.float32)
@@ -132,7 +127,7 @@ def convert_state_dict(state: dict[str, np.ndarray], expected: Any = None,
 
 
 def model_config(config: dict[str, Any]) -> dict[str, Any]:
-  """HuggingFace config.json -> our config.model keys (ponet_mlm / ponet_classifier)."""
+  """Hugging Face config.json -> our config.model keys (ponet_mlm / ponet_classifier)."""
   if config.get('hidden_act', 'gelu') != 'gelu' or not config.get('clsgsepg', True):
     raise ValueError('PoNet checkpoint: only hidden_act="gelu" with clsgsepg=true (the released '
                      'model) is supported.')
@@ -147,7 +142,8 @@ def load_official(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
   """(params, config.model keys) of an official checkpoint folder with config.json."""
   config_path = os.path.join(path, 'config.json')
   if not os.path.exists(config_path):
-    raise FileNotFoundError(f'{config_path} not found: point at the chtan/ponet-base-uncased folder.')
+    raise FileNotFoundError(f'{config_path} not found: point at the chtan/ponet-base-uncased '
+                            'folder.')
   with open(config_path) as f:
     config = json.load(f)
   state = read_state_dict(path)
@@ -268,14 +264,12 @@ def _heads_found(state: dict[str, np.ndarray]) -> dict[str, int]:
 def config_and_params(config, source: str, allow_missing: str = ''):
   """(config with config.model completed from the checkpoint, params) for poolformers_jax.convert.
 
-  `source`: the checkpoint folder, or its weights file (config.json must sit beside it): a
-  pre-training layout (PoNetForPreTraining) for a ponet_mlm config, a sequence-classification
-  one (PoNetForSequenceClassification) for ponet_classifier. Sizes set in config.model must agree
-  with the checkpoint; unset ones (vocab_size, head sizes, cls/sep ids) are taken from it ([CLS]
-  101, [SEP] 102: the BERT uncased vocabulary the checkpoint uses). Every parameter of the model
-  must be in the checkpoint and every tensor must land on one, with its shape, else one line says
-  which; `allow_missing` (a regex of our names, e.g. '^classifier/') lets named heads be missing:
-  they keep the model's initialisation (seed config.seed).
+  `source`: the checkpoint folder, or its weights file beside config.json: PoNetForPreTraining's
+  layout for ponet_mlm, PoNetForSequenceClassification's for ponet_classifier. Sizes set in
+  config.model must agree with the checkpoint; unset ones (vocab_size, head sizes, [CLS] 101 /
+  [SEP] 102 of the BERT uncased vocabulary) are taken from it. Every parameter must be in the
+  checkpoint and every tensor land on one, with its shape; `allow_missing` (a regex of our names,
+  e.g. '^classifier/') lets heads keep the model's initialisation (seed config.seed).
   """
   import jax  # pylint: disable=g-import-not-at-top
   if not os.path.exists(source):

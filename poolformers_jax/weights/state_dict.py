@@ -1,4 +1,4 @@
-"""THE reader of other frameworks' weights: {name: numpy array} of a `.safetensors` file, a
+"""The reader of other frameworks' weights: {name: numpy array} of a `.safetensors` file, a
 `torch.save`d file (`.pth` / `.pt` / `.bin`) or a Hugging Face folder (its model.safetensors, else
 pytorch_model.bin). torch is never needed: without it, torch's zip files are read by a restricted
 unpickler that rebuilds tensors only (`read_torch_zip`); with it, torch reads them.
@@ -19,7 +19,7 @@ HF_WEIGHTS = ('model.safetensors', 'pytorch_model.bin')
 
 
 class ConversionError(ValueError):
-  """A source checkpoint that does not fit the configured model (one line says why)."""
+  """A source checkpoint that does not fit the configured model; the message says why."""
 
 
 def weights_file(path: str) -> str:

@@ -45,7 +45,8 @@ def _attention_name(block: dict[str, Any], where: str) -> str:
   return names[0]
 
 
-def torch_to_flax_names(params: dict[str, Any], stage_of_block: dict[int, int]) -> dict[str, tuple]:
+def torch_to_flax_names(params: dict[str, Any],
+                        stage_of_block: dict[int, int]) -> dict[str, tuple]:
   """{torch name: (flax path tuple, transform)} for the model whose (abstract) params are given.
   `stage_of_block[i] = m` when block i is followed by pooling stage m (HVT)."""
   table: dict[str, tuple] = {
@@ -72,7 +73,8 @@ def torch_to_flax_names(params: dict[str, Any], stage_of_block: dict[int, int]) 
       table[f'{t}.mlp.{fc}.weight'] = ((block, 'mlp', fc, 'kernel'), _linear)
       table[f'{t}.mlp.{fc}.bias'] = ((block, 'mlp', fc, 'bias'), _same)
     for part, name in enumerate(('query', 'key', 'value')):   # '#part': a third of attn.qkv
-      table[f'{t}.attn.qkv.weight#{part}'] = ((block, attention, name, 'kernel'), _qkv(part, _linear))
+      table[f'{t}.attn.qkv.weight#{part}'] = ((block, attention, name, 'kernel'),
+                                              _qkv(part, _linear))
       table[f'{t}.attn.qkv.bias#{part}'] = ((block, attention, name, 'bias'), _qkv(part, _same))
     table[f'{t}.attn.proj.weight'] = ((block, attention, 'out', 'kernel'), _linear)
     table[f'{t}.attn.proj.bias'] = ((block, attention, 'out', 'bias'), _same)
@@ -94,7 +96,8 @@ def convert_params(state_dict: dict[str, np.ndarray], abstract_params: Any,
   if unused or missing:
     raise ConversionError(f'the checkpoint does not match the configured model: tensors with no '
                           f'parameter {unused[:8]}{" ..." if len(unused) > 8 else ""}, parameters '
-                          f'not in the checkpoint {missing[:8]}{" ..." if len(missing) > 8 else ""}; '
+                          f'not in the checkpoint {missing[:8]}'
+                          f'{" ..." if len(missing) > 8 else ""}; '
                           'check --config (depth, num_stages, classifier) against the source.')
   target = flax.traverse_util.flatten_dict(dict(abstract_params))
   out = {}
