@@ -176,7 +176,7 @@ class _LibraryInfoFilter(logging.Filter):
   backend probing (jax 0.8 logs "Unable to initialize backend 'tpu'" where libtpu is absent)
   from the console, orbax's warnings that a read-only manager (eval.py) is read-only, and the
   tracebacks orbax's writer threads (and asyncio, of their tasks) log of a full disk: the
-  program's one line says it (errors.DiskFull)."""
+  program's error says it (errors.DiskFull)."""
   NOISY = (os.sep + 'orbax' + os.sep, os.sep + 'grain' + os.sep,
            os.sep + 'tensorflow_datasets' + os.sep, os.sep + 'xla_bridge.py')
   EXPECTED = ('CheckpointManagerOptions.read_only=True', 'Given directory is read only')

@@ -6,7 +6,7 @@ r"""Evaluate a run's checkpoint: `evaluate(config, workdir)`, and the program th
 
 prints one JSON line of metrics and writes DIR/eval/<split>.json (DIR/eval/<split>.data-<hash>.json
 when the data settings differ from the run's; on a full disk the metrics are printed all the same,
-then one line `error: disk full: ...`, exit code 3). The model is always the run's
+then `error: disk full: ...`, exit code 3). The model is always the run's
 (DIR/config.json): without --config the run's whole config is used (the modules its
 config.imports names are imported only with --trust_imports: a run directory runs no code
 unasked), and a --config whose model differs is refused naming the differing keys (data settings

@@ -25,8 +25,8 @@ finite: Checkpointer.reject_unconfirmed); at the end the best checkpoint is eval
 `num_train_steps=0` (a fresh run, e.g. from `init_from`): the initial state is evaluated on
 validation, saved as step 0 and tested. The progress bar moves at the steps that sync (log,
 validation, checkpoint): it counts finished steps, not dispatched ones. What the machine does
-wrong (a full disk, a lost process, a step larger than the memory) stops the run with one line
-(exit code 3) saying which checkpoint stands and how to go on: trainer/faults.py.
+wrong (a full disk, a lost process, a step larger than the memory) stops the run naming the
+fault, the checkpoint that stands and how to go on (exit code 3): trainer/faults.py.
 """
 from __future__ import annotations
 
@@ -259,7 +259,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
       compile_seconds, memory, train_step = time.time() - started, compiled.memory, compiled.run
       logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
                    memory['total'] / 2**20)
-      faults.check_step_memory(memory, setup)   # one line instead of the kernel's kill
+      faults.check_step_memory(memory, setup)   # refused here, not killed by the kernel
       acc = compiled.new_accumulator(setup.mesh)
       next_batch = lambda: compiled.put(next(train_iter))   # global arrays (or micro-batches)
       batch = next_batch()

@@ -43,7 +43,7 @@ def imported_modules(config: ml_collections.ConfigDict) -> list[str]:
 def run_config(workdir: str, *, trust_imports: bool = False) -> ml_collections.ConfigDict:
   """The config a run saved (DIR/config.json) as the config a command runs. A run directory runs
   no code unasked: modules its `config.imports` names that are not imported yet (importing an
-  imported module runs nothing) are refused, in one line naming them, unless `trust_imports`
+  imported module runs nothing) are refused, naming them, unless `trust_imports`
   (the programs' --trust_imports); a command whose own --config names them (--config.imports)
   imports them itself and does not come here."""
   config = load_saved_config(workdir)

@@ -1,5 +1,5 @@
-"""What the machine does wrong during a run, each ended as one line (errors.MachineFault, exit
-code 3) that names the fault and the way out; nothing of a finished checkpoint is lost.
+"""What the machine does wrong during a run, each ended as an errors.MachineFault (exit code 3)
+that names the fault and the way out; nothing of a finished checkpoint is lost.
 
 - A full disk (`disk_full_in_run`): what could not be written, the free space of the run
   directory's filesystem, the last checkpoint whose save finished, and that the same command
@@ -56,7 +56,7 @@ def _resume_from(workdir: str) -> str:
 
 
 def disk_full_in_run(error: BaseException, workdir: str) -> errors.DiskFull:
-  """The one line of a run stopped by a full disk (`error`: a DiskFull naming what was not
+  """The error of a run stopped by a full disk (`error`: a DiskFull naming what was not
   written, or any error errors.is_disk_full recognises)."""
   what = getattr(error, 'what', None) or getattr(error, 'filename', None) or f'a file of {workdir}'
   return errors.DiskFull(what, workdir, f'{_resume_from(workdir)} once space is freed')
@@ -164,7 +164,7 @@ def check_step_memory(memory: dict[str, int], setup) -> None:
 
 
 def machine_fault(error: BaseException, workdir: str) -> Optional[errors.MachineFault]:
-  """The one-line fault of a run stopped by `error` (a full disk, a lost process), else None."""
+  """The fault that stopped a run with `error` (a full disk, a lost process), else None."""
   if isinstance(error, errors.MachineFault) and not isinstance(error, errors.DiskFull):
     return error
   if errors.is_disk_full(error):

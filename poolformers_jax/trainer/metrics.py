@@ -5,7 +5,7 @@ A resumed run replays the steps after its checkpoint: the records of those steps
 from metrics.jsonl and purged from TensorBoard (`purge_step`), so every curve has one point per
 step.
 
-A full disk ends the run in one line (errors.DiskFull) and leaves no half record: a record the
+A full disk ends the run (errors.DiskFull) and leaves no half record: a record the
 disk cannot take is cut off metrics.jsonl again. TensorBoard's events are written to disk here,
 at every record (`flush`), not by tensorboardX's writer thread on its own clock (`flush_secs` at
 its longest): the thread would die of a full disk with a traceback of its own, and the next
@@ -84,7 +84,7 @@ class MetricWriter:
         self._tb.add_scalar(f'{split}/{key}', value, int(step))
 
   def _append(self, line: str) -> None:
-    """One line to metrics.jsonl; on a full disk the file is cut back to its previous end."""
+    """`line` appended to metrics.jsonl; on a full disk the file is cut back to its end."""
     size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
     try:
       with open(self.path, 'a') as f:
