@@ -22,10 +22,12 @@ from poolformers_jax import cli
 from poolformers_jax.trainer.setup import make_setup
 
 
-def average_checkpoints(workdir: str, last: Optional[int] = None, config=None) -> dict:
+def average_checkpoints(workdir: str, last: Optional[int] = None, config=None, *,
+                        trust_imports: bool = False) -> dict:
   """Writes DIR/averaged/<step>: the mean parameters of the last `last` checkpoints (None: all
-  kept). Returns {'step': <step>, 'averaged_steps': [...]}. `config`: the run's by default."""
-  config = config_lib.with_run_model(config, workdir)
+  kept). Returns {'step': <step>, 'averaged_steps': [...]}. `config`: the run's by default (its
+  `config.imports` imported only with `trust_imports`)."""
+  config = config_lib.with_run_model(config, workdir, trust_imports=trust_imports)
   setup = make_setup(config)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=int(config.keep_checkpoints),
                                              best_metric=config.best_metric,
@@ -57,7 +59,8 @@ def average_checkpoints(workdir: str, last: Optional[int] = None, config=None) -
 
 def _average(argv: Sequence[str]) -> None:
   del argv   # stray arguments were refused by cli.parse_flags
-  print(json.dumps(average_checkpoints(flags.FLAGS.workdir, flags.FLAGS.last)), flush=True)
+  print(json.dumps(average_checkpoints(flags.FLAGS.workdir, flags.FLAGS.last,
+                                      trust_imports=flags.FLAGS.trust_imports)), flush=True)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
@@ -65,6 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_integer('last', None, 'Average the last N checkpoints (default: all kept).')
+  cli.define_trust_imports_flag()
   cli.start(__name__, _average, argv, required=('workdir',))
 
 

@@ -33,6 +33,13 @@ def define_flags() -> None:
   flags.DEFINE_integer('process_id', None, 'This process, 0..num_processes-1.')
 
 
+def define_trust_imports_flag() -> None:
+  """--trust_imports, of the programs that read a run directory without a --config."""
+  flags.DEFINE_bool('trust_imports', False, "Import the modules the run's config.json names "
+                    '(config.imports): a run directory runs no code unless this is given or the '
+                    "command's own --config names them.")
+
+
 # --config.<...>_kwargs.<key>=<value> overrides (model.mixer_kwargs.segment_num), which may add a
 # key config_flags cannot add to the locked config: parse_flags takes them out of argv,
 # config_value applies them (checked, as config.override).
@@ -167,7 +174,9 @@ def _stray_arguments(argv: Sequence[str], stray: Sequence[str]) -> str:
 class _LibraryInfoFilter(logging.Filter):
   """Drops INFO chatter of orbax / grain / tfds (one line per checkpoint phase) and of jax's
   backend probing (jax 0.8 logs "Unable to initialize backend 'tpu'" where libtpu is absent)
-  from the console, and orbax's warnings that a read-only manager (eval.py) is read-only."""
+  from the console, orbax's warnings that a read-only manager (eval.py) is read-only, and the
+  tracebacks orbax's writer threads (and asyncio, of their tasks) log of a full disk: the
+  program's error says it (errors.DiskFull)."""
   NOISY = (os.sep + 'orbax' + os.sep, os.sep + 'grain' + os.sep,
            os.sep + 'tensorflow_datasets' + os.sep, os.sep + 'xla_bridge.py')
   EXPECTED = ('CheckpointManagerOptions.read_only=True', 'Given directory is read only')
@@ -175,7 +184,12 @@ class _LibraryInfoFilter(logging.Filter):
   def filter(self, record: logging.LogRecord) -> bool:
     if any(record.getMessage().startswith(e) for e in self.EXPECTED):
       return False
-    return record.levelno >= logging.WARNING or not any(n in record.pathname for n in self.NOISY)
+    noisy = any(n in record.pathname for n in self.NOISY)
+    if (noisy or record.name == 'asyncio') and (
+        errors.is_disk_full(Exception(record.getMessage())) or
+        (record.exc_info and errors.is_disk_full(record.exc_info[1]))):
+      return False
+    return record.levelno >= logging.WARNING or not noisy
 
 
 def quiet_library_logs() -> None:

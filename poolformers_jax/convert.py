@@ -140,17 +140,18 @@ with `token_type_ids`: poolformers_jax derives them from [SEP] (0 up to and incl
 """
 
 
-def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = False
-              ) -> dict[str, Any]:
+def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = False,
+              trust_imports: bool = False) -> dict[str, Any]:
   """Our PoNet checkpoint (a workdir or DIR/checkpoints/<step>) -> a Hugging Face folder that the
-  official modeling code loads; the model is the run's (config.with_run_model). Returns what was
-  written: folder, run, checkpoint, step, commit, heads (also in config.json and README.md)."""
+  official modeling code loads; the model is the run's (config.with_run_model; the run's
+  `config.imports` only with `trust_imports`). Returns what was written: folder, run,
+  checkpoint, step, commit, heads (also in config.json and README.md)."""
   from poolformers_jax.experiments.runs import git_commit
   from poolformers_jax import config as config_lib
   from poolformers_jax.trainer import init_from
   state_dir, run, checkpoint, step = _checkpoint_of_run(source)
   if run is not None:
-    config = config_lib.with_run_model(config, run)
+    config = config_lib.with_run_model(config, run, trust_imports=trust_imports)
   elif config is None:
     raise ConversionError(f'--source {source} is not in a run directory (no config.json says '
                           'what the model is); pass --config')
@@ -175,7 +176,8 @@ def _convert(argv: Sequence[str]) -> None:
   config = cli.config_value(flags.FLAGS['config']) if flags.FLAGS['config'].present else None
   if flags.FLAGS.to == 'hf':
     print(json.dumps(export_hf(config, flags.FLAGS.source, flags.FLAGS.workdir,
-                               drop_sentence_head=flags.FLAGS.drop_sentence_head)))
+                               drop_sentence_head=flags.FLAGS.drop_sentence_head,
+                               trust_imports=flags.FLAGS.trust_imports)))
     return
   if config is None:
     raise ValueError('--config is required to convert official weights: it names the model '
@@ -199,6 +201,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                       "kept as initialised (e.g. '^classifier/'); anything else missing fails")
   flags.DEFINE_bool('drop_sentence_head', False, "--to hf: export without the run's sentence "
                     'head (needed for an NSP head: the official class has a 3-class SSO head)')
+  cli.define_trust_imports_flag()
   cli.start(__name__, _convert, argv, required=('source', 'workdir'))
 
 

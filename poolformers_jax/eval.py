@@ -2,15 +2,18 @@ r"""Evaluate a run's checkpoint: `evaluate(config, workdir)`, and the program th
 
     python -m poolformers_jax.eval --workdir DIR [--config configs/<task>.py[:words]]
         [--checkpoint best|latest|averaged|STEP] [--split validation|test] [--batch_size N]
-        [--config.k=v ...]                  (or `python eval.py ...`, `poolformers-jax eval ...`)
+        [--config.k=v ...] [--trust_imports] (or `python eval.py ...`, `poolformers-jax eval ...`)
 
 prints one JSON line of metrics and writes DIR/eval/<split>.json (DIR/eval/<split>.data-<hash>.json
-when the data settings differ from the run's). The model is always the run's (DIR/config.json):
-without --config the run's whole config is used, and a --config whose model differs is refused
-naming the differing keys (data settings may differ: another test file, say). The checkpoint is
-verified against its integrity record; a damaged or mismatched one, or any other bad input, ends
-with one line `error: ...` and exit code 2 (--verbose_errors: traceback). Multi-process flags as
-train (--distributed, --coordinator_address, ...).
+when the data settings differ from the run's; on a full disk the metrics are printed all the same,
+then `error: disk full: ...`, exit code 3). The model is always the run's
+(DIR/config.json): without --config the run's whole config is used (the modules its
+config.imports names are imported only with --trust_imports: a run directory runs no code
+unasked), and a --config whose model differs is refused naming the differing keys (data settings
+may differ: another test file, say). The checkpoint is verified against its integrity record; a
+damaged or mismatched one, or any other bad input, ends with one line `error: ...` and exit code
+2 (--verbose_errors: traceback). Multi-process flags as train (--distributed,
+--coordinator_address, ...).
 
 Evaluation is exact: the data layer pads the last batch with examples whose `mask` is False; the
 task sums weight them by 0, and the sums are divided once at the end. So the counts and the
@@ -38,7 +41,7 @@ import numpy as np
 from absl import flags
 from flax import traverse_util
 
-from poolformers_jax import cli, config as config_lib, data, extras
+from poolformers_jax import cli, config as config_lib, data, errors, extras
 from poolformers_jax.config.validate import check_batch_size, check_eval_batch_size
 from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.trainer import length_buckets, sharding, step as step_lib
@@ -90,11 +93,18 @@ def hypotheses_path(workdir: str, split: str) -> str:
 
 
 def write_eval_json(workdir: str, split: str, metrics: dict[str, Any]) -> str:
+  """DIR/eval/<split>.json, whole or not at all (errors.DiskFull on a full disk)."""
   path = os.path.join(workdir, 'eval', f'{split}.json')
   if jax.process_index() == 0:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, 'w') as f:
-      f.write(json.dumps(metrics, sort_keys=True) + '\n')
+    with errors.writing(path, workdir):
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      try:
+        with open(path + '.tmp', 'w') as f:
+          f.write(json.dumps(metrics, sort_keys=True) + '\n')
+      except OSError:
+        os.remove(path + '.tmp')
+        raise
+      os.replace(path + '.tmp', path)
   return path
 
 
@@ -123,16 +133,19 @@ def record_name(split: str, changes: dict[str, Any]) -> str:
 
 def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
              checkpoint: Union[str, int] = 'best', split: str = 'test',
-             batch_size: Optional[int] = None) -> dict[str, Any]:
+             batch_size: Optional[int] = None, trust_imports: bool = False) -> dict[str, Any]:
   """Restores `checkpoint` ('best' | 'latest' | 'averaged' | step) from `workdir` and evaluates
   on `split`. The model is the run's (config.with_run_model): `config` None evaluates
-  with the run's own config.json; a `config` whose model differs is refused.
+  with the run's own config.json (whose `config.imports` are imported only with
+  `trust_imports`: config.run_config); a `config` whose model differs is refused.
 
   Returns the metrics (plus 'step', 'checkpoint' and 'split') and writes them to
   DIR/eval/<split>.json (translation: the hypotheses to DIR/eval/<split>.hyp.txt). With data
   settings other than the run's (another test file, say), the record is
   DIR/eval/<split>.data-<hash>.json with those settings in 'data_changes'.
   """
+  if config is None:
+    config = config_lib.run_config(workdir, trust_imports=trust_imports)
   setup = make_setup(config, run_dir=workdir)
   check_eval_batch_size(batch_size, devices=sharding.batch_devices(setup.mesh), processes=jax.process_count())
   data.base.check_split(split)
@@ -145,7 +158,12 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
   metrics = {**metrics, 'step': int(step), 'checkpoint': str(checkpoint), 'split': split}
   if changes:
     metrics['data_changes'] = changes
-  write_eval_json(workdir, name, metrics)
+  try:
+    write_eval_json(workdir, name, metrics)
+  except errors.DiskFull as error:   # the metrics stand: the program prints them anyway
+    raise errors.DiskFull(error.what, workdir, 'the metrics were computed (eval.py prints them '
+                          'above this line); free space and run the same command again to save '
+                          'them', results=metrics) from error
   return metrics
 
 
@@ -153,8 +171,14 @@ def _evaluate(argv: Sequence[str]) -> None:
   del argv   # stray arguments were refused by cli.parse_flags
   given = flags.FLAGS['config'].present
   config = cli.config_value(flags.FLAGS['config']) if given else None
-  metrics = evaluate(config, flags.FLAGS.workdir, checkpoint=flags.FLAGS.checkpoint,
-                     split=flags.FLAGS.split, batch_size=flags.FLAGS.batch_size)
+  try:
+    metrics = evaluate(config, flags.FLAGS.workdir, checkpoint=flags.FLAGS.checkpoint,
+                       split=flags.FLAGS.split, batch_size=flags.FLAGS.batch_size,
+                       trust_imports=flags.FLAGS.trust_imports)
+  except errors.DiskFull as error:
+    if error.results is not None:   # computed, not saved: printed all the same
+      print(json.dumps(error.results, sort_keys=True), flush=True)
+    raise
   print(json.dumps(metrics, sort_keys=True), flush=True)
 
 
@@ -166,6 +190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   flags.DEFINE_string('checkpoint', 'best', "'best', 'latest', 'averaged' or a step number.")
   flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Split to evaluate.')
   flags.DEFINE_integer('batch_size', None, 'Global eval batch size (default: config).')
+  cli.define_trust_imports_flag()
   cli.start(__name__, _evaluate, argv, required=('workdir',))
 
 

@@ -92,7 +92,7 @@ def _print_load(argv: Sequence[str]) -> None:
   from poolformers_jax.run import load_run  # pylint: disable=g-import-not-at-top
   del argv   # stray arguments were refused by cli.parse_flags
   f = flags.FLAGS
-  run = load_run(f.workdir, f.checkpoint)
+  run = load_run(f.workdir, f.checkpoint, trust_imports=f.trust_imports)
   print(json.dumps(router_load(run, f.split, f.num_batches, f.batch_size)), flush=True)
 
 
@@ -104,6 +104,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   flags.DEFINE_enum('split', 'test', ['train', 'validation', 'test'], 'Split to count on.')
   flags.DEFINE_integer('num_batches', None, 'Count on the first N batches only (default: all).')
   flags.DEFINE_integer('batch_size', None, "Global batch size (default: the run's eval batch).")
+  cli.define_trust_imports_flag()
   cli.start(__name__, _print_load, argv, required=('workdir',))
 
 

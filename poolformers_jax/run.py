@@ -30,7 +30,6 @@ import copy
 import dataclasses
 import logging
 import os
-import sys
 from typing import Any, Optional, Sequence, Union
 
 import jax
@@ -63,19 +62,14 @@ def load_run(workdir: str, checkpoint: Union[str, int] = 'best', *,
   """The run trained in `workdir` at `checkpoint` ('best' | 'latest' | 'averaged' | a step),
   restored onto the devices at hand. A run directory runs no code on load: a run whose config
   names modules (`config.imports`) loads only when they are imported already, or with
-  `trust_imports=True` (then they are imported, as train.py / eval.py do)."""
+  `trust_imports=True` (then they are imported: config.run_config, as every program that reads a
+  run does with --trust_imports)."""
   from poolformers_jax import config as config_lib
   from poolformers_jax.trainer import checkpoint as checkpoint_lib
   from poolformers_jax.trainer.setup import make_setup
   if not os.path.isdir(workdir):
     raise FileNotFoundError(f'{workdir} not found: pass the workdir of a train.py run')
-  config = config_lib.load_saved_config(workdir)
-  imports = [n.strip() for n in str(config.get('imports') or '').split(',') if n.strip()]
-  untrusted = [n for n in imports if n not in sys.modules]
-  if untrusted and not trust_imports:
-    raise ValueError(f'{workdir}/config.json imports {untrusted} (config.imports): a run '
-                     'directory runs no code on load; import them first, or pass '
-                     'load_run(..., trust_imports=True) if you trust this run')
+  config = config_lib.run_config(workdir, trust_imports=trust_imports)
   spec = data_base.get_spec(config.data.name)   # else the setup would make them anew from the data
   for path in spec.run_files(config.data) if spec.run_files else ():
     if not os.path.exists(path):

@@ -24,7 +24,9 @@ stop naming the step without saving (a checkpoint counts as good once the step a
 finite: Checkpointer.reject_unconfirmed); at the end the best checkpoint is evaluated on test.
 `num_train_steps=0` (a fresh run, e.g. from `init_from`): the initial state is evaluated on
 validation, saved as step 0 and tested. The progress bar moves at the steps that sync (log,
-validation, checkpoint): it counts finished steps, not dispatched ones.
+validation, checkpoint): it counts finished steps, not dispatched ones. What the machine does
+wrong (a full disk, a lost process, a step larger than the memory) stops the run naming the
+fault, the checkpoint that stands and how to go on (exit code 3): trainer/faults.py.
 """
 from __future__ import annotations
 
@@ -46,7 +48,7 @@ from absl import flags
 from poolformers_jax import cli, config as config_lib, data, extras
 from poolformers_jax.eval import evaluate_state, hypotheses_path, write_eval_json
 from poolformers_jax.trainer import checkpoint as checkpoint_lib
-from poolformers_jax.trainer import init_check, init_from, integrity, run_lock, sharding
+from poolformers_jax.trainer import faults, init_check, init_from, integrity, run_lock, sharding
 from poolformers_jax.trainer import step as step_lib
 from poolformers_jax.trainer.metrics import MetricWriter
 from poolformers_jax.trainer.setup import (Setup, create_train_state, make_setup, param_count,
@@ -185,11 +187,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   `distributed`: None (the default) trains in the process(es) as they are, changing nothing
   process-wide (the programs start a multi-process run from --distributed first); 'auto', 'on'
   or 'off' starts one here first (sharding.maybe_initialize_distributed).
+  A full disk, a lost process or a step larger than the memory raises errors.MachineFault, one
+  line naming the fault, the checkpoint that stands and the way out (trainer/faults.py).
   """
   if distributed is not None:
     sharding.maybe_initialize_distributed(distributed)
-  with run_lock.RunLock(workdir, enabled=jax.process_index() == 0):
-    return _train_and_evaluate(config, workdir, start_over=start_over)
+  try:
+    with run_lock.RunLock(workdir, enabled=jax.process_index() == 0):
+      return _train_and_evaluate(config, workdir, start_over=start_over)
+  except Exception as error:  # pylint: disable=broad-except  (the machine's faults, reworded)
+    fault = faults.machine_fault(error, workdir)
+    if fault is None or fault is error:
+      raise
+    raise fault from error
 
 
 def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
@@ -249,6 +259,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
       compile_seconds, memory, train_step = time.time() - started, compiled.memory, compiled.run
       logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
                    memory['total'] / 2**20)
+      faults.check_step_memory(memory, setup)   # refused here, not killed by the kernel
       acc = compiled.new_accumulator(setup.mesh)
       next_batch = lambda: compiled.put(next(train_iter))   # global arrays (or micro-batches)
       batch = next_batch()
@@ -323,11 +334,15 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
       test = {**test, 'step': best_step, 'checkpoint': which, 'split': 'test'}
       writer.write(step, 'test', test)
       write_eval_json(workdir, 'test', test)
+  except BaseException:
+    with contextlib.suppress(Exception):   # the error that stopped the run is the one reported
+      writer.close()
+    raise
   finally:
-    writer.close()
     with contextlib.suppress(Exception):
       checkpointer.wait()
     checkpointer.close()
+    writer.close()
   return TrainResult(state=state, step=step, status=status, validation=validation, test=test,
                      data_state=train_iter.get_state(), train_step_memory=memory)
 

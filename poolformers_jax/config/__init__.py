@@ -22,7 +22,8 @@ Its modules:
   completion.py  `complete`: a run's config completed (the run's model on a resume, model sizes
                  from the data); the trainer keeps it as `Setup.config`
   validate.py    `check_config`: every check of a completed config, up front
-  run_file.py    a run's config.json (`save_config`, `load_saved_config`) and `with_run_model`
+  run_file.py    a run's config.json (`save_config`, `load_saved_config`), `with_run_model` and
+                 `run_config` (a run directory's imports run only when trusted)
 Configs are numbers and names: nothing here imports flax, optax, orbax, grain or the trainer
 (tests/test_layering.py); the package builds on data/'s defaults only.
 """
@@ -33,16 +34,17 @@ from poolformers_jax.config.defaults import SIZE_SLOT, SIZES, base_config, shrin
 from poolformers_jax.config.files import CONFIGS_DIR, load, load_file, resolve, resolved
 from poolformers_jax.config.keys import (ConfigKeyError, check_keys, flat_keys, is_open_key,
                                          override, override_keys_from_argv)
-from poolformers_jax.config.run_file import (ModelMismatch, load_saved_config, model_differences,
-                                             save_config, to_json, with_run_model)
+from poolformers_jax.config.run_file import (ModelMismatch, UntrustedImports, load_saved_config,
+                                             model_differences, run_config, save_config, to_json,
+                                             with_run_model)
 from poolformers_jax.config.validate import ConfigError, check_config
 from poolformers_jax.config.words import Numbered, parse_words
 
 __all__ = [
     'CONFIGS_DIR', 'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES',
-    'SIZE_SLOT', 'base_config', 'check_config', 'check_keys', 'complete', 'flat_keys',
-    'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences', 'override',
-    'override_keys_from_argv', 'parse_words', 'resolve', 'resolved', 'save_config', 'shrink_run',
-    'to_json', 'with_run_model',
+    'SIZE_SLOT', 'UntrustedImports', 'base_config', 'check_config', 'check_keys', 'complete',
+    'flat_keys', 'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences',
+    'override', 'override_keys_from_argv', 'parse_words', 'resolve', 'resolved', 'run_config',
+    'save_config', 'shrink_run', 'to_json', 'with_run_model',
 ]
 

@@ -1,10 +1,12 @@
-"""A run's config.json: writing it, reading it back, and `with_run_model` (a command that reads a
-run directory uses the run's own model)."""
+"""A run's config.json: writing it, reading it back, `with_run_model` (a command that reads a run
+directory uses the run's own model) and `run_config` (it imports the modules the run's
+config.json names only when trusted: a run directory runs no code unasked)."""
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import sys
 from typing import Any, Optional
 
 import ml_collections
@@ -26,6 +28,33 @@ def load_saved_config(workdir: str) -> ml_collections.ConfigDict:
   with open(path) as f:
     config = ml_collections.ConfigDict(json.load(f))
   config.lock()
+  return config
+
+
+class UntrustedImports(ValueError):
+  """A run's config.json names modules to import that nothing else asked for."""
+
+
+def imported_modules(config: ml_collections.ConfigDict) -> list[str]:
+  """The module names of `config.imports` ('a,b.c')."""
+  return [n.strip() for n in str(config.get('imports') or '').split(',') if n.strip()]
+
+
+def run_config(workdir: str, *, trust_imports: bool = False) -> ml_collections.ConfigDict:
+  """The config a run saved (DIR/config.json) as the config a command runs. A run directory runs
+  no code unasked: modules its `config.imports` names that are not imported yet (importing an
+  imported module runs nothing) are refused, naming them, unless `trust_imports`
+  (the programs' --trust_imports); a command whose own --config names them (--config.imports)
+  imports them itself and does not come here."""
+  config = load_saved_config(workdir)
+  untrusted = [name for name in imported_modules(config) if name not in sys.modules]
+  if untrusted and not trust_imports:
+    raise UntrustedImports(
+        f'{os.path.join(workdir, "config.json")} names modules to import, {untrusted} '
+        '(config.imports), that this command did not: a run directory runs no code unasked; '
+        'pass --trust_imports if you trust this run (load_run(..., trust_imports=True) in '
+        'Python), or import them yourself (--config with --config.imports=...; in Python, '
+        'import them first)')
   return config
 
 
@@ -94,18 +123,20 @@ def model_differences(given: Any, run: Any) -> list[str]:
 
 def with_run_model(config: Optional[ml_collections.ConfigDict], workdir: str, *,
                    todo: str = 'leave --config out (the run\'s own config is used) or give the '
-                   'config it was trained with') -> ml_collections.ConfigDict:
+                   'config it was trained with',
+                   trust_imports: bool = False) -> ml_collections.ConfigDict:
   """The model of a command that reads a run directory (eval.py, convert --to hf, average, a
-  resumed run) is the run's: `config` None -> the run's config; a `config` whose model differs ->
-  ModelMismatch; else `config` with its unset model keys filled from the run. A directory without
+  resumed run) is the run's: `config` None -> the run's config (`run_config`: its imports need
+  `trust_imports`); a `config` whose model differs -> ModelMismatch; else `config` with its unset
+  model keys filled from the run (its own imports, not the run's). A directory without
   config.json leaves `config` as it is."""
   if not os.path.exists(os.path.join(workdir, 'config.json')):
     if config is None:
       load_saved_config(workdir)   # raises: nothing says what the model is
     return config
-  run = load_saved_config(workdir)
   if config is None:
-    return run
+    return run_config(workdir, trust_imports=trust_imports)
+  run = load_saved_config(workdir)
   differences = model_differences(config.model, run.model)
   if differences:
     raise ModelMismatch(f'--config describes another model than the run in {workdir} (its '

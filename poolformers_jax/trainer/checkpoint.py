@@ -186,6 +186,13 @@ def holds_checkpoints(workdir: str) -> bool:
   return any(name.isdigit() for name in listdir(os.path.join(workdir, LATEST_DIR)))
 
 
+def finished_steps(workdir: str) -> list[int]:
+  """The steps of DIR/checkpoints whose save finished (their integrity record is written)."""
+  directory = os.path.join(workdir, LATEST_DIR)
+  return sorted(int(name) for name in listdir(directory) if name.isdigit()
+                and os.path.exists(os.path.join(directory, name, integrity.RECORD)))
+
+
 STATE_FIELDS = ('step', 'params', 'opt_state', 'batch_stats')   # trainer/setup.py's TrainState
 
 

@@ -2,16 +2,22 @@
 with the integrity records of its steps, verified restores and moves of a step to DIR/rejected/.
 It decides nothing (trainer/checkpoint_policy.py does). Restores take an abstract target with
 the *current* shardings, so a checkpoint written on 8 devices restores onto 1 (or the reverse).
+A save that fails for want of disk space leaves nothing a resume would read (`_discard`: the
+partial step is removed, which also gives its space back) and raises errors.DiskFull naming the
+step.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
 import shutil
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
 
 import jax
 import orbax.checkpoint as ocp
 
+from poolformers_jax import errors
 from poolformers_jax.trainer import integrity
 
 if TYPE_CHECKING:
@@ -71,7 +77,9 @@ class Store:
     finished (`write_records`). False: orbax did not save (a step not newer than its newest)."""
     leaves = integrity.leaf_records(state)   # on device, before the state is donated again
     self.write_records()                     # the previous save has finished
-    if self.manager.save(step, args=ocp.args.Composite(**args), **kwargs):
+    with self._discarded_if_disk_full([step]):
+      saved = self.manager.save(step, args=ocp.args.Composite(**args), **kwargs)
+    if saved:
       self._pending.append((step, leaves))
       if jax.process_count() > 1:   # synchronous saves (_multiprocess_options): done already
         self.write_records()
@@ -83,13 +91,44 @@ class Store:
     `wait=False` (every log step): only if the save has finished, without waiting."""
     if not self._pending or (not wait and self.manager.is_saving_in_progress()):
       return
-    self.manager.wait_until_finished()
-    for step, leaves in self._pending:
-      step_dir = self.step_dir(step)
-      if jax.process_index() == 0 and os.path.isdir(step_dir):   # may be gone (max_to_keep)
-        integrity.write_record(step_dir, step, leaves, self._config_sha256)
+    with self._discarded_if_disk_full([step for step, _ in self._pending]):
+      self.manager.wait_until_finished()
+      for step, leaves in self._pending:
+        step_dir = self.step_dir(step)
+        if jax.process_index() == 0 and os.path.isdir(step_dir):   # may be gone (max_to_keep)
+          integrity.write_record(step_dir, step, leaves, self._config_sha256)
     self._pending = []
     sync('integrity_records')
+
+  def _what(self, step: int) -> str:
+    kind = {'checkpoints': ''}.get(self.name, self.name + ' ')
+    return f'the {kind}checkpoint of step {step} ({self.step_dir(step)})'
+
+  @contextlib.contextmanager
+  def _discarded_if_disk_full(self, steps: list[int]) -> Iterator[None]:
+    """Inside: a full disk discards the unfinished saves of `steps` and raises DiskFull."""
+    try:
+      yield
+    except Exception as error:  # pylint: disable=broad-except  (only a full disk is handled)
+      if not errors.is_disk_full(error):
+        raise
+      self._pending = [(s, leaves) for s, leaves in self._pending if s not in steps]
+      self._discard(steps)
+      raise errors.DiskFull(self._what(steps[-1]), self.directory) from error
+
+  def _discard(self, steps: list[int]) -> None:
+    """Removes what the failed saves of `steps` left: orbax's temporary folders, and a step
+    folder without its integrity record (process 0; the space they hold is given back)."""
+    if jax.process_index() == 0:
+      for name in listdir(self.directory):
+        step = name.split('.', 1)[0]
+        finished = name == step and os.path.exists(os.path.join(self.directory, name,
+                                                                integrity.RECORD))
+        if step.isdigit() and int(step) in steps and not finished:
+          shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+    with contextlib.suppress(Exception):   # orbax may still hold the failed save's error
+      self.manager.reload()
+    gc.collect()   # the failed save's writer coroutines end now, not at exit (noise after the line)
 
   def delete(self, step: int) -> None:
     self.manager.delete(step)

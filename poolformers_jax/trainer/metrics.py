@@ -3,7 +3,13 @@
 
 A resumed run replays the steps after its checkpoint: the records of those steps are dropped
 from metrics.jsonl and purged from TensorBoard (`purge_step`), so every curve has one point per
-step."""
+step.
+
+A full disk ends the run (errors.DiskFull) and leaves no half record: a record the
+disk cannot take is cut off metrics.jsonl again. TensorBoard's events are written to disk here,
+at every record (`flush`), not by tensorboardX's writer thread on its own clock (`flush_secs` at
+its longest): the thread would die of a full disk with a traceback of its own, and the next
+records would wait forever for its full queue."""
 from __future__ import annotations
 
 import json
@@ -14,6 +20,10 @@ from typing import Any, Optional
 
 import jax
 import numpy as np
+
+from poolformers_jax import errors
+
+_NEVER_S = 10**6   # tensorboardX's own flush interval (its thread polls in int milliseconds): never
 
 
 def _plain(value: Any) -> Any:
@@ -32,9 +42,12 @@ class MetricWriter:
     if not self.enabled:
       return
     os.makedirs(workdir, exist_ok=True)
-    self._drop_after(initial_step)
+    self.tensorboard = os.path.join(workdir, 'tensorboard')
+    with errors.writing(self.path, workdir):
+      self._drop_after(initial_step)
     from tensorboardX import SummaryWriter
-    self._tb = SummaryWriter(os.path.join(workdir, 'tensorboard'), purge_step=initial_step + 1)
+    self._tb = SummaryWriter(self.tensorboard, purge_step=initial_step + 1, max_queue=1000,
+                             flush_secs=_NEVER_S)
     if progress_bar:
       from tqdm.auto import tqdm
       self._bar = tqdm(total=total_steps, initial=initial_step, unit='step', dynamic_ncols=True)
@@ -44,8 +57,12 @@ class MetricWriter:
     kept = [r for r in records if r['step'] <= step and r['split'] != 'test']
     if len(kept) < len(records):
       tmp = self.path + '.tmp'
-      with open(tmp, 'w') as f:
-        f.writelines(json.dumps(r) + '\n' for r in kept)
+      try:
+        with open(tmp, 'w') as f:
+          f.writelines(json.dumps(r) + '\n' for r in kept)
+      except OSError:
+        os.remove(tmp)
+        raise
       os.replace(tmp, self.path)
 
   def write(self, step: int, split: str, metrics: dict[str, Any]) -> None:
@@ -53,17 +70,30 @@ class MetricWriter:
       return
     record = {'step': int(step), 'split': split, 'time': time.time(),
               **{k: _plain(v) for k, v in metrics.items()}}
-    with open(self.path, 'a') as f:
-      f.write(json.dumps(record) + '\n')
-    for key, value in record.items():
-      if key not in ('step', 'split', 'time') and isinstance(value, (int, float)):
-        self._tb.add_scalar(f'{split}/{key}', value, int(step))
     line = f'step {step} {split}: ' + ' '.join(
         f'{k}={v:.4g}' for k, v in metrics.items() if isinstance(_plain(v), float))
     if self._bar is None:          # no bar (logs of batch jobs): every record as a log line
       logging.info(line)
     elif split != 'train':         # with a bar, train metrics are its postfix
       self._bar.write(line)
+    self._append(json.dumps(record) + '\n')
+    with errors.writing(f'the TensorBoard events in {self.tensorboard}', self.tensorboard):
+      self._tb.flush()             # the records before this one, which the thread has taken
+    for key, value in record.items():
+      if key not in ('step', 'split', 'time') and isinstance(value, (int, float)):
+        self._tb.add_scalar(f'{split}/{key}', value, int(step))
+
+  def _append(self, line: str) -> None:
+    """`line` appended to metrics.jsonl; on a full disk the file is cut back to its end."""
+    size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+    try:
+      with open(self.path, 'a') as f:
+        f.write(line)
+    except OSError as error:
+      if errors.is_disk_full(error):
+        os.truncate(self.path, size)
+        raise errors.DiskFull(self.path, os.path.dirname(self.path)) from error
+      raise
 
   def start_clock(self) -> None:
     """Training starts now: the bar's rate leaves out data preparation and compilation."""
@@ -79,10 +109,13 @@ class MetricWriter:
       self._bar.update(finished_step - self._bar.n)
 
   def close(self) -> None:
-    if self._bar is not None:
-      self._bar.close()
-    if self._tb is not None:
-      self._tb.close()
+    """Closes the bar and the event file (once: a second call does nothing)."""
+    bar, tb, self._bar, self._tb = self._bar, self._tb, None, None
+    if bar is not None:
+      bar.close()
+    if tb is not None:
+      with errors.writing(f'the TensorBoard events in {self.tensorboard}', self.tensorboard):
+        tb.close()
 
 
 def read_metrics(workdir: str, split: Optional[str] = None) -> list[dict[str, Any]]:

@@ -22,6 +22,8 @@ import threading
 import time
 from typing import Any, Optional
 
+from poolformers_jax import errors
+
 LOCK_FILE = 'run.lock'
 HEARTBEAT_S = 30.0
 STALE_AFTER_S = 180.0
@@ -99,8 +101,13 @@ class RunLock:
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
       except FileExistsError:
         return self.acquire()
-      with os.fdopen(fd, 'w') as f:
-        json.dump(self.record, f)
+      with errors.writing(self.path, os.path.dirname(self.path) or '.'):
+        try:
+          with os.fdopen(fd, 'w') as f:
+            json.dump(self.record, f)
+        except OSError:   # a full disk: no empty lock left behind
+          os.remove(self.path)
+          raise
     else:
       logging.warning('run lock %s of process %s on %s (since %s) is stale: taken over',
                       self.path, holder.get('pid'), holder.get('host'), holder.get('since'))

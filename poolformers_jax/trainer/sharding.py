@@ -29,6 +29,18 @@ BATCH_AXES = (DATA_AXIS, FSDP_AXIS)                 # the axes that split the ex
 POSITION_TABLE = 'pos_embedding'   # a learned position table's parameter
 
 DISTRIBUTED_MODES = ('auto', 'on', 'off')
+# jax.distributed.initialize's timeouts (jax's defaults: 100 and 300 s). The coordination service
+# declares a process lost once its heartbeats, sent by a thread of their own (a busy or compiling
+# process keeps sending them), have been silent for HEARTBEAT_TIMEOUT_S, and jax then ends every
+# other process: the bound on how long a process that froze with its connections open (a stopped
+# or unreachable host) keeps the others waiting in a collective. A process that dies closes its
+# connections, and the others' next collective fails at once (trainer/faults.py names it). A
+# minute tolerates a host that stalls for tens of seconds under load, and leaves the others the
+# time to name the lost process first (faults.NAMING_WAIT_S). SHUTDOWN_TIMEOUT_S bounds the
+# barrier of jax.distributed.shutdown, which every process reaches within seconds of the others
+# (the programs call it right after the run's last collective: `shutdown_distributed`).
+HEARTBEAT_TIMEOUT_S = 60
+SHUTDOWN_TIMEOUT_S = 60
 
 
 def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Optional[str] = None,
@@ -54,7 +66,9 @@ def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Option
                           pid) if v is not None]
   try:
     jax.distributed.initialize(coordinator_address, None if num is None else int(num),
-                               None if pid is None else int(pid))
+                               None if pid is None else int(pid),
+                               heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+                               shutdown_timeout_seconds=SHUTDOWN_TIMEOUT_S)
   except (ValueError, RuntimeError) as error:
     # Raised before any connection: no cluster / incomplete settings (ValueError), or JAX already
     # computed in this process (RuntimeError: a library call after other work is single-process).
@@ -70,8 +84,9 @@ def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Option
 
 def shutdown_distributed() -> None:
   """Leaves a multi-process run right after its last collective, while every process is at the
-  same point. Left to interpreter exit, the shutdown barrier (300 s) can time out when one
-  process is slow to exit (joining library threads), which aborts the other processes."""
+  same point. Left to interpreter exit, the shutdown barrier (SHUTDOWN_TIMEOUT_S) can time out
+  when one process is slow to exit (joining library threads), which aborts the other
+  processes."""
   if jax.distributed.is_initialized():
     jax.distributed.shutdown()
 

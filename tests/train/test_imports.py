@@ -1,6 +1,8 @@
 """A mixer of the user's own, from a module outside the package, in our trainer without editing
 the package: `--config.imports=<module>` (train.py, eval.py, summary, reproduce import it before
-the registries are read) or an installed distribution's `poolformers_jax.mixers` entry point."""
+the registries are read) or an installed distribution's `poolformers_jax.mixers` entry point. A
+run directory runs no code unasked: the modules only its config.json names are refused by every
+program that reads it, unless --trust_imports."""
 import ast
 import json
 import os
@@ -8,7 +10,8 @@ import shutil
 import subprocess
 import sys
 
-from tiny_runs import REPO, tiny_overrides
+from tiny_runs import REPO, tiny_config, tiny_overrides
+from poolformers_jax.train import train_and_evaluate
 
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures')   # my_mixer.py registers 'fixture_mean_mixer'
 
@@ -41,8 +44,8 @@ def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module
   assert trained.returncode == 0, trained.stderr[-3000:]
   saved = json.load(open(os.path.join(workdir, 'config.json')))
   assert saved['imports'] == 'lab.my_mixer' and saved['model']['mixer'] == 'fixture_mean_mixer'
-  # eval.py with the run's own config: config.json's imports bring the mixer back.
-  evaluated = _run('eval.py', '--workdir', workdir, '--split', 'validation',
+  # eval.py with the run's own config, trusted: config.json's imports bring the mixer back.
+  evaluated = _run('eval.py', '--workdir', workdir, '--split', 'validation', '--trust_imports',
                    env=_env(str(tmp_path)))
   assert evaluated.returncode == 0, evaluated.stderr[-3000:]
   (line,) = evaluated.stdout.strip().splitlines()
@@ -70,9 +73,10 @@ def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module
   assert loaded.returncode == 0, loaded.stderr[-3000:]
   printed = loaded.stdout.splitlines()
   assert printed[:4] == [
-      f"{workdir}/config.json imports ['lab.my_mixer'] (config.imports): a run directory runs no "
-      'code on load; import them first, or pass load_run(..., trust_imports=True) if you trust '
-      'this run', 'False', 'True', '3']
+      f"{workdir}/config.json names modules to import, ['lab.my_mixer'] (config.imports), that "
+      'this command did not: a run directory runs no code unasked; pass --trust_imports if you '
+      'trust this run (load_run(..., trust_imports=True) in Python), or import them yourself '
+      '(--config with --config.imports=...; in Python, import them first)', 'False', 'True', '3']
   report = ast.literal_eval(printed[4])
   assert report.pop('dropout') == 'skipped: no dropout inside (dropout_rate is unused)'
   assert report.pop('causal') == 'skipped: not declared causal'
@@ -102,3 +106,64 @@ def test_installed_plugin_registers_through_its_entry_point(tmp_path):
                          timeout=300, env=_env(str(tmp_path), FIXTURES))
   assert found.returncode == 0, found.stderr[-3000:]
   assert found.stdout.split() == ['True', 'True']
+
+
+MARKER_MODULE = """import os
+with open(os.environ['POOLFORMERS_TEST_MARKER'], 'a') as f:
+  f.write('imported\\n')
+"""
+
+
+def test_a_run_directory_from_elsewhere_runs_no_code_unless_trusted(data_dir, tmp_path):
+  """A run's config.json edited to name an importable module whose import writes a marker file:
+  every program that reads the run refuses it in one line naming the module and --trust_imports,
+  and the marker does not appear; with --trust_imports, or with the command's own
+  --config.imports, eval.py imports it and evaluates."""
+  workdir = str(tmp_path / 'run')
+  overrides = tiny_overrides(data_dir, num_train_steps=2, eval_every_steps=2,
+                             checkpoint_every_steps=2, final_test=False)
+  train_and_evaluate(tiny_config(data_dir, **overrides), workdir)
+  path = os.path.join(workdir, 'config.json')
+  with open(path) as f:
+    saved = json.load(f)
+  with open(path, 'w') as f:
+    json.dump({**saved, 'imports': 'side_effect'}, f)
+  (tmp_path / 'modules').mkdir()
+  (tmp_path / 'modules' / 'side_effect.py').write_text(MARKER_MODULE)
+  marker = tmp_path / 'marker'
+  own_config = ['--config', 'configs/lra_listops.py:transformer,tiny',
+                *[f'--config.{k}={v}' for k, v in overrides.items()]]
+  refused = {
+      'eval.py': ['eval.py', '--workdir', workdir],
+      'average': ['-m', 'poolformers_jax.average', '--workdir', workdir],
+      'router_load': ['-m', 'poolformers_jax.router_load', '--workdir', workdir],
+      'convert --to hf': ['-m', 'poolformers_jax.convert', '--to', 'hf', '--source', workdir,
+                          '--workdir', str(tmp_path / 'hf')],
+  }
+  trusted = {
+      '--trust_imports': ['eval.py', '--workdir', workdir, '--split', 'validation',
+                          '--trust_imports'],
+      '--config.imports': ['eval.py', '--workdir', workdir, '--split', 'validation', *own_config,
+                           '--config.imports=side_effect'],
+      'own --config': ['eval.py', '--workdir', workdir, '--split', 'validation', *own_config],
+  }
+  proc = subprocess.run([sys.executable, os.path.join(REPO, 'tests', 'commands.py'), 'run'],
+                        input=json.dumps([*refused.values(), *trusted.values()]),
+                        capture_output=True, text=True, cwd=REPO, timeout=900,
+                        env={**_env(str(tmp_path / 'modules')), 'JAX_PLATFORMS': 'cpu',
+                             'POOLFORMERS_TEST_MARKER': str(marker)})
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = dict(zip([*refused, *trusted], json.loads(proc.stdout)))
+  for name in refused:
+    result = results[name]
+    assert result['code'] == 2, (name, result['stderr'][-3000:])
+    (line,) = result['stderr'].splitlines()
+    assert line.startswith(f"error: {path} names modules to import, ['side_effect'] "
+                           '(config.imports), that this command did not: a run directory runs '
+                           'no code unasked; pass --trust_imports if you trust this run'), line
+  for name in trusted:
+    result = results[name]
+    assert result['code'] == 0, (name, result['stderr'][-3000:])
+    assert json.loads(result['stdout'].splitlines()[-1])['count'] == 20
+  # Imported by the two commands that asked for it, by nothing else.
+  assert marker.read_text() == 'imported\n' * 2

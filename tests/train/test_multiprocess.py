@@ -1,7 +1,10 @@
 """Two processes joined by jax.distributed over loopback (gloo CPU collectives), parameters split
-between them (fsdp 2) == one data-parallel process."""
+between them (fsdp 2) == one data-parallel process; one of them lost (kill -9) ends the other
+in one line naming it, and the two started again resume exactly."""
 import json
 import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -10,7 +13,9 @@ import numpy as np
 import pytest
 
 from tiny_runs import tiny_config
+from poolformers_jax import errors
 from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.trainer.metrics import read_metrics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,3 +69,58 @@ def test_two_processes_match_one_process(data_dir, tmp_path):
   # Each process saved its own data iterator position beside the shared model checkpoint.
   saved = set(os.listdir(os.path.join(workdir, 'checkpoints', '3', 'data')))
   assert {'process_0-of-2.json', 'process_1-of-2.json'} <= saved
+
+
+def _train_program(data_dir, workdir, die_at=None):
+  """train.py in two processes (multiprocess_worker.py `program`); `die_at` {process: step}: that
+  process kills itself (SIGKILL) as it reads that step's batch. [(exit code, stderr)] per
+  process; each must end within the timeout (a hang fails the test, it does not stall it)."""
+  port, die_at = _free_port(), die_at or {}
+  procs = []
+  for pid in range(2):
+    env = {**os.environ, 'XLA_FLAGS': '--xla_force_host_platform_device_count=1',
+           'JAX_PLATFORMS': 'cpu', 'JAX_COORDINATOR_ADDRESS': f'127.0.0.1:{port}',
+           'JAX_NUM_PROCESSES': '2', 'JAX_PROCESS_ID': str(pid)}
+    extra = [str(die_at[pid])] if pid in die_at else []
+    procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, 'multiprocess_worker.py'),
+                                   'program', data_dir, workdir, *extra], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+  try:
+    errs = [proc.communicate(timeout=600)[1] for proc in procs]
+    return [(proc.returncode, err) for proc, err in zip(procs, errs)]
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        proc.kill()
+
+
+def _records(workdir):
+  return [{k: v for k, v in r.items() if k not in ('time', 'steps_per_second',
+                                                      'examples_per_second', 'tokens_per_second',
+                                                      'compile_seconds')}
+          for r in read_metrics(workdir)]
+
+
+@pytest.mark.slow
+def test_a_lost_process_ends_the_other_in_one_line_and_both_resume_exactly(data_dir, tmp_path):
+  """Process 1 killed (SIGKILL) after checkpoint 2: process 0's next collective fails, it names
+  process 1 and checkpoint 2 in one line and exits with code 3, instead of waiting for it (the
+  bound: sharding.HEARTBEAT_TIMEOUT_S, after which jax would end it without a word). Both
+  started again resume from step 2, to the same records as a run never interrupted."""
+  reference = str(tmp_path / 'reference')
+  assert [code for code, _ in _train_program(data_dir, reference)] == [0, 0]
+  workdir = str(tmp_path / 'run')
+  (survivor, survivor_err), (lost, _) = _train_program(data_dir, workdir, die_at={1: 4})
+  assert lost == -signal.SIGKILL
+  assert survivor == errors.MACHINE_FAULT_EXIT, survivor_err[-3000:]
+  line = survivor_err.splitlines()[-1]
+  assert re.fullmatch(
+      re.escape('error: process 1 of 2 is lost (killed, crashed, or its host is gone): process 0 '
+                f'stops too instead of waiting for it; checkpoint 2 is intact ({workdir}/'
+                'checkpoints/2, ') + r'[0-9.]+ KiB' + re.escape('): the same command resumes '
+                'from step 2 when every process is started again'), line), line
+  assert checkpoint_lib.finished_steps(workdir) == [2]
+
+  assert [code for code, _ in _train_program(data_dir, workdir)] == [0, 0]
+  assert _records(workdir) == _records(reference)   # losses, validation and test, exactly
+  assert [r['step'] for r in read_metrics(workdir, 'train')] == [1, 2, 3, 4]
