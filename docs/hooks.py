@@ -38,7 +38,10 @@ PUBLIC_MODULES = ('poolformers_jax.layers', 'poolformers_jax.models', 'poolforme
 # Single public names of modules that are otherwise programs or internals.
 PUBLIC_NAMES = ('poolformers_jax.load_run', 'poolformers_jax.Run', 'poolformers_jax.config',
                 'poolformers_jax.train.train_and_evaluate', 'poolformers_jax.eval.evaluate',
-                'poolformers_jax.eval.evaluate_state')
+                'poolformers_jax.eval.evaluate_state',
+                'poolformers_jax.trainer.sharding.make_mesh',
+                'poolformers_jax.trainer.sharding.state_shardings',
+                'poolformers_jax.trainer.sharding.FsdpRules')
 
 LINK = re.compile(r'(!?\[[^\]]*\]\()([^)\s]+)(\))')
 FENCE = re.compile(r'^(```|~~~).*?^\1', re.S | re.M)
@@ -54,7 +57,7 @@ _site: dict[str, str] = {}
 def _outside_pages() -> dict[str, str]:
   """repository path -> site path of the pages that live outside docs/."""
   pages = {'README.md': 'index.md', 'CHANGELOG.md': 'changelog.md',
-           'notebooks/README.md': 'notebooks/index.md'}
+           'notebooks/README.md': posixpath.join('notebooks', 'index.md')}
   for path in sorted(glob.glob(os.path.join(ROOT, 'notebooks', '*.ipynb'))):
     name = os.path.relpath(path, ROOT)
     pages[name] = name

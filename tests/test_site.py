@@ -173,6 +173,7 @@ def _screenshot(browser, name):
   folder = os.environ.get('SITE_SCREENSHOTS')
   if folder:
     os.makedirs(folder, exist_ok=True)
+    time.sleep(1)   # the header's title settles after a scroll
     browser.screenshot(os.path.join(folder, f'site_{name}.png'))
 
 
@@ -259,7 +260,8 @@ def _check_links(base, folder):
       address, _, anchor = target.partition('#')
       if address not in checked:
         try:
-          with urllib.request.urlopen(address, timeout=10) as answer:
+          with urllib.request.urlopen(urllib.request.Request(address, method='HEAD'),
+                                      timeout=10) as answer:
             checked[address] = answer.status
         except urllib.error.HTTPError as error:
           checked[address] = error.code
@@ -270,3 +272,43 @@ def _check_links(base, folder):
   assert len(checked) > 100
   assert not broken, 'local links answering 404:\n' + '\n'.join(broken[:50])
   assert not anchors, 'links to an anchor the page does not have:\n' + '\n'.join(anchors[:50])
+
+
+def _hooks():
+  pytest.importorskip('mkdocs')
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location('docs_hooks', os.path.join(ROOT, 'docs', 'hooks.py'))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_the_coverage_check_names_a_public_name_without_an_entry(tmp_path, monkeypatch):
+  """The build's coverage check (docs/hooks.py) passes on an inventory holding every public name,
+  and fails, naming it, when the package gains a public function the inventory lacks."""
+  import types  # pylint: disable=g-import-not-at-top
+  import zlib  # pylint: disable=g-import-not-at-top
+  from mkdocs.exceptions import PluginError  # pylint: disable=g-import-not-at-top
+  import poolformers_jax.testing  # pylint: disable=g-import-not-at-top
+  hooks = _hooks()
+  names = hooks.public_names()
+  assert {'poolformers_jax.testing.check_mixer', 'poolformers_jax.layers.PoNet',
+          'poolformers_jax.layers.sharded_sequences', 'poolformers_jax.load_run',
+          'poolformers_jax.train.train_and_evaluate', 'poolformers_jax.config.load',
+          'poolformers_jax.data.make_train_iterator'} <= set(names)
+  assert any(name.startswith("model 'vit'") for name in names)
+  lines = ''.join(f'{paths[0]} py:function 1 x.html -\n' for paths in names.values())
+  with open(tmp_path / 'objects.inv', 'wb') as f:
+    f.write(b'# Sphinx inventory version 2\n# Project: p\n# Version: 0\n# zlib\n')
+    f.write(zlib.compress(lines.encode()))
+  config = types.SimpleNamespace(site_dir=str(tmp_path))
+  hooks.on_post_build(config)
+
+  def assert_new_property(mixer):
+    del mixer
+  assert_new_property.__module__ = 'poolformers_jax.testing'
+  monkeypatch.setattr(poolformers_jax.testing, 'assert_new_property', assert_new_property,
+                      raising=False)
+  with pytest.raises(PluginError, match=r'^1 public names .*: '
+                     r'poolformers_jax\.testing\.assert_new_property\. Add'):
+    hooks.on_post_build(config)
