@@ -198,7 +198,8 @@ def test_the_site_as_a_reader_sees_it(site, browser):
   for part in ('check_mixer(', 'mixer: Module', 'causal: Optional[bool] = None', 'atol: float',
                ') -> dict'):
     assert part in flat, (part, flat)
-  browser.js('document.getElementById("poolformers_jax.testing.check_mixer").scrollIntoView()')
+  browser.js('document.getElementById("poolformers_jax.testing.check_mixer").scrollIntoView();'
+             'window.scrollBy(0, -80)')
   _screenshot(browser, 'api')
 
   # A notebook page: its figures, stored in the notebook, are loaded.
@@ -208,7 +209,7 @@ def test_the_site_as_a_reader_sees_it(site, browser):
       ' return images.length && images.every(i => i.complete) &&'
       ' images.map(i => i.naturalWidth); })()', 'the notebook figures')
   assert images and min(images) > 0, images
-  browser.js('document.querySelector(".md-content img").scrollIntoView()')
+  browser.js('document.querySelector(".md-content img").scrollIntoView(); window.scrollBy(0, -300)')
   _screenshot(browser, 'notebook')
 
   # The search: typed into the page's search box, answered by its own index.
