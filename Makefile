@@ -7,6 +7,8 @@
 #                   / optax / orbax / chex pyproject.toml claims) on the layer, model, kit and a
 #                   tiny train / eval subset
 #   make lint       -- ruff (in make test)
+#   make docs       -- the documentation site into site/ (strict, offline; open site/index.html);
+#                   make docs-serve serves it at http://127.0.0.1:8000, rebuilt on every edit
 # make data-env: the data-preparation environment .venv-data (TensorFlow; docs/data.md).
 PYTHON ?= python3
 VENV   := .venv
@@ -22,8 +24,12 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt
+$(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt requirements-docs.txt
 	$(PY) -m pip install -q -r requirements-test.txt
+	touch $@
+
+$(VENV)/.installed-docs: $(VENV)/.installed requirements-docs.txt
+	$(PY) -m pip install -q -r requirements-docs.txt
 	touch $@
 
 .venv-data/.installed: requirements-data.txt
@@ -78,6 +84,16 @@ test-floor: .venv-floor/.installed
 	  .venv-floor/bin/python -m pytest -n 2 --dist worksteal -q -m "not slow" $(FLOOR_TESTS)
 
 .PHONY: install train test test-fast test-floor lint data-env
+
+# The site (mkdocs.yml; tests/test_site.py builds it the same way and reads it in Chromium).
+DOCS_ENV := NO_MKDOCS_2_WARNING=1 JAX_PLATFORMS=cpu
+docs: $(VENV)/.installed-docs
+	$(DOCS_ENV) $(PY) -m mkdocs build --strict --site-dir site
+
+docs-serve: $(VENV)/.installed-docs
+	$(DOCS_ENV) $(PY) -m mkdocs serve --strict --dev-addr 127.0.0.1:8000
+
+.PHONY: docs docs-serve
 
 # Re-execute the notebooks in place, so the committed files show their outputs and plots.
 notebooks: install

@@ -529,3 +529,43 @@ def test_notebooks_are_committed_executed_with_their_plots():
     assert counts == list(range(1, len(cells) + 1)), (RELATIVE(path), counts)
     images = [o for c in cells for o in c['outputs'] if 'image/png' in o.get('data', {})]
     assert images, f'{RELATIVE(path)} has no plot output; run make notebooks'
+
+
+def test_the_api_md_examples_run_sequence_parallel():
+  """docs/api.md's python blocks, run as written on the suite's 8 devices (tests/conftest.py):
+  PoNet in a model of the user's own, sharded over 'fsdp' and 'sequence', equals its one-device
+  output (the block asserts it), and the example really split the tokens and the parameters."""
+  blocks = [block for where, language, block in fenced_blocks()
+            if where.startswith('docs/api.md') and language == 'python']
+  assert any('sharded_sequences(' in block for block in blocks), 'the sharding example is gone'
+  for block in blocks:
+    scope = {}
+    exec(compile(block, 'docs/api.md', 'exec'), scope)  # pylint: disable=exec-used
+    if 'y_sharded' in scope:
+      assert tuple(scope['y_sharded'].sharding.spec)[:2] == ('fsdp', 'sequence')
+      kernel = scope['params']['params']['PoNet_0']['query']['kernel']
+      assert 'fsdp' in tuple(kernel.sharding.spec)
+
+
+def test_docstring_examples_run():
+  """Every `>>>` example in the package's docstrings runs and shows what it says (doctest): each
+  module whose text has one is imported and its examples run."""
+  import doctest
+  import importlib
+  import io
+  modules = []
+  for path in sorted(glob.glob(os.path.join(ROOT, 'poolformers_jax', '**', '*.py'),
+                               recursive=True)):
+    if '>>>' in _text(path):
+      name = RELATIVE(path)[:-len('.py')].replace(os.sep, '.').removesuffix('.__init__')
+      modules.append(name)
+  assert {'poolformers_jax.layers.sequence_parallel', 'poolformers_jax.layers.registry',
+          'poolformers_jax.config.files'} <= set(modules), modules
+  runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+  report, examples = io.StringIO(), 0
+  for name in modules:
+    for test in doctest.DocTestFinder().find(importlib.import_module(name)):
+      examples += len(test.examples)
+      runner.run(test, out=report.write)
+  assert examples >= 10, examples
+  assert runner.failures == 0, report.getvalue()

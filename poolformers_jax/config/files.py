@@ -62,7 +62,19 @@ def load_file(spec: str):
 
 def load(spec: str, overrides: Optional[Mapping[str, Any]] = None):
   """The config `spec` names ('configs/<task>.py[:words]', or '<task>:words'), with `overrides`
-  ({'model.dim': 32, ...}) applied and checked; locked, as train.py's --config."""
+  ({'model.dim': 32, ...}) applied and checked; locked, as train.py's --config.
+
+  ```pycon
+  >>> from poolformers_jax import config
+  >>> c = config.load('lra_listops:ponet,tiny', {'model.dim': 32})
+  >>> c.model.mixer, c.model.dim
+  ('ponet', 32)
+  >>> config.load('lra_listops:ponet,tiny', {'model.dimm': 32})
+  Traceback (most recent call last):
+  poolformers_jax.errors.ConfigKeyError: unknown config key 'model.dimm'; did you mean model.dim?
+
+  ```
+  """
   config = load_file(spec)
   if overrides:
     return override(config, **dict(overrides))

@@ -208,7 +208,19 @@ def _check_use(name: str, cls: type, options: frozenset, missing: frozenset, cau
 
 def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: Any) -> nn.Module:
   """Builds mixer `name`. `shared` args (num_heads, causal, ...) go only where they are fields;
-  `kwargs` (the config's mixer-specific options) must all be fields of the mixer."""
+  `kwargs` (the config's mixer-specific options) must all be fields of the mixer.
+
+  ```pycon
+  >>> from poolformers_jax.layers import build_mixer
+  >>> mixer = build_mixer('ponet', shared=dict(num_heads=4, causal=False), segment_num=8)
+  >>> type(mixer).__name__, mixer.num_heads, mixer.segment_num
+  ('PoNet', 4, 8)
+  >>> build_mixer('ponet', shared=dict(num_heads=4), segment=8)
+  Traceback (most recent call last):
+  ValueError: mixer 'ponet' (PoNet) has no option(s) ['segment']; valid options: [...].
+
+  ```
+  """
   cls = MIXERS[name]
   fields = mixer_fields(cls)
   args = {k: v for k, v in (shared or {}).items() if k in fields}

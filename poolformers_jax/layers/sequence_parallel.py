@@ -54,7 +54,26 @@ _LAYOUT: contextvars.ContextVar[Optional[_Layout]] = contextvars.ContextVar(
 @contextlib.contextmanager
 def sharded_sequences(mesh: Optional[Mesh]) -> Iterator[None]:
   """Mixers traced inside run sequence-sharded over `mesh`'s 'sequence' axis (when it has one
-  larger than 1; otherwise nothing changes). The examples stay split over the other axes."""
+  larger than 1; otherwise nothing changes). The examples stay split over the other axes.
+
+  Exported as `poolformers_jax.layers.sharded_sequences`; a model of your own with FSDP too:
+  docs/api.md. The tokens split over every device (32 of them: 1, 2, 4 or 8 devices):
+
+  ```pycon
+  >>> import jax, numpy as np
+  >>> from jax.sharding import Mesh
+  >>> from poolformers_jax.layers import PoNet, sharded_sequences
+  >>> mesh = Mesh(np.array(jax.devices()).reshape(1, -1), ('data', 'sequence'))
+  >>> ponet = PoNet(num_heads=2, segment_num=4)
+  >>> x = jax.random.normal(jax.random.PRNGKey(0), (2, 32, 16))
+  >>> params = ponet.init(jax.random.PRNGKey(1), x)
+  >>> with sharded_sequences(mesh):
+  ...   y = jax.jit(ponet.apply)(params, x)
+  >>> bool(np.allclose(y, ponet.apply(params, x), atol=1e-5))
+  True
+
+  ```
+  """
   if mesh is None or int(dict(mesh.shape).get(SEQUENCE_AXIS, 1)) <= 1:
     yield
     return
