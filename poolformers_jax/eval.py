@@ -35,19 +35,21 @@ import json
 import os
 from typing import Any, Iterable, Optional, Sequence, Union
 
+from poolformers_jax import extras
+
+extras.require('train', __name__)   # first: a missing extra is one line naming it
+
 import jax
 import ml_collections
 import numpy as np
 from absl import flags
 from flax import traverse_util
 
-from poolformers_jax import cli, config as config_lib, data, errors, extras
+from poolformers_jax import cli, config as config_lib, data, errors
 from poolformers_jax.config.validate import check_batch_size, check_eval_batch_size
 from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.trainer import length_buckets, sharding, step as step_lib
 from poolformers_jax.trainer.setup import Setup, make_setup, process_slice
-
-extras.require('train', __name__)
 
 
 def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional[int] = None,

@@ -40,12 +40,16 @@ import threading
 import time
 from typing import Any, Optional, Sequence
 
+from poolformers_jax import extras
+
+extras.require('train', __name__)   # first: a missing extra is one line naming it
+
 import jax
 import ml_collections
 import numpy as np
 from absl import flags
 
-from poolformers_jax import cli, config as config_lib, data, extras
+from poolformers_jax import cli, config as config_lib, data
 from poolformers_jax.eval import evaluate_state, hypotheses_path, write_eval_json
 from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.trainer import faults, init_check, init_from, integrity, run_lock, sharding
@@ -53,8 +57,6 @@ from poolformers_jax.trainer import step as step_lib
 from poolformers_jax.trainer.metrics import MetricWriter
 from poolformers_jax.trainer.setup import (Setup, create_train_state, make_setup, param_count,
                                            process_slice)
-
-extras.require('train', __name__)
 
 
 class NonFiniteLossError(FloatingPointError):
