@@ -147,9 +147,10 @@ def test_one_cycle_momentum_cycles_beta1_like_pytorch():
 # ------------------------------------------------------------------ config.param_init = 'torch'
 
 @functools.lru_cache(maxsize=None)
-def _setup(family):
-  return make_setup(tiny_config('/unused', family, **{'model.dim': 32, 'model.mlp_dim': 64}),
-                    need_files=False)
+def _setup(family, param_init=None):
+  scheme = {} if param_init is None else {'param_init': param_init}
+  return make_setup(tiny_config('/unused', family, **{'model.dim': 32, 'model.mlp_dim': 64},
+                                **scheme), need_files=False)
 
 
 @functools.lru_cache(maxsize=None)
@@ -212,10 +213,9 @@ def test_torch_init_is_seeded_and_applied_where_the_state_is_made():
   assert not np.array_equal(a[kernel], c[kernel])
   # The train state holds the redrawn parameters with config.param_init='torch', and exactly
   # what model.init makes with 'default' (the same jitted computation: bit for bit).
-  setup = _setup('transformer')
   fresh, torch = draw(3)
   for scheme, expected in (('torch', torch), ('default', fresh)):
-    state = setup_lib.create_train_state(setup, jax.random.PRNGKey(3))
+    state = setup_lib.create_train_state(_setup('transformer', scheme), jax.random.PRNGKey(3))
     got = flax.traverse_util.flatten_dict(jax.device_get(state.params), sep='/')
     assert got.keys() == expected.keys()
     for name in got:
