@@ -51,14 +51,18 @@ def pixel_tokens(gray: np.ndarray, data_config, what: str) -> np.ndarray:
   return base.fit_length(ids, data_config.max_length, data_config.too_long, what)
 
 
-def split_sizes(data_config, source, known=None) -> dict[str, int]:
-  """`known` ({} for `shapes`: nothing read), else the sizes of `source`'s splits."""
-  if known is not None:
-    return known
-  return {split: len(source(data_config, split)) for split in base.SPLITS}
+def spec(name: str, source, preprocess, config, record, *, task: str = 'classification',
+         num_classes: int = 2, documents: int = 0, **declared) -> base.DatasetSpec:
+  """The DatasetSpec of task `name`: vocabulary 257, inputs [max_length] (`documents` > 0:
+  [documents, max_length]); `shapes` is its info without split sizes (no file read)."""
 
+  def info(data_config, split_sizes=None) -> base.DatasetInfo:
+    if split_sizes is None:
+      split_sizes = {split: len(source(data_config, split)) for split in base.SPLITS}
+    shape = (documents, data_config.max_length) if documents else (data_config.max_length,)
+    return base.DatasetInfo(name=name, task=task, num_classes=num_classes,
+                            vocab_size=base.BYTE_VOCAB_SIZE, input_shape=shape,
+                            split_sizes=split_sizes)
 
-def spec(info_fn, source, preprocess, config, record, **declared) -> base.DatasetSpec:
-  """`shapes`: the info without files (vocabulary, classes and lengths are constants)."""
-  return base.DatasetSpec(info_fn, source, preprocess, config, record=record,
-                          shapes=functools.partial(info_fn, split_sizes={}), **declared)
+  return base.DatasetSpec(info, source, preprocess, config, record=record,
+                          shapes=functools.partial(info, split_sizes={}), **declared)

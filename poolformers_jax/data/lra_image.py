@@ -13,8 +13,11 @@ import numpy as np
 from poolformers_jax.data import base, lra
 
 
-def source(data_config, split):
-  return base.tfds_split_source(data_config, split)
+def config():
+  c = base.common_config('lra_image', 1024)
+  c.tfds_name = 'cifar10'
+  c.tfds_splits = dict(train='train[:90%]', validation='train[90%:]', test='test')
+  return c
 
 
 def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
@@ -24,17 +27,5 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
           'targets': np.int32(record['label'])}
 
 
-def info(data_config, split_sizes=None):
-  return base.DatasetInfo(name='lra_image', task='classification', num_classes=10,
-                          vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=lra.split_sizes(data_config, source, split_sizes))
-
-
-def config():
-  c = base.common_config('lra_image', 1024)
-  c.tfds_name = 'cifar10'
-  c.tfds_splits = dict(train='train[:90%]', validation='train[90%:]', test='test')
-  return c
-
-
-base.register_dataset('lra_image', lra.spec(info, source, preprocess, config, base.image_record))
+base.register_dataset('lra_image', lra.spec(
+    'lra_image', base.tfds_split_source, preprocess, config, base.image_record, num_classes=10))

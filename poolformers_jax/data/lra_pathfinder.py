@@ -137,12 +137,6 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
           'targets': np.int32(record['label'])}
 
 
-def info(data_config, split_sizes=None):
-  return base.DatasetInfo(name='lra_pathfinder', task='classification', num_classes=2,
-                          vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=lra.split_sizes(data_config, source, split_sizes))
-
-
 def config():
   c = base.common_config('lra_pathfinder', 1024)
   c.format = 'npz'                # 'npz' | 'lra_release' (PNGs) | 'generated' (our generator)
@@ -154,5 +148,5 @@ def config():
 
 
 base.register_dataset('lra_pathfinder', lra.spec(
-    info, source, preprocess, config, base.image_record,
+    'lra_pathfinder', source, preprocess, config, base.image_record,
     generated=lambda data_config: data_config.format == 'generated'))

@@ -46,13 +46,6 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
   return {'inputs': np.stack(docs), 'targets': np.int32(record['label'])}
 
 
-def info(data_config, split_sizes=None):
-  return base.DatasetInfo(name='lra_retrieval', task='retrieval', num_classes=2,
-                          vocab_size=base.BYTE_VOCAB_SIZE,
-                          input_shape=(2, data_config.max_length),
-                          split_sizes=lra.split_sizes(data_config, source, split_sizes))
-
-
 def config():
   c = base.common_config('lra_retrieval', 4096)   # per document
   c.max_tokens = 0                # bytes kept per document; 0 = max_length
@@ -61,5 +54,5 @@ def config():
 
 
 base.register_dataset('lra_retrieval', lra.spec(
-    info, source, preprocess, config,
-    lambda raw, _: {'text1': raw[0], 'text2': raw[1], 'label': 0}))
+    'lra_retrieval', source, preprocess, config,
+    lambda raw, _: {'text1': raw[0], 'text2': raw[1], 'label': 0}, task='retrieval', documents=2))

@@ -14,22 +14,6 @@ import numpy as np
 from poolformers_jax.data import base, lra
 
 
-def source(data_config, split):
-  return base.tfds_split_source(data_config, split)
-
-
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
-  del rng
-  return {'inputs': lra.byte_tokens(record['text'], data_config, 'review'),
-          'targets': np.int32(record['label'])}
-
-
-def info(data_config, split_sizes=None):
-  return base.DatasetInfo(name='lra_text', task='classification', num_classes=2,
-                          vocab_size=base.BYTE_VOCAB_SIZE, input_shape=(data_config.max_length,),
-                          split_sizes=lra.split_sizes(data_config, source, split_sizes))
-
-
 def config():
   c = base.common_config('lra_text', 4096)
   c.max_tokens = 0                # bytes kept before padding to max_length; 0 = max_length
@@ -38,5 +22,12 @@ def config():
   return c
 
 
-base.register_dataset('lra_text', lra.spec(info, source, preprocess, config,
-                                           lambda raw, _: {'text': raw, 'label': 0}))
+def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  del rng
+  return {'inputs': lra.byte_tokens(record['text'], data_config, 'review'),
+          'targets': np.int32(record['label'])}
+
+
+base.register_dataset('lra_text', lra.spec(
+    'lra_text', base.tfds_split_source, preprocess, config,
+    lambda raw, _: {'text': raw, 'label': 0}))

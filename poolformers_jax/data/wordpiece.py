@@ -119,7 +119,7 @@ def split_sizes(source, data_config, from_files: bool) -> dict[str, int]:
 def common_config(name: str, max_length: int):
   """base.common_config and the vocabulary's fields."""
   c = base.common_config(name, max_length)
-  # A BERT vocab.txt, e.g. the one shipped with chtan/ponet-base-uncased.
+  # A BERT vocab.txt, e.g. chtan/ponet-base-uncased's.
   c.vocab_file = os.path.join(base.default_data_dir(), 'ponet-base-uncased', 'vocab.txt')
   c.lowercase = True               # uncased, as PoNet-Base
   return c

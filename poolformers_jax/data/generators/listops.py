@@ -51,7 +51,7 @@ class _TooLong(Exception):
 
 
 def _below(rng: random.Random, n: int) -> int:
-  """Uniform integer in [0, n) from random() alone (its stream is the one Python guarantees)."""
+  """Uniform integer in [0, n) from random() alone (Python guarantees its stream for a seed)."""
   return int(rng.random() * n)
 
 

@@ -208,7 +208,7 @@ class _Stroke:
 
 class _Canvas:
   """The image being drawn. Per pixel: the contrast-scaled coverage, the contour owning it if it
-  is ink, and `near`: -1 if no ink lies within 2 margin, else the one contour whose ink does
+  is ink, and `near`: -1 if no ink lies within 2 margin, else the contour whose ink does
   (-2: several); `kept`, the same for the terminal discs the targets may get (while they grow).
   Per contour: the reach of its last paddle (the next one must touch it) and of the others (the
   next one must keep out of it), its end (pivot, direction) and tips."""
@@ -432,11 +432,12 @@ def batch_samples(seed: int, style: Style, batch: int, count: int,
   """The samples of file `batch`: count // 2 positives, the rest negatives, shuffled.
 
   `balance`: the official design alone leaves the markers' distance a clue (the negatives' spans
-  one contour plus the seeds' offset: wider, and longer than any positive; see `report`). So a
-  sample in distance bin b (resolution / 32 px wide) is kept with probability
-  min(1, p_other(b) / p_own(b)), p the two labels' frequencies of b among the samples drawn so far
-  in the file (the other's with 0.1 added): both labels are then kept with one distribution of
-  distances, proportional to min(p_0, p_1). A dropped sample is drawn again with its label."""
+  one contour plus the seeds' offset: wider, and longer than any positive; measured by
+  benchmarks/pathfinder_report.py). So a sample in distance bin b (resolution / 32 px wide) is
+  kept with probability min(1, p_other(b) / p_own(b)), p the two labels' frequencies of b among
+  the samples drawn so far in the file (the other's with 0.1 added): both labels are then kept
+  with one distribution of distances, proportional to min(p_0, p_1). A dropped sample is drawn
+  again with its label."""
   rng = batch_rng(seed, style, batch)
   labels = [k % 2 for k in range(count)]
   rng.shuffle(labels)
