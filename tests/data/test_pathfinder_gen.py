@@ -25,7 +25,7 @@ from poolformers_jax.data.generators import pathfinder
 
 INK = 32   # written out here, not imported: the test's own definition of "connected"
 # sha256 of the metadata and decoded pixels of generate(seed=3, 40 images, 20 per file), computed
-# with the generator before it moved out of data/pathfinder_gen.py (commit 8285ec7).
+# with the generator before it moved to data/generators/ (commit 8285ec7).
 SEED3_SHA256 = 'ef678d4abcb34337deb6f4d5ff0664fa26011023997e02f2a95552c22f665ce9'
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
