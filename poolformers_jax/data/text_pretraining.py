@@ -1,28 +1,27 @@
 """text_pretraining: the pre-training pairs of PoNet (official run_pretrained.py, StructBERT's SSO);
 WordPiece tokens and SMP segments: wordpiece.py.
 
-Records are documents, each a
-  list of sentences. Sources: plain text files (documents = blank-line-separated blocks; a
-  sentence per line, or `sentence_split='regex'`) or TFDS `wikipedia` (paragraphs split into
-  sentences by the regex). Every chunk of every document, `dupe_factor` times (5, the official
-  run_pretrained.py's; each copy draws its own pair and masks; evaluation splits once): a
-  document's sentences are grouped greedily into chunks reaching max_length - 3 tokens, each chunk
-  is one example, cut at a random sentence boundary into A and B; 10 % of the time
-  (short_seq_prob) a random shorter target keeps only the chunk's first sentences reaching it
-  (decided here: the official code then re-chunks the rest of the document with the shorter
-  target; here the chunks are fixed so that an epoch has a known size). TFDS documents are
-  tokenized on read, so their chunks cannot be counted up front: there each record is one
-  document (times dupe_factor for training) and draws one of its chunks at random.
-    objective 'sso': 1/3 keep (label 0, B follows A), 1/3 swap (1, B precedes A), 1/3 replace B
-                     by a chunk of another document (2);
-    objective 'nsp': 1/2 keep (0), 1/2 random B (1)  (BERT);   objective 'mlm': keep, no label.
-  Truncation removes tokens of the longer side, from its front or back at random (official).
-  inputs [2, L]: token ids "[CLS] A [SEP] B [SEP]" and the SMP segment ids. MLM (BERT,
-  DataCollatorForLanguageModeling): each non-special token is chosen with
-  probability 0.15; chosen tokens become [MASK] (80 %), a random token (10 %) or stay (10 %).
-  Random tokens are drawn from ids 1..V-1 (never [PAD], which the model reads as padding).
-  Evaluation examples use a generator seeded by the document index, so they never change.
-  Decided here: a chunk of one sentence is cut in the middle (the official code skips it).
+Records are documents, each a list of sentences, from plain text files (documents =
+blank-line-separated blocks; a sentence per line, or `sentence_split='regex'`) or TFDS
+`wikipedia` (paragraphs split into sentences by the regex). Every chunk of every document,
+`dupe_factor` times (5, the official run_pretrained.py's; each copy draws its own pair and masks;
+evaluation splits once): a document's sentences are grouped greedily into chunks reaching
+max_length - 3 tokens, each chunk is one example, cut at a random sentence boundary into A and B;
+10 % of the time (short_seq_prob) a random shorter target keeps only the chunk's first sentences
+reaching it (decided here: the official code then re-chunks the rest of the document with the
+shorter target; here the chunks are fixed so that an epoch has a known size). TFDS documents are
+tokenized on read, so their chunks cannot be counted up front: there each record is one document
+(times dupe_factor for training) and draws one of its chunks at random.
+  objective 'sso': 1/3 keep (label 0, B follows A), 1/3 swap (1, B precedes A), 1/3 replace B by
+                   a chunk of another document (2);
+  objective 'nsp': 1/2 keep (0), 1/2 random B (1)  (BERT);   objective 'mlm': keep, no label.
+Truncation removes tokens of the longer side, from its front or back at random (official).
+inputs [2, L]: token ids "[CLS] A [SEP] B [SEP]" and the SMP segment ids. MLM (BERT,
+DataCollatorForLanguageModeling): each non-special token is chosen with probability 0.15; chosen
+tokens become [MASK] (80 %), a random token (10 %) or stay (10 %). Random tokens are drawn from
+ids 1..V-1 (never [PAD], which the model reads as padding). Evaluation examples use a generator
+seeded by the document index, so they never change. Decided here: a chunk of one sentence is cut
+in the middle (the official code skips it).
 """
 from __future__ import annotations
 
@@ -35,13 +34,12 @@ from typing import Optional, Sequence
 import numpy as np
 
 from poolformers_jax.data import base, wordpiece
-from poolformers_jax.data.wordpiece import Vocab
 
 
 class TokenizedDocuments:
   """Documents of plain text files, tokenized once: flat tokens + sentence / document bounds."""
 
-  def __init__(self, paths: Sequence[str], vocab: Vocab, sentence_split: str):
+  def __init__(self, paths: Sequence[str], vocab: wordpiece.Vocab, sentence_split: str):
     sentences, doc_bounds = [], [0]
     for path in paths:
       with open(path, encoding='utf-8') as f:
@@ -73,7 +71,7 @@ class TokenizedDocuments:
 class TfdsDocuments:
   """TFDS documents ({'text': ...}, e.g. wikipedia), split into sentences and tokenized on read."""
 
-  def __init__(self, source, vocab: Vocab, sentence_split: str):
+  def __init__(self, source, vocab: wordpiece.Vocab, sentence_split: str):
     self.source, self.vocab, self.sentence_split = source, vocab, sentence_split
 
   def __len__(self):
@@ -217,7 +215,7 @@ def sentence_pair(documents, index: int, data_config, rng,
   return a, b, label
 
 
-def mask_tokens(ids: np.ndarray, vocab: Vocab, probability: float,
+def mask_tokens(ids: np.ndarray, vocab: wordpiece.Vocab, probability: float,
                 rng) -> tuple[np.ndarray, np.ndarray]:
   """BERT masking of non-special tokens: (masked ids, targets with -1 where not chosen)."""
   candidates = (ids != 0) & (ids != vocab.cls) & (ids != vocab.sep)
