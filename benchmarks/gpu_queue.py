@@ -30,7 +30,7 @@ BLOCKED = {
     'positions 6x512': 'their model (~19 M parameters: params + Adam moments ~230 MB) does not '
                        'fit the 8 x 16 MiB the device tool returns; one warm machine only',
     'pathfinder32': 'the runner trains ListOps only (a Pathfinder-32 run needs its data made by '
-                    'data/pathfinder_gen.py and a task switch in gpu_run.sh)',
+                    'data/generators/pathfinder.py and a task switch in gpu_run.sh)',
 }
 
 

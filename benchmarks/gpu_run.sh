@@ -208,7 +208,7 @@ if [[ "$MODE" == listops ]]; then
     dir="$RUNS/${family//,/-}"
     [[ "${LISTOPS_HELDOUT:-1}" == 1 && -f "$dir/eval/test.json" && ! -s "$dir/heldout.json" ]] || continue
     (( deadline + 60 - SECONDS >= 20 )) || break
-    [[ -f "$HELD/basic_test.tsv" ]] || "$PY" -m poolformers_jax.data.listops --out_dir "$HELD" \
+    [[ -f "$HELD/basic_test.tsv" ]] || "$PY" -m poolformers_jax.data.generators.listops --out_dir "$HELD" \
       --seed 1 --num_test 2000 --exclude_seed 0 ${LISTOPS_HELDOUT_ARGS:-} >> "$RUNS/heldout.log" 2>&1
     "$PY" eval.py --workdir "$dir" --config "configs/lra_listops.py:$(task_words "$family"),$SIZE" --checkpoint best \
       --split test --config.data.source=tsv --config.data.tsv_dir="$HELD" ${LISTOPS_ARGS:-} \

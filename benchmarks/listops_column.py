@@ -147,7 +147,7 @@ def pack(runs: str, families: list[str], out: str, limit: int = PACK_LIMIT,
 def prepare(size: str, overrides: list[str]) -> str:
   """Generates the ListOps splits of `size` (the same for every family) unless they exist."""
   from poolformers_jax.experiments import lra   # pylint: disable=g-import-not-at-top
-  from poolformers_jax.data import listops   # pylint: disable=g-import-not-at-top
+  from poolformers_jax.data.generators import listops   # pylint: disable=g-import-not-at-top
   config = lra.load_config('listops', 'transformer', size, 0, overrides)
   return listops.prepare(config.data).info.full_name
 

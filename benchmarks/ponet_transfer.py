@@ -50,7 +50,7 @@ FAMILIES = ('ponet', 'bert')
 
 def batch_of(length: int, batch: int, vocab: int):
   """"[CLS] A [SEP] B [SEP]" of random tokens with a segment id per 32-token "sentence", 15 % of
-  the tokens to predict, an SSO label: the arrays of data/bert_text.py's pre-training examples."""
+  the tokens to predict, an SSO label: the arrays of data/text_pretraining.py's examples."""
   rng = np.random.default_rng(0)
   ids = rng.integers(1000, vocab, (batch, length)).astype(np.int32)
   ids[:, 0], ids[:, length // 2], ids[:, -1] = 101, 102, 102

@@ -6,8 +6,8 @@ Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or
 shrink for a CPU. No argument = `transformer,small`.
 Data: the LRA release PNGs (config.data.pathfinder_dir; the default at the paper setting), npz
 files (`--config.data.format=npz`), or images generated offline (`--config.data.format=generated`,
-poolformers_jax/data/pathfinder_gen.py: the LRA layout, made once under data_dir). `small` and
-`tiny` use generated images: `:ponet,small` is 20 000 curv_baseline images, 2 000 steps
+poolformers_jax/data/generators/pathfinder.py: the LRA layout, made once under data_dir). `small`
+and `tiny` use generated images: `:ponet,small` is 20 000 curv_baseline images, 2 000 steps
 (measured on 2 CPU cores with today's generator: 50.0 % test, chance, at `dce5276`,
 docs/results/pathfinder_generator.md; the first generator's images gave 52.3 %).
 

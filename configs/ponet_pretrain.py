@@ -21,7 +21,7 @@ BERT-Base sizes, uncased, 512 tokens, 340K steps on 5 GB (Wikitext-103 + BooksCo
 (4 GPUs x 48), AdamW lr 1e-4 (eps 1e-8, no weight decay, clipping 1.0), 5000 warmup steps then
 linear decay, fp16. Sampling as the official script: every chunk of every document is an
 example, the corpus repeated 5 times per epoch with fresh pairs and masks
-(config.data.dupe_factor = 5; data/bert_text.py).
+(config.data.dupe_factor = 5; data/text_pretraining.py).
 Schedule horizon, a stated choice: the linear decay reaches 0 at step 340K, the length the
 slides report. The official script sets `--num_train_epochs 500` instead, so its Trainer decays
 towards 0 at 500 epochs (of the 5x-duplicated corpus), far past 340K steps: its learning rate at

@@ -74,11 +74,11 @@ def violations(folder: str, files: dict[str, str],
 
 
 def _sources(folder: str) -> dict[str, str]:
+  """'folder/.../name.py' -> source, for every file under the package's `folder`."""
   files = {}
-  for name in sorted(os.listdir(os.path.join(PACKAGE, folder))):
-    if name.endswith('.py'):
-      with open(os.path.join(PACKAGE, folder, name), encoding='utf-8') as f:
-        files[f'{folder}/{name}'] = f.read()
+  for path in sorted(glob.glob(os.path.join(PACKAGE, folder, '**', '*.py'), recursive=True)):
+    with open(path, encoding='utf-8') as f:
+      files[os.path.relpath(path, PACKAGE).replace(os.sep, '/')] = f.read()
   return files
 
 
@@ -87,6 +87,64 @@ def test_imports_follow_the_layers(folder):
   files = _sources(folder)
   assert len(files) >= 2
   assert violations(folder, files) == []
+
+
+def module_level_imports(source: str) -> set[str]:
+  """The dotted names `source` imports outside any function (at import time)."""
+  found, stack = set(), list(ast.parse(source).body)
+  while stack:
+    node = stack.pop()
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+      continue
+    if isinstance(node, ast.Import):
+      found |= {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+      found |= {f'{node.module}.{alias.name}' for alias in node.names}
+    stack.extend(ast.iter_child_nodes(node))
+  return found
+
+
+def test_readers_make_generated_data_without_loading_the_generators_at_import():
+  """data/generators/ (data made from a seed) is imported by a reader only inside a function, at
+  most one per reader, and only by a reader whose DatasetSpec declares `generated` (the data it
+  makes on first use); the generators import no reader that imports them back (no cycle, checked
+  above), and the reports on generated data are benchmarks that no module of the package
+  imports."""
+  generators = 'poolformers_jax.data.generators'
+  readers = {path: source for path, source in _sources('data').items()
+             if not path.startswith('data/generators/')}
+  lazy = {}
+  for path, source in readers.items():
+    module = 'poolformers_jax.' + path[:-len('.py')].replace('/', '.')
+    names = [name for _, name in imported_names(source, module) if name.startswith(generators)]
+    assert not any(n.startswith(generators) for n in module_level_imports(source)), path
+    if names:
+      lazy[path] = names
+      assert 'generated=' in source, f'{path} imports {names} but declares no generated data'
+  assert lazy == {'data/listops.py': [f'{generators}.listops'],
+                  'data/lra_pathfinder.py': [f'{generators}.pathfinder']}
+  reports = {os.path.splitext(os.path.basename(p))[0]
+             for p in glob.glob(os.path.join(ROOT, 'benchmarks', '*.py'))}
+  assert 'pathfinder_report' in reports
+  importers = [f'{name} imports {imported}' for name, source in _package_sources().items()
+               for _, imported in imported_names(source, name)
+               if imported.split('.')[0] in reports]
+  assert importers == []
+  # The module-level scan sees an import under `if` or `try`, and not one inside a function.
+  assert module_level_imports('try:\n  import a.b\nexcept ImportError:\n  pass\n'
+                              'def f():\n  from c import d\n') == {'a.b'}
+
+
+def test_each_data_file_registers_one_dataset():
+  """One dataset per file: no module of data/ calls register_dataset twice (a family of names
+  read by one reader, enwik8 / text8 or cifar10 / cifar100 / imagenet2012, registers in one
+  loop)."""
+  calls = {path: sum(isinstance(node, ast.Call)
+                     and getattr(node.func, 'attr', getattr(node.func, 'id', None))
+                     == 'register_dataset' for node in ast.walk(ast.parse(source)))
+           for path, source in _sources('data').items()}
+  assert {path for path, count in calls.items() if count > 1} == set()
+  assert sum(calls.values()) >= 12 and calls['data/listops.py'] == 1
 
 
 def _config_files() -> dict[str, str]:
@@ -260,7 +318,8 @@ def test_no_import_cycle_lazy_imports_and_the_registries_walk_included():
   sources = _package_sources()
   walks = registry_walks(sources)
   assert {'poolformers_jax.layers.ponet', 'poolformers_jax.models.vit',
-          'poolformers_jax.data.listops', 'poolformers_jax.tasks.text'} <= set(
+          'poolformers_jax.data.listops', 'poolformers_jax.data.glue',
+          'poolformers_jax.tasks.text'} <= set(
               *walks.values()), walks
   assert cycles(import_graph(sources, walks)) == []
   # The check sees a cycle through a lazy import, and through the walk had the registry run it.

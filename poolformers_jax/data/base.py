@@ -194,13 +194,15 @@ class LineFile:
     return f'LineFile({self.path!r}, {len(self)} lines)'
 
 
-def image_input(raw) -> np.ndarray:
-  """A user's image (`record` of the image datasets): uint8 [H, W, 3], or [H, W] made [H, W, 1]."""
+def image_record(raw, data_config) -> dict:
+  """A user's image as the record of the image datasets (their `record`, load_run): uint8
+  [H, W, 3], or [H, W] made [H, W, 1]."""
+  del data_config
   image = np.asarray(raw)
   if image.dtype != np.uint8:
     raise ValueError(f'images are uint8 arrays [H, W, 3] or [H, W]; got {image.dtype} '
                      f'{tuple(image.shape)}')
-  return image[..., None] if image.ndim == 2 else image
+  return {'image': image[..., None] if image.ndim == 2 else image, 'label': 0}
 
 
 def byte_ids(text) -> np.ndarray:
@@ -229,3 +231,10 @@ def tfds_source(name: str, split: str, data_dir: str):
         f'{data_dir}/{name} is not prepared as array_record ({type(e).__name__}); run '
         f'`{build_command(name, data_dir)}` (network needed; `make data-env` makes .venv-data), '
         'or copy a folder prepared elsewhere here.') from e
+
+
+def tfds_split_source(data_config, split: str, name: Optional[str] = None):
+  """`tfds_source` of the TFDS split config.data.tfds_splits names for `split`, of dataset `name`
+  (default config.data.tfds_name)."""
+  return tfds_source(name or data_config.tfds_name, data_config.tfds_splits[check_split(split)],
+                     data_config.data_dir)

@@ -14,7 +14,7 @@ import sys
 from typing import Optional, Sequence
 
 from poolformers_jax import errors
-from poolformers_jax.data import base, listops, lra, pathfinder_gen
+from poolformers_jax.data import base, listops, listops_tokens, lra, lra_pathfinder, lra_retrieval
 
 _W = 38   # width of the task column
 GET_RELEASE = ('download lra_release.gz (github.com/google-research/long-range-arena) and unpack '
@@ -33,14 +33,14 @@ def _tsv_line(task: str, folder: str, files: dict[str, str], make) -> str:
 
 def _pathfinder_lines(release_dir: str, resolution: int) -> list[str]:
   lines = []
-  for difficulty in pathfinder_gen.DIFFICULTIES:
+  for difficulty in lra.PATHFINDER_DIFFICULTIES:
     task = f'pathfinder{resolution}/{difficulty}'
     folder = os.path.join(release_dir, f'pathfinder{resolution}', difficulty)
     try:
-      entries, skipped = lra.release_images(folder)
+      entries, skipped = lra_pathfinder.release_images(folder)
     except base.DataNotFoundError:
       lines.append(f'{task:<{_W}} missing  {folder}/metadata: {GET_RELEASE}, or generate it: '
-                   f'python -m poolformers_jax.data.pathfinder_gen --out_dir DIR '
+                   f'python -m poolformers_jax.data.generators.pathfinder --out_dir DIR '
                    f'--resolution {resolution} --difficulty {difficulty}.')
       continue
     note = f'; skipped {skipped} missing or empty images' if skipped else ''
@@ -65,12 +65,12 @@ def _tfds_line(task: str, data_config) -> str:
 
 def report(release_dir: str, data_dir: Optional[str] = None) -> list[str]:
   """The lines `prepare lra` prints, one per task (Pathfinder: one per difficulty)."""
-  lines = [_tsv_line('listops', os.path.join(release_dir, 'listops-1000'), listops.TSV_FILES,
-                     listops.TsvSource)]
+  lines = [_tsv_line('listops', os.path.join(release_dir, 'listops-1000'),
+                     listops_tokens.TSV_FILES, listops.TsvSource)]
   if lines[0].split()[1] == 'missing':
     lines[0] += " Or nothing: config.data.source='generated' (the default) makes ListOps offline."
   lines.append(_tsv_line('retrieval', os.path.join(release_dir, 'tsv_data'),
-                         lra.RETRIEVAL_FILES, lra.retrieval_file))
+                         lra_retrieval.FILES, lra_retrieval.read_file))
   for task, name in (('text (imdb_reviews)', 'lra_text'), ('image (cifar10)', 'lra_image')):
     data_config = base.get_data_config(name)
     if data_dir:

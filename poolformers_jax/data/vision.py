@@ -12,18 +12,13 @@ config.data.random_erasing, one rectangle of 2-33 % of the normalised train imag
 0.3-3.3 (log-uniform, 10 attempts), is replaced by N(0, 1) noise. RandAugment
 (config.data.rand_augment, timm's policy string) runs on the uint8 crop after the flip, as in
 timm. Repeated augmentation is the pipeline's; mixup / cutmix the trainer's (trainer/mixup.py).
-cifar10_pairs (MSAC Sec. 6.1's cross-attentive similarity model): CIFAR-10 image pairs
-[2, H, W, C], half of them of one class, labelled same (1) / different (0) class (ImagePairs).
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
-import json
 import math
 from typing import Optional
 
-import ml_collections
 import numpy as np
 
 from poolformers_jax.data import base
@@ -113,8 +108,7 @@ def random_erase(image: np.ndarray, probability: float, rng: np.random.Generator
 
 
 def source(data_config, split):
-  return base.tfds_source(data_config.tfds_name, data_config.tfds_splits[base.check_split(split)],
-                          data_config.data_dir)
+  return base.tfds_split_source(data_config, split)
 
 
 def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
@@ -154,7 +148,9 @@ def info(data_config, *, from_files: bool = True):
       vocab_size=None, input_shape=(size, size, 3), split_sizes=sizes)
 
 
-def _config(name: str):
+def config_of(name: str):
+  """The `config` of dataset `name` (cifar10, cifar100, imagenet2012)."""
+
   def config():
     _, image_size = DATASETS[name]
     c = base.common_config(name, 0)
@@ -179,74 +175,7 @@ def _config(name: str):
   return config
 
 
-def record(raw, data_config):
-  """A user's image (load_run) as a record."""
-  return {'image': base.image_input(raw), 'label': 0}
-
-
 for _name in DATASETS:
   base.register_dataset(_name, base.DatasetSpec(
-      info, source, preprocess, _config(_name), record=record,
+      info, source, preprocess, config_of(_name), record=base.image_record,
       shapes=functools.partial(info, from_files=False)))
-
-
-# ----------------------------------------------------------- image pairs (MSAC Sec. 6.1)
-
-class ImagePairs:
-  """Image pairs of a split: pair i is image i with an image drawn (seeded with (seed, i)) from
-  its own class when i is even, from another when odd. Records (image, image, 1 = same class)."""
-
-  def __init__(self, records, seed: int):
-    self.records, self.seed = records, seed
-    self.labels = np.asarray([int(records[i]['label']) for i in range(len(records))])
-    self.by_class = {int(c): np.flatnonzero(self.labels == c) for c in np.unique(self.labels)}
-
-  def __len__(self) -> int:
-    return len(self.records)
-
-  def __getitem__(self, index: int):
-    rng = np.random.default_rng([self.seed, index])
-    label, same = int(self.labels[index]), index % 2 == 0
-    others = [c for c in self.by_class if c != label]
-    other_class = label if same or not others else others[rng.integers(len(others))]
-    partner = rng.choice(self.by_class[other_class])
-    return self.records[index], self.records[int(partner)], np.int32(other_class == label)
-
-
-@functools.lru_cache(maxsize=4)
-def _pairs(data_config_json: str, split: str) -> ImagePairs:
-  data_config = ml_collections.ConfigDict(json.loads(data_config_json))
-  return ImagePairs(source(data_config, split), int(data_config.pair_seed))
-
-
-def pair_source(data_config, split):
-  return _pairs(data_config.to_json(), base.check_split(split))   # labels are read once
-
-
-def pair_preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
-  """inputs [2, H, W, C] (each image augmented on its own at train time), targets same class."""
-  first, second, same = record
-  images = [preprocess(r, data_config, rng)['inputs'] for r in (first, second)]
-  return {'inputs': np.stack(images), 'targets': np.int32(same)}
-
-
-def pair_info(data_config, *, from_files: bool = True):
-  single = info(data_config, from_files=from_files)
-  return dataclasses.replace(single, num_classes=2, input_shape=(2,) + single.input_shape)
-
-
-def pair_config():
-  c = _config('cifar10')()
-  c.name = 'cifar10_pairs'
-  c.pair_seed = 0                  # which partner each image gets (fixed: the pairs never change)
-  return c
-
-
-def pair_record(raw, data_config):
-  """A user's pair of images (load_run) as a record."""
-  return record(raw[0], data_config), record(raw[1], data_config), np.int32(0)
-
-
-base.register_dataset('cifar10_pairs', base.DatasetSpec(
-    pair_info, pair_source, pair_preprocess, pair_config, record=pair_record,
-    shapes=functools.partial(pair_info, from_files=False)))

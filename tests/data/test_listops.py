@@ -1,4 +1,6 @@
-"""ListOps: evaluator, official string format, seeded generator, TFDS builder, TSV reader."""
+"""ListOps: evaluator, official string format, seeded generator (the same bytes as before it moved
+to data/generators/), TFDS builder, TSV reader."""
+import hashlib
 import os
 import random
 
@@ -6,7 +8,8 @@ import numpy as np
 import pytest
 
 from poolformers_jax import data
-from poolformers_jax.data import listops
+from poolformers_jax.data import listops, listops_tokens as tokens
+from poolformers_jax.data.generators import listops as generator
 
 # The vocabulary is part of the checkpoint contract: written out here, not imported.
 EXPECTED_VOCAB = ['<pad>', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9',
@@ -37,40 +40,39 @@ def reference_value(text):
   return stack[0]
 
 
-@pytest.mark.parametrize('text, value', [
-    ('[MAX 2 9 [MIN 4 7 ] 0 ]', 9),
-    ('[SM 5 6 ]', 1),
-    ('[MED 1 2 3 4 ]', 2),
-    ('[MED 3 9 1 ]', 3),
-    ('[MIN [SM 9 9 9 ] [MAX 1 8 ] ]', 7),
-    ('[MED [MED 0 1 ] 5 [SM 4 4 ] 9 ]', 6),
-    ('7', 7),
+@pytest.mark.parametrize('tree, value', [
+    (('[MAX', [2, 9, ('[MIN', [4, 7]), 0]), 9),
+    (('[SM', [5, 6]), 1),
+    (('[MED', [1, 2, 3, 4]), 2),
+    (('[MED', [3, 9, 1]), 3),
+    (('[MIN', [('[SM', [9, 9, 9]), ('[MAX', [1, 8])]), 7),
+    (('[MED', [('[MED', [0, 1]), 5, ('[SM', [4, 4]), 9]), 6),
+    (7, 7),
 ])
-def test_evaluate_hand_written_trees(text, value):
-  assert listops.evaluate(listops.parse(text)) == value
-  assert reference_value(text) == value
+def test_evaluate_hand_written_trees(tree, value):
+  assert generator.evaluate(tree) == value
+  assert reference_value(' '.join(generator.to_tokens(tree, parentheses=False))) == value
 
 
 def test_vocabulary_is_fixed():
-  assert list(listops.VOCAB) == EXPECTED_VOCAB
-  assert listops.VOCAB[0] == '<pad>'  # id 0 is padding; digit '0' is a real token
+  assert list(tokens.VOCAB) == EXPECTED_VOCAB
+  assert tokens.VOCAB[0] == '<pad>'  # id 0 is padding; digit '0' is a real token
 
 
 def test_official_string_format():
   tree = ('[MAX', [2, 9])
-  assert ' '.join(listops.to_tokens(tree)) == '( ( ( [MAX 2 ) 9 ) ] )'
+  assert ' '.join(generator.to_tokens(tree)) == '( ( ( [MAX 2 ) 9 ) ] )'
   nested = ('[MIN', [3, ('[SM', [1, 2]), 5])
-  assert ' '.join(listops.to_tokens(nested)) == (
+  assert ' '.join(generator.to_tokens(nested)) == (
       '( ( ( ( [MIN 3 ) ( ( ( [SM 1 ) 2 ) ] ) ) 5 ) ] )')
-  assert ' '.join(listops.to_tokens(nested, parentheses=False)) == '[MIN 3 [SM 1 2 ] 5 ]'
-  assert listops.parse(' '.join(listops.to_tokens(nested))) == nested
+  assert ' '.join(generator.to_tokens(nested, parentheses=False)) == '[MIN 3 [SM 1 2 ] 5 ]'
 
 
 def test_generator_recipe_and_determinism():
   sizes = [150, 20, 25]
-  splits = listops.generate_splits(3, sizes, min_tokens=20, max_tokens=80, max_depth=6)
-  again = listops.generate_splits(3, sizes, min_tokens=20, max_tokens=80, max_depth=6)
-  other = listops.generate_splits(4, sizes, min_tokens=20, max_tokens=80, max_depth=6)
+  splits = generator.generate_splits(3, sizes, min_tokens=20, max_tokens=80, max_depth=6)
+  again = generator.generate_splits(3, sizes, min_tokens=20, max_tokens=80, max_depth=6)
+  other = generator.generate_splits(4, sizes, min_tokens=20, max_tokens=80, max_depth=6)
   assert [len(s) for s in splits] == sizes
   flat = [(ids.tobytes(), label) for split in splits for ids, label in split]
   assert flat == [(ids.tobytes(), label) for split in again for ids, label in split]
@@ -78,7 +80,7 @@ def test_generator_recipe_and_determinism():
   assert len({key for key, _ in flat}) == sum(sizes)  # unique, so the splits are disjoint
   arities, depths = [], []
   for key, label in flat:
-    text = listops.decode(np.frombuffer(key, np.uint8))
+    text = tokens.decode(np.frombuffer(key, np.uint8))
     bare = [t for t in text.split() if t not in '()']
     assert 20 < len(bare) < 80  # official length: 2 per operator + 1 per digit, strict bounds
     assert label == reference_value(text)
@@ -105,8 +107,41 @@ def test_generator_recipe_and_determinism():
 
 def test_generated_tree_depth_and_digit_probability():
   rng = random.Random(0)
-  roots_digit = sum(isinstance(listops.generate_tree(rng, 10, 10)[0], int) for _ in range(4000))
+  roots_digit = sum(isinstance(generator.generate_tree(rng, 10, 10)[0], int) for _ in range(4000))
   assert abs(roots_digit / 4000 - 0.75) < 0.03
+
+
+# Generated ListOps is the data of every ListOps result, so its bytes are pinned: these hashes were
+# computed with the generator before it moved out of data/listops.py (commit 8285ec7).
+SPLITS_SHA256 = 'c4968007392dbc0821b9c513e033d978b5b69d98c219eed665e1e50bed7ea485'
+TSV_SHA256 = 'ffa559a35310759d2dc2e9a46d6b39841eb2f1e353fd642124c41e71d3bb7cc9'
+FIXTURE_RECORDS_SHA256 = 'abc2561e0d0064dbc44a9842bfd185e64c25988a1e3cc85d08267e8d55ccd779'
+
+
+def _examples_sha256(examples):
+  digest = hashlib.sha256()
+  for ids, label in examples:
+    digest.update(np.asarray(ids, np.uint8).tobytes())
+    digest.update(bytes([int(label)]))
+  return digest.hexdigest()
+
+
+def test_generated_bytes_are_those_of_the_generator_before_the_move(tmp_path, small_listops):
+  """The trees of a seed, the TSV files written from them, and the records the TFDS builder
+  prepared for the shared fixture (seed 0, 60/11/13 trees of 10 < length < 60)."""
+  splits = generator.generate_splits(7, [300, 40, 50], 20, 120, workers=1)
+  assert _examples_sha256([e for split in splits for e in split]) == SPLITS_SHA256
+  generator.write_tsv(str(tmp_path), seed=5, sizes={'train': 30, 'validation': 10, 'test': 20},
+                      min_tokens=8, max_tokens=50)
+  digest = hashlib.sha256()
+  for name in sorted(os.listdir(tmp_path)):
+    digest.update(name.encode())
+    digest.update((tmp_path / name).read_bytes())
+  assert digest.hexdigest() == TSV_SHA256
+  sources = [listops.source(small_listops.data, split) for split in ('train', 'validation', 'test')]
+  records = [source[i] for source in sources for i in range(len(source))]
+  assert len(records) == 84
+  assert _examples_sha256([(r['tokens'], r['label']) for r in records]) == FIXTURE_RECORDS_SHA256
 
 
 def _record_files(root):
@@ -124,7 +159,7 @@ def test_tfds_builder_same_seed_byte_identical(tmp_path, make_listops_config):
   b = make_listops_config(tmp_path / 'b', seed=5, num_train=40, num_validation=7, num_test=9)
   c = make_listops_config(tmp_path / 'b', seed=6, num_train=40, num_validation=7, num_test=9)
   for config in (a, b, c):
-    listops.prepare(config.data)
+    generator.prepare(config.data)
   files_a, files_b = _record_files(tmp_path / 'a'), _record_files(tmp_path / 'b')
   assert len(files_a) == 3 and set(files_a) < set(files_b)  # seed 6 got its own folder
   for name, content in files_a.items():
@@ -215,10 +250,10 @@ def test_write_tsv_is_the_release_format_and_reads_back(tmp_path):
   """The held-out writer: LRA's header and bracketed strings, labels an independent evaluator
   agrees with, the same trees as the generator, and the overlap count against `exclude`."""
   sizes = {'train': 3, 'validation': 2, 'test': 7}
-  shared = listops.write_tsv(str(tmp_path), seed=5, sizes=sizes, min_tokens=8, max_tokens=30)
+  shared = generator.write_tsv(str(tmp_path), seed=5, sizes=sizes, min_tokens=8, max_tokens=30)
   assert shared == {'train': 0, 'validation': 0, 'test': 0}
-  expected = listops.generate_splits(5, [3, 2, 7], 8, 30)
-  for (split, name), examples in zip(listops.TSV_FILES.items(), expected):
+  expected = generator.generate_splits(5, [3, 2, 7], 8, 30)
+  for (split, name), examples in zip(tokens.TSV_FILES.items(), expected):
     lines = (tmp_path / name).read_text().splitlines()
     assert lines[0] == 'Source\tTarget' and len(lines) == 1 + sizes[split]
     source = listops.TsvSource(str(tmp_path / name))
@@ -227,7 +262,7 @@ def test_write_tsv_is_the_release_format_and_reads_back(tmp_path):
       assert text.split()[0] == '(' and int(target) == label == reference_value(text)
       np.testing.assert_array_equal(source[row]['tokens'], ids)
   # Written again, excluding its own test split: every test tree is counted, nothing else.
-  again = listops.write_tsv(str(tmp_path / 'again'), seed=5, sizes=sizes, min_tokens=8,
+  again = generator.write_tsv(str(tmp_path / 'again'), seed=5, sizes=sizes, min_tokens=8,
                             max_tokens=30, exclude=[ids for ids, _ in expected[2]])
   assert again == {'train': 0, 'validation': 0, 'test': 7}
 
@@ -236,7 +271,7 @@ def test_in_memory_records_equal_the_tfds_source(tmp_path, make_listops_config):
   """The split held in memory hands out the very records TFDS reads (a chunk boundary inside),
   as read-only views, and refuses an index outside it."""
   config = make_listops_config(tmp_path, seed=3, num_train=50, num_validation=5, num_test=5)
-  tfds_source = listops.prepare(config.data).as_data_source(split='train')
+  tfds_source = generator.prepare(config.data).as_data_source(split='train')
   old_chunk, listops.InMemoryRecords.CHUNK = listops.InMemoryRecords.CHUNK, 16
   try:
     held = listops.InMemoryRecords(tfds_source, 'train')
@@ -255,11 +290,11 @@ def test_in_memory_records_equal_the_tfds_source(tmp_path, make_listops_config):
 
 def test_preprocess_drops_parentheses_and_pads(small_listops):
   """The table lookup and the zero fill give what np.isin and np.pad gave."""
-  record = {'tokens': listops.encode('( [MAX 2 ( [MIN 4 7 ] ) 0 ] )'.split()), 'label': 7}
+  record = {'tokens': tokens.encode('( [MAX 2 ( [MIN 4 7 ] ) 0 ] )'.split()), 'label': 7}
   data = small_listops.data
   out = listops.preprocess(record, data)
   ids = np.asarray(record['tokens'])
-  kept = ids[~np.isin(ids, listops.PAREN_IDS)]
+  kept = ids[~np.isin(ids, tokens.PAREN_IDS)]
   np.testing.assert_array_equal(out['inputs'], np.pad(kept.astype(np.int32), (0, data.max_length - len(kept))))
   assert out['inputs'].dtype == np.int32 and out['targets'] == 7
 
@@ -290,7 +325,7 @@ def test_default_tokenizer_ids_are_todays():
   config = listops.config()
   config.max_length = 64
   assert config.tokenizer == 'brackets'
-  split, = listops.generate_splits(0, [40], 10, 60, workers=1)
+  split, = generator.generate_splits(0, [40], 10, 60, workers=1)
   ids = np.stack([listops.preprocess({'tokens': t, 'label': y}, config)['inputs'] for t, y in split])
   assert ids.dtype == np.int32 and ids.shape == (40, 64)
   assert hashlib.sha256(ids.tobytes()).hexdigest() == DEFAULT_IDS_SHA256
@@ -298,7 +333,7 @@ def test_default_tokenizer_ids_are_todays():
 
 @pytest.mark.parametrize('text', ['a_b\u00e9 [X,y]  9\t\u0663x', '__', '[ ] ( )', '', 'M\u00c4X-2..9'])
 def test_alphanumeric_rule_on_other_strings(text):
-  assert listops.alphanumeric_tokens(text) == word_runs(text)
+  assert tokens.alphanumeric_tokens(text) == word_runs(text)
 
 
 def test_alphanumeric_tokenizer_on_generated_trees():
@@ -308,22 +343,22 @@ def test_alphanumeric_tokenizer_on_generated_trees():
   config.tokenizer, config.max_length = 'alphanumeric', 200
   # Ids written out from EXPECTED_VOCAB: an operator run takes the id of its '[OP'.
   to_id = {'MIN': 11, 'MAX': 12, 'MED': 13, 'SM': 14, **{str(d): d + 1 for d in range(10)}}
-  np.testing.assert_array_equal(listops.encode_text('[MAX 2 9 [MIN 4 7 ] 0 ]', 'alphanumeric'),
+  np.testing.assert_array_equal(tokens.encode_text('[MAX 2 9 [MIN 4 7 ] 0 ]', 'alphanumeric'),
                                 [12, 3, 10, 11, 5, 8, 1])
   rng = random.Random(5)
   for _ in range(30):
-    tree, _ = listops.generate_tree(rng, max_depth=5, max_args=5)
-    text = ' '.join(listops.to_tokens(tree))   # `( ( ( [MAX 2 ) 9 ) ] )`
+    tree, _ = generator.generate_tree(rng, max_depth=5, max_args=5)
+    text = ' '.join(generator.to_tokens(tree))   # `( ( ( [MAX 2 ) 9 ) ] )`
     expected = [to_id[t] for t in word_runs(text)]
-    assert listops.alphanumeric_tokens(text) == word_runs(text)
-    np.testing.assert_array_equal(listops.encode_text(text, 'alphanumeric'), expected)
-    out = listops.preprocess({'tokens': listops.encode(text.split()), 'label': 0}, config)
+    assert tokens.alphanumeric_tokens(text) == word_runs(text)
+    np.testing.assert_array_equal(tokens.encode_text(text, 'alphanumeric'), expected)
+    out = listops.preprocess({'tokens': tokens.encode(text.split()), 'label': 0}, config)
     np.testing.assert_array_equal(out['inputs'], expected + [0] * (200 - len(expected)))
 
 
 def test_alphanumeric_tokenizer_on_official_tsv(tmp_path, small_listops):
   """The TSV source: each batch row is the rule applied to the file's own line."""
-  listops.write_tsv(str(tmp_path), seed=3, sizes={'train': 4, 'validation': 4, 'test': 6},
+  generator.write_tsv(str(tmp_path), seed=3, sizes={'train': 4, 'validation': 4, 'test': 6},
                     min_tokens=10, max_tokens=40)
   config = small_listops.copy_and_resolve_references()
   config.data.update(source='tsv', tsv_dir=str(tmp_path), tokenizer='alphanumeric', max_length=40)

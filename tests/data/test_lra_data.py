@@ -179,15 +179,15 @@ def test_lra_image_and_text_splits_are_the_lra_codes(monkeypatch):
   """Image: train[:90%] / train[90%:] / test = 45k / 5k / 10k (lra_benchmarks/image/
   input_pipeline.py), so checkpoints are never chosen on test. Text: IMDB has no validation
   split and LRA validates on test (lra_benchmarks/text_classification/input_pipeline.py)."""
-  from poolformers_jax.data import base, lra
+  from poolformers_jax.data import base
   monkeypatch.setattr(base, 'tfds_source', lambda name, split, data_dir: (name, split))
   cifar = {'train': 50_000, 'test': 10_000}
   image = _config('lra_image').data
-  ranges = {s: _tfds_range(lra.image_source(image, s)[1], cifar) for s in base.SPLITS}
+  ranges = {s: _tfds_range(base.tfds_split_source(image, s)[1], cifar) for s in base.SPLITS}
   assert ranges == {'train': ('train', 0, 45_000), 'validation': ('train', 45_000, 50_000),
                     'test': ('test', 0, 10_000)}
   text = _config('lra_text').data
-  assert {s: lra.text_source(text, s) for s in base.SPLITS} == {
+  assert {s: base.tfds_split_source(text, s) for s in base.SPLITS} == {
       'train': ('imdb_reviews/plain_text', 'train'),
       'validation': ('imdb_reviews/plain_text', 'test'),
       'test': ('imdb_reviews/plain_text', 'test')}

@@ -82,3 +82,28 @@ def test_cifar_resized_to_model_image_size(tmp_path):
   expected = np.asarray(Image.fromarray(raw).resize((48, 48), Image.BICUBIC))
   got = np.rint(_unnormalize(evals['inputs'][0], config.data))
   np.testing.assert_allclose(got, expected, atol=1.0)
+
+
+def test_cifar10_pairs_alternate_same_and_other_class_images_of_the_split(tmp_path):
+  """cifar10_pairs (data/cifar10_pairs.py): pair i is image i of the split with a partner of its
+  own class (i even) or of another (i odd), both read as cifar10 reads them; the pairs are fixed."""
+  config = _config('cifar10_pairs', data_dir=str(tmp_path))
+  spec = data.DATASETS['cifar10_pairs']
+  with tfds.testing.mock_data(num_examples=12):
+    raw = tfds.data_source('cifar10', split='test', data_dir=str(tmp_path))
+    images = [np.asarray(raw[i]['image']) for i in range(12)]
+    labels = [int(raw[i]['label']) for i in range(12)]
+    info = data.get_dataset_info(config)
+    pairs = spec.source(config.data, 'validation')
+    examples = [spec.preprocess(pairs[i], config.data, None) for i in range(12)]
+    again = spec.preprocess(spec.source(config.data, 'validation')[5], config.data, None)
+  assert info.input_shape == (2, 32, 32, 3) and info.num_classes == 2
+  single = vision.preprocess({'image': images[0], 'label': labels[0]}, config.data, None)
+  np.testing.assert_array_equal(examples[0]['inputs'][0], single['inputs'])
+  for i, example in enumerate(examples):
+    first, second, same = pairs[i]
+    np.testing.assert_array_equal(first['image'], images[i])
+    partner = next(k for k in range(12) if np.array_equal(images[k], second['image']))
+    assert same == (labels[partner] == labels[i]) == int(example['targets'])
+    assert same == (i % 2 == 0 or len(set(labels)) == 1)
+  np.testing.assert_array_equal(again['inputs'], examples[5]['inputs'])

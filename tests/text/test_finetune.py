@@ -12,7 +12,7 @@ import pytest
 import long_text
 from text_corpus import SPECIALS, WORDS, document
 from poolformers_jax import data
-from poolformers_jax.data import bert_text
+from poolformers_jax.data import text_classification
 from poolformers_jax import config as config_lib
 from poolformers_jax.trainer import init_from, setup as setup_lib
 from poolformers_jax.train import train_and_evaluate
@@ -64,7 +64,7 @@ def test_long_text_jsonl_records(text_dir):
   files = [_write_jsonl(os.path.join(text_dir['root'], 'hnd'), n, s) for n, s in ((24, 0), (10, 1))]
   config = _finetune_config(text_dir, '', files)
   record = {'text': 'first tp0w0 tp0w1. second tp0w4 tp0w5 tp0w6! the', 'label': 'true'}
-  ex = bert_text.long_text_preprocess(record, config.data)
+  ex = text_classification.preprocess(record, config.data)
   word = lambda w: len(SPECIALS) + WORDS.index(w)
   np.testing.assert_array_equal(ex['inputs'][0][:6], [CLS, word('first'), word('tp0w0'),
                                                       word('tp0w1'), 1, word('second')])  # '.' UNK
@@ -111,6 +111,6 @@ def test_long_text_csv_labels_sort_as_numbers(text_dir, tmp_path):
       'data.files.validation': str(path), 'data.files.test': str(path)})
   info = data.get_dataset_info(config)
   assert info.num_classes == 4 and info.split_sizes['train'] == 6
-  records = bert_text.long_text_source(config.data, 'train')
-  targets = [int(bert_text.long_text_preprocess(r, config.data)['targets']) for r in records]
+  records = text_classification.source(config.data, 'train')
+  targets = [int(text_classification.preprocess(r, config.data)['targets']) for r in records]
   assert targets == [3, 2, 0, 1, 2, 3]        # label_list [0, 1, 2, 10], not '10' < '2'

@@ -7,7 +7,7 @@ import pytest
 
 from text_corpus import SPECIALS, WORDS, pretraining_config as _config
 from poolformers_jax import data
-from poolformers_jax.data import bert_text
+from poolformers_jax.data import text_pretraining, wordpiece
 from poolformers_jax import config as config_lib
 
 CLS, SEP, MASK = 2, 3, 4
@@ -23,7 +23,7 @@ def test_pairs_segments_and_labels(text_dir):
   records = data.DATASETS['text_pretraining'].source(config.data, 'train')
   labels = collections.Counter()
   for i in range(300):
-    ex = bert_text.pretraining_preprocess(records[i % len(records)], config.data,
+    ex = text_pretraining.preprocess(records[i % len(records)], config.data,
                                           np.random.default_rng(i))
     ids, segments = ex['inputs']
     label = int(ex['targets']['sso'])
@@ -53,13 +53,13 @@ def test_pairs_segments_and_labels(text_dir):
 def test_bert_masking_rates_and_eval_determinism(text_dir):
   config = _config(text_dir)
   records = data.DATASETS['text_pretraining'].source(config.data, 'validation')
-  vocab = bert_text.vocab_of(config.data)
+  vocab = wordpiece.vocab_of(config.data)
   no_mask = config_lib.override(config, **{'data.mask_probability': 0.0}).data
   chosen = replaced = randomized = kept = candidates = 0
   for i in range(400):
-    clean = bert_text.pretraining_preprocess(records[i % len(records)], no_mask,
+    clean = text_pretraining.preprocess(records[i % len(records)], no_mask,
                                              np.random.default_rng(i))
-    ex = bert_text.pretraining_preprocess(records[i % len(records)], config.data,
+    ex = text_pretraining.preprocess(records[i % len(records)], config.data,
                                           np.random.default_rng(i))
     original = clean['inputs'][0]
     target = ex['targets']['mlm']
@@ -80,8 +80,8 @@ def test_bert_masking_rates_and_eval_determinism(text_dir):
   assert 0.06 < kept / chosen < 0.14
   assert vocab.size == len(SPECIALS) + len(WORDS)
   # Evaluation examples (rng None) are the same every time.
-  first = bert_text.pretraining_preprocess(records[3], config.data, None)
-  again = bert_text.pretraining_preprocess(records[3], config.data, None)
+  first = text_pretraining.preprocess(records[3], config.data, None)
+  again = text_pretraining.preprocess(records[3], config.data, None)
   np.testing.assert_array_equal(first['inputs'], again['inputs'])
   np.testing.assert_array_equal(first['targets']['mlm'], again['targets']['mlm'])
 
@@ -89,7 +89,7 @@ def test_bert_masking_rates_and_eval_determinism(text_dir):
 def test_nsp_and_mlm_only_objectives(text_dir):
   nsp = _config(text_dir, 'nsp')
   records = data.DATASETS['text_pretraining'].source(nsp.data, 'train')
-  labels = [int(bert_text.pretraining_preprocess(records[i], nsp.data, np.random.default_rng(i))
+  labels = [int(text_pretraining.preprocess(records[i], nsp.data, np.random.default_rng(i))
                 ['targets']['sso']) for i in range(100)]
   assert set(labels) == {0, 1} and 30 <= sum(labels) <= 70
   info = data.get_dataset_info(_config(text_dir, 'mlm'))
@@ -130,7 +130,7 @@ def test_wikipedia_through_tfds_data_source(text_dir, tmp_path):
     assert len(records) == 5 * config.data.dupe_factor == 25   # 5 passes per epoch
     # Article 0: "first ... ." / "second ... ." / "the cat ." are three sentences.
     assert [len(s) for s in records.documents.sentences(0)] == [6, 6, 3]
-    ex = bert_text.pretraining_preprocess(records[0], config.data, np.random.default_rng(0))
+    ex = text_pretraining.preprocess(records[0], config.data, np.random.default_rng(0))
   ids, segments = ex['inputs']
   assert ids[0] == CLS and (ids == SEP).sum() == 2 and segments.max() >= 4
 
@@ -154,7 +154,7 @@ def test_every_chunk_of_every_document_dupe_factor_times(text_dir, tmp_path):
   for i in range(len(records)):
     _, doc, span, _ = records[i]
     seen[(doc, span)] += 1
-    ids = bert_text.pretraining_preprocess(records[i], config.data,
+    ids = text_pretraining.preprocess(records[i], config.data,
                                            np.random.default_rng(i))['inputs'][0]
     np.testing.assert_array_equal(ids[(ids != 0) & (ids != CLS) & (ids != SEP)],
                                   np.concatenate(documents.sentences(doc)[span[0]:span[1]]))

@@ -10,7 +10,8 @@ import pytest
 
 from tiny_runs import REPO, tiny_config
 import poolformers_jax
-from poolformers_jax.data import listops
+from poolformers_jax.data import listops_tokens
+from poolformers_jax.data.generators import listops as listops_generator
 from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.trainer.setup import make_setup
@@ -29,8 +30,8 @@ def run_dir(data_dir, tmp_path_factory):
 def tsv_dir(tmp_path_factory):
   """20 ListOps trees in the official TSV format (with parentheses), short enough for the run."""
   out = str(tmp_path_factory.mktemp('listops_tsv'))
-  listops.main(['--out_dir', out, '--seed', '1', '--num_test', '20', '--min_tokens', '5',
-                '--max_tokens', '30'])
+  listops_generator.main(['--out_dir', out, '--seed', '1', '--num_test', '20', '--min_tokens', '5',
+                          '--max_tokens', '30'])
   return out
 
 
@@ -61,9 +62,9 @@ def test_predict_on_an_official_tsv_file_gives_eval_pys_accuracy(run_dir, tsv_di
   assert logits.shape == (3, 10)
   np.testing.assert_array_equal(logits.argmax(-1), predictions[:3])
   encoded = run.encode(sources[:1])['inputs']
-  plain = listops.to_tokens(listops.parse(sources[0]), parentheses=False)
+  plain = [token for token in sources[0].split() if token not in '()']
   assert encoded.shape == (1, run.config.data.max_length)
-  np.testing.assert_array_equal(encoded[0, :len(plain)], listops.encode(plain))
+  np.testing.assert_array_equal(encoded[0, :len(plain)], listops_tokens.encode(plain))
   assert not encoded[0, len(plain):].any()
 
 

@@ -48,8 +48,8 @@ before the distractors, which keep clear of them (the official draws the markers
 whatever is there). And the official design alone leaves the markers' distance a clue (a
 distance-only classifier: 56-60 % at 32 px): within each file, samples are kept with a
 probability that depends on their label and distance, so that both labels share one
-distribution of distances (`batch_samples`; `--report` measures it, `--report --no_balance`
-the design alone).
+distribution of distances (`batch_samples`; benchmarks/pathfinder_report.py measures it, with
+--no_balance the design alone).
 
 Output (what `config.data.format='lra_release'` reads):
   {out_dir}/pathfinder{R}/{difficulty}/imgs/{b}/sample_{k}.png      (8-bit grayscale)
@@ -59,9 +59,8 @@ Output (what `config.data.format='lra_release'` reads):
 Each batch b of `images_per_file` images is made from its own seeded stream, so the files are
 byte-identical for a seed whatever the number of processes; labels are balanced in every batch.
 
-  python -m poolformers_jax.data.pathfinder_gen --out_dir data_cache/pathfinder_gen \
+  python -m poolformers_jax.data.generators.pathfinder --out_dir data_cache/pathfinder_gen \
       --resolution 32 --difficulty curv_baseline --num_examples 200000
-  python -m poolformers_jax.data.pathfinder_gen --report     # statistics of 2 000 images
 """
 from __future__ import annotations
 
@@ -77,8 +76,8 @@ from typing import Iterator, Optional
 import numpy as np
 
 from poolformers_jax import errors
+from poolformers_jax.data import generators, lra
 
-DIFFICULTIES = {'curv_baseline': 6, 'curv_contour_length_9': 9, 'curv_contour_length_14': 14}
 VERSION = 2        # of the drawing; names the cache folder of format='generated'
 INK = 32           # pixels >= INK are ink; below: background and the Lanczos filter's ringing
 PADDLE_TRIES = 8   # directions tried per paddle before the contour gives up
@@ -113,11 +112,15 @@ class Style:
   distractor_contrast: float = 2.0
 
   @classmethod
-  def lra(cls, resolution: int = 32, contour_length: int = 6) -> 'Style':
+  def lra(cls, resolution: int = 32, difficulty: str = 'curv_baseline') -> 'Style':
     if resolution not in LRA_SETTINGS:
       raise ValueError(f'resolution={resolution}: LRA states the generator settings of '
                        f'{sorted(LRA_SETTINGS)} (Pathfinder, Path-X); choose one of them.')
-    return cls(resolution=resolution, contour_length=contour_length, **LRA_SETTINGS[resolution])
+    lengths = lra.PATHFINDER_DIFFICULTIES
+    if difficulty not in lengths:
+      raise ValueError(f'difficulty={difficulty!r}; choose one of {sorted(lengths)}.')
+    return cls(resolution=resolution, contour_length=lengths[difficulty],
+               **LRA_SETTINGS[resolution])
 
   @property
   def distractor_length(self) -> int:
@@ -205,7 +208,7 @@ class _Stroke:
 
 class _Canvas:
   """The image being drawn. Per pixel: the contrast-scaled coverage, the contour owning it if it
-  is ink, and `near`: -1 if no ink lies within 2 margin, else the one contour whose ink does
+  is ink, and `near`: -1 if no ink lies within 2 margin, else the contour whose ink does
   (-2: several); `kept`, the same for the terminal discs the targets may get (while they grow).
   Per contour: the reach of its last paddle (the next one must touch it) and of the others (the
   next one must keep out of it), its end (pivot, direction) and tips."""
@@ -418,7 +421,7 @@ def render(rng: random.Random, style: Style, label: int) -> Sample:
       return Sample(image, label, markers, margin, 2 + drawn)
 
 
-def _batch_rng(seed: int, style: Style, batch: int) -> random.Random:
+def batch_rng(seed: int, style: Style, batch: int) -> random.Random:
   # A str seed is hashed with SHA-512: the same stream on every platform and Python version.
   return random.Random(f'pathfinder/v{VERSION}/{seed}/{style.resolution}/{style.contour_length}/'
                        f'{batch}')
@@ -429,12 +432,13 @@ def batch_samples(seed: int, style: Style, batch: int, count: int,
   """The samples of file `batch`: count // 2 positives, the rest negatives, shuffled.
 
   `balance`: the official design alone leaves the markers' distance a clue (the negatives' spans
-  one contour plus the seeds' offset: wider, and longer than any positive; see `report`). So a
-  sample in distance bin b (resolution / 32 px wide) is kept with probability
-  min(1, p_other(b) / p_own(b)), p the two labels' frequencies of b among the samples drawn so far
-  in the file (the other's with 0.1 added): both labels are then kept with one distribution of
-  distances, proportional to min(p_0, p_1). A dropped sample is drawn again with its label."""
-  rng = _batch_rng(seed, style, batch)
+  one contour plus the seeds' offset: wider, and longer than any positive; measured by
+  benchmarks/pathfinder_report.py). So a sample in distance bin b (resolution / 32 px wide) is
+  kept with probability min(1, p_other(b) / p_own(b)), p the two labels' frequencies of b among
+  the samples drawn so far in the file (the other's with 0.1 added): both labels are then kept
+  with one distribution of distances, proportional to min(p_0, p_1). A dropped sample is drawn
+  again with its label."""
+  rng = batch_rng(seed, style, batch)
   labels = [k % 2 for k in range(count)]
   rng.shuffle(labels)
   drawn, totals = collections.Counter(), [0, 0]
@@ -481,22 +485,6 @@ def write_batch(args) -> int:
   return count
 
 
-def _style(resolution: int, difficulty: str) -> Style:
-  if difficulty not in DIFFICULTIES:
-    raise ValueError(f'difficulty={difficulty!r}; choose one of {sorted(DIFFICULTIES)}.')
-  return Style.lra(resolution, DIFFICULTIES[difficulty])
-
-
-def _map(fn, tasks, workers: Optional[int]):
-  if workers is None:
-    workers = len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
-  if workers > 1 and len(tasks) > 1:
-    import multiprocessing
-    with multiprocessing.get_context('spawn').Pool(min(workers, len(tasks))) as pool:
-      return pool.map(fn, tasks, chunksize=1)
-  return [fn(task) for task in tasks]
-
-
 def generate(out_dir: str, *, seed: int = 0, resolution: int = 32,
              difficulty: str = 'curv_baseline', num_examples: int = 200000,
              images_per_file: int = 1000, workers: Optional[int] = None) -> str:
@@ -504,14 +492,15 @@ def generate(out_dir: str, *, seed: int = 0, resolution: int = 32,
 
   Written into a temporary folder and renamed at the end, so a folder that exists is complete.
   """
-  style = _style(resolution, difficulty)
+  style = Style.lra(resolution, difficulty)
   folder = os.path.join(out_dir, f'pathfinder{resolution}', difficulty)
   if os.path.isdir(folder):
     return folder
   tmp = f'{folder}.tmp{os.getpid()}'
   counts = [min(images_per_file, num_examples - start) for start in range(0, num_examples,
                                                                           images_per_file)]
-  _map(write_batch, [(tmp, seed, style, b, n) for b, n in enumerate(counts)], workers)
+  generators.parallel_map(write_batch, [(tmp, seed, style, b, n) for b, n in enumerate(counts)],
+                          workers)
   try:
     os.rename(tmp, folder)
   except OSError:   # another process finished the same (seeded, identical) folder first
@@ -521,128 +510,23 @@ def generate(out_dir: str, *, seed: int = 0, resolution: int = 32,
   return folder
 
 
-# --------------------------------------------------------------------------------------------
-# Statistics (`--report`) and the README's sample grid.
-
-def _stats_batch(args):
-  seed, style, batch, count, balance = args
-  out = []
-  for sample in batch_samples(seed, style, batch, count, balance):
-    (ya, xa), (yb, xb) = sample.markers
-    ids = ink_components(sample.image, 2 * sample.margin)
-    out.append((sample.label, math.hypot(ya - yb, xa - xb), float(np.mean(sample.image > 0)),
-                float(np.mean(sample.image >= INK)), len(np.unique(ids)) - 1, sample.contours))
-  return out
-
-
-def _distance_classifiers(distance: np.ndarray, label: np.ndarray) -> dict:
-  """Held-out accuracy (fit on the first half, scored on the second) of two distance-only
-  classifiers: the best threshold, and the majority label in each of 20 equal-count bins."""
-  n = len(label) // 2
-  fit_d, fit_y, test_d, test_y = distance[:n], label[:n], distance[n:], label[n:]
-  best = (0.0, 0.0, 1)
-  for t in np.unique(fit_d):
-    for sign in (1, -1):
-      acc = np.mean((sign * (fit_d - t) <= 0) == fit_y)
-      best = max(best, (acc, t, sign))
-  _, t, sign = best
-  threshold = float(np.mean((sign * (test_d - t) <= 0) == test_y))
-  edges = np.quantile(fit_d, np.linspace(0, 1, 21)[1:-1])
-  fit_bin, test_bin = np.searchsorted(edges, fit_d), np.searchsorted(edges, test_d)
-  vote = np.array([np.mean(fit_y[fit_bin == b]) >= 0.5 if np.any(fit_bin == b) else 1
-                   for b in range(20)])
-  bins = float(np.mean(vote[test_bin] == test_y))
-  return {'threshold': threshold, 'bins': bins}
-
-
-def report(num_examples: int = 2000, seed: int = 12345, resolution: int = 32,
-           difficulty: str = 'curv_baseline', workers: Optional[int] = None,
-           balance: bool = True, images_per_file: int = 1000) -> str:
-  """Statistics of `num_examples` images, made as `generate` makes them but not written, as
-  text. `balance=False`: without the distance balancing (the official design alone)."""
-  style = _style(resolution, difficulty)
-  tasks = [(seed, style, b, min(images_per_file, num_examples - start), balance)
-           for b, start in enumerate(range(0, num_examples, images_per_file))]
-  rows = np.asarray([row for part in _map(_stats_batch, tasks, workers) for row in part])
-  label, distance, lit, ink, components, contours = rows.T
-  label = label.astype(int)
-  acc = _distance_classifiers(distance, label)
-  nominal_contours = 2 + style.num_distractors
-  nominal_paddles = 2 * style.contour_length + style.num_distractors * style.distractor_length
-  paddles = 2 * style.contour_length + (contours - 2) * style.distractor_length
-  lines = [
-      f'Pathfinder-{resolution} {difficulty}, {len(label)} images (seed {seed}), generator '
-      f'v{VERSION}, distance balancing {"on" if balance else "off"}',
-      f'  label balance: {label.mean():.3f} positive',
-      f'  lit pixels: {lit.mean():.1%} > 0, {ink.mean():.1%} >= {INK} (ink)',
-      f'  contours drawn: {contours.mean():.2f} per image (min {contours.min():.0f}, max '
-      f'{contours.max():.0f}; official parameters: 2 targets + {style.num_distractors} distractors '
-      f'= {nominal_contours}); ink components {components.mean():.2f}',
-      f'  paddles: {paddles.mean():.1f} per image (official parameters: {nominal_paddles})',
-      f'  marker distance, label 1: mean {distance[label == 1].mean():.2f} px, max '
-      f'{distance[label == 1].max():.1f}; label 0: mean {distance[label == 0].mean():.2f}, max '
-      f'{distance[label == 0].max():.1f}',
-      f'  distance-only classifier, held-out half: threshold {acc["threshold"]:.1%}, '
-      f'20 bins {acc["bins"]:.1%} (chance 50 %)',
-      '  histogram of the marker distance (px): label 1 | label 0']
-  edges = np.linspace(0, math.ceil(distance.max() / 2) * 2, 13)
-  h1, _ = np.histogram(distance[label == 1], edges)
-  h0, _ = np.histogram(distance[label == 0], edges)
-  for lo, hi, a, b in zip(edges[:-1], edges[1:], h1, h0):
-    lines.append(f'    {lo:5.1f}-{hi:5.1f}: {a:5d} | {b:5d}')
-  return '\n'.join(lines)
-
-
-def sample_grid(path: str, *, seed: int = 0, resolution: int = 32, per_row: int = 6,
-                scale: int = 3) -> None:
-  """A PNG grid for docs/data.md: one row per difficulty, positives left, negatives right."""
-  from PIL import Image
-  rows = []
-  for length in DIFFICULTIES.values():
-    style = Style.lra(resolution, length)
-    rng = _batch_rng(seed, style, 0)
-    images = [render(rng, style, int(i < per_row // 2)).image for i in range(per_row)]
-    pad = np.full((resolution, 2), 90, np.uint8)
-    rows.append(np.concatenate([x for image in images for x in (image, pad)][:-1], axis=1))
-  gap = np.full((2, rows[0].shape[1]), 90, np.uint8)
-  grid = np.concatenate([x for row in rows for x in (row, gap)][:-1], axis=0)
-  grid = np.kron(grid, np.ones((scale, scale), np.uint8))
-  Image.fromarray(grid).save(path, optimize=True)
-
-
 @errors.one_line_errors
 def main(argv=None) -> None:
-  parser = errors.ArgumentParser(prog='python -m poolformers_jax.data.pathfinder_gen',
+  parser = errors.ArgumentParser(prog='python -m poolformers_jax.data.generators.pathfinder',
                                  description=__doc__.split('\n\n')[0])
-  parser.add_argument('--out_dir', default=None, help='where to write the images (required '
-                      'unless --report or --grid)')
-  parser.add_argument('--seed', type=int, default=None, help='default: 0 (--report: 12345)')
+  parser.add_argument('--out_dir', required=True, help='where to write the images')
+  parser.add_argument('--seed', type=int, default=0)
   parser.add_argument('--resolution', type=int, default=32, choices=sorted(LRA_SETTINGS))
-  parser.add_argument('--difficulty', default='curv_baseline', choices=sorted(DIFFICULTIES))
-  parser.add_argument('--num_examples', type=int, default=None,
-                      help='default: 200000 (--report: 2000)')
+  parser.add_argument('--difficulty', default='curv_baseline',
+                      choices=sorted(lra.PATHFINDER_DIFFICULTIES))
+  parser.add_argument('--num_examples', type=int, default=200000)
   parser.add_argument('--images_per_file', type=int, default=1000)
   parser.add_argument('--workers', type=int, default=None, help='default: all cores')
-  parser.add_argument('--grid', default=None, help='write a sample grid PNG here and exit')
-  parser.add_argument('--report', action='store_true', help='print statistics and exit')
-  parser.add_argument('--no_balance', action='store_true',
-                      help='--report: without the distance balancing (the official design alone)')
   args = parser.parse_args(argv)
-  if args.grid:
-    sample_grid(args.grid, seed=args.seed or 0, resolution=args.resolution)
-    return
-  if args.report:
-    print(report(args.num_examples or 2000, 12345 if args.seed is None else args.seed,
-                 args.resolution, args.difficulty, args.workers, not args.no_balance,
-                 args.images_per_file))
-    return
-  if not args.out_dir:
-    parser.error('--out_dir is required (or --report / --grid).')
-  num_examples = args.num_examples or 200000
-  folder = generate(args.out_dir, seed=args.seed or 0, resolution=args.resolution,
-                    difficulty=args.difficulty, num_examples=num_examples,
+  folder = generate(args.out_dir, seed=args.seed, resolution=args.resolution,
+                    difficulty=args.difficulty, num_examples=args.num_examples,
                     images_per_file=args.images_per_file, workers=args.workers)
-  print(f'{num_examples} images in {folder}')
+  print(f'{args.num_examples} images in {folder}')
 
 
 if __name__ == '__main__':

@@ -1,0 +1,58 @@
+"""lra_retrieval (LRA Retrieval, AAN document pairs as bytes; lra.py: tokens are byte + 1).
+
+The LRA release files new_aan_pairs.{train,eval,test}.tsv in config.data.tsv_dir (no header;
+columns label, id1, id2, text1, text2, split on tabs only, as the LRA code reads them); inputs
+[2, max_length] bytes of the two documents, target the float label as int.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from typing import Optional
+
+import numpy as np
+
+from poolformers_jax.data import base, lra
+
+FILES = {'train': 'new_aan_pairs.train.tsv', 'validation': 'new_aan_pairs.eval.tsv',
+         'test': 'new_aan_pairs.test.tsv'}
+
+
+def parse(line: str) -> dict:
+  """{'label', 'text1', 'text2'} of a line `label id1 id2 text1 text2` of the headerless TSV."""
+  fields = line.split('\t')
+  if len(fields) < 5:
+    raise ValueError(f'expected 5 tab-separated fields (label, id1, id2, text1, text2), got '
+                     f'{len(fields)}.')
+  return {'label': int(float(fields[0])), 'text1': fields[3], 'text2': fields[4]}
+
+
+@functools.lru_cache(maxsize=8)
+def read_file(path: str) -> base.LineFile:
+  """The records of one retrieval TSV file (indexed once per process)."""
+  return base.LineFile(path, parse=parse)
+
+
+def source(data_config, split):
+  path = os.path.join(base.expand_path(data_config.tsv_dir), FILES[base.check_split(split)])
+  base.require_file(path, 'download the LRA release (lra_release.gz, tsv_data/) and set '
+                    'config.data.tsv_dir to the folder holding new_aan_pairs.*.tsv.')
+  return read_file(path)
+
+
+def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+  del rng
+  docs = [lra.byte_tokens(record[k], data_config, 'document') for k in ('text1', 'text2')]
+  return {'inputs': np.stack(docs), 'targets': np.int32(record['label'])}
+
+
+def config():
+  c = base.common_config('lra_retrieval', 4096)   # per document
+  c.max_tokens = 0                # bytes kept per document; 0 = max_length
+  c.tsv_dir = os.path.join(base.default_data_dir(), 'lra_release', 'tsv_data')
+  return c
+
+
+base.register_dataset('lra_retrieval', lra.spec(
+    'lra_retrieval', source, preprocess, config,
+    lambda raw, _: {'text1': raw[0], 'text2': raw[1], 'label': 0}, task='retrieval', documents=2))
