@@ -98,11 +98,12 @@ def test_no_code_branches_on_a_datasets_name_outside_its_file():
 
 
 def repeated_blocks(sources: dict[str, str], size: int = 6) -> dict[tuple[str, ...], list[str]]:
-  """Blocks of `size` consecutive non-blank lines (stripped, each longer than 3 characters) that
-  stand in more than one place: {lines: ['path:line', ...]}."""
+  """Blocks of `size` consecutive non-blank lines (stripped, each longer than 3 characters; import
+  statements left out) that stand in more than one place: {lines: ['path:line', ...]}."""
   places: dict[tuple[str, ...], list[str]] = {}
   for path, text in sources.items():
-    lines = [(i, line.strip()) for i, line in enumerate(text.splitlines(), 1) if line.strip()]
+    lines = [(i, line.strip()) for i, line in enumerate(text.splitlines(), 1)
+             if line.strip() and not line.startswith(('import ', 'from '))]
     for k in range(len(lines) - size + 1):
       block = tuple(line for _, line in lines[k:k + size])
       if all(len(line) > 3 for line in block):
