@@ -156,11 +156,6 @@ class Identity(NoMixing):
     return x
 
 
-# This process only (benchmark), not the library registry.
-register_mixer('none', NoMixing)
-register_mixer('identity', Identity)
-
-
 def on_gpu() -> bool:
   return jax.default_backend() == 'gpu'
 
@@ -726,6 +721,10 @@ def _write_json(path: str, value: Any) -> None:
 @errors.one_line_errors
 def main(argv):
   del argv
+  # The program's own names, registered where it runs (each --point process too): importing this
+  # module (official_torch.py, the tests) leaves the library's registry as it is.
+  register_mixer('none', NoMixing)
+  register_mixer('identity', Identity)
   host_memory.keep_freed_memory()   # the allocator train.py runs with (every point process too)
   if not (FLAGS.output_dir or FLAGS.point):
     raise ValueError('--output_dir is required: the folder the results are written to')

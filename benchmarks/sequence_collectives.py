@@ -13,19 +13,18 @@ os.environ.setdefault('XLA_FLAGS', '--xla_force_host_platform_device_count=8')
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 from poolformers_jax.layers import build_mixer  # noqa: E402
 from poolformers_jax.layers.sequence_parallel import sharded_sequences  # noqa: E402
-from poolformers_jax.testing import collectives, sequence_mesh  # noqa: E402
+from poolformers_jax.trainer.sharding import batch_sharded, collective_ops, make_mesh  # noqa: E402
 
 MIXERS = {'ponet': dict(num_heads=2, segment_num=4), 'linear': dict(num_heads=2),
           'adamra': dict(num_heads=2)}
 
 
 def main():
-  mesh = sequence_mesh(8)
-  tokens = NamedSharding(mesh, P(('data', 'fsdp'), 'sequence'))
+  mesh = make_mesh(sizes={'sequence': 8})
+  tokens = batch_sharded(mesh, 2)
   for name, kwargs in MIXERS.items():
     for length in (96, 192):
       x = jax.random.normal(jax.random.PRNGKey(0), (1, length, 16))
@@ -41,7 +40,8 @@ def main():
 
       args = (variables, jax.device_put(x, tokens), jax.device_put(mask, tokens))
       for how, fn in (('gspmd', grad), ('shard_map', shard_mapped)):
-        found = collectives(jax.jit(fn).lower(*args).compile().as_text())
+        text = jax.jit(fn).lower(*args).compile().as_text()
+        found = [(op.op, shape) for op in collective_ops(text) for shape in op.moved]
         sized = sorted({s for _, s in found
                         if any(d in (length, length // 2, length // 8) for d in s[1:2])})
         print(f'{name:7s} L={length:4d} {how:9s} {len(found):3d} collectives; '

@@ -41,7 +41,9 @@ PUBLIC_NAMES = ('poolformers_jax.load_run', 'poolformers_jax.Run', 'poolformers_
                 'poolformers_jax.eval.evaluate_state',
                 'poolformers_jax.trainer.sharding.make_mesh',
                 'poolformers_jax.trainer.sharding.state_shardings',
-                'poolformers_jax.trainer.sharding.FsdpRules')
+                'poolformers_jax.trainer.sharding.FsdpRules',
+                'poolformers_jax.trainer.sharding.collective_ops',
+                'poolformers_jax.trainer.sharding.Collective')
 
 LINK = re.compile(r'(!?\[[^\]]*\]\()([^)\s]+)(\))')
 FENCE = re.compile(r'^(```|~~~).*?^\1', re.S | re.M)

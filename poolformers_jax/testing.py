@@ -1,5 +1,6 @@
-"""Test a token mixer's numerics in one call: `check_mixer`, the property checks it runs, and
-retrace guards. Used by the test suite on every built-in mixer, and meant for yours:
+"""Test a token mixer's numerics in one call: `check_mixer`, the property checks it runs,
+`MixerTestCase` for unittest suites, and `assert_sequence_parallel` for a mixer's sharded core.
+Used by the test suite on every built-in mixer, and meant for yours:
 
     from poolformers_jax.testing import check_mixer
     check_mixer(MyMixer(num_heads=2))                  # raises AssertionError naming the property
@@ -44,7 +45,7 @@ import dataclasses
 import inspect
 import os
 import traceback
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import chex
 import flax.linen as nn
@@ -524,19 +525,13 @@ def _check_dropout(mixer, x, mask, call_kwargs, rate):
   assert_dropout_consistent(mixer, x, mask, call_kwargs=call_kwargs)
 
 
-def registered_mixers() -> list[str]:
-  """The names of every registered mixer, built-in or registered by the user before the call
-  (for a pytest parametrization over them)."""
-  from poolformers_jax.layers.registry import MIXERS   # the registry imports the layer files
-  return sorted(MIXERS)
-
-
 # --------------------------------------------------------------------------- unittest / chex
 
 class MixerTestCase(chex.TestCase):
   """A unittest base for a mixer: set `make_mixer` (and `causal` if its causality should be
   checked) in a subclass; it runs `check_mixer`, and the mixer under `chex.variants` with and
-  without jit. Set `batch`, `length`, `dim` for other shapes.
+  without jit. Set `batch`, `length`, `dim` for other shapes. Public kit: `check_mixer` for a
+  unittest / absltest suite, where a user's tests are classes rather than pytest functions.
 
       class MyMixerTest(MixerTestCase):
         def make_mixer(self):
@@ -576,118 +571,22 @@ class MixerTestCase(chex.TestCase):
                  where=_real(mask, y.ndim))
 
 
-# --------------------------------------------------------------------------- retrace guards
-
-def compilations(fn) -> int:
-  """How many programs the jitted `fn` (jax.jit's result) has compiled so far."""
-  return fn._cache_size()   # pylint: disable=protected-access
-
-
-def _counted(fn: Callable, jit_kwargs: dict) -> tuple[str, Callable, Callable[[], int]]:
-  """(name, the function to run, how many times it traced so far).
-
-  - A jitted function (jax.jit's result, e.g. an eval step or a decoder): the new entries of its
-    compilation cache are counted, so its own shardings and static arguments stay as they are.
-  - Anything else (a Flax `apply`, a bound method, a plain function): wrapped in a fresh Python
-    function that counts its traces, then jitted with `jit_kwargs`. (`chex.assert_max_traces`
-    refuses a JAX-transformed function such as a Flax `apply`, and keys its counter on the
-    wrapper's source, so a second check would inherit the first one's count.)
-  """
-  name = getattr(fn, '__name__', repr(fn))
-  if hasattr(fn, '_cache_size') and hasattr(fn, 'lower'):
-    before = compilations(fn)
-    return name, fn, lambda: compilations(fn) - before
-  traces = []
-
-  def counted(*args):   # a fresh Python function each call: its count starts at 0
-    traces.append(1)
-    return fn(*args)
-
-  return name, jax.jit(counted, **jit_kwargs), lambda: len(traces)
-
-
-def _retraced(name: str, count: int, n: int, calls: str) -> AssertionError:
-  return AssertionError(f'retrace: {name} compiled {count} times in {calls}; at most {n} allowed')
-
-
-def assert_traces(fn: Callable, batches: Iterable[Sequence[Any]], n: int = 1,
-                  **jit_kwargs) -> list[Any]:
-  """Calls `fn(*args)` on each argument tuple of `batches` and asserts that it traced (compiled)
-  at most `n` times; returns the outputs. How `fn` is counted: `_counted`."""
-  name, run, count = _counted(fn, jit_kwargs)
-  result = []
-  for args in batches:
-    result.append(run(*args))
-    if count() > n:
-      break
-  if count() > n:
-    raise _retraced(name, count(), n, f'{len(result)} calls (the last with shapes '
-                    f'{jax.tree.map(np.shape, args)})')
-  return result
-
-
-def assert_driver_traces(fn: Callable, driver: Callable[[Callable], Any], n: int = 1,
-                         **jit_kwargs) -> Any:
-  """Calls `driver(f)` once, `f` standing for `fn`, and asserts that `fn` traced (compiled) at most
-  `n` times in it; returns what the driver returns. E.g. an eval loop:
-  `assert_driver_traces(step, lambda run: evaluate_state(setup, state, 'test', eval_step=run))`."""
-  name, run, count = _counted(fn, jit_kwargs)
-  result = driver(run)
-  if count() > n:
-    raise _retraced(name, count(), n, 'its driver')
-  return result
-
-
-def compiled_temp_bytes(fn, *args) -> int:
-  """Temp bytes of the compiled `fn(*args)` (deterministic; see docs/efficiency.md)."""
-  return int(jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes)
-
-
-# -- sequence parallelism -------------------------------------------------------------------------
-
-COLLECTIVES = ('all-gather', 'all-reduce', 'collective-permute', 'all-to-all', 'reduce-scatter')
-
-
-def collectives(compiled_text: str) -> list[tuple[str, tuple[int, ...]]]:
-  """(op, shape) of every array a collective in a compiled program's text (`.as_text()`) moves:
-  each array of a combined (tuple) result, as XLA merges the all-reduces of one step; an async
-  start's first operand."""
-  import re
-  instruction = re.compile(r'=\s*(.*?)\s(' + '|'.join(COLLECTIVES) + r')(-start)?\(')
-  found = []
-  for line in compiled_text.splitlines():
-    match = instruction.search(line)
-    if match is None:
-      continue
-    result, op, start = match.groups()
-    shapes = re.findall(r'\b[a-z][a-z0-9]*\[([\d,]*)\]', result)
-    found += [(op, tuple(int(n) for n in dims.split(',') if n))
-              for dims in (shapes[:1] if start else shapes)]
-  return found
-
-
-def sequence_mesh(sequence: int, devices: Optional[Sequence[Any]] = None):
-  """A ('data', 'fsdp', 'sequence') mesh over `devices` (default: all) with `sequence` shards and
-  the rest on 'data'."""
-  from jax.sharding import Mesh
-  devices = list(jax.devices() if devices is None else devices)
-  return Mesh(np.asarray(devices).reshape(len(devices) // sequence, 1, sequence),
-              ('data', 'fsdp', 'sequence'))
-
+# --------------------------------------------------------------------------- sequence parallelism
 
 def assert_sequence_parallel(mixer: nn.Module, *, sequence: int = 4, length: int = 48,
                              dim: int = 16, rtol: float = 1e-5, seed: int = 0,
                              call_kwargs: Optional[Mapping[str, Any]] = None) -> list:
-  """`sequence_parallel`: the mixer split over `sequence` devices along the tokens (and the
-  remaining devices along the batch) gives the outputs, the loss and every gradient (parameters
-  and input) of the unsplit mixer, within `rtol` of each array's largest magnitude. Rows are
-  padded differently (the mask crosses shard boundaries). Returns the compiled sharded program's
-  `collectives` so the caller can bound what crosses devices."""
-  from jax.sharding import NamedSharding, PartitionSpec as P
+  """`sequence_parallel`: the mixer split over `sequence` devices along the tokens (the trainer's
+  mesh, `make_mesh`: the remaining devices along the batch) gives the outputs, the loss and every
+  gradient (parameters and input) of the unsplit mixer, within `rtol` of each array's largest
+  magnitude. Rows are padded differently (the mask crosses shard boundaries). Returns (op, shape)
+  of every array the compiled sharded program's collectives move (`Collective.moved`), so the
+  caller can bound what crosses devices."""
   from poolformers_jax.layers.sequence_parallel import sharded_sequences
-  mesh = sequence_mesh(sequence)
-  rows = mesh.shape['data']
-  x, mask = random_inputs(seed, 2 * rows, length, dim)
+  from poolformers_jax.trainer import sharding
+  mesh = sharding.make_mesh(sizes={sharding.SEQUENCE_AXIS: sequence})
+  rows = sharding.batch_devices(mesh)
+  x, _ = random_inputs(seed, 2 * rows, length, dim)
   mask = jnp.arange(length)[None, :] < jnp.asarray([length, length - 7] * rows)[:, None]
   call_kwargs = dict(call_kwargs or {})
   variables = _init(mixer, x, mask, call_kwargs)
@@ -703,7 +602,7 @@ def assert_sequence_parallel(mixer: nn.Module, *, sequence: int = 4, length: int
     with sharded_sequences(mesh):
       return grad(variables, x, mask)
 
-  tokens = NamedSharding(mesh, P(('data', 'fsdp'), 'sequence'))
+  tokens = sharding.batch_sharded(mesh, 2)
   args = (variables, jax.device_put(x, tokens), jax.device_put(mask, tokens))
   compiled = jax.jit(split).lower(*args).compile()
   actual = compiled(*args)
@@ -716,4 +615,5 @@ def assert_sequence_parallel(mixer: nn.Module, *, sequence: int = 4, length: int
     scale = float(jnp.max(jnp.abs(e))) if e.size else 0.0
     assert_close('sequence_parallel', a, e, atol=rtol * max(scale, 1e-30),
                  what=f'{type(mixer).__name__} {name} on {sequence} sequence shards: ')
-  return collectives(compiled.as_text())
+  return [(op.op, shape) for op in sharding.collective_ops(compiled.as_text())
+          for shape in op.moved]

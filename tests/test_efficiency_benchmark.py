@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from poolformers_jax.layers import MIXERS
 from sized_models import load_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -76,6 +77,15 @@ def test_topology_mode_compiles_each_point_for_a_tpu_slice(tmp_path):
   assert again.returncode == 0 and ' L=' not in again.stdout, again.stdout + again.stderr[-2000:]
   resumed = json.loads((tmp_path / 'efficiency_tpu.json').read_text())['results']
   assert resumed['none']['32']['step_ms'] == bound['step_ms']
+
+
+def test_importing_the_benchmark_leaves_the_library_registry_alone():
+  """official_torch.py imports efficiency.py for its step builder: 'none' and 'identity' are the
+  program's own, registered where it runs, not in the importing process."""
+  before = sorted(MIXERS)
+  efficiency = load_benchmark('official_torch').efficiency_module()
+  assert efficiency.NoMixing and sorted(MIXERS) == before
+  assert not {'none', 'identity'} & set(MIXERS)
 
 
 def test_flop_rates_take_xla_count_for_cudnn_and_the_peak_by_device_kind():

@@ -67,8 +67,7 @@ def test_no_code_outside_a_mixers_own_file_branches_on_its_name():
   package = os.path.join(ROOT, 'poolformers_jax') + os.sep
   for name, cls in registry.MIXERS.items():
     own = os.path.abspath(inspect.getsourcefile(cls))
-    if not own.startswith(package):   # a test's or benchmark's own mixer (efficiency's 'none')
-      continue
+    assert own.startswith(package), f'{name!r} is registered from {own}, outside the package'
     pattern = re.compile(rf"""[=!]=\s*['"]{name}['"]|\bin\s*[(\[{{][^)\]}}]*['"]{name}['"]""")
     for path in glob.glob(os.path.join(ROOT, 'poolformers_jax', '**', '*.py'), recursive=True):
       relative = os.path.relpath(path, ROOT)

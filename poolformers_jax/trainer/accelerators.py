@@ -120,42 +120,28 @@ def topology_mesh(topology: str, sizes: Optional[dict[str, int]] = None) -> Mesh
     raise AcceleratorError(f'--topology {topology!r} gave {devices[0].device_kind!r} devices, '
                            f'not {chip.device_kind!r}.')
   try:
-    shape = sharding.mesh_sizes(len(devices), sizes or {})
+    return sharding.make_mesh(sizes=sizes, devices=devices)
   except ValueError as error:
     raise ConfigError(f'--topology {topology!r}: {error}') from None
-  return Mesh(np.asarray(devices).reshape([shape[a] for a in sharding.MESH_AXES]),
-              sharding.MESH_AXES)
 
 
 # ------------------------------------------------------------------ reading compiled programs
 
-COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'collective-permute', 'all-to-all')
 _DTYPE_BYTES = {'pred': 1, 's8': 1, 'u8': 1, 's16': 2, 'u16': 2, 'f16': 2, 'bf16': 2, 's32': 4,
                 'u32': 4, 'f32': 4, 's64': 8, 'u64': 8, 'f64': 8, 'c64': 8, 'c128': 16}
-_SHAPE = re.compile(r'\b(' + '|'.join(_DTYPE_BYTES) + r')\[([\d,]*)\]')
-# `%name = <result type> all-reduce(` or the async form `all-reduce-start(`; `-done` is skipped.
-_OP = re.compile(r'=\s*(.*?)\s(' + '|'.join(COLLECTIVES) + r')(-start)?\(')
-
-
-def _shape_bytes(text: str) -> int:
-  return sum(_DTYPE_BYTES[dtype] * math.prod(int(d) for d in dims.split(',') if d)
-             for dtype, dims in _SHAPE.findall(text))
 
 
 def collectives(hlo_text: str) -> dict[str, dict[str, int]]:
-  """{kind: {'count', 'bytes'}} of the cross-device collectives in a compiled program's text;
-  bytes = the sizes of their results. An async '-start' counts once; its result tuple holds
-  the operand beside the result, so half of it is counted."""
-  found = {kind: {'count': 0, 'bytes': 0} for kind in COLLECTIVES}
-  for line in hlo_text.splitlines():
-    match = _OP.search(line)
-    if match is None:
-      continue
-    result_type, kind, is_start = match.groups()
-    size = _shape_bytes(result_type)
-    found[kind]['count'] += 1
-    found[kind]['bytes'] += size // 2 if is_start and result_type.startswith('(') else size
-  return {kind: value for kind, value in found.items() if value['count']}
+  """{kind: {'count', 'bytes'}} of the cross-device collectives in a compiled program's text
+  (`sharding.collective_ops`); bytes = the sizes of their results. An async '-start' counts once;
+  its result tuple holds the operand beside the result, so half of it is counted."""
+  found: dict[str, dict[str, int]] = {}
+  for op in sharding.collective_ops(hlo_text):
+    size = sum(_DTYPE_BYTES.get(dtype, 0) * math.prod(shape) for dtype, shape in op.arrays)
+    total = found.setdefault(op.op, {'count': 0, 'bytes': 0})
+    total['count'] += 1
+    total['bytes'] += size // 2 if op.start and len(op.arrays) > 1 else size
+  return {kind: found[kind] for kind in sharding.COLLECTIVES if kind in found}
 
 
 def _cost(compiled) -> dict[str, float]:

@@ -1,5 +1,5 @@
-"""Devices: multi-host start-up, the named `Mesh`, where each array lives on it, and host
-batches -> global arrays.
+"""Devices: multi-host start-up, the named `Mesh`, where each array lives on it, host batches ->
+global arrays, and what a compiled program moves between devices (`collective_ops`).
 
 The mesh has three named axes (config.mesh, docs/training.md#sharding):
   data      examples split, everything else replicated (data parallel; the default: all devices);
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
 
 import jax
 import numpy as np
@@ -116,10 +116,11 @@ def mesh_sizes(num_devices: int, sizes: Mapping[str, int]) -> dict[str, int]:
   return given
 
 
-def make_mesh(num_devices: int = -1, sizes: Optional[Mapping[str, int]] = None) -> Mesh:
-  """The ('data', 'fsdp', 'sequence') mesh over all devices (or the first `num_devices` of this
-  single process); `sizes`: config.mesh (default: data parallel over all of them)."""
-  devices = jax.devices()
+def make_mesh(num_devices: int = -1, sizes: Optional[Mapping[str, int]] = None,
+              devices: Optional[Sequence[Any]] = None) -> Mesh:
+  """The ('data', 'fsdp', 'sequence') mesh over `devices` (default: all of jax's; or the first
+  `num_devices` of this single process); `sizes`: config.mesh (default: data parallel)."""
+  devices = list(jax.devices() if devices is None else devices)
   if num_devices not in (-1, None, len(devices)):
     if jax.process_count() > 1:
       raise ValueError('config.num_devices must be -1 in a multi-process run.')
@@ -244,3 +245,38 @@ def state_shardings(mesh: Mesh, abstract_state: Any, rules: FsdpRules = FsdpRule
     return NamedSharding(mesh, rules.spec(leaf_path(path), shape, fsdp, sequence) if shape
                          else P())
   return jax.tree_util.tree_map_with_path(one, abstract_state)
+
+
+# `%name = <result type> all-reduce(` or the async form `all-reduce-start(`; `-done` is skipped.
+COLLECTIVES = ('all-reduce', 'all-gather', 'reduce-scatter', 'collective-permute', 'all-to-all')
+_COLLECTIVE = re.compile(r'=\s*(.*?)\s(' + '|'.join(COLLECTIVES) + r')(-start)?\(')
+_ARRAY = re.compile(r'\b([a-z][a-z0-9]*)\[([\d,]*)\]')   # f32[8,4]{1,0}: dtype and shape
+
+
+class Collective(NamedTuple):
+  """One collective of a compiled program: `op` (of COLLECTIVES), whether it is an async `start`
+  (whose result tuple holds the operand beside the result), and the (dtype, shape) of every
+  array of its result type."""
+  op: str
+  start: bool
+  arrays: tuple[tuple[str, tuple[int, ...]], ...]
+
+  @property
+  def moved(self) -> list[tuple[int, ...]]:
+    """The shapes it moves: each array of a combined (tuple) result, as XLA merges the
+    all-reduces of one step; an async start's first operand."""
+    return [shape for _, shape in (self.arrays[:1] if self.start else self.arrays)]
+
+
+def collective_ops(hlo_text: str) -> list[Collective]:
+  """The cross-device collectives of a compiled program's text (`compiled.as_text()`), in order:
+  what the sequence-parallel tests bound and what summary --topology counts."""
+  found = []
+  for line in hlo_text.splitlines():
+    match = _COLLECTIVE.search(line)
+    if match is not None:
+      result, op, start = match.groups()
+      found.append(Collective(op, bool(start), tuple(
+          (dtype, tuple(int(n) for n in dims.split(',') if n))
+          for dtype, dims in _ARRAY.findall(result))))
+  return found

@@ -21,7 +21,9 @@ _MEASURE = r'''
 import json, sys
 import jax, jax.numpy as jnp
 from poolformers_jax.layers import AdaMRA, MultiHeadAttention, PoNet
-from poolformers_jax.testing import compiled_temp_bytes
+
+compiled_temp = lambda fn, *args: int(
+    jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes)
 
 mixers = {'softmax': MultiHeadAttention(num_heads=2), 'adamra': AdaMRA(num_heads=2),
           'ponet': PoNet(num_heads=2, segment_num=64)}
@@ -33,8 +35,8 @@ for name, mixer in mixers.items():
   backward = jax.value_and_grad(lambda v, x: jnp.sum(mixer.apply(v, x)), argnums=(0, 1))
   for length in json.loads(sys.argv[1]):
     x = jax.ShapeDtypeStruct((1, length, 64), jnp.float32)
-    result[f'{name}/forward/{length}'] = compiled_temp_bytes(forward, variables, x)
-    result[f'{name}/backward/{length}'] = compiled_temp_bytes(backward, variables, x)
+    result[f'{name}/forward/{length}'] = compiled_temp(forward, variables, x)
+    result[f'{name}/backward/{length}'] = compiled_temp(backward, variables, x)
 print(json.dumps(result))
 '''
 

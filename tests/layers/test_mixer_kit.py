@@ -1,6 +1,6 @@
 """poolformers_jax.testing: check_mixer passes every registered mixer (a user's too) and catches
 each planted bug, naming its property on the first line; MixerTestCase under chex.variants;
-retrace guards on a Flax apply and a jitted function."""
+the tests' retrace guards (tests/retrace.py) on a Flax apply and a jitted function."""
 import re
 import unittest
 
@@ -15,6 +15,7 @@ from poolformers_jax import testing as T
 from poolformers_jax.layers import (MIXERS, MixerTraits, MultiHeadAttention, build_mixer,
                                     register_mixer)
 from poolformers_jax.layers.registry import mixer_fields
+import retrace
 
 # Options that let every built-in mixer run at the kit's length 16.
 SMALL = {'ponet': dict(segment_num=4), 'adamra': dict(compression_rates=(1 / 2, 1 / 4, 1 / 8)),
@@ -25,7 +26,7 @@ def _registered_cases():
   """(name, causal) for every registered mixer, and its causal form where it has one; read at
   collection, so a mixer registered before (a conftest, an imported plugin) is included."""
   return [pytest.param(name, causal, id=f'{name}-causal' if causal else name)
-          for name in T.registered_mixers()
+          for name in sorted(MIXERS)
           for causal in (False, True) if not causal or 'causal' in mixer_fields(MIXERS[name])]
 
 
@@ -99,7 +100,7 @@ def test_a_user_registered_mixer_is_picked_up_and_its_declared_skips_named():
 
   register_mixer('kit_test_leaky')(Leaky)
   try:
-    assert 'kit_test_leaky' in T.registered_mixers()
+    assert 'kit_test_leaky' in MIXERS
     report = T.check_mixer(build_mixer('kit_test_leaky'))
     assert report['padding_values'] == 'skipped: made up for this test', report
     # The leak still shows where it was not declared away: more padding changes the outputs.
@@ -144,16 +145,16 @@ def test_assert_traces_counts_a_flax_apply_and_a_jitted_function():
   same = [(variables, x, mask), (variables, x + 1.0, mask)]
   with pytest.raises(ValueError, match='must not wrap JAX-transformed function'):
     chex.assert_max_traces(module.apply, n=1)                 # why assert_traces wraps it
-  outputs = T.assert_traces(module.apply, same, n=1)
+  outputs = retrace.assert_traces(module.apply, same, n=1)
   np.testing.assert_allclose(outputs[0], module.apply(variables, x, mask), atol=1e-6)
   with pytest.raises(AssertionError, match='^retrace: '):
-    T.assert_traces(module.apply, same + [(variables, x_long, mask_long)], n=1)
-  T.assert_traces(module.apply, same + [(variables, x_long, mask_long)], n=2)
+    retrace.assert_traces(module.apply, same + [(variables, x_long, mask_long)], n=1)
+  retrace.assert_traces(module.apply, same + [(variables, x_long, mask_long)], n=2)
   jitted = jax.jit(module.apply)
-  T.assert_traces(jitted, same, n=1)
-  T.assert_traces(jitted, same, n=0)                           # already compiled for that shape
+  retrace.assert_traces(jitted, same, n=1)
+  retrace.assert_traces(jitted, same, n=0)                     # already compiled for that shape
   with pytest.raises(AssertionError, match='compiled 1 times in 1 calls'):
-    T.assert_traces(jitted, [(variables, x_long, mask_long)], n=0)
+    retrace.assert_traces(jitted, [(variables, x_long, mask_long)], n=0)
 
 
 def test_assert_close_names_the_worst_position_and_nan():

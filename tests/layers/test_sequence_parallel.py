@@ -10,7 +10,8 @@ import pytest
 from poolformers_jax.layers import build_mixer
 from poolformers_jax.layers.ponet import PoNet
 from poolformers_jax.layers.sequence_parallel import BATCH, map_shards, sharded_sequences
-from poolformers_jax.testing import assert_sequence_parallel, sequence_mesh
+from poolformers_jax.testing import assert_sequence_parallel
+from poolformers_jax.trainer.sharding import make_mesh
 
 
 # Chunks crossing every shard boundary (13 tokens against shards of 12) are the next test's.
@@ -37,7 +38,7 @@ def test_ponet_moves_nothing_that_grows_with_the_length():
 def test_halo_and_collectives_are_those_of_the_whole_sequence():
   """map_shards on 4 shards: the halo is the neighbours' tokens (fill at the ends), psum the
   total, offset the global position."""
-  mesh = sequence_mesh(4, jax.devices()[:4])
+  mesh = make_mesh(4, {'sequence': 4})
   x = jnp.arange(2 * 16, dtype=jnp.float32).reshape(2, 16, 1)
 
   def core(shard, x):
@@ -59,7 +60,7 @@ def test_halo_and_collectives_are_those_of_the_whole_sequence():
 
 
 def test_a_mixer_without_a_sequence_parallel_form_is_refused_naming_those_with_one():
-  mesh = sequence_mesh(2, jax.devices()[:2])
+  mesh = make_mesh(2, {'sequence': 2})
   with sharded_sequences(mesh):
     with pytest.raises(ValueError, match=r"no sequence-parallel form.*'ponet'"):
       build_mixer('sac', num_heads=2)
@@ -67,7 +68,7 @@ def test_a_mixer_without_a_sequence_parallel_form_is_refused_naming_those_with_o
 
 
 def test_a_length_the_shards_do_not_divide_is_refused_in_one_line():
-  mesh = sequence_mesh(4, jax.devices()[:4])
+  mesh = make_mesh(4, {'sequence': 4})
   x = jnp.zeros((1, 10, 8))
   mixer = PoNet(num_heads=2, segment_num=2)
   variables = mixer.init(jax.random.PRNGKey(0), x)

@@ -9,7 +9,8 @@ import pytest
 
 from poolformers_jax.layers.attention import LinearAttention, MultiHeadAttention
 from poolformers_jax.layers.sequence_parallel import sharded_sequences
-from poolformers_jax.testing import assert_sequence_parallel, sequence_mesh
+from poolformers_jax.testing import assert_sequence_parallel
+from poolformers_jax.trainer.sharding import make_mesh
 
 # use_bias=False: softmax is blind to the key bias (it adds the same q . b to a whole row of
 # scores), so that gradient is rounding noise, which no relative tolerance can compare.
@@ -58,7 +59,7 @@ def test_dropout_on_the_weights_is_refused_sequence_sharded_in_one_line():
   mixer = MultiHeadAttention(2, dropout_rate=0.1, dropout_on='weights')
   x = jnp.zeros((2, 8, 8))
   variables = mixer.init(jax.random.PRNGKey(0), x)
-  with sharded_sequences(sequence_mesh(2, jax.devices()[:2])):
+  with sharded_sequences(make_mesh(2, {'sequence': 2})):
     with pytest.raises(ValueError, match=r"dropout_on='weights' cannot run sequence-sharded"):
       jax.eval_shape(lambda v: mixer.apply(v, x, deterministic=False,
                                            rngs={'dropout': jax.random.PRNGKey(1)}), variables)

@@ -10,8 +10,8 @@ from poolformers_jax.models import build_model
 from poolformers_jax.models import seq2seq_decode as sd
 from poolformers_jax.models.seq2seq import TransformerSeq2Seq
 from poolformers_jax import tasks
-from poolformers_jax import testing as T
 from poolformers_jax.tasks.translation import length_batches
+import retrace
 
 VOCAB = 40
 CP_VARIANTS = {'plain': None, 'cp': {},
@@ -285,5 +285,5 @@ def test_the_decoder_compiles_once_per_bucket_shape():
   batches = [(params, ids) for _, ids in length_batches(sources, batch_tokens=16, multiple=2)]
   assert [ids.shape for _, ids in batches] == [(2, 8), (2, 8), (2, 12)]
   run = sd.make_translate(model, None, beam_size=1)
-  T.assert_traces(run, batches, n=2)
-  T.assert_traces(run, batches, n=0)   # decoding the same buckets again compiles nothing
+  retrace.assert_traces(run, batches, n=2)
+  retrace.assert_traces(run, batches, n=0)   # decoding the same buckets again compiles nothing

@@ -18,7 +18,6 @@ from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.trainer import setup as setup_lib
 from poolformers_jax.trainer.metrics import read_metrics
 from poolformers_jax.trainer.setup import make_setup
-from poolformers_jax.testing import collectives
 
 import lra_listops
 
@@ -195,5 +194,5 @@ def test_a_sequence_sharded_ponet_step_moves_nothing_that_grows_with_the_length(
         'data.max_length': length, 'batch_size': 1, 'mesh.data': 1, 'mesh.sequence': 8,
         'model.mixer_kwargs.segment_num': 4})
     compiled = step_lib.compile_train_step(make_setup(config, need_files=False)).run
-    found.append(sorted(collectives(compiled.as_text())))
+    found.append(sorted(sharding.collective_ops(compiled.as_text())))
   assert found[0] and found[0] == found[1]

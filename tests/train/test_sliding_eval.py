@@ -18,9 +18,9 @@ import pytest
 import enwik8
 from poolformers_jax.data import text_lm
 from poolformers_jax.trainer import setup as setup_lib
-from poolformers_jax import testing as T
 from poolformers_jax.eval import evaluate_state
 from poolformers_jax.trainer.step import make_eval_step
+import retrace
 
 ALPHABET = list('abcdefghijklmnopqrstuvwxyz ')
 
@@ -74,9 +74,9 @@ def test_sliding_bpc_equals_brute_force(tmp_path):
   expected_loss, expected_count = _brute_force(setup, state.params, test_ids, context, step)
   # The eval step compiles once for the split: its padded last batch reuses the program.
   step = make_eval_step(setup)
-  metrics = T.assert_driver_traces(
+  metrics = retrace.assert_driver_traces(
       step, lambda run: evaluate_state(setup, state, 'test', batch_size=8, eval_step=run), n=1)
-  assert T.compilations(step) == 1
+  assert retrace.compilations(step) == 1
   assert metrics['count'] == expected_count == 44
   np.testing.assert_allclose(metrics['loss'] * metrics['count'], expected_loss, rtol=2e-6)
   assert metrics['bits_per_token'] == pytest.approx(metrics['loss'] / math.log(2))
