@@ -1,13 +1,13 @@
 r"""The papers' efficiency tables in one command: whole TRAINING steps of the LRA text model.
 
-Mode `train` (default): THE training step of the trainer (trainer/step.py: forward with dropout,
+Mode `train` (default): the training step of the trainer (trainer/step.py: forward with dropout,
 backward, the AdamW update of `configs/lra_text.py`, metric sums and the NaN guard) of the LRA text model (2 pre-LN layers, dim 64,
 2 heads, FFN 128, mean pooling; batch 32 as in PoNet's table, `--batch` / `--dtype` change it) for
 every registered mixer, for:
 - `softmax/<impl>`: softmax attention in each `MultiHeadAttention.implementation` that runs on
   this device ('explicit' = the papers' naive float32 baseline, 'xla', and 'cudnn' on NVIDIA GPUs
   with bf16/fp16);
-- `none`: the no-mixing lower bound. Its mixer keeps EVERY projection of softmax attention (the
+- `none`: the no-mixing lower bound. Its mixer keeps every projection of softmax attention (the
   query, key, value and out Dense layers, 4 x dim^2 weights + biases, and attention's output
   dropout) and skips everything between them: y = out(q * k + v), position by position. No token
   sees another, so no mixer can cost less. (Not out(q + k + v): there the three projections get

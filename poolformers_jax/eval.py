@@ -11,7 +11,7 @@ then `error: disk full: ...`, exit code 3). The model is always the run's
 config.imports names are imported only with --trust_imports: a run directory runs no code
 unasked), and a --config whose model differs is refused naming the differing keys (data settings
 may differ: another test file, say). The checkpoint is verified against its integrity record; a
-damaged or mismatched one, or any other bad input, ends with one line `error: ...` and exit code
+damaged or mismatched one, or any other bad input, ends as `error: ...` with exit code
 2 (--verbose_errors: traceback). Multi-process flags as train (--distributed,
 --coordinator_address, ...).
 
@@ -37,7 +37,7 @@ from typing import Any, Iterable, Optional, Sequence, Union
 
 from poolformers_jax import extras
 
-extras.require('train', __name__)   # first: a missing extra is one line naming it
+extras.require('train', __name__)   # first: a missing extra names itself
 
 import jax
 import ml_collections

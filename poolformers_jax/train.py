@@ -5,7 +5,7 @@ it.
                                       (or `python train.py ...`, `poolformers-jax train ...`)
 
 --config is a config file, or a shipped one by name (`lra_listops:ponet,tiny`:
-`poolformers_jax.config.resolve`). A bad config, dataset or checkpoint ends with one line
+`poolformers_jax.config.resolve`). A bad config, dataset or checkpoint ends as
 `error: ...` and exit code 2 (--verbose_errors for the traceback); a diverged run (non-finite
 loss) with exit code 1. Multi-process (--distributed=auto, the default): under SLURM, Open MPI, a
 Cloud TPU pod or Kubernetes jax finds the processes itself; elsewhere set JAX_COORDINATOR_ADDRESS,
@@ -42,7 +42,7 @@ from typing import Any, Optional, Sequence
 
 from poolformers_jax import extras
 
-extras.require('train', __name__)   # first: a missing extra is one line naming it
+extras.require('train', __name__)   # first: a missing extra names itself
 
 import jax
 import ml_collections
@@ -337,7 +337,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
       writer.write(step, 'test', test)
       write_eval_json(workdir, 'test', test)
   except BaseException:
-    with contextlib.suppress(Exception):   # the error that stopped the run is the one reported
+    with contextlib.suppress(Exception):   # report the error that stopped the run
       writer.close()
     raise
   finally:

@@ -53,11 +53,6 @@ RESTRUCTURING = frozenset({
     'poolformers_jax/layers/ponet.py',
     'poolformers_jax/layers/adamra.py', 'poolformers_jax/layers/attention.py',
     'poolformers_jax/layers/sequence_parallel.py', 'poolformers_jax/layers/registry.py',
-    'poolformers_jax/testing.py', 'poolformers_jax/trainer/accelerators.py',
-    'poolformers_jax/train.py', 'poolformers_jax/eval.py', 'poolformers_jax/cli.py',
-    'poolformers_jax/trainer/setup.py', 'poolformers_jax/trainer/step.py',
-    'poolformers_jax/config/completion.py', 'poolformers_jax/config/validate.py',
-    'benchmarks/efficiency.py',
 })
 
 

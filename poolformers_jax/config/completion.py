@@ -33,7 +33,7 @@ def _fill_model_sizes(config: ml_collections.ConfigDict, info) -> None:
 
 def steps_from_epochs(config: ml_collections.ConfigDict, info) -> None:
   """config.num_train_epochs > 0: num_train_steps = ceil(epochs x training examples / batch_size)
-  (the examples of the dataset's info; one line if it does not know them)."""
+  (the examples of the dataset's info; a ValueError if it does not know them)."""
   epochs = config.get('num_train_epochs', 0)
   if not epochs:
     return

@@ -1,4 +1,4 @@
-"""What a run costs on an accelerator this machine does not have: THE training step (and the eval
+"""What a run costs on an accelerator this machine does not have: the training step (and the eval
 step) compiled for a TPU slice (libtpu's compile-only topologies; any machine, no TPU needed), or
 exported for CUDA as StableHLO (`jax.export`; a GPU compile needs a GPU).
 
@@ -43,7 +43,7 @@ LIBTPU_PIN = 'libtpu==0.0.42.1'   # what jax[tpu]==0.10.2 pins
 
 
 class AcceleratorError(ValueError):
-  """A request this module cannot serve (no libtpu, unknown slice): one line, what to do."""
+  """A request this module cannot serve (no libtpu, unknown slice), and what to do."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +180,7 @@ def program_report(compiled, chip: Chip, num_devices: int) -> dict[str, Any]:
 
 def fit_advice(topology: str, config, *, devices: int, temp: float, fixed: float,
                hbm: float) -> str:
-  """One line for a training step that does not fit a chip: by how much, and the gradient
+  """The message for a training step that does not fit a chip: by how much, and the gradient
   accumulation that keeps the global batch while cutting the per-chip one. Temporaries
   (activations) scale with the per-chip batch; `fixed` bytes (parameters, optimizer state,
   outputs) do not, so when they alone exceed the chip only sharding them would help."""
@@ -205,7 +205,7 @@ def fit_advice(topology: str, config, *, devices: int, temp: float, fixed: float
 
 def _compile_or_advise(setup: Setup, topology: str):
   """The compiled training step; libtpu refuses one whose temporaries exceed the chip
-  (RESOURCE_EXHAUSTED at compile time): then one line with the change that makes it fit."""
+  (RESOURCE_EXHAUSTED at compile time): then the change that makes it fit."""
   try:
     return step_lib.compile_train_step(setup).run
   except jax.errors.JaxRuntimeError as e:
@@ -268,7 +268,7 @@ def _one_program(setup: Setup) -> None:
 
 
 def export_for_cuda(setup: Setup) -> Any:
-  """THE training step of `setup` exported for CUDA (`jax.export`, StableHLO): what a GPU would
+  """The training step of `setup` exported for CUDA (`jax.export`, StableHLO): what a GPU would
   compile, lowered on this machine. The mesh is the setup's (one device per mesh device)."""
   _one_program(setup)
   return jax.export.export(step_lib.make_train_step(setup, 'cuda'), platforms=['cuda'])(

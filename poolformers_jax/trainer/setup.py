@@ -2,7 +2,7 @@
 `Setup` that training, evaluation, `summary`, `load_run` and the benchmarks build their steps from.
 
 The config is completed here (on a resume with the run's own model: config/completion.py) and
-checked before anything is built, so a bad key, size or mesh fails in one line before compiling.
+checked before anything is built, so a bad key, size or mesh fails before compiling.
 The train state (Flax's TrainState, plus BatchNorm statistics where a model has them) is created
 here too, directly sharded as the Setup's `state_shardings` say.
 """

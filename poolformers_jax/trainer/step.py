@@ -52,7 +52,7 @@ def batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
 
 
 def _all_finite(tree: Any) -> jax.Array:
-  """Whether every float leaf is finite: the finite leaves counted in ONE integer reduction.
+  """Whether every float leaf is finite: the finite leaves counted in a single integer reduction.
   (XLA:CPU turns an and-reduction of the leaves' flags into a chain of scalar ands and copies it
   into the select of every leaf: HLO quadratic in the leaf count, minutes of compilation.)"""
   flags = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
