@@ -15,7 +15,7 @@ process), each round's medians, and what XLA's analysis of the compiled step say
 accessed, temporary bytes: deterministic, unlike the times). Compare two commits with a
 worktree of the old one:
 
-  git worktree add /tmp/ponet_old 964c730
+  git worktree add /tmp/ponet_old <an older commit>
   python benchmarks/ponet_step.py --trees old=/tmp/ponet_old,new=. --rounds 3 \
       --output /tmp/ponet_step.json
 """

@@ -222,8 +222,7 @@ class AdaMRA(nn.Module):
   traits = MixerTraits(
       padding_amount='its segments are floor(L * rate) chunks of the padded length L',
       sequence_parallel=True,
-      sequence_parallel_note=('the partial segment sums and token counts of every head, '
-                              'all-reduced at the compressed length [B, m_h, D] / [B, m_h]'))
+      sequence_parallel_note='partial segment sums and counts all-reduced, [B, m_h, D] / [B, m_h]')
 
   def _check_options(self, name: str) -> None:
     if self.routing not in ROUTINGS:
