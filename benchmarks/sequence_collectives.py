@@ -15,7 +15,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from poolformers_jax.layers import build_mixer  # noqa: E402
-from poolformers_jax.layers.sequence_parallel import sharded_sequences  # noqa: E402
+from poolformers_jax.layers.sequence_parallel import SEQUENCE_AXIS, sharded_sequences  # noqa: E402
 from poolformers_jax.trainer.sharding import batch_sharded, collective_ops, make_mesh  # noqa: E402
 
 MIXERS = {'ponet': dict(num_heads=2, segment_num=4), 'linear': dict(num_heads=2),
@@ -23,7 +23,7 @@ MIXERS = {'ponet': dict(num_heads=2, segment_num=4), 'linear': dict(num_heads=2)
 
 
 def main():
-  mesh = make_mesh(sizes={'sequence': 8})
+  mesh = make_mesh(sizes={SEQUENCE_AXIS: 8})
   tokens = batch_sharded(mesh, 2)
   for name, kwargs in MIXERS.items():
     for length in (96, 192):

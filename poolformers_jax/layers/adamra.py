@@ -41,13 +41,14 @@ What the paper leaves open, and what we decided (see also docs/papers/adamra.md)
   and attends in its routed head only (tokens grouped by head into blocks, routed_kernel_attention);
   routing 'none' and the softmax ablation evaluate every head. Same values either way.
 - Dropout (the paper is silent): on the summed heads before W^O, as MultiHeadAttention does.
-- Sequence parallelism: the segments are those of the whole
-  sequence; each shard sums its tokens into the segments they fall in (a segment may straddle
-  shards) and the partial sums are all-reduced at the compressed length [B, m_h, D + 1] (sums and
-  token counts), never the full one. Routing and attention over the compressed keys are per token.
+- Sequence parallelism: the segments are those of the whole sequence; each shard sums its tokens
+  into the segments they fall in (a segment may straddle shards) and the partial sums and token
+  counts are all-reduced at the compressed length ([B, m_h, D] and [B, m_h]), never the full
+  one. Routing and attention over the compressed keys are per token.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional, Sequence
 
@@ -61,7 +62,7 @@ from poolformers_jax.layers.attention import (FEATURE_MAPS, linear_attention, me
 from poolformers_jax.layers.common import (Array, Dtype, Projection, attention_bias,
                                            check_heads, check_sequence_input, compute_dtype)
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
-from poolformers_jax.layers.sequence_parallel import Shard, map_shards
+from poolformers_jax.layers.sequence_parallel import SAME, TOKENS, Shard, map_shards
 
 ROUTINGS = ('learned', 'random', 'none')
 ROUTER_GATES = ('probability', 'straight_through')
@@ -81,57 +82,28 @@ def num_segments(length: int, rate: float, name: str = 'AdaMRA') -> int:
   return count
 
 
-def segment_means(x: Array, mask: Array, count: int) -> tuple[Array, Array]:
+def segment_means(x: Array, mask: Array, count: int, shard: Optional[Shard] = None
+                  ) -> tuple[Array, Array]:
   """Means of `x: [B, n, F]` over `count` contiguous segments of ceil(n / count) tokens.
 
   The input is right-padded to count * ceil(n / count); padded positions and tokens with
   `mask` False are left out. Returns (means [B, count, F] in x.dtype, valid [B, count] bool),
   valid = the segment holds at least one real token. Sums are taken in float32.
+
+  On a shard of the sequence (`shard`, `x` its tokens) the segments are those of the whole
+  length: the shard sums its tokens into the segments they fall in, and the partial sums and
+  token counts are all-reduced at the compressed length [B, count, F] / [B, count] (a segment
+  may continue on other shards).
   """
-  batch, length, features = x.shape
-  seg_len = -(-length // count)
-  pad = count * seg_len - length
-  real = jnp.pad(mask.astype(bool), ((0, 0), (0, pad)))
+  shard = shard or Shard(1, x.shape[1])
+  chunks = shard.chunks(-(-shard.count * shard.length // count), total=count)
+  real = mask.astype(bool)
   # jnp.where, not a product, so inf / nan in padding cannot leak into the means; XLA fuses the
   # pad, where and float32 sum into one reduction, so no padded copy of x is materialised.
-  xs = jnp.where(real[..., None], jnp.pad(x, ((0, 0), (0, pad), (0, 0))), 0)
-  sums = xs.reshape(batch, count, seg_len, features).sum(axis=2, dtype=jnp.float32)
-  tokens = real.reshape(batch, count, seg_len).sum(axis=2)
+  sums = chunks.reduce(x, functools.partial(jnp.sum, dtype=jnp.float32), 0, where=real)
+  tokens = chunks.reduce(real, jnp.sum, False)
+  sums, tokens = shard.psum(chunks.everywhere((sums, tokens)))
   means = sums / jnp.maximum(tokens, 1)[..., None].astype(jnp.float32)
-  return means.astype(x.dtype), tokens > 0
-
-
-def sharded_segment_means(x: Array, mask: Array, count: int, shard: Shard
-                          ) -> tuple[Array, Array]:
-  """`segment_means` of the whole sequence, on this shard's tokens `x: [B, l, F]`: the segments
-  are those of the whole (padded) length. The shard sums its tokens into the `span` segments it
-  touches, places them at their global index in [B, count, F + 1] (sums beside token counts) and
-  all-reduces that: the first and last segment may continue on other shards."""
-  if shard.count == 1:
-    return segment_means(x, mask, count)
-  batch, length, features = x.shape
-  seg_len = -(-shard.count * length // count)
-  start = shard.offset % seg_len                   # where the shard begins in its first segment
-  first = shard.offset // seg_len                  # that segment's index
-  real = mask.astype(bool)
-  xs = jnp.concatenate([jnp.where(real[..., None], x, 0).astype(jnp.float32),
-                        real[..., None].astype(jnp.float32)], axis=-1)   # [B, l, F + 1]
-  if seg_len >= length:   # the shard touches at most two segments: split at the one boundary
-    span = 2
-    second = (start + jnp.arange(length)) >= seg_len
-    partial = jnp.stack([jnp.sum(jnp.where(second[:, None], 0, xs), axis=1),
-                         jnp.sum(jnp.where(second[:, None], xs, 0), axis=1)], axis=1)
-  else:                   # whole segments inside the shard: a reshape of the placed tokens
-    span = -(-length // seg_len) + 1
-    placed = jax.lax.dynamic_update_slice(
-        jnp.zeros((batch, span * seg_len, features + 1), jnp.float32), xs, (0, start, 0))
-    partial = placed.reshape(batch, span, seg_len, features + 1).sum(axis=2)   # [B, span, F + 1]
-  # A buffer `span` longer than `count`, so the update never clamps at the last segments.
-  sums = jax.lax.dynamic_update_slice(
-      jnp.zeros((batch, count + span, features + 1), jnp.float32), partial, (0, first, 0))
-  sums = shard.psum(sums[:, :count])
-  tokens = sums[..., -1]
-  means = sums[..., :-1] / jnp.maximum(tokens, 1)[..., None]
   return means.astype(x.dtype), tokens > 0
 
 
@@ -249,8 +221,8 @@ class AdaMRA(nn.Module):
 
   traits = MixerTraits(
       padding_amount='its segments are floor(L * rate) chunks of the padded length L',
-      sequence_parallel=('the partial segment sums and token counts of every head, all-reduced '
-                         'at the compressed length [B, m_h, D + 1]'))
+      sequence_parallel=True,
+      sequence_parallel_note='partial segment sums and counts all-reduced, [B, m_h, D] / [B, m_h]')
 
   def _check_options(self, name: str) -> None:
     if self.routing not in ROUTINGS:
@@ -306,7 +278,7 @@ class AdaMRA(nn.Module):
     # The projections and the router act per token; the core below runs on each sequence shard
     # (the whole sequence when the model is not sequence-sharded).
     def core(shard, x, mask, chosen, gate, maps):
-      heads = [sharded_segment_means(x, mask, count, shard) for count in counts]
+      heads = [segment_means(x, mask, count, shard) for count in counts]
       heads = [(affine(means, maps['key'][h]), affine(means, maps['value'][h]), valid)
                for h, (means, valid) in enumerate(heads)]
       if chosen is None or self.feature_map == 'softmax':
@@ -318,7 +290,7 @@ class AdaMRA(nn.Module):
                            for t in (affine(x, maps['query'][h]), k_h, v_h))
           weight = 1.0 if chosen is None else jnp.where(chosen == h, gate, 0)[..., None]
           mixed = mixed + weight * merge_heads(self._attend(q_h, k_h, v_h, valid))
-        return mixed
+        return TOKENS(mixed)
       # Each query only in the head it is routed to: a third of the work of evaluating all
       # heads and keeping one (same values; see routed_kernel_attention).
       kernels, biases = zip(*maps['query'])
@@ -326,11 +298,12 @@ class AdaMRA(nn.Module):
       states = [kernel_attention_state(*(split_heads(t, self.num_heads) for t in (k_h, v_h)),
                                        valid, FEATURE_MAPS[self.feature_map])
                 for k_h, v_h, valid in heads]
-      return gate[..., None] * routed_kernel_attention(
+      return TOKENS(gate[..., None] * routed_kernel_attention(
           x, chosen, jnp.stack(kernels), biases, jnp.stack(states, axis=1),
-          FEATURE_MAPS[self.feature_map], dtype)
+          FEATURE_MAPS[self.feature_map], dtype))
 
-    mixed = map_shards(core, (x, mask, chosen, gate, maps), (1, 1, 1, 1, None), 1, owner=name)
+    mixed = map_shards(core, TOKENS(x), TOKENS(mask), TOKENS(chosen), TOKENS(gate), SAME(maps),
+                       owner=name)
     mixed = nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
     return nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name='out')(mixed)  # W^O of Eq. 8
 

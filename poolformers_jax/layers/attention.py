@@ -35,7 +35,8 @@ from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, apply_rotary, 
                                            check_sequence_input, compute_dtype, segment_allowed)
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers import sequence_parallel
-from poolformers_jax.layers.sequence_parallel import Shard, map_shards
+from poolformers_jax.layers.sequence_parallel import (HEAD_TOKENS, SAME, TOKENS, Shard,
+                                                      map_shards)
 
 
 def split_heads(x: Array, num_heads: int) -> Array:
@@ -151,8 +152,10 @@ class MultiHeadAttention(nn.Module):
   rotary: bool = False   # rotary positions on q and k (RoFormer; common.apply_rotary)
   traits = MixerTraits(
       two_d='no (images as flattened patches)',
-      sequence_parallel=('the quadratic baseline: all keys and values [B, L, D] (and the key '
-                         'mask) gathered on every shard, growing with the length; queries local'))
+      sequence_parallel=True,
+      sequence_parallel_note=('the quadratic baseline: all keys and values [B, L, D] (and the '
+                              'key mask) gathered on every shard, growing with the length; '
+                              'queries local'))
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -212,13 +215,15 @@ class MultiHeadAttention(nn.Module):
             bias = jnp.where(allowed[:, None], bias, NEG_INF)
         else:
           bias = jnp.where(allowed[:, None], 0.0, NEG_INF).astype(jnp.float32)
-        return softmax_attention(q, k, v, bias, drop if drop_weights else None)
+        out, weights = softmax_attention(q, k, v, bias, drop if drop_weights else None)
+        return HEAD_TOKENS(out), HEAD_TOKENS(weights)   # [B, H, L, Dh], [B, H, L, L]
       heads = lambda t: t.reshape(t.shape[:2] + (self.num_heads, head_dim))   # [B, L, H, Dh]
-      return fused_attention(heads(q), heads(k), heads(v), mask if allowed is None else allowed,
-                             causal, implementation), None
+      return TOKENS(fused_attention(heads(q), heads(k), heads(v),
+                                    mask if allowed is None else allowed, causal,
+                                    implementation)), SAME(None)
 
-    out, weights = map_shards(core, (q, k, v, mask, segment_ids), (1, 1, 1, 1, 1),
-                              (2, 2) if implementation == 'explicit' else (1, None), owner=name)
+    out, weights = map_shards(core, TOKENS(q), TOKENS(k), TOKENS(v), TOKENS(mask),
+                              TOKENS(segment_ids), owner=name)
     if implementation == 'explicit':
       self.sow('intermediates', 'attention_weights', weights)
       out = merge_heads(out if on_weights else drop(out))
@@ -283,21 +288,21 @@ class LinearAttention(nn.Module):
   `normalizer`: 'keys' (Katharopoulos et al.) or 'padded_length' (the LRA reference code's form,
   family `linear_reference`; see `linear_attention`). No rotary positions (no `rotary` field):
   RoFormer's linear form (Eq. 19) rotates phi(q), phi(k) in the numerator only, another function
-  than this one."""
+  than this one. No dropout field: kernel attention forms no weights to drop (the block drops
+  the mixer's output)."""
   num_heads: int
   feature_map: str = 'elu+1'
   causal: bool = False
-  dropout_rate: float = 0.0  # accepted for interface parity; kernel attention has no weights to drop
   use_bias: bool = True
   dtype: Optional[Dtype] = None
   normalizer: Literal['keys', 'padded_length'] = 'keys'
   traits = MixerTraits(
       padding_amount=lambda o: ("normalizer='padded_length' scales by the padded length"
                                 if o['normalizer'] == 'padded_length' else ''),
-      not_by_design={'dropout': 'kernel attention has no weights to drop (dropout_rate is unused)'},
-      sequence_parallel=('the key-value state [B, H, Dh, Dh] and normaliser [B, H, Dh], '
-                         "all-reduced; causal: every shard's [B, H, Dh, Dh + 1] states gathered "
-                         '(LASP-2)'))
+      sequence_parallel=True,
+      sequence_parallel_note=('the key-value state [B, H, Dh, Dh] and normaliser [B, H, Dh], '
+                              "all-reduced; causal: every shard's [B, H, Dh, Dh + 1] states "
+                              'gathered (LASP-2)'))
 
   @nn.compact
   def __call__(self, x: Array, mask: Optional[Array] = None, *,
@@ -313,7 +318,8 @@ class LinearAttention(nn.Module):
     phi = FEATURE_MAPS[self.feature_map]
     q, k, v = (split_heads(dense(n)(x), self.num_heads) for n in ('query', 'key', 'value'))
     # The sums over keys run on each sequence shard.
-    core = lambda shard, q, k, v, mask: linear_attention(q, k, v, mask, self.causal,
-                                                         normalizer=self.normalizer, shard=shard)
-    out = map_shards(core, (phi(q), phi(k), v, mask), (2, 2, 2, 1), 2, owner=name)
+    core = lambda shard, q, k, v, mask: HEAD_TOKENS(linear_attention(
+        q, k, v, mask, self.causal, normalizer=self.normalizer, shard=shard))
+    out = map_shards(core, HEAD_TOKENS(phi(q)), HEAD_TOKENS(phi(k)), HEAD_TOKENS(v), TOKENS(mask),
+                     owner=name)
     return dense('out')(merge_heads(out))

@@ -519,9 +519,11 @@ class ContextPoolAttention(ContextPoolOptions):
   traits = MixerTraits(
       two_d=('yes: `token_grid=(H, W)` pools on the patch grid, `prefix_tokens` (class token) '
              'kept out'),
-      no_sequence_parallel=("Eq. 4's Gaussian weighs every token (sigma_i = r n s_i reaches r n "
-                            'tokens of the whole length, and its support is unbounded, so no halo '
-                            'gives the same values) and the softmax attention after it is global'))
+      sequence_parallel=False,
+      sequence_parallel_note=("Eq. 4's Gaussian weighs every token (sigma_i = r n s_i reaches "
+                              'r n tokens of the whole length, and its support is unbounded, so no '
+                              'halo gives the same values) and the softmax attention after it is '
+                              'global'))
   num_heads: int
   causal: bool = False
   dropout_rate: float = 0.0

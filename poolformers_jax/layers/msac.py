@@ -190,9 +190,10 @@ class SACOptions(nn.Module):
       shapes=('`[B, L, D]` → `[B, L, D]`; or images `[B, H, W, C]` → `[B, H / strides, '
               'W / strides, features or C]`'),
       mask='yes (sequences)', two_d='yes: an image input is the 2-D form',
-      no_sequence_parallel=('its windows would take a halo, but the attention between the '
-                            'patches is global softmax attention over every token (Sec. 3), so '
-                            "each shard would need the whole sequence's keys and values"))
+      sequence_parallel=False,
+      sequence_parallel_note=('its windows would take a halo, but the attention between the '
+                              'patches is global softmax attention over every token (Sec. 3), so '
+                              "each shard would need the whole sequence's keys and values"))
   num_heads: int
   features: Optional[int] = None      # output channels; None = the input's
   heads: HeadForm = 'full'

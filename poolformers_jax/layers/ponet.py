@@ -19,8 +19,8 @@ What the slides leave open, pinned down by the authors' code (lxchtan/PoNet; doc
   (sentences, BERT style) override `segment_num`; then padding is fully irrelevant.
 - BERT version ("clsgsepg", on in the released checkpoint): with `boundary_mask` ([CLS]/[SEP]
   tokens) the boundary tokens are kept out of every local window and get no SMP/LMP term.
-- The official mixer has no dropout inside; `dropout_rate` is accepted for interface parity
-  and unused (the surrounding block applies dropout to the mixer output).
+- The official mixer has no dropout inside, so PoNet has no dropout field (the surrounding block
+  applies dropout to the mixer output).
 
 Ablations of the paper's Table "Ablation Analysis" are switches: `use_ga=False` (w/o GA),
 `use_ga_cross_attention=False` (w/o SS-GA: g' = g), `use_smp=False`, `use_lmp=False`
@@ -43,7 +43,8 @@ from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, Projection, ch
                                            check_sequence_input, compute_dtype)
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers import sequence_parallel
-from poolformers_jax.layers.sequence_parallel import Shard, map_shards
+from poolformers_jax.layers.sequence_parallel import (HEAD_TOKENS, SAME, TOKENS, Shard,
+                                                      map_shards)
 
 
 def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
@@ -64,7 +65,7 @@ def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
     s_ih  = g_h . k_ih / sqrt(Dh) = x_i . (Wk_h g_h) / sqrt(Dh) + c_h   (c_h: the softmax drops it)
     g'_h  = sum_i w_ih k_ih = (sum_i w_ih x_i) Wk_h + bk_h             (the weights sum to 1)
 
-  Sequence-sharded (`shard`: this device's tokens of the sequence), the sums over tokens are
+  On a shard of the sequence (`shard`: this device's tokens) the sums over tokens are
   all-reduced as [B, D] / [B, H] / [B, H, D] partials and the softmax takes the largest score
   of all shards: what crosses devices does not grow with the length.
   """
@@ -81,13 +82,7 @@ def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
   w_k = w_k.reshape(dim, num_heads, head_dim)
   probe = jnp.einsum('bhe,dhe->bdh', g.reshape(batch, num_heads, head_dim), w_k)  # Wk_h g_h
   scores = jnp.einsum('bld,bdh->bhl', x32, probe) / jnp.sqrt(jnp.float32(head_dim))
-  scores = jnp.where(mask[:, None, :], scores, NEG_INF)
-  if shard.count == 1:
-    weights = jax.nn.softmax(scores, axis=-1)
-  else:   # the softmax over all shards' tokens: the largest score of all, then the summed exps
-    top = shard.pmax(jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True)))
-    exps = jnp.exp(scores - top)
-    weights = exps / shard.psum(jnp.sum(exps, axis=-1, keepdims=True))
+  weights = shard.softmax(jnp.where(mask[:, None, :], scores, NEG_INF))   # over every shard
   pooled = shard.psum(jnp.einsum('bhl,bld->bhd', weights, x32))  # second stage: value = K
   g_prime = jnp.einsum('bhd,dhe->bhe', pooled, w_k) + b_k.reshape(num_heads, head_dim)
   return g_prime.reshape(batch, dim), weights
@@ -118,41 +113,13 @@ def chunk_segment_ids(length: int, segment_num: int) -> Array:
 
 def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Optional[Shard] = None) -> Array:
   """SMP over the LRA chunks (`chunk_segment_ids`); equal to `segment_max_pool` with those ids,
-  computed with a reshape instead of a scatter. Sequence-sharded: `_sharded_chunk_max_pool`."""
-  if shard is not None and shard.count > 1:
-    return _sharded_chunk_max_pool(x, mask, segment_num, shard)
-  b, l, d = x.shape
-  seg_len = l // segment_num + 1
-  num_chunks = -(-l // seg_len)
-  padded = jnp.pad(_padding_never_wins(x, mask), ((0, 0), (0, num_chunks * seg_len - l), (0, 0)),
-                   constant_values=NEG_INF)
-  pooled = jnp.max(padded.reshape(b, num_chunks, seg_len, d), axis=2)
-  return jnp.where(mask[..., None], jnp.repeat(pooled, seg_len, axis=1)[:, :l], 0)
-
-
-def _sharded_chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Shard) -> Array:
-  """`chunk_max_pool` of the whole sequence, on this shard's tokens. The chunks are those of the
-  whole (padded) length; a chunk inside the shard is pooled here, and the first and last chunk
-  the shard touches may continue on other shards: every shard publishes the partial maxima of
-  those two ([count, 2, B, D] gathered, whatever the length) and takes, for each of its two, the
-  maximum over every shard's partial of the same chunk."""
-  b, l, d = x.shape
-  seg_len = shard.count * l // segment_num + 1
-  span = -(-l // seg_len) + 1                      # chunks one shard can touch
-  start = shard.offset % seg_len                   # where the shard begins in its first chunk
-  first = shard.offset // seg_len                  # that chunk's index
-  last = (start + l - 1) // seg_len                # the shard's last chunk, counted from `first`
-  placed = jax.lax.dynamic_update_slice(jnp.full((b, span * seg_len, d), NEG_INF, x.dtype),
-                                        _padding_never_wins(x, mask), (0, start, 0))
-  partial = jnp.max(placed.reshape(b, span, seg_len, d), axis=2)           # [B, span, D]
-  ends = jnp.stack([partial[:, 0], jnp.take(partial, last, axis=1)])       # [2, B, D]
-  ids = shard.all_gather(jnp.stack([first, first + last]))                 # [count, 2]
-  every = shard.all_gather(ends)                                           # [count, 2, B, D]
-  whole = lambda chunk: jnp.max(jnp.where((ids == chunk)[..., None, None], every, NEG_INF),
-                                axis=(0, 1))
-  partial = partial.at[:, 0].set(whole(first))
-  partial = jax.lax.dynamic_update_slice_in_dim(partial, whole(first + last)[:, None], last, 1)
-  pooled = jax.lax.dynamic_slice_in_dim(jnp.repeat(partial, seg_len, axis=1), start, l, axis=1)
+  computed with a reshape instead of a scatter. On a shard of the sequence the chunks are those
+  of the whole (padded) length, and a chunk that continues on another shard takes the maximum of
+  every shard's part (`Chunks.join`)."""
+  shard = shard or Shard(1, x.shape[1])
+  chunks = shard.chunks(shard.count * shard.length // segment_num + 1)
+  partial = chunks.reduce(_padding_never_wins(x, mask), jnp.max, NEG_INF)   # [B, chunks, D]
+  pooled = chunks.spread(chunks.join(partial, jnp.max, NEG_INF))
   return jnp.where(mask[..., None], pooled, 0)
 
 
@@ -190,7 +157,6 @@ class PoNet(nn.Module):
   use_ga_cross_attention: bool = True
   use_smp: bool = True
   use_lmp: bool = True
-  dropout_rate: float = 0.0  # unused: the official mixer has no dropout (see module docstring)
   # Every projection's kernel (the BERT version passes normal(0.02), the official init).
   kernel_init: Callable = nn.linear.default_kernel_init
   dtype: Optional[Dtype] = None
@@ -198,11 +164,11 @@ class PoNet(nn.Module):
       padding_amount=lambda o: ('its LRA segments are chunks of the padded length (segment_num '
                                 'of them; with explicit segment_ids it holds)' if o['use_smp']
                                 else ''),
-      not_by_design={'dropout': 'no dropout inside: the official mixer has none (dropout_rate '
-                                'is unused)'},
-      sequence_parallel=("GA: all-reduced [B, D] / [B, H] / [B, H, D] partial sums and the "
-                         "largest score; SMP: the partial maxima of each shard's two end chunks, "
-                         "gathered; LMP: a halo of local_window // 2 tokens from each neighbour"),
+      sequence_parallel=True,
+      sequence_parallel_note=("GA: all-reduced [B, D] / [B, H] / [B, H, D] partial sums and the "
+                              "largest score; SMP: the partial maxima of each shard's two end "
+                              'chunks, gathered (none when the chunks divide the shard); LMP: a '
+                              'halo of local_window // 2 tokens from each neighbour'),
       # BERT-style inputs: SMP pools each sentence, the [CLS]/[SEP] positions are its boundaries;
       # segment_num is then unused.
       sentence_inputs=('segment_ids', 'boundary_mask'), sentence_options={'segment_num': 1})
@@ -260,7 +226,7 @@ class PoNet(nn.Module):
       raise ValueError(f'{name}: explicit segment_ids (sentences) cannot be split over sequence '
                        'shards; use the LRA chunks (segment_num) or --config.mesh.sequence=1.')
 
-    def core(shard, x, mask, not_boundary, h_s, gate, h_l, segment_ids, query, key):
+    def core(shard, *, x, mask, not_boundary, h_s, gate, h_l, segment_ids, query, key):
       gated = jnp.zeros_like(x, dtype)   # (g' + s), times the gate H_O; per shard (x's)
       weights = None
       if self.use_ga:
@@ -275,11 +241,12 @@ class PoNet(nn.Module):
       fused = gated * gate if gate is not None else gated
       if self.use_lmp:
         fused = fused + local_max_pool(h_l, not_boundary, self.local_window, shard)
-      return jnp.where(mask[..., None], fused, 0), weights
+      return TOKENS(jnp.where(mask[..., None], fused, 0)), HEAD_TOKENS(weights)
 
     fused, weights = map_shards(
-        core, (x, mask, not_boundary, h_s, gate, h_l, segment_ids, query, key),
-        (1, 1, 1, 1, 1, 1, 1, None, None), (1, 2), owner=name)
+        core, x=TOKENS(x), mask=TOKENS(mask), not_boundary=TOKENS(not_boundary), h_s=TOKENS(h_s),
+        gate=TOKENS(gate), h_l=TOKENS(h_l), segment_ids=TOKENS(segment_ids), query=SAME(query),
+        key=SAME(key), owner=name)
     if weights is not None:
       self.sow('intermediates', 'ga_weights', weights)
     return dense('out')(fused)

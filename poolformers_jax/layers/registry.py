@@ -41,8 +41,10 @@ class MixerTraits:
                   it); a function of the mixer's options {field: value} where an option decides.
   mask            the padding mask it takes, in words (docs/api.md's column).
   two_d           its 2-D form, in words ('no': none).
-  sequence_parallel     what crosses devices when the sequence is split ('' = no such form,
-                        layers/sequence_parallel.py); `no_sequence_parallel`: why there is none.
+  sequence_parallel  whether it has a sequence-parallel form (layers/sequence_parallel.py): it
+                  runs with the tokens split over devices (config.mesh.sequence > 1).
+  sequence_parallel_note  with that form, what crosses devices; without it, why there is none
+                  (the refusal names it).
   not_by_design   properties of check_mixer other than padding_amount that do not hold by design
                   {property: why}, or a function of the options giving them.
   sentence_inputs call arguments carrying a text's sentence structure that the mixer reads
@@ -53,12 +55,18 @@ class MixerTraits:
   padding_amount: Union[str, Callable[[Mapping[str, Any]], str]] = ''
   mask: str = 'yes'
   two_d: str = 'no'
-  sequence_parallel: str = ''
-  no_sequence_parallel: str = ''
+  sequence_parallel: bool = False
+  sequence_parallel_note: str = ''
   not_by_design: Union[Mapping[str, str], Callable[[Mapping[str, Any]], Mapping[str, str]]] = (
       dataclasses.field(default_factory=dict))
   sentence_inputs: tuple[str, ...] = ()
   sentence_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    if not isinstance(self.sequence_parallel, bool):
+      raise TypeError(f'MixerTraits(sequence_parallel={self.sequence_parallel!r}): pass True or '
+                      'False, and what crosses devices (or why nothing can) as '
+                      'sequence_parallel_note.')
 
   def why_padding_amount_matters(self, options: Mapping[str, Any]) -> str:
     """'' when the amount of padding never changes the real outputs under `options` (every
@@ -87,11 +95,6 @@ NO_TRAITS = MixerTraits()
 def traits_of(mixer: Any) -> MixerTraits:
   """The facts a mixer class (or instance) declares; a class declaring none has the defaults."""
   cls = mixer if isinstance(mixer, type) else type(mixer)
-  old = [a for a in ('not_by_design', 'sequence_parallel', 'no_sequence_parallel')
-         if hasattr(cls, a)]
-  if old:
-    raise TypeError(f'{cls.__name__} declares {old} as class attributes; declare them in one '
-                    f'`traits = MixerTraits({old[0]}=...)` (poolformers_jax.layers.registry).')
   traits = getattr(cls, 'traits', NO_TRAITS)
   if not isinstance(traits, MixerTraits):
     raise TypeError(f'{cls.__name__}.traits must be a MixerTraits (poolformers_jax.layers.'
@@ -233,17 +236,17 @@ def build_mixer(name: str, *, shared: dict[str, Any] | None = None, **kwargs: An
 
 
 def sequence_parallel_mixers() -> list[str]:
-  """The registered mixers with a sequence-parallel form (their traits' `sequence_parallel`)."""
+  """The registered mixers with a sequence-parallel form (`MixerTraits.sequence_parallel`)."""
   return sorted(name for name, cls in MIXERS.items() if traits_of(cls).sequence_parallel)
 
 
 def check_sequence_parallel(name: str) -> None:
   """One line when mixer `name` has no sequence-parallel form, with the reason its traits give
-  (`no_sequence_parallel`), naming the mixers that have one."""
+  (`sequence_parallel_note`), naming the mixers that have one."""
   cls = MIXERS[name]
   traits = traits_of(cls)
   if not traits.sequence_parallel:
-    why = f' ({traits.no_sequence_parallel})' if traits.no_sequence_parallel else ''
+    why = f' ({traits.sequence_parallel_note})' if traits.sequence_parallel_note else ''
     raise ValueError(f'mixer {name!r} ({cls.__name__}) has no sequence-parallel form{why}, so '
                      'it cannot run with config.mesh.sequence > 1; the mixers that have one: '
                      f'{sequence_parallel_mixers()} (or shard with '

@@ -1,31 +1,33 @@
 """Sequence parallelism for token mixers: every device holds a contiguous shard of each sequence.
 
 A mixer keeps its projections as they are (per token: they need no communication, and XLA keeps
-them on the shard) and writes its parameter-free core ONCE, as a function of one shard,
+them on the shard) and writes its parameter-free core once, as a function of one shard,
 
     core(shard, *arrays) -> outputs
 
-using the shard's position (`shard.offset`) and collectives over the 'sequence' mesh axis
-(`shard.psum`, `shard.pmax`, `shard.all_gather`, `shard.halo`, `shard.ppermute_prev`).
-`map_shards(core, arrays, axes, out_axes)` runs it:
+using the shard's position (`shard.offset`, `shard.chunks`) and collectives over the 'sequence'
+mesh axis (`shard.psum`, `shard.pmax`, `shard.softmax`, `shard.all_gather`, `shard.halo`).
+Every array passed in or returned says how it lies over the shards: `TOKENS(x)` ([B, L, ...]),
+`HEAD_TOKENS(q)` ([B, H, L, ...]), `PER_EXAMPLE(g)` ([B, ...], no tokens) or `SAME(w)` (weights;
+None). `map_shards(core, *laid_arrays)` runs it:
   - inside `sharded_sequences(mesh)` (the train and eval steps on a mesh whose 'sequence' axis is
     larger than 1): on every shard at once with `jax.shard_map`, so what crosses devices is
     exactly what the core's collectives say (a global view would let XLA gather the whole
     sequence wherever its partitioner cannot follow a reshape, a scatter or a cumulative sum);
-  - anywhere else: on the whole sequence, as one shard whose collectives are identities.
+  - anywhere else: on the whole sequence, as one shard whose collectives are identities and whose
+    offset is the constant 0, so the compiled program is that of the plain unsharded maths.
 So the unsharded mixer IS the sharded one with one shard: one code path, tested against itself.
 
-A mixer says what it needs in its traits, `MixerTraits(sequence_parallel='<what crosses
-devices>')` (the empty string: no sequence-parallel form; `no_sequence_parallel`: why);
-`build_mixer` refuses a mixer without one in a sequence-sharded model, in one line naming those
-that have one.
+A mixer says whether it has such a form in its traits, `MixerTraits(sequence_parallel=True,
+sequence_parallel_note='<what crosses devices>')` (False: the note says why not); `build_mixer`
+refuses a mixer without one in a sequence-sharded model, in one line naming those that have one.
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import dataclasses
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 import jax
 import jax.numpy as jnp
@@ -33,12 +35,11 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 Array = jax.Array
 
-SEQUENCE_AXIS = 'sequence'
-BATCH = 'batch'   # an `axes` entry: [batch, ...] without a token axis (per-example values)
+SEQUENCE_AXIS = 'sequence'   # the mesh axis that splits the tokens (trainer/sharding.py's mesh)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Layout:
+class _Mesh:
   mesh: Mesh
   batch_axes: tuple[str, ...]
 
@@ -47,8 +48,8 @@ class _Layout:
     return int(self.mesh.shape[SEQUENCE_AXIS])
 
 
-_LAYOUT: contextvars.ContextVar[Optional[_Layout]] = contextvars.ContextVar(
-    'poolformers_jax_sequence_layout', default=None)
+_MESH: contextvars.ContextVar[Optional[_Mesh]] = contextvars.ContextVar(
+    'poolformers_jax_sequence_mesh', default=None)
 
 
 @contextlib.contextmanager
@@ -78,16 +79,16 @@ def sharded_sequences(mesh: Optional[Mesh]) -> Iterator[None]:
     yield
     return
   batch_axes = tuple(a for a in mesh.axis_names if a != SEQUENCE_AXIS)
-  token = _LAYOUT.set(_Layout(mesh, batch_axes))
+  token = _MESH.set(_Mesh(mesh, batch_axes))
   try:
     yield
   finally:
-    _LAYOUT.reset(token)
+    _MESH.reset(token)
 
 
 def active() -> bool:
   """Whether the model being traced runs sequence-sharded."""
-  return _LAYOUT.get() is not None
+  return _MESH.get() is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +100,12 @@ class Shard:
   axis: Optional[str] = None   # the mesh axis; None: the whole sequence, no devices to talk to
 
   @property
-  def index(self) -> Array:
-    return jax.lax.axis_index(self.axis) if self.axis else jnp.int32(0)
+  def index(self) -> Union[int, Array]:
+    """This shard's place among the shards: traced on a mesh, the constant 0 without one."""
+    return jax.lax.axis_index(self.axis) if self.axis else 0
 
   @property
-  def offset(self) -> Array:
+  def offset(self) -> Union[int, Array]:
     """The global position of this shard's first token."""
     return self.index * self.length
 
@@ -116,6 +118,15 @@ class Shard:
 
   def pmax(self, x: Any) -> Any:
     return jax.lax.pmax(x, self.axis) if self.axis else x
+
+  def softmax(self, scores: Array) -> Array:
+    """The softmax over the last axis, the tokens of every shard: the largest score of all
+    shards, then the summed exponentials."""
+    if not self.axis:
+      return jax.nn.softmax(scores, axis=-1)
+    top = self.pmax(jax.lax.stop_gradient(jnp.max(scores, axis=-1, keepdims=True)))
+    exps = jnp.exp(scores - top)
+    return exps / self.psum(jnp.sum(exps, axis=-1, keepdims=True))
 
   def varying(self, x: Array) -> Array:
     """`x` (equal on every shard, e.g. after a psum) marked as differing per shard, at its own
@@ -152,6 +163,10 @@ class Shard:
       raise ValueError(f'a halo of {max(before, after)} tokens is longer than a shard of '
                        f'{self.length} tokens; use fewer sequence shards (config.mesh.sequence) '
                        'or a smaller window.')
+    if not self.axis:   # no neighbours: the sequence padded with `fill`
+      widths = [(0, 0)] * x.ndim
+      widths[axis] = (before, after)
+      return jnp.pad(x, widths, constant_values=fill)
     take = lambda start, stop: jax.lax.slice_in_dim(x, start, stop, axis=axis)
     parts = []
     if before:
@@ -161,47 +176,200 @@ class Shard:
       parts.append(self.ppermute_next(take(0, after), fill))
     return jnp.concatenate(parts, axis=axis) if len(parts) > 1 else x
 
+  def chunks(self, size: int, total: Optional[int] = None) -> Chunks:
+    """Where this shard's tokens fall among the chunks of `size` tokens of the whole sequence
+    (`total` of them; default: as many as the whole length needs)."""
+    whole = self.count * self.length
+    total = -(-whole // size) if total is None else total
+    if not self.axis:       # every chunk, the sequence padded to whole chunks
+      return Chunks(self, size, total, first=0, start=0, span=total)
+    if self.length % size == 0:   # every shard begins and ends at a chunk boundary
+      return Chunks(self, size, total, first=self.offset // size, start=0,
+                    span=self.length // size)
+    # A shard may begin inside a chunk: one more chunk than its length fills.
+    return Chunks(self, size, total, first=self.offset // size, start=self.offset % size,
+                  span=-(-self.length // size) + 1)
 
-Axes = Union[int, str, None]   # a token axis (batch at 0) | BATCH | None (the same on every device)
+
+@dataclasses.dataclass(frozen=True)
+class Chunks:
+  """The chunks of `size` tokens of the whole sequence (`total` of them) that one shard's tokens
+  fall in (`Shard.chunks`): `span` chunks from chunk `first` (its global index), the shard's
+  first token `start` tokens into it. `first` and `start` are traced on a mesh, and `start` is
+  the constant 0 where no chunk crosses a shard boundary (`shared` is False): one shard, or
+  shards whose length `size` divides."""
+  shard: Shard
+  size: int
+  total: int
+  first: Union[int, Array]
+  start: Union[int, Array]
+  span: int
+
+  @property
+  def shared(self) -> bool:
+    """Whether the first and last chunk of a shard may continue on its neighbours."""
+    return not isinstance(self.start, int)
+
+  def _split(self) -> Optional[Array]:
+    """Shards within one chunk boundary (a chunk at least a shard long): [length] whether each
+    token is in the second chunk; None otherwise."""
+    if self.shared and self.size >= self.shard.length:
+      return (self.start + jnp.arange(self.shard.length)) >= self.size
+    return None
+
+  def reduce(self, x: Array, op: Callable[..., Array], fill: Any,
+             where: Optional[Array] = None) -> Array:
+    """[B, span, ...]: `op` (jnp.max, jnp.sum; over an `axis`) of this shard's tokens of `x`
+    ([B, length, ...]) in each chunk, `fill` standing for tokens it does not hold and for those
+    where `where` ([B, length]) is False."""
+    keep = lambda t, w: t if w is None else jnp.where(w.reshape(w.shape + (1,) * (t.ndim - 2)),
+                                                      t, jnp.asarray(fill, t.dtype))
+    second = self._split()
+    if second is not None:   # no buffer two chunks long: the tokens either side of the boundary
+      x = keep(x, where)
+      second = second.reshape((1, -1) + (1,) * (x.ndim - 2))
+      return jnp.stack([op(jnp.where(second, fill, x), axis=1),
+                        op(jnp.where(second, x, fill), axis=1)], axis=1)
+    batch, rest = x.shape[0], x.shape[2:]
+    placed = keep(self._place(x, fill), None if where is None else self._place(where, False))
+    return op(placed.reshape((batch, self.span, self.size) + rest), axis=2)
+
+  def _place(self, x: Array, fill: Any) -> Array:
+    """[B, span * size, ...]: this shard's tokens where they fall in its chunks, `fill` around."""
+    width = self.span * self.size
+    if self.shared:
+      return jax.lax.dynamic_update_slice_in_dim(
+          jnp.full((x.shape[0], width) + x.shape[2:], fill, x.dtype), x, self.start, axis=1)
+    return jnp.pad(x, [(0, 0), (0, width - x.shape[1])] + [(0, 0)] * (x.ndim - 2),
+                   constant_values=fill)
+
+  def spread(self, per_chunk: Array) -> Array:
+    """[B, length, ...]: every token of this shard gets its chunk's value of `per_chunk`
+    ([B, span, ...])."""
+    second = self._split()
+    if second is not None:
+      second = second.reshape((1, -1) + (1,) * (per_chunk.ndim - 2))
+      return jnp.where(second, per_chunk[:, 1:2], per_chunk[:, :1])
+    every = jnp.repeat(per_chunk, self.size, axis=1)
+    if self.shared:
+      return jax.lax.dynamic_slice_in_dim(every, self.start, self.shard.length, axis=1)
+    return every[:, :self.shard.length]
+
+  def join(self, partial: Array, op: Callable[..., Array], fill: Any) -> Array:
+    """`partial` ([B, span, ...], `reduce`'s) with the chunks that continue on other shards
+    (a shard's first and last) reduced over every shard's part: each shard publishes those two
+    ([count, 2, B, ...] gathered, whatever the length) and takes, for each of its two, `op` over
+    every shard's part of the same chunk."""
+    if not self.shared:
+      return partial
+    shard = self.shard
+    last = (self.start + shard.length - 1) // self.size   # the shard's last chunk, from `first`
+    ends = jnp.stack([partial[:, 0], jnp.take(partial, last, axis=1)])             # [2, B, ...]
+    ids = shard.all_gather(jnp.stack([self.first, self.first + last]))              # [count, 2]
+    every = shard.all_gather(ends)                                          # [count, 2, B, ...]
+    ids = ids.reshape(ids.shape + (1,) * (every.ndim - 2))
+    whole = lambda chunk: op(jnp.where(ids == chunk, every, fill), axis=(0, 1))
+    partial = partial.at[:, 0].set(whole(self.first))
+    return jax.lax.dynamic_update_slice_in_dim(partial, whole(self.first + last)[:, None], last,
+                                               axis=1)
+
+  def everywhere(self, partial: Any) -> Any:
+    """[B, total, ...] per array of `partial` (a pytree of [B, span, ...]): this shard's chunks
+    at their global index, zero elsewhere; `shard.psum` of it sums every shard's parts."""
+    if self.span == self.total:   # one shard: its chunks are all of them
+      return partial
+
+    def place(x: Array) -> Array:   # a buffer `span` longer, so the update never clamps
+      buffer = jnp.zeros((x.shape[0], self.total + self.span) + x.shape[2:], x.dtype)
+      return jax.lax.dynamic_update_slice_in_dim(buffer, x, self.first, axis=1)[:, :self.total]
+    return jax.tree.map(place, partial)
 
 
-def _spec(layout: _Layout, axis: Axes, ndim: int) -> P:
-  if axis is None or ndim == 0:
-    return P()
-  spec: list[Any] = [layout.batch_axes] + [None] * (ndim - 1)
-  if axis != BATCH:
-    spec[int(axis)] = SEQUENCE_AXIS
-  return P(*spec)
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """How an array lies over the sequence shards: split along its token axis `tokens` (axis 0
+  the batch), or not at all; `batch`: axis 0 is the batch, split as the examples are. Call it on
+  an array (or a pytree of arrays, or None) to pass or return that array laid out so."""
+  name: str
+  tokens: Optional[int] = None
+  batch: bool = True
+
+  def __call__(self, value: Any) -> Laid:
+    return Laid(value, self)
+
+  def spec(self, mesh: _Mesh, ndim: int) -> P:
+    if not self.batch or ndim == 0:
+      return P()
+    spec: list[Any] = [mesh.batch_axes] + [None] * (ndim - 1)
+    if self.tokens is not None:
+      spec[self.tokens] = SEQUENCE_AXIS
+    return P(*spec)
 
 
-def map_shards(core: Callable[..., Any], arrays: Sequence[Any], axes: Sequence[Axes],
-               out_axes: Any, *, owner: str = 'mixer') -> Any:
-  """`core(shard, *arrays)` on every sequence shard (see the module docstring).
+TOKENS = Layout('tokens', tokens=1)               # [B, L, ...]
+HEAD_TOKENS = Layout('head tokens', tokens=2)     # [B, H, L, ...]
+PER_EXAMPLE = Layout('per example')               # [B, ...]: equal on every shard of a row
+SAME = Layout('same', batch=False)                # the same on every device: weights, None
 
-  `axes[i]` says how `arrays[i]` is laid out: an int, its token axis (batch at axis 0: [B, L, D]
-  is 1, [B, H, L] is 2); `BATCH`, per example without tokens ([B, D]); None, the same everywhere
-  (weights, None). `out_axes`: the same for the outputs (a pytree prefix of them); an output
-  marked `BATCH` or None must be equal on every shard (after a psum, say).
-  """
-  token_axes = [(a, ax) for a, ax in zip(arrays, axes) if isinstance(ax, int)]
-  if not token_axes:
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Laid:
+  """An array (a pytree of them, or None) and how it lies over the shards."""
+  value: Any
+  layout: Layout = dataclasses.field(metadata=dict(static=True))
+
+
+def _is_laid(x: Any) -> bool:
+  return isinstance(x, Laid)
+
+
+def _values(tree: Any, owner: str, what: str) -> Any:
+  """The values of a pytree of Laid arrays; one line if an array comes without its layout."""
+  def value(laid: Any) -> Any:
+    if not isinstance(laid, Laid):
+      raise TypeError(f'{owner}: map_shards {what} every array with its layout (TOKENS(x), '
+                      f'SAME(w), ...); got a bare {type(laid).__name__}.')
+    return laid.value
+  return jax.tree.map(value, tree, is_leaf=_is_laid)
+
+
+def _specs(tree: Any, mesh: _Mesh) -> Any:
+  """The PartitionSpecs of a pytree of Laid values (a prefix of their arrays)."""
+  def specs(laid: Laid) -> Any:
+    if not jax.tree.leaves(laid.value):
+      return P()
+    return jax.tree.map(lambda a: laid.layout.spec(mesh, a.ndim), laid.value)
+  return jax.tree.map(specs, tree, is_leaf=_is_laid)
+
+
+def map_shards(core: Callable[..., Any], *args: Laid, owner: str = 'mixer', **kwargs: Laid
+               ) -> Any:
+  """`core(shard, *args, **kwargs)` on every sequence shard (see the module docstring), with the
+  values of the laid-out arguments; the core returns its outputs laid out too (a pytree of
+  `Laid`), and map_shards returns their values. An output laid out `PER_EXAMPLE` or `SAME` must
+  be equal on every shard (after a psum, say)."""
+  values = _values((args, kwargs), owner, 'takes')
+  along = [(a, p.layout.tokens) for p in jax.tree.leaves((args, kwargs), is_leaf=_is_laid)
+           if p.layout.tokens is not None for a in jax.tree.leaves(p.value)]
+  if not along:
     raise ValueError(f'{owner}: map_shards needs one array with a token axis.')
-  length = int(token_axes[0][0].shape[token_axes[0][1]])
-  layout = _LAYOUT.get()
-  if layout is None:
-    return core(Shard(1, length), *arrays)
-  if length % layout.count:
-    raise ValueError(f'{owner}: {length} tokens do not split over {layout.count} sequence shards '
+  length = int(along[0][0].shape[along[0][1]])
+  run = lambda shard, v: core(shard, *v[0], **v[1])
+  mesh = _MESH.get()
+  if mesh is None:
+    return _values(run(Shard(1, length), values), owner, 'needs the core to return')
+  if length % mesh.count:
+    raise ValueError(f'{owner}: {length} tokens do not split over {mesh.count} sequence shards '
                      '(config.mesh.sequence); use a length that is a multiple of it (a '
                      "pooling='cls' token adds one) or another sequence size.")
-  shard = Shard(layout.count, length // layout.count, SEQUENCE_AXIS)
-  in_specs = tuple(_spec(layout, ax, getattr(a, 'ndim', 0)) for a, ax in zip(arrays, axes))
+  shard = Shard(mesh.count, length // mesh.count, SEQUENCE_AXIS)
+  # The outputs' layouts, from a trace of the core on the whole sequence.
+  abstract = jax.eval_shape(lambda v: run(Shard(1, length), v), values)
+  _values(abstract, owner, 'needs the core to return')
+  out_specs = _specs(abstract, mesh)
   # check_vma: jax tracks which values vary over the shards, so the gradient of a psum is right
   # whether its result leaves the core per shard or replicated.
-  abstract = jax.eval_shape(lambda *a: core(Shard(1, length), *a), *arrays)
-  out_specs = jax.tree.map(lambda ax, out: jax.tree.map(
-      lambda o: _spec(layout, ax, o.ndim), out), out_axes, abstract,
-      is_leaf=lambda x: x is None or isinstance(x, (int, str)))
-  return jax.shard_map(lambda *a: core(shard, *a), mesh=layout.mesh, in_specs=in_specs,
-                       out_specs=out_specs)(*arrays)
-
+  return jax.shard_map(lambda v: _values(run(shard, v), owner, 'needs the core to return'),
+                       mesh=mesh.mesh, in_specs=(_specs((args, kwargs), mesh),),
+                       out_specs=out_specs)(values)

@@ -23,7 +23,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-DATA_AXIS, FSDP_AXIS, SEQUENCE_AXIS = 'data', 'fsdp', 'sequence'
+from poolformers_jax.layers.sequence_parallel import SEQUENCE_AXIS
+
+DATA_AXIS, FSDP_AXIS = 'data', 'fsdp'
 MESH_AXES = (DATA_AXIS, FSDP_AXIS, SEQUENCE_AXIS)   # outer to inner: 'sequence' varies fastest
 BATCH_AXES = (DATA_AXIS, FSDP_AXIS)                 # the axes that split the examples
 POSITION_TABLE = 'pos_embedding'   # a learned position table's parameter

@@ -232,8 +232,10 @@ def test_padding_amount_holds_with_sentences_and_not_with_lra_chunks():
 
 
 def test_no_dropout_inside_and_intermediates():
+  """No dropout field (the official mixer has none): training mode changes nothing, and the
+  models' shared dropout_rate does not reach it (test_bad_input_messages builds one so)."""
   x, mask = T.random_inputs(2, 1, 6, 8, num_real=[4])
-  module = PoNet(num_heads=2, segment_num=2, dropout_rate=0.5)
+  module = PoNet(num_heads=2, segment_num=2)
   params = module.init(jax.random.PRNGKey(0), x, mask)
   train = module.apply(params, x, mask, deterministic=False, rngs={'dropout': jax.random.PRNGKey(1)})
   np.testing.assert_array_equal(np.asarray(train), np.asarray(module.apply(params, x, mask)))

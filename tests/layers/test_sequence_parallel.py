@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poolformers_jax.layers import build_mixer
-from poolformers_jax.layers.ponet import PoNet
-from poolformers_jax.layers.sequence_parallel import BATCH, map_shards, sharded_sequences
+from poolformers_jax.layers import AdaMRA, LinearAttention, PoNet, build_mixer
+from poolformers_jax.layers.sequence_parallel import (PER_EXAMPLE, TOKENS, map_shards,
+                                                      sharded_sequences)
 from poolformers_jax.testing import assert_sequence_parallel
 from poolformers_jax.trainer.sharding import make_mesh
 
@@ -17,11 +17,32 @@ from poolformers_jax.trainer.sharding import make_mesh
 # Chunks crossing every shard boundary (13 tokens against shards of 12) are the next test's.
 @pytest.mark.parametrize('segment_num,window,sequence', [
     (1, 5, 8),    # one chunk over all 8 shards (a global max), a halo of 2
+    (23, 3, 4),   # chunks of 3 tokens, which divide the shards of 12: none is shared
 ])
 def test_ponet_split_over_the_sequence_equals_the_whole(segment_num, window, sequence):
   mixer = PoNet(num_heads=2, segment_num=segment_num, local_window=window)
   found = assert_sequence_parallel(mixer, sequence=sequence, length=48)
   chex.assert_equal(bool(found), True)   # the split is real: devices talk
+  if 48 // sequence % (48 // segment_num + 1) == 0:   # no end chunks to gather
+    chex.assert_equal([c for c in found if c[0] == 'all-gather'], [])
+
+
+@pytest.mark.parametrize('mixer', [
+    PoNet(num_heads=2, segment_num=5), PoNet(num_heads=2, segment_num=1),
+    AdaMRA(num_heads=2, compression_rates=(1 / 7, 1 / 16, 1 / 48)),
+    AdaMRA(num_heads=2, routing='none'), LinearAttention(num_heads=2, causal=True),
+], ids=['ponet', 'ponet-one-chunk', 'adamra', 'adamra-every-head', 'linear-causal'])
+def test_one_shard_is_the_plain_program(mixer):
+  """Unsharded, a core runs as one shard whose offset is the constant 0: the chunk placement is
+  static (a pad and a slice, no dynamic slice) and no collective is left, so the one code path
+  costs nothing without a mesh (benchmarks/ponet_step.py times PoNet's step)."""
+  x, mask = jnp.ones((2, 48, 16)), jnp.arange(48)[None] < jnp.asarray([48, 30])[:, None]
+  variables = mixer.init(jax.random.PRNGKey(0), x, mask)
+  grad = jax.grad(lambda v, x: jnp.sum(mixer.apply(v, x, mask) ** 2), argnums=(0, 1))
+  program = jax.jit(grad).lower(variables, x).as_text()
+  for op in ('dynamic_slice', 'dynamic_update_slice', 'all_gather', 'all_reduce',
+             'collective_permute', 'shard_map', 'axis_index'):
+    assert f'{op}' not in program, op
 
 
 def test_ponet_moves_nothing_that_grows_with_the_length():
@@ -45,11 +66,11 @@ def test_halo_and_collectives_are_those_of_the_whole_sequence():
     window = shard.halo(x, 2, 1, fill=-1.0)                  # [B, 2 + 4 + 1, 1]
     total = shard.psum(jnp.sum(x, axis=1))                   # [B, 1]
     position = jnp.broadcast_to(shard.positions()[None, :, None], x.shape).astype(x.dtype)
-    return window[:, :shard.length] + window[:, 3:], total, position
+    return TOKENS(window[:, :shard.length] + window[:, 3:]), PER_EXAMPLE(total), TOKENS(position)
 
   def run(x):
     with sharded_sequences(mesh):
-      return map_shards(core, (x,), (1,), (1, BATCH, 1))
+      return map_shards(core, TOKENS(x))
 
   pairs, total, position = jax.jit(run)(x)
   padded = np.pad(np.asarray(x), ((0, 0), (2, 1), (0, 0)), constant_values=-1.0)
