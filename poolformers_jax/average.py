@@ -48,6 +48,7 @@ def average_checkpoints(workdir: str, last: Optional[int] = None, config=None, *
       params = jax.tree.map(lambda p: p.astype(jnp.float32), state.params)
       total = params if total is None else jax.tree.map(jnp.add, total, params)
       newest = state
+    assert newest is not None   # `steps` is not empty (checked above)
     mean = jax.tree.map(lambda t, p: (t / len(steps)).astype(p.dtype), total, newest.params)
     checkpointer.save_averaged(steps[-1], newest.replace(params=mean), steps)
     checkpointer.wait()

@@ -29,7 +29,7 @@ def dense_on_rows(next_fun, args, kwargs, context):
   product's transpose contracts two axes of both operands, behind copies)."""
   inputs = args[0] if args else None
   if (context.method_name != '__call__' or not isinstance(context.module, nn.Dense)
-      or getattr(inputs, 'ndim', 0) <= 2):
+      or inputs is None or getattr(inputs, 'ndim', 0) <= 2):
     return next_fun(*args, **kwargs)
   out = next_fun(inputs.reshape(-1, inputs.shape[-1]), *args[1:], **kwargs)
   return out.reshape(inputs.shape[:-1] + out.shape[-1:])

@@ -19,12 +19,15 @@ CASES = [
     (MultiHeadAttention, {'num_heads': 2}, {
         'implementation': ('explicit', 'xla', 'cudnn', 'auto'), 'dropout_on': ('output', 'weights')}),
     (LinearAttention, {'num_heads': 2}, {'normalizer': ('keys', 'padded_length')}),
-    (ContextPoolAttention, {'num_heads': 2}, {**CP, 'placement': ('mixer_input', 'block_output')}),
+    (ContextPoolAttention, {'num_heads': 2}, {
+        **CP, 'implementation': ('explicit', 'xla', 'cudnn', 'auto'),
+        'placement': ('mixer_input', 'block_output')}),
     (ContextPool2D, {}, CP),
     (HierarchicalPool, {}, {'method': ('max', 'avg', 'conv')}),
     (MSAC, {'num_heads': 2}, {'heads': ('full', 'split')}),
     (CrossAttentiveInput, {}, {'segment': ('add', 'concat', 'none')}),
-    (VisionTransformer, {'num_classes': 2}, {'classifier': ('token', 'mean')}),
+    (VisionTransformer, {'num_classes': 2}, {'classifier': ('token', 'mean'),
+                                              'pool_method': ('max', 'avg', 'conv')}),
     (CharTransformerLM, {'vocab_size': 9}, {'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
     (PoNetMLM, {'vocab_size': 9}, {'mixer': ('ponet', 'softmax'),
                                      'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
