@@ -211,6 +211,7 @@ class MultiHeadAttention(nn.Module):
           if allowed is not None:
             bias = jnp.where(allowed[:, None], bias, NEG_INF)
         else:
+          assert allowed is not None   # sharded_allowed's, above
           bias = jnp.where(allowed[:, None], 0.0, NEG_INF).astype(jnp.float32)
         return softmax_attention(q, k, v, bias, drop if drop_weights else None)
       heads = lambda t: t.reshape(t.shape[:2] + (self.num_heads, head_dim))   # [B, L, H, Dh]
