@@ -64,7 +64,7 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
 
   def spy(parts):
     compiled.append(parts)
-    return step.CompiledStep(run=None, sums_shapes=None, memory=memory)
+    return step.CompiledStep(run=None, sums_shapes=None, memory=memory, put=None)
 
   monkeypatch.setattr(step, 'compile_train_step', spy)
   config = config_lib.load_file(os.path.join(REPO, 'configs', 'wmt14.py') + ':base')
