@@ -237,7 +237,8 @@ def test_a_shipped_config_loads_and_its_model_builds_on_the_core_install(tmp_pat
 
 
 def test_one_version_string():
-  """poolformers_jax/_version.py is the version; pyproject.toml reads it, CITATION.cff repeats it."""
+  """poolformers_jax/_version.py is the version; pyproject.toml reads it, CITATION.cff repeats
+  it."""
   import poolformers_jax  # pylint: disable=g-import-not-at-top
   with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
     project = tomllib.load(f)

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Literal, Optional, Sequence, Union
+from typing import Literal, Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -53,7 +53,7 @@ from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_c
                                            compute_dtype)
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
 
-Window = Union[int, Sequence[int]]
+Window = int | Sequence[int]
 
 
 # ------------------------------------------------------------------------------------ Shared pieces

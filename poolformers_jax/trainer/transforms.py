@@ -14,7 +14,7 @@ opt in to it (`poolformers_jax.runtime`), not the step.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, ContextManager
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -70,7 +70,7 @@ def dropout_mask_once(next_fun, args, kwargs, context):
 INTERCEPTORS: dict[str, tuple[Interceptor, ...]] = {'cpu': (dense_on_rows, dropout_mask_once)}
 
 
-def program_transforms(platform: str) -> Callable[[], ContextManager[None]]:
+def program_transforms(platform: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
   """A context-manager factory: the forward of `platform`'s step runs inside it."""
   interceptors = INTERCEPTORS.get(platform, ())
 
