@@ -7,6 +7,7 @@
 #                   / optax / orbax / chex pyproject.toml claims) on the layer, model, kit and a
 #                   tiny train / eval subset
 #   make lint       -- ruff (in make test)
+#   make typecheck  -- mypy over the package, at pyproject.toml's [tool.mypy] (in make test)
 #   make docs       -- the documentation site into site/ (strict, offline; open site/index.html);
 #                   make docs-serve serves it at http://127.0.0.1:8000, rebuilt on every edit
 # make data-env: the data-preparation environment .venv-data (TensorFlow; docs/data.md).
@@ -62,7 +63,10 @@ FLOOR_TESTS := tests/layers/test_mixer_kit.py tests/models/test_block.py \
 lint: $(VENV)/.installed-test
 	$(PY) -m ruff check .
 
-test: $(VENV)/.installed-test lint
+typecheck: $(VENV)/.installed-test
+	$(PY) -m mypy
+
+test: $(VENV)/.installed-test lint typecheck
 	$(TEST_ENV) $(PY) -m pytest -n 2 --dist worksteal -q --durations=20 tests notebooks --nbmake
 
 test-fast: $(VENV)/.installed-test
@@ -83,7 +87,7 @@ test-floor: .venv-floor/.installed
 	XLA_FLAGS="--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=$(FLOOR_OPT)" \
 	  .venv-floor/bin/python -m pytest -n 2 --dist worksteal -q -m "not slow" $(FLOOR_TESTS)
 
-.PHONY: install train test test-fast test-floor lint data-env
+.PHONY: install train test test-fast test-floor lint typecheck data-env
 
 # The site (mkdocs.yml; tests/test_site.py builds it the same way and reads it in Chromium).
 DOCS_ENV := NO_MKDOCS_2_WARNING=1 JAX_PLATFORMS=cpu

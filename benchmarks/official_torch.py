@@ -348,7 +348,7 @@ def model_record(model: str, runs: dict, meta: dict) -> dict:
     s['entry'] = s['entry'] or meta[name]['entry']
     s['precision'] = s['precision'] or meta[name]['precision']
   official = summary.get('official') or summarize([])
-  for name, s in summary.items():
+  for s in summary.values():
     for clock in ('wall_ms', 'cpu_ms'):
       s[f'official_over_this_{clock}'] = (official[clock] / s[clock]
                                           if official[clock] and s[clock] else None)

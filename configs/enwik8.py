@@ -72,7 +72,8 @@ SMALLER = {'small': (2, 128, 4, 512, 16, 256), 'tiny': (2, 32, 2, 64, 8, 64)}
 def parse_arg(arg: str | None) -> tuple[str, str, str, str]:
   """'cp_transformer_l14,text8,stage2' -> (model, size, dataset, stage); unknown words fail."""
   words = parse_words(arg, {'model': ('a model', sorted(MODELS)), 'size': SIZE_SLOT,
-                            'dataset': ('a dataset', DATASETS), 'stage': ('a stage', sorted(STAGES))},
+                            'dataset': ('a dataset', DATASETS),
+                            'stage': ('a stage', sorted(STAGES))},
                       example='configs/enwik8.py:cp_transformer_l12,text8,stage2')
   return (words['model'] or 'cp_transformer_l12', words['size'] or 'full',
           words['dataset'] or 'enwik8', words['stage'] or 'stage1')

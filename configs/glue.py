@@ -43,7 +43,8 @@ def get_config(arg: str | None = None):
   words = parse_words(arg, {'task': tuple(TASKS)}, 'configs/glue.py:mrpc')
   task, size = words['task'], words['size']
   # The position table as pre-trained (512; the tiny pre-training run has 64).
-  model = model_config('ponet_classifier', words['family'], max_length=64 if size == 'tiny' else 512)
+  model = model_config('ponet_classifier', words['family'],
+                       max_length=64 if size == 'tiny' else 512)
   model.num_classes = config_dict.placeholder(int)     # from the data; 1 = regression (STS-B)
   train_size, metric = TASKS[task]
   config = transfer_config('glue', model, size, lengths={'tiny': 32}, learning_rate=5e-5,

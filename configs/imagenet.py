@@ -13,7 +13,8 @@ Paper numbers (params, "FLOPs" = MACs at the config's image size, ImageNet top-1
   ContextPool Table 6 (384^2, patch 16):
     vit_b16   86M  55.4G  77.9   cp_vit_b16 (12 layers) 88M  57.2G  79.2
     cp_vit_b16_l10 (10 layers)   75M  48.7G  76.8
-Our counts (python -m poolformers_jax.summary) are checked against these in tests/models/test_vit.py.
+Our counts (python -m poolformers_jax.summary) are checked against these in
+tests/models/test_vit.py.
 
 Recipes. DeiT / HVT (docs/papers/hvt.md): AdamW, lr 5e-4 x batch / 512, cosine, 5 warmup
 epochs, weight decay 0.025 (HVT paper; DeiT uses 0.05), label smoothing 0.1, 300 epochs, batch

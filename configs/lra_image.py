@@ -1,7 +1,8 @@
 r"""LRA Image: CIFAR-10 as a sequence of 1024 gray pixels.
 
 Run:  python train.py --config configs/lra_image.py:ponet --workdir runs/lra_image_ponet
-      python eval.py  --config configs/lra_image.py:ponet --workdir runs/lra_image_ponet --split test
+      python eval.py  --config configs/lra_image.py:ponet --workdir runs/lra_image_ponet \
+        --split test
 Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,tiny` to
 shrink for a CPU. No argument = `transformer,small`.
 Data: TFDS cifar10 (prepared in config.data.data_dir).

@@ -1,7 +1,8 @@
 r"""LRA Pathfinder-32: are the two dots connected? 1024 pixels.
 
 Run:  python train.py --config configs/lra_pathfinder.py:ponet --workdir runs/lra_pathfinder_ponet
-      python eval.py  --config configs/lra_pathfinder.py:ponet --workdir runs/lra_pathfinder_ponet --split test
+      python eval.py  --config configs/lra_pathfinder.py:ponet --workdir runs/lra_pathfinder_ponet \
+        --split test
 Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,tiny` to
 shrink for a CPU. No argument = `transformer,small`.
 Data: the LRA release PNGs (config.data.pathfinder_dir; the default at the paper setting), npz

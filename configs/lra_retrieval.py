@@ -1,7 +1,8 @@
 r"""LRA Retrieval (AAN): do two documents cite each other? Dual encoder.
 
 Run:  python train.py --config configs/lra_retrieval.py:ponet --workdir runs/lra_retrieval_ponet
-      python eval.py  --config configs/lra_retrieval.py:ponet --workdir runs/lra_retrieval_ponet --split test
+      python eval.py  --config configs/lra_retrieval.py:ponet --workdir runs/lra_retrieval_ponet \
+        --split test
 Families: transformer, linear, ponet, adamra, contextpool, msac; add `,small` or `,tiny` to
 shrink for a CPU. No argument = `transformer,small`.
 Data: the LRA release tsv_data (config.data.tsv_dir).

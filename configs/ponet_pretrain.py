@@ -7,7 +7,8 @@ a BERT vocab.txt, e.g. the one of chtan/ponet-base-uncased):
       --config.data.files.validation='corpus/valid/*.txt' \
       --config.data.files.test='corpus/valid/*.txt' --config.data.vocab_file=vocab.txt
   TFDS wikipedia instead of files: --config.data.source=tfds (prepared as array_record).
-  python eval.py --config configs/ponet_pretrain.py:sso --workdir runs/ponet_pretrain --split validation
+  python eval.py --config configs/ponet_pretrain.py:sso --workdir runs/ponet_pretrain \
+    --split validation
 Eval prints mlm_accuracy and sso_accuracy (the slides' pre-training curves and ablation table).
 
 Argument: `objective[,bert][,small|tiny]`

@@ -3,7 +3,8 @@ sec. 4.1, Tables 1, 3, 4 and Fig. 5).
 
 Prepare once (needs network, then no more; TensorFlow in its own environment, docs/data.md):
   make data-env
-  .venv-data/bin/python poolformers_jax/data/build_tfds.py wmt14_translate/de-en --data_dir data_cache
+  .venv-data/bin/python poolformers_jax/data/build_tfds.py wmt14_translate/de-en \
+    --data_dir data_cache
 The shared SentencePiece vocabulary (32K) is trained on first use and stored beside the data.
 Run (CP-Transformer-Base, EN-DE; 250k steps):
   python train.py --config configs/wmt14.py:base,cp --workdir runs/wmt14_cp_base

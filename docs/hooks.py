@@ -122,7 +122,7 @@ def on_files(files, config):
     if site.endswith('.md'):
       _origin[site] = path
   linked = set()
-  for site, origin in list(_origin.items()):
+  for origin in list(_origin.values()):
     with open(os.path.join(ROOT, origin), encoding='utf-8') as f:
       for _, target in _links(f.read()):
         path = _resolve(origin, target)
@@ -172,7 +172,8 @@ def _defined_here(module: types.ModuleType, name: str) -> bool:
   value = getattr(module, name)
   if isinstance(value, types.ModuleType):
     return False
-  owner = getattr(value, '__module__', None) if (inspect.isclass(value) or callable(value)) else None
+  owner = (getattr(value, '__module__', None) if (inspect.isclass(value) or callable(value))
+           else None)
   if owner is not None:
     return owner == module.__name__
   # A constant: public where the module's own text assigns it.

@@ -17,6 +17,7 @@ def import_registering_modules(kind: str) -> list[str]:
   that registers nothing is not imported), then the kind's entry points; returns the names."""
   package = _registry.PACKAGES[kind]
   spec = importlib.util.find_spec(package)
+  assert spec is not None and spec.submodule_search_locations is not None, package
   names = []
   for info in pkgutil.iter_modules(spec.submodule_search_locations, package + '.'):
     path = os.path.join(getattr(info.module_finder, 'path', ''),

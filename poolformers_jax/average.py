@@ -44,10 +44,11 @@ def average_checkpoints(workdir: str, last: Optional[int] = None, config=None, *
     steps = kept[-last:] if last else kept
     total, newest = None, None
     # One checkpoint in memory at a time; the sum in float32 (the parameters' dtype).
-    for step, state in checkpointer.restore_latest_steps(steps, setup.abstract_state):
+    for _, state in checkpointer.restore_latest_steps(steps, setup.abstract_state):
       params = jax.tree.map(lambda p: p.astype(jnp.float32), state.params)
       total = params if total is None else jax.tree.map(jnp.add, total, params)
       newest = state
+    assert newest is not None   # `steps` is not empty (checked above)
     mean = jax.tree.map(lambda t, p: (t / len(steps)).astype(p.dtype), total, newest.params)
     checkpointer.save_averaged(steps[-1], newest.replace(params=mean), steps)
     checkpointer.wait()

@@ -164,7 +164,7 @@ def _stray_arguments(argv: Sequence[str], stray: Sequence[str]) -> str:
   spec = _config_spec(argv)
   after_config = spec is not None and list(argv).index(spec) + 1 < len(argv) and (
       argv[list(argv).index(spec) + 1] == stray[0])
-  if after_config and ':' not in spec:
+  if spec is not None and after_config and ':' not in spec:
     return (f'unexpected argument {stray[0]!r} after --config {spec}: the words go after a colon, '
             f'without a space: --config {spec}:{stray[0]}')
   return (f'unexpected arguments {list(stray)}: every option is a flag (--name=value); '
@@ -220,4 +220,5 @@ def start(module_name: str, work: Callable[[Sequence[str]], None], argv: Sequenc
   flags.mark_flags_as_required(list(required))
   key_flags_of(module_name)
   runtime.configure_program()
-  app.run(functools.partial(_run_program, work), argv=argv, flags_parser=parse_flags)
+  app.run(functools.partial(_run_program, work), argv=None if argv is None else list(argv),
+          flags_parser=parse_flags)

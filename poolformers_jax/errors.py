@@ -46,7 +46,7 @@ class MachineFault(Exception):
   leave_at_once = False
 
 
-def is_disk_full(error: BaseException) -> bool:
+def is_disk_full(error: Optional[BaseException]) -> bool:
   """Whether `error`, or an error it was raised from, is a full disk or quota: an OSError with
   ENOSPC / EDQUOT, or the text of one (orbax / tensorstore raise ValueError('RESOURCE_EXHAUSTED:
   ... No space left on device [os_error_code='28']'))."""

@@ -155,8 +155,8 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
                                                          setup.abstract_state)
   changes = data_changes(setup.config, workdir)
   name = record_name(split, changes)
-  metrics = evaluate_state(setup, state, split, batch_size=batch_size,
-                           outputs_path=hypotheses_path(workdir, name))
+  metrics: dict[str, Any] = evaluate_state(setup, state, split, batch_size=batch_size,
+                                           outputs_path=hypotheses_path(workdir, name))
   metrics = {**metrics, 'step': int(step), 'checkpoint': str(checkpoint), 'split': split}
   if changes:
     metrics['data_changes'] = changes

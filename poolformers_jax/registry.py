@@ -29,10 +29,10 @@ PACKAGES: dict[str, str] = {'mixer': 'poolformers_jax.layers', 'model': 'poolfor
 ENTRY_POINT_GROUPS: dict[str, str] = {'mixer': 'poolformers_jax.mixers',
                                       'model': 'poolformers_jax.models'}
 
-_loader: Optional[Callable[[str], None]] = None
+_loader: Optional[Callable[[str], object]] = None
 
 
-def set_loader(loader: Callable[[str], None]) -> None:
+def set_loader(loader: Callable[[str], object]) -> None:
   """Installs `loader(kind)`, which imports the modules registering names of `kind`."""
   global _loader
   _loader = loader

@@ -29,7 +29,7 @@ def count_routes(intermediates: Any, mask: np.ndarray, num_heads: int) -> dict[s
   every AdaMRA layer, counting positions where `mask` [B, n] is True (a prepended [CLS] counts)."""
   mask = np.asarray(mask, bool)
   flat = jax.tree_util.tree_flatten_with_path(intermediates)[0]
-  counts = {}
+  counts: dict[str, np.ndarray] = {}
   for path, value in flat:
     keys = [str(getattr(k, 'key', getattr(k, 'idx', k))) for k in path]
     if 'routed_head' not in keys:

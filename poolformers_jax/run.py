@@ -189,9 +189,8 @@ class Run:
       rows = rows + [jax.tree.map(np.zeros_like, rows[0])] * (size - len(rows))
       batch = {k: np.stack([r[k] for r in rows]) for k in rows[0] if k != 'last'}
       inputs = setup.task.model_inputs(sharding.global_batch(batch, setup.mesh))
-      out = jax.device_get(self._apply(self.variables, inputs))
-      outputs.append(jax.tree.map(lambda x, n=len(examples) - start: np.asarray(x)[:n], out))
-    return jax.tree.map(lambda *xs: np.concatenate(xs), *outputs)
+      outputs.append(jax.device_get(self._apply(self.variables, inputs)))
+    return jax.tree.map(lambda *xs: np.concatenate(xs)[:len(examples)], *outputs)
 
   def logits(self, raw_inputs: Sequence[Any], *, batch_size: Optional[int] = None,
              too_long: str = 'error') -> np.ndarray:

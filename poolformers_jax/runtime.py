@@ -28,8 +28,8 @@ def use_cpu_when_no_tpu_chip() -> bool:
   libtpu is installed on CPU machines only to compile for TPU slices (`summary --topology`);
   left alone, jax starts the TPU runtime there, which looks for TPU hosts and prints warnings.
   Nothing is set when the user chose platforms, a GPU plugin is installed or jax has started."""
-  if (os.environ.get('JAX_PLATFORMS') or jax.config.jax_platforms
-      or importlib.util.find_spec('libtpu') is None):
+  chosen = jax.config.jax_platforms  # type: ignore[attr-defined]  # jax's Config types no flags
+  if os.environ.get('JAX_PLATFORMS') or chosen or importlib.util.find_spec('libtpu') is None:
     return False
   if (importlib.metadata.entry_points(group='jax_plugins')
       or importlib.util.find_spec('jax_plugins') is not None):   # a GPU plugin: leave jax alone
@@ -61,9 +61,9 @@ def install_cpu_threefry_lowering(form: str = 'unrolled') -> bool:
   try:   # private API: no public one chooses a primitive's lowering
     from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
     try:
-      from jax._src.random import threefry2x32  # pylint: disable=g-import-not-at-top
+      threefry2x32 = importlib.import_module('jax._src.random.threefry2x32')
     except ImportError:   # jax 0.8 kept it in prng
-      from jax._src import prng as threefry2x32  # pylint: disable=g-import-not-at-top
+      threefry2x32 = importlib.import_module('jax._src.prng')
     rule = getattr(threefry2x32, rule_name)
     register = mlir.register_lowering
     primitive = threefry2x32.threefry2x32_p

@@ -110,7 +110,7 @@ def xla_forward_flops(model, variables, inputs) -> float:
   forward = lambda v, x: model.apply(v, x, deterministic=True)
   cost = jax.jit(forward).lower(variables, inputs).cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return float(cost.get('flops', float('nan')))
+  return float('nan') if cost is None else float(cost.get('flops', float('nan')))
 
 
 def stage_lengths(model, info) -> list[int]:

@@ -45,6 +45,7 @@ import dataclasses
 import inspect
 import os
 import traceback
+import unittest
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import chex
@@ -71,6 +72,9 @@ BF16_BOUND = '4 * storage_error + 2**-7 (relative to max |float32 output|; see b
 
 class PropertyError(AssertionError):
   """A mixer property failed; `property` names it, and the message's first line starts with it."""
+
+  failed: list[str]        # check_mixer's error: every failed property
+  report: dict[str, str]   # check_mixer's error: every property's result
 
   def __init__(self, prop: str, message: str):
     super().__init__(f'{prop}: {message}')
@@ -117,7 +121,7 @@ def _init(module, x, mask, call_kwargs=None, seed: int = 0):
   return module.init(jax.random.PRNGKey(seed), x, mask, **_call_kwargs(module, call_kwargs))
 
 
-def _where(index: tuple[int, ...], ndim: int) -> str:
+def _where(index: tuple[int | np.integer, ...], ndim: int) -> str:
   names = (('batch', 'position', 'feature') if ndim == 3 else
            ('batch', 'row', 'column', 'channel') if ndim == 4 else ())
   if len(names) == len(index):
@@ -466,8 +470,13 @@ def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int =
   if num_real is None:
     num_real = [length] + [max(1, length - 3 - 2 * b) for b in range(batch - 1)]
   x, mask = random_inputs(seed, batch, length, dim, list(num_real))
-  given, kw = variables, dict(call_kwargs=call_kwargs)
+  given = variables
+  kw: dict[str, Any] = dict(call_kwargs=call_kwargs)   # and 'variables', once made
   unpadded = jnp.ones_like(mask) if takes_no_mask(mixer) else None   # mask=None, if it takes it
+
+  def causal_both_masks():
+    assert_causal(mixer, x, mask=unpadded, atol=atol, **kw)
+    assert_causal(mixer, x, mask=mask, atol=atol, **kw)
 
   def output():   # init runs even where the output check is declared away
     kw['variables'] = _init(mixer, x, mask, call_kwargs) if given is None else given
@@ -479,8 +488,7 @@ def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int =
       'padding_values': lambda: assert_padding_values_irrelevant(mixer, x, mask, atol=atol, **kw),
       'padding_amount': lambda: assert_padding_amount_irrelevant(mixer, x, mask, atol=atol, **kw),
       'batch_rows': lambda: assert_batch_rows_independent(mixer, x, mask, atol=atol, **kw),
-      'causal': lambda: (assert_causal(mixer, x, mask=unpadded, atol=atol, **kw),
-                         assert_causal(mixer, x, mask=mask, atol=atol, **kw)),
+      'causal': causal_both_masks,
       'jit': lambda: assert_jit_matches(mixer, x, mask, atol=atol, **kw),
       'grads': lambda: assert_finite_grads(mixer, x, mask, **kw),
       'dropout': lambda: _check_dropout(mixer, x, mask, call_kwargs, dropout_rate),
@@ -546,7 +554,7 @@ class MixerTestCase(chex.TestCase):
   def _mixer(self) -> nn.Module:
     mixer = self.make_mixer()
     if mixer is None:
-      self.skipTest('MixerTestCase itself: a subclass sets make_mixer')
+      raise unittest.SkipTest('MixerTestCase itself: a subclass sets make_mixer')
     return mixer
 
   def test_check_mixer(self):
@@ -615,5 +623,6 @@ def assert_sequence_parallel(mixer: nn.Module, *, sequence: int = 4, length: int
     scale = float(jnp.max(jnp.abs(e))) if e.size else 0.0
     assert_close('sequence_parallel', a, e, atol=rtol * max(scale, 1e-30),
                  what=f'{type(mixer).__name__} {name} on {sequence} sequence shards: ')
-  return [(op.op, shape) for op in sharding.collective_ops(compiled.as_text())
-          for shape in op.moved]
+  text = compiled.as_text()
+  assert text is not None, f'{jax.default_backend()} gives no compiled text to read'
+  return [(op.op, shape) for op in sharding.collective_ops(text) for shape in op.moved]

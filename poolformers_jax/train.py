@@ -162,7 +162,8 @@ class _Profiler:
   (TensorBoard's profile tab or Perfetto)."""
 
   def __init__(self, steps, workdir: str):
-    self.first, self.last = (max(int(steps[0]), 1), int(steps[1])) if steps else (None, None)
+    self.first: Optional[int] = max(int(steps[0]), 1) if steps else None
+    self.last: Optional[int] = int(steps[1]) if steps else None
     self.directory = os.path.join(workdir, 'profile')
 
   def start(self, step: int) -> None:
@@ -327,7 +328,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
         window_start += time.time() - sync_started
 
     checkpointer.wait()
-    test = None
+    test: Optional[dict[str, Any]] = None
     if status == 'finished' and config.final_test:
       which = 'best' if checkpointer.best_step() is not None else 'latest'
       best_state, best_step = checkpointer.restore_state(which, setup.abstract_state)

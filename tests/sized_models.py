@@ -7,7 +7,8 @@ import os
 from poolformers_jax import config as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY_OVERRIDES = dict(hidden_dim=16, depth=2, num_heads=2, image_size=32, patch_size=4, num_stages=2)
+TINY_OVERRIDES = dict(hidden_dim=16, depth=2, num_heads=2, image_size=32, patch_size=4,
+                      num_stages=2)
 MODEL = lambda **fields: {f'model.{k}': v for k, v in fields.items()}
 SMALL_MSAC = dict(MODEL(stage_widths=(8, 8, 8), stage_blocks=(1, 1, 1), msac_stages=(2,),
                         num_heads=1), **{'data.image_size': 16})
@@ -34,7 +35,8 @@ SIZED_BY = {
 def load_config(spec: str, overrides: dict = None):
   """configs/<spec> with `overrides`, as train.py loads it with them on the command line."""
   config = config_lib.load_file(os.path.join(ROOT, 'configs', spec))
-  config.update_from_flattened_dict(overrides or {})   # as --config.k=v: the data follows image_size
+  # As --config.k=v: the data follows image_size.
+  config.update_from_flattened_dict(overrides or {})
   return config
 
 

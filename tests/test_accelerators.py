@@ -26,8 +26,8 @@ V5E = accelerators.CHIPS['v5e']
 # benchmarks/accelerators_bench.py, recorded in docs/accelerators.md.
 MODELS_COMPILED = ('lra_encoder', 'transformer_seq2seq', 'ponet_mlm', 'vit', 'cp_convnet')
 CASES = {**{name: SIZED_BY[name] for name in MODELS_COMPILED},
-         **{f'lra_encoder[{family}]': (f'lra_listops.py:{family},tiny', {})
-            for family in FAMILIES if family not in ('transformer', 'linear_reference', 'adamra_eq8')}}
+         **{f'lra_encoder[{family}]': (f'lra_listops.py:{family},tiny', {}) for family in FAMILIES
+            if family not in ('transformer', 'linear_reference', 'adamra_eq8')}}
 # (the transformer is SIZED_BY's lra_encoder; linear_reference and adamra_eq8 are linear's and
 # adamra's code paths)
 TIED_EMBEDDINGS = ('transformer_seq2seq', 'ponet_mlm')
@@ -116,7 +116,7 @@ HLO = '''
   %all-gather-done.2 = f32[8,8]{1,0} all-gather-done(%all-gather-start.2)
   %cp = s32[10]{0} collective-permute(%v), source_target_pairs={{0,1}}
   %all-reduce-start = f32[3]{0} all-reduce-start(%u), to_apply=%sum
-'''
+'''  # noqa: E501  (HLO lines as XLA prints them)
 
 
 def test_collectives_are_counted_with_their_bytes():

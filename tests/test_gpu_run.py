@@ -123,7 +123,8 @@ def test_queue_runs_peer_compile_time_and_listops_then_resumes_from_its_state(tm
     assert point['status'] == 'ok' and point['step_flops'] > 0, (entry, point)
     assert point['flops_used'] == max(point['step_flops'], 3e9 * point['forward_gflops'])
     assert point['flops_per_s'] == pytest.approx(point['flops_used'] / (point['step_ms'] / 1e3))
-    assert point['peak_fraction'] is None and point['flops_from'] in ('compiled step', '3 x forward')
+    assert point['peak_fraction'] is None
+    assert point['flops_from'] in ('compiled step', '3 x forward')
   # The lower bound skips the [L, L] products: fewer flops per step than softmax.
   assert sweep['results']['none']['32']['step_flops'] < sweep['results']['softmax/xla']['32'][
       'step_flops']

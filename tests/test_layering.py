@@ -3,9 +3,10 @@ models/ on layers/, and neither imports data/ or train/ (a model is usable witho
 data/ imports neither models/ nor train/ (what a model must know of the data travels in
 DatasetInfo); tasks/ (loss, metrics, decoding) on data/ and models/, never on the trainer;
 weights/ (official weights) on models/ only; trainer/ (setup, steps, checkpoints) on everything
-but the programs, which import it and each other's functions, never the other way; config/ (the one home of
-configuration) and the config files build on data/'s defaults only (config/ also on the registry,
-for `config.imports` and a run's model, and on the one-line errors), and loading any config file
+but the programs, which import it and each other's functions, never the other way; config/ (the
+one home of configuration) and the config files build on data/'s defaults only (config/ also on
+the registry, for `config.imports` and a run's model, and on the one-line errors), and loading any
+config file
 imports no flax, grain, optax or orbax (checked in a fresh interpreter). The modules config/
 replaced are gone."""
 import ast
@@ -162,7 +163,8 @@ def test_config_files_import_only_config():
 
 
 # Configuration lived in four modules of two subpackages before config/ (issue #48).
-REPLACED = (('configs_lib',), ('config.py',), ('train', 'config_utils.py'), ('train', 'validate.py'))
+REPLACED = (('configs_lib',), ('config.py',), ('train', 'config_utils.py'),
+            ('train', 'validate.py'))
 
 
 def test_configuration_has_one_home():

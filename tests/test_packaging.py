@@ -161,7 +161,8 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
   script = os.path.join(os.path.dirname(python), 'poolformers-jax')   # the console script
   helped = _run([script, '--help'], cwd=empty, env=cpu)   # dispatch: tests/train/test_errors.py
   assert helped.returncode == 0 and helped.stderr.startswith(
-      'usage: poolformers-jax <train|eval|summary|reproduce|average|translate|router_load|convert>'), helped
+      'usage: poolformers-jax '
+      '<train|eval|summary|reproduce|average|translate|router_load|convert>'), helped
 
   venv = tmp_path / 'venv'
   assert _run([sys.executable, '-m', 'venv', str(venv)], env=env).returncode == 0
@@ -237,7 +238,8 @@ def test_a_shipped_config_loads_and_its_model_builds_on_the_core_install(tmp_pat
 
 
 def test_one_version_string():
-  """poolformers_jax/_version.py is the version; pyproject.toml reads it, CITATION.cff repeats it."""
+  """poolformers_jax/_version.py is the version; pyproject.toml reads it, CITATION.cff repeats
+  it."""
   import poolformers_jax  # pylint: disable=g-import-not-at-top
   with open(os.path.join(ROOT, 'pyproject.toml'), 'rb') as f:
     project = tomllib.load(f)

@@ -42,16 +42,19 @@ _IMPORT_ALL = textwrap.dedent('''
   print(json.dumps({
       'modules': len(list(pkgutil.walk_packages(poolformers_jax.__path__, 'poolformers_jax.'))),
       'failed': failed,
-      'config_changed': sorted(k for k in before['config'] if before['config'][k] != after['config'].get(k)),
+      'config_changed': sorted(k for k in before['config']
+                               if before['config'][k] != after['config'].get(k)),
       'threefry_changed': before['threefry_cpu'] is not after['threefry_cpu'],
-      'opted_config_changed': sorted(k for k in after['config'] if after['config'][k] != opted['config'][k]),
+      'opted_config_changed': sorted(k for k in after['config']
+                                     if after['config'][k] != opted['config'][k]),
       'opted_threefry_unrolled': opted['threefry_cpu'] is threefry2x32._threefry2x32_lowering_rule,
       'backend_started': __import__('jax._src.xla_bridge').
           _src.xla_bridge.backends_are_initialized()}))
 ''')
 
 
-@pytest.mark.skipif(importlib.util.find_spec('libtpu') is None, reason='needs libtpu (requirements-test.txt)')
+@pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
+                    reason='needs libtpu (requirements-test.txt)')
 def test_importing_every_module_leaves_jax_config_and_lowerings_unchanged():
   env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
   result = subprocess.run([sys.executable, '-c', _IMPORT_ALL], cwd=ROOT, env=env,
@@ -79,7 +82,8 @@ def test_opt_ins_log_one_line_and_change_nothing_when_jax_lacks_the_private_name
   assert 'same bits' in caplog.text
 
 
-@pytest.mark.skipif(importlib.util.find_spec('libtpu') is None, reason='needs libtpu (requirements-test.txt)')
+@pytest.mark.skipif(importlib.util.find_spec('libtpu') is None,
+                    reason='needs libtpu (requirements-test.txt)')
 def test_cpu_choice_logs_one_line_when_jax_cannot_count_chips():
   env = {k: v for k, v in os.environ.items() if k != 'JAX_PLATFORMS'}
   code = ('import logging; logging.basicConfig(format="%(message)s")\n'

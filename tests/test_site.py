@@ -278,7 +278,8 @@ def _check_links(base, folder):
 def _hooks():
   pytest.importorskip('mkdocs')
   import importlib.util  # pylint: disable=g-import-not-at-top
-  spec = importlib.util.spec_from_file_location('docs_hooks', os.path.join(ROOT, 'docs', 'hooks.py'))
+  spec = importlib.util.spec_from_file_location('docs_hooks',
+                                                os.path.join(ROOT, 'docs', 'hooks.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module

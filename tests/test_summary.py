@@ -20,7 +20,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def tiny_hvt_config():
-  spec = importlib.util.spec_from_file_location('cfg_cifar', os.path.join(ROOT, 'configs', 'cifar.py'))
+  spec = importlib.util.spec_from_file_location('cfg_cifar',
+                                                os.path.join(ROOT, 'configs', 'cifar.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   config = module.get_config('hvt_s_4')

@@ -64,7 +64,8 @@ def complete_with_info(config: ml_collections.ConfigDict, *, need_files: bool = 
                todo: str = '') -> tuple[ml_collections.ConfigDict, Any]:
   """(`complete`'s config, the DatasetInfo it was completed from)."""
   if run_dir is not None:
-    config = run_file.with_run_model(config, run_dir, **({'todo': todo} if todo else {}))
+    config = (run_file.with_run_model(config, run_dir, todo=todo) if todo
+              else run_file.with_run_model(config, run_dir))
   registry.import_modules(config.get('imports', ''))   # the user's mixers / models, registered
   info = info or data.get_dataset_info(config, need_files=need_files)
   config = copy.deepcopy(config)   # the caller's config is left untouched

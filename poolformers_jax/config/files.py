@@ -55,6 +55,7 @@ def load_file(spec: str):
   """'configs/lra_listops.py:ponet,small' -> the file's `get_config('ponet,small')`, unlocked."""
   path, words = resolve(spec)
   module_spec = importlib.util.spec_from_file_location('_config_module', path)
+  assert module_spec is not None and module_spec.loader is not None, path   # a .py file
   module = importlib.util.module_from_spec(module_spec)
   module_spec.loader.exec_module(module)
   return module.get_config(words) if words else module.get_config()

@@ -28,7 +28,7 @@ warmup and steps from the table in docs/papers/lra.md.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable, TypedDict
 
 import ml_collections
 from ml_collections import config_dict
@@ -38,7 +38,7 @@ from poolformers_jax.config.words import Numbered, NumberList, parse_words
 
 
 # model family -> (registered mixer name, per-family mixer options)
-FAMILIES = {
+FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {
     'transformer': ('softmax', {}),
     'linear': ('linear', {}),
     # The LRA reference code's linear attention (no normaliser, L^(-1/4) scaling)
@@ -82,15 +82,31 @@ def _words(arg: str | None) -> dict[str, str | None]:
                      'or :adamra,small,rates4-8-16-32,subheads2,mixer_dropout0')
 
 
+class Words(TypedDict):
+  """parse_arg's result: the first four slots always filled, the others None when not given."""
+  family: str
+  size: str
+  protocol: str
+  stage: str
+  model: str | None
+  positions: str | None
+  recipe: str | None
+  rates: str | None
+  subheads: str | None
+  mixer_dropout: str | None
+
+
 def parse_arg(arg: str | None, default_family: str = 'transformer',
-              default_size: str = 'full') -> dict[str, str | None]:
+              default_size: str = 'full') -> Words:
   """'ponet,small,reference' -> {'family': 'ponet', 'size': 'small', 'protocol': 'reference',
   'stage': 'task', 'model': None, 'positions': None, 'recipe': None}; the stage 'task' is
   training on the task itself."""
   words = _words(arg)
-  return {**words, 'family': words['family'] or default_family,
-          'size': words['size'] or default_size, 'protocol': words['protocol'] or 'ours',
-          'stage': words['stage'] or 'task'}
+  return Words(family=words['family'] or default_family, size=words['size'] or default_size,
+               protocol=words['protocol'] or 'ours', stage=words['stage'] or 'task',
+               model=words['model'], positions=words['positions'], recipe=words['recipe'],
+               rates=words['rates'], subheads=words['subheads'],
+               mixer_dropout=words['mixer_dropout'])
 
 
 def mixer_words(config: ml_collections.ConfigDict, family: str, arg: str | None) -> None:
@@ -100,13 +116,14 @@ def mixer_words(config: ml_collections.ConfigDict, family: str, arg: str | None)
     if words[slot] and family not in ADAMRA_FAMILIES:
       raise ValueError(f'config argument {words[slot]!r} sets AdaMRA\'s {slot}, but the family is '
                        f'{family!r}; use it with {" or ".join(ADAMRA_FAMILIES)}.')
-  if words['rates']:
-    config.model.mixer_kwargs.compression_rates = tuple(
-        1 / n for n in RATES.numbers(words['rates']))
-  if words['subheads']:
-    config.model.num_heads = SUBHEADS.number(words['subheads'])
-  if words['mixer_dropout']:
-    percent = MIXER_DROPOUT.number(words['mixer_dropout'])
+  rates = RATES.numbers(words['rates'])
+  if rates is not None:
+    config.model.mixer_kwargs.compression_rates = tuple(1 / n for n in rates)
+  subheads = SUBHEADS.number(words['subheads'])
+  if subheads is not None:
+    config.model.num_heads = subheads
+  percent = MIXER_DROPOUT.number(words['mixer_dropout'])
+  if percent is not None:
     if percent >= 100:
       raise ValueError(f'config argument {words["mixer_dropout"]!r}: the dropout is in percent, '
                        'below 100; e.g. mixer_dropout0 or mixer_dropout10.')
@@ -175,7 +192,7 @@ def task_config(task: LraTask, arg: str | None,
   `tiny` also shrinks the model; PoNet's segment count scales with the length. A task file can
   change more per size with `size_overrides[size](config)`."""
   words = parse_arg(arg, default_size='full' if arg else 'small')
-  family, size, protocol, stage = (words[k] for k in ('family', 'size', 'protocol', 'stage'))
+  family, size, protocol, stage = words['family'], words['size'], words['protocol'], words['stage']
   config = base_config(task.data)
   config.model = model_config(family, retrieval=task.retrieval)
   config.optimizer.update(learning_rate=1e-4, eps=1e-6, schedule='one_cycle',
@@ -193,8 +210,9 @@ def task_config(task: LraTask, arg: str | None,
     config.optimizer.learning_rate = 1e-3
   if size == 'tiny':
     config.model.update(dim=32, mlp_dim=64, head_hidden_dim=32)
-  if size in (size_overrides or {}):
-    size_overrides[size](config)
+  overrides = size_overrides or {}
+  if size in overrides:
+    overrides[size](config)
   if words['model'] == '6x512':   # Amos et al.'s Transformer (their configs/model/transformer.yaml)
     config.model.update(num_layers=6, dim=512, num_heads=8, mlp_dim=2048)
   if words['positions']:

@@ -103,12 +103,12 @@ def _check_model(model: ml_collections.ConfigDict, info) -> None:
 
 def _check_optimizer(opt: ml_collections.ConfigDict) -> None:
   lr = opt.learning_rate
-  _require(isinstance(lr, numbers.Real) and math.isfinite(lr) and lr >= 0,
+  _require(isinstance(lr, numbers.Real) and math.isfinite(lr) and float(lr) >= 0,
            f'config.optimizer.learning_rate={lr!r} must be a finite number >= 0',
            'set --config.optimizer.learning_rate, e.g. 1e-3')
   for key in ('warmup_steps', 'grad_clip_norm', 'weight_decay'):
     value = opt[key]
-    _require(isinstance(value, numbers.Real) and value >= 0,
+    _require(isinstance(value, numbers.Real) and float(value) >= 0,
              f'config.optimizer.{key}={value!r} must be >= 0', f'set --config.optimizer.{key} '
              'to 0 (off) or more')
   _positive_int(opt, 'grad_accum_steps', 'optimizer.')
@@ -206,7 +206,7 @@ def check_config(config: ml_collections.ConfigDict, info, *, devices: int, proce
            f'config.param_init={config.param_init!r} is unknown',
            f'choose one of {list(PARAM_INIT_SCHEMES)}')
   ls = config.label_smoothing
-  _require(isinstance(ls, numbers.Real) and 0 <= ls < 1,
+  _require(isinstance(ls, numbers.Real) and 0 <= float(ls) < 1,
            f'config.label_smoothing={ls!r} must be in [0, 1)', 'e.g. 0.1, or 0 for none')
   mixup = config.mixup
   if mixup.mixup_alpha > 0 or mixup.cutmix_alpha > 0:

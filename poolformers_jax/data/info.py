@@ -48,7 +48,7 @@ class Preprocess:
 
   def __call__(self, record, rng: Optional[np.random.Generator] = None):
     example = base.get_spec(self.data_config.name).preprocess(record, self.data_config, rng)
-    if self.mask_id is not None:
+    if self.objective and self.mask_id is not None:
       example = masking.pretraining_example(example, self.objective, self.mask_rate,
                                             self.mask_id, rng)
     return example

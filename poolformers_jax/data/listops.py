@@ -76,9 +76,10 @@ class TsvSource:
 
   def __init__(self, path: str):
     self.lines = base.LineFile(path, skip_header=True)
-    if self.lines.header.split('\t')[:2] != ['Source', 'Target']:
+    header = self.lines.header or ''
+    if header.split('\t')[:2] != ['Source', 'Target']:
       raise ValueError(f'{path}: expected the header "Source<TAB>Target", '
-                       f'got {self.lines.header[:40]!r}.')
+                       f'got {header[:40]!r}.')
 
   def __len__(self):
     return len(self.lines)

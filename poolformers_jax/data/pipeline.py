@@ -115,7 +115,7 @@ class _EvalExample:
     self.records, self.preprocess = records, Preprocess(data_config)
     self.process_index, self.process_count = process_index, process_count
     self.num_examples = num_examples
-    self._padding = None
+    self._padding: Optional[dict[str, Any]] = None   # a zero example, made on first use
 
   def __call__(self, i: int):
     index = self.process_index + i * self.process_count

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -73,7 +73,8 @@ def level(name: str, magnitude: float, sign: float = 1.0):
 
 
 def _affine(img: Image.Image, matrix, fill) -> Image.Image:
-  return img.transform(img.size, Image.AFFINE, matrix, resample=Image.BICUBIC, fillcolor=fill)
+  return img.transform(img.size, Image.Transform.AFFINE, matrix, resample=Image.Resampling.BICUBIC,
+                       fillcolor=fill)
 
 
 def _posterize(img: Image.Image, bits: int) -> Image.Image:
@@ -97,7 +98,8 @@ _OPS: dict[str, Callable] = {
     'AutoContrast': lambda img, _, fill: ImageOps.autocontrast(img),
     'Equalize': lambda img, _, fill: ImageOps.equalize(img),
     'Invert': lambda img, _, fill: ImageOps.invert(img),
-    'Rotate': lambda img, deg, fill: img.rotate(deg, resample=Image.BICUBIC, fillcolor=fill),
+    'Rotate': lambda img, deg, fill: img.rotate(deg, resample=Image.Resampling.BICUBIC,
+                                                fillcolor=fill),
     'Posterize': lambda img, bits, fill: _posterize(img, bits),
     'Solarize': lambda img, threshold, fill: ImageOps.solarize(img, threshold),
     'SolarizeAdd': lambda img, add, fill: _solarize_add(img, add),
@@ -154,7 +156,7 @@ def parse(policy: str) -> RandAugment:
   if words[0] != 'rand':
     raise ValueError(f"config.data.rand_augment={policy!r}: expected timm's 'rand-...' form, "
                      "e.g. 'rand-m9-mstd0.5-inc1' (DeiT); '' turns it off.")
-  kwargs = {}
+  kwargs: dict[str, Any] = {}   # RandAugment's fields: ints, a float and a bool
   for word in words[1:]:
     match = re.fullmatch(r'(mstd|m|n|inc)(\d.*)', word)
     if not match:

@@ -33,7 +33,7 @@ def _resize(image: np.ndarray, height: int, width: int) -> np.ndarray:
     return image
   squeeze = image.shape[-1] == 1
   pil = Image.fromarray(image[..., 0] if squeeze else image)
-  out = np.asarray(pil.resize((width, height), Image.BICUBIC))
+  out = np.asarray(pil.resize((width, height), Image.Resampling.BICUBIC))
   return out[..., None] if squeeze else out
 
 

@@ -97,10 +97,11 @@ def pair_inputs(a: list, b: Optional[list], cls: int, sep: int, length: int) -> 
       segments.append(np.full(len(sentence), len(segments)))
     ids.append(np.asarray([sep]))
     segments.append(np.asarray([len(segments)]))
-  ids, segments = np.concatenate(ids).astype(np.int32), np.concatenate(segments).astype(np.int32)
-  if len(ids) > length:
-    raise ValueError(f'{len(ids)} tokens > config.data.max_length={length}.')
-  return np.stack([np.pad(ids, (0, length - len(ids))), np.pad(segments, (0, length - len(ids)))])
+  row = np.concatenate(ids).astype(np.int32)
+  if len(row) > length:
+    raise ValueError(f'{len(row)} tokens > config.data.max_length={length}.')
+  return np.stack([np.pad(row, (0, length - len(row))),
+                   np.pad(np.concatenate(segments).astype(np.int32), (0, length - len(row)))])
 
 
 def vocab_sizes(data_config, from_files: bool) -> tuple[int, dict[str, int]]:

@@ -104,9 +104,10 @@ def reproduce_glue(tasks: Sequence[str], families: Sequence[str], workdir: str, 
                    command: str = '') -> dict[str, Any]:
   """Runs what is missing of the grid, picks the best run on dev per task, writes
   WORKDIR/glue_results.json and glue_results.md; returns the results."""
-  results = {'size': size, 'device': device_name(), 'git_commit': git_commit(),
-             'command': command, 'overrides': list(overrides), 'batch_sizes': list(batch_sizes),
-             'learning_rates': list(learning_rates), 'families': {}}
+  results: dict[str, Any] = {
+      'size': size, 'device': device_name(), 'git_commit': git_commit(), 'command': command,
+      'overrides': list(overrides), 'batch_sizes': list(batch_sizes),
+      'learning_rates': list(learning_rates), 'families': {}}
   for family in families:
     for task in tasks:
       missing = glue_data_status(task, family, size, overrides, configs_dir)

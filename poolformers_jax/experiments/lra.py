@@ -184,9 +184,10 @@ def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *
   With `spt`, every (task, family, seed) also self-pretrains and fine-tunes (run_spt) in
   WORKDIR/<task>/<family>/spt_seed<s> (spt_causal_seed<s>)."""
   check_configs(tasks, families, size, overrides, configs_dir, spt, objective)
-  results = {'size': size, 'seeds': list(seeds), 'device': device_name(),
-             'git_commit': git_commit(), 'command': command, 'overrides': list(overrides),
-             'tasks': {}, **({'spt_objective': objective} if spt else {})}
+  results: dict[str, Any] = {
+      'size': size, 'seeds': list(seeds), 'device': device_name(), 'git_commit': git_commit(),
+      'command': command, 'overrides': list(overrides), 'tasks': {},
+      **({'spt_objective': objective} if spt else {})}
   for task in tasks:
     missing = data_status(task, size, overrides, configs_dir, families[0])
     if missing:

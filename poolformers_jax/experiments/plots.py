@@ -8,7 +8,7 @@ from poolformers_jax.experiments.papers import PAPER
 def validation_curves(results: dict[str, Any]) -> dict[str, dict[str, tuple[list, list]]]:
   """task -> '<family> seed <s>' -> (steps, validation accuracy %) from the runs' metrics."""
   from poolformers_jax.trainer.metrics import read_metrics
-  curves = {}
+  curves: dict[str, dict[str, tuple[list, list]]] = {}
   for task, entry in results['tasks'].items():
     named = [(family, runs) for family, runs in entry.get('families', {}).items()] + [
         (f'{family} SPT', runs) for family, runs in (entry.get('spt') or {}).items()]
@@ -28,7 +28,7 @@ def write_curves_csv(results: dict[str, Any], path: str) -> None:
   with open(path, 'w') as f:
     f.write(','.join(['task', 'step'] + names) + '\n')
     for task, runs in curves.items():
-      by_step = {}
+      by_step: dict[int, dict[str, float]] = {}
       for name, (steps, accuracy) in runs.items():
         for step, value in zip(steps, accuracy):
           by_step.setdefault(step, {})[name] = value
@@ -49,7 +49,7 @@ def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:
   for ax, (task, runs) in zip(axes[0], curves.items()):
     # A colour per family (its paper line too), a line style per seed.
     families = sorted({name.split(' seed ')[0] for name in runs})
-    seen = {}
+    seen: dict[str, int] = {}   # family -> its runs drawn so far
     for name, (steps, accuracy) in sorted(runs.items()):
       family = name.split(' seed ')[0]
       color = f'C{families.index(family)}'

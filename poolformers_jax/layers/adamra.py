@@ -278,9 +278,9 @@ class AdaMRA(nn.Module):
     # The projections and the router act per token; the core below runs on each sequence shard
     # (the whole sequence when the model is not sequence-sharded).
     def core(shard, x, mask, chosen, gate, maps):
-      heads = [segment_means(x, mask, count, shard) for count in counts]
+      pooled = [segment_means(x, mask, count, shard) for count in counts]
       heads = [(affine(means, maps['key'][h]), affine(means, maps['value'][h]), valid)
-               for h, (means, valid) in enumerate(heads)]
+               for h, (means, valid) in enumerate(pooled)]
       if chosen is None or self.feature_map == 'softmax':
         # Every query in every head (routing 'none', or the softmax ablation), summed with the
         # one-hot gates: Eq. 8 as written.
@@ -293,10 +293,11 @@ class AdaMRA(nn.Module):
         return TOKENS(mixed)
       # Each query only in the head it is routed to: a third of the work of evaluating all
       # heads and keeping one (same values; see routed_kernel_attention).
-      kernels, biases = zip(*maps['query'])
-      biases = None if biases[0] is None else jnp.stack(biases)
-      states = [kernel_attention_state(*(split_heads(t, self.num_heads) for t in (k_h, v_h)),
-                                       valid, FEATURE_MAPS[self.feature_map])
+      kernels, query_biases = zip(*maps['query'])
+      biases = None if query_biases[0] is None else jnp.stack(query_biases)
+      states = [kernel_attention_state(split_heads(k_h, self.num_heads),
+                                       split_heads(v_h, self.num_heads), valid,
+                                       FEATURE_MAPS[self.feature_map])
                 for k_h, v_h, valid in heads]
       return TOKENS(gate[..., None] * routed_kernel_attention(
           x, chosen, jnp.stack(kernels), biases, jnp.stack(states, axis=1),

@@ -214,6 +214,7 @@ class MultiHeadAttention(nn.Module):
           if allowed is not None:
             bias = jnp.where(allowed[:, None], bias, NEG_INF)
         else:
+          assert allowed is not None   # sharded_allowed's, above
           bias = jnp.where(allowed[:, None], 0.0, NEG_INF).astype(jnp.float32)
         out, weights = softmax_attention(q, k, v, bias, drop if drop_weights else None)
         return HEAD_TOKENS(out), HEAD_TOKENS(weights)   # [B, H, L, Dh], [B, H, L, L]

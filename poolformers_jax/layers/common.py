@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import typing
-from typing import Any, Callable, Iterable, Literal, Optional
+from typing import Any, Callable, Iterable, Literal, Optional, TypeVar
 
 import flax.linen as nn
 import jax
@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 Array = jax.Array
+Windowed = TypeVar('Windowed', jax.Array, np.ndarray)
 Dtype = Any
 
 # A large negative used instead of -inf so that fully masked rows give finite values.
@@ -74,10 +75,11 @@ def literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
           if typing.get_origin(hint) is Literal}
 
 
-def check_choices(module: Any, owner: Optional[str] = None) -> None:
+def check_choices(module: object, owner: Optional[str] = None) -> None:
   """check_choice on every `Literal[...]` field of `module` (owner: its class name)."""
-  for field, choices in literal_fields(type(module)).items():
-    check_choice(owner or type(module).__name__, field, getattr(module, field), choices)
+  cls: type = type(module)
+  for field, choices in literal_fields(cls).items():
+    check_choice(owner or cls.__name__, field, getattr(module, field), choices)
 
 
 def check_image_input(x: Array, name: str) -> None:
@@ -233,8 +235,9 @@ def apply_rotary(x: Array, num_heads: int, positions: Optional[Array] = None) ->
   return turned.reshape(x.shape).astype(x.dtype)
 
 
-def window_partition(x: Array, window: int) -> Array:
-  """[B, H, W, C] -> [B * nW, window^2, C], windows in row-major order within each image."""
+def window_partition(x: Windowed, window: int) -> Windowed:
+  """[B, H, W, C] -> [B * nW, window^2, C], windows in row-major order within each image (jax or
+  numpy: Swin's shifted-window mask is built in numpy)."""
   b, h, w, c = x.shape
   x = x.reshape(b, h // window, window, w // window, window, c)
   return x.transpose(0, 1, 3, 2, 4, 5).reshape(-1, window * window, c)

@@ -49,14 +49,14 @@ softmax attention that follows unless its `implementation` is a flash one ('cudn
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poolformers_jax.layers.attention import MultiHeadAttention
+from poolformers_jax.layers.attention import Implementation, MultiHeadAttention
 from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_choices,
                                            check_image_input, check_sequence_input,
                                            compute_dtype, segment_allowed, window_partition)
@@ -165,6 +165,7 @@ class PoolingPredictor(nn.Module):
     spatial = x.ndim - 2
     # Causal (1D only): a kernel-3 window covers positions i-2..i.
     padding = [(2, 0)] if self.causal else 'SAME'
+    conv: Callable[[int, str], Callable[[Array], Array]]   # (features, name) -> the layer
     if segment_ids is None:
       conv = lambda f, name: nn.Conv(f, (3,) * spatial, padding=padding, dtype=self.dtype,
                                      name=name)
@@ -234,6 +235,14 @@ class PoolSites:
   cell: int = 1           # the query's own stride cell, which random_sparse always keeps
 
 
+def _needed(value: Optional[Array], name: str, options: ContextPoolOptions) -> Array:
+  """`value`, which pool_eq4 needs for the variant `options`; a ValueError when None."""
+  if value is None:
+    raise ValueError(f'pool_eq4: weights={options.weights!r}, locality={options.locality!r} '
+                     f'needs {name}; pass it (ContextPool.predict_pooling computes w and s).')
+  return value
+
+
 def pool_eq4(options: ContextPoolOptions, x: Array, mask: Array, sites: PoolSites, *,
              allowed: Optional[Array] = None, w_logit: Optional[Array] = None,
              s_logit: Optional[Array] = None, theta: Optional[Array] = None,
@@ -256,13 +265,14 @@ def pool_eq4(options: ContextPoolOptions, x: Array, mask: Array, sites: PoolSite
   key_logit, values, sigma = None, x, None
   if options.weights == 'learned':
     # log w_j up to a constant, which cancels in the normaliser C(X) of Eq. 4.
-    key_logit = w_logit
-    intermediates['pooling_weights'] = jax.nn.softmax(jnp.where(mask, w_logit, NEG_INF), axis=-1)
+    key_logit = _needed(w_logit, 'w_logit', options)
+    intermediates['pooling_weights'] = jax.nn.softmax(jnp.where(mask, key_logit, NEG_INF), axis=-1)
   elif options.weights == 'unnormalized':
+    w_logit = _needed(w_logit, 'w_logit', options)
     values = x * w_logit[..., None].astype(x.dtype)
     intermediates['pooling_weights'] = w_logit
   if options.locality in SIZED_LOCALITIES:
-    s = jax.nn.sigmoid(s_logit)                                  # s_i in [0, 1]
+    s = jax.nn.sigmoid(_needed(s_logit, 's_logit', options))    # s_i in [0, 1]
     sigma = jnp.maximum(options.size_ratio * n * s, SIGMA_MIN)   # sigma_i = r n s_i
     intermediates['sigma'] = sigma
 
@@ -280,8 +290,9 @@ def pool_eq4(options: ContextPoolOptions, x: Array, mask: Array, sites: PoolSite
     if key_logit is not None:
       logits = logits + key_logit[:, None, :]
     if theta is not None:
-      nl = jnp.einsum('bqd,bkd->bqk', rows['theta'], phi,
-                      preferred_element_type=jnp.float32) * phi.shape[-1] ** -0.5
+      phi_k = _needed(phi, 'phi (with theta)', options)
+      nl = jnp.einsum('bqd,bkd->bqk', rows['theta'], phi_k,
+                      preferred_element_type=jnp.float32) * phi_k.shape[-1] ** -0.5
       nl = jnp.where(ok, nl, NEG_INF)
       nl_weights = jax.nn.softmax(nl, axis=-1)                  # Eq. 3
       logits = logits + nl
@@ -383,7 +394,7 @@ class ContextPool(ContextPoolOptions):
       raise ValueError(f'{name}: query_block={self.query_block} must be >= 1 (or None for the '
                        f'[L, L] form).')
     if self.token_grid is not None:
-      return self._pool_grid(x, mask)
+      return self._pool_grid(x, mask, self.token_grid)
     if segment_ids is not None and self.locality == 'random_sparse':
       raise ValueError(f"{name}: locality='random_sparse' samples by row index and does not take "
                        'packed rows (segment_ids); use unpacked data.')
@@ -409,10 +420,10 @@ class ContextPool(ContextPoolOptions):
                      w_logit=w_logit, s_logit=s_logit, query_block=self.query_block)
 
   @nn.nowrap
-  def _pool_grid(self, x: Array, mask: Array) -> Array:
+  def _pool_grid(self, x: Array, mask: Array, grid: tuple[int, int]) -> Array:
     """[prefix tokens; h * w raster patches] -> prefix unchanged, patches pooled on the grid."""
     name = type(self).__name__
-    h, w = (int(v) for v in self.token_grid)
+    h, w = (int(v) for v in grid)
     p = int(self.prefix_tokens)
     if self.causal or x.shape[1] != p + h * w:
       raise ValueError(f'{name}: token_grid={self.token_grid} with prefix_tokens={p} needs '
@@ -473,7 +484,7 @@ class ContextPool2D(ContextPoolOptions):
 class WindowContextPool(ContextPoolOptions):
   """ContextPool (Eq. 4) inside each (shifted) window of CP-Swin: the block's normalised map
   [B, H, W, C] (un-shifted) -> the pooled window tokens [B * nW, M^2, C] (window_partition)."""
-  window: int
+  window: int  # type: ignore[misc]  # mypy misses predictor_dim's kw_only (a dataclasses.field)
   shift: int = 0
   # CP-Swin's fixed predictor width (the Swin model says why; the other forms: dim // 16).
   predictor_dim: int = dataclasses.field(default=8, kw_only=True)
@@ -529,7 +540,7 @@ class ContextPoolAttention(ContextPoolOptions):
   dropout_rate: float = 0.0
   use_bias: bool = True
   query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
-  implementation: str = 'explicit'             # the attention's (MultiHeadAttention)
+  implementation: Implementation = 'explicit'  # the attention's (MultiHeadAttention)
   placement: Literal['mixer_input', 'block_output'] = 'mixer_input'   # see above
   token_grid: Optional[tuple[int, int]] = None  # ContextPool's (CP-ViT: set by the backbone)
   prefix_tokens: int = 0

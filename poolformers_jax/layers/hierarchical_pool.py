@@ -60,6 +60,7 @@ class HierarchicalPool(nn.Module):
       raise ValueError(f'{name}: kernel_size={self.kernel_size} and stride={self.stride} '
                        f'must both be >= 1.')
     batch, length, dim = x.shape
+    spatial: tuple[int, ...]
     if self.grid is None:
       spatial = (length,)
     else:
@@ -133,6 +134,13 @@ class PoolingStages:
       layouts.append(layout)
     return layouts
 
+  def stage_grid(self, stage: int) -> Optional[tuple[int, int]]:
+    """The (h, w) patch grid of `stage` with 2D pooling; None (a token sequence) otherwise."""
+    if not self.pool_2d:
+      return None
+    h, w = self.stage_grids()[stage]
+    return h, w
+
   def check(self, owner: str) -> None:
     """Refuses a staging that cannot run, before anything is traced."""
     if not self.num_stages:
@@ -150,7 +158,7 @@ class PoolingStages:
                  dtype: Optional[Dtype] = None) -> tuple[Array, Array]:
     """Eq. (5), X^ = Pool(X) + E_stage, inside the model's compact __call__: the parameters
     'pool{stage}' and 'pos_embed_stage{stage + 1}' are the model's own."""
-    grid = self.stage_grids()[stage] if self.pool_2d else None
-    x, mask = HierarchicalPool(self.method, self.kernel_size, self.stride, grid=grid,
+    x, mask = HierarchicalPool(self.method, self.kernel_size, self.stride,
+                               grid=self.stage_grid(stage),
                                dtype=dtype, name=f'pool{stage}')(x, mask)
     return LearnedPositionEmbedding(x.shape[1], name=f'pos_embed_stage{stage + 1}')(x), mask

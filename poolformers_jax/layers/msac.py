@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Literal, Optional, Sequence, Union
+from typing import Literal, Optional, Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -53,7 +53,7 @@ from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_c
                                            compute_dtype)
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
 
-Window = Union[int, Sequence[int]]
+Window = int | Sequence[int]
 
 
 # ------------------------------------------------------------------------------------ Shared pieces
@@ -91,6 +91,7 @@ def attention_on_grid(q: Array, k: Array, v: Array, num_heads: int,
 
 # Sec. 2.1: full-width filters per head ('full'), or the channels split over the heads (MHA).
 HeadForm = Literal['full', 'split']
+SegmentForm = Literal['add', 'concat', 'none']   # CrossAttentiveInput's segment augmentation
 
 
 def head_channels(features: int, num_heads: int, heads: HeadForm, name: str) -> int:
@@ -149,6 +150,7 @@ class SelfAttention2D(nn.Module):
 
 def window_shape(window: Window, language: bool, name: str) -> tuple[int, int]:
   """int w -> (1, w) for language, (w, w) for images; (n, m) kept. Validates positivity."""
+  shape: tuple[int, ...]
   if isinstance(window, (int, np.integer)):
     shape = (1, int(window)) if language else (int(window), int(window))
   else:
@@ -288,7 +290,7 @@ class CrossAttentiveInput(nn.Module):
   """t = [x, z] side by side ([B, N, M, d] twice -> [B, N, 2M, d']) with segment augmentation:
   learned x_seg, z_seg added ('add', [N, M, d]) or appended as channels ('concat',
   [N, M, segment_dim]); 'none': plain concatenation."""
-  segment: Literal['add', 'concat', 'none'] = 'add'
+  segment: SegmentForm = 'add'
   segment_dim: int = 4
   std: float = 0.02
 

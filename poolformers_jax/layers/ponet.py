@@ -78,6 +78,8 @@ def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
   g = (shard.psum(jnp.sum(x32, axis=1)) / count[:, None]) @ w_q + b_q  # first stage: mean [B, D]
   if not cross_attention:
     return g, None
+  if key is None:
+    raise ValueError('global_aggregation: cross_attention=True needs key=(kernel, bias).')
   w_k, b_k = (t.astype(jnp.float32) for t in key)
   w_k = w_k.reshape(dim, num_heads, head_dim)
   probe = jnp.einsum('bhe,dhe->bdh', g.reshape(batch, num_heads, head_dim), w_k)  # Wk_h g_h

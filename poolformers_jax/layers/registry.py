@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Iterable, Mapping, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 import flax.linen as nn
 
@@ -112,7 +112,8 @@ def mixer_table_row(name: str) -> str:
           f'{yes("rotary")} | {traits.two_d} |')
 
 
-def options_of(cls: type, options: Mapping[str, Any] = ()) -> dict[str, Any]:
+def options_of(cls: Union[type, nn.Module],
+               options: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
   """{field: value}: `options` over the class's defaults (an instance: its own values)."""
   if not isinstance(cls, type):
     return {f.name: getattr(cls, f.name) for f in dataclasses.fields(cls)
@@ -125,7 +126,7 @@ def options_of(cls: type, options: Mapping[str, Any] = ()) -> dict[str, Any]:
       values[f.name] = f.default
     elif f.default_factory is not dataclasses.MISSING:
       values[f.name] = f.default_factory()
-  values.update(options)
+  values.update(options or {})
   return values
 
 

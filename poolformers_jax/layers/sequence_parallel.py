@@ -136,7 +136,7 @@ class Shard:
       return x
     if hasattr(jax.lax, 'pcast'):   # jax >= 0.9
       return jax.lax.pcast(x, self.axis, to='varying')
-    return jax.lax.pvary(x, self.axis)
+    return jax.lax.pvary(x, self.axis)  # type: ignore[attr-defined]  # jax < 0.9; gone in 0.10
 
   def all_gather(self, x: Array) -> Array:
     """[count, *x.shape]: every shard's `x`, in sequence order."""

@@ -74,10 +74,10 @@ class CharTransformerLM(nn.Module):
     if self.positions == 'sinusoidal':
       x = x + sinusoidal_positions(jnp.arange(inputs.shape[1]),
                                    self.emb_dim)[None].astype(dtype)
-    elif self.positions == 'learned' and self.max_length is None:
-      raise ValueError(f"{name}: positions='learned' needs max_length (the longest "
-                       f'sequence, e.g. 8192); set config.model.max_length.')
     elif self.positions == 'learned':
+      if self.max_length is None:
+        raise ValueError(f"{name}: positions='learned' needs max_length (the longest "
+                         f'sequence, e.g. 8192); set config.model.max_length.')
       x = LearnedPositionEmbedding(self.max_length, name='pos_embed')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     for i in range(self.num_layers):

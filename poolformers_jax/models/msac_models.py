@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from poolformers_jax.layers.common import Array, Dtype, check_image_input
-from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, Window
+from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, HeadForm, SegmentForm, Window
 from poolformers_jax.models.block import fields_of, model_kwargs, module_fields
 from poolformers_jax.models.registry import register_model
 
@@ -46,7 +46,7 @@ class BasicBlock(nn.Module):
   strides: int
   use_msac: bool
   num_heads: int
-  heads: str
+  heads: HeadForm
   windows: Sequence[Window]
   regular_conv: bool
   relative_bias: bool
@@ -82,7 +82,7 @@ class MSACResNet(nn.Module):
   stage_blocks: Sequence[int] = (3, 3, 3)
   msac_stages: Sequence[int] = (1, 2)   # 0-based stages whose 3×3 convs are MSACs
   num_heads: int = 4
-  heads: str = 'full'          # MSAC heads: 'full' (Sec. 2.1, the paper) or 'split' (see MSAC)
+  heads: HeadForm = 'full'     # MSAC heads: 'full' (Sec. 2.1, the paper) or 'split' (see MSAC)
   windows: Sequence[Window] = (1, 3)    # MSAC windows: int w = w×w, or (n, m)
   regular_conv: bool = True             # fuse a regular n×m conv into every SAC (Sec. 3-4)
   relative_bias: bool = True            # b[|Δrow|, |Δcol|] of Eq. 3
@@ -120,7 +120,7 @@ class MSACResNet(nn.Module):
 class CrossAttentiveSimilarity(MSACResNet):
   """Sec. 6.1: image pairs [B, 2, H, W, C] -> t = [x, z] with segments -> MSAC ResNet
   ('backbone') -> logits (2: same / different)."""
-  segment: str = 'add'         # 'add' | 'concat' | 'none' (CrossAttentiveInput)
+  segment: SegmentForm = 'add'   # CrossAttentiveInput's segment augmentation
   segment_dim: int = 4
 
   @nn.compact

@@ -92,7 +92,7 @@ class Attention(nn.Module):
   rotary: bool = False
 
   @nn.compact
-  def __call__(self, x: Array, memory: Array, bias: Optional[Array], *,
+  def __call__(self, x: Array, memory: Array, bias: Array, *,
                deterministic: bool = True) -> Array:
     dim = x.shape[-1]
     check_heads(dim, self.num_heads, type(self).__name__)
@@ -103,7 +103,8 @@ class Attention(nn.Module):
     q = split_heads(turn(dense('query')(x)), self.num_heads)
     if self.decode and self.cache == 'memory':
       if self.has_variable('cache', 'memory_key'):
-        k, v = self.get_variable('cache', 'memory_key'), self.get_variable('cache', 'memory_value')
+        k: Array = self.get_variable('cache', 'memory_key')
+        v: Array = self.get_variable('cache', 'memory_value')
       else:   # cache creation: project the encoder output once
         k = split_heads(dense('key')(memory), self.num_heads)
         v = split_heads(dense('value')(memory), self.num_heads)
@@ -315,8 +316,8 @@ class DecoderBlock(nn.Module):
   @nn.compact
   def __call__(self, y: Array, memory: Array, segment_ids: Array, mask: Array, cross_bias: Array,
                *, deterministic: bool = True) -> Array:
-    options = None if self.context_pool is None else dict(self.context_pool)
-    placement = None if options is None else options.pop('placement', 'every_attention')
+    options = {} if self.context_pool is None else dict(self.context_pool)
+    placement = None if self.context_pool is None else options.pop('placement', 'every_attention')
     if placement is not None and placement not in DECODER_PLACEMENTS:
       raise ValueError(f'decoder_context_pool.placement={placement!r}; choose one of '
                        f'{list(DECODER_PLACEMENTS)}.')
@@ -373,10 +374,10 @@ class TransformerSeq2Seq(nn.Module):
     check_choices(self)
     self.embed = nn.Embed(self.vocab_size, self.emb_dim, dtype=self.dtype or jnp.float32,
                           embedding_init=nn.initializers.normal(self.emb_dim ** -0.5))
-    common = dict(dropout_rate=self.dropout_rate,
-                  attention_dropout_rate=self.attention_dropout_rate,
-                  drop_path_rate=self.drop_path_rate, activation=self.activation, dtype=self.dtype,
-                  rotary=self.positions == 'rotary')
+    common: dict[str, Any] = dict(
+        dropout_rate=self.dropout_rate, attention_dropout_rate=self.attention_dropout_rate,
+        drop_path_rate=self.drop_path_rate, activation=self.activation, dtype=self.dtype,
+        rotary=self.positions == 'rotary')
     self.encoder_blocks = [
         TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
                          layer_norm_epsilon=LAYER_NORM_EPSILON, **common)
@@ -419,6 +420,9 @@ class TransformerSeq2Seq(nn.Module):
     """Teacher forcing (or one decoding step with decode=True) -> logits [B, Lt, vocab]."""
     src_segments, _, src_mask = _segments(inputs, inputs_segment_ids, None)
     if target_mask is None:
+      if targets_segment_ids is None:
+        raise ValueError('TransformerSeq2Seq.decode_logits: pass target_mask or '
+                         'targets_segment_ids (real target positions).')
       target_mask = targets_segment_ids > 0
     segments = targets_segment_ids if targets_segment_ids is not None else (
         target_mask.astype(jnp.int32))
@@ -443,10 +447,10 @@ class TransformerSeq2Seq(nn.Module):
     _check_tokens(targets, 'targets')
     memory = self.encode(batch['inputs'], get('inputs_segment_ids'), get('inputs_positions'),
                          deterministic=deterministic)
-    target_mask = (get('targets_segment_ids') > 0 if get('targets_segment_ids') is not None
-                   else targets != 0)
-    decoder_inputs = shift_right(targets, get('targets_segment_ids'))
-    return self.decode_logits(memory, batch['inputs'], decoder_inputs, get('targets_segment_ids'),
+    segment_ids = get('targets_segment_ids')
+    target_mask = segment_ids > 0 if segment_ids is not None else targets != 0
+    decoder_inputs = shift_right(targets, segment_ids)
+    return self.decode_logits(memory, batch['inputs'], decoder_inputs, segment_ids,
                               get('targets_positions'), get('inputs_segment_ids'),
                               target_mask=target_mask, deterministic=deterministic)
 

@@ -139,10 +139,10 @@ class SwinBlock(nn.Module):
     if h % window or w % window:
       raise ValueError(f'SwinBlock: feature map {h}x{w} is not divisible by the window '
                        f'{window}; choose an image size that gives multiples of the window.')
-    allowed = shifted_window_mask(h, w, window, shift) if shift else None
+    allowed = jnp.asarray(shifted_window_mask(h, w, window, shift)) if shift else None
     y = nn.LayerNorm(LAYER_NORM_EPS, dtype=self.dtype, name='norm1')(x)
     if self.context_pool:
-      windows = WindowContextPool(window, shift, predictor_dim=self.cp_predictor_dim,
+      windows = WindowContextPool(window=window, shift=shift, predictor_dim=self.cp_predictor_dim,
                                   size_ratio=self.cp_size_ratio, dtype=self.dtype,
                                   name='context_pool')(y, allowed)
     else:

@@ -54,7 +54,7 @@ class VisionTransformer(nn.Module):
   mixer_kwargs: Any = None
   classifier: Literal['token', 'mean'] = 'token'   # ViT / DeiT, or HVT's mean (Eq. 6)
   num_stages: int = 0                # M, HVT pooling stages
-  pool_method: str = 'max'
+  pool_method: Literal['max', 'avg', 'conv'] = 'max'
   pool_kernel_size: int = 3
   pool_stride: int = 2
   pool_2d: bool = False
@@ -125,7 +125,7 @@ class VisionTransformer(nn.Module):
                       layer_norm_epsilon=LAYER_NORM_EPS, kernel_init=dense_init, dtype=self.dtype)
     # Mixers that use the image layout (ContextPool, Fig. 3) get the patch grid behind the class
     # token; after 1D pooling the tokens are a sequence again.
-    token_grid = tuple(stages.grid)
+    token_grid: Optional[tuple[int, int]] = stages.grid
     prefix_tokens = 1 if self.classifier == 'token' else 0
     for i in range(self.depth):                                              # Eqs. (2)-(3)
       rate = self.drop_path_rate * i / max(self.depth - 1, 1)
@@ -134,7 +134,7 @@ class VisionTransformer(nn.Module):
       if i in pool_after:                                                    # Eq. (5)
         stage = pool_after.index(i)
         x, mask = stages.pool_stage(stage, x, mask, dtype=self.dtype)
-        token_grid = stages.stage_grids()[stage + 1] if self.pool_2d else None
+        token_grid = stages.stage_grid(stage + 1)
         self.sow('intermediates', 'stage_tokens', x)
 
     x = nn.LayerNorm(epsilon=LAYER_NORM_EPS, dtype=self.dtype, name='norm')(x)

@@ -57,8 +57,8 @@ class Chip:
   ici_bandwidth: Optional[float]   # bidirectional bytes/s per chip (None: not published)
   source: str
 
-  def per_device(self, value: Optional[float]) -> Optional[float]:
-    return None if value is None else value / self.devices_per_chip
+  def per_device(self, value: float) -> float:
+    return value / self.devices_per_chip
 
 
 GB, GIB = 1e9, 2.0 ** 30
@@ -112,7 +112,8 @@ def topology_mesh(topology: str, sizes: Optional[dict[str, int]] = None) -> Mesh
   with tempfile.NamedTemporaryFile('r', suffix='.log') as log:
     try:
       with _stderr_to(log.name):
-        devices = topologies.get_topology_desc(topology_name=topology, platform='tpu').devices
+        devices: list[jax.Device] = topologies.get_topology_desc(
+            topology_name=topology, platform='tpu').devices
     except Exception as error:   # libtpu's message says what it could not parse
       first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
       raise AcceleratorError(f'--topology {topology!r}: {first}') from None
@@ -157,10 +158,10 @@ def roofline(chip: Chip, num_devices: int, flops: float, bytes_accessed: float,
   """Seconds of one step per device at the chip's peaks (see the module docstring)."""
   terms = {'flops': flops / chip.per_device(chip.peak_flops),
            'memory': bytes_accessed / chip.per_device(chip.hbm_bandwidth)}
-  ici = chip.per_device(chip.ici_bandwidth)
+  ici = None if chip.ici_bandwidth is None else chip.per_device(chip.ici_bandwidth)
   if ici and num_devices > 1:
     terms['ici'] = 2 * (num_devices - 1) / num_devices * all_reduce_bytes / ici
-  bound = max(terms, key=terms.get)
+  bound = max(terms, key=terms.__getitem__)
   return {'seconds': terms[bound], 'bound': bound,
           **{f'{name}_seconds': value for name, value in terms.items()}}
 

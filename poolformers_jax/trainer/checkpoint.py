@@ -44,7 +44,7 @@ class Checkpointer:
     self.rejected_dir = os.path.join(self.workdir, REJECTED_DIR)
     self.best_metric, self.best_mode = best_metric, best_mode
     retention = policy.Retention.of(keep, read_only)
-    common = dict(read_only=read_only, config_sha256=config_sha256)
+    common: dict[str, Any] = dict(read_only=read_only, config_sha256=config_sha256)
     self.latest = Store(self.workdir, LATEST_DIR, keep=retention.latest, **common)
     self.best = Store(self.workdir, BEST_DIR, keep=retention.best, best_mode=best_mode,
                       best_fn=lambda metrics: metrics[best_metric], **common)

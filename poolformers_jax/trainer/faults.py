@@ -69,6 +69,8 @@ def _absent_processes() -> Optional[list[int]]:
   gone)."""
   from jax._src import distributed  # pylint: disable=g-import-not-at-top  (its client)
   client, me, count = distributed.global_state.client, jax.process_index(), jax.process_count()
+  if client is None:   # no coordination service in this process: no one to ask
+    return None
   answer: dict[str, Any] = {}
 
   def ask():
@@ -140,7 +142,8 @@ def step_memory_error(memory: dict[str, int], config, *, available: int, where: 
   needed = per_device * devices
   if needed <= available:
     return None
-  shared = f' ({errors.size_text(per_device)} per device x {devices} devices)' if devices > 1 else ''
+  shared = (f' ({errors.size_text(per_device)} per device x {devices} devices)' if devices > 1
+            else '')
   mesh = config.mesh
   return OutOfMemory(
       f'the compiled train step needs {errors.size_text(needed)} of {where} beyond its state'

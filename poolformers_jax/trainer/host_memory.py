@@ -29,10 +29,10 @@ def _glibc():
     return None
   try:
     libc = ctypes.CDLL(None)
-    libc.gnu_get_libc_version   # glibc only: mallopt elsewhere takes other parameters
-    return libc
-  except (OSError, AttributeError):
+  except OSError:
     return None
+  # glibc only: mallopt elsewhere takes other parameters
+  return libc if hasattr(libc, 'gnu_get_libc_version') else None
 
 
 def keep_freed_memory() -> bool:

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import re
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypedDict
 
 import flax
 import jax
@@ -112,14 +112,20 @@ RESIZE_RULES: list[tuple[str, ResizeFn]] = [
 
 # ---- reading a checkpoint ------------------------------------------------------------------------
 
-def _best_of(workdir: str) -> dict[str, str]:
+class _Best(TypedDict, total=False):
+  """A run's best_metric / best_mode: Checkpointer's keywords (none when config.json lacks them)."""
+  best_metric: str
+  best_mode: str
+
+
+def _best_of(workdir: str) -> _Best:
   """The run's best_metric / best_mode (its config.json), which orders its best checkpoints."""
   try:
     with open(os.path.join(workdir, 'config.json')) as f:
       saved = json.load(f)
-    return {'best_metric': saved['best_metric'], 'best_mode': saved['best_mode']}
+    return _Best(best_metric=saved['best_metric'], best_mode=saved['best_mode'])
   except (OSError, KeyError, ValueError):
-    return {}
+    return _Best()
 
 
 def checkpoint_dir(path: str) -> str:

@@ -77,6 +77,7 @@ class MetricWriter:
     elif split != 'train':         # with a bar, train metrics are its postfix
       self._bar.write(line)
     self._append(json.dumps(record) + '\n')
+    assert self._tb is not None   # made in __init__ on the writing process
     with errors.writing(f'the TensorBoard events in {self.tensorboard}', self.tensorboard):
       self._tb.flush()             # the records before this one, which the thread has taken
     for key, value in record.items():

@@ -252,7 +252,7 @@ class CompiledStep:
   run: Any
   sums_shapes: Any
   memory: dict[str, int]
-  put: Optional[Callable[[Any], Any]] = None
+  put: Callable[[Any], Any]
 
   def new_accumulator(self, mesh) -> dict[str, Any]:
     return new_accumulator(mesh, self.sums_shapes)

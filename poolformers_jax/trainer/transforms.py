@@ -14,7 +14,7 @@ opt in to it (`poolformers_jax.runtime`), not the step.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, ContextManager
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -29,7 +29,7 @@ def dense_on_rows(next_fun, args, kwargs, context):
   product's transpose contracts two axes of both operands, behind copies)."""
   inputs = args[0] if args else None
   if (context.method_name != '__call__' or not isinstance(context.module, nn.Dense)
-      or getattr(inputs, 'ndim', 0) <= 2):
+      or inputs is None or getattr(inputs, 'ndim', 0) <= 2):
     return next_fun(*args, **kwargs)
   out = next_fun(inputs.reshape(-1, inputs.shape[-1]), *args[1:], **kwargs)
   return out.reshape(inputs.shape[:-1] + out.shape[-1:])
@@ -70,7 +70,7 @@ def dropout_mask_once(next_fun, args, kwargs, context):
 INTERCEPTORS: dict[str, tuple[Interceptor, ...]] = {'cpu': (dense_on_rows, dropout_mask_once)}
 
 
-def program_transforms(platform: str) -> Callable[[], ContextManager[None]]:
+def program_transforms(platform: str) -> Callable[[], contextlib.AbstractContextManager[None]]:
   """A context-manager factory: the forward of `platform`'s step runs inside it."""
   interceptors = INTERCEPTORS.get(platform, ())
 

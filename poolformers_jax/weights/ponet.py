@@ -81,7 +81,9 @@ def convert_state_dict(state: dict[str, np.ndarray], expected: Any = None,
   """Official state dict (numpy) -> our nested params dict. Names with no counterpart here raise;
   with `expected` (the model's params tree) every parameter must also be filled with its shape,
   but those whose '/'-joined name matches `allow_missing` (left out of the result)."""
-  flat, decoder, unknown = {}, None, []
+  flat: dict[tuple[str, ...], np.ndarray] = {}
+  decoder: Optional[np.ndarray] = None
+  unknown: list[str] = []
   for name, value in state.items():
     value = np.asarray(value, np.float32)
     key = name[len('ponet.'):] if name.startswith('ponet.') else name

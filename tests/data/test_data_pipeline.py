@@ -102,7 +102,8 @@ def test_eval_every_example_exactly_once(small_listops, split, size, process_cou
   assert got == expected
   per_process = batch_size // process_count
   assert len(set(num_batches)) == 1  # every process runs the same number of steps
-  assert num_batches[0] == -(-(-(-size // process_count)) // per_process)
+  per_process_examples = -(-size // process_count)
+  assert num_batches[0] == -(-per_process_examples // per_process)
   assert num_batches[0] == data.eval_num_batches(size, batch_size, process_count)
 
 

@@ -36,7 +36,8 @@ def test_prepare_report_on_a_fake_release(tmp_path, capsys):
   by_task = {line.split()[0]: line for line in lines}
   assert len(lines) == 10   # listops, retrieval, text, image, 2 resolutions x 3 difficulties
   assert by_task['listops'].split()[1:3] == ['found', '3/2/1']
-  assert by_task['retrieval'].split()[1] == 'missing' and 'new_aan_pairs.train.tsv' in by_task['retrieval']
+  assert by_task['retrieval'].split()[1] == 'missing'
+  assert 'new_aan_pairs.train.tsv' in by_task['retrieval']
   assert 'build_tfds.py imdb_reviews/plain_text' in by_task['text'] and 'missing' in by_task['text']
   assert 'build_tfds.py cifar10' in by_task['image']
   line = by_task['pathfinder32/curv_baseline']

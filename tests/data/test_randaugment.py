@@ -145,7 +145,8 @@ def test_repeated_augmentation_order_and_sharding(make_listops_config, tmp_path,
   global batches whatever the process count."""
   config = make_listops_config(tmp_path, num_train=60, batch_size=6)
   config.data.repeated_augmentation = 3
-  single = np.concatenate([b['inputs'] for b in _take(data.make_train_iterator(config, seed=2), 20)])
+  batches = _take(data.make_train_iterator(config, seed=2), 20)
+  single = np.concatenate([b['inputs'] for b in batches])
   epoch = single[:60]
   np.testing.assert_array_equal(epoch[0::3], epoch[1::3])
   np.testing.assert_array_equal(epoch[0::3], epoch[2::3])

@@ -62,7 +62,8 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
       src_ids = batch['inputs'][r][batch['inputs_segment_ids'][r] == s]
       tgt_ids = batch['targets'][r][batch['targets_segment_ids'][r] == s]
       assert src_ids[-1] == translation.EOS_ID and tgt_ids[-1] == translation.EOS_ID
-      np.testing.assert_array_equal(batch['inputs_positions'][r][batch['inputs_segment_ids'][r] == s],
+      in_segment = batch['inputs_segment_ids'][r] == s
+      np.testing.assert_array_equal(batch['inputs_positions'][r][in_segment],
                                     np.arange(len(src_ids)))
       assert by_ids[tuple(src_ids)] == tuple(tgt_ids)   # the segment's own pair
       segments += 1

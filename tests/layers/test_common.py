@@ -17,15 +17,20 @@ CP = {'weights': ('learned', 'uniform', 'unnormalized', 'nonlocal'),
 # module, its required fields -> {field: its values}
 CASES = [
     (MultiHeadAttention, {'num_heads': 2}, {
-        'implementation': ('explicit', 'xla', 'cudnn', 'auto'), 'dropout_on': ('output', 'weights')}),
+        'implementation': ('explicit', 'xla', 'cudnn', 'auto'),
+        'dropout_on': ('output', 'weights')}),
     (LinearAttention, {'num_heads': 2}, {'normalizer': ('keys', 'padded_length')}),
-    (ContextPoolAttention, {'num_heads': 2}, {**CP, 'placement': ('mixer_input', 'block_output')}),
+    (ContextPoolAttention, {'num_heads': 2}, {
+        **CP, 'implementation': ('explicit', 'xla', 'cudnn', 'auto'),
+        'placement': ('mixer_input', 'block_output')}),
     (ContextPool2D, {}, CP),
     (HierarchicalPool, {}, {'method': ('max', 'avg', 'conv')}),
     (MSAC, {'num_heads': 2}, {'heads': ('full', 'split')}),
     (CrossAttentiveInput, {}, {'segment': ('add', 'concat', 'none')}),
-    (VisionTransformer, {'num_classes': 2}, {'classifier': ('token', 'mean')}),
-    (CharTransformerLM, {'vocab_size': 9}, {'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
+    (VisionTransformer, {'num_classes': 2}, {'classifier': ('token', 'mean'),
+                                              'pool_method': ('max', 'avg', 'conv')}),
+    (CharTransformerLM, {'vocab_size': 9},
+     {'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
     (PoNetMLM, {'vocab_size': 9}, {'mixer': ('ponet', 'softmax'),
                                      'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
 ]
@@ -44,5 +49,6 @@ def test_literal_fields_are_the_options_and_each_fails_with_one_line(cls, requir
 
 def test_check_choice_takes_any_table():
   check_choice('X', 'pool', 'max', {'avg': 1, 'max': 2})
-  with pytest.raises(ValueError, match=r"^X: unknown pool 'min'; choose one of \['avg', 'max'\]\.$"):
+  with pytest.raises(ValueError,
+                     match=r"^X: unknown pool 'min'; choose one of \['avg', 'max'\]\.$"):
     check_choice('X', 'pool', 'min', sorted({'max': 2, 'avg': 1}))

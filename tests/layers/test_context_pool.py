@@ -170,8 +170,8 @@ def test_one_definition_of_the_options_and_the_defaults_each_form_keeps():
   paper = dict(weights='learned', locality='gaussian', predictor='conv', size_ratio=0.1,
                predictor_dim=None, window_size=5)
   built = {ContextPool: ContextPool(), ContextPool2D: ContextPool2D(4),
-           WindowContextPool: WindowContextPool(7, 3), ContextPoolAttention: ContextPoolAttention(2),
-           ContextPoolStep: ContextPoolStep()}
+           WindowContextPool: WindowContextPool(7, 3),
+           ContextPoolAttention: ContextPoolAttention(2), ContextPoolStep: ContextPoolStep()}
   for cls in forms:
     assert issubclass(cls, ContextPoolOptions)
     own = {f for f in vars(cls)['__annotations__'] if f in POOL_OPTIONS}   # redeclared here

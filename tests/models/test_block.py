@@ -30,7 +30,8 @@ def test_block_is_two_pre_ln_residuals_with_named_parameters():
   h = x + MultiHeadAttention(2).apply({'params': params['MultiHeadAttention_0']},
                                       _layer_norm(x, params['norm1'], 1e-5), mask)
   p = params['mlp']
-  hidden = np.maximum(_layer_norm(h, params['norm2'], 1e-5) @ p['fc1']['kernel'] + p['fc1']['bias'], 0)
+  hidden = np.maximum(
+      _layer_norm(h, params['norm2'], 1e-5) @ p['fc1']['kernel'] + p['fc1']['bias'], 0)
   expected = h + hidden @ p['fc2']['kernel'] + p['fc2']['bias']
   np.testing.assert_allclose(block.apply({'params': params}, x, mask), expected, atol=2e-5)
 

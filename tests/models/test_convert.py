@@ -45,9 +45,9 @@ def restore_like_eval(config, workdir):
   """What eval.py does after make_setup: the abstract sharded state, then restore 'latest'."""
   model = build_model(config.model)
   mesh = sharding.make_mesh(-1)
-  abstract, _ = setup_lib.state_shardings(model, optim.make_optimizer(config),
-                                          DatasetInfo('official', 'classification', model.num_classes, None,
-                                                      model.input_shape(), {}), mesh)
+  info = DatasetInfo('official', 'classification', model.num_classes, None, model.input_shape(),
+                     {})
+  abstract, _ = setup_lib.state_shardings(model, optim.make_optimizer(config), info, mesh)
   checkpointer = checkpoint_lib.Checkpointer(str(workdir), read_only=True)
   state, step = checkpointer.restore_state('latest', abstract)
   checkpointer.close()
@@ -66,7 +66,8 @@ def test_official_logits_reproduced_through_the_checkpoint(case, tmp_path):
   logits = jax.jit(model.apply)({'params': state.params}, images)
   np.testing.assert_allclose(np.asarray(logits), io[f'{case}_logits'], atol=1e-4, rtol=0)
   # The reference is not trivially matched: its logits are far from zero and differ per class.
-  assert np.abs(io[f'{case}_logits']).max() > 0.5 and np.ptp(io[f'{case}_logits'], axis=1).min() > 0.1
+  reference = io[f'{case}_logits']
+  assert np.abs(reference).max() > 0.5 and np.ptp(reference, axis=1).min() > 0.1
 
 
 def test_qkv_split_order_matters():
@@ -90,7 +91,8 @@ def test_mismatched_config_fails_with_one_line(tmp_path):
   source = os.path.join(FIXTURES, CASES['hvt'][2])
   with pytest.raises(convert_lib.ConversionError, match=r"tensors with no parameter \['blocks.1"):
     convert_lib.convert(tiny_config('hvt', depth=1, num_stages=1), source, str(tmp_path))
-  with pytest.raises(convert_lib.ConversionError, match=r'head.weight: shape \(8, 5\).*head/kernel \(8, 7\)'):
+  with pytest.raises(convert_lib.ConversionError,
+                     match=r'head.weight: shape \(8, 5\).*head/kernel \(8, 7\)'):
     convert_lib.convert(tiny_config('hvt', num_classes=7), source, str(tmp_path))
   with pytest.raises(convert_lib.ConversionError, match='unknown checkpoint format'):
     convert_lib.read_state_dict(__file__)

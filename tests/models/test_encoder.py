@@ -1,4 +1,5 @@
-"""LRA encoder and dual encoder: padding invariance, the retrieval head's features, pooling, bf16."""
+"""LRA encoder and dual encoder: padding invariance, the retrieval head's features, pooling,
+bf16."""
 import chex
 import jax
 import jax.numpy as jnp
@@ -40,7 +41,8 @@ def test_logits_ignore_the_amount_of_padding(pooling):
   rngs = {'dropout': jax.random.PRNGKey(1)}
   noisy = model.apply(variables, tokens, deterministic=False, rngs=rngs)
   assert not np.allclose(noisy, logits)
-  np.testing.assert_array_equal(noisy, model.apply(variables, tokens, deterministic=False, rngs=rngs))
+  np.testing.assert_array_equal(noisy,
+                                model.apply(variables, tokens, deterministic=False, rngs=rngs))
 
 
 def test_mean_pooling_is_the_masked_mean_of_the_final_norm():
@@ -77,7 +79,8 @@ def test_bfloat16_compute_keeps_float32_params_and_logits():
   f32 = build_model(_cfg())
   variables = f32.init(jax.random.PRNGKey(0), tokens)
   bf16 = build_model(_cfg(dtype='bfloat16'))
-  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(bf16.init(jax.random.PRNGKey(0), tokens)))
+  bf16_params = jax.tree.leaves(bf16.init(jax.random.PRNGKey(0), tokens))
+  assert all(p.dtype == jnp.float32 for p in bf16_params)
   low = bf16.apply(variables, tokens)
   assert low.dtype == jnp.float32
   np.testing.assert_allclose(low, f32.apply(variables, tokens), atol=0.1)

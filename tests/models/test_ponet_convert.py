@@ -43,11 +43,12 @@ def test_port_reproduces_official_outputs(ported):
   ids = jnp.asarray(io['input_ids'], jnp.int32)
   real = io['input_ids'] != 0
   captured = {}
-  for case, segments in (('derived', None), ('explicit', jnp.asarray(io['segment_ids'], jnp.int32))):
+  explicit = jnp.asarray(io['segment_ids'], jnp.int32)
+  captures = lambda m, _: m.name in ('mlm_transform', 'pooler')
+  for case, segments in (('derived', None), ('explicit', explicit)):
     out, state = model.apply({'params': params}, ids, segment_ids=segments,
                              token_type_ids=jnp.asarray(io['token_type_ids'], jnp.int32),
-                             capture_intermediates=lambda m, _: m.name in ('mlm_transform', 'pooler'),
-                             mutable=['intermediates'])
+                             capture_intermediates=captures, mutable=['intermediates'])
     captured[case] = out
     np.testing.assert_allclose(np.asarray(out['sso_logits']), io[f'{case}_sso_logits'], atol=1e-4)
     pooled = np.tanh(np.asarray(state['intermediates']['pooler']['__call__'][0]))
@@ -61,9 +62,10 @@ def test_hidden_states_match(ported):
   io = np.load(os.path.join(FIXTURES, 'ponet_tiny_io.npz'))
   real = io['input_ids'] != 0
   ours = {}
-  for case, segments in (('derived', None), ('explicit', io['segment_ids'])):
+  explicit = jnp.asarray(io['segment_ids'], jnp.int32)
+  for case, segments in (('derived', None), ('explicit', explicit)):
     _, state = model.apply({'params': params}, jnp.asarray(io['input_ids'], jnp.int32),
-                           segment_ids=None if segments is None else jnp.asarray(segments, jnp.int32),
+                           segment_ids=segments,
                            token_type_ids=jnp.asarray(io['token_type_ids'], jnp.int32),
                            capture_intermediates=lambda m, _: m.name == 'layer_1',
                            mutable=['intermediates'])

@@ -53,7 +53,8 @@ def test_shapes_tied_head_and_padding_amount(model_and_params):
   real = INPUTS != 0
   np.testing.assert_allclose(np.asarray(out_long['mlm_logits'])[:, :10][real],
                              np.asarray(out['mlm_logits'])[real], atol=1e-5)
-  np.testing.assert_allclose(np.asarray(out_long['sso_logits']), np.asarray(out['sso_logits']), atol=1e-5)
+  np.testing.assert_allclose(np.asarray(out_long['sso_logits']), np.asarray(out['sso_logits']),
+                             atol=1e-5)
 
 
 def _batch(seed=0):
@@ -94,7 +95,8 @@ def test_loss_matches_numpy_and_ignores_unchosen_positions(model_and_params):
   batch = _batch()
   loss, metrics = mlm_loss(outputs, batch)
   np.testing.assert_allclose(float(loss), _numpy_loss(outputs, batch), rtol=1e-5)
-  np.testing.assert_allclose(float(metrics['mlm_loss'] + metrics['sso_loss']), float(loss), rtol=1e-6)
+  np.testing.assert_allclose(float(metrics['mlm_loss'] + metrics['sso_loss']), float(loss),
+                             rtol=1e-6)
   # Targets (even invalid ones) and logits at positions with weight 0 change nothing.
   unchosen = batch['mlm_weights'] == 0
   batch2 = dict(batch, mlm_targets=np.where(unchosen, -100, batch['mlm_targets']))
@@ -119,7 +121,8 @@ def test_finite_grads_with_dropout(model_and_params):
   assert np.isfinite(float(loss))
   chex.assert_tree_all_finite(grads)
   for name in ('token_embed', 'layer_0', 'layer_1', 'sso_head', 'mlm_bias'):
-    total = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(grads['params'][name]))
+    leaves = jax.tree_util.tree_leaves(grads['params'][name])
+    total = sum(float(jnp.sum(jnp.abs(g))) for g in leaves)
     assert total > 0.0, f'no gradient reaches {name}'
 
 
@@ -129,7 +132,8 @@ def test_config_errors():
   with pytest.raises(ValueError, match='exceeds max_length'):
     model = build_model(_config(max_length=8))
     model.init(jax.random.PRNGKey(0), jnp.asarray(INPUTS))
-  with pytest.raises(ValueError, match=r"has no option\(s\) \['nope'\]"):  # mixer options are PoNet fields
+  # The mixer options are PoNet's fields.
+  with pytest.raises(ValueError, match=r"has no option\(s\) \['nope'\]"):
     build_model(_config(mixer_kwargs={'nope': 1}))
   ablated = build_model(_config(mixer_kwargs={'use_lmp': False}))
   params = ablated.init(jax.random.PRNGKey(0), jnp.asarray(INPUTS))['params']

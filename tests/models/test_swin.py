@@ -185,7 +185,8 @@ def test_full_size_parameter_counts_match_table6():
   """Swin-B 87.77M (Table 6: 88M); CP-Swin-B 88.64M (Table 6: 89M): both within 1%."""
   counts = {}
   for name in ('swin_b', 'cp_swin_b'):
-    model = build_model(config_lib.complete(imagenet_config.get_config(name), need_files=False).model)
+    config = config_lib.complete(imagenet_config.get_config(name), need_files=False)
+    model = build_model(config.model)
     shapes = jax.eval_shape(lambda m=model: m.init(jax.random.PRNGKey(0),
                                                    jnp.zeros((1, 224, 224, 3))))
     counts[name] = sum(math.prod(x.shape) for x in jax.tree_util.tree_leaves(shapes['params']))

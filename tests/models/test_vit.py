@@ -26,7 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def load_config(file: str, arg: str):
   """The config completed from the dataset's constants (num_classes), as a run completes it."""
-  spec = importlib.util.spec_from_file_location(f'cfg_{file}', os.path.join(ROOT, 'configs', f'{file}.py'))
+  spec = importlib.util.spec_from_file_location(f'cfg_{file}',
+                                                os.path.join(ROOT, 'configs', f'{file}.py'))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return config_lib.complete(module.get_config(arg), need_files=False)
@@ -73,7 +74,8 @@ HVT_TABLE_3 = [
 ]
 
 
-@pytest.mark.parametrize('file,arg,params_m,gmacs', HVT_TABLE_1 + HVT_TABLE_4_CIFAR100 + HVT_TABLE_3)
+@pytest.mark.parametrize('file,arg,params_m,gmacs',
+                         HVT_TABLE_1 + HVT_TABLE_4_CIFAR100 + HVT_TABLE_3)
 def test_hvt_params_and_macs_match_paper(file, arg, params_m, gmacs):
   _, _, params, macs = full_size_counts(file, arg)
   assert abs(params / 1e6 - params_m) / params_m < 0.01, (params, params_m)
@@ -82,7 +84,8 @@ def test_hvt_params_and_macs_match_paper(file, arg, params_m, gmacs):
 
 def paper_formula_macs(config, model) -> int:
   """HVT Eq. (7) per block, 12 n d^2 + 2 n^2 d, at every block's length, plus the patch
-  projection N P^2 C d, the head d C, and the strided convolution k d^2 n' when pooling is 'conv'."""
+  projection N P^2 C d, the head d C, and the strided convolution k d^2 n' when pooling is
+  'conv'."""
   c = config.model
   d, p = c.hidden_dim, c.patch_size
   lengths = model.stage_lengths()
@@ -179,7 +182,8 @@ def tiny(name, **overrides):
 
 
 def images(batch=2, size=32, seed=0):
-  return jnp.asarray(np.random.default_rng(seed).standard_normal((batch, size, size, 3)), jnp.float32)
+  pixels = np.random.default_rng(seed).standard_normal((batch, size, size, 3))
+  return jnp.asarray(pixels, jnp.float32)
 
 
 def random_variables(model, x, seed=0):

@@ -45,7 +45,8 @@ def write_corpus(folder, num_docs: int, seed: int):
 def pretraining_config(text_dir, objective='sso', **updates):
   """configs/ponet_pretrain.py:<objective>,tiny on the synthetic corpus (16 tokens)."""
   base = {'data.vocab_file': text_dir['vocab'], 'data.files.train': text_dir['train'],
-          'data.files.validation': text_dir['validation'], 'data.files.test': text_dir['validation'],
+          'data.files.validation': text_dir['validation'],
+          'data.files.test': text_dir['validation'],
           'data.max_length': 16, 'data.short_seq_prob': 0.0, 'model.max_length': 16,
           'progress_bar': False}
   base.update(updates)

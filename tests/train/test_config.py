@@ -33,7 +33,8 @@ def test_every_task_and_family_builds_a_locked_valid_config(task):
 def test_default_listops_is_the_small_transformer():
   import lra_listops
   default, paper = lra_listops.get_config(), lra_listops.get_config('transformer')
-  assert default.model.mixer == 'softmax' and default.data.max_length < paper.data.max_length == 2048
+  assert default.model.mixer == 'softmax'
+  assert default.data.max_length < paper.data.max_length == 2048
   assert (paper.model.dim, paper.model.num_layers, paper.model.mlp_dim) == (64, 2, 128)
   assert (paper.batch_size, paper.num_train_steps, paper.optimizer.warmup_steps) == (32, 5000, 1000)
 
@@ -102,7 +103,8 @@ def test_config_is_completed_from_the_dataset_and_saved_as_json(tmp_path):
   config = lra_listops.get_config()
   info = DatasetInfo('listops', 'classification', 10, 18, (128,), {'train': 1})
   config = config_lib.complete(config, info=info)
-  assert (config.model.vocab_size, config.model.num_classes, config.model.max_length) == (18, 10, 128)
+  model = config.model
+  assert (model.vocab_size, model.num_classes, model.max_length) == (18, 10, 128)
   saved = json.load(open(config_lib.save_config(config, str(tmp_path))))
   assert saved == json.loads(config_lib.to_json(config))
   assert ml_collections.ConfigDict(saved).model.vocab_size == 18

@@ -18,34 +18,41 @@ BAD = {   # override -> what the line must say
     'model.num_classes=2': ({'model.num_classes': 2},
                             r'config.model.num_classes=2 but listops has 10 classes; .*=10$'),
     'model.vocab_size=5': ({'model.vocab_size': 5},
-                           r'config.model.vocab_size=5 but the token ids of listops go up to 17; .*=18$'),
+                           r'config.model.vocab_size=5 but the token ids of listops go up to 17; '
+                           r'.*=18$'),
     'model.max_length=16': ({'model.max_length': 16},
-                            r'config.model.max_length=16 is shorter than the inputs of listops \(32 tokens\)'),
+                            r'config.model.max_length=16 is shorter than the inputs of listops '
+                            r'\(32 tokens\)'),
     'data.source=web': ({'data.source': 'web'},
                         r"config.data.source='web' is not a ListOps source; choose one of "
                         r"\['generated', 'tsv'\]"),
     'eval_batch_size=12': ({'eval_batch_size': 12},
                            r'config.eval_batch_size=12 must be divisible by the number of devices '
                            r'\(8\).*; use a multiple of 8$'),
-    'eval_batch_size=-8': ({'eval_batch_size': -8}, r'config.eval_batch_size=-8 must be a positive'),
+    'eval_batch_size=-8': ({'eval_batch_size': -8},
+                           r'config.eval_batch_size=-8 must be a positive'),
     'batch_size=-8': ({'batch_size': -8}, r'config.batch_size=-8 must be a positive integer'),
     'best_metric=acc': ({'best_metric': 'acc'},
-                        r"config.best_metric='acc' is not a validation metric of this classification "
-                        r"task; choose one of \['accuracy', 'accuracy_top5', 'count', 'loss'\]"),
-    'best_mode=maximum': ({'best_mode': 'maximum'}, r"config.best_mode='maximum' must be 'max' or 'min'"),
+                        r"config.best_metric='acc' is not a validation metric of this "
+                        r"classification task; choose one of \['accuracy', 'accuracy_top5', "
+                        r"'count', 'loss'\]"),
+    'best_mode=maximum': ({'best_mode': 'maximum'},
+                          r"config.best_mode='maximum' must be 'max' or 'min'"),
     'num_train_steps=-5': ({'num_train_steps': -5},
                            r'config.num_train_steps=-5 must be an integer >= 0; set '
                            r'--config.num_train_steps to the number of steps to train'),
     'model.dim=-32': ({'model.dim': -32}, r'config.model.dim=-32 must be positive'),
     'model.num_heads=0': ({'model.num_heads': 0}, r'config.model.num_heads=0 must be positive'),
-    'model.dropout_rate=1.5': ({'model.dropout_rate': 1.5}, r'dropout_rate=1.5 must be in \[0, 1\)'),
+    'model.dropout_rate=1.5': ({'model.dropout_rate': 1.5},
+                               r'dropout_rate=1.5 must be in \[0, 1\)'),
     'optimizer.learning_rate=-1': ({'optimizer.learning_rate': -1.0},
                                    r'learning_rate=-1.0 must be a finite number >= 0'),
     'optimizer.grad_accum_steps=0': ({'optimizer.grad_accum_steps': 0},
                                      r'grad_accum_steps=0 must be a positive integer'),
     'label_smoothing=1': ({'label_smoothing': 1.0}, r'label_smoothing=1.0 must be in \[0, 1\)'),
     'keep_checkpoints=0': ({'keep_checkpoints': 0}, r'keep_checkpoints=0 must be a positive'),
-    'profile_steps=(5, 2)': ({'profile_steps': (5, 2)}, r'profile_steps=\(5, 2\) must be \(first, last\)'),
+    'profile_steps=(5, 2)': ({'profile_steps': (5, 2)},
+                             r'profile_steps=\(5, 2\) must be \(first, last\)'),
     'num_devices=16': ({'num_devices': 16}, r'config.num_devices=16 but 8 devices exist'),
 }
 
@@ -75,8 +82,9 @@ def test_image_checks_patch_size_and_mixup():
 
   with pytest.raises(validate.ConfigError, match=r'config.model.patch_size=0 must be positive'):
     validate.check_config(config(patch_size=0), info, devices=devices)
-  with pytest.raises(validate.ConfigError, match=r'the 32x32 images of cifar10 are not divisible by '
-                                                 r'config.model.patch_size=5; choose'):
+  with pytest.raises(validate.ConfigError,
+                     match=r'the 32x32 images of cifar10 are not divisible by '
+                           r'config.model.patch_size=5; choose'):
     validate.check_config(config(patch_size=5), info, devices=devices)
   validate.check_config(config(patch_size=4), info, devices=devices)           # a good one passes
   lm = DatasetInfo('enwik8', 'lm', 256, 256, (64,), {'train': 1})
@@ -126,7 +134,8 @@ def test_command_lines_end_in_one_stderr_line_with_exit_code_2(argv, message, tm
 ENTRY_POINTS = {
     'train.py': (['train.py', '--config', 'configs/lra_listops.py', 'ponet,small'],
                  "unexpected argument 'ponet,small' after --config configs/lra_listops.py: the "
-                 'words go after a colon, without a space: --config configs/lra_listops.py:ponet,small'),
+                 'words go after a colon, without a space: '
+                 '--config configs/lra_listops.py:ponet,small'),
     'eval.py': (['eval.py', '--config', 'configs/lra_listops.py:ponet,smal'],
                 "unknown model family / size / protocol / stage / model size / positions word / "
                 "recipe / rates / subheads / mixer dropout % 'smal'"),
@@ -136,8 +145,8 @@ ENTRY_POINTS = {
                   '/config.json not found: pass the --workdir of a train.py run'),
     'reproduce --task': (['-m', 'poolformers_jax.reproduce', 'lra', '--task', 'listop'],
                          "--task 'listop': unknown ['listop']; choose from listops,text,"),
-    'reproduce --set': (['-m', 'poolformers_jax.reproduce', 'lra', '--task', 'listops', '--families',
-                         'transformer,adamra', '--set',
+    'reproduce --set': (['-m', 'poolformers_jax.reproduce', 'lra', '--task', 'listops',
+                         '--families', 'transformer,adamra', '--set',
                          'model.mixer_kwargs.router_gate=straight_through', '--dry_run'],
                         "--set for configs/lra_listops.py:transformer,full: mixer 'softmax' "
                         "(MultiHeadAttention) has no option(s) ['router_gate']"),

@@ -1,4 +1,5 @@
-"""trainer/fit.py, the notebooks' training loop: the same parameters and losses as Adam written out."""
+"""trainer/fit.py, the notebooks' training loop: the same parameters and losses as Adam written
+out."""
 import chex
 import jax
 import jax.numpy as jnp

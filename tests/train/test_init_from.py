@@ -1,4 +1,5 @@
-"""config.init_from: parameters only, position embeddings resized as DeiT's fine-tuning code does."""
+"""config.init_from: parameters only, position embeddings resized as DeiT's fine-tuning code
+does."""
 import logging
 import shutil
 

@@ -1,7 +1,8 @@
-"""Next-token self-pretraining (issue #46, the causal objective of Amos et al. 2024): data/masking.py
-`next_tokens`, the 'next_tokens' task, the `lra_causal_lm` model (SequenceEncoder.causal), the
-`spt_causal` config word, the refusal of mixers without a causal form, init_from into the
-bidirectional classifier and `reproduce lra --spt --spt_objective causal`."""
+"""Next-token self-pretraining (issue #46, the causal objective of Amos et al. 2024):
+data/masking.py `next_tokens`, the 'next_tokens' task, the `lra_causal_lm` model
+(SequenceEncoder.causal), the `spt_causal` config word, the refusal of mixers without a causal
+form, init_from into the bidirectional classifier and `reproduce lra --spt --spt_objective
+causal`."""
 import importlib
 import re
 
@@ -75,7 +76,8 @@ def test_next_token_targets_are_the_following_real_tokens_each_document_alone():
 def test_causal_lm_has_the_classifier_encoder_parameters_exactly(family):
   tokens = jnp.asarray(_tokens(0, (2, LENGTH), [LENGTH, 15]))
   lm = _model('lra_causal_lm', family).init(jax.random.PRNGKey(0), tokens)['params']
-  classifier = _model('lra_encoder', family, classes=3).init(jax.random.PRNGKey(0), tokens)['params']
+  classifier = _model('lra_encoder', family, classes=3).init(jax.random.PRNGKey(0),
+                                                            tokens)['params']
   assert set(lm) == {'encoder', 'lm_head'} and set(classifier) == {'encoder', 'head'}
   # Same names, same shapes (no [MASK] row): init_from reads every encoder parameter unchanged.
   chex.assert_trees_all_equal_shapes_and_dtypes(lm['encoder'], classifier['encoder'])
@@ -242,7 +244,8 @@ def test_reproduce_picks_the_objective_and_refuses_mixers_without_a_causal_form(
 
 
 def test_reproduce_dry_run_lists_the_objective(data_dir, tmp_path, capsys):
-  sets = [f'{k}={v}' for k, v in tiny_runs.tiny_overrides(data_dir).items() if k.startswith('data.')]
+  sets = [f'{k}={v}' for k, v in tiny_runs.tiny_overrides(data_dir).items()
+          if k.startswith('data.')]
   argv = ['lra', '--task', 'listops', '--families', 'linear', '--size', 'tiny', '--spt',
           '--workdir', str(tmp_path), '--dry_run', *[x for s in sets for x in ('--set', s)]]
   assert reproduce.command(argv + ['--spt_objective', 'causal']) is None

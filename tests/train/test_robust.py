@@ -139,8 +139,8 @@ def test_leaf_checksums_name_a_flipped_bit_and_do_not_depend_on_sharding(pristin
   # The same arrays split over 8 devices give the same sums (wrapping integer sums are order-free).
   from jax.sharding import NamedSharding, PartitionSpec as P
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ('data',))
-  split = lambda x: jax.device_put(x, NamedSharding(mesh, P('data') if x.ndim and x.shape[0] % 8 == 0
-                                                     else P()))
+  split = lambda x: jax.device_put(
+      x, NamedSharding(mesh, P('data') if x.ndim and x.shape[0] % 8 == 0 else P()))
   on8 = jax.tree.map(split, state)
   assert any(not x.sharding.is_fully_replicated for x in jax.tree.leaves(on8))
   assert integrity.leaf_records(on8) == record['leaves']
@@ -150,7 +150,8 @@ def test_leaf_checksums_name_a_flipped_bit_and_do_not_depend_on_sharding(pristin
   params = jax.tree.map(lambda x: x, state.params)
   params['encoder']['block_0']['MultiHeadAttention_0']['key']['kernel'] = jnp.asarray(kernel)
   with pytest.raises(integrity.CheckpointDamaged,
-                     match='checksum of params/encoder/block_0/MultiHeadAttention_0/key/kernel differs'):
+                     match='checksum of params/encoder/block_0/MultiHeadAttention_0/key/kernel '
+                           'differs'):
     integrity.verify_leaves(record, state.replace(params=params))
 
 
@@ -161,7 +162,8 @@ def test_empty_numbered_directory_is_skipped(run, caplog):
     (_, step), _ = _resume(config, workdir, setup)
   assert step == 4
   assert ['checkpoint 52 is damaged (it has no integrity.json (its save did not finish)); '
-          'falling back to 4'] == [r.getMessage() for r in caplog.records if 'damaged' in r.getMessage()]
+          'falling back to 4'] == [r.getMessage() for r in caplog.records
+                                   if 'damaged' in r.getMessage()]
 
 
 def test_no_checkpoint_verifies_stops_unless_asked_to_start_over(run):
@@ -169,8 +171,8 @@ def test_no_checkpoint_verifies_stops_unless_asked_to_start_over(run):
   _flip_bit(os.path.join(workdir, 'checkpoints', '4'))
   _truncate(os.path.join(workdir, 'checkpoints', '2'))
   with pytest.raises(checkpoint_lib.CheckpointError,
-                     match=r'no checkpoint in \S+ verifies \(damaged: checkpoints-2, checkpoints-4, '
-                           r'moved to \S+rejected\); run again with --start_over'):
+                     match=r'no checkpoint in \S+ verifies \(damaged: checkpoints-2, '
+                           r'checkpoints-4, moved to \S+rejected\); run again with --start_over'):
     _resume(config, workdir, setup)
   # Everything was moved aside: a second attempt still refuses to train from scratch...
   with pytest.raises(checkpoint_lib.CheckpointError, match='--start_over'):
@@ -234,7 +236,8 @@ def test_a_run_older_than_a_model_option_is_read_with_the_option_default(run):
   assert evaluate(config, workdir, checkpoint='latest', split='validation') == own
   relu = config_lib.override(config, **{'model.activation': 'relu'})
   with pytest.raises(config_lib.ModelMismatch,
-                     match=r'config.json\): model.activation "relu" \(run: absent, i.e. "gelu"\); '):
+                     match=r'config.json\): model.activation "relu" '
+                           r'\(run: absent, i.e. "gelu"\); '):
     evaluate(relu, workdir, checkpoint='latest', split='validation')
 
 
@@ -243,7 +246,8 @@ def test_eval_of_a_damaged_best_checkpoint_names_the_file_in_one_line(run, data_
   (best,) = os.listdir(os.path.join(workdir, 'best'))
   os.remove(os.path.join(workdir, 'best', best, 'state', '_METADATA'))
   with pytest.raises(checkpoint_lib.CheckpointError,
-                     match=rf'checkpoint \S+/best/{best} is damaged \(state/_METADATA is missing\)'):
+                     match=rf'checkpoint \S+/best/{best} is damaged '
+                           r'\(state/_METADATA is missing\)'):
     evaluate(config, workdir, checkpoint='best', split='validation')
   overrides = [f'--config.{k}={v}' for k, v in tiny_overrides(data_dir, num_devices=1).items()]
   proc = subprocess.run(
@@ -319,12 +323,13 @@ def test_guard_flag_sees_every_leaf_and_its_program_grows_linearly():
 
 
 def test_fresh_run_that_diverges_names_the_step_and_that_nothing_was_saved(data_dir, tmp_path):
-  config = tiny_config(data_dir, num_train_steps=6, checkpoint_every_steps=100, eval_every_steps=100,
-                       log_every_steps=100, num_devices=1, **DIVERGING)
+  config = tiny_config(data_dir, num_train_steps=6, checkpoint_every_steps=100,
+                       eval_every_steps=100, log_every_steps=100, num_devices=1, **DIVERGING)
   with pytest.raises(NonFiniteLossError) as error:
     train_and_evaluate(config, str(tmp_path))
   message = str(error.value)
-  assert 'at step 2: stopped without saving anything after step 1; no checkpoint was saved' in message
+  assert ('at step 2: stopped without saving anything after step 1; no checkpoint was saved'
+          in message)
   assert 'None' not in message and 'the data' in message and '\n' not in message
   assert not os.listdir(tmp_path / 'checkpoints')
 

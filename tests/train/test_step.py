@@ -57,14 +57,15 @@ def test_summary_memory_is_the_memory_of_the_mixup_hvt_step_the_trainer_ran(tmp_
 def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch):
   """`python -m poolformers_jax.summary --config configs/wmt14.py:base` prints 60.52 M parameters
   and the memory of compile_train_step(setup) for the trainer's setup. Compiling
-  Base's step takes minutes and 5-7 GB of host memory on XLA:CPU, too much for the suite, so the compile is
-  replaced by a spy here; the two tests above compare compiled bytes with a real trainer run."""
+  Base's step takes minutes and 5-7 GB of host memory on XLA:CPU, too much for the suite, so the
+  compile is replaced by a spy here; the two tests above compare compiled bytes with a real
+  trainer run."""
   compiled = []
   memory = {'argument': 1, 'output': 2, 'temp': 3, 'alias': 1, 'total': 5}
 
   def spy(parts):
     compiled.append(parts)
-    return step.CompiledStep(run=None, sums_shapes=None, memory=memory)
+    return step.CompiledStep(run=None, sums_shapes=None, memory=memory, put=None)
 
   monkeypatch.setattr(step, 'compile_train_step', spy)
   config = config_lib.load_file(os.path.join(REPO, 'configs', 'wmt14.py') + ':base')
@@ -216,7 +217,8 @@ def test_dropout_mask_once_follows_flax_for_broadcast_dims_rng_and_deterministic
                          (nn.Dropout(0.25), dict(deterministic=False, rng=key)),
                          (nn.Dropout(0.25, deterministic=True), {}),
                          (nn.Dropout(0.0), dict(deterministic=False))):
-    plain, once = both(lambda: module.apply({}, x, rngs={'dropout': key}, **kwargs))
+    plain, once = both(lambda module=module, kwargs=kwargs: module.apply(
+        {}, x, rngs={'dropout': key}, **kwargs))
     np.testing.assert_array_equal(once, plain)
   dropped = np.asarray(once) == 0
   assert not dropped.any()   # rate 0

@@ -116,7 +116,8 @@ def _chunk(args) -> list[tuple[np.ndarray, int]]:
   """The first CHUNK_TREES trees with min_tokens < length < max_tokens of chunk `index`."""
   seed, index, min_tokens, max_tokens, max_depth, max_args = args
   rng = random.Random(f'listops/{seed}/{index}')   # str seeds hash with sha512: stable everywhere
-  out, attempts = [], 0
+  out: list[tuple[np.ndarray, int]] = []
+  attempts = 0
   while len(out) < CHUNK_TREES:
     attempts += 1
     if attempts > 1000 * CHUNK_TREES + 100000:
@@ -143,7 +144,9 @@ def generate_splits(seed: int, sizes: Sequence[int], min_tokens: int, max_tokens
     raise ValueError(f'ListOps needs 0 <= min_tokens < max_tokens - 1; got {min_tokens}, '
                      f'{max_tokens}.')
   total = sum(sizes)
-  seen, examples, next_chunk = set(), [], 0
+  seen: set[bytes] = set()
+  examples: list[tuple[np.ndarray, int]] = []
+  next_chunk = 0
   while len(examples) < total:
     # Enough chunks for what is missing (plus 5 % for duplicates); more rounds if still short.
     count = -(-(total - len(examples)) * 21 // 20 // CHUNK_TREES) or 1
@@ -291,7 +294,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                            '(generated with the same recipe and --exclude_num_train trees)')
   parser.add_argument('--exclude_num_train', type=int, default=96000)
   args = parser.parse_args(argv)
-  exclude = ()
+  exclude: Sequence[np.ndarray] = ()
   if args.exclude_seed is not None:
     exclude = [ids for ids, _ in generate_splits(args.exclude_seed, [args.exclude_num_train],
                                                  args.min_tokens, args.max_tokens)[0]]

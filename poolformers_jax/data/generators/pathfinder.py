@@ -71,7 +71,7 @@ import math
 import os
 import random
 import shutil
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 
@@ -84,7 +84,7 @@ PADDLE_TRIES = 8   # directions tried per paddle before the contour gives up
 DISTRACTOR_TRIES = 5   # [max_distractor_contour_retrial = 4] + 1
 
 # LRA's builder settings (see the module docstring); other fields keep the Style defaults.
-LRA_SETTINGS = {
+LRA_SETTINGS: dict[int, dict[str, Any]] = {
     32: dict(paddle_length=2, paddle_thickness=0.5, margins=(1,), continuity=1.0,
              marker_radius=1.5, seed_distance=7, padding=1, distractor_paddles=20,
              target_contrast=1.5, distractor_contrast=2.0),
@@ -163,7 +163,7 @@ def _stamp(style: Style, points, draw) -> tuple[int, int, np.ndarray]:
   big = Image.new('L', (w * a, h * a), 0)
   # PIL puts integer coordinates at pixel centres: point (y, x) is at ((x - x0) a - 0.5, ...).
   draw(ImageDraw.Draw(big), lambda p: ((p[1] - x0) * a - 0.5, (p[0] - y0) * a - 0.5))
-  small = big.resize((w, h), Image.LANCZOS)       # uint8, clipped, as imresize returns it
+  small = big.resize((w, h), Image.Resampling.LANCZOS)   # uint8, clipped, as imresize returns it
   return y0, x0, np.asarray(small, np.float32) / 255
 
 
@@ -185,7 +185,7 @@ def _dilate(mask: np.ndarray, k: int) -> np.ndarray:
   """Pixels within Chebyshev distance k of a True pixel."""
   window = np.lib.stride_tricks.sliding_window_view
   rows = window(np.pad(mask, k), 2 * k + 1, axis=0).any(-1)
-  return window(rows, 2 * k + 1, axis=1).any(-1)
+  return np.asarray(window(rows, 2 * k + 1, axis=1).any(-1))
 
 
 class _Stroke:
@@ -220,7 +220,13 @@ class _Canvas:
     self.owner = np.full((r, r), -1, np.int16)
     self.near = np.full((r, r), -1, np.int16)
     self.kept = np.full((r, r), -1, np.int16)
-    self.last, self.earlier, self.ends, self.tips, self.discs = {}, {}, {}, {}, {}
+    # contour -> its last stroke's and earlier strokes' ink, its end (pivot, theta), its two
+    # tips, its disc marker
+    self.last: dict[int, np.ndarray] = {}
+    self.earlier: dict[int, np.ndarray] = {}
+    self.ends: dict[int, tuple] = {}
+    self.tips: dict[int, tuple] = {}
+    self.discs: dict[int, Any] = {}
 
   def copy(self) -> '_Canvas':
     other = object.__new__(_Canvas)
@@ -441,7 +447,8 @@ def batch_samples(seed: int, style: Style, batch: int, count: int,
   rng = batch_rng(seed, style, batch)
   labels = [k % 2 for k in range(count)]
   rng.shuffle(labels)
-  drawn, totals = collections.Counter(), [0, 0]
+  drawn: collections.Counter[tuple[int, Any]] = collections.Counter()
+  totals = [0, 0]
   for label in labels:
     while True:
       sample = render(rng, style, label)
