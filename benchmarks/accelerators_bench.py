@@ -109,7 +109,7 @@ def main() -> None:
   args = parser.parse_args()
   os.makedirs(args.output_dir, exist_ok=True)
   if args.table:
-    from accelerators_table import print_tables   # benchmarks/accelerators_table.py
+    from accelerators_table import print_tables  # benchmarks/accelerators_table.py
     print_tables(args.output_dir)
     return
   topologies = args.topologies.split(',')

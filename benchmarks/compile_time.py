@@ -40,11 +40,11 @@ RESULTS = 'compile_time.json'
 
 def measure(family: str, size: str) -> dict:
   """In this process: the setup of the family's config, then its training step compiled."""
-  from poolformers_jax import config as config_lib, runtime   # pylint: disable=g-import-not-at-top
+  from poolformers_jax import config as config_lib, runtime  # pylint: disable=g-import-not-at-top
   runtime.configure_program()
-  import jax   # pylint: disable=g-import-not-at-top
-  from poolformers_jax.trainer import (  # pylint: disable=g-import-not-at-top
-      setup as setup_lib, step as step_lib)
+  import jax  # pylint: disable=g-import-not-at-top
+
+  from poolformers_jax.trainer import setup as setup_lib, step as step_lib  # pylint: disable=g-import-not-at-top
   start = time.perf_counter()
   spec = f'configs/lra_listops.py:{family}' + (f',{size}' if size != 'full' else '')
   config = config_lib.override(config_lib.load_file(os.path.join(ROOT, spec)), num_devices=1)
@@ -204,7 +204,7 @@ def main() -> None:
   args = parser.parse_args()
   if args.one:
     if args.trace_dir:
-      import jax   # pylint: disable=g-import-not-at-top
+      import jax  # pylint: disable=g-import-not-at-top
       options = jax.profiler.ProfileOptions()
       options.python_tracer_level = 0   # XLA's own passes (host TraceMe events), not every call
       with jax.profiler.trace(args.trace_dir, profiler_options=options):

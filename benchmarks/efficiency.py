@@ -1,9 +1,9 @@
 r"""The papers' efficiency tables in one command: whole TRAINING steps of the LRA text model.
 
 Mode `train` (default): the training step of the trainer (trainer/step.py: forward with dropout,
-backward, the AdamW update of `configs/lra_text.py`, metric sums and the NaN guard) of the LRA text model (2 pre-LN layers, dim 64,
-2 heads, FFN 128, mean pooling; batch 32 as in PoNet's table, `--batch` / `--dtype` change it) for
-every registered mixer, for:
+backward, the AdamW update of `configs/lra_text.py`, metric sums and the NaN guard) of the LRA
+text model (2 pre-LN layers, dim 64, 2 heads, FFN 128, mean pooling; batch 32 as in PoNet's
+table, `--batch` / `--dtype` change it) for every registered mixer, for:
 - `softmax/<impl>`: softmax attention in each `MultiHeadAttention.implementation` that runs on
   this device ('explicit' = the papers' naive float32 baseline, 'xla', and 'cudnn' on NVIDIA GPUs
   with bf16/fp16);
@@ -41,8 +41,9 @@ of step time / bound for every entry and length), and the load average before an
 clock: on a shared machine run it pinned to one core (`taskset -c 1 python benchmarks/...`), so that
 other processes' load does not enter the time and XLA's threads cannot overlap.
 `--deadline_s`: points not compiled before that many seconds are 'not run: budget spent' (the
-files are written after every length). Writes efficiency.json, efficiency.md (tables) and efficiency.png (log-log: time, memory, time
-ratio to softmax/explicit) to --output_dir. `--quick` is the smoke test the test suite runs.
+files are written after every length). Writes efficiency.json, efficiency.md (tables) and
+efficiency.png (log-log: time, memory, time ratio to softmax/explicit) to --output_dir. `--quick`
+is the smoke test the test suite runs.
 
 Mode `layer`: the older per-mixer measurement (one mixer layer, forward+backward, no optimizer).
 
@@ -72,25 +73,27 @@ import json  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import time  # noqa: E402
-from typing import Any, Optional  # noqa: E402
+from typing import Any  # noqa: E402
 
-from absl import app, flags  # noqa: E402
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
+from absl import app, flags  # noqa: E402
 
-from poolformers_jax import errors  # noqa: E402
+from poolformers_jax import (
+  cli,
+  errors,  # noqa: E402
+)
 from poolformers_jax.layers import MIXERS, build_mixer, register_mixer  # noqa: E402
 from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
 from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
-from poolformers_jax import cli
 from poolformers_jax.trainer import host_memory, setup as setup_lib, step as step_lib  # noqa: E402
 from poolformers_jax.trainer.setup import make_setup, variables_of  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from flop_rates import add_flop_rates, peak_bf16_flops  # noqa: E402  (benchmarks/flop_rates.py)
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
+from flop_rates import add_flop_rates, peak_bf16_flops  # noqa: E402  (benchmarks/flop_rates.py)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where efficiency.json / .md / .png are written.')
@@ -99,7 +102,8 @@ flags.DEFINE_list('mixers', None, 'Entries (default: softmax/<each implementatio
                   'every other registered mixer, none).')
 flags.DEFINE_list('lengths', ['1024', '2048', '4096', '8192', '16384'], 'Sequence lengths.')
 flags.DEFINE_list('long_lengths', ['32768'], 'Extra lengths for the linear-memory entries.')
-flags.DEFINE_list('linear_memory', ['none', 'identity', 'linear', 'ponet', 'adamra', 'softmax/cudnn'],
+flags.DEFINE_list('linear_memory',
+                  ['none', 'identity', 'linear', 'ponet', 'adamra', 'softmax/cudnn'],
                   'Entries that also run at --long_lengths.')
 flags.DEFINE_integer('batch', 32, 'Batch size (PoNet table: 32).')
 flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'], 'Compute dtype of the model.')
@@ -135,7 +139,7 @@ class NoMixing(nn.Module):
   num_heads: int
   dropout_rate: float = 0.0
   use_bias: bool = True
-  dtype: Optional[Any] = None
+  dtype: Any | None = None
 
   @nn.compact
   def __call__(self, x, mask=None, *, deterministic: bool = True):
@@ -149,7 +153,8 @@ class NoMixing(nn.Module):
 
 class Identity(NoMixing):
   """The model without its mixer: the block's residual, LayerNorm and FFN around y = x (no
-  projection; NoMixing's fields, unused). What a mixer adds to a step is its time minus this one's."""
+  projection; NoMixing's fields, unused). What a mixer adds to a step is its time minus this
+  one's."""
 
   def __call__(self, x, mask=None, *, deterministic: bool = True):
     check_sequence_input(x, mask, type(self).__name__)
@@ -160,7 +165,7 @@ def on_gpu() -> bool:
   return jax.default_backend() == 'gpu'
 
 
-def step_flops(compiled) -> Optional[float]:
+def step_flops(compiled) -> float | None:
   """flops of a compiled step by XLA's cost analysis (None where the program has none)."""
   cost = getattr(compiled.run, 'cost_analysis', lambda: None)()
   if isinstance(cost, (list, tuple)):   # older jax: one dict per program
@@ -180,6 +185,7 @@ def default_entries(dtype: str) -> list[str]:
 def lra_text_config(entry: str, length: int, batch: int, dtype: str):
   """configs/lra_text.py at the paper setting, resized to `length`, with `entry`'s mixer."""
   import lra_text  # pylint: disable=g-import-not-at-top
+
   from poolformers_jax.config.lra import FAMILIES  # pylint: disable=g-import-not-at-top
   mixer, _, impl = entry.partition('/')
   family = next((f for f, (m, _) in FAMILIES.items() if m == mixer), 'transformer')
@@ -360,7 +366,7 @@ def measure_point_subprocess(entry, length, opts) -> dict:
   return {'status': status}
 
 
-def extrapolated_oom(per_length: dict, length: int, budget: float) -> Optional[dict]:
+def extrapolated_oom(per_length: dict, length: int, budget: float) -> dict | None:
   known = [(int(n), p['compiled_temp_bytes']) for n, p in per_length.items()
            if p.get('compiled_temp_bytes') and int(n) < length]
   if not known:
@@ -393,7 +399,8 @@ def fmt_cell(point: dict) -> tuple[str, str]:
   if point.get('status') != 'ok':
     status = point.get('status') or ''
     text = status if status in ('out of memory', NOT_RUN) else 'error'
-    return text, text if point.get('memory_bytes') is None else f'{point["memory_bytes"] / 2**20:.0f}'
+    memory = point.get('memory_bytes')
+    return text, text if memory is None else f'{memory / 2**20:.0f}'
   time_text = f'{point["step_ms"]:.0f} ({point["steps_per_s"]:.2f}/s)' if point.get(
       'step_ms') else 'not timed'
   return time_text, f'{point["memory_bytes"] / 2**20:.0f}'
@@ -466,7 +473,7 @@ def plot(results: dict, lengths: list[int], path: str, title: str) -> None:
             ('memory_bytes', 'memory (MB)', 2.0 ** -20),
             ('time_ratio_to_softmax', 'step time / softmax explicit', 1.0)]
   for ax, (key, label, scale) in zip(axes, panels):
-    for i, (name, per_length) in enumerate(results.items()):
+    for name, per_length in results.items():
       points = [(n, per_length[str(n)][key]) for n in lengths
                 if per_length.get(str(n), {}).get(key) is not None]
       oom = [n for n in lengths if per_length.get(str(n), {}).get('status') == 'out of memory']
@@ -645,7 +652,9 @@ def run_topology(argv_command: str) -> None:
   if FLAGS.quick:   # the test suite's smoke test: two tiny compiles
     FLAGS.lengths, FLAGS.batch = ['32'], 2
     FLAGS.mixers = FLAGS.mixers or ['softmax/xla', 'none']
-  entries = FLAGS.mixers or ['softmax/xla'] + [m for m in MIXERS if m not in ('softmax', 'none', 'identity')] + ['none', 'identity']
+  baselines = ['none', 'identity']
+  mixers = [m for m in MIXERS if m not in ('softmax', *baselines)]
+  entries = FLAGS.mixers or ['softmax/xla', *mixers, *baselines]
   results: dict = {e: {} for e in entries}
   chips = accelerators.topology_mesh(FLAGS.topology).devices.size
   path = os.path.join(FLAGS.output_dir, 'efficiency_tpu.json')

@@ -22,8 +22,8 @@ import tarfile
 from poolformers_jax import errors
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import compile_time   # pylint: disable=g-import-not-at-top,wrong-import-position
-import listops_column   # pylint: disable=g-import-not-at-top,wrong-import-position
+import compile_time  # pylint: disable=g-import-not-at-top,wrong-import-position
+import listops_column  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 # Jobs the runner cannot do yet, with the reason (listed as pending, never run).
 BLOCKED = {

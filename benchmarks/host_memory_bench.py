@@ -20,8 +20,10 @@ sys.path.insert(0, ROOT)
 
 from absl import app, flags  # noqa: E402
 
-from poolformers_jax import errors  # noqa: E402
-from poolformers_jax import cli  # noqa: E402
+from poolformers_jax import (
+  cli,  # noqa: E402
+  errors,  # noqa: E402
+)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'configs/lra_listops.py', 'configs/<task>.py[:arg]')
@@ -39,9 +41,9 @@ def measure(config_spec: str, steps: int) -> dict:
   from poolformers_jax.trainer import host_memory
   applied = host_memory.keep_freed_memory()
   import jax
-  from poolformers_jax import data
-  from poolformers_jax import config as config_lib
-  from poolformers_jax.trainer import sharding, setup as setup_lib, step as step_lib
+
+  from poolformers_jax import config as config_lib, data
+  from poolformers_jax.trainer import setup as setup_lib, sharding, step as step_lib
   from poolformers_jax.trainer.setup import make_setup, process_slice
   setup = make_setup(config_lib.load_file(config_spec))
   train_iter = data.make_train_iterator(setup.config, seed=0, **process_slice())

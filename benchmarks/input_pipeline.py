@@ -30,13 +30,16 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from absl import app, flags  # noqa: E402
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
 
-from poolformers_jax import data, errors  # noqa: E402
+from poolformers_jax import (  # noqa: E402
+  cli,  # noqa: E402
+  data,
+  errors,
+)
 from poolformers_jax.data import base, vision  # noqa: E402
-from poolformers_jax import cli  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where input_pipeline.json is written.')
@@ -54,8 +57,8 @@ class JpegSource:
   """In-memory JPEG records decoded on access, as tfds.data_source decodes an Image feature."""
 
   def __init__(self, count: int, height: int, width: int):
-    from PIL import Image  # pylint: disable=g-import-not-at-top
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+    from PIL import Image  # pylint: disable=g-import-not-at-top
     self.feature = tfds.features.Image(shape=(None, None, 3))
     rng = np.random.default_rng(0)
     self.jpegs = []

@@ -28,7 +28,6 @@ import tarfile
 from poolformers_jax import errors
 from poolformers_jax.trainer.metrics import read_metrics
 
-
 PACK_LIMIT = 15 * 2**20
 PRETRAIN = 'pretrain'   # a self-pretrained family's (config word `spt`) pre-training run, in DIR
 
@@ -146,8 +145,8 @@ def pack(runs: str, families: list[str], out: str, limit: int = PACK_LIMIT,
 
 def prepare(size: str, overrides: list[str]) -> str:
   """Generates the ListOps splits of `size` (the same for every family) unless they exist."""
-  from poolformers_jax.experiments import lra   # pylint: disable=g-import-not-at-top
-  from poolformers_jax.data.generators import listops   # pylint: disable=g-import-not-at-top
+  from poolformers_jax.data.generators import listops  # pylint: disable=g-import-not-at-top
+  from poolformers_jax.experiments import lra  # pylint: disable=g-import-not-at-top
   config = lra.load_config('listops', 'transformer', size, 0, overrides)
   return listops.prepare(config.data).info.full_name
 

@@ -12,7 +12,6 @@ distance-only classifiers (a threshold, 20 bins), which should sit at chance.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import numpy as np
 
@@ -54,7 +53,7 @@ def _distance_classifiers(distance: np.ndarray, label: np.ndarray) -> dict:
 
 
 def report(num_examples: int = 2000, seed: int = 12345, resolution: int = 32,
-           difficulty: str = 'curv_baseline', workers: Optional[int] = None,
+           difficulty: str = 'curv_baseline', workers: int | None = None,
            balance: bool = True, images_per_file: int = 1000) -> str:
   """Statistics of `num_examples` images, made as `generate` makes them but not written, as
   text. `balance=False`: without the distance balancing (the official design alone)."""

@@ -36,10 +36,12 @@ RESULT = 'RESULT '   # a child's JSON line on stdout
 def serve(args) -> None:
   """The child: builds and compiles the step, then times a round per 'time' line on stdin."""
   import importlib.util
+
   import jax
   import jax.numpy as jnp
   import numpy as np
   import optax
+
   import poolformers_jax
   from poolformers_jax.models import build_model
 

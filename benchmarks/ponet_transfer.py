@@ -15,20 +15,19 @@ PoNet-Base is 12 x 768, vocab 30522):
 import dataclasses
 import json
 import os
-import sys
 import statistics
+import sys
 import time
 
-from absl import app, flags
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import app, flags
 
-from poolformers_jax import data, errors
-from poolformers_jax import config as config_lib
-from poolformers_jax import cli
+from poolformers_jax import cli, config as config_lib, data, errors
 from poolformers_jax.trainer import setup as setup_lib, step as step_lib
 from poolformers_jax.trainer.setup import make_setup
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 

@@ -2,7 +2,8 @@
 `compile_train_step`) as `batch -> steps taken`, for the benchmarks that time it."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 

@@ -26,24 +26,23 @@ Base size on an accelerator.
 """
 import json
 import os
-import sys
 import re
 import statistics
+import sys
 import time
 
-from absl import app, flags
 import jax
 import jax.numpy as jnp
 import numpy as np
+from absl import app, flags
 
-from poolformers_jax import errors
+from poolformers_jax import cli, config as config_lib, errors
 from poolformers_jax.models import seq2seq_decode
 from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
-from poolformers_jax import config as config_lib
-from poolformers_jax import cli
+from poolformers_jax.tasks.translation import length_batches
 from poolformers_jax.trainer import setup as setup_lib, step as step_lib
 from poolformers_jax.trainer.setup import make_setup
-from poolformers_jax.tasks.translation import length_batches
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 

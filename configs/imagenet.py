@@ -32,8 +32,13 @@ import ml_collections
 from ml_collections import config_dict
 
 from poolformers_jax.config import parse_words
-from poolformers_jax.config.vision import (deit_recipe, epochs_to_steps, hvt_model, vision_config,
-                                           vit_model)
+from poolformers_jax.config.vision import (
+  deit_recipe,
+  epochs_to_steps,
+  hvt_model,
+  vision_config,
+  vit_model,
+)
 
 
 def deit_recipe_wd05(config) -> None:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 PROGRAMS = ('train', 'eval', 'summary', 'reproduce', 'average', 'translate', 'router_load',
             'convert')
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """`poolformers-jax <program> [flags]`."""
   argv = list(sys.argv if argv is None else argv)
   if len(argv) < 2 or argv[1] not in PROGRAMS:

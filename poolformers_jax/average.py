@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
-from absl import flags
 import jax
 import jax.numpy as jnp
+from absl import flags
 
-from poolformers_jax import config as config_lib
+from poolformers_jax import cli, config as config_lib
 from poolformers_jax.trainer import checkpoint as checkpoint_lib, integrity
-from poolformers_jax import cli
 from poolformers_jax.trainer.setup import make_setup
 
 
-def average_checkpoints(workdir: str, last: Optional[int] = None, config=None, *,
+def average_checkpoints(workdir: str, last: int | None = None, config=None, *,
                         trust_imports: bool = False) -> dict:
   """Writes DIR/averaged/<step>: the mean parameters of the last `last` checkpoints (None: all
   kept). Returns {'step': <step>, 'averaged_steps': [...]}. `config`: the run's by default (its
@@ -64,7 +63,7 @@ def _average(argv: Sequence[str]) -> None:
                                       trust_imports=flags.FLAGS.trust_imports)), flush=True)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')

@@ -10,10 +10,9 @@ import functools
 import logging
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
-from absl import app, flags
-from absl import logging as absl_logging
+from absl import app, flags, logging as absl_logging
 
 from poolformers_jax import config as config_lib, errors, runtime
 from poolformers_jax.trainer import host_memory, sharding
@@ -98,7 +97,8 @@ def config_value(holder):
     return config
   except OSError as error:
     cause = error.__cause__ or error.__context__ or error
-    raise ValueError(f'cannot load the --config file: {errors.one_line(str(cause))}; check its path '
+    raise ValueError(f'cannot load the --config file: {errors.one_line(str(cause))}; check its '
+                     'path '
                      '(e.g. configs/lra_listops.py)') from None
 
 

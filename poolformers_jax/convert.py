@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from poolformers_jax.weights import ponet as ponet_conversion
 from poolformers_jax.weights.state_dict import ConversionError, read_state_dict
 from poolformers_jax.weights.timm import model_params_of
-
 
 # ---------------------------------------------------------------- writing our checkpoint
 
@@ -48,6 +48,7 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
   import orbax.checkpoint as ocp
+
   from poolformers_jax.models import build_model
   from poolformers_jax.trainer import checkpoint as checkpoint_lib, optim, setup as setup_lib
   params = jax.tree.map(jnp.asarray, params)
@@ -62,7 +63,7 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   manager.save(0, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
   manager.wait_until_finished()
   manager.close()
-  from poolformers_jax.trainer import integrity   # what eval.py / resume verify
+  from poolformers_jax.trainer import integrity  # what eval.py / resume verify
   integrity.write_record(os.path.join(directory, '0'), 0, integrity.leaf_records(state),
                          integrity.config_hash(config))
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
@@ -80,7 +81,7 @@ def convert(config, source: str, workdir: str, allow_missing: str = '') -> str:
   return write_checkpoint(config, params, workdir)
 
 
-def _checkpoint_of_run(source: str) -> tuple[str, Optional[str], str, Optional[int]]:
+def _checkpoint_of_run(source: str) -> tuple[str, str | None, str, int | None]:
   """(the checkpoint's PyTree directory, the run directory or None, the checkpoint as
   '<best|checkpoints|averaged>/<step>', its step) of `source`: a workdir (its best checkpoint,
   else its latest: init_from.checkpoint_dir), DIR/checkpoints/<step> or its state directory."""
@@ -146,8 +147,8 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
   official modeling code loads; the model is the run's (config.with_run_model; the run's
   `config.imports` only with `trust_imports`). Returns what was written: folder, run,
   checkpoint, step, commit, heads (also in config.json and README.md)."""
-  from poolformers_jax.experiments.runs import git_commit
   from poolformers_jax import config as config_lib
+  from poolformers_jax.experiments.runs import git_commit
   from poolformers_jax.trainer import init_from
   state_dir, run, checkpoint, step = _checkpoint_of_run(source)
   if run is not None:
@@ -171,6 +172,7 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
 
 def _convert(argv: Sequence[str]) -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
+
   from poolformers_jax import cli  # pylint: disable=g-import-not-at-top
   del argv   # stray arguments were refused by cli.parse_flags
   config = cli.config_value(flags.FLAGS['config']) if flags.FLAGS['config'].present else None
@@ -186,9 +188,10 @@ def _convert(argv: Sequence[str]) -> None:
   print(json.dumps({'checkpoint': path, 'source': os.path.abspath(flags.FLAGS.source)}))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """The program; its flags are defined here, so importing this module defines none."""
   from absl import flags  # pylint: disable=g-import-not-at-top
+
   from poolformers_jax import cli  # pylint: disable=g-import-not-at-top
   cli.define_flags()
   cli.define_config_flag(argv)

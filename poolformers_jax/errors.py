@@ -21,7 +21,8 @@ import logging
 import os
 import shutil
 import sys
-from typing import Callable, Iterator, NoReturn, Optional
+from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 
 class ConfigKeyError(KeyError):
@@ -46,7 +47,7 @@ class MachineFault(Exception):
   leave_at_once = False
 
 
-def is_disk_full(error: Optional[BaseException]) -> bool:
+def is_disk_full(error: BaseException | None) -> bool:
   """Whether `error`, or an error it was raised from, is a full disk or quota: an OSError with
   ENOSPC / EDQUOT, or the text of one (orbax / tensorstore raise ValueError('RESOURCE_EXHAUSTED:
   ... No space left on device [os_error_code='28']'))."""
@@ -93,7 +94,7 @@ class DiskFull(MachineFault):
 
 
 @contextlib.contextmanager
-def writing(what: str, directory: str, todo: Optional[str] = None) -> Iterator[None]:
+def writing(what: str, directory: str, todo: str | None = None) -> Iterator[None]:
   """Inside: a full disk is `DiskFull(what, directory, todo)`."""
   try:
     yield

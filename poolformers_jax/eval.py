@@ -33,7 +33,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Any, Iterable, Optional, Sequence, Union
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from poolformers_jax import extras
 
@@ -47,14 +48,18 @@ from flax import traverse_util
 
 from poolformers_jax import cli, config as config_lib, data, errors
 from poolformers_jax.config.validate import check_batch_size, check_eval_batch_size
-from poolformers_jax.trainer import checkpoint as checkpoint_lib
-from poolformers_jax.trainer import length_buckets, sharding, step as step_lib
+from poolformers_jax.trainer import (
+  checkpoint as checkpoint_lib,
+  length_buckets,
+  sharding,
+  step as step_lib,
+)
 from poolformers_jax.trainer.setup import Setup, make_setup, process_slice
 
 
-def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: Optional[int] = None,
-                   eval_step=None, outputs_path: Optional[str] = None,
-                   batches: Optional[Iterable[dict[str, Any]]] = None) -> dict[str, float]:
+def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: int | None = None,
+                   eval_step=None, outputs_path: str | None = None,
+                   batches: Iterable[dict[str, Any]] | None = None) -> dict[str, float]:
   """Metrics of `state` on every example of `split` (exact; see the module docstring), or on
   `batches` when given (this process's rows of global batches with a 'mask').
   `outputs_path`: where generated outputs (translations) go, one line per example."""
@@ -133,9 +138,9 @@ def record_name(split: str, changes: dict[str, Any]) -> str:
   return f'{split}.data-{digest}'
 
 
-def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
-             checkpoint: Union[str, int] = 'best', split: str = 'test',
-             batch_size: Optional[int] = None, trust_imports: bool = False) -> dict[str, Any]:
+def evaluate(config: ml_collections.ConfigDict | None, workdir: str, *,
+             checkpoint: str | int = 'best', split: str = 'test',
+             batch_size: int | None = None, trust_imports: bool = False) -> dict[str, Any]:
   """Restores `checkpoint` ('best' | 'latest' | 'averaged' | step) from `workdir` and evaluates
   on `split`. The model is the run's (config.with_run_model): `config` None evaluates
   with the run's own config.json (whose `config.imports` are imported only with
@@ -149,7 +154,8 @@ def evaluate(config: Optional[ml_collections.ConfigDict], workdir: str, *,
   if config is None:
     config = config_lib.run_config(workdir, trust_imports=trust_imports)
   setup = make_setup(config, run_dir=workdir)
-  check_eval_batch_size(batch_size, devices=sharding.batch_devices(setup.mesh), processes=jax.process_count())
+  check_eval_batch_size(batch_size, devices=sharding.batch_devices(setup.mesh),
+                        processes=jax.process_count())
   data.base.check_split(split)
   state, step = checkpoint_lib.restore_state_for_reading(workdir, setup.config, checkpoint,
                                                          setup.abstract_state)
@@ -184,7 +190,7 @@ def _evaluate(argv: Sequence[str]) -> None:
   print(json.dumps(metrics, sort_keys=True), flush=True)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   cli.define_config_flag(argv)

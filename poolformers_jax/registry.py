@@ -20,7 +20,8 @@ module):
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 # kind -> the subpackage whose modules register names of that kind (walked on first read).
 PACKAGES: dict[str, str] = {'mixer': 'poolformers_jax.layers', 'model': 'poolformers_jax.models',
@@ -29,7 +30,7 @@ PACKAGES: dict[str, str] = {'mixer': 'poolformers_jax.layers', 'model': 'poolfor
 ENTRY_POINT_GROUPS: dict[str, str] = {'mixer': 'poolformers_jax.mixers',
                                       'model': 'poolformers_jax.models'}
 
-_loader: Optional[Callable[[str], object]] = None
+_loader: Callable[[str], object] | None = None
 
 
 def set_loader(loader: Callable[[str], object]) -> None:

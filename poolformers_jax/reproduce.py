@@ -37,12 +37,19 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from poolformers_jax import errors
 from poolformers_jax.experiments import tables
-from poolformers_jax.experiments.glue import (GLUE_BATCH_SIZES, GLUE_FAMILIES, GLUE_LEARNING_RATES,
-                                              GLUE_TASKS, glue_plan, reproduce_glue)
+from poolformers_jax.experiments.glue import (
+  GLUE_BATCH_SIZES,
+  GLUE_FAMILIES,
+  GLUE_LEARNING_RATES,
+  GLUE_TASKS,
+  glue_plan,
+  reproduce_glue,
+)
 from poolformers_jax.experiments.lra import FAMILIES, TASKS, plan, reproduce_lra
 from poolformers_jax.experiments.runs import CONFIGS_DIR, SPT_OBJECTIVES, RunStopped
 
@@ -65,7 +72,7 @@ def _numbers(text: str, kind: type, what: str) -> list:
 
 
 @errors.one_line_errors
-def command(argv: Sequence[str]) -> Optional[dict[str, Any]]:
+def command(argv: Sequence[str]) -> dict[str, Any] | None:
   """The command line without the program's name (`lra --task listops ...`): its runs' results,
   or None for --dry_run."""
   from poolformers_jax.config import SIZES  # pylint: disable=g-import-not-at-top
@@ -148,7 +155,7 @@ def command(argv: Sequence[str]) -> Optional[dict[str, Any]]:
   return results
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """The program: `command` on sys.argv (or argv) after the process settings."""
   from poolformers_jax import runtime  # pylint: disable=g-import-not-at-top
   runtime.configure_program()

@@ -14,11 +14,11 @@ Real tokens are the non-pad ids of `split`'s examples, read as evaluation reads 
 from __future__ import annotations
 
 import json
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import numpy as np
-
 from absl import flags
 
 from poolformers_jax import cli
@@ -52,8 +52,8 @@ def _rates(model_config) -> Sequence[float]:
   return tuple(float(r) for r in kwargs.get('compression_rates', AdaMRA.compression_rates))
 
 
-def router_load(run, split: str = 'test', num_batches: Optional[int] = None,
-                batch_size: Optional[int] = None) -> dict[str, Any]:
+def router_load(run, split: str = 'test', num_batches: int | None = None,
+                batch_size: int | None = None) -> dict[str, Any]:
   """The router load of the AdaMRA layers of `run` (a `load_run` Run) over `split` (its first
   `num_batches` batches; None: all), as the module docstring's JSON object."""
   from poolformers_jax import data
@@ -96,7 +96,7 @@ def _print_load(argv: Sequence[str]) -> None:
   print(json.dumps(router_load(run, f.split, f.num_batches, f.batch_size)), flush=True)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory (an AdaMRA run).')

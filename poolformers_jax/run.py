@@ -30,7 +30,8 @@ import copy
 import dataclasses
 import logging
 import os
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import ml_collections
@@ -57,8 +58,8 @@ def _mesh_for(config):
   return sharding.make_mesh(count if jax.process_count() == 1 else -1)
 
 
-def load_run(workdir: str, checkpoint: Union[str, int] = 'best', *,
-             trust_imports: bool = False) -> 'Run':
+def load_run(workdir: str, checkpoint: str | int = 'best', *,
+             trust_imports: bool = False) -> Run:
   """The run trained in `workdir` at `checkpoint` ('best' | 'latest' | 'averaged' | a step),
   restored onto the devices at hand. A run directory runs no code on load: a run whose config
   names modules (`config.imports`) loads only when they are imported already, or with
@@ -166,7 +167,7 @@ class Run:
       raise ValueError(f'{self.workdir} is a {self.task!r} run (pre-training): it has no '
                        f'{what}; fine-tune it (config.init_from={self.workdir}) and load that run')
 
-  def batch_size_for(self, batch_size: Optional[int]) -> int:
+  def batch_size_for(self, batch_size: int | None) -> int:
     """`batch_size` (default: the run's eval batch size) rounded up to a multiple of the devices."""
     devices = self.setup.mesh.devices.size
     size = int(batch_size or self.setup.eval_batch_size)
@@ -174,7 +175,7 @@ class Run:
       raise ValueError(f'batch_size={batch_size} must be positive')
     return -(-size // devices) * devices
 
-  def _forward(self, examples: list[dict[str, np.ndarray]], batch_size: Optional[int]):
+  def _forward(self, examples: list[dict[str, np.ndarray]], batch_size: int | None):
     """The model's outputs for `examples`, batch by batch (the last padded with zero rows)."""
     from poolformers_jax.trainer import sharding
     setup = self.setup
@@ -192,7 +193,7 @@ class Run:
       outputs.append(jax.device_get(self._apply(self.variables, inputs)))
     return jax.tree.map(lambda *xs: np.concatenate(xs)[:len(examples)], *outputs)
 
-  def logits(self, raw_inputs: Sequence[Any], *, batch_size: Optional[int] = None,
+  def logits(self, raw_inputs: Sequence[Any], *, batch_size: int | None = None,
              too_long: str = 'error') -> np.ndarray:
     """The model's outputs for `raw_inputs` (classification: logits [N, num_classes]; lm:
     [N, max_length, vocab], position t predicting symbol t + 1), `batch_size` at a time
@@ -202,7 +203,7 @@ class Run:
       raise ValueError('a translation model needs target tokens for logits; predict() translates')
     return self._forward(self._examples(raw_inputs, too_long), batch_size)
 
-  def predict(self, raw_inputs: Sequence[Any], *, batch_size: Optional[int] = None,
+  def predict(self, raw_inputs: Sequence[Any], *, batch_size: int | None = None,
               too_long: str = 'error', **decode: Any):
     """classification / retrieval: class ids [N]; regression: scores [N]; lm: the probabilities
     of the symbol after each text [N, vocab]; seq2seq: the translations (a list of str, through

@@ -32,7 +32,8 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 from absl import flags
@@ -40,7 +41,6 @@ from absl import flags
 from poolformers_jax import cli, config as config_lib
 from poolformers_jax.trainer import accelerators, step as step_lib
 from poolformers_jax.trainer.setup import make_setup, param_count, variables_of
-
 
 # ---------------------------------------------------------------- MAC counting from a jaxpr
 
@@ -121,7 +121,7 @@ def stage_lengths(model, info) -> list[int]:
   return [int(math.prod(info.input_shape[:-1]))]     # images: H * W positions
 
 
-def summarize(config, batch_size: Optional[int] = None) -> dict[str, Any]:
+def summarize(config, batch_size: int | None = None) -> dict[str, Any]:
   """The summary dict of `config` on one device; `batch_size` defaults to config.batch_size."""
   updates = {'num_devices': 1}
   if batch_size:
@@ -173,7 +173,7 @@ def _summary(argv: Sequence[str]) -> None:
   print(json.dumps(out))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   cli.define_config_flag(argv)

@@ -46,7 +46,8 @@ import inspect
 import os
 import traceback
 import unittest
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import chex
 import flax.linen as nn
@@ -82,7 +83,7 @@ class PropertyError(AssertionError):
 
 
 def random_inputs(seed: int, batch: int, length: int, dim: int,
-                  num_real: Optional[list[int]] = None, dtype=jnp.float32):
+                  num_real: list[int] | None = None, dtype=jnp.float32):
   """x ~ N(0, 1) of shape [B, L, D] and a right-padded mask with `num_real[b]` real tokens."""
   rng = np.random.default_rng(seed)
   x = jnp.asarray(rng.standard_normal((batch, length, dim)), dtype)
@@ -164,7 +165,7 @@ def _real(mask, ndim):
 
 def assert_padding_values_irrelevant(module: nn.Module, x, mask, *, seed: int = 1,
                                      atol: float = 1e-5, variables: Any = None,
-                                     call_kwargs: Optional[Mapping] = None) -> None:
+                                     call_kwargs: Mapping | None = None) -> None:
   """Changing the values at padded positions never changes the outputs at real positions."""
   if variables is None:
     variables = _init(module, x, mask, call_kwargs)
@@ -177,7 +178,7 @@ def assert_padding_values_irrelevant(module: nn.Module, x, mask, *, seed: int = 
 
 def assert_padding_amount_irrelevant(module: nn.Module, x, mask, extra: int = 5, *,
                                      atol: float = 1e-5, variables: Any = None,
-                                     call_kwargs: Optional[Mapping] = None) -> None:
+                                     call_kwargs: Mapping | None = None) -> None:
   """Appending `extra` padded positions does not change the outputs at real positions."""
   if variables is None:
     variables = _init(module, x, mask, call_kwargs)
@@ -192,7 +193,7 @@ def assert_padding_amount_irrelevant(module: nn.Module, x, mask, extra: int = 5,
 
 def assert_batch_rows_independent(module: nn.Module, x, mask, *, atol: float = 1e-5,
                                   variables: Any = None,
-                                  call_kwargs: Optional[Mapping] = None) -> None:
+                                  call_kwargs: Mapping | None = None) -> None:
   """Replacing one row's tokens (and its number of real tokens) never changes the real outputs
   of the other rows. Every row is replaced once (batch >= 2)."""
   if variables is None:
@@ -216,9 +217,9 @@ def assert_batch_rows_independent(module: nn.Module, x, mask, *, atol: float = 1
                  what=f'changing row {row} changed another row: ')
 
 
-def assert_causal(module: nn.Module, x, *, t: Optional[int] = None, atol: float = 1e-5,
+def assert_causal(module: nn.Module, x, *, t: int | None = None, atol: float = 1e-5,
                   variables: Any = None, mask=None,
-                  call_kwargs: Optional[Mapping] = None) -> None:
+                  call_kwargs: Mapping | None = None) -> None:
   """Changing the tokens after position t never changes the outputs at positions <= t; and
   changing them does change some output after t (so the check cannot pass vacuously).
   With `mask`, only real positions are compared, and some row must have real tokens after t."""
@@ -243,7 +244,7 @@ def assert_causal(module: nn.Module, x, *, t: Optional[int] = None, atol: float 
 
 
 def assert_jit_matches(module: nn.Module, x, mask, *, atol: float = 1e-5,
-                       variables: Any = None, call_kwargs: Optional[Mapping] = None) -> None:
+                       variables: Any = None, call_kwargs: Mapping | None = None) -> None:
   """jax.jit(apply) equals eager apply (run under jax.disable_jit, so nested jits run eagerly
   too): catches Python-side state read at trace time, and tracer-only branches."""
   if variables is None:
@@ -266,7 +267,7 @@ def _path(path) -> str:
 
 
 def assert_finite_grads(module: nn.Module, x, mask, *, variables: Any = None,
-                        call_kwargs: Optional[Mapping] = None, every_param: bool = True) -> None:
+                        call_kwargs: Mapping | None = None, every_param: bool = True) -> None:
   """Gradients of sum(y^2) over the real outputs w.r.t. parameters and inputs are finite; no
   parameter array (`every_param`; else: not all of them) and no real input token gets an
   all-zero gradient."""
@@ -307,7 +308,7 @@ def assert_finite_grads(module: nn.Module, x, mask, *, variables: Any = None,
 
 
 def assert_dropout_consistent(module: nn.Module, x, mask, *, variables: Any = None,
-                              call_kwargs: Optional[Mapping] = None, seed: int = 3) -> None:
+                              call_kwargs: Mapping | None = None, seed: int = 3) -> None:
   """deterministic=False with the same rng gives identical outputs twice, and they differ from
   deterministic=True at some real position (so dropout does act)."""
   if variables is None:
@@ -343,7 +344,7 @@ def _relative_error(y, reference, where):
 
 
 def assert_bfloat16_close(module: nn.Module, x, mask, *, variables: Any = None,
-                          call_kwargs: Optional[Mapping] = None,
+                          call_kwargs: Mapping | None = None,
                           min_routed_alike: float = 0.97) -> tuple[float, float]:
   """bfloat16 compute (`module.clone(dtype=bfloat16)`, float32 parameters, bf16 input) against
   float32: the relative error stays within `bf16_bound(storage error)`, where the storage error
@@ -445,10 +446,10 @@ def _check_output(mixer, variables, x, mask, call_kwargs) -> None:
                                   f'a mixer returns {" or ".join(sorted(map(str, allowed)))}')
 
 
-def check_mixer(mixer: nn.Module, *, causal: Optional[bool] = None, batch: int = 2,
-                length: int = 16, dim: int = 16, num_real: Optional[Sequence[int]] = None,
-                seed: int = 0, atol: float = 1e-5, call_kwargs: Optional[Mapping] = None,
-                skip: Optional[Mapping[str, str]] = None, dropout_rate: float = 0.5,
+def check_mixer(mixer: nn.Module, *, causal: bool | None = None, batch: int = 2,
+                length: int = 16, dim: int = 16, num_real: Sequence[int] | None = None,
+                seed: int = 0, atol: float = 1e-5, call_kwargs: Mapping | None = None,
+                skip: Mapping[str, str] | None = None, dropout_rate: float = 0.5,
                 variables: Any = None) -> dict[str, str]:
   """Runs every property of `PROPERTIES` that applies to `mixer` on random inputs [batch,
   length, dim] (row 0 full, the others padded; `num_real` overrides) and returns the report
@@ -545,10 +546,10 @@ class MixerTestCase(chex.TestCase):
         def make_mixer(self):
           return MyMixer(num_heads=2)
   """
-  causal: Optional[bool] = None
+  causal: bool | None = None
   batch, length, dim = 2, 16, 16
 
-  def make_mixer(self) -> Optional[nn.Module]:
+  def make_mixer(self) -> nn.Module | None:
     return None
 
   def _mixer(self) -> nn.Module:
@@ -583,7 +584,7 @@ class MixerTestCase(chex.TestCase):
 
 def assert_sequence_parallel(mixer: nn.Module, *, sequence: int = 4, length: int = 48,
                              dim: int = 16, rtol: float = 1e-5, seed: int = 0,
-                             call_kwargs: Optional[Mapping[str, Any]] = None) -> list:
+                             call_kwargs: Mapping[str, Any] | None = None) -> list:
   """`sequence_parallel`: the mixer split over `sequence` devices along the tokens (the trainer's
   mesh, `make_mesh`: the remaining devices along the batch) gives the outputs, the loss and every
   gradient (parameters and input) of the unsplit mixer, within `rtol` of each array's largest

@@ -38,7 +38,8 @@ import os
 import signal
 import threading
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from poolformers_jax import extras
 
@@ -51,12 +52,24 @@ from absl import flags
 
 from poolformers_jax import cli, config as config_lib, data
 from poolformers_jax.eval import evaluate_state, hypotheses_path, write_eval_json
-from poolformers_jax.trainer import checkpoint as checkpoint_lib
-from poolformers_jax.trainer import faults, init_check, init_from, integrity, run_lock, sharding
-from poolformers_jax.trainer import step as step_lib
+from poolformers_jax.trainer import (
+  checkpoint as checkpoint_lib,
+  faults,
+  init_check,
+  init_from,
+  integrity,
+  run_lock,
+  sharding,
+  step as step_lib,
+)
 from poolformers_jax.trainer.metrics import MetricWriter
-from poolformers_jax.trainer.setup import (Setup, create_train_state, make_setup, param_count,
-                                           process_slice)
+from poolformers_jax.trainer.setup import (
+  Setup,
+  create_train_state,
+  make_setup,
+  param_count,
+  process_slice,
+)
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -68,10 +81,10 @@ class TrainResult:
   state: Any
   step: int
   status: str                                  # 'finished' | 'preempted'
-  validation: Optional[dict[str, float]]       # the last validation metrics of this run
-  test: Optional[dict[str, float]]             # test metrics of the best checkpoint
+  validation: dict[str, float] | None       # the last validation metrics of this run
+  test: dict[str, float] | None             # test metrics of the best checkpoint
   data_state: Any                              # the train iterator's state at the end
-  train_step_memory: Optional[dict[str, int]]  # memory_analysis() of the compiled step (step.py)
+  train_step_memory: dict[str, int] | None  # memory_analysis() of the compiled step (step.py)
 
 
 class _Preemption:
@@ -124,8 +137,8 @@ def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
 
 
 def _non_finite_error(step: int, loss: float, *, unconfirmed: list[int],
-                      last_good: Optional[int], latest_dir: str, rejected_dir: str,
-                      resumed_from: Optional[int]) -> NonFiniteLossError:
+                      last_good: int | None, latest_dir: str, rejected_dir: str,
+                      resumed_from: int | None) -> NonFiniteLossError:
   """The error of a non-finite step `step` (the unconfirmed checkpoints were moved aside before:
   Checkpointer.reject_unconfirmed)."""
   what = (f'training loss is {loss} at step {step}' if not np.isfinite(loss) else
@@ -146,7 +159,7 @@ def _non_finite_error(step: int, loss: float, *, unconfirmed: list[int],
 
 
 def _stop_non_finite(acc: dict[str, Any], checkpointer: checkpoint_lib.Checkpointer,
-                     resumed_from: Optional[int]) -> NonFiniteLossError:
+                     resumed_from: int | None) -> NonFiniteLossError:
   """A non-finite step: moves the checkpoints it leaves unconfirmed aside ,
   then returns the error that says so."""
   step, loss = int(acc['first_bad_step']), float(acc['bad_loss'])
@@ -162,8 +175,8 @@ class _Profiler:
   (TensorBoard's profile tab or Perfetto)."""
 
   def __init__(self, steps, workdir: str):
-    self.first: Optional[int] = max(int(steps[0]), 1) if steps else None
-    self.last: Optional[int] = int(steps[1]) if steps else None
+    self.first: int | None = max(int(steps[0]), 1) if steps else None
+    self.last: int | None = int(steps[1]) if steps else None
     self.directory = os.path.join(workdir, 'profile')
 
   def start(self, step: int) -> None:
@@ -179,7 +192,7 @@ class _Profiler:
 
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
                        start_over: bool = False,
-                       distributed: Optional[str] = None) -> TrainResult:
+                       distributed: str | None = None) -> TrainResult:
   """Trains `config` in `workdir` (resuming from its newest checkpoint that verifies) and
   evaluates.
 
@@ -328,7 +341,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
         window_start += time.time() - sync_started
 
     checkpointer.wait()
-    test: Optional[dict[str, Any]] = None
+    test: dict[str, Any] | None = None
     if status == 'finished' and config.final_test:
       which = 'best' if checkpointer.best_step() is not None else 'latest'
       best_state, best_step = checkpointer.restore_state(which, setup.abstract_state)
@@ -358,7 +371,7 @@ def _train(argv: Sequence[str]) -> None:
                result.validation, result.test)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   cli.define_config_flag(argv)

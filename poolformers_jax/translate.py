@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from absl import flags
 
 from poolformers_jax import cli, config as config_lib, errors
 from poolformers_jax.run import load_run
+
 
 def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best',
                    trust_imports: bool = False, **decode) -> list[str]:
@@ -56,7 +57,7 @@ def _translate(argv: Sequence[str]) -> None:
   sys.stdout.flush()
 
 
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')

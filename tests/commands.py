@@ -29,9 +29,10 @@ TIMEOUT_S = 120   # one command
 def _stop_after_parsing():
   """`parse` mode: absl's app.run and our argparse parser stop once the arguments are read."""
   import argparse
+
   from absl import app, flags
-  from poolformers_jax import errors
-  from poolformers_jax import cli, config as config_lib
+
+  from poolformers_jax import cli, config as config_lib, errors
 
   def run(main, argv=None, flags_parser=None):
     del main

@@ -1,7 +1,8 @@
 """Retrace guards for the tests: a function, a step or a decoder compiles at most `n` programs over
 the batches it is given (`assert_traces`) or in the loop that drives it (`assert_driver_traces`).
 Harness, not kit: what a user checks of a mixer is poolformers_jax.testing."""
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import jax
 import numpy as np

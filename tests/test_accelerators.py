@@ -8,12 +8,12 @@ import sys
 
 import jax
 import pytest
+from sized_models import ROOT, SIZED_BY, load_benchmark, load_config
 
-from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax import config as config_lib
+from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax.trainer import accelerators, setup as setup_lib, step as step_lib
 from poolformers_jax.trainer.setup import make_setup
-from sized_models import ROOT, SIZED_BY, load_benchmark, load_config
 
 TOPOLOGY = 'v5e:2x2'
 V5E = accelerators.CHIPS['v5e']

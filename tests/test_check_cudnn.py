@@ -6,7 +6,6 @@ GPU means the kernel, not the measure. The key bias, whose exact gradient is zer
 that measure fail by dividing rounding by rounding.
 """
 import pytest
-
 from sized_models import load_benchmark
 
 

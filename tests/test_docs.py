@@ -83,7 +83,7 @@ FILES = sorted(_files())
 RELATIVE = lambda path: os.path.relpath(path, ROOT)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _slugs(markdown_path):
   """GitHub's heading anchors: lower case, punctuation dropped, spaces to '-', repeats -1, -2."""
   slugs, counts = set(), {}
@@ -310,7 +310,8 @@ def test_every_documented_command_parses_and_starts():
   assert blocks >= 25 and len(python) >= 40, (blocks, len(python))
   proc = subprocess.run([sys.executable, os.path.join(ROOT, 'tests', 'commands.py'), 'parse'],
                         input=json.dumps([argv for _, argv in python]), capture_output=True,
-                        text=True, cwd=ROOT, timeout=600, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+                        text=True, cwd=ROOT, timeout=600,
+                        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
   assert proc.returncode == 0, proc.stderr[-3000:]
   for (where, argv), result in zip(python, json.loads(proc.stdout)):
     if result['code'] != 0:
@@ -350,7 +351,8 @@ def test_pyproject_ranges_contain_the_lock():
   assert {r.name for r in declared} >= {'jax', 'flax', 'numpy', 'optax'}
   outside = [f'{r} (lock: {lock.get(r.name.lower())})' for r in declared
              if r.name.lower() not in lock or not r.specifier.contains(lock[r.name.lower()])]
-  assert not outside, f'declared but not pinned in the lock, or the lock outside the range: {outside}'
+  assert not outside, ('declared but not pinned in the lock, or the lock outside the range: '
+                       f'{outside}')
   exact = [str(r) for r in declared if any(s.operator == '==' for s in r.specifier)]
   assert not exact, exact
   # Each floor is a tested version: the floor stack's pin (requirements-floor.txt), or the lock's
@@ -372,6 +374,7 @@ def test_api_md_lists_every_registered_mixer_and_model():
   `causal` / `rotary` columns yes exactly where the class has that option)."""
   import dataclasses
   import typing
+
   from poolformers_jax.registry import MIXERS, MODELS
   text = _text(os.path.join(ROOT, 'docs', 'api.md'))
   sections = {name: (cls, args) for name, cls, args in re.findall(
@@ -434,6 +437,7 @@ def test_the_readme_use_a_trained_run_block_runs(tmp_path, capsys):
   workdir for runs/listops_ponet): three raw inputs, one in the official parenthesised form, give
   three class ids, the argmax of the run's logits; the config line loads with its override."""
   import numpy as np
+
   import poolformers_jax
   from poolformers_jax.train import train_and_evaluate
   block = readme_python('load_run(')
@@ -467,6 +471,7 @@ def test_the_readme_padding_sentence_holds_for_every_mixer():
   import jax
   import jax.numpy as jnp
   import numpy as np
+
   from poolformers_jax.layers import build_mixer
   from poolformers_jax.layers.registry import options_of, traits_of
   from poolformers_jax.registry import MIXERS
@@ -483,7 +488,8 @@ def test_the_readme_padding_sentence_holds_for_every_mixer():
     mixer = mixers[name] = build_mixer(name, shared=dict(num_heads=2),
                                        **({'segment_num': 4} if name == 'ponet' else {}))
     params = mixer.init(jax.random.PRNGKey(1), *padded(64, 0.0))
-    out = lambda length, scale: mixer.apply(params, *padded(length, scale))[0, :real]
+    out = lambda length, scale, mixer=mixer, params=params: mixer.apply(
+        params, *padded(length, scale))[0, :real]
     base = out(64, 0.0)
     assert float(jnp.abs(out(64, 100.0) - base).max()) < 1e-5, name
     amounts[name] = float(jnp.abs(out(100, 0.0) - base).max())
@@ -499,6 +505,7 @@ def test_the_readme_test_your_mixer_example_passes_and_would_catch_a_leak():
   named); the same mixer reading padded tokens fails on the first line, naming the property."""
   import jax.numpy as jnp
   import pytest
+
   from poolformers_jax import registry, testing
   example = readme_python('check_mixer(')
   scope = {}

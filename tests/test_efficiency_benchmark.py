@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 import pytest
+from sized_models import load_benchmark
 
 from poolformers_jax.layers import MIXERS
-from sized_models import load_benchmark
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIELDS = ('status', 'step_ms', 'steps_per_s', 'timed_steps', 'forward_gflops',

@@ -32,7 +32,7 @@ def _log(out, family):
 
 def test_pack_splits_runs_under_the_limit_and_keeps_resume_checkpoints_of_unfinished(tmp_path):
   sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
-  import listops_column   # pylint: disable=g-import-not-at-top
+  import listops_column  # pylint: disable=g-import-not-at-top
   runs = tmp_path / 'runs'
   for name, finished in (('a', True), ('b-reference', False)):
     for sub in ('best', 'checkpoints', 'averaged', 'tensorboard'):
@@ -223,7 +223,7 @@ def test_queue_runs_peer_compile_time_and_listops_then_resumes_from_its_state(tm
 
 def test_listops_column_names_a_runs_tokenizer(tmp_path):
   sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
-  import listops_column   # pylint: disable=g-import-not-at-top
+  import listops_column  # pylint: disable=g-import-not-at-top
   for name, data in (('adamra', {'tokenizer': 'alphanumeric'}), ('ponet', {}), ('linear', None)):
     os.makedirs(tmp_path / name)
     if data is not None:

@@ -189,7 +189,7 @@ def test_each_program_is_one_module_of_the_top_package():
   """`python -m poolformers_jax.<program>` runs poolformers_jax/<program>.py itself: no folder of
   the package holds a `__main__.py` (a shim) or only one module, and the console script's table
   names modules that exist and define `main`."""
-  from poolformers_jax import __main__ as console   # pylint: disable=g-import-not-at-top
+  from poolformers_jax import __main__ as console  # pylint: disable=g-import-not-at-top
   folders = [d for d in sorted(os.listdir(PACKAGE))
              if os.path.isfile(os.path.join(PACKAGE, d, '__init__.py'))]
   assert 'trainer' in folders and 'layers' in folders

@@ -11,9 +11,9 @@ import sys
 import jax
 import numpy as np
 import pytest
+from sized_models import load_benchmark
 
 from poolformers_jax.trainer.setup import make_setup
-from sized_models import load_benchmark
 
 # lxchtan/PoNet examples/LRA/code/lra_config.py, config['text']['model'].
 OFFICIAL_TEXT = dict(embedding_dim=64, transformer_dim=64, transformer_hidden_dim=128,

@@ -18,10 +18,10 @@ import re
 import subprocess
 import sys
 import textwrap
-import tomllib
 import zipfile
 
 import pytest
+import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What the core must not pull in (the `train` / `text` / `convert` extras' packages).

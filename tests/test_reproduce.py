@@ -8,8 +8,8 @@ import re
 import pytest
 
 from poolformers_jax import reproduce
-from poolformers_jax.experiments import lra, papers, plots
 from poolformers_jax.config import lra as lra_configs
+from poolformers_jax.experiments import lra, papers, plots
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -70,8 +70,8 @@ def test_importing_every_module_leaves_jax_config_and_lowerings_unchanged():
 
 def test_opt_ins_log_one_line_and_change_nothing_when_jax_lacks_the_private_name(
     monkeypatch, caplog):
-  from jax._src.random import threefry2x32  # pylint: disable=g-import-not-at-top
   from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top
+  from jax._src.random import threefry2x32  # pylint: disable=g-import-not-at-top
   lowerings = mlir._platform_specific_lowerings['cpu']  # pylint: disable=protected-access
   before = lowerings.get(threefry2x32.threefry2x32_p)
   monkeypatch.delattr(threefry2x32, '_threefry2x32_lowering_rule')

@@ -290,7 +290,9 @@ def test_the_coverage_check_names_a_public_name_without_an_entry(tmp_path, monke
   and fails, naming it, when the package gains a public function the inventory lacks."""
   import types  # pylint: disable=g-import-not-at-top
   import zlib  # pylint: disable=g-import-not-at-top
+
   from mkdocs.exceptions import PluginError  # pylint: disable=g-import-not-at-top
+
   import poolformers_jax.testing  # pylint: disable=g-import-not-at-top
   hooks = _hooks()
   names = hooks.public_names()

@@ -10,11 +10,10 @@ import sys
 import jax
 import jax.numpy as jnp
 import pytest
-
-from poolformers_jax import summary
-from poolformers_jax.models import build_model
-from poolformers_jax import config as config_lib
 from sized_models import SIZED_BY, TINY_OVERRIDES, load_sized
+
+from poolformers_jax import config as config_lib, summary
+from poolformers_jax.models import build_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

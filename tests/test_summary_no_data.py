@@ -8,11 +8,10 @@ import jax
 import ml_collections
 import pytest
 
-from poolformers_jax import data
-from poolformers_jax import config as config_lib
+from poolformers_jax import config as config_lib, data
+from poolformers_jax.models import build_model
 from poolformers_jax.trainer import step
 from poolformers_jax.trainer.setup import make_setup
-from poolformers_jax.models import build_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

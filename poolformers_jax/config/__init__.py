@@ -32,11 +32,24 @@ from __future__ import annotations
 from poolformers_jax.config.completion import complete
 from poolformers_jax.config.defaults import SIZE_SLOT, SIZES, base_config, shrink_run
 from poolformers_jax.config.files import CONFIGS_DIR, load, load_file, resolve, resolved
-from poolformers_jax.config.keys import (ConfigKeyError, check_keys, flat_keys, is_open_key,
-                                         override, override_keys_from_argv)
-from poolformers_jax.config.run_file import (ModelMismatch, UntrustedImports, load_saved_config,
-                                             model_differences, run_config, save_config, to_json,
-                                             with_run_model)
+from poolformers_jax.config.keys import (
+                                         ConfigKeyError,
+                                         check_keys,
+                                         flat_keys,
+                                         is_open_key,
+                                         override,
+                                         override_keys_from_argv,
+)
+from poolformers_jax.config.run_file import (
+                                         ModelMismatch,
+                                         UntrustedImports,
+                                         load_saved_config,
+                                         model_differences,
+                                         run_config,
+                                         save_config,
+                                         to_json,
+                                         with_run_model,
+)
 from poolformers_jax.config.validate import ConfigError, check_config
 from poolformers_jax.config.words import Numbered, parse_words
 

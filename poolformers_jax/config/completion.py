@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Optional
+from typing import Any
 
 import ml_collections
 
@@ -47,7 +47,7 @@ def steps_from_epochs(config: ml_collections.ConfigDict, info) -> None:
 
 
 def complete(config: ml_collections.ConfigDict, *, need_files: bool = True,
-             info: Optional[Any] = None, run_dir: Optional[str] = None,
+             info: Any | None = None, run_dir: str | None = None,
              todo: str = '') -> ml_collections.ConfigDict:
   """A locked copy of `config` with the model sizes its dataset decides filled in (vocab_size,
   num_classes, max_length, special-token ids) from the dataset's info: what train.py builds the
@@ -60,7 +60,7 @@ def complete(config: ml_collections.ConfigDict, *, need_files: bool = True,
 
 
 def complete_with_info(config: ml_collections.ConfigDict, *, need_files: bool = True,
-               info: Optional[Any] = None, run_dir: Optional[str] = None,
+               info: Any | None = None, run_dir: str | None = None,
                todo: str = '') -> tuple[ml_collections.ConfigDict, Any]:
   """(`complete`'s config, the DatasetInfo it was completed from)."""
   if run_dir is not None:

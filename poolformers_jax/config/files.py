@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from poolformers_jax.config.keys import override
 
@@ -61,7 +62,7 @@ def load_file(spec: str):
   return module.get_config(words) if words else module.get_config()
 
 
-def load(spec: str, overrides: Optional[Mapping[str, Any]] = None):
+def load(spec: str, overrides: Mapping[str, Any] | None = None):
   """The config `spec` names ('configs/<task>.py[:words]', or '<task>:words'), with `overrides`
   ({'model.dim': 32, ...}) applied and checked; locked, as train.py's --config.
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import copy
 import difflib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import ml_collections
 

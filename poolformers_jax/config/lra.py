@@ -28,14 +28,14 @@ warmup and steps from the table in docs/papers/lra.md.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, TypedDict
+from collections.abc import Callable
+from typing import Any, TypedDict
 
 import ml_collections
 from ml_collections import config_dict
 
 from poolformers_jax.config.defaults import SIZE_SLOT, base_config, shrink_run
 from poolformers_jax.config.words import Numbered, NumberList, parse_words
-
 
 # model family -> (registered mixer name, per-family mixer options)
 FAMILIES: dict[str, tuple[str, dict[str, Any]]] = {

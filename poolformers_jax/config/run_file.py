@@ -7,7 +7,7 @@ import dataclasses
 import json
 import os
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import ml_collections
 
@@ -121,7 +121,7 @@ def model_differences(given: Any, run: Any) -> list[str]:
   return out
 
 
-def with_run_model(config: Optional[ml_collections.ConfigDict], workdir: str, *,
+def with_run_model(config: ml_collections.ConfigDict | None, workdir: str, *,
                    todo: str = 'leave --config out (the run\'s own config is used) or give the '
                    'config it was trained with',
                    trust_imports: bool = False) -> ml_collections.ConfigDict:

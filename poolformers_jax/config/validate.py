@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import ml_collections
 
@@ -72,7 +73,8 @@ def _check_model(model: ml_collections.ConfigDict, info) -> None:
                'compute dtype of these models', f'choose one of {", ".join(DTYPES)}')
     elif _is_int(value):       # sizes and counts; some counts may be 0 (ViT num_stages)
       least = 1 if key in _SIZES or key.endswith('_dim') else 0
-      _require(value >= least, f'config.model.{key}={value} must be {">= 0" if least == 0 else "positive"}',
+      bound = '>= 0' if least == 0 else 'positive'
+      _require(value >= least, f'config.model.{key}={value} must be {bound}',
                f'set --config.model.{key} to {least} or more')
     elif key.endswith('_rate') and isinstance(value, float):
       _require(0.0 <= value < 1.0, f'config.model.{key}={value} must be in [0, 1)',
@@ -171,7 +173,7 @@ def _check_sequence_axis(config: ml_collections.ConfigDict, info, sequence: int)
 
 
 def check_config(config: ml_collections.ConfigDict, info, *, devices: int, processes: int = 1,
-                 metrics: Optional[Sequence[str]] = None, sequence: int = 1) -> None:
+                 metrics: Sequence[str] | None = None, sequence: int = 1) -> None:
   """Raises ConfigError for the first problem of a (completed) run config; nothing is compiled.
   `devices`: how many ways the mesh splits a batch's examples (its data x fsdp devices);
   `processes`: jax.process_count(); `metrics`: the validation metric names of the dataset's task

@@ -2,13 +2,10 @@
 (config.model of the ViT family) and `deit_recipe`."""
 from __future__ import annotations
 
-from typing import Optional
-
 import ml_collections
 from ml_collections import config_dict
 
 from poolformers_jax.config.defaults import base_config
-
 
 IMAGENET_TRAIN_SIZE = 1_281_167
 
@@ -19,7 +16,7 @@ def epochs_to_steps(epochs: float, batch_size: int, train_size: int = IMAGENET_T
 
 def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 16,
               image_size: int = 224, classifier: str = 'token', mixer: str = 'softmax',
-              mixer_kwargs: Optional[dict] = None,
+              mixer_kwargs: dict | None = None,
               drop_path_rate: float = 0.1) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(
       name='vit', num_classes=config_dict.placeholder(int),   # from the dataset

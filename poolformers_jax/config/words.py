@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping, Optional, Sequence, Union
+from collections.abc import Mapping, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Numbered:
   def __repr__(self) -> str:
     return f'{self.prefix}<n>'
 
-  def number(self, word: Optional[str]) -> Optional[int]:
+  def number(self, word: str | None) -> int | None:
     return int(word[len(self.prefix):]) if word else None
 
 
@@ -36,22 +36,22 @@ class NumberList:
   def __repr__(self) -> str:
     return f'{self.prefix}<n>-<n>-...'
 
-  def numbers(self, word: Optional[str]) -> Optional[tuple[int, ...]]:
+  def numbers(self, word: str | None) -> tuple[int, ...] | None:
     return tuple(int(p) for p in word[len(self.prefix):].split('-')) if word else None
 
 
-Choices = Union[Sequence[str], Numbered, NumberList]
+Choices = Sequence[str] | Numbered | NumberList
 
 
-def parse_words(arg: Optional[str], slots: Mapping[str, tuple[str, Choices]],
-                example: str) -> dict[str, Optional[str]]:
+def parse_words(arg: str | None, slots: Mapping[str, tuple[str, Choices]],
+                example: str) -> dict[str, str | None]:
   """'ponet,small' -> {'family': 'ponet', 'size': 'small'}: each comma-separated word fills the
   slot whose choices hold it (later words win); unfilled slots are None.
 
   slots: slot -> (what it is, its choices), e.g. {'size': ('a size', SIZES)}; choices are words,
   `Numbered('L')` (L1, L2, ...) or `NumberList('rates')` (rates2-8-32, ...). A word no slot holds
   fails naming every slot's choices and an `example`."""
-  filled: dict[str, Optional[str]] = dict.fromkeys(slots)
+  filled: dict[str, str | None] = dict.fromkeys(slots)
   for word in filter(None, (arg or '').replace(' ', '').split(',')):
     slot = next((s for s, (_, choices) in slots.items() if word in choices), None)
     if slot is None:

@@ -25,8 +25,14 @@ Nothing is downloaded at run time. Where each dataset's files must be:
 Missing files raise DataNotFoundError naming the path and what to do.
 With worker_count > 0 the iterator state has another format: resume with the same worker_count.
 """
-from poolformers_jax.data.base import (DATASETS, DataNotFoundError, DatasetInfo,
-                                       DatasetSpec, get_data_config, register_dataset)
+from poolformers_jax.data.base import (
+  DATASETS,
+  DataNotFoundError,
+  DatasetInfo,
+  DatasetSpec,
+  get_data_config,
+  register_dataset,
+)
 from poolformers_jax.data.info import get_dataset_info
 
 # The pipeline (grain, jax) and the readers (the `train` extra) load on first use, so a config

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import ml_collections
 import numpy as np
@@ -46,7 +47,7 @@ class DatasetInfo:
   name: str
   task: str                      # a registered task: 'classification', ...
   num_classes: int               # classes; for 'lm' the vocabulary size (targets are tokens)
-  vocab_size: Optional[int]      # token vocabulary size incl. padding id 0; None for images
+  vocab_size: int | None      # token vocabulary size incl. padding id 0; None for images
   input_shape: tuple[int, ...]   # one example: (L,), (2, L) or (H, W, C)
   split_sizes: Mapping[str, int]
   # Model settings the data decides, filled into config.model where left unset (None), e.g.
@@ -61,23 +62,23 @@ class DatasetInfo:
 class DatasetSpec:
   info: Callable[[Any], DatasetInfo]                 # config.data -> DatasetInfo
   source: Callable[[Any, str], Sequence[Record]]      # (config.data, split) -> records
-  preprocess: Callable[[Record, Any, Optional[np.random.Generator]], Example]
+  preprocess: Callable[[Record, Any, np.random.Generator | None], Example]
   config: Callable[[], ml_collections.ConfigDict]     # the defaults of config.data
   # Optional (grain IterDataset of examples, config.data, rows per batch, seed) -> batches of
   # packed rows; used for training when config.data.pack is True (translation).
-  pack: Optional[Callable[[Any, Any, int, int], Any]] = None
+  pack: Callable[[Any, Any, int, int], Any] | None = None
   # The info from the dataset's known constants, reading no file (split sizes where known, else
   # empty): enough to build the model when the data is absent (the summary tool).
-  shapes: Optional[Callable[[Any], DatasetInfo]] = None
+  shapes: Callable[[Any], DatasetInfo] | None = None
   # load_run's raw inputs: (a user's raw input, config.data) -> the record `source` would give for
   # it (any valid label). None: the dataset's runs take no raw inputs (a pre-training corpus).
-  record: Optional[Callable[[Any, Any], Record]] = None
+  record: Callable[[Any, Any], Record] | None = None
   # config.data -> files training writes beside the data that a trained run reads back (a
   # vocabulary it trained).
-  run_files: Optional[Callable[[Any], Sequence[str]]] = None
+  run_files: Callable[[Any], Sequence[str]] | None = None
   # config.data -> True where the data is made on first use, not read from files: nothing to
   # fetch (reproduce's data check does not make it).
-  generated: Optional[Callable[[Any], bool]] = None
+  generated: Callable[[Any], bool] | None = None
 
 
 def get_spec(name: str) -> DatasetSpec:
@@ -139,7 +140,7 @@ def fit_length(ids: np.ndarray, max_length: int, too_long: str,
 
 
 def process_share(batch_size: int, what: str, process_count: int,
-                  devices: Optional[int] = None) -> int:
+                  devices: int | None = None) -> int:
   """The rows each process holds of a global batch of `batch_size`, checked to split evenly over
   the processes and, with `devices` (the mesh's), over the devices too."""
   if devices is not None:
@@ -163,7 +164,7 @@ class LineFile:
   (every read opens the file), 16 bytes of memory per line: the LRA TSV files are ~1 GB."""
 
   def __init__(self, path: str, skip_header: bool = False,
-               parse: Optional[Callable[[str], Any]] = None):
+               parse: Callable[[str], Any] | None = None):
     self.path, self.parse = path, parse
     offsets = []
     with open(path, 'rb') as f:
@@ -233,7 +234,7 @@ def tfds_source(name: str, split: str, data_dir: str):
         'or copy a folder prepared elsewhere here.') from e
 
 
-def tfds_split_source(data_config, split: str, name: Optional[str] = None):
+def tfds_split_source(data_config, split: str, name: str | None = None):
   """`tfds_source` of the TFDS split config.data.tfds_splits names for `split`, of dataset `name`
   (default config.data.tfds_name)."""
   return tfds_source(name or data_config.tfds_name, data_config.tfds_splits[check_split(split)],

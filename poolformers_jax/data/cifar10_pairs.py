@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-from typing import Optional
 
 import ml_collections
 import numpy as np
@@ -46,7 +45,7 @@ def source(data_config, split):
   return _pairs(data_config.to_json(), base.check_split(split))   # labels are read once
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   """inputs [2, H, W, C] (each image augmented on its own at train time), targets same class."""
   first, second, same = record
   images = [vision.preprocess(r, data_config, rng)['inputs'] for r in (first, second)]

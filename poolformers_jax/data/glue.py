@@ -5,8 +5,6 @@ regression.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from poolformers_jax.data import base, wordpiece
@@ -32,7 +30,7 @@ def source(data_config, split):
   return base.tfds_split_source(data_config, split, f'glue/{data_config.task}')
 
 
-def truncate_longest_first(a: np.ndarray, b: Optional[np.ndarray], max_tokens: int):
+def truncate_longest_first(a: np.ndarray, b: np.ndarray | None, max_tokens: int):
   """Drops tokens from the end of the longer text (b on ties), as the tokenizers do."""
   if b is None:
     return a[:max_tokens], None
@@ -45,7 +43,7 @@ def truncate_longest_first(a: np.ndarray, b: Optional[np.ndarray], max_tokens: i
   return a[:la], b[:lb]
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   del rng
   keys, num_classes = _task(data_config)
   vocab = wordpiece.vocab_of(data_config)

@@ -4,14 +4,12 @@ as the example the pipeline (and load_run) makes of it. Plain Python and numpy: 
 config needs no data reader."""
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from poolformers_jax.data import base, masking
 
 
-def objective(data_config) -> Optional[str]:
+def objective(data_config) -> str | None:
   """config.data's self-pretraining objective (masking.objective; None: the dataset's own task;
   data configs older than mask_rate / next_tokens have neither)."""
   return masking.objective(float(data_config.get('mask_rate', 0.0)),
@@ -46,7 +44,7 @@ class Preprocess:
     self.mask_id = (base.get_spec(data_config.name).info(data_config).vocab_size
                     if self.objective else None)
 
-  def __call__(self, record, rng: Optional[np.random.Generator] = None):
+  def __call__(self, record, rng: np.random.Generator | None = None):
     example = base.get_spec(self.data_config.name).preprocess(record, self.data_config, rng)
     if self.objective and self.mask_id is not None:
       example = masking.pretraining_example(example, self.objective, self.mask_rate,

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Optional
 
 import numpy as np
 
 from poolformers_jax.data import base
-from poolformers_jax.data.listops_tokens import (NUM_CLASSES, TOKENIZERS, TSV_FILES, VOCAB, encode,
-                                                 encode_text, read_ids)
+from poolformers_jax.data.listops_tokens import (
+  NUM_CLASSES,
+  TOKENIZERS,
+  TSV_FILES,
+  VOCAB,
+  encode,
+  encode_text,
+  read_ids,
+)
 
 
 class InMemoryRecords:
@@ -135,7 +141,7 @@ def source(data_config, split: str):
   return _SOURCES[data_config.source](data_config, split)
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   del rng  # no augmentation
   ids = read_ids(np.asarray(record['tokens']), tokenizer_of(data_config),
                  data_config.keep_parentheses)

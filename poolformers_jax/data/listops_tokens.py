@@ -20,7 +20,7 @@ Decisions where the official code is loose:
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -6,8 +6,6 @@ to 1024 pixel tokens. Splits as LRA's image/input_pipeline.py: train[:90%] / tra
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from poolformers_jax.data import base, lra
@@ -20,7 +18,7 @@ def config():
   return c
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   del rng
   gray = lra.to_gray(np.asarray(record['image']))
   return {'inputs': lra.pixel_tokens(gray, data_config, 'image'),

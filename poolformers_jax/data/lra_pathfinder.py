@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 import glob
 import os
-from typing import Optional
 
 import numpy as np
 
 from poolformers_jax.data import base, lra
+
 
 class NpzSource:
   def __init__(self, path: str):
@@ -129,7 +129,7 @@ def source(data_config, split):
                    "'generated'.")
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   del rng
   image = np.asarray(record['image'])
   gray = lra.to_gray(image) if image.ndim == 3 else image

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Optional
 
 import numpy as np
 
@@ -40,7 +39,7 @@ def source(data_config, split):
   return read_file(path)
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   del rng
   docs = [lra.byte_tokens(record[k], data_config, 'document') for k in ('text1', 'text2')]
   return {'inputs': np.stack(docs), 'targets': np.int32(record['label'])}

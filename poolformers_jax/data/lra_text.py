@@ -7,8 +7,6 @@ LRA (text_classification/input_pipeline.py), 'validation' reads the test split
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 
 from poolformers_jax.data import base, lra
@@ -22,7 +20,7 @@ def config():
   return c
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   del rng
   return {'inputs': lra.byte_tokens(record['text'], data_config, 'review'),
           'targets': np.int32(record['label'])}

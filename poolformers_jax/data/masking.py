@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import zlib
-from typing import Optional
 
 import numpy as np
 
@@ -35,7 +34,7 @@ NOT_CHOSEN = -1          # a target that is not scored
 NEXT_TASK = 'next_tokens'   # the same token sums
 
 
-def objective(mask_rate: float = 0.0, next_tokens: bool = False) -> Optional[str]:
+def objective(mask_rate: float = 0.0, next_tokens: bool = False) -> str | None:
   """config.data's `mask_rate` and `next_tokens` -> the self-pretraining objective, TASK (masked
   tokens) or NEXT_TASK, or None: the dataset's own task."""
   if next_tokens and float(mask_rate) > 0.0:
@@ -55,7 +54,7 @@ def check_rate(rate: float) -> float:
 
 
 def mask_tokens(tokens: np.ndarray, rate: float, mask_id: int,
-                rng: Optional[np.random.Generator] = None) -> tuple[np.ndarray, np.ndarray]:
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
   """tokens [..., L] (0 = padding) -> (inputs with the chosen tokens replaced by `mask_id`,
   targets: the original id where chosen, NOT_CHOSEN elsewhere). Padding is never chosen."""
   tokens = np.asarray(tokens)
@@ -76,7 +75,7 @@ def next_tokens(tokens: np.ndarray) -> np.ndarray:
 
 
 def pretraining_example(example: base.Example, objective_: str, mask_rate: float,
-                        vocab_size: int, rng: Optional[np.random.Generator] = None) -> base.Example:
+                        vocab_size: int, rng: np.random.Generator | None = None) -> base.Example:
   """A task's example -> the self-pretraining example of its inputs (its labels dropped):
   masked at `mask_rate` (the [MASK] id is `vocab_size`, the data's) or, for NEXT_TASK, next
   tokens (inputs unchanged)."""

@@ -22,7 +22,8 @@ iterator and this stream as one checkpoint item.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from poolformers_jax import extras
 
@@ -81,7 +82,7 @@ class RepeatedAugmentation(grain.MapDataset):
     return self._parent[epoch * self._epoch_length + position // self._repeats]
 
 
-def make_train_iterator(config, seed: Optional[int] = None, process_index: int = 0,
+def make_train_iterator(config, seed: int | None = None, process_index: int = 0,
                         process_count: int = 1) -> grain.DatasetIterator:
   """Infinite shuffled iterator of this process's rows of the global training batches."""
   data_config = config.data
@@ -115,7 +116,7 @@ class _EvalExample:
     self.records, self.preprocess = records, Preprocess(data_config)
     self.process_index, self.process_count = process_index, process_count
     self.num_examples = num_examples
-    self._padding: Optional[dict[str, Any]] = None   # a zero example, made on first use
+    self._padding: dict[str, Any] | None = None   # a zero example, made on first use
 
   def __call__(self, i: int):
     index = self.process_index + i * self.process_count

@@ -11,7 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from poolformers_jax import errors
 from poolformers_jax.data import base, listops, listops_tokens, lra, lra_pathfinder, lra_retrieval
@@ -63,7 +63,7 @@ def _tfds_line(task: str, data_config) -> str:
           f'({data_config.tfds_name} in {base.expand_path(data_config.data_dir)})')
 
 
-def report(release_dir: str, data_dir: Optional[str] = None) -> list[str]:
+def report(release_dir: str, data_dir: str | None = None) -> list[str]:
   """The lines `prepare lra` prints, one per task (Pathfinder: one per difficulty)."""
   lines = [_tsv_line('listops', os.path.join(release_dir, 'listops-1000'),
                      listops_tokens.TSV_FILES, listops.TsvSource)]
@@ -82,7 +82,7 @@ def report(release_dir: str, data_dir: Optional[str] = None) -> list[str]:
 
 
 @errors.one_line_errors
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   parser = errors.ArgumentParser(prog='python -m poolformers_jax.data.prepare',
                                  description=__doc__.split('\n\n')[0])
   parser.add_argument('benchmark', choices=['lra'])

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +35,7 @@ from PIL import Image, ImageEnhance, ImageOps  # noqa: E402
 LEVEL_DENOM = 10.0
 
 # name -> (level(m) -> argument, argument negated with probability 1/2?)
-_LEVELS: dict[str, tuple[Optional[Callable[[float], float]], bool]] = {
+_LEVELS: dict[str, tuple[Callable[[float], float] | None, bool]] = {
     'AutoContrast': (None, False),
     'Equalize': (None, False),
     'Invert': (None, False),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -50,13 +50,13 @@ def _file_labels(path: str, label_field: str) -> tuple:
   return tuple(sorted(keys, key=lambda k: (isinstance(k, str), k)))
 
 
-def _labels(data_config) -> Optional[tuple]:
+def _labels(data_config) -> tuple | None:
   if data_config.source == 'tfds':
     return None                                   # TFDS labels are class ids already
   return _file_labels(base.expand_path(data_config.files.train), data_config.label_field)
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   del rng
   vocab = wordpiece.vocab_of(data_config)
   text = wordpiece.as_text(record[data_config.text_field])

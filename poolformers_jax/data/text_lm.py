@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import os
 import zipfile
-from typing import Optional
 
 import numpy as np
 
@@ -123,7 +122,7 @@ def source(data_config, split):
   return WindowSource(symbols[start:stop], data_config.max_length)
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   del rng
   _, table = VOCABS[data_config.name]
   window = np.asarray(record['window'] if isinstance(record, dict) else record)

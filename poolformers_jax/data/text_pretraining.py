@@ -29,7 +29,7 @@ import functools
 import glob
 import os
 import re
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -187,7 +187,7 @@ def _truncate_pair(a: list, b: list, max_tokens: int, rng) -> None:
 
 
 def sentence_pair(documents, index: int, data_config, rng,
-                  span: Optional[tuple[int, int]] = None) -> tuple[list, list, int]:
+                  span: tuple[int, int] | None = None) -> tuple[list, list, int]:
   """(sentences of A, sentences of B, label) for the configured objective, from the chunk
   `span` (first, end sentences) of document `index`, or (None) a chunk drawn at random."""
   max_tokens = data_config.max_length - 3
@@ -227,7 +227,7 @@ def mask_tokens(ids: np.ndarray, vocab: wordpiece.Vocab, probability: float,
   return masked.astype(np.int32), np.where(chosen, ids, -1).astype(np.int32)
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   documents, index, span, position = record
   if rng is None:      # evaluation: the same example every time
     rng = np.random.default_rng([int(data_config.eval_seed), position])

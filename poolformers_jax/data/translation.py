@@ -23,7 +23,6 @@ import functools
 import logging
 import os
 import tempfile
-from typing import Optional
 
 import numpy as np
 
@@ -148,7 +147,7 @@ def decode(tokenizer, ids) -> str:
 
 # ------------------------------------------------------------------ examples and packing
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   """Token ids with EOS. Train (rng given) with packing: unpadded (the packer pads); else padded
   to max_length."""
   tokenizer = get_tokenizer(data_config)

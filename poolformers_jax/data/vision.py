@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Optional
 
 import numpy as np
 
@@ -111,7 +110,7 @@ def source(data_config, split):
   return base.tfds_split_source(data_config, split)
 
 
-def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
+def preprocess(record, data_config, rng: np.random.Generator | None = None):
   image = np.asarray(record['image'], np.uint8)
   if rng is None:
     image = center_crop(image, data_config.image_size, data_config.eval_crop_fraction)
@@ -125,7 +124,7 @@ def preprocess(record, data_config, rng: Optional[np.random.Generator] = None):
     policy = data_config.rand_augment
     if policy:   # fill: the mean colour, as timm's img_mean
       fill = tuple(min(255, round(255 * m)) for m in data_config.mean)
-      from poolformers_jax.data import randaugment   # PIL: when images are read
+      from poolformers_jax.data import randaugment  # PIL: when images are read
       image = randaugment.parse(policy)(np.ascontiguousarray(image), rng, fill)
   image = normalize(image, data_config)
   erasing = data_config.random_erasing

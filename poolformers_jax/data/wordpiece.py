@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -87,7 +87,7 @@ def vocab_of(data_config) -> Vocab:
   return load_vocab(data_config.vocab_file, bool(data_config.lowercase))
 
 
-def pair_inputs(a: list, b: Optional[list], cls: int, sep: int, length: int) -> np.ndarray:
+def pair_inputs(a: list, b: list | None, cls: int, sep: int, length: int) -> np.ndarray:
   """[2, length]: "[CLS] A [SEP] (B [SEP])" and SMP segment ids ([CLS] 0, then one id per
   sentence and per [SEP]); padding 0 in both rows."""
   ids, segments = [np.asarray([cls])], [np.asarray([0])]

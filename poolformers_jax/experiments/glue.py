@@ -5,12 +5,20 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from poolformers_jax.experiments import tables
 from poolformers_jax.experiments.papers import GLUE_PAPER
-from poolformers_jax.experiments.runs import (CONFIGS_DIR, RunStopped, add_wall_time, config_with,
-                                            device_name, git_commit, log)
+from poolformers_jax.experiments.runs import (
+  CONFIGS_DIR,
+  RunStopped,
+  add_wall_time,
+  config_with,
+  device_name,
+  git_commit,
+  log,
+)
 
 GLUE_TASKS = tuple(GLUE_PAPER)            # WNLI: not in the slides
 GLUE_FAMILIES = ('ponet', 'bert')
@@ -68,7 +76,7 @@ def run_glue_point(task: str, family: str, size: str, batch_size: int, learning_
 
 
 def glue_data_status(task: str, family: str, size: str, overrides: Sequence[str],
-                     configs_dir: str) -> Optional[str]:
+                     configs_dir: str) -> str | None:
   from poolformers_jax import data
   config = load_glue_config(task, family, size, 8, 3e-5, overrides, configs_dir)
   try:

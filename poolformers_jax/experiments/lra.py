@@ -5,14 +5,24 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from poolformers_jax.config import lra as lra_configs
 from poolformers_jax.experiments import plots, tables
-from poolformers_jax.experiments.runs import (CONFIGS_DIR, SPT_OBJECTIVES, RunStopped,
-                                            add_wall_time, best_validation, config_with,
-                                            device_name, git_commit, log,
-                                            median_steps_per_second, peak_memory_bytes)
+from poolformers_jax.experiments.runs import (
+  CONFIGS_DIR,
+  SPT_OBJECTIVES,
+  RunStopped,
+  add_wall_time,
+  best_validation,
+  config_with,
+  device_name,
+  git_commit,
+  log,
+  median_steps_per_second,
+  peak_memory_bytes,
+)
 
 # The tasks of the table, in its order (configs/lra_<task>.py).
 TASKS = ('listops', 'text', 'retrieval', 'image', 'pathfinder')
@@ -75,13 +85,13 @@ def spt_dir(workdir: str, task: str, family: str, seed: int, objective: str = 'm
   return os.path.join(workdir, task, family, f'{SPT_OBJECTIVES[objective][0]}_seed{seed}')
 
 
-def _steps(steps: Optional[int]) -> list[str]:
+def _steps(steps: int | None) -> list[str]:
   return [] if steps is None else [f'num_train_steps={steps}']
 
 
 def spt_stages(task: str, family: str, size: str, seed: int, workdir: str,
-               overrides: Sequence[str] = (), pretrain_steps: Optional[int] = None,
-               finetune_steps: Optional[int] = None,
+               overrides: Sequence[str] = (), pretrain_steps: int | None = None,
+               finetune_steps: int | None = None,
                objective: str = 'masked') -> list[tuple[str, str, list[str]]]:
   """The two runs of self-pretraining as (config words, workdir, overrides): the `spt` (or
   `spt_causal`) run, then the task itself from its best checkpoint (init_from)."""
@@ -94,7 +104,7 @@ def spt_stages(task: str, family: str, size: str, seed: int, workdir: str,
 
 def run_spt(task: str, family: str, size: str, seed: int, workdir: str,
             overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
-            pretrain_steps: Optional[int] = None, finetune_steps: Optional[int] = None,
+            pretrain_steps: int | None = None, finetune_steps: int | None = None,
             clock: Callable[[], float] = time.time, objective: str = 'masked') -> dict[str, Any]:
   """Self-pretraining (`objective`: 'masked' or 'causal') then fine-tuning of one (task, family,
   seed) in `workdir`/{pretrain, finetune}; each stage resumes or is skipped like any run_one.
@@ -108,7 +118,7 @@ def run_spt(task: str, family: str, size: str, seed: int, workdir: str,
 
 
 def data_status(task: str, size: str, overrides: Sequence[str] = (),
-                configs_dir: str = CONFIGS_DIR, family: str = 'transformer') -> Optional[str]:
+                configs_dir: str = CONFIGS_DIR, family: str = 'transformer') -> str | None:
   """None when the task's data can be read or is made on first use (`generated`), else why not.
   Read with `family`'s config: the --set overrides may name keys only that family has."""
   from poolformers_jax import data
@@ -145,8 +155,8 @@ def _state(run_dir: str, steps: int) -> str:
 
 def plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *, seeds: Sequence[int],
          size: str, overrides: Sequence[str] = (), configs_dir: str = CONFIGS_DIR,
-         spt: bool = False, pretrain_steps: Optional[int] = None,
-         finetune_steps: Optional[int] = None, objective: str = 'masked') -> list[str]:
+         spt: bool = False, pretrain_steps: int | None = None,
+         finetune_steps: int | None = None, objective: str = 'masked') -> list[str]:
   """--dry_run: one line per run (finished / to train, its steps) or per task whose data is
   missing; with `spt`, also both stages of self-pretraining (`objective`'s); every config is
   loaded with the overrides, nothing is written or compiled."""
@@ -177,7 +187,7 @@ def plan(tasks: Sequence[str], families: Sequence[str], workdir: str, *, seeds: 
 def reproduce_lra(tasks: Sequence[str], families: Sequence[str], workdir: str, *,
                   seeds: Sequence[int] = (0,), size: str = 'full', overrides: Sequence[str] = (),
                   configs_dir: str = CONFIGS_DIR, command: str = '', spt: bool = False,
-                  pretrain_steps: Optional[int] = None, finetune_steps: Optional[int] = None,
+                  pretrain_steps: int | None = None, finetune_steps: int | None = None,
                   clock: Callable[[], float] = time.time,
                   objective: str = 'masked') -> dict[str, Any]:
   """Runs what is missing and writes WORKDIR/results.json and results.md; returns the results.

@@ -1,9 +1,10 @@
 """The runs' validation curves: curves.csv and curves.png."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from poolformers_jax.experiments.papers import PAPER
+
 
 def validation_curves(results: dict[str, Any]) -> dict[str, dict[str, tuple[list, list]]]:
   """task -> '<family> seed <s>' -> (steps, validation accuracy %) from the runs' metrics."""
@@ -37,7 +38,7 @@ def write_curves_csv(results: dict[str, Any], path: str) -> None:
             f'{by_step[step][n]:.2f}' if n in by_step[step] else '' for n in names]) + '\n')
 
 
-def plot_curves(results: dict[str, Any], path: str) -> Optional[str]:
+def plot_curves(results: dict[str, Any], path: str) -> str | None:
   """One panel per task, one line per run; the papers' numbers as dotted lines. None: no curve."""
   curves = validation_curves(results)
   if not curves:

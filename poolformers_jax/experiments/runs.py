@@ -8,7 +8,8 @@ import logging
 import os
 import resource
 import subprocess
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def peak_memory_bytes() -> tuple[int, str]:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, 'host RSS'
 
 
-def median_steps_per_second(workdir: str) -> Optional[float]:
+def median_steps_per_second(workdir: str) -> float | None:
   """Median train steps/s over the logged windows (robust to the compile in the first one)."""
   rates = []
   path = os.path.join(workdir, 'metrics.jsonl')
@@ -90,7 +91,7 @@ def median_steps_per_second(workdir: str) -> Optional[float]:
   return float(np.median(rates)) if rates else None
 
 
-def best_validation(workdir: str) -> Optional[float]:
+def best_validation(workdir: str) -> float | None:
   """The best validation accuracy (%) the run evaluated (what its best checkpoint kept)."""
   from poolformers_jax.trainer.metrics import read_metrics
   accuracy = [r['accuracy'] for r in read_metrics(workdir, 'validation') if 'accuracy' in r]

@@ -9,6 +9,7 @@ import numpy as np
 from poolformers_jax.experiments.papers import GLUE_PAPER, GLUE_PAPER_AVERAGE, paper_text
 from poolformers_jax.experiments.runs import SPT_OBJECTIVES
 
+
 def _mean_std(values: list[float]) -> str:
   if len(values) == 1:
     return f'{values[0]:.2f}'

@@ -7,8 +7,13 @@ filled by `@register_mixer` in the paper files; the classes are re-exported here
 from poolformers_jax.layers.adamra import AdaMRA
 from poolformers_jax.layers.attention import LinearAttention, MultiHeadAttention
 from poolformers_jax.layers.common import DropPath, LearnedPositionEmbedding, MlpBlock
-from poolformers_jax.layers.context_pool import (ContextPool, ContextPool2D, ContextPoolAttention,
-                                                 ContextPoolOptions, WindowContextPool)
+from poolformers_jax.layers.context_pool import (
+                                                 ContextPool,
+                                                 ContextPool2D,
+                                                 ContextPoolAttention,
+                                                 ContextPoolOptions,
+                                                 WindowContextPool,
+)
 from poolformers_jax.layers.hierarchical_pool import HierarchicalPool, PoolingStages
 from poolformers_jax.layers.msac import MSAC, SAC, CrossAttentiveInput, SelfAttention2D
 from poolformers_jax.layers.ponet import PoNet

@@ -9,8 +9,8 @@ split into S subheads (Eq. 8-9), and the routed heads are summed and projected b
 What the paper leaves open, and what we decided (see also docs/papers/adamra.md):
 - Heads and subheads. H, the number of resolution heads, is `len(compression_rates)` (Table 4 counts
   heads that way). The field `num_heads` is the number of subheads S of every head, i.e. the usual
-  "head width = dim / num_heads" of every other mixer here, so the shared LRA setting "2 heads of 32"
-  means S = 2 subheads of width 32. Default rates (1/2, 1/8, 1/32): the best row of Table 4.
+  "head width = dim / num_heads" of every other mixer here, so the shared LRA setting "2 heads of
+  32" means S = 2 subheads of width 32. Default rates (1/2, 1/8, 1/32): the best row of Table 4.
 - Projections. Eq. 1 projects X to Q, K, V (Dense layers `query`, `key`, `value`, as in
   LinearAttention); the router reads Q (Eq. 6). Eq. 9 then projects the routed queries and the
   compressed keys / values once more with per-head matrices W_hs (params `head_query`,
@@ -50,17 +50,29 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poolformers_jax.layers.attention import (FEATURE_MAPS, linear_attention, merge_heads,
-                                              softmax_attention, split_heads)
-from poolformers_jax.layers.common import (Array, Dtype, Projection, attention_bias,
-                                           check_heads, check_sequence_input, compute_dtype)
+from poolformers_jax.layers.attention import (
+  FEATURE_MAPS,
+  linear_attention,
+  merge_heads,
+  softmax_attention,
+  split_heads,
+)
+from poolformers_jax.layers.common import (
+  Array,
+  Dtype,
+  Projection,
+  attention_bias,
+  check_heads,
+  check_sequence_input,
+  compute_dtype,
+)
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers.sequence_parallel import SAME, TOKENS, Shard, map_shards
 
@@ -82,7 +94,7 @@ def num_segments(length: int, rate: float, name: str = 'AdaMRA') -> int:
   return count
 
 
-def segment_means(x: Array, mask: Array, count: int, shard: Optional[Shard] = None
+def segment_means(x: Array, mask: Array, count: int, shard: Shard | None = None
                   ) -> tuple[Array, Array]:
   """Means of `x: [B, n, F]` over `count` contiguous segments of ceil(n / count) tokens.
 
@@ -165,7 +177,7 @@ def kernel_attention_state(k: Array, v: Array, valid: Array, phi) -> Array:
   return jnp.concatenate([kv, k.sum(axis=2)[..., None]], axis=-1)
 
 
-def routed_kernel_attention(x: Array, chosen: Array, kernels: Array, biases: Optional[Array],
+def routed_kernel_attention(x: Array, chosen: Array, kernels: Array, biases: Array | None,
                             states: Array, phi, dtype: Dtype, eps: float = 1e-6) -> Array:
   """Eq. 7 for each query in its routed head only -> [B, n, D] in `dtype`.
 
@@ -217,7 +229,7 @@ class AdaMRA(nn.Module):
   per_head_projections: bool = True
   dropout_rate: float = 0.0
   use_bias: bool = True
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   traits = MixerTraits(
       padding_amount='its segments are floor(L * rate) chunks of the padded length L',
@@ -238,7 +250,7 @@ class AdaMRA(nn.Module):
                        f'e.g. (1/2, 1/8, 1/32).')
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+  def __call__(self, x: Array, mask: Array | None = None, *,
                deterministic: bool = True) -> Array:
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
@@ -260,14 +272,14 @@ class AdaMRA(nn.Module):
       eq9 = {n: self.param(f'head_{n}', init, (len(counts), dim, dim))
              for n in ('query', 'key', 'value')}
 
-    def head_map(name: str, h: int) -> tuple[Array, Optional[Array]]:  # W_name (@ W_hs), bias
+    def head_map(name: str, h: int) -> tuple[Array, Array | None]:  # W_name (@ W_hs), bias
       kernel, bias = eq1[name]
       if self.per_head_projections:
         kernel = kernel @ eq9[name][h]
         bias = None if bias is None else bias @ eq9[name][h]
       return kernel, bias
 
-    def affine(t: Array, kernel_bias: tuple[Array, Optional[Array]]) -> Array:
+    def affine(t: Array, kernel_bias: tuple[Array, Array | None]) -> Array:
       kernel, bias = kernel_bias   # t @ W_name (@ W_hs) + bias, in `dtype`
       y = t.astype(dtype) @ kernel.astype(dtype)
       return y if bias is None else y + bias.astype(dtype)
@@ -308,8 +320,8 @@ class AdaMRA(nn.Module):
     mixed = nn.Dropout(self.dropout_rate)(mixed, deterministic=deterministic)
     return nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name='out')(mixed)  # W^O of Eq. 8
 
-  def _route(self, x: Array, query: tuple[Array, Optional[Array]], dtype: Dtype
-             ) -> tuple[Optional[Array], Optional[Array]]:
+  def _route(self, x: Array, query: tuple[Array, Array | None], dtype: Dtype
+             ) -> tuple[Array | None, Array | None]:
     """(head [B, n] int32, weight [B, n]) of every query; (None, None) for routing 'none'."""
     num_routes = len(self.compression_rates)
     if self.routing == 'none':

@@ -24,19 +24,29 @@ Sequence-parallel forms (the sequence split over devices):
 from __future__ import annotations
 
 import typing
-from typing import Callable, Literal, Optional
+from collections.abc import Callable
+from typing import Literal
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, apply_rotary, attention_bias,
-                                           check_choice, check_choices, check_heads,
-                                           check_sequence_input, compute_dtype, segment_allowed)
-from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers import sequence_parallel
-from poolformers_jax.layers.sequence_parallel import (HEAD_TOKENS, SAME, TOKENS, Shard,
-                                                      map_shards)
+from poolformers_jax.layers.common import (
+  NEG_INF,
+  Array,
+  Dtype,
+  apply_rotary,
+  attention_bias,
+  check_choice,
+  check_choices,
+  check_heads,
+  check_sequence_input,
+  compute_dtype,
+  segment_allowed,
+)
+from poolformers_jax.layers.registry import MixerTraits, register_mixer
+from poolformers_jax.layers.sequence_parallel import HEAD_TOKENS, SAME, TOKENS, Shard, map_shards
 
 
 def split_heads(x: Array, num_heads: int) -> Array:
@@ -52,7 +62,7 @@ def merge_heads(x: Array) -> Array:
 
 
 def softmax_attention(q: Array, k: Array, v: Array, bias: Array,
-                      drop: Optional[Callable[[Array], Array]] = None) -> tuple[Array, Array]:
+                      drop: Callable[[Array], Array] | None = None) -> tuple[Array, Array]:
   """Scaled dot-product attention on [B, H, L, Dh]; softmax in float32. Returns (out, weights).
   `drop`: applied to the weights before they average the values (attention-probability dropout);
   the returned weights are the undropped ones."""
@@ -67,7 +77,7 @@ def softmax_attention(q: Array, k: Array, v: Array, bias: Array,
 Implementation = Literal['explicit', 'xla', 'cudnn', 'auto']
 
 
-def cudnn_unavailable_reason(dtype: Dtype, head_dim: int) -> Optional[str]:
+def cudnn_unavailable_reason(dtype: Dtype, head_dim: int) -> str | None:
   """Why cuDNN flash attention cannot run here (None if it can)."""
   device = jax.devices()[0]
   if device.platform != 'gpu' or 'cuda' not in str(device.client.platform_version).lower():
@@ -115,7 +125,7 @@ def gather_tokens(shard: Shard, x: Array) -> Array:
   return jnp.moveaxis(every, 0, 1).reshape(x.shape[0], -1, *x.shape[2:])
 
 
-def sharded_allowed(shard: Shard, mask: Array, segment_ids: Optional[Array],
+def sharded_allowed(shard: Shard, mask: Array, segment_ids: Array | None,
                     causal: bool) -> tuple[Array, Array]:
   """This shard's queries against all keys: the gathered key mask [B, L] and the allowed
   matrix [B, L/count, L] (real keys; with `causal` keys at global positions <= the query's;
@@ -145,7 +155,7 @@ class MultiHeadAttention(nn.Module):
   causal: bool = False
   dropout_rate: float = 0.0
   use_bias: bool = True
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   implementation: Implementation = 'explicit'
   kernel_init: Callable = nn.linear.default_kernel_init   # BERT: normal(0.02)
   dropout_on: Literal['output', 'weights'] = 'output'     # 'weights': explicit only
@@ -158,8 +168,8 @@ class MultiHeadAttention(nn.Module):
                               'queries local'))
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+  def __call__(self, x: Array, mask: Array | None = None, *,
+               segment_ids: Array | None = None, deterministic: bool = True) -> Array:
     """`segment_ids` [B, L] (packed rows): tokens attend only within their own segment."""
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
@@ -241,7 +251,7 @@ FEATURE_MAPS: dict[str, Callable[[Array], Array]] = {
 
 def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
                      eps: float = 1e-6, normalizer: str = 'keys',
-                     shard: Optional[Shard] = None) -> Array:
+                     shard: Shard | None = None) -> Array:
   """Kernel attention on feature-mapped `q, k` and `v`, all [B, H, L, Dh]; `mask: [B, L]` removes
   padded keys. Causal sums run over j <= i (prefix sums). Accumulation is in float32.
 
@@ -295,7 +305,7 @@ class LinearAttention(nn.Module):
   feature_map: str = 'elu+1'
   causal: bool = False
   use_bias: bool = True
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   normalizer: Literal['keys', 'padded_length'] = 'keys'
   traits = MixerTraits(
       padding_amount=lambda o: ("normalizer='padded_length' scales by the padded length"
@@ -306,7 +316,7 @@ class LinearAttention(nn.Module):
                               'gathered (LASP-2)'))
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+  def __call__(self, x: Array, mask: Array | None = None, *,
                deterministic: bool = True) -> Array:
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import functools
 import typing
-from typing import Any, Callable, Iterable, Literal, Optional, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, Literal, TypeVar
 
 import flax.linen as nn
 import jax
@@ -27,7 +28,7 @@ Dtype = Any
 NEG_INF = -1e9
 
 
-def check_sequence_input(x: Array, mask: Optional[Array], name: str) -> Array:
+def check_sequence_input(x: Array, mask: Array | None, name: str) -> Array:
   """Validates `x: [B, L, D]` and `mask: [B, L]`; returns a bool mask (all True if None)."""
   if x.ndim != 3:
     raise ValueError(
@@ -68,14 +69,14 @@ def check_choice(owner: str, field: str, value: Any, choices: Iterable[Any]) -> 
     raise ValueError(f'{owner}: unknown {field} {value!r}; choose one of {choices}.')
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def literal_fields(cls: type) -> dict[str, tuple[Any, ...]]:
   """{field: its values} for every field of (dataclass) `cls` typed `Literal[...]`."""
   return {name: typing.get_args(hint) for name, hint in typing.get_type_hints(cls).items()
           if typing.get_origin(hint) is Literal}
 
 
-def check_choices(module: object, owner: Optional[str] = None) -> None:
+def check_choices(module: object, owner: str | None = None) -> None:
   """check_choice on every `Literal[...]` field of `module` (owner: its class name)."""
   cls: type = type(module)
   for field, choices in literal_fields(cls).items():
@@ -98,7 +99,7 @@ def check_heads(dim: int, num_heads: int, name: str) -> int:
   return dim // num_heads
 
 
-def compute_dtype(dtype: Optional[Dtype], x: Array) -> Dtype:
+def compute_dtype(dtype: Dtype | None, x: Array) -> Dtype:
   """The dtype a layer computes in: its `dtype` attribute, else the input's dtype."""
   return dtype if dtype is not None else x.dtype
 
@@ -112,7 +113,7 @@ class Projection(nn.Module):
   kernel_init: Callable = nn.linear.default_kernel_init
 
   @nn.compact
-  def __call__(self, in_features: int) -> tuple[Array, Optional[Array]]:
+  def __call__(self, in_features: int) -> tuple[Array, Array | None]:
     kernel = self.param('kernel', self.kernel_init, (in_features, self.features))
     if not self.use_bias:
       return kernel, None
@@ -149,10 +150,10 @@ def masked_mean(x: Array, mask: Array, axis: int = 1) -> Array:
 class MlpBlock(nn.Module):
   """Transformer feed-forward block: Dense -> activation -> dropout -> Dense -> dropout."""
   hidden_dim: int
-  out_dim: Optional[int] = None
+  out_dim: int | None = None
   activation: Callable[[Array], Array] = nn.gelu
   dropout_rate: float = 0.0
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   kernel_init: Callable = nn.initializers.xavier_uniform()
 
   @nn.compact
@@ -214,7 +215,7 @@ def sinusoidal_positions(positions: Array, dim: int) -> Array:
   return table.at[..., 1::2].set(jnp.cos(angle[..., : dim - dim // 2]))
 
 
-def apply_rotary(x: Array, num_heads: int, positions: Optional[Array] = None) -> Array:
+def apply_rotary(x: Array, num_heads: int, positions: Array | None = None) -> Array:
   """Rotary positions (RoFormer, Su et al. 2021, Eq. 34) of queries or keys `x` [B, L, H * Dh]
   (after their projection, before the heads are split): each head's feature pair (x_2i, x_2i+1)
   at position m turns by the angle m * 10000^(-2i/Dh), so a query-key product depends on the

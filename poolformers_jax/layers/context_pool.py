@@ -49,7 +49,8 @@ softmax attention that follows unless its `implementation` is a flash one ('cudn
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Literal, Optional
+from collections.abc import Callable
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax
@@ -57,9 +58,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax.layers.attention import Implementation, MultiHeadAttention
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, attention_bias, check_choices,
-                                           check_image_input, check_sequence_input,
-                                           compute_dtype, segment_allowed, window_partition)
+from poolformers_jax.layers.common import (
+  NEG_INF,
+  Array,
+  Dtype,
+  attention_bias,
+  check_choices,
+  check_image_input,
+  check_sequence_input,
+  compute_dtype,
+  segment_allowed,
+  window_partition,
+)
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
 
 # Localities that need the predicted pooling size s.
@@ -80,7 +90,7 @@ class ContextPoolOptions(nn.Module, kw_only=True):
                     'random_sparse'] = 'gaussian'                               # Tables 1-2
   predictor: Literal['conv', 'mlp', 'attention'] = 'conv'                      # Table 3
   size_ratio: float = 0.1             # r in sigma_i = r n s_i
-  predictor_dim: Optional[int] = None  # hidden width of m(X); None -> max(dim // 16, 8)
+  predictor_dim: int | None = None  # hidden width of m(X); None -> max(dim // 16, 8)
   window_size: int = 5                # fixed_window size; random_sparse expected count
 
   @nn.nowrap
@@ -104,8 +114,8 @@ class ContextPoolOptions(nn.Module, kw_only=True):
 
   @nn.nowrap
   def predict_pooling(self, x: Array, mask: Array, *, causal: bool = False,
-                      dtype: Optional[Dtype] = None, segment_ids: Optional[Array] = None
-                      ) -> tuple[Optional[Array], Optional[Array]]:
+                      dtype: Dtype | None = None, segment_ids: Array | None = None
+                      ) -> tuple[Array | None, Array | None]:
     """{w, s} = m(X) (sec. 3.2), the submodule 'predictor' of this module's compact __call__:
     x [B, *spatial, C], mask [B, *spatial] -> the float32 logits of w and of s [B, *spatial]
     (None where the variant uses neither)."""
@@ -118,9 +128,9 @@ class ContextPoolOptions(nn.Module, kw_only=True):
     return (raw[..., 0] if need_w else None), (raw[..., -1] if need_s else None)
 
   @nn.nowrap
-  def pool(self, x: Array, mask: Array, sites: PoolSites, *, query_x: Optional[Array] = None,
-           allowed: Optional[Array] = None, w_logit: Optional[Array] = None,
-           s_logit: Optional[Array] = None, query_block: Optional[int] = None) -> Array:
+  def pool(self, x: Array, mask: Array, sites: PoolSites, *, query_x: Array | None = None,
+           allowed: Array | None = None, w_logit: Array | None = None,
+           s_logit: Array | None = None, query_block: int | None = None) -> Array:
     """Eq. 4 (`pool_eq4`) inside this module's compact __call__, with the non-local weights'
     projections 'theta' (of `query_x`, default x) and 'phi' as its parameters; sows
     'pooling_weights' and 'sigma'."""
@@ -148,10 +158,10 @@ class PoolingPredictor(nn.Module):
   hidden_dim: int
   num_outputs: int
   causal: bool = False
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array, segment_ids: Optional[Array] = None) -> Array:
+  def __call__(self, x: Array, mask: Array, segment_ids: Array | None = None) -> Array:
     """`segment_ids` [B, L] (1D packed rows): no window reaches into another segment."""
     keep = mask[..., None].astype(x.dtype)
     x = x * keep
@@ -235,7 +245,7 @@ class PoolSites:
   cell: int = 1           # the query's own stride cell, which random_sparse always keeps
 
 
-def _needed(value: Optional[Array], name: str, options: ContextPoolOptions) -> Array:
+def _needed(value: Array | None, name: str, options: ContextPoolOptions) -> Array:
   """`value`, which pool_eq4 needs for the variant `options`; a ValueError when None."""
   if value is None:
     raise ValueError(f'pool_eq4: weights={options.weights!r}, locality={options.locality!r} '
@@ -244,9 +254,9 @@ def _needed(value: Optional[Array], name: str, options: ContextPoolOptions) -> A
 
 
 def pool_eq4(options: ContextPoolOptions, x: Array, mask: Array, sites: PoolSites, *,
-             allowed: Optional[Array] = None, w_logit: Optional[Array] = None,
-             s_logit: Optional[Array] = None, theta: Optional[Array] = None,
-             phi: Optional[Array] = None, query_block: Optional[int] = None
+             allowed: Array | None = None, w_logit: Array | None = None,
+             s_logit: Array | None = None, theta: Array | None = None,
+             phi: Array | None = None, query_block: int | None = None
              ) -> tuple[Array, dict[str, Array]]:
   """Eq. 4 for flattened positions, a pure function of arrays: (y [B, Lq, C], the intermediates
   to sow: 'pooling_weights' and / or 'sigma').
@@ -276,7 +286,7 @@ def pool_eq4(options: ContextPoolOptions, x: Array, mask: Array, sites: PoolSite
     sigma = jnp.maximum(options.size_ratio * n * s, SIGMA_MIN)   # sigma_i = r n s_i
     intermediates['sigma'] = sigma
 
-  def pool_rows(rows: dict) -> tuple[Array, Optional[Array]]:
+  def pool_rows(rows: dict) -> tuple[Array, Array | None]:
     """y for one block of queries (every per-query array in `rows` sliced to the block)."""
     q_idx, q_pos = rows['index'], rows['pos']
     if rows.get('allowed') is not None:
@@ -363,7 +373,7 @@ def predicted_channels(weights: str, locality: str) -> tuple[bool, bool]:
   return weights in ('learned', 'unnormalized'), locality in SIZED_LOCALITIES
 
 
-def predictor_width(dim: int, predictor_dim: Optional[int]) -> int:
+def predictor_width(dim: int, predictor_dim: int | None) -> int:
   return predictor_dim if predictor_dim is not None else max(dim // 16, 8)
 
 
@@ -372,19 +382,19 @@ class ContextPool(ContextPoolOptions):
   'pooling_weights' (w) and 'sigma' (Gaussian widths)."""
   causal: bool = False
   # Queries pooled at a time (memory linear in length, pool_eq4); None = [L, L] at once.
-  query_block: Optional[int] = QUERY_BLOCK
+  query_block: int | None = QUERY_BLOCK
   # Image tokens (CP-ViT, Fig. 3): `prefix_tokens` (the class token, left out) then a raster
   # grid (h, w) of patches, pooled with a 2D Gaussian, sigma = r * max(h, w) * s in patch units
   # (as CP-Swin). None = a 1D sequence.
-  token_grid: Optional[tuple[int, int]] = None
+  token_grid: tuple[int, int] | None = None
   prefix_tokens: int = 0
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   traits = MixerTraits(not_by_design={'dropout': 'pooling only: no dropout '
                                                  '(ContextPoolAttention drops)'})
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+  def __call__(self, x: Array, mask: Array | None = None, *,
+               segment_ids: Array | None = None, deterministic: bool = True) -> Array:
     """`segment_ids` [B, L] (packed rows): every segment is pooled as if it were alone (its own
     n, no pooling or predictor window across segments)."""
     name = type(self).__name__
@@ -448,7 +458,7 @@ class ContextPool2D(ContextPoolOptions):
   w is predicted at every input pixel, s at every output cell (averaged over the cell)."""
   stride: int = 2
   window_size: int = dataclasses.field(default=3, kw_only=True)   # pixels (sequences: 5 tokens)
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
@@ -488,10 +498,10 @@ class WindowContextPool(ContextPoolOptions):
   shift: int = 0
   # CP-Swin's fixed predictor width (the Swin model says why; the other forms: dim // 16).
   predictor_dim: int = dataclasses.field(default=8, kw_only=True)
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
-  def __call__(self, x: Array, allowed: Optional[Array] = None) -> Array:
+  def __call__(self, x: Array, allowed: Array | None = None) -> Array:
     self.check_pool_options()
     b, h, w, c = x.shape
     m = self.window
@@ -539,12 +549,12 @@ class ContextPoolAttention(ContextPoolOptions):
   causal: bool = False
   dropout_rate: float = 0.0
   use_bias: bool = True
-  query_block: Optional[int] = QUERY_BLOCK     # ContextPool's
+  query_block: int | None = QUERY_BLOCK     # ContextPool's
   implementation: Implementation = 'explicit'  # the attention's (MultiHeadAttention)
   placement: Literal['mixer_input', 'block_output'] = 'mixer_input'   # see above
-  token_grid: Optional[tuple[int, int]] = None  # ContextPool's (CP-ViT: set by the backbone)
+  token_grid: tuple[int, int] | None = None  # ContextPool's (CP-ViT: set by the backbone)
   prefix_tokens: int = 0
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   rotary: bool = False   # the attention's rotary positions (on the pooled tokens' q and k)
 
   def setup(self):
@@ -557,15 +567,15 @@ class ContextPoolAttention(ContextPoolOptions):
                                         implementation=self.implementation, dtype=self.dtype,
                                         rotary=self.rotary)
 
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               segment_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+  def __call__(self, x: Array, mask: Array | None = None, *,
+               segment_ids: Array | None = None, deterministic: bool = True) -> Array:
     """`segment_ids` [B, L] (packed rows): pooling and attention stay inside each segment."""
     if self.placement == 'mixer_input':
       x = self.context_pool(x, mask, segment_ids=segment_ids)
     return self.attention(x, mask, segment_ids=segment_ids, deterministic=deterministic)
 
-  def block_output(self, x: Array, mask: Optional[Array] = None, *,
-                   segment_ids: Optional[Array] = None) -> Array:
+  def block_output(self, x: Array, mask: Array | None = None, *,
+                   segment_ids: Array | None = None) -> Array:
     """The block's output as the next block reads it (called by TransformerBlock): pooled by
     ContextPool with placement 'block_output' (packed rows: each segment as if alone), else x."""
     if self.placement != 'block_output':

@@ -25,13 +25,20 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Literal, Optional
+from typing import Literal
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, LearnedPositionEmbedding,
-                                           check_choices, check_sequence_input, compute_dtype)
+from poolformers_jax.layers.common import (
+  NEG_INF,
+  Array,
+  Dtype,
+  LearnedPositionEmbedding,
+  check_choices,
+  check_sequence_input,
+  compute_dtype,
+)
 
 
 def pooled_length(length: int, kernel_size: int = 3, stride: int = 2) -> int:
@@ -48,11 +55,11 @@ class HierarchicalPool(nn.Module):
   method: Literal['max', 'avg', 'conv'] = 'max'
   kernel_size: int = 3
   stride: int = 2
-  grid: Optional[tuple[int, int]] = None
-  dtype: Optional[Dtype] = None
+  grid: tuple[int, int] | None = None
+  dtype: Dtype | None = None
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None) -> tuple[Array, Array]:
+  def __call__(self, x: Array, mask: Array | None = None) -> tuple[Array, Array]:
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
     check_choices(self)
@@ -134,7 +141,7 @@ class PoolingStages:
       layouts.append(layout)
     return layouts
 
-  def stage_grid(self, stage: int) -> Optional[tuple[int, int]]:
+  def stage_grid(self, stage: int) -> tuple[int, int] | None:
     """The (h, w) patch grid of `stage` with 2D pooling; None (a token sequence) otherwise."""
     if not self.pool_2d:
       return None
@@ -155,7 +162,7 @@ class PoolingStages:
                        f'stages or a larger image / smaller patch size.')
 
   def pool_stage(self, stage: int, x: Array, mask: Array,
-                 dtype: Optional[Dtype] = None) -> tuple[Array, Array]:
+                 dtype: Dtype | None = None) -> tuple[Array, Array]:
     """Eq. (5), X^ = Pool(X) + E_stage, inside the model's compact __call__: the parameters
     'pool{stage}' and 'pos_embed_stage{stage + 1}' are the model's own."""
     x, mask = HierarchicalPool(self.method, self.kernel_size, self.stride,

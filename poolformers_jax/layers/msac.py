@@ -41,16 +41,24 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Literal, Optional, Sequence
+from collections.abc import Sequence
+from typing import Literal
 
 import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
-from poolformers_jax.layers.common import (Array, Dtype, attention_bias, check_choice,
-                                           check_choices, check_heads, check_sequence_input,
-                                           compute_dtype)
+from poolformers_jax.layers.common import (
+  Array,
+  Dtype,
+  attention_bias,
+  check_choice,
+  check_choices,
+  check_heads,
+  check_sequence_input,
+  compute_dtype,
+)
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
 
 Window = int | Sequence[int]
@@ -122,7 +130,7 @@ class SelfAttention2D(nn.Module):
   max_distance: int = 64
   dropout_rate: float = 0.0
   use_bias: bool = True
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
@@ -164,8 +172,8 @@ def window_shape(window: Window, language: bool, name: str) -> tuple[int, int]:
   return shape
 
 
-def split_forms(x: Array, mask: Optional[Array], causal: bool, strides: int,
-                name: str) -> tuple[Array, Optional[Array], bool]:
+def split_forms(x: Array, mask: Array | None, causal: bool, strides: int,
+                name: str) -> tuple[Array, Array | None, bool]:
   """Validates a SAC/MSAC input; returns (image [B, N, M, D], key mask or None, is_language)."""
   if x.ndim == 3:
     mask = check_sequence_input(x, mask, name)
@@ -197,7 +205,7 @@ class SACOptions(nn.Module):
                               'patches is global softmax attention over every token (Sec. 3), so '
                               "each shard would need the whole sequence's keys and values"))
   num_heads: int
-  features: Optional[int] = None      # output channels; None = the input's
+  features: int | None = None      # output channels; None = the input's
   heads: HeadForm = 'full'
   strides: int = 1
   regular_conv: bool = False          # Sec. 3: fuse a regular n×m convolution in
@@ -206,7 +214,7 @@ class SACOptions(nn.Module):
   causal: bool = False                # language form only
   dropout_rate: float = 0.0           # on the attention output
   use_bias: bool = True
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
 
 @register_mixer('sac')
@@ -220,7 +228,7 @@ class SAC(SACOptions):
   window: Window = 1
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+  def __call__(self, x: Array, mask: Array | None = None, *,
                deterministic: bool = True) -> Array:
     name = type(self).__name__
     image, key_mask, language = split_forms(x, mask, self.causal, self.strides, name)
@@ -268,7 +276,7 @@ class MSAC(SACOptions):
   regular_conv: bool = True
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+  def __call__(self, x: Array, mask: Array | None = None, *,
                deterministic: bool = True) -> Array:
     name = type(self).__name__
     if not len(self.windows):

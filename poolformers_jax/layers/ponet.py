@@ -33,24 +33,30 @@ to averages of the input instead of to every token, and LMP is a running maximum
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, Projection, check_heads,
-                                           check_sequence_input, compute_dtype)
-from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers import sequence_parallel
-from poolformers_jax.layers.sequence_parallel import (HEAD_TOKENS, SAME, TOKENS, Shard,
-                                                      map_shards)
+from poolformers_jax.layers.common import (
+  NEG_INF,
+  Array,
+  Dtype,
+  Projection,
+  check_heads,
+  check_sequence_input,
+  compute_dtype,
+)
+from poolformers_jax.layers.registry import MixerTraits, register_mixer
+from poolformers_jax.layers.sequence_parallel import HEAD_TOKENS, SAME, TOKENS, Shard, map_shards
 
 
 def global_aggregation(x: Array, mask: Array, query: tuple[Array, Array],
-                       key: Optional[tuple[Array, Array]], num_heads: int, *,
+                       key: tuple[Array, Array] | None, num_heads: int, *,
                        cross_attention: bool = True,
-                       shard: Optional[Shard] = None) -> tuple[Array, Optional[Array]]:
+                       shard: Shard | None = None) -> tuple[Array, Array | None]:
   """GA of the layer input `x: [B, L, D]` with the Q and K projections `query`, `key` =
   (kernel [D, D], bias [D]) and `num_heads` heads (slices of width D / num_heads); `mask: [B, L]`.
   `key` may be None without the second stage (`cross_attention=False`), which does not use it.
@@ -113,7 +119,7 @@ def chunk_segment_ids(length: int, segment_num: int) -> Array:
   return jnp.arange(length) // (length // segment_num + 1)
 
 
-def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Optional[Shard] = None) -> Array:
+def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Shard | None = None) -> Array:
   """SMP over the LRA chunks (`chunk_segment_ids`); equal to `segment_max_pool` with those ids,
   computed with a reshape instead of a scatter. On a shard of the sequence the chunks are those
   of the whole (padded) length, and a chunk that continues on another shard takes the maximum of
@@ -125,7 +131,7 @@ def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Optional[Shar
   return jnp.where(mask[..., None], pooled, 0)
 
 
-def local_max_pool(x: Array, mask: Array, window: int = 3, shard: Optional[Shard] = None) -> Array:
+def local_max_pool(x: Array, mask: Array, window: int = 3, shard: Shard | None = None) -> Array:
   """LMP: max over the window of `window` tokens centred on each token (stride 1, same length),
   counting only tokens where `mask` is True. Rows where `mask` is False are 0.
 
@@ -161,7 +167,7 @@ class PoNet(nn.Module):
   use_lmp: bool = True
   # Every projection's kernel (the BERT version passes normal(0.02), the official init).
   kernel_init: Callable = nn.linear.default_kernel_init
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   traits = MixerTraits(
       padding_amount=lambda o: ('its LRA segments are chunks of the padded length (segment_num '
                                 'of them; with explicit segment_ids it holds)' if o['use_smp']
@@ -175,7 +181,7 @@ class PoNet(nn.Module):
       # segment_num is then unused.
       sentence_inputs=('segment_ids', 'boundary_mask'), sentence_options={'segment_num': 1})
 
-  def _check(self, x: Array, segment_ids: Optional[Array], boundary_mask: Optional[Array]) -> None:
+  def _check(self, x: Array, segment_ids: Array | None, boundary_mask: Array | None) -> None:
     name, length = type(self).__name__, x.shape[1]
     if not (self.use_ga or self.use_smp or self.use_lmp):
       raise ValueError(f'{name}: use_ga, use_smp and use_lmp are all False, nothing mixes the '
@@ -202,8 +208,8 @@ class PoNet(nn.Module):
                        f'{segment_ids.dtype}; cast them with .astype(jnp.int32).')
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
-               segment_ids: Optional[Array] = None, boundary_mask: Optional[Array] = None,
+  def __call__(self, x: Array, mask: Array | None = None, *,
+               segment_ids: Array | None = None, boundary_mask: Array | None = None,
                deterministic: bool = True) -> Array:
     del deterministic  # no dropout inside the mixer
     name = type(self).__name__

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import flax.linen as nn
 
@@ -23,8 +24,8 @@ from poolformers_jax.registry import MIXERS, register_mixer
 
 __all__ = ['MIXERS', 'MixerTraits', 'build_mixer', 'causal_mixers', 'check_causal',
            'check_options', 'check_required', 'check_rotary', 'check_sequence_parallel',
-           'check_use', 'mixer_fields', 'mixer_table_row', 'options_of', 'register_mixer', 'rotary_mixers',
-           'sequence_parallel_mixers', 'traits_of']
+           'check_use', 'mixer_fields', 'mixer_table_row', 'options_of', 'register_mixer',
+           'rotary_mixers', 'sequence_parallel_mixers', 'traits_of']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +53,12 @@ class MixerTraits:
                   such a model sets for it.
   """
   shapes: str = '`[B, L, D]` → `[B, L, D]`'
-  padding_amount: Union[str, Callable[[Mapping[str, Any]], str]] = ''
+  padding_amount: str | Callable[[Mapping[str, Any]], str] = ''
   mask: str = 'yes'
   two_d: str = 'no'
   sequence_parallel: bool = False
   sequence_parallel_note: str = ''
-  not_by_design: Union[Mapping[str, str], Callable[[Mapping[str, Any]], Mapping[str, str]]] = (
+  not_by_design: Mapping[str, str] | Callable[[Mapping[str, Any]], Mapping[str, str]] = (
       dataclasses.field(default_factory=dict))
   sentence_inputs: tuple[str, ...] = ()
   sentence_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
@@ -112,8 +113,8 @@ def mixer_table_row(name: str) -> str:
           f'{yes("rotary")} | {traits.two_d} |')
 
 
-def options_of(cls: Union[type, nn.Module],
-               options: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+def options_of(cls: type | nn.Module,
+               options: Mapping[str, Any] | None = None) -> dict[str, Any]:
   """{field: value}: `options` over the class's defaults (an instance: its own values)."""
   if not isinstance(cls, type):
     return {f.name: getattr(cls, f.name) for f in dataclasses.fields(cls)

@@ -27,7 +27,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-from typing import Any, Callable, Iterator, Optional, Union
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -48,12 +49,12 @@ class _Mesh:
     return int(self.mesh.shape[SEQUENCE_AXIS])
 
 
-_MESH: contextvars.ContextVar[Optional[_Mesh]] = contextvars.ContextVar(
+_MESH: contextvars.ContextVar[_Mesh | None] = contextvars.ContextVar(
     'poolformers_jax_sequence_mesh', default=None)
 
 
 @contextlib.contextmanager
-def sharded_sequences(mesh: Optional[Mesh]) -> Iterator[None]:
+def sharded_sequences(mesh: Mesh | None) -> Iterator[None]:
   """Mixers traced inside run sequence-sharded over `mesh`'s 'sequence' axis (when it has one
   larger than 1; otherwise nothing changes). The examples stay split over the other axes.
 
@@ -97,15 +98,15 @@ class Shard:
   collectives over the shards (identities when `count` is 1)."""
   count: int
   length: int
-  axis: Optional[str] = None   # the mesh axis; None: the whole sequence, no devices to talk to
+  axis: str | None = None   # the mesh axis; None: the whole sequence, no devices to talk to
 
   @property
-  def index(self) -> Union[int, Array]:
+  def index(self) -> int | Array:
     """This shard's place among the shards: traced on a mesh, the constant 0 without one."""
     return jax.lax.axis_index(self.axis) if self.axis else 0
 
   @property
-  def offset(self) -> Union[int, Array]:
+  def offset(self) -> int | Array:
     """The global position of this shard's first token."""
     return self.index * self.length
 
@@ -176,7 +177,7 @@ class Shard:
       parts.append(self.ppermute_next(take(0, after), fill))
     return jnp.concatenate(parts, axis=axis) if len(parts) > 1 else x
 
-  def chunks(self, size: int, total: Optional[int] = None) -> Chunks:
+  def chunks(self, size: int, total: int | None = None) -> Chunks:
     """Where this shard's tokens fall among the chunks of `size` tokens of the whole sequence
     (`total` of them; default: as many as the whole length needs)."""
     whole = self.count * self.length
@@ -201,8 +202,8 @@ class Chunks:
   shard: Shard
   size: int
   total: int
-  first: Union[int, Array]
-  start: Union[int, Array]
+  first: int | Array
+  start: int | Array
   span: int
 
   @property
@@ -210,7 +211,7 @@ class Chunks:
     """Whether the first and last chunk of a shard may continue on its neighbours."""
     return not isinstance(self.start, int)
 
-  def _split(self) -> Optional[Array]:
+  def _split(self) -> Array | None:
     """Shards within one chunk boundary (a chunk at least a shard long): [length] whether each
     token is in the second chunk; None otherwise."""
     if self.shared and self.size >= self.shard.length:
@@ -218,7 +219,7 @@ class Chunks:
     return None
 
   def reduce(self, x: Array, op: Callable[..., Array], fill: Any,
-             where: Optional[Array] = None) -> Array:
+             where: Array | None = None) -> Array:
     """[B, span, ...]: `op` (jnp.max, jnp.sum; over an `axis`) of this shard's tokens of `x`
     ([B, length, ...]) in each chunk, `fill` standing for tokens it does not hold and for those
     where `where` ([B, length]) is False."""
@@ -291,7 +292,7 @@ class Layout:
   the batch), or not at all; `batch`: axis 0 is the batch, split as the examples are. Call it on
   an array (or a pytree of arrays, or None) to pass or return that array laid out so."""
   name: str
-  tokens: Optional[int] = None
+  tokens: int | None = None
   batch: bool = True
 
   def __call__(self, value: Any) -> Laid:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import Array, Dtype, DropPath, MlpBlock, check_choice
+from poolformers_jax.layers.common import Array, DropPath, Dtype, MlpBlock, check_choice
 from poolformers_jax.layers.registry import MIXERS, build_mixer, check_use, traits_of
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
@@ -59,7 +60,7 @@ class TransformerBlock(nn.Module):
   mixer: str
   num_heads: int
   mlp_dim: int
-  mixer_kwargs: Optional[Mapping[str, Any]] = None
+  mixer_kwargs: Mapping[str, Any] | None = None
   causal: bool = False
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
@@ -71,12 +72,12 @@ class TransformerBlock(nn.Module):
   post_norm: bool = False
   # Image tokens: [prefix_tokens; raster token_grid (h, w)], passed to mixers that take them
   # (ContextPool pools on the grid, CP-ViT); None for sequences.
-  token_grid: Optional[tuple[int, int]] = None
+  token_grid: tuple[int, int] | None = None
   prefix_tokens: int = 0
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
-  def __call__(self, x: Array, mask: Optional[Array] = None, *,
+  def __call__(self, x: Array, mask: Array | None = None, *,
                deterministic: bool = True, **mixer_inputs: Any) -> Array:
     """`mixer_inputs`: further keyword arrays for the mixer (PoNet's `segment_ids`, ...)."""
     check_choice('TransformerBlock', 'activation', self.activation, sorted(ACTIVATIONS))

@@ -27,7 +27,8 @@ Config fields of `config.model` (name 'cp_convnet'):
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -65,7 +66,7 @@ class CPConvNet(nn.Module):
   widths: Sequence[int] = (48, 96, 192)
   convs_per_stage: int = 2
   pool: str = 'contextpool'
-  pool_kwargs: Optional[Mapping[str, Any]] = None
+  pool_kwargs: Mapping[str, Any] | None = None
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:

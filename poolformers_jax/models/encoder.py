@@ -28,26 +28,33 @@ Decisions where the references are silent:
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (LearnedPositionEmbedding, Positions, check_choice,
-                                           check_choices, masked_mean, sinusoidal_positions)
+from poolformers_jax.layers.common import (
+  LearnedPositionEmbedding,
+  Positions,
+  check_choice,
+  check_choices,
+  masked_mean,
+  sinusoidal_positions,
+)
 from poolformers_jax.models.block import TransformerBlock, fields_of, model_kwargs
 from poolformers_jax.models.registry import register_model, register_model_class
 
 Array = jax.Array
 
 
-def mean_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+def mean_pool(x: Array, mask: Array, length: int | None = None) -> Array:
   del length
   return masked_mean(x, mask, axis=1)
 
 
-def mean_padded_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+def mean_padded_pool(x: Array, mask: Array, length: int | None = None) -> Array:
   """The Nystromformer / PoNet LRA code: sum over real tokens / padded length L. `length`: L
   when `x` is cut shorter than the data's padding (length-bucketed batches); None = x's own."""
   masked = x * mask[..., None].astype(x.dtype)
@@ -56,19 +63,19 @@ def mean_padded_pool(x: Array, mask: Array, length: Optional[int] = None) -> Arr
   return jnp.sum(masked, axis=1) / length
 
 
-def first_token_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+def first_token_pool(x: Array, mask: Array, length: int | None = None) -> Array:
   del mask, length
   return x[:, 0]
 
 
-def last_token_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+def last_token_pool(x: Array, mask: Array, length: int | None = None) -> Array:
   """The last real token's features (right-padded rows; position 0 for an empty row)."""
   del length
   last = jnp.maximum(jnp.sum(mask, axis=1) - 1, 0)
   return jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
 
 
-def no_pool(x: Array, mask: Array, length: Optional[int] = None) -> Array:
+def no_pool(x: Array, mask: Array, length: int | None = None) -> Array:
   """Every position's features [B, L, D] (the masked-token model predicts each position)."""
   del mask, length
   return x
@@ -92,12 +99,12 @@ class SequenceEncoder(nn.Module):
   dropout_rate: float = 0.1
   attention_dropout_rate: float = 0.1
   mixer: str = 'softmax'
-  mixer_kwargs: Optional[dict[str, Any]] = None
+  mixer_kwargs: dict[str, Any] | None = None
   pooling: str = 'mean'
   activation: str = 'gelu'             # the MLP's: block.ACTIVATIONS ('gelu_exact': erf form)
   layer_norm_epsilon: float = 1e-6
   dtype: Any = jnp.float32
-  pool_length: Optional[int] = None   # 'mean_padded' divides by it; None = the input's length
+  pool_length: int | None = None   # 'mean_padded' divides by it; None = the input's length
   causal: bool = False                # every mixer causal (`lra_causal_lm`)
   positions: Positions = 'learned'
 

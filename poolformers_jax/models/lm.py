@@ -23,16 +23,23 @@ logits[:, t] predict token t + 1; token id 0 is padding (`mask = inputs != 0`).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, Positions,
-                                           check_choice, check_choices, sinusoidal_positions)
+from poolformers_jax.layers.common import (
+  Array,
+  Dtype,
+  LearnedPositionEmbedding,
+  Positions,
+  check_choice,
+  check_choices,
+  sinusoidal_positions,
+)
 from poolformers_jax.models.block import ACTIVATIONS, TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
-
 
 
 def lm_inputs_targets(tokens: Array) -> tuple[Array, Array]:
@@ -49,14 +56,14 @@ class CharTransformerLM(nn.Module):
   num_heads: int = 8
   mlp_dim: int = 2048
   mixer: str = 'softmax'
-  mixer_kwargs: Optional[Mapping[str, Any]] = None
+  mixer_kwargs: Mapping[str, Any] | None = None
   dropout_rate: float = 0.2
   attention_dropout_rate: float = 0.2
   activation: str = 'relu'
   positions: Positions = 'sinusoidal'
-  max_length: Optional[int] = None  # table size of positions='learned'
+  max_length: int | None = None  # table size of positions='learned'
   tie_embeddings: bool = True
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:

@@ -22,7 +22,7 @@ Every field of `config.model` is required ('msac_resnet': `msac_resnet_config()`
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
@@ -34,7 +34,7 @@ from poolformers_jax.models.block import fields_of, model_kwargs, module_fields
 from poolformers_jax.models.registry import register_model
 
 
-def batch_norm(deterministic: bool, dtype: Optional[Dtype], name: str) -> nn.BatchNorm:
+def batch_norm(deterministic: bool, dtype: Dtype | None, name: str) -> nn.BatchNorm:
   """The BatchNorm after every conv / MSAC (momentum 0.9, eps 1e-5)."""
   return nn.BatchNorm(use_running_average=deterministic, momentum=0.9, epsilon=1e-5, dtype=dtype,
                       name=name)
@@ -51,7 +51,7 @@ class BasicBlock(nn.Module):
   regular_conv: bool
   relative_bias: bool
   max_distance: int
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool) -> Array:
@@ -87,7 +87,7 @@ class MSACResNet(nn.Module):
   regular_conv: bool = True             # fuse a regular n×m conv into every SAC (Sec. 3-4)
   relative_bias: bool = True            # b[|Δrow|, |Δcol|] of Eq. 3
   max_distance: int = 32                # relative bias table size per axis
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:

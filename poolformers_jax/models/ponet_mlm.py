@@ -22,14 +22,20 @@ before the token, capped at type_vocab_size - 1, so "[CLS] A [SEP]" is 0 and "B 
 """
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax.numpy as jnp
 from flax.core import FrozenDict
 
-from poolformers_jax.layers.common import (Array, Dtype, Positions, check_choices,
-                                           sinusoidal_positions)
+from poolformers_jax.layers.common import (
+  Array,
+  Dtype,
+  Positions,
+  check_choices,
+  sinusoidal_positions,
+)
 from poolformers_jax.layers.registry import MIXERS, check_rotary, mixer_fields, traits_of
 from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
@@ -73,7 +79,7 @@ class BertEncoderFields(nn.Module):
   # BERT's learned table ('position_embed'), sinusoids, rotary (softmax only) or none.
   positions: Positions = 'learned'
   mixer_kwargs: Mapping[str, Any] = FrozenDict()
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   # The inputs bring sentences: the mixer gets the sentence inputs and options its traits name
   # (PoNet's segment_ids, boundary_mask and segment_num; encode below).
   sentence_inputs = True
@@ -94,7 +100,7 @@ class BertEncoderFields(nn.Module):
       raise ValueError(f'{name}: mixer_kwargs {bad} are not {self.mixer} options this model '
                        f'takes; valid: {sorted(allowed)}.')
 
-  def encode(self, inputs: Array, segment_ids: Optional[Array], token_type_ids: Optional[Array],
+  def encode(self, inputs: Array, segment_ids: Array | None, token_type_ids: Array | None,
              deterministic: bool) -> tuple[Array, nn.Embed]:
     """Hidden states [B, L, D] and the token embedding (for the tied MLM decoder), inside a
     subclass's compact __call__ (parameter names top-level)."""
@@ -158,8 +164,8 @@ class PoNetMLM(BertEncoderFields):
   sentence_classes: int = SSO_CLASSES
 
   @nn.compact
-  def __call__(self, inputs: Array, *, segment_ids: Optional[Array] = None,
-               token_type_ids: Optional[Array] = None,
+  def __call__(self, inputs: Array, *, segment_ids: Array | None = None,
+               token_type_ids: Array | None = None,
                deterministic: bool = True) -> dict[str, Array]:
     """{'mlm_logits': [B, L, V], 'sso_logits': [B, sentence_classes]} in float32 (no
     'sso_logits' for MLM only); `segment_ids` and `token_type_ids` default to the inputs'."""
@@ -182,8 +188,8 @@ class PoNetClassifier(BertEncoderFields):
   num_classes: int = 2
 
   @nn.compact
-  def __call__(self, inputs: Array, *, segment_ids: Optional[Array] = None,
-               token_type_ids: Optional[Array] = None, deterministic: bool = True) -> Array:
+  def __call__(self, inputs: Array, *, segment_ids: Array | None = None,
+               token_type_ids: Array | None = None, deterministic: bool = True) -> Array:
     h, _ = self.encode(inputs, segment_ids, token_type_ids, deterministic)
     pooled = nn.Dropout(self.dropout_rate)(self.pool(h), deterministic=deterministic)
     return nn.Dense(self.num_classes, dtype=self.dtype, kernel_init=_init,

@@ -26,21 +26,39 @@ d 512 FFN 2048 8 heads; Big 6 layers d 1024 FFN 4096 16 heads.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Literal, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from poolformers_jax.layers.registry import MIXERS
 from poolformers_jax.layers.attention import merge_heads, softmax_attention, split_heads
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, MlpBlock, apply_rotary,
-                                           check_choice, check_choices, check_heads,
-                                           sinusoidal_positions)
-from poolformers_jax.layers.context_pool import (ContextPool, ContextPoolOptions, PoolSites,
-                                                 predicted_channels, predictor_width)
-from poolformers_jax.models.block import (ACTIVATIONS, PreNormResidual, TransformerBlock,
-                                          model_kwargs)
+from poolformers_jax.layers.common import (
+  NEG_INF,
+  Array,
+  Dtype,
+  MlpBlock,
+  apply_rotary,
+  check_choice,
+  check_choices,
+  check_heads,
+  sinusoidal_positions,
+)
+from poolformers_jax.layers.context_pool import (
+  ContextPool,
+  ContextPoolOptions,
+  PoolSites,
+  predicted_channels,
+  predictor_width,
+)
+from poolformers_jax.layers.registry import MIXERS
+from poolformers_jax.models.block import (
+  ACTIVATIONS,
+  PreNormResidual,
+  TransformerBlock,
+  model_kwargs,
+)
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPSILON = 1e-6
@@ -51,7 +69,7 @@ PACKING_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                 'targets_positions')
 
 
-def shift_right(targets: Array, segment_ids: Optional[Array] = None) -> Array:
+def shift_right(targets: Array, segment_ids: Array | None = None) -> Array:
   """Decoder inputs: targets moved one step right, 0 (the start token) at each sentence start."""
   shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
   if segment_ids is not None:
@@ -60,7 +78,7 @@ def shift_right(targets: Array, segment_ids: Optional[Array] = None) -> Array:
   return shifted
 
 
-def _segments(tokens: Array, segment_ids: Optional[Array], positions: Optional[Array]):
+def _segments(tokens: Array, segment_ids: Array | None, positions: Array | None):
   """(segment ids, positions, mask): given (packed) or one sentence per row (0 = padding)."""
   if segment_ids is None:
     segment_ids = (tokens != 0).astype(jnp.int32)
@@ -88,7 +106,7 @@ class Attention(nn.Module):
   dropout_rate: float = 0.0
   decode: bool = False
   cache: str = 'steps'
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   rotary: bool = False
 
   @nn.compact
@@ -160,7 +178,7 @@ class _PredictorStep(nn.Module):
   kind: str
   hidden_dim: int
   num_outputs: int
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   def setup(self):
     if self.kind == 'conv':   # VALID on the 3-token causal window = the causal conv at its end
@@ -185,7 +203,7 @@ class ContextPoolStep(ContextPoolOptions):
   ContextPool(causal=True) at that position. Cached: the inputs so far (two leading zero slots:
   the causal conv's padding), the predictor's hidden states and the pooling-weight logits.
   Not supported: predictor 'attention', locality 'random_sparse'."""
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -243,10 +261,10 @@ class DecoderSelfAttention(nn.Module):
   """Causal self-attention, with causal ContextPool first when `context_pool` options are given
   (parameters 'context_pool' and 'attention', as ContextPoolAttention)."""
   num_heads: int
-  context_pool: Optional[Mapping[str, Any]] = None
+  context_pool: Mapping[str, Any] | None = None
   dropout_rate: float = 0.0
   decode: bool = False
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   rotary: bool = False
 
   @nn.compact
@@ -298,14 +316,14 @@ class DecoderBlock(nn.Module):
   """
   num_heads: int
   mlp_dim: int
-  context_pool: Optional[Mapping[str, Any]] = None
+  context_pool: Mapping[str, Any] | None = None
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   drop_path_rate: float = 0.0
   activation: str = 'relu'
   decode: bool = False
   cache_cross_attention: bool = True
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   rotary: bool = False    # the self-attention's
 
   def _pool(self, options: dict, name: str) -> nn.Module:
@@ -351,13 +369,13 @@ class TransformerSeq2Seq(nn.Module):
   """{'inputs': [B, Ls], 'targets': [B, Lt] (+ packing arrays)} -> logits [B, Lt, vocab]."""
   vocab_size: int
   num_layers: int = 6
-  num_decoder_layers: Optional[int] = None   # None: num_layers
+  num_decoder_layers: int | None = None   # None: num_layers
   emb_dim: int = 512
   num_heads: int = 8
   mlp_dim: int = 2048
   mixer: str = 'softmax'                     # the encoder's self-attention
-  mixer_kwargs: Optional[Mapping[str, Any]] = None
-  decoder_context_pool: Optional[Mapping[str, Any]] = None   # ContextPool options; None = off
+  mixer_kwargs: Mapping[str, Any] | None = None
+  decoder_context_pool: Mapping[str, Any] | None = None   # ContextPool options; None = off
   dropout_rate: float = 0.1                  # residual dropout (Vaswani et al. P_drop)
   attention_dropout_rate: float = 0.0        # on the decoder's attention probabilities
   drop_path_rate: float = 0.0
@@ -366,7 +384,7 @@ class TransformerSeq2Seq(nn.Module):
   decode: bool = False
   # Decoding: cross-attention keys/values projected once per sentence (False: at every step).
   cache_cross_attention: bool = True
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
   positions: Literal['sinusoidal', 'rotary', 'none'] = 'sinusoidal'   # see the module docstring
 
   def setup(self):
@@ -397,8 +415,8 @@ class TransformerSeq2Seq(nn.Module):
       x = x + sinusoidal_positions(positions, self.emb_dim).astype(dtype)
     return self.dropout(x, deterministic=deterministic)
 
-  def encode(self, inputs: Array, inputs_segment_ids: Optional[Array] = None,
-             inputs_positions: Optional[Array] = None, *, deterministic: bool = True) -> Array:
+  def encode(self, inputs: Array, inputs_segment_ids: Array | None = None,
+             inputs_positions: Array | None = None, *, deterministic: bool = True) -> Array:
     """Source ids [B, Ls] -> encoder output [B, Ls, D]."""
     _check_tokens(inputs, 'inputs')
     _, positions, mask = _segments(inputs, inputs_segment_ids, inputs_positions)
@@ -414,9 +432,9 @@ class TransformerSeq2Seq(nn.Module):
     return self.encoder_norm(x)
 
   def decode_logits(self, memory: Array, inputs: Array, decoder_inputs: Array,
-                    targets_segment_ids: Optional[Array], targets_positions: Optional[Array],
-                    inputs_segment_ids: Optional[Array] = None, *,
-                    target_mask: Optional[Array] = None, deterministic: bool = True) -> Array:
+                    targets_segment_ids: Array | None, targets_positions: Array | None,
+                    inputs_segment_ids: Array | None = None, *,
+                    target_mask: Array | None = None, deterministic: bool = True) -> Array:
     """Teacher forcing (or one decoding step with decode=True) -> logits [B, Lt, vocab]."""
     src_segments, _, src_mask = _segments(inputs, inputs_segment_ids, None)
     if target_mask is None:

@@ -14,11 +14,11 @@ the worst finished one (log p / lp(max_length) bounds every continuation) or at 
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
-from flax import traverse_util
 import jax
 import jax.numpy as jnp
+from flax import traverse_util
 
 from poolformers_jax.models.seq2seq import PAD_ID
 
@@ -156,7 +156,7 @@ def beam_search(model, params, inputs: jax.Array, max_length: int, beam_size: in
   return seqs, scores
 
 
-def make_translate(model, max_length: Optional[int] = None, beam_size: int = 4,
+def make_translate(model, max_length: int | None = None, beam_size: int = 4,
                    alpha: float = 0.6, extra_length: int = EXTRA_LENGTH, **jit_kwargs):
   """A jitted `(params, inputs [B, Ls]) -> tokens [B, T]`: beam_size 1 = greedy, else beam
   search. T = max_length, or Ls + extra_length when None (one compilation per source shape).

@@ -26,16 +26,24 @@ CP-Swin. The paper only says CP "is applicable to the Swin transformer"; where i
 from __future__ import annotations
 
 import functools
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from poolformers_jax.layers.common import (NEG_INF, Array, Dtype, DropPath, MlpBlock,
-                                           check_image_input, compute_dtype, window_partition,
-                                           window_reverse)
+from poolformers_jax.layers.common import (
+  NEG_INF,
+  Array,
+  DropPath,
+  Dtype,
+  MlpBlock,
+  check_image_input,
+  compute_dtype,
+  window_partition,
+  window_reverse,
+)
 from poolformers_jax.layers.context_pool import WindowContextPool
 from poolformers_jax.models.block import model_kwargs
 from poolformers_jax.models.registry import register_model
@@ -87,10 +95,10 @@ class WindowAttention(nn.Module):
   window: int
   attention_dropout_rate: float = 0.0
   dropout_rate: float = 0.0
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
-  def __call__(self, x: Array, allowed: Optional[Array] = None, *,
+  def __call__(self, x: Array, allowed: Array | None = None, *,
                deterministic: bool = True) -> Array:
     bw, n, c = x.shape
     heads = self.num_heads
@@ -130,7 +138,7 @@ class SwinBlock(nn.Module):
   context_pool: bool = False
   cp_predictor_dim: int = 8
   cp_size_ratio: float = 0.1
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, x: Array, *, deterministic: bool = True) -> Array:
@@ -165,7 +173,7 @@ class SwinBlock(nn.Module):
 
 class PatchMerging(nn.Module):
   """[B, H, W, C] -> [B, H/2, W/2, 2C]: concat of 2x2 neighbours, LayerNorm, Linear (no bias)."""
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -183,7 +191,7 @@ class PatchMerging(nn.Module):
 class SwinTransformer(nn.Module):
   """Swin / CP-Swin classifier: images [B, H, W, 3] float32 -> logits [B, num_classes]."""
   num_classes: int = 1000
-  image_size: Optional[int] = None     # documentation / data size; any divisible size runs
+  image_size: int | None = None     # documentation / data size; any divisible size runs
   patch_size: int = 4
   embed_dim: int = 128
   depths: Sequence[int] = (2, 2, 18, 2)
@@ -196,7 +204,7 @@ class SwinTransformer(nn.Module):
   context_pool: bool = False
   cp_predictor_dim: int = 8
   cp_size_ratio: float = 0.1
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:

@@ -26,13 +26,18 @@ What the papers leave open and what we decided (docs/papers/hvt.md; the official
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 import flax.linen as nn
 import jax.numpy as jnp
 
-from poolformers_jax.layers.common import (Array, Dtype, LearnedPositionEmbedding, check_choices,
-                                           masked_mean)
+from poolformers_jax.layers.common import (
+  Array,
+  Dtype,
+  LearnedPositionEmbedding,
+  check_choices,
+  masked_mean,
+)
 from poolformers_jax.layers.hierarchical_pool import PoolingStages
 from poolformers_jax.models.block import TransformerBlock, model_kwargs
 from poolformers_jax.models.registry import register_model
@@ -61,7 +66,7 @@ class VisionTransformer(nn.Module):
   dropout_rate: float = 0.0
   attention_dropout_rate: float = 0.0
   drop_path_rate: float = 0.0
-  dtype: Optional[Dtype] = None
+  dtype: Dtype | None = None
 
   # ---- static structure (no parameters needed) ----
   def input_shape(self) -> tuple[int, int, int]:
@@ -125,7 +130,7 @@ class VisionTransformer(nn.Module):
                       layer_norm_epsilon=LAYER_NORM_EPS, kernel_init=dense_init, dtype=self.dtype)
     # Mixers that use the image layout (ContextPool, Fig. 3) get the patch grid behind the class
     # token; after 1D pooling the tokens are a sequence again.
-    token_grid: Optional[tuple[int, int]] = stages.grid
+    token_grid: tuple[int, int] | None = stages.grid
     prefix_tokens = 1 if self.classifier == 'token' else 0
     for i in range(self.depth):                                              # Eqs. (2)-(3)
       rate = self.drop_path_rate * i / max(self.depth - 1, 1)

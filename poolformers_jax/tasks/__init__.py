@@ -17,7 +17,8 @@ matrix); a metric that is no function of sums (Spearman's) reads per-example `ro
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any, Optional
 
 import jax
 import jax.numpy as jnp
@@ -59,19 +60,19 @@ class Task:
   sums: Callable[..., Sums]                           # (logits, targets, weights, label_smoothing)
   summary: Callable[..., dict[str, float]]            # (totals[, rows=...]) -> metrics
   objective: Callable[[Sums], Array] = mean_loss      # what a train step minimises
-  rows: Optional[Callable[[Any, Any], dict[str, Array]]] = None   # (outputs, targets) -> [B] each
+  rows: Callable[[Any, Any], dict[str, Array]] | None = None   # (outputs, targets) -> [B] each
   model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
   train_example: Callable[[Any], Any] = class_example      # DatasetInfo -> one training example
   # Generated outputs scored at evaluation (BLEU): (model=, decode=config.decode,
   # data=config.data, devices=, params_sharding=, batch_sharding=, out_sharding=) -> an object
   # whose `metrics(params, split, output_path)` decodes `split`.
-  decoder: Optional[Callable[..., Any]] = None
+  decoder: Callable[..., Any] | None = None
   # Run.predict: what it returns (None: pre-training has none) and (outputs [N, ...] as numpy,
   # the N examples) -> predictions; `predict_example` (example, config.data) -> the example
   # predict feeds where it is not the evaluation's.
-  predicts: Optional[str] = None
+  predicts: str | None = None
   prediction: Callable[[Any, Any], Any] = class_ids
-  predict_example: Optional[Callable[[Any, Any], Any]] = None
+  predict_example: Callable[[Any, Any], Any] | None = None
 
 
 def get_task(name: str) -> Task:

@@ -13,7 +13,7 @@ regression           predictions [B] (or [B, 1]), float targets [B]: MSE (the of
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +21,6 @@ import numpy as np
 import optax
 
 from poolformers_jax.tasks import Spec, Task, inputs_spec, register_task
-
 
 # ------------------------------ Pre-training: MLM + sentence-structure objective (the official one)
 
@@ -158,7 +157,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
   return pearson_from_sums(len(rx), rx.sum(), ry.sum(), rx @ rx, ry @ ry, rx @ ry)
 
 
-def regression_summary(totals, rows: Optional[dict] = None):
+def regression_summary(totals, rows: dict | None = None):
   n = float(totals['count'])
   out = {'loss': totals['loss'] / max(n, 1.0), 'count': n,
          'pearson': pearson_from_sums(n, *(float(totals[k]) for k in

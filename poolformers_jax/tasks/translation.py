@@ -17,7 +17,8 @@ import dataclasses
 import functools
 import os
 import re
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -142,8 +143,8 @@ class Translator:
                                                         **shardings)
     return self._decoders[beam_size, alpha]
 
-  def translate(self, params, texts: list[str], *, beam_size: Optional[int] = None,
-                alpha: Optional[float] = None, batch_tokens: Optional[int] = None) -> list[str]:
+  def translate(self, params, texts: list[str], *, beam_size: int | None = None,
+                alpha: float | None = None, batch_tokens: int | None = None) -> list[str]:
     """Detokenized translations of `texts`, in their order (config.decode's settings unless
     given)."""
     decode = self.decode
@@ -172,7 +173,7 @@ class Translator:
     sources = [src for src, _ in pairs]
     return sources, self.translate(params, sources), [ref for _, ref in pairs]
 
-  def metrics(self, params, split: str, output_path: Optional[str] = None) -> dict[str, Any]:
+  def metrics(self, params, split: str, output_path: str | None = None) -> dict[str, Any]:
     """BLEU metrics of `split`: all sentences (or decode.max_sentences) when decode.bleu_splits
     names it; the first decode.validation_sentences of 'validation' otherwise; else {}.
     `output_path`: where the hypotheses go, a line each."""

@@ -28,7 +28,7 @@ import math
 import os
 import re
 import tempfile
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import numpy as np
@@ -36,7 +36,6 @@ from jax.sharding import Mesh
 
 from poolformers_jax.config.validate import ConfigError
 from poolformers_jax.trainer import sharding, step as step_lib
-
 from poolformers_jax.trainer.setup import Setup, make_setup
 
 LIBTPU_PIN = 'libtpu==0.0.42.1'   # what jax[tpu]==0.10.2 pins
@@ -54,7 +53,7 @@ class Chip:
   hbm_bytes: float
   peak_flops: float           # bf16 FLOP/s
   hbm_bandwidth: float        # bytes/s
-  ici_bandwidth: Optional[float]   # bidirectional bytes/s per chip (None: not published)
+  ici_bandwidth: float | None   # bidirectional bytes/s per chip (None: not published)
   source: str
 
   def per_device(self, value: float) -> float:
@@ -98,7 +97,7 @@ def _stderr_to(path: str):
       os.close(saved)
 
 
-def topology_mesh(topology: str, sizes: Optional[dict[str, int]] = None) -> Mesh:
+def topology_mesh(topology: str, sizes: dict[str, int] | None = None) -> Mesh:
   """The ('data', 'fsdp', 'sequence') mesh (`sizes`: config.mesh; default data parallel) over the
   compile-only devices of a TPU slice, e.g. 'v5e:2x2' (4 chips). Programs compiled on it are
   real TPU executables; they cannot run here."""

@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional, Union
+from typing import Any
 
 import orbax.checkpoint as ocp
 
-from poolformers_jax.trainer import checkpoint_policy as policy
-from poolformers_jax.trainer import integrity
+from poolformers_jax.trainer import checkpoint_policy as policy, integrity
 from poolformers_jax.trainer.checkpoint_policy import (  # noqa: F401  (the public names)
-    AVERAGED_DIR, BEST_DIR, LATEST_DIR, REJECTED_DIR, CheckpointError)
+  AVERAGED_DIR,
+  BEST_DIR,
+  LATEST_DIR,
+  REJECTED_DIR,
+  CheckpointError,
+)
 from poolformers_jax.trainer.checkpoint_storage import Store, listdir
 
 
@@ -38,7 +42,7 @@ class Checkpointer:
 
   def __init__(self, workdir: str, *, keep: int = 2, best_metric: str = 'accuracy',
                best_mode: str = 'max', read_only: bool = False,
-               config_sha256: Optional[str] = None):
+               config_sha256: str | None = None):
     config_sha256 = integrity.config_hash(None) if config_sha256 is None else config_sha256
     self.workdir = os.path.abspath(workdir)
     self.rejected_dir = os.path.join(self.workdir, REJECTED_DIR)
@@ -49,7 +53,7 @@ class Checkpointer:
     self.best = Store(self.workdir, BEST_DIR, keep=retention.best, best_mode=best_mode,
                       best_fn=lambda metrics: metrics[best_metric], **common)
     self.averaged = Store(self.workdir, AVERAGED_DIR, keep=retention.averaged, **common)
-    self._best_entries: Optional[list[tuple[int, Optional[float]]]] = None   # _best_kept
+    self._best_entries: list[tuple[int, float | None]] | None = None   # _best_kept
 
   # -- saving -----------------------------------------------------------------------------------
   def save_latest(self, step: int, state: Any, data_iterator: Any, force: bool = False) -> None:
@@ -93,17 +97,17 @@ class Checkpointer:
       store.close()
 
   # -- what is kept -----------------------------------------------------------------------------
-  def latest_step(self) -> Optional[int]:
+  def latest_step(self) -> int | None:
     return self.latest.latest_step()
 
-  def _best_kept(self) -> list[tuple[int, Optional[float]]]:
+  def _best_kept(self) -> list[tuple[int, float | None]]:
     """(step, metric value) of the kept best checkpoints; read from disk once, then tracked."""
     if self._best_entries is None:
       self._best_entries = [(s, (self.best.metrics(s) or {}).get(self.best_metric))
                             for s in self.best.steps()]
     return self._best_entries
 
-  def best_step(self) -> Optional[int]:
+  def best_step(self) -> int | None:
     """The best kept checkpoint's step (policy.best_step); None when there is none."""
     return policy.best_step(self._best_kept(), self.best_mode)
 
@@ -128,7 +132,7 @@ class Checkpointer:
 
   # -- restoring --------------------------------------------------------------------------------
   def restore_for_resume(self, abstract_state: Any, data_iterator: Any, *,
-                         start_over: bool = False) -> Optional[tuple[Any, int]]:
+                         start_over: bool = False) -> tuple[Any, int] | None:
     """The newest checkpoint that verifies, as (state, step), with `data_iterator` set to its
     saved position; None for a fresh run. If none verifies, CheckpointError, unless `start_over`
     (then None: train from step 0)."""
@@ -153,7 +157,7 @@ class Checkpointer:
                       'from step 0.', self.rejected_dir)
     return None
 
-  def resolve(self, which: Union[str, int]) -> tuple[Store, int]:
+  def resolve(self, which: str | int) -> tuple[Store, int]:
     """'best' | 'latest' | 'averaged' | a step -> (store, step); a clear error if there is none."""
     kind, step = policy.resolve(
         which, latest=self.latest.steps(), best_steps=self.best.steps(),
@@ -169,7 +173,7 @@ class Checkpointer:
       except integrity.CheckpointDamaged as reason:
         raise policy.damaged_error(self.latest.step_dir(step), reason, averaging=True) from None
 
-  def restore_state(self, which: Union[str, int], abstract_state: Any,
+  def restore_state(self, which: str | int, abstract_state: Any,
                     partial: bool = False) -> tuple[Any, int]:
     """The verified state of `which`; a damaged one raises CheckpointError naming what differs.
     `partial`: some fields of the state only (Store.restore_verified)."""
@@ -209,7 +213,7 @@ def _check_fields(fields: Any) -> None:
                      'abstract_state.params}) or the whole state to restore_state_for_reading')
 
 
-def _read(workdir: str, config, which: Union[str, int], abstract: Any, partial: bool):
+def _read(workdir: str, config, which: str | int, abstract: Any, partial: bool):
   """Checkpoint `which` of a run, opened read-only and closed again."""
   # A finished run may keep only best/ (benchmarks/listops_column.py packs it so).
   if not any(os.path.isdir(os.path.join(workdir, name)) for name in policy.KINDS):
@@ -223,7 +227,7 @@ def _read(workdir: str, config, which: Union[str, int], abstract: Any, partial: 
     checkpointer.close()
 
 
-def restore_for_reading(workdir: str, config, which: Union[str, int],
+def restore_for_reading(workdir: str, config, which: str | int,
                         fields: dict[str, Any]) -> tuple[dict[str, Any], int]:
   """({field: value}, step) of checkpoint `which` (best | latest | averaged | a step) of a run
   (load_run). `fields`: some of the abstract train state's fields ({'params':
@@ -232,7 +236,7 @@ def restore_for_reading(workdir: str, config, which: Union[str, int],
   return _read(workdir, config, which, fields, partial=True)
 
 
-def restore_state_for_reading(workdir: str, config, which: Union[str, int],
+def restore_state_for_reading(workdir: str, config, which: str | int,
                               abstract_state: Any) -> tuple[Any, int]:
   """(the whole train state, step) of checkpoint `which` of a run (eval.py); `abstract_state`:
   make_setup(config).abstract_state."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Iterable, Optional, Sequence, Union
+from collections.abc import Iterable, Sequence
 
 LATEST_DIR = 'checkpoints'
 BEST_DIR = 'best'
@@ -33,16 +33,16 @@ class CheckpointError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Retention:
   """How many checkpoints of each kind a workdir keeps; None = all (a reader deletes nothing)."""
-  latest: Optional[int] = 2
-  best: Optional[int] = 1
-  averaged: Optional[int] = 1
+  latest: int | None = 2
+  best: int | None = 1
+  averaged: int | None = 1
 
   @classmethod
-  def of(cls, keep: int, read_only: bool = False) -> 'Retention':
+  def of(cls, keep: int, read_only: bool = False) -> Retention:
     return cls(None, None, None) if read_only else cls(latest=int(keep))
 
 
-def kept(steps: Iterable[int], keep: Optional[int]) -> list[int]:
+def kept(steps: Iterable[int], keep: int | None) -> list[int]:
   """The steps a manager keeping the newest `keep` holds (ascending); None keeps them all."""
   ordered = sorted(set(steps))
   if keep is None:
@@ -50,7 +50,7 @@ def kept(steps: Iterable[int], keep: Optional[int]) -> list[int]:
   return ordered[len(ordered) - keep:] if keep > 0 else []
 
 
-def pruned(steps: Iterable[int], keep: Optional[int]) -> list[int]:
+def pruned(steps: Iterable[int], keep: int | None) -> list[int]:
   """The steps a manager keeping the newest `keep` deletes (ascending)."""
   ordered = sorted(set(steps))
   holds = set(kept(ordered, keep))
@@ -63,7 +63,7 @@ def _check_mode(mode: str) -> None:
     raise ValueError(f"best_mode={mode!r}: use 'min' or 'max'")
 
 
-def improves(value: float, best: Optional[float], mode: str) -> bool:
+def improves(value: float, best: float | None, mode: str) -> bool:
   """Whether a checkpoint with metric `value` becomes the best over a kept best of `best` (None:
   none kept). A tie improves (the newer step wins, as in `best_step`); a NaN never does."""
   _check_mode(mode)
@@ -74,7 +74,7 @@ def improves(value: float, best: Optional[float], mode: str) -> bool:
   return value >= best if mode == 'max' else value <= best
 
 
-def best_step(entries: Sequence[tuple[int, Optional[float]]], mode: str) -> Optional[int]:
+def best_step(entries: Sequence[tuple[int, float | None]], mode: str) -> int | None:
   """The step of the best metric among (step, value) pairs; ties go to the newest step, steps
   without a value (None) or with NaN are never best; None when no step has a value."""
   best, best_value = None, None
@@ -84,7 +84,7 @@ def best_step(entries: Sequence[tuple[int, Optional[float]]], mode: str) -> Opti
   return best
 
 
-def saves_best(step: int, value: float, kept: Sequence[tuple[int, Optional[float]]],
+def saves_best(step: int, value: float, kept: Sequence[tuple[int, float | None]],
                mode: str) -> bool:
   """Whether a new checkpoint of `step` with metric `value` is saved as the best, given the kept
   best ones' (step, value): only a step newer than all of them that `best_step` then picks."""
@@ -128,8 +128,8 @@ def when_none_verifies(rejected_names: Iterable[str], start_over: bool) -> str:
 
 
 # -- read -------------------------------------------------------------------------------------
-def resolve(which: Union[str, int], *, latest: Sequence[int], best: Optional[int],
-            averaged: Optional[int], best_steps: Sequence[int] = (),
+def resolve(which: str | int, *, latest: Sequence[int], best: int | None,
+            averaged: int | None, best_steps: Sequence[int] = (),
             where: str = 'DIR') -> tuple[str, int]:
   """'best' | 'latest' | 'averaged' | a step -> (kind, step): `latest` are the kept latest steps,
   `best` / `averaged` the best and newest averaged step (None: none), `best_steps` the kept best

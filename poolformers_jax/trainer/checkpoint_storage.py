@@ -12,7 +12,8 @@ import contextlib
 import gc
 import os
 import shutil
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import jax
 import orbax.checkpoint as ocp
@@ -46,8 +47,8 @@ class Store:
   """DIR/<name>/<step>/...: an orbax manager and the integrity records of its steps. `keep`:
   steps kept (None: all); with `best_fn` / `best_mode` the best `keep` by that metric."""
 
-  def __init__(self, workdir: str, name: str, *, keep: Optional[int], read_only: bool,
-               config_sha256: str, best_fn: Optional[Callable[[dict], float]] = None,
+  def __init__(self, workdir: str, name: str, *, keep: int | None, read_only: bool,
+               config_sha256: str, best_fn: Callable[[dict], float] | None = None,
                best_mode: str = 'max'):
     self.name = name
     self.directory = os.path.join(workdir, name)
@@ -62,10 +63,10 @@ class Store:
   def steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
-  def latest_step(self) -> Optional[int]:
+  def latest_step(self) -> int | None:
     return self.manager.latest_step()
 
-  def metrics(self, step: int) -> Optional[dict]:
+  def metrics(self, step: int) -> dict | None:
     return self.manager.metrics(step)
 
   def step_dir(self, step: int) -> str:
@@ -138,7 +139,7 @@ class Store:
 
   # -- restoring --------------------------------------------------------------------------------
   def restore_verified(self, step: int, abstract_state: Any,
-                       data_position: Optional[IteratorState] = None,
+                       data_position: IteratorState | None = None,
                        partial: bool = False) -> Any:
     """The state of `step`, checked against its integrity record (CheckpointDamaged if not).
     `partial`: `abstract_state` is a dict of some of the state's fields ({'params': ...}); only
@@ -155,7 +156,7 @@ class Store:
     else:
       args = {'state': ocp.args.StandardRestore(abstract_state)}
     if data_position is not None:
-      import grain   # pylint: disable=g-import-not-at-top  (the train extra)
+      import grain  # pylint: disable=g-import-not-at-top  (the train extra)
       args['data'] = grain.checkpoint.CheckpointRestore(data_position)
     try:
       restored = self.manager.restore(step, args=ocp.args.Composite(**args))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 import jax
 
@@ -62,7 +62,7 @@ def disk_full_in_run(error: BaseException, workdir: str) -> errors.DiskFull:
   return errors.DiskFull(what, workdir, f'{_resume_from(workdir)} once space is freed')
 
 
-def _absent_processes() -> Optional[list[int]]:
+def _absent_processes() -> list[int] | None:
   """The processes that do not report present within NAMING_WAIT_S (through the coordination
   service's key-value store, which every process that caught the same failed collective
   writes to); None when the service itself cannot be reached (process 0, which runs it, is
@@ -93,7 +93,7 @@ def _absent_processes() -> Optional[list[int]]:
   return answer.get('absent')
 
 
-def lost_process(error: BaseException, workdir: str) -> Optional[LostProcess]:
+def lost_process(error: BaseException, workdir: str) -> LostProcess | None:
   """In a multi-process run, a collective that failed because a process is gone -> the line
   naming it; None for any other error (every process reported present: not a lost one)."""
   if jax.process_count() == 1 or not any(text in str(error) for text in _PEER_GONE):
@@ -134,7 +134,7 @@ def available_memory() -> tuple[int, str]:
 
 
 def step_memory_error(memory: dict[str, int], config, *, available: int, where: str,
-                      devices: int) -> Optional[OutOfMemory]:
+                      devices: int) -> OutOfMemory | None:
   """The line of a step that does not fit, or None: what the compiled step allocates beyond
   its arguments (the state, already in memory), `memory` (step.memory_of) per device times the
   `devices` that share `available` bytes of `where`."""
@@ -166,7 +166,7 @@ def check_step_memory(memory: dict[str, int], setup) -> None:
     raise error
 
 
-def machine_fault(error: BaseException, workdir: str) -> Optional[errors.MachineFault]:
+def machine_fault(error: BaseException, workdir: str) -> errors.MachineFault | None:
   """The fault that stopped a run with `error` (a full disk, a lost process), else None."""
   if isinstance(error, errors.MachineFault) and not isinstance(error, errors.DiskFull):
     return error

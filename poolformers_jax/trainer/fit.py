@@ -3,7 +3,8 @@
 TrainState (`state.apply_gradients`, as trainer/step.py)."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import optax

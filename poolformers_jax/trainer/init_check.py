@@ -11,7 +11,6 @@ anything compiles:
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 import numpy as np
 
@@ -26,7 +25,7 @@ UNLEARNED_MARGIN = 0.01
 PRETRAINING_MODELS = ('lra_masked_lm', 'lra_causal_lm')
 
 
-def source_run(path: str) -> Optional[str]:
+def source_run(path: str) -> str | None:
   """The directory with the config.json behind `path` (itself, or DIR of DIR/checkpoints/<step>);
   None if neither has one."""
   path = os.path.abspath(os.path.expanduser(path))
@@ -36,7 +35,7 @@ def source_run(path: str) -> Optional[str]:
   return None
 
 
-def _positions(model) -> Optional[str]:
+def _positions(model) -> str | None:
   """A run's model.positions: its config's, else (a run older than the option) its default."""
   if 'positions' in model:
     return model['positions']

@@ -26,7 +26,8 @@ import logging
 import math
 import os
 import re
-from typing import Any, Callable, Optional, Sequence, TypedDict
+from collections.abc import Callable, Sequence
+from typing import Any, TypedDict
 
 import flax
 import jax
@@ -61,7 +62,7 @@ def resize_grid(grid: np.ndarray, size: tuple[int, int]) -> np.ndarray:
   return np.einsum('ih,hwd,jw->ijd', rows, grid.astype(np.float64), cols)
 
 
-def _square_split(n_old: int, n_new: int) -> Optional[tuple[int, int, int]]:
+def _square_split(n_old: int, n_new: int) -> tuple[int, int, int] | None:
   """(extra tokens, old side, new side) when both tables are extra + side^2, else None."""
   for extra in (0, 1, 2):   # none (HVT), class token (ViT / DeiT), class + distillation token
     sides = [math.isqrt(n - extra) if n > extra else 0 for n in (n_old, n_new)]
@@ -190,7 +191,7 @@ def _place(value: np.ndarray, like: Any) -> Any:
 
 
 def load_init_params(source: Any, target_params: Any,
-                     resize_rules: Optional[Sequence[tuple[str, ResizeFn]]] = None, *,
+                     resize_rules: Sequence[tuple[str, ResizeFn]] | None = None, *,
                      fresh: str = '', allow_missing: str = '', what: str = 'params') -> Any:
   """`target_params` (the new model's initialised tree) with the checkpoint's values put in.
 

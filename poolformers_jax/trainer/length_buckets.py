@@ -16,7 +16,8 @@ Evaluation (`sorted_batches`) sorts, re-batches and cuts the split's real exampl
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 

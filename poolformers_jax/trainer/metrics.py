@@ -16,7 +16,7 @@ import json
 import logging
 import os
 import time
-from typing import Any, Optional
+from typing import Any
 
 import jax
 import numpy as np
@@ -119,7 +119,7 @@ class MetricWriter:
         tb.close()
 
 
-def read_metrics(workdir: str, split: Optional[str] = None) -> list[dict[str, Any]]:
+def read_metrics(workdir: str, split: str | None = None) -> list[dict[str, Any]]:
   """The records of DIR/metrics.jsonl, optionally of one split ('train', 'validation', 'test')."""
   path = os.path.join(workdir, 'metrics.jsonl')
   if not os.path.exists(path):

@@ -6,7 +6,8 @@ run makes `num_train_steps // k` updates; warmup is given in micro-batch steps.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import flax
 import jax.numpy as jnp

@@ -20,7 +20,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 from poolformers_jax import errors
 
@@ -33,7 +33,7 @@ class RunInProgressError(FileExistsError):
   """Another live process trains this workdir (a FileExistsError: an input error, exit code 2)."""
 
 
-def _start_ticks(pid: int) -> Optional[str]:
+def _start_ticks(pid: int) -> str | None:
   """The process's start time in clock ticks since boot (Linux), None where unknown."""
   try:
     with open(f'/proc/{pid}/stat') as f:
@@ -56,7 +56,7 @@ def _alive_here(holder: dict[str, Any]) -> bool:
   return ticks is None or holder.get('start_ticks') in (None, ticks)
 
 
-def holder_alive(holder: dict[str, Any], age_s: float, host: Optional[str] = None) -> bool:
+def holder_alive(holder: dict[str, Any], age_s: float, host: str | None = None) -> bool:
   """Whether the process a lock names may still be training (see the module docstring)."""
   if holder.get('host') == (host or socket.gethostname()):
     return _alive_here(holder)
@@ -70,12 +70,12 @@ class RunLock:
     self.path = os.path.join(workdir, LOCK_FILE)
     self.enabled = enabled
     self._stop = threading.Event()
-    self._thread: Optional[threading.Thread] = None
+    self._thread: threading.Thread | None = None
     self.record = {'host': socket.gethostname(), 'pid': os.getpid(),
                    'start_ticks': _start_ticks(os.getpid()),
                    'since': datetime.datetime.now().astimezone().isoformat(timespec='seconds')}
 
-  def _read(self) -> tuple[Optional[dict[str, Any]], float]:
+  def _read(self) -> tuple[dict[str, Any] | None, float]:
     try:
       with open(self.path) as f:
         holder = json.load(f)
@@ -135,7 +135,7 @@ class RunLock:
       os.remove(self.path)
     self._thread = None
 
-  def __enter__(self) -> 'RunLock':
+  def __enter__(self) -> RunLock:
     self.acquire()
     return self
 

@@ -9,7 +9,7 @@ here too, directly sharded as the Setup's `state_shardings` say.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -29,7 +29,7 @@ from poolformers_jax.trainer import length_buckets, optim, param_init as param_i
 
 
 class TrainState(train_state.TrainState):
-  batch_stats: Optional[Any] = None   # BatchNorm running averages (models with BatchNorm only)
+  batch_stats: Any | None = None   # BatchNorm running averages (models with BatchNorm only)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +67,7 @@ def _mixup_kwargs(config: ml_collections.ConfigDict) -> dict[str, float]:
               label_smoothing=float(config.label_smoothing))
 
 
-def validation_metrics(info) -> Optional[list[str]]:
+def validation_metrics(info) -> list[str] | None:
   """The validation metrics of a classification-like task (None for tasks with other sums): what
   config.best_metric may name."""
   sums = {'loss': 1.0, 'correct': 1.0, 'count': 1.0}
@@ -79,9 +79,9 @@ def validation_metrics(info) -> Optional[list[str]]:
     return None
 
 
-def make_setup(config: Optional[ml_collections.ConfigDict], *, need_files: bool = True,
-               info: Optional[Any] = None, mesh: Optional[Mesh] = None,
-               run_dir: Optional[str] = None, todo: str = '') -> Setup:
+def make_setup(config: ml_collections.ConfigDict | None, *, need_files: bool = True,
+               info: Any | None = None, mesh: Mesh | None = None,
+               run_dir: str | None = None, todo: str = '') -> Setup:
   """The completed config and every check of it (`config.check_config`), then the model,
   optimizer and abstract state; raises before compiling. need_files=False builds it without the
   dataset's files (sizes from its constants: the summary tool and the benchmarks); `info`: this

@@ -17,7 +17,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -45,9 +46,9 @@ HEARTBEAT_TIMEOUT_S = 60
 SHUTDOWN_TIMEOUT_S = 60
 
 
-def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: Optional[str] = None,
-                                 num_processes: Optional[int] = None,
-                                 process_id: Optional[int] = None) -> bool:
+def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: str | None = None,
+                                 num_processes: int | None = None,
+                                 process_id: int | None = None) -> bool:
   """Starts a multi-process run with `jax.distributed.initialize`; returns whether one runs.
 
   mode 'off': one process. 'on': always; settings not given here are found by jax (SLURM, Open
@@ -118,8 +119,8 @@ def mesh_sizes(num_devices: int, sizes: Mapping[str, int]) -> dict[str, int]:
   return given
 
 
-def make_mesh(num_devices: int = -1, sizes: Optional[Mapping[str, int]] = None,
-              devices: Optional[Sequence[Any]] = None) -> Mesh:
+def make_mesh(num_devices: int = -1, sizes: Mapping[str, int] | None = None,
+              devices: Sequence[Any] | None = None) -> Mesh:
   """The ('data', 'fsdp', 'sequence') mesh over `devices` (default: all of jax's; or the first
   `num_devices` of this single process); `sizes`: config.mesh (default: data parallel)."""
   devices = list(jax.devices() if devices is None else devices)
@@ -187,7 +188,7 @@ class FsdpRules:
   overrides: tuple[str, ...] = ()
   min_size: int = 2**14
 
-  def parsed(self) -> list[tuple[re.Pattern, tuple[Optional[str], ...]]]:
+  def parsed(self) -> list[tuple[re.Pattern, tuple[str | None, ...]]]:
     out = []
     for rule in self.overrides:
       regex, sep, spec = str(rule).rpartition('=')
@@ -211,7 +212,7 @@ class FsdpRules:
           raise ValueError(f'config.mesh.rules: {regex.pattern!r} gives {len(axes)} dimensions '
                            f'to {path} of shape {tuple(shape)}; give one per dimension.')
         return P(*axes)
-    spec: list[Optional[str]] = [None] * len(shape)
+    spec: list[str | None] = [None] * len(shape)
     rows = next((d for d, n in enumerate(shape) if n > 1), None)   # [1, L, D]: the positions
     if (sequence > 1 and POSITION_TABLE in path.split('/') and rows is not None
         and shape[rows] % sequence == 0):

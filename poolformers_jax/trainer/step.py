@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -41,7 +42,7 @@ def example_weights(targets: Any) -> jax.Array:
   return jnp.ones(jax.tree.leaves(targets)[0].shape[:1], jnp.float32)
 
 
-def batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
+def batch_spec(setup: Setup, batch_size: int | None = None) -> Any:
   """The abstract global training batch (sharded as sharding.batch_sharded says: examples over
   'data' x 'fsdp', tokens over 'sequence'): `batch_size` (default config.batch_size) training
   examples of the dataset."""
@@ -86,7 +87,7 @@ def new_accumulator(mesh, sums_shapes: Any) -> dict[str, Any]:
   return jax.device_put(_accumulator(sums_shapes, np.zeros), sharding.replicated(mesh))
 
 
-def _gradients_and_update(setup: Setup, platform: Optional[str] = None):
+def _gradients_and_update(setup: Setup, platform: str | None = None):
   """(gradients, update) of the step, shared by its plain and its bucketed form.
 
   gradients(state, inputs, targets, weights, rng, reduce) -> ((reduce(sums), (sums, updates)),
@@ -134,7 +135,7 @@ def _gradients_and_update(setup: Setup, platform: Optional[str] = None):
   return gradients, update
 
 
-def make_train_step(setup: Setup, platform: Optional[str] = None):
+def make_train_step(setup: Setup, platform: str | None = None):
   """jit of `(state, acc, batch, rng) -> (state, acc)`; state and accumulator are donated.
   With config.length_buckets the step is `BucketedStep` (below), whose batch is micro-batches.
   `platform`: the device platform the step is for (default: the mesh's; `export_for_cuda`
@@ -172,7 +173,7 @@ class BucketedStep:
   draws per micro-batch (the rng folded with the step and the micro-batch's index).
   """
 
-  def __init__(self, setup: Setup, platform: Optional[str] = None):
+  def __init__(self, setup: Setup, platform: str | None = None):
     self.setup = setup
     task, mesh = setup.task, setup.mesh
     gradients, update = _gradients_and_update(setup, platform)
@@ -231,7 +232,8 @@ class BucketedStep:
     """A host batch -> its micro-batches as arrays sharded over 'data'."""
     setup = self.setup
     return [sharding.global_batch(micro, setup.mesh) for micro in length_buckets.micro_batches(
-        local_batch, setup.micro_batch_size, sharding.batch_devices(setup.mesh), setup.bucket_multiple)]
+        local_batch, setup.micro_batch_size, sharding.batch_devices(setup.mesh),
+        setup.bucket_multiple)]
 
   def accumulate(self, state, micro_batches, rng) -> dict[str, Any]:
     """{'grads', 'sums'}: the summed loss gradient and sums of all `micro_batches`."""
@@ -319,16 +321,17 @@ def eval_step_of(model, task: tasks.Task, state_shardings: Any, mesh):
                  out_shardings=sharding.replicated(mesh))
 
 
-def eval_batch_spec(setup: Setup, batch_size: Optional[int] = None) -> Any:
-  """The abstract global eval batch (sharded as the training batch): the training example's arrays and
-  the `mask` of real examples, `batch_size` (default: the setup's eval batch size) of them."""
+def eval_batch_spec(setup: Setup, batch_size: int | None = None) -> Any:
+  """The abstract global eval batch (sharded as the training batch): the training example's
+  arrays and the `mask` of real examples, `batch_size` (default: the setup's eval batch size) of
+  them."""
   size = int(setup.eval_batch_size if batch_size is None else batch_size)
   batch = batch_spec(setup, size)
   return {**batch, 'mask': jax.ShapeDtypeStruct((size,), jnp.bool_,
                                                 sharding=sharding.batch_sharded(setup.mesh))}
 
 
-def compile_eval_step(setup: Setup, batch_size: Optional[int] = None):
+def compile_eval_step(setup: Setup, batch_size: int | None = None):
   """The eval step of `setup` compiled from abstract shapes (summary --topology)."""
   return make_eval_step(setup).lower(setup.abstract_state,
                                      eval_batch_spec(setup, batch_size)).compile()

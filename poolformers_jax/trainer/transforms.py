@@ -14,7 +14,7 @@ opt in to it (`poolformers_jax.runtime`), not the step.
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import flax.linen as nn
 import jax

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from flax import traverse_util
@@ -82,7 +82,7 @@ def convert_state_dict(state: dict[str, np.ndarray], expected: Any = None,
   with `expected` (the model's params tree) every parameter must also be filled with its shape,
   but those whose '/'-joined name matches `allow_missing` (left out of the result)."""
   flat: dict[tuple[str, ...], np.ndarray] = {}
-  decoder: Optional[np.ndarray] = None
+  decoder: np.ndarray | None = None
   unknown: list[str] = []
   for name, value in state.items():
     value = np.asarray(value, np.float32)
@@ -223,7 +223,7 @@ def hf_config(params: dict[str, Any], model_config_dict) -> dict[str, Any]:
 
 
 def save_hf(folder: str, params: dict[str, Any], model_config_dict,
-            extra: Optional[dict[str, Any]] = None) -> str:
+            extra: dict[str, Any] | None = None) -> str:
   """Writes FOLDER/model.safetensors + config.json, which the official modeling code loads
   (`PoNetForPreTraining.from_pretrained(FOLDER)`) and `config.init_from=FOLDER` reads back.
   `extra`: more config.json keys (the official config keeps unknown keys as attributes)."""
@@ -245,6 +245,7 @@ def model_params(model_config_dict, abstract: bool = True, seed: int = 0) -> Any
   """The params tree of config.model (ShapeDtypeStructs when `abstract`: nothing computed)."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
+
   from poolformers_jax.models import build_model
   model = build_model(model_config_dict)
   ids = jnp.zeros((1, 8), jnp.int32)

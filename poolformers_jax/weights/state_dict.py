@@ -65,6 +65,7 @@ def _unwrap(checkpoint: Any) -> Any:
 
 def _read_torch(path: str) -> dict[str, np.ndarray]:
   import argparse  # HVT / DeiT release files keep their argparse.Namespace next to the weights
+
   import torch  # pylint: disable=g-import-not-at-top
   with torch.serialization.safe_globals([argparse.Namespace]):
     checkpoint = torch.load(path, map_location='cpu', weights_only=True)

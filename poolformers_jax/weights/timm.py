@@ -12,7 +12,8 @@ fused `attn.qkv` splits into query / key / value in that order, heads contiguous
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -120,6 +121,7 @@ def model_params_of(config, state_dict: dict[str, np.ndarray]) -> tuple[Any, dic
   """(model, Flax params) of the configured model filled from `state_dict`."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp
+
   from poolformers_jax.models import build_model
   model = build_model(config.model)
   if not hasattr(model, 'pool_after_blocks'):

@@ -295,7 +295,8 @@ def test_preprocess_drops_parentheses_and_pads(small_listops):
   out = listops.preprocess(record, data)
   ids = np.asarray(record['tokens'])
   kept = ids[~np.isin(ids, tokens.PAREN_IDS)]
-  np.testing.assert_array_equal(out['inputs'], np.pad(kept.astype(np.int32), (0, data.max_length - len(kept))))
+  np.testing.assert_array_equal(out['inputs'],
+                                np.pad(kept.astype(np.int32), (0, data.max_length - len(kept))))
   assert out['inputs'].dtype == np.int32 and out['targets'] == 7
 
 
@@ -326,12 +327,14 @@ def test_default_tokenizer_ids_are_todays():
   config.max_length = 64
   assert config.tokenizer == 'brackets'
   split, = generator.generate_splits(0, [40], 10, 60, workers=1)
-  ids = np.stack([listops.preprocess({'tokens': t, 'label': y}, config)['inputs'] for t, y in split])
+  ids = np.stack([listops.preprocess({'tokens': t, 'label': y}, config)['inputs']
+                  for t, y in split])
   assert ids.dtype == np.int32 and ids.shape == (40, 64)
   assert hashlib.sha256(ids.tobytes()).hexdigest() == DEFAULT_IDS_SHA256
 
 
-@pytest.mark.parametrize('text', ['a_b\u00e9 [X,y]  9\t\u0663x', '__', '[ ] ( )', '', 'M\u00c4X-2..9'])
+@pytest.mark.parametrize('text', ['a_b\u00e9 [X,y]  9\t\u0663x', '__', '[ ] ( )', '',
+                                  'M\u00c4X-2..9'])
 def test_alphanumeric_rule_on_other_strings(text):
   assert tokens.alphanumeric_tokens(text) == word_runs(text)
 

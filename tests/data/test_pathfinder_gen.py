@@ -163,7 +163,7 @@ def test_the_report_benchmark_measures_the_images_and_draws_the_docs_grid(tmp_pa
   grid of docs/data.md, pixel for pixel."""
   sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
   try:
-    import pathfinder_report   # pylint: disable=g-import-not-at-top
+    import pathfinder_report  # pylint: disable=g-import-not-at-top
   finally:
     sys.path.pop(0)
   text = pathfinder_report.report(20, seed=12345, workers=1, images_per_file=20)

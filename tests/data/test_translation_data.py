@@ -2,15 +2,14 @@
 ids, packed training rows that keep every pair intact, one clear line for missing data."""
 import os
 
+import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 import tensorflow_datasets.translate.wmt14  # noqa: F401  registers the builder for mock_data
 
-from poolformers_jax import data
+from poolformers_jax import config as config_lib, data
 from poolformers_jax.data import translation
-from poolformers_jax import config as config_lib
-import ml_collections
 
 
 def _config(data_dir, **updates):

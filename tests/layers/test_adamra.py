@@ -8,9 +8,20 @@ import pytest
 
 from poolformers_jax import testing as T
 from poolformers_jax.layers import AdaMRA, LinearAttention, build_mixer
-from poolformers_jax.layers.adamra import (kernel_attention_state, move_rows, random_routes,
-                                          routed_kernel_attention, routed_layout, segment_means)
-from poolformers_jax.layers.attention import FEATURE_MAPS, linear_attention, merge_heads, split_heads
+from poolformers_jax.layers.adamra import (
+  kernel_attention_state,
+  move_rows,
+  random_routes,
+  routed_kernel_attention,
+  routed_layout,
+  segment_means,
+)
+from poolformers_jax.layers.attention import (
+  FEATURE_MAPS,
+  linear_attention,
+  merge_heads,
+  split_heads,
+)
 
 RATES = (1 / 2, 1 / 3, 1 / 5)  # at length 10: 5, 3 (10 is not divisible by 3) and 2 segments
 
@@ -145,7 +156,7 @@ def test_routed_evaluation_equals_every_head_then_select(routes):
   args = (x, kernels, biases, k, v)
   np.testing.assert_allclose(np.asarray(routed(*args)), np.asarray(dense(*args)),
                              atol=1e-5, rtol=1e-4)
-  grads = [jax.grad(lambda *a: jnp.sum(weights * f(*a)), argnums=range(5))(*args)
+  grads = [jax.grad(lambda *a, f=f: jnp.sum(weights * f(*a)), argnums=range(5))(*args)
            for f in (jax.jit(routed), dense)]
   for g_routed, g_dense in zip(*grads):
     np.testing.assert_allclose(np.asarray(g_routed), np.asarray(g_dense), atol=1e-4, rtol=1e-4)
@@ -204,7 +215,8 @@ def test_sown_routing_is_a_distribution_and_its_argmax():
   module = AdaMRA(num_heads=2, compression_rates=(1 / 2, 1 / 4, 1 / 8))
   variables = module.init(jax.random.PRNGKey(0), x, mask)
   _, state = module.apply(variables, x, mask, mutable=['intermediates'])
-  (probs,), (chosen,) = state['intermediates']['router_probs'], state['intermediates']['routed_head']
+  sown = state['intermediates']
+  (probs,), (chosen,) = sown['router_probs'], sown['routed_head']
   assert probs.shape == (2, 16, 3) and probs.dtype == jnp.float32 and chosen.shape == (2, 16)
   np.testing.assert_allclose(np.asarray(probs).sum(-1), 1.0, atol=1e-6)
   np.testing.assert_array_equal(np.asarray(chosen), np.asarray(probs).argmax(-1))
@@ -220,7 +232,8 @@ def test_sown_routing_is_a_distribution_and_its_argmax():
 ], ids=lambda o: '-'.join(f'{v}' for v in o.values()))
 def test_ablations_pass_check_mixer(options):
   report = T.check_mixer(AdaMRA(num_heads=2, compression_rates=(1 / 2, 1 / 4, 1 / 8), **options))
-  assert report['padding_amount'].startswith('skipped: its segments are floor(L * rate)')   # AdaMRA's traits
+  # AdaMRA's traits
+  assert report['padding_amount'].startswith('skipped: its segments are floor(L * rate)')
 
 
 def test_grads_reach_the_router():
@@ -243,7 +256,8 @@ def test_straight_through_gate_keeps_eq8_output_and_the_routers_gradient(feature
   straight = AdaMRA(router_gate='straight_through', **options)
   variables = switch.init(jax.random.PRNGKey(0), x, mask)
   y_switch, state = switch.apply(variables, x, mask, mutable=['intermediates'])
-  (probs,), (chosen,) = state['intermediates']['router_probs'], state['intermediates']['routed_head']
+  sown = state['intermediates']
+  (probs,), (chosen,) = sown['router_probs'], sown['routed_head']
   gate = jnp.take_along_axis(probs, chosen[..., None], -1)
   assert float(jnp.min(gate)) < 0.9          # the factor is not ~1 anywhere it matters
   bias = variables['params']['out']['bias']
@@ -297,5 +311,6 @@ def test_registry_and_dropout():
   x, mask = T.random_inputs(7, 1, 8, 8)
   variables = m.init(jax.random.PRNGKey(0), x, mask)
   y_eval = m.apply(variables, x, mask)
-  y_train = m.apply(variables, x, mask, deterministic=False, rngs={'dropout': jax.random.PRNGKey(1)})
+  y_train = m.apply(variables, x, mask, deterministic=False,
+                    rngs={'dropout': jax.random.PRNGKey(1)})
   assert np.all(np.isfinite(y_train)) and not np.allclose(y_eval, y_train)

@@ -21,7 +21,8 @@ def _dense(params, name, x):
 def _numpy_reference(params, x, mask, heads, causal, kind):
   x = np.asarray(x, np.float64)
   b, l, d = x.shape
-  q, k, v = (_dense(params, n, x).reshape(b, l, heads, d // heads) for n in ('query', 'key', 'value'))
+  q, k, v = (_dense(params, n, x).reshape(b, l, heads, d // heads)
+             for n in ('query', 'key', 'value'))
   out = np.zeros_like(q)
   for bi in range(b):
     for h in range(heads):

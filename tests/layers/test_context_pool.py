@@ -7,9 +7,15 @@ import numpy as np
 import pytest
 
 from poolformers_jax import testing as T
-from poolformers_jax.layers import (ContextPool, ContextPool2D, ContextPoolAttention,
-                                    ContextPoolOptions, MultiHeadAttention, WindowContextPool,
-                                    build_mixer)
+from poolformers_jax.layers import (
+  ContextPool,
+  ContextPool2D,
+  ContextPoolAttention,
+  ContextPoolOptions,
+  MultiHeadAttention,
+  WindowContextPool,
+  build_mixer,
+)
 from poolformers_jax.layers.context_pool import POOL_OPTIONS
 
 # Every non-default row of the paper's Tables 1-3.
@@ -163,7 +169,7 @@ def test_one_definition_of_the_options_and_the_defaults_each_form_keeps():
   """ContextPoolOptions declares the options once; every form inherits them, keyword-only after
   its own positional fields, with the defaults that differ on purpose (2D window 3 pixels,
   CP-Swin's predictor width 8)."""
-  from poolformers_jax.models.seq2seq import ContextPoolStep   # the decoding form
+  from poolformers_jax.models.seq2seq import ContextPoolStep  # the decoding form
   forms = (ContextPool, ContextPool2D, WindowContextPool, ContextPoolAttention, ContextPoolStep)
   assert POOL_OPTIONS == ('weights', 'locality', 'predictor', 'size_ratio', 'predictor_dim',
                           'window_size')

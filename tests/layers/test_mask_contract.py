@@ -8,12 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_mixer_kit import SMALL
 
 from poolformers_jax import testing as T
 from poolformers_jax.layers import MIXERS, build_mixer
 from poolformers_jax.models.block import TransformerBlock
-
-from test_mixer_kit import SMALL
 
 REFUSED = r': a mask is bool, or 0 / 1 integers or floats \(1 = real token, 0 = padding\); '
 

@@ -10,12 +10,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import retrace
 
 from poolformers_jax import testing as T
-from poolformers_jax.layers import (MIXERS, MixerTraits, MultiHeadAttention, build_mixer,
-                                    register_mixer)
+from poolformers_jax.layers import (
+  MIXERS,
+  MixerTraits,
+  MultiHeadAttention,
+  build_mixer,
+  register_mixer,
+)
 from poolformers_jax.layers.registry import mixer_fields
-import retrace
 
 # Options that let every built-in mixer run at the kit's length 16.
 SMALL = {'ponet': dict(segment_num=4), 'adamra': dict(compression_rates=(1 / 2, 1 / 4, 1 / 8)),

@@ -6,10 +6,15 @@ import numpy as np
 import pytest
 
 from poolformers_jax import testing as T
-from poolformers_jax.layers import (MSAC, SAC, CrossAttentiveInput, MultiHeadAttention,
-                                    SelfAttention2D, build_mixer)
+from poolformers_jax.layers import (
+  MSAC,
+  SAC,
+  CrossAttentiveInput,
+  MultiHeadAttention,
+  SelfAttention2D,
+  build_mixer,
+)
 from poolformers_jax.layers.msac import relative_distance_indices
-
 
 # --------------------------------------------------------------------------- numpy reference
 

@@ -9,8 +9,13 @@ import pytest
 from poolformers_jax import testing as T
 from poolformers_jax.layers import PoNet, build_mixer
 from poolformers_jax.layers.common import NEG_INF
-from poolformers_jax.layers.ponet import (chunk_max_pool, chunk_segment_ids, global_aggregation,
-                                          local_max_pool, segment_max_pool)
+from poolformers_jax.layers.ponet import (
+  chunk_max_pool,
+  chunk_segment_ids,
+  global_aggregation,
+  local_max_pool,
+  segment_max_pool,
+)
 
 # ---- plain numpy references (loops, float64) ---------------------------------------------------
 
@@ -50,7 +55,8 @@ def lmp_np(x, mask, window):
   for bi in range(b):
     for i in range(l):
       if mask[bi, i]:
-        near = [j for j in range(i - window // 2, i + window // 2 + 1) if 0 <= j < l and mask[bi, j]]
+        near = [j for j in range(i - window // 2, i + window // 2 + 1)
+                if 0 <= j < l and mask[bi, j]]
         out[bi, i] = np.max(x[bi, near], axis=0)
   return out
 
@@ -85,14 +91,15 @@ def lra_segments(b, l, segment_num):
   return np.tile(np.arange(l) // seg_len, (b, 1))
 
 
-# ---- the three poolings alone ---------------------------------------------------------------------
+# ---- the three poolings alone ----------------------------------------------------------------
 
 
 def test_poolings_match_numpy_loops():
   rng = np.random.default_rng(0)
   b, l, h, dh = 2, 11, 2, 3
   x = rng.standard_normal((b, l, h * dh))
-  (w_q, w_k), (b_q, b_k) = rng.standard_normal((2, h * dh, h * dh)), rng.standard_normal((2, h * dh))
+  (w_q, w_k) = rng.standard_normal((2, h * dh, h * dh))
+  (b_q, b_k) = rng.standard_normal((2, h * dh))
   q, k = (x @ w_q + b_q).reshape(b, l, h, dh), (x @ w_k + b_k).reshape(b, l, h, dh)
   mask = np.arange(l)[None] < np.array([[11], [6]])
   for cross in (False, True):  # GA folds the projections into its averages: same values
@@ -104,15 +111,16 @@ def test_poolings_match_numpy_loops():
 
   x = rng.standard_normal((b, l, 4))
   ids = rng.integers(0, 4, (b, l))              # non-contiguous sentence ids
-  np.testing.assert_allclose(np.asarray(segment_max_pool(jnp.asarray(x), jnp.asarray(mask), jnp.asarray(ids))),
-                             smp_np(x, mask, ids), atol=1e-6)
+  pooled = segment_max_pool(jnp.asarray(x), jnp.asarray(mask), jnp.asarray(ids))
+  np.testing.assert_allclose(np.asarray(pooled), smp_np(x, mask, ids), atol=1e-6)
   for segment_num in (1, 3, 4, 11):               # seg_len 12, 4, 3, 2
     chunked = chunk_max_pool(jnp.asarray(x), jnp.asarray(mask), segment_num)
-    np.testing.assert_allclose(np.asarray(chunked), smp_np(x, mask, lra_segments(b, l, segment_num)), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(chunked),
+                               smp_np(x, mask, lra_segments(b, l, segment_num)), atol=1e-6)
   np.testing.assert_array_equal(np.asarray(chunk_segment_ids(2048, 64)), np.arange(2048) // 33)
   for window in (1, 3, 5):
-    np.testing.assert_allclose(np.asarray(local_max_pool(jnp.asarray(x), jnp.asarray(mask), window)),
-                               lmp_np(x, mask, window), atol=1e-6)
+    pooled = local_max_pool(jnp.asarray(x), jnp.asarray(mask), window)
+    np.testing.assert_allclose(np.asarray(pooled), lmp_np(x, mask, window), atol=1e-6)
 
 
 def test_local_max_pool_gradient_goes_to_the_first_maximum():
@@ -124,16 +132,18 @@ def test_local_max_pool_gradient_goes_to_the_first_maximum():
   mask = np.arange(l)[None] < np.array([[9], [6]])
   c = jnp.asarray(rng.standard_normal((b, l, d)), jnp.float32)
   keep = jnp.asarray(mask)[..., None]
-  max_pool = lambda x, w: nn.max_pool(jnp.where(keep, x, NEG_INF), (w,), strides=(1,), padding='SAME')
+  max_pool = lambda x, w: nn.max_pool(jnp.where(keep, x, NEG_INF), (w,), strides=(1,),
+                                      padding='SAME')
   for window in (1, 3, 5):
-    grad = jax.grad(lambda x: jnp.sum(c * local_max_pool(x, jnp.asarray(mask), window)))(x)
+    grad = jax.grad(lambda x, w=window: jnp.sum(c * local_max_pool(x, jnp.asarray(mask), w)))(x)
     expected = np.zeros((b, l, d), np.float32)
     for bi, i, di in np.ndindex(b, l, d):
       if mask[bi, i]:
-        near = [j for j in range(i - window // 2, i + window // 2 + 1) if 0 <= j < l and mask[bi, j]]
+        near = [j for j in range(i - window // 2, i + window // 2 + 1)
+                if 0 <= j < l and mask[bi, j]]
         expected[bi, near[int(np.argmax(np.asarray(x)[bi, near, di]))], di] += c[bi, i, di]
     np.testing.assert_allclose(np.asarray(grad), expected, atol=1e-6)
-    xla = jax.grad(lambda x: jnp.sum(c * jnp.where(keep, max_pool(x, window), 0)))(x)
+    xla = jax.grad(lambda x, w=window: jnp.sum(c * jnp.where(keep, max_pool(x, w), 0)))(x)
     np.testing.assert_allclose(np.asarray(grad), np.asarray(xla), atol=1e-6)
 
 
@@ -147,7 +157,7 @@ def test_padding_never_wins_a_max():
     np.testing.assert_array_equal(np.asarray(pooled[0, 3:]), 0.0)
 
 
-# ---- the full mixer --------------------------------------------------------------------------------
+# ---- the full mixer -------------------------------------------------------------------------
 
 ABLATIONS = [dict(), dict(use_ga_cross_attention=False), dict(use_ga=False), dict(use_smp=False),
              dict(use_lmp=False), dict(use_smp=False, use_lmp=False)]
@@ -164,18 +174,22 @@ def test_full_mixer_and_ablations_match_numpy():
     ref = ponet_np(params, x, mask, seg, 2, ga=switches.get('use_ga', True),
                    cross=switches.get('use_ga_cross_attention', True),
                    smp=switches.get('use_smp', True), lmp=switches.get('use_lmp', True))
-    np.testing.assert_allclose(np.asarray(y)[m], ref[m], atol=2e-5, rtol=2e-4, err_msg=str(switches))
+    np.testing.assert_allclose(np.asarray(y)[m], ref[m], atol=2e-5, rtol=2e-4,
+                               err_msg=str(switches))
 
-  # use_lmp=False removes exactly the l term: full - ablated = W_out . LMP(H_L) (linear output proj).
+  # use_lmp=False removes exactly the l term: full - ablated = W_out . LMP(H_L) (linear output
+  # projection).
   p = params['params']
   l_term = local_max_pool(x @ p['local']['kernel'] + p['local']['bias'], mask) @ p['out']['kernel']
-  diff = full.apply(params, x, mask) - PoNet(num_heads=2, segment_num=3, use_lmp=False).apply(params, x, mask)
+  ablated = PoNet(num_heads=2, segment_num=3, use_lmp=False)
+  diff = full.apply(params, x, mask) - ablated.apply(params, x, mask)
   np.testing.assert_allclose(np.asarray(diff)[m], np.asarray(l_term)[m], atol=1e-5)
 
 
 def test_ablations_create_only_their_parameters():
   x, mask = T.random_inputs(0, 1, 5, 4)
-  names = lambda **kw: set(PoNet(num_heads=2, segment_num=2, **kw).init(jax.random.PRNGKey(0), x, mask)['params'])
+  names = lambda **kw: set(PoNet(num_heads=2, segment_num=2, **kw).init(
+      jax.random.PRNGKey(0), x, mask)['params'])
   assert names() == {'query', 'key', 'gate', 'segment', 'local', 'out'}
   assert names(use_ga=False) == {'gate', 'segment', 'local', 'out'}
   assert names(use_ga_cross_attention=False) == {'query', 'gate', 'segment', 'local', 'out'}
@@ -191,14 +205,17 @@ def test_explicit_segment_ids_and_boundary_match_numpy():
   params = module.init(jax.random.PRNGKey(0), x, mask)
   m = np.asarray(mask)
   y = module.apply(params, x, mask, segment_ids=jnp.asarray(seg))
-  np.testing.assert_allclose(np.asarray(y)[m], ponet_np(params, x, mask, seg, 2)[m], atol=2e-5, rtol=2e-4)
-  y = module.apply(params, x, mask, segment_ids=jnp.asarray(seg), boundary_mask=jnp.asarray(boundary))
+  np.testing.assert_allclose(np.asarray(y)[m], ponet_np(params, x, mask, seg, 2)[m], atol=2e-5,
+                             rtol=2e-4)
+  y = module.apply(params, x, mask, segment_ids=jnp.asarray(seg),
+                   boundary_mask=jnp.asarray(boundary))
   ref = ponet_np(params, x, mask, seg, 2, boundary=boundary)
   np.testing.assert_allclose(np.asarray(y)[m], ref[m], atol=2e-5, rtol=2e-4)
   # explicit ids equal to the LRA chunks give the segment_num output exactly
   chunks = jnp.asarray(lra_segments(2, 9, 4))
   np.testing.assert_allclose(np.asarray(module.apply(params, x, mask, segment_ids=chunks)),
-                             np.asarray(PoNet(num_heads=2, segment_num=4).apply(params, x, mask)), atol=1e-6)
+                             np.asarray(PoNet(num_heads=2, segment_num=4).apply(params, x, mask)),
+                             atol=1e-6)
 
 
 class _WithSentenceIds(nn.Module):
@@ -237,7 +254,8 @@ def test_no_dropout_inside_and_intermediates():
   x, mask = T.random_inputs(2, 1, 6, 8, num_real=[4])
   module = PoNet(num_heads=2, segment_num=2)
   params = module.init(jax.random.PRNGKey(0), x, mask)
-  train = module.apply(params, x, mask, deterministic=False, rngs={'dropout': jax.random.PRNGKey(1)})
+  train = module.apply(params, x, mask, deterministic=False,
+                       rngs={'dropout': jax.random.PRNGKey(1)})
   np.testing.assert_array_equal(np.asarray(train), np.asarray(module.apply(params, x, mask)))
   _, state = module.apply(params, x, mask, mutable=['intermediates'])
   (w,) = state['intermediates']['ga_weights']
@@ -275,7 +293,8 @@ def test_bad_input_messages():
     init(PoNet(num_heads=3, segment_num=2), x, mask)
   with pytest.raises(ValueError, match='cannot run causally'):
     build_mixer('ponet', shared=dict(num_heads=2, causal=True), segment_num=2)
-  m = build_mixer('ponet', shared=dict(num_heads=2, dropout_rate=0.1), segment_num=64, use_lmp=False)
+  m = build_mixer('ponet', shared=dict(num_heads=2, dropout_rate=0.1), segment_num=64,
+                  use_lmp=False)
   assert isinstance(m, PoNet) and m.segment_num == 64 and not m.use_lmp
   # A required argument left out: one line naming it and where it goes (was a raw TypeError).
   with pytest.raises(ValueError, match=r"^mixer 'ponet' \(PoNet\) needs \['segment_num'\]: set "
@@ -288,6 +307,7 @@ def test_bad_input_messages():
 def test_every_model_names_a_missing_mixer_argument_when_built(name):
   """Through every model that takes config.model.mixer: the same line, before any trace."""
   import ml_collections
+
   from poolformers_jax.models import build_model
   sizes = {'lra_encoder': dict(vocab_size=18, max_length=8, num_classes=10),
            'lra_dual_encoder': dict(vocab_size=18, max_length=8, num_classes=2),

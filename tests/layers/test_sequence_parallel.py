@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 
 from poolformers_jax.layers import AdaMRA, LinearAttention, PoNet, build_mixer
-from poolformers_jax.layers.sequence_parallel import (PER_EXAMPLE, TOKENS, map_shards,
-                                                      sharded_sequences)
+from poolformers_jax.layers.sequence_parallel import (
+  PER_EXAMPLE,
+  TOKENS,
+  map_shards,
+  sharded_sequences,
+)
 from poolformers_jax.testing import assert_sequence_parallel
 from poolformers_jax.trainer.sharding import make_mesh
 

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poolformers_jax.models import build_model
 from poolformers_jax import config as config_lib
+from poolformers_jax.models import build_model
 
 _spec = importlib.util.spec_from_file_location(
     'cifar_config', pathlib.Path(__file__).parents[2] / 'configs' / 'cifar.py')

@@ -15,13 +15,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from safetensors.numpy import load_file
+from test_vit import load_config
 
 from poolformers_jax import convert as convert_lib
 from poolformers_jax.data.base import DatasetInfo
 from poolformers_jax.models import build_model
-from poolformers_jax.trainer import checkpoint as checkpoint_lib, optim, sharding
-from poolformers_jax.trainer import setup as setup_lib
-from test_vit import load_config
+from poolformers_jax.trainer import (
+  checkpoint as checkpoint_lib,
+  optim,
+  setup as setup_lib,
+  sharding,
+)
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'fixtures')
 TINY = dict(hidden_dim=8, depth=2, num_heads=2, num_classes=5, image_size=16)

@@ -5,8 +5,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from poolformers_jax.models import MODELS
-from poolformers_jax.models import convnet
+from poolformers_jax.models import MODELS, convnet
 
 TINY = dict(name='cp_convnet', num_classes=3, widths=(4, 8), convs_per_stage=1)
 

@@ -2,10 +2,10 @@
 allow, counted with the summary tool's MAC counter, and CIFAR-10 as the ConvNets' default."""
 import jax
 import jax.numpy as jnp
+from test_cifar_configs import cifar, completed
 
 from poolformers_jax.models import build_model
 from poolformers_jax.summary import forward_macs
-from test_cifar_configs import cifar, completed
 
 
 def _counts(config, size):

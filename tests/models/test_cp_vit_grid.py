@@ -5,9 +5,9 @@ pooling weights w and widths sigma with 2D distances."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+from test_vit import images, random_variables, tiny
 
 from poolformers_jax.layers.context_pool import ContextPool
-from test_vit import images, random_variables, tiny
 
 H, W, D = 3, 4, 8
 

@@ -12,10 +12,10 @@ import math
 
 import jax
 import pytest
+from test_vit import image_spec, load_config
 
 from poolformers_jax.models import build_model
 from poolformers_jax.summary import abstract_variables, forward_macs
-from test_vit import image_spec, load_config
 
 # (config arg, config.model overrides, stage lengths, paper params M, paper FLOPs G)
 HVT_TABLES_5_TO_8 = [

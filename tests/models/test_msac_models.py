@@ -7,8 +7,7 @@ import optax
 import pytest
 
 from poolformers_jax.models import build_model
-from poolformers_jax.models.msac_models import (cross_attentive_similarity_config,
-                                                msac_resnet_config)
+from poolformers_jax.models.msac_models import cross_attentive_similarity_config, msac_resnet_config
 
 
 def _tiny(cfg: ml_collections.ConfigDict) -> ml_collections.ConfigDict:

@@ -19,11 +19,10 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from poolformers_jax import convert
+from poolformers_jax import config as config_lib, convert
 from poolformers_jax.models import build_model
-from poolformers_jax.weights import ponet as ponet_convert, state_dict
-from poolformers_jax import config as config_lib
 from poolformers_jax.trainer import init_from
+from poolformers_jax.weights import ponet as ponet_convert, state_dict
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'fixtures')
 

@@ -4,14 +4,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import retrace
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from poolformers_jax.models import build_model
-from poolformers_jax.models import seq2seq_decode as sd
-from poolformers_jax.models.seq2seq import TransformerSeq2Seq
 from poolformers_jax import tasks
+from poolformers_jax.models import build_model, seq2seq_decode as sd
+from poolformers_jax.models.seq2seq import TransformerSeq2Seq
 from poolformers_jax.tasks.translation import length_batches
-import retrace
 
 VOCAB = 40
 CP_VARIANTS = {'plain': None, 'cp': {},
@@ -194,8 +193,9 @@ def test_decoding_sharded_over_the_data_axis_matches_one_device():
                                                    (True, 'self_attention', 61.12),
                                                    (True, 'every_attention', 61.41)])
 def test_base_parameter_count_with_a_32k_shared_vocabulary(cp, placement, millions):
-  from poolformers_jax.cli import load_config_file
   import os
+
+  from poolformers_jax.cli import load_config_file
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   config = load_config_file(os.path.join(repo, 'configs', 'wmt14.py') + (':base,cp' if cp else
                                                                          ':base'))

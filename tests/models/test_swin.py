@@ -9,11 +9,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poolformers_jax.models import build_model
 from poolformers_jax import config as config_lib
-from poolformers_jax.models.swin import (SwinBlock, SwinTransformer, WindowContextPool,
-                                         relative_position_index, shifted_window_mask,
-                                         window_partition)
+from poolformers_jax.models import build_model
+from poolformers_jax.models.swin import (
+  SwinBlock,
+  SwinTransformer,
+  WindowContextPool,
+  relative_position_index,
+  shifted_window_mask,
+  window_partition,
+)
 
 _CONFIG_PATH = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'imagenet.py')
 _spec = importlib.util.spec_from_file_location('imagenet_config', _CONFIG_PATH)

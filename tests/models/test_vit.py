@@ -17,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from poolformers_jax import config as config_lib
 from poolformers_jax.models import build_model
 from poolformers_jax.summary import count_macs, forward_macs
-from poolformers_jax import config as config_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

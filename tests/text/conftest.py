@@ -3,11 +3,11 @@ import os
 
 import jax
 import pytest
-
 from text_corpus import pretraining_config, write_corpus, write_vocab
-from poolformers_jax.trainer import setup as setup_lib
-from poolformers_jax.train import train_and_evaluate
+
 from poolformers_jax.eval import evaluate_state
+from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import setup as setup_lib
 
 
 @pytest.fixture(scope='session')

@@ -6,16 +6,15 @@ import os
 
 import flax
 import jax
+import long_text
 import numpy as np
 import pytest
-
-import long_text
 from text_corpus import SPECIALS, WORDS, document
-from poolformers_jax import data
+
+from poolformers_jax import config as config_lib, data
 from poolformers_jax.data import text_classification
-from poolformers_jax import config as config_lib
-from poolformers_jax.trainer import init_from, setup as setup_lib
 from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import init_from, setup as setup_lib
 
 CLS, SEP = 2, 3
 

@@ -5,19 +5,18 @@ import json
 import os
 import zlib
 
+import glue
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import glue
-from poolformers_jax import data
+from poolformers_jax import config as config_lib, data
 from poolformers_jax.data import glue as glue_data
-from poolformers_jax import config as config_lib
-from poolformers_jax.trainer import setup as setup_lib
-from poolformers_jax.tasks import text as text_tasks
 from poolformers_jax.eval import evaluate_state
+from poolformers_jax.tasks import text as text_tasks
+from poolformers_jax.trainer import setup as setup_lib
 from poolformers_jax.trainer.metrics import read_metrics
 
 WORDS = ['first', 'second', 'the', 'cat'] + [f'tp{t}w{j}' for t in range(6) for j in range(8)]
@@ -229,6 +228,7 @@ def test_load_run_encodes_sentences_and_pairs_as_glue_does(text_dir):
   """Run.encode of raw text (a pair for MRPC, one sentence for CoLA) is the GLUE example of the
   same record: WordPiece ids, [CLS] a [SEP] b [SEP], token types, the run's max_length."""
   import types
+
   from poolformers_jax.run import Run
   from poolformers_jax.tasks import get_task
   for task, arity in (('mrpc', 2), ('cola', 1)):

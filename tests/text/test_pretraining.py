@@ -4,11 +4,10 @@ import collections
 
 import numpy as np
 import pytest
-
 from text_corpus import SPECIALS, WORDS, pretraining_config as _config
-from poolformers_jax import data
+
+from poolformers_jax import config as config_lib, data
 from poolformers_jax.data import text_pretraining, wordpiece
-from poolformers_jax import config as config_lib
 
 CLS, SEP, MASK = 2, 3, 4
 FIRST, SECOND = len(SPECIALS) + WORDS.index('first'), len(SPECIALS) + WORDS.index('second')

@@ -14,8 +14,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'configs'))
 sys.path.insert(0, os.path.join(REPO, 'tests', 'train'))
 
-import tiny_runs  # noqa: E402,F401  (the persistent compilation cache of the trainer tests)
 import ponet_pretrain  # noqa: E402
+import tiny_runs  # noqa: E402,F401  (the persistent compilation cache of the trainer tests)
+
 from poolformers_jax import config as config_lib  # noqa: E402
 
 SPECIALS = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]']

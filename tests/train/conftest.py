@@ -1,6 +1,5 @@
 """Fixtures of the trainer tests; the helpers live in tiny_runs.py."""
 import pytest
-
 import tiny_runs  # noqa: F401  (sets the persistent compilation cache for these tests)
 
 

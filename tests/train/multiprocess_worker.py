@@ -18,7 +18,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
-
 from tiny_runs import REPO, tiny_config, tiny_overrides  # noqa: E402
 
 # No persistent compilation cache here: both processes compile the same programs at the same
@@ -29,6 +28,7 @@ FSDP = {'mesh.data': 1, 'mesh.fsdp': 2, 'mesh.fsdp_min_size': 64}
 
 def main(data_dir, workdir):
   from absl import flags
+
   from poolformers_jax.train import train_and_evaluate
   from poolformers_jax.trainer import sharding
   flags.FLAGS.mark_as_parsed()

@@ -8,9 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from poolformers_jax.trainer import checkpoint as checkpoint_lib
-from poolformers_jax.trainer import checkpoint_policy as policy
 from poolformers_jax.train import NonFiniteLossError, _non_finite_error
+from poolformers_jax.trainer import checkpoint as checkpoint_lib, checkpoint_policy as policy
 
 
 def _walk(steps, damaged, rejected=()):

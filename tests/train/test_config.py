@@ -6,12 +6,12 @@ import sys
 
 import ml_collections
 import pytest
-
-from poolformers_jax.config import lra as lra_base
 from tiny_runs import REPO
+
+from poolformers_jax import config as config_lib
+from poolformers_jax.config import lra as lra_base
 from poolformers_jax.layers import MIXERS
 from poolformers_jax.layers.registry import mixer_fields
-from poolformers_jax import config as config_lib
 
 TASKS = ('lra_listops', 'lra_text', 'lra_retrieval', 'lra_image', 'lra_pathfinder')
 
@@ -98,7 +98,9 @@ def test_command_line_typo_exits_with_one_line_naming_close_keys(tmp_path):
 
 def test_config_is_completed_from_the_dataset_and_saved_as_json(tmp_path):
   import json
+
   import lra_listops
+
   from poolformers_jax.data import DatasetInfo
   config = lra_listops.get_config()
   info = DatasetInfo('listops', 'classification', 10, 18, (128,), {'train': 1})

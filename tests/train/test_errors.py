@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
-
 from tiny_runs import REPO, tiny_config
-from poolformers_jax.config import validate
+
 from poolformers_jax import errors
+from poolformers_jax.config import validate
 from poolformers_jax.trainer.setup import make_setup
 
 BAD = {   # override -> what the line must say
@@ -67,10 +67,11 @@ def test_bad_config_fails_in_setup_with_one_line(data_dir, case):
 
 
 def test_image_checks_patch_size_and_mixup():
+  import ml_collections
+
+  from poolformers_jax.config import base_config
   from poolformers_jax.data import DatasetInfo
   from poolformers_jax.trainer import sharding
-  from poolformers_jax.config import base_config
-  import ml_collections
   info = DatasetInfo('cifar10', 'classification', 10, None, (32, 32, 3), {'train': 1})
   devices = sharding.make_mesh(1).devices.size
 

@@ -4,9 +4,9 @@ import math
 import jax
 import numpy as np
 import pytest
+from tiny_runs import tiny_config
 
 from poolformers_jax.config import lra as lra_base
-from tiny_runs import tiny_config
 from poolformers_jax.layers import MIXERS
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.trainer.metrics import read_metrics

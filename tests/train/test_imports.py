@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from tiny_runs import REPO, tiny_config, tiny_overrides
+
 from poolformers_jax.train import train_and_evaluate
 
 FIXTURES = os.path.join(REPO, 'tests', 'fixtures')   # my_mixer.py registers 'fixture_mean_mixer'

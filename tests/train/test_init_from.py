@@ -8,12 +8,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax.traverse_util import flatten_dict
-
 from tiny_runs import tiny_config
-from poolformers_jax.models.vit import VisionTransformer
+
 from poolformers_jax.eval import evaluate
-from poolformers_jax.trainer import init_from
+from poolformers_jax.models.vit import VisionTransformer
 from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import init_from
 
 # torch 2.13 `F.interpolate(g[None, None], size=..., mode='bicubic', align_corners=False)`, float64
 # (the call in DeiT's main.py), computed once; torch is not needed to run this file.

@@ -14,16 +14,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
 from tiny_runs import DeviceReads, tiny_config
+
 from poolformers_jax import config as config_lib
-from poolformers_jax.trainer import accelerators, length_buckets
-from poolformers_jax.trainer import setup as setup_lib
-from poolformers_jax.trainer import step as step_lib
+from poolformers_jax.config import ConfigError
 from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import (
+  accelerators,
+  length_buckets,
+  setup as setup_lib,
+  step as step_lib,
+)
 from poolformers_jax.trainer.metrics import read_metrics
 from poolformers_jax.trainer.setup import make_setup
-from poolformers_jax.config import ConfigError
 
 LENGTH = 32
 MULTIPLE = 16     # buckets: 16 and 32 tokens

@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 import pytest
-
 from tiny_runs import REPO, tiny_config, tiny_overrides
+
 from poolformers_jax.config import validate
 from poolformers_jax.trainer.setup import make_setup
 

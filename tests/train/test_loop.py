@@ -7,11 +7,11 @@ import sys
 import jax
 import numpy as np
 import pytest
-
 from tiny_runs import REPO, sigterm_at_step, tiny_config, tiny_overrides
+
 from poolformers_jax import data
-from poolformers_jax.train import NonFiniteLossError, train_and_evaluate
 from poolformers_jax.eval import evaluate
+from poolformers_jax.train import NonFiniteLossError, train_and_evaluate
 from poolformers_jax.trainer.metrics import read_metrics
 
 
@@ -147,6 +147,7 @@ def test_progress_bar_counts_the_steps_whose_results_were_fetched(data_dir, tmp_
   step's results (log steps 3 and 6, validation / checkpoint 5, the stop at 4, the end 7), to
   that step, with the loss logged there; a resumed run's bar starts at its checkpoint."""
   import io
+
   import tqdm.auto
   shown = []   # (bar position, postfix) after every change of position
 

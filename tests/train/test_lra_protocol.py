@@ -6,23 +6,22 @@ import math
 import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optax
-import pytest
-
 import lra_image
 import lra_listops
 import lra_pathfinder
 import lra_retrieval
 import lra_text
+import numpy as np
+import optax
+import pytest
 from tiny_runs import sigterm_at_step, tiny_config
+
+from poolformers_jax import config as config_lib
 from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax.data import get_data_config, lra
 from poolformers_jax.models.encoder import POOLINGS, SequenceEncoder
-from poolformers_jax import config as config_lib
-from poolformers_jax.trainer import optim, param_init
 from poolformers_jax.train import train_and_evaluate
-from poolformers_jax.trainer import setup as setup_lib
+from poolformers_jax.trainer import optim, param_init, setup as setup_lib
 from poolformers_jax.trainer.metrics import read_metrics
 from poolformers_jax.trainer.setup import make_setup
 
@@ -147,14 +146,14 @@ def test_one_cycle_momentum_cycles_beta1_like_pytorch():
 
 # ------------------------------------------------------------------ config.param_init = 'torch'
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _setup(family, param_init=None):
   scheme = {} if param_init is None else {'param_init': param_init}
   return make_setup(tiny_config('/unused', family, **{'model.dim': 32, 'model.mlp_dim': 64},
                                 **scheme), need_files=False)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _fresh_and_torch(family):
   """A jitted rng -> (model.init's parameters, the same redrawn by 'torch'), flattened."""
   setup = _setup(family)

@@ -12,8 +12,8 @@ import sys
 import jax
 import numpy as np
 import pytest
-
 from tiny_runs import REPO, tiny_config, tiny_overrides
+
 from poolformers_jax import errors
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.trainer import checkpoint as checkpoint_lib, faults, step as step_lib

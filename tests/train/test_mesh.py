@@ -6,20 +6,18 @@ import shutil
 
 import chex
 import jax
+import lra_listops
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
-
 from tiny_runs import tiny_config
+
 from poolformers_jax import config as config_lib, load_run
 from poolformers_jax.eval import evaluate
-from poolformers_jax.trainer import sharding, step as step_lib
 from poolformers_jax.train import train_and_evaluate
-from poolformers_jax.trainer import setup as setup_lib
+from poolformers_jax.trainer import setup as setup_lib, sharding, step as step_lib
 from poolformers_jax.trainer.metrics import read_metrics
 from poolformers_jax.trainer.setup import make_setup
-
-import lra_listops
 
 
 def test_mesh_sizes_fill_the_rest_and_refuse_what_does_not_fit_in_one_line():

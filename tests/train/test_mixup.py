@@ -3,14 +3,14 @@ one train run with them on a tiny HVT."""
 import json
 import math
 
+import cifar
+import imagenet
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import cifar
-import imagenet
 from poolformers_jax import config as config_lib
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.trainer.mixup import MixParams, apply_mix, mix_batch

@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from tiny_runs import tiny_config
+
 from poolformers_jax import errors
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.trainer import checkpoint as checkpoint_lib

@@ -12,14 +12,13 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
-
 import tiny_runs
-from poolformers_jax import testing
-from poolformers_jax import reproduce
-from poolformers_jax.experiments import lra
+
+from poolformers_jax import reproduce, testing
 from poolformers_jax.config.lra import FAMILIES
 from poolformers_jax.data import masking
 from poolformers_jax.data.base import DatasetInfo
+from poolformers_jax.experiments import lra
 from poolformers_jax.layers.registry import causal_mixers
 from poolformers_jax.models import build_model
 from poolformers_jax.tasks import get_task

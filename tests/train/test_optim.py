@@ -6,10 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
 from tiny_runs import tiny_config
-from poolformers_jax import tasks
-from poolformers_jax import config as config_lib
+
+from poolformers_jax import config as config_lib, tasks
 from poolformers_jax.trainer import optim
 
 

@@ -6,15 +6,14 @@ import math
 import os
 import zipfile
 
+import cifar
+import enwik8
 import jax
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-import cifar
-import enwik8
-from poolformers_jax import load_run
-from poolformers_jax import config as config_lib
+from poolformers_jax import config as config_lib, load_run
 from poolformers_jax.train import train_and_evaluate
 
 RUN = {'num_train_steps': 2, 'eval_every_steps': 2, 'checkpoint_every_steps': 2,

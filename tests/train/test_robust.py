@@ -14,16 +14,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
 from tiny_runs import REPO, DeviceReads, tiny_config, tiny_overrides
-from poolformers_jax import data
-from poolformers_jax import average
-from poolformers_jax.train import NonFiniteLossError, train_and_evaluate
+
+from poolformers_jax import average, config as config_lib, data
 from poolformers_jax.eval import evaluate
-from poolformers_jax.trainer import checkpoint as checkpoint_lib
-from poolformers_jax import config as config_lib
-from poolformers_jax.trainer import init_from, integrity
-from poolformers_jax.trainer import step as step_lib
+from poolformers_jax.train import NonFiniteLossError, train_and_evaluate
+from poolformers_jax.trainer import (
+  checkpoint as checkpoint_lib,
+  init_from,
+  integrity,
+  step as step_lib,
+)
 from poolformers_jax.trainer.metrics import read_metrics
 from poolformers_jax.trainer.setup import make_setup
 

@@ -5,13 +5,13 @@ import subprocess
 import sys
 import types
 
-from flax import traverse_util
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
+from flax import traverse_util
 from tiny_runs import REPO, tiny_config
+
 import poolformers_jax
 from poolformers_jax.data import listops
 from poolformers_jax.layers.adamra import AdaMRA

@@ -7,13 +7,13 @@ import sys
 
 import numpy as np
 import pytest
-
 from tiny_runs import REPO, tiny_config
+
 import poolformers_jax
 from poolformers_jax.data import listops_tokens
 from poolformers_jax.data.generators import listops as listops_generator
-from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.trainer.setup import make_setup
 
 
@@ -224,7 +224,9 @@ def _images(shape):
 def test_encode_makes_the_datasets_own_eval_examples(name, raw, record):
   """A raw input becomes what the dataset's source + preprocess make of the same content."""
   import types
+
   import ml_collections
+
   from poolformers_jax.data import DATASETS, get_data_config
   from poolformers_jax.tasks import get_task
   data_config = get_data_config(name)

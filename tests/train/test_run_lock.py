@@ -9,9 +9,9 @@ import sys
 import time
 
 import pytest
+from tiny_runs import REPO, tiny_overrides
 
 from poolformers_jax.trainer import run_lock
-from tiny_runs import REPO, tiny_overrides
 
 
 def _train(workdir, data_dir, steps, **popen):

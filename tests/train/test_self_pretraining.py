@@ -166,8 +166,7 @@ def test_reproduce_spt_runs_both_stages_beside_scratch_and_resumes(tmp_path):
 def test_retrieval_pairs_self_pretrain_through_the_trainer(tmp_path):
   """The dual-encoder task: each document of a pair is masked and predicted on its own, through
   the pipeline, the one train step and evaluation."""
-  from poolformers_jax import data
-  from poolformers_jax import config as config_lib
+  from poolformers_jax import config as config_lib, data
   from poolformers_jax.train import train_and_evaluate
   text = 'pooling replaces attention in long documents '
   for split in ('train', 'eval', 'test'):

@@ -11,16 +11,16 @@ over 8 devices) must give the same loss and count every symbol but the first exa
 import math
 import zipfile
 
+import enwik8
 import jax
 import numpy as np
 import pytest
-
-import enwik8
-from poolformers_jax.data import text_lm
-from poolformers_jax.trainer import setup as setup_lib
-from poolformers_jax.eval import evaluate_state
-from poolformers_jax.trainer.step import make_eval_step
 import retrace
+
+from poolformers_jax.data import text_lm
+from poolformers_jax.eval import evaluate_state
+from poolformers_jax.trainer import setup as setup_lib
+from poolformers_jax.trainer.step import make_eval_step
 
 ALPHABET = list('abcdefghijklmnopqrstuvwxyz ')
 

@@ -6,6 +6,7 @@ module installs equal jax's loop form and the Threefry-2x32 known answer."""
 import os
 import re
 
+import cifar
 import flax.linen as nn
 import jax
 import jax.extend
@@ -13,14 +14,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
-
-import cifar
 from tiny_runs import REPO, tiny_config
-from poolformers_jax import runtime
-from poolformers_jax import summary
-from poolformers_jax import config as config_lib
-from poolformers_jax.trainer import step, transforms
+
+from poolformers_jax import config as config_lib, runtime, summary
 from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import step, transforms
 from poolformers_jax.trainer.setup import make_setup
 
 ONE_STEP = {'num_train_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
@@ -89,7 +87,7 @@ def _rolled_threefry_bits(key, shape):
   """jax's 32-bit random bits of a threefry `key` (partitionable form: element i hashes the
   counter (0, i) and xors the two words), hashed by jax's CPU loop form of threefry (a fori_loop
   over the 5 blocks of rounds), not by the registered lowering."""
-  from jax._src.random import threefry2x32   # pylint: disable=g-import-not-at-top
+  from jax._src.random import threefry2x32  # pylint: disable=g-import-not-at-top
   assert jax.config.jax_threefry_partitionable
   counts2 = jnp.arange(np.prod(shape), dtype=jnp.uint32).reshape(shape)
   counts1 = jnp.zeros_like(counts2)
@@ -128,7 +126,7 @@ def test_unrolled_threefry_gives_the_same_bits_and_dropout_masks(unrolled_threef
 
 
 def test_dense_on_rows_keeps_values_and_gradients_and_flattens_every_dense():
-  from poolformers_jax.models.encoder import LraEncoder   # pylint: disable=g-import-not-at-top
+  from poolformers_jax.models.encoder import LraEncoder  # pylint: disable=g-import-not-at-top
   model = LraEncoder(vocab_size=20, max_length=32, dim=16, num_heads=2, mlp_dim=32,
                      mixer='ponet', mixer_kwargs={'segment_num': 4}, num_classes=3)
   tokens = jax.random.randint(jax.random.PRNGKey(0), (3, 32), 1, 20).at[1, 20:].set(0)
@@ -163,7 +161,7 @@ def test_dense_on_rows_keeps_values_and_gradients_and_flattens_every_dense():
 
 
 def test_dropout_mask_once_keeps_flax_masks_and_hashes_each_mask_once(unrolled_threefry):
-  from poolformers_jax.models.encoder import LraEncoder   # pylint: disable=g-import-not-at-top
+  from poolformers_jax.models.encoder import LraEncoder  # pylint: disable=g-import-not-at-top
   model = LraEncoder(vocab_size=20, max_length=32, dim=16, num_heads=2, mlp_dim=36,
                      mixer='softmax', mixer_kwargs={'dropout_on': 'weights'}, dropout_rate=0.1,
                      attention_dropout_rate=0.3, num_classes=3)

@@ -10,15 +10,21 @@ import jax
 import numpy as np
 import pytest
 
-from poolformers_jax.average import average_checkpoints
 from poolformers_jax import config as config_lib
-from poolformers_jax.trainer import checkpoint as checkpoint_lib
-from poolformers_jax.eval import evaluate
-from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.average import average_checkpoints
 from poolformers_jax.cli import load_config_file
+from poolformers_jax.eval import evaluate
+from poolformers_jax.tasks.translation import (
+  BUCKETS,
+  bleu_scores,
+  bucket_length,
+  length_batches,
+  split_compounds,
+  tokenize_for_bleu,
+)
+from poolformers_jax.train import train_and_evaluate
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.trainer.setup import make_setup
-from poolformers_jax.tasks.translation import (BUCKETS, bleu_scores, bucket_length,
-                                               length_batches, split_compounds, tokenize_for_bleu)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SOURCE_WORDS = ['zap', 'mib', 'tor', 'kel', 'vun', 'rax', 'dop', 'sil', 'gum', 'fep']

@@ -16,6 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(REPO, 'configs'))
 
 import lra_listops  # noqa: E402
+
 from poolformers_jax import config as config_lib, data  # noqa: E402
 
 jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.pytest_cache', 'jax_cache'))
@@ -92,6 +93,7 @@ class DeviceReads:
 
   def __enter__(self):
     from jax._src import array
+
     from poolformers_jax.trainer import step as step_lib
     self._value, self._compile = array.ArrayImpl._value, step_lib.compile_train_step
 
@@ -113,5 +115,6 @@ class DeviceReads:
 
   def __exit__(self, *exc):
     from jax._src import array
+
     from poolformers_jax.trainer import step as step_lib
     array.ArrayImpl._value, step_lib.compile_train_step = self._value, self._compile

@@ -10,10 +10,11 @@ data never loads one. Reports on generated data (statistics, sample grids) are b
 from __future__ import annotations
 
 import os
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 
-def parallel_map(fn: Callable, tasks: Sequence, workers: Optional[int] = None,
+def parallel_map(fn: Callable, tasks: Sequence, workers: int | None = None,
                  min_tasks: int = 2) -> list:
   """[fn(task) for task in tasks], in `workers` processes (default: all cores) when there are at
   least `min_tasks` tasks (fewer do not pay for the processes' start). spawn, not fork: the

@@ -27,14 +27,25 @@ import hashlib
 import os
 import random
 import sys
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from poolformers_jax import errors
 from poolformers_jax.data import base, generators
-from poolformers_jax.data.listops_tokens import (END, MAX, MED, MIN, NUM_CLASSES, OPERATORS,
-                                                 SUM_MOD, TSV_FILES, VOCAB, decode, encode)
+from poolformers_jax.data.listops_tokens import (
+  END,
+  MAX,
+  MED,
+  MIN,
+  NUM_CLASSES,
+  OPERATORS,
+  SUM_MOD,
+  TSV_FILES,
+  VOCAB,
+  decode,
+  encode,
+)
 
 DIGIT_PROBABILITY = 0.75   # the official VALUE_P = 0.25 is the operator probability
 CHUNK_TREES = 256   # accepted trees per chunk; chunk k has its own seeded stream
@@ -133,7 +144,7 @@ def _chunk(args) -> list[tuple[np.ndarray, int]]:
 
 
 def generate_splits(seed: int, sizes: Sequence[int], min_tokens: int, max_tokens: int,
-                    max_depth: int = 10, max_args: int = 10, workers: Optional[int] = None):
+                    max_depth: int = 10, max_args: int = 10, workers: int | None = None):
   """Unique (token ids with parentheses, label) lists, one per size, disjoint, from `seed`.
 
   Trees come in fixed chunks, each from its own stream seeded by (seed, chunk index); chunks are
@@ -277,7 +288,7 @@ def write_tsv(out_dir: str, seed: int, sizes: dict[str, int], min_tokens: int = 
 
 
 @errors.one_line_errors
-def main(argv: Optional[Sequence[str]] = None) -> None:
+def main(argv: Sequence[str] | None = None) -> None:
   parser = errors.ArgumentParser(
       prog='python -m poolformers_jax.data.generators.listops',
       description='Write ListOps in the LRA release format (basic_{train,val,test}.tsv) from a '

@@ -71,7 +71,8 @@ import math
 import os
 import random
 import shutil
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +113,7 @@ class Style:
   distractor_contrast: float = 2.0
 
   @classmethod
-  def lra(cls, resolution: int = 32, difficulty: str = 'curv_baseline') -> 'Style':
+  def lra(cls, resolution: int = 32, difficulty: str = 'curv_baseline') -> Style:
     if resolution not in LRA_SETTINGS:
       raise ValueError(f'resolution={resolution}: LRA states the generator settings of '
                        f'{sorted(LRA_SETTINGS)} (Pathfinder, Path-X); choose one of them.')
@@ -191,7 +192,7 @@ def _dilate(mask: np.ndarray, k: int) -> np.ndarray:
 class _Stroke:
   """A stamp's ink and its reach (pixels within 2 margin of the ink), clipped to the image."""
 
-  def __init__(self, canvas: '_Canvas', stamp, contrast: float):
+  def __init__(self, canvas: _Canvas, stamp, contrast: float):
     y0, x0, crop = stamp
     r = canvas.style.resolution
     self.value = crop * contrast
@@ -228,7 +229,7 @@ class _Canvas:
     self.tips: dict[int, tuple] = {}
     self.discs: dict[int, Any] = {}
 
-  def copy(self) -> '_Canvas':
+  def copy(self) -> _Canvas:
     other = object.__new__(_Canvas)
     other.__dict__.update(self.__dict__)
     for name in ('value', 'owner', 'near', 'kept'):
@@ -494,7 +495,7 @@ def write_batch(args) -> int:
 
 def generate(out_dir: str, *, seed: int = 0, resolution: int = 32,
              difficulty: str = 'curv_baseline', num_examples: int = 200000,
-             images_per_file: int = 1000, workers: Optional[int] = None) -> str:
+             images_per_file: int = 1000, workers: int | None = None) -> str:
   """Writes {out_dir}/pathfinder{R}/{difficulty}/ unless complete; returns that folder.
 
   Written into a temporary folder and renamed at the end, so a folder that exists is complete.
