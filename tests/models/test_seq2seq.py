@@ -195,10 +195,9 @@ def test_decoding_sharded_over_the_data_axis_matches_one_device():
 def test_base_parameter_count_with_a_32k_shared_vocabulary(cp, placement, millions):
   import os
 
-  from poolformers_jax.cli import load_config_file
+  from poolformers_jax.config import load_file
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  config = load_config_file(os.path.join(repo, 'configs', 'wmt14.py') + (':base,cp' if cp else
-                                                                         ':base'))
+  config = load_file(os.path.join(repo, 'configs', 'wmt14.py') + (':base,cp' if cp else ':base'))
   with config.unlocked():
     config.model.vocab_size = 32000
     if placement:

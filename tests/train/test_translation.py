@@ -12,7 +12,6 @@ import pytest
 
 from poolformers_jax import config as config_lib
 from poolformers_jax.average import average_checkpoints
-from poolformers_jax.cli import load_config_file
 from poolformers_jax.eval import evaluate
 from poolformers_jax.tasks.translation import (
   BUCKETS,
@@ -54,7 +53,7 @@ def write_corpus(folder, seed=0, train=3000, held_out=64):
 
 
 def tiny_translation_config(folder, **updates):
-  config = load_config_file(os.path.join(REPO, 'configs', 'wmt14.py') + ':tiny,cp')
+  config = config_lib.load_file(os.path.join(REPO, 'configs', 'wmt14.py') + ':tiny,cp')
   overrides = {
       'data.source': 'tsv', 'data.tsv_dir': str(folder), 'data.vocab_size': 72,
       'data.spm_hard_vocab_limit': False, 'data.max_length': 32, 'data.read_threads': 1,
