@@ -102,8 +102,11 @@ def repeated_blocks(sources: dict[str, str], size: int = 6) -> dict[tuple[str, .
   statements left out) that stand in more than one place: {lines: ['path:line', ...]}."""
   places: dict[tuple[str, ...], list[str]] = {}
   for path, text in sources.items():
+    imports = {i for node in ast.walk(ast.parse(text))
+               if isinstance(node, (ast.Import, ast.ImportFrom))
+               for i in range(node.lineno, (node.end_lineno or node.lineno) + 1)}
     lines = [(i, line.strip()) for i, line in enumerate(text.splitlines(), 1)
-             if line.strip() and not line.startswith(('import ', 'from '))]
+             if line.strip() and i not in imports]
     for k in range(len(lines) - size + 1):
       block = tuple(line for _, line in lines[k:k + size])
       if all(len(line) > 3 for line in block):

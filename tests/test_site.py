@@ -195,7 +195,7 @@ def test_the_site_as_a_reader_sees_it(site, browser):
       'document.getElementById("poolformers_jax.testing.check_mixer")'
       '.closest(".doc-object").querySelector(".doc-signature").textContent')
   flat = ' '.join(signature.split())
-  for part in ('check_mixer(', 'mixer: Module', 'causal: Optional[bool] = None', 'atol: float',
+  for part in ('check_mixer(', 'mixer: Module', 'causal: bool | None = None', 'atol: float',
                ') -> dict'):
     assert part in flat, (part, flat)
   browser.js('document.getElementById("poolformers_jax.testing.check_mixer").scrollIntoView();'

@@ -250,8 +250,7 @@ class AdaMRA(nn.Module):
                        f'e.g. (1/2, 1/8, 1/32).')
 
   @nn.compact
-  def __call__(self, x: Array, mask: Array | None = None, *,
-               deterministic: bool = True) -> Array:
+  def __call__(self, x: Array, mask: Array | None = None, *, deterministic: bool = True) -> Array:
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
     self._check_options(name)
