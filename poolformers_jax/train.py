@@ -351,14 +351,14 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
       writer.write(step, 'test', test)
       write_eval_json(workdir, 'test', test)
   except BaseException:
-    with contextlib.suppress(Exception):   # report the error that stopped the run
-      writer.close()
+    for close in (checkpointer.wait, checkpointer.close, writer.close):
+      with contextlib.suppress(Exception):   # report the error that stopped the run, not these
+        close()
     raise
-  finally:
-    with contextlib.suppress(Exception):
-      checkpointer.wait()
-    checkpointer.close()
-    writer.close()
+  with contextlib.suppress(Exception):
+    checkpointer.wait()
+  checkpointer.close()
+  writer.close()
   return TrainResult(state=state, step=step, status=status, validation=validation, test=test,
                      data_state=train_iter.get_state(), train_step_memory=memory)
 

@@ -93,8 +93,15 @@ class Checkpointer:
       store.write_records(wait=False)
 
   def close(self) -> None:
+    """Closes every store, then raises the first error one of them raised."""
+    failed = []
     for store in (self.latest, self.best, self.averaged):
-      store.close()
+      try:
+        store.close()
+      except Exception as error:  # pylint: disable=broad-except  (raised below, once all closed)
+        failed.append(error)
+    if failed:
+      raise failed[0]
 
   # -- what is kept -----------------------------------------------------------------------------
   def latest_step(self) -> int | None:

@@ -135,7 +135,10 @@ class Store:
     self.manager.delete(step)
 
   def close(self) -> None:
-    self.manager.close()
+    """Waits for the saves in flight (a full disk: DiskFull, their partial steps removed)."""
+    steps = [step for step, _ in self._pending]
+    with self._discarded_if_disk_full(steps) if steps else contextlib.nullcontext():
+      self.manager.close()
 
   # -- restoring --------------------------------------------------------------------------------
   def restore_verified(self, step: int, abstract_state: Any,
