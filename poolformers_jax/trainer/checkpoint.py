@@ -14,6 +14,7 @@ resume walks back to the newest checkpoint that verifies, moving damaged ones to
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from typing import Any
@@ -93,15 +94,10 @@ class Checkpointer:
       store.write_records(wait=False)
 
   def close(self) -> None:
-    """Closes every store, then raises the first error one of them raised."""
-    failed = []
-    for store in (self.latest, self.best, self.averaged):
-      try:
-        store.close()
-      except Exception as error:  # pylint: disable=broad-except  (raised below, once all closed)
-        failed.append(error)
-    if failed:
-      raise failed[0]
+    """Closes every store; an error of one stops none of the others (ExitStack)."""
+    with contextlib.ExitStack() as stack:
+      for store in (self.latest, self.best, self.averaged):
+        stack.callback(store.close)
 
   # -- what is kept -----------------------------------------------------------------------------
   def latest_step(self) -> int | None:
