@@ -1,0 +1,130 @@
+"""A damaged or truncated data file: each fault is an errors.DataFault (exit code 3) whose line
+names the file and the record and says where a good copy comes from, raised at the first read
+where the format lets it be checked cheaply:
+
+- a TSV line (ListOps, LRA Retrieval) with the wrong number of fields or a label that is not a
+  class, checked line by line as base.LineFile indexes the file: `FILE:LINE: what; what to do`;
+- an enwik8 / text8 zip whose member's CRC fails, or cut short (text_lm.py);
+- a TFDS array_record shard cut short or damaged: each shard's footer and record count against
+  the split's dataset_info as the split is opened (`check_shards`);
+- an image that does not decode (Pathfinder's PNGs), found when the record is read.
+
+With `config.data.skip_bad_records=True` the bad TSV lines and records are skipped instead: a
+bad line is left out of the index, a bad record read mid-stream is replaced by the next good one
+(`guarded`); each is counted (`skipped`), logged, and the trainer reports the count in its train
+metrics (`skipped_records`). A damaged zip or shard is the whole file: refused either way.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from absl import logging
+
+from poolformers_jax import errors
+
+SKIP_HINT = 'or set --config.data.skip_bad_records=True to skip such records (counted)'
+
+_lock = threading.Lock()
+_skipped: collections.Counter[str] = collections.Counter()
+
+
+class BadRecord(errors.DataFault):
+  """One record of a file cannot be read (a line, an image); the rest of the file can.
+  `where`: the file, as the count of skipped records names it."""
+
+  def __init__(self, message: str, where: str = ''):
+    super().__init__(message)
+    self.where = where
+
+  def __reduce__(self):   # grain's worker processes send it back pickled
+    return type(self), (str(self), self.where)
+
+
+def skip_requested(data_config) -> bool:
+  """config.data.skip_bad_records (a run saved before the key existed: False)."""
+  return bool(data_config.get('skip_bad_records', False))
+
+
+def bad_line(path: str, line: int, problem: str, todo: str) -> BadRecord:
+  """The error of line `line` (1-based, as editors count) of `path`."""
+  return BadRecord(f'{path}:{line}: {problem}; {todo}, {SKIP_HINT}', path)
+
+
+def count_skipped(where: str, count: int = 1) -> None:
+  """Counts `count` records of `where` (a file) as skipped."""
+  with _lock:
+    _skipped[where] += count
+
+
+def skipped() -> dict[str, int]:
+  """Records skipped in this process so far, by file."""
+  with _lock:
+    return dict(_skipped)
+
+
+def report() -> str:
+  """How many records were skipped, and from which files (the trainer logs it)."""
+  counts = skipped()
+  files = ', '.join(f'{where}: {count}' for where, count in sorted(counts.items()))
+  return (f'skipped {sum(counts.values())} bad records (config.data.skip_bad_records)'
+          + (f': {files}' if files else ''))
+
+
+class SkippingRecords:
+  """`records` whose bad records (BadRecord) are replaced by the next good one, counted: the
+  split keeps its length, so batches and the positions a resume restores stay as they were."""
+
+  def __init__(self, records: Sequence[Any]):
+    self.records = records
+
+  def __len__(self) -> int:
+    return len(self.records)
+
+  def __getitem__(self, index: int) -> Any:
+    count = len(self.records)
+    for step in range(count):
+      try:
+        return self.records[(int(index) + step) % count]
+      except BadRecord as error:
+        count_skipped(error.where or repr(self.records))
+        logging.warning('skipped a bad record: %s', error)
+    raise BadRecord(f'every record of {self.records!r} is bad; replace the files')
+
+  def __repr__(self) -> str:
+    return f'SkippingRecords({self.records!r})'
+
+
+def guarded(records: Sequence[Any], data_config) -> Sequence[Any] | SkippingRecords:
+  """`records` as the pipeline reads them: bad ones skipped where the user asked for it."""
+  return SkippingRecords(records) if skip_requested(data_config) else records
+
+
+def check_shards(source, what: str, todo: str) -> None:
+  """Raises DataFault naming the first array_record shard of a `tfds.data_source` split whose
+  footer does not read (a file cut short has none) or whose record count differs from the
+  split's shard lengths in dataset_info.json; opening a shard reads its footer and index only.
+  Other sources (tfds.testing.mock_data's: no split in their dataset_info) have no shards to
+  check."""
+  from array_record.python import array_record_module
+  from tensorflow_datasets.core.data_sources import array_record
+  split = source.split if isinstance(source, array_record.ArrayRecordDataSource) else None
+  try:
+    shards = source.dataset_info.splits[split].file_instructions if split else []
+  except KeyError:
+    shards = []
+  for shard in shards:
+    try:
+      reader = array_record_module.ArrayRecordReader(shard.filename, 'readahead_buffer_size:0')
+      found = reader.num_records() if reader.ok() else None
+      reader.close()
+    except (OSError, RuntimeError, ValueError) as error:
+      found, problem = None, f'is cut short or damaged ({errors.one_line(str(error))})'
+    else:
+      problem = ('is cut short or damaged: its footer does not read' if found is None else
+                 f'holds {found} records where dataset_info.json says {shard.examples_in_shard}')
+    if found != shard.examples_in_shard:
+      raise errors.DataFault(f'{shard.filename}: the array_record shard of {what} split '
+                             f'{split!r} {problem}; {todo}')
