@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from poolformers_jax import data, errors
-from poolformers_jax.data import bad_records, base, listops, text_lm
+from poolformers_jax.data import bad_records, base, listops, prepare, text_lm
 from poolformers_jax.data.generators import listops as generator
 
 SKIP_HINT = 'or set --config.data.skip_bad_records=True to skip such records (counted)'
@@ -232,3 +232,19 @@ def test_an_image_that_does_not_decode_is_refused_or_skipped_and_counted(tmp_pat
   assert targets == [i % 2 for i in read]
   for row, i in zip(rows, read):
     np.testing.assert_array_equal(row, images[i].reshape(-1).astype(np.int32) + 1)
+
+
+def test_prepare_reports_a_damaged_release_file_and_goes_on(tmp_path):
+  """`prepare lra` on a release whose ListOps validation file is cut mid-line: the ListOps line
+  says damaged with the reader's line; the other tasks are still reported."""
+  release = tmp_path / 'release'
+  generator.write_tsv(str(release / 'listops-1000'), seed=5,
+                      sizes={'train': 4, 'validation': 4, 'test': 4}, min_tokens=8, max_tokens=30)
+  path = release / 'listops-1000' / 'basic_val.tsv'
+  _damage_lines(path, {5: lambda line: None})
+  lines = prepare.report(str(release), str(tmp_path / 'tfds'))
+  assert len(lines) == 10
+  task, state, message = lines[0].split(maxsplit=2)
+  assert (task, state) == ('listops', 'damaged')
+  assert message.startswith(f'{path}:5: 1 tab-separated fields where a ListOps line has 2 ')
+  assert all(' missing ' in line for line in lines[1:])
