@@ -5,14 +5,17 @@ where the format lets it be checked cheaply:
 - a TSV line (ListOps, LRA Retrieval) with the wrong number of fields or a label that is not a
   class, checked line by line as base.LineFile indexes the file: `FILE:LINE: what; what to do`;
 - an enwik8 / text8 zip whose member's CRC fails, or cut short (text_lm.py);
-- a TFDS array_record shard cut short or damaged: each shard's footer and record count against
-  the split's dataset_info as the split is opened (`check_shards`);
-- an image that does not decode (Pathfinder's PNGs), found when the record is read.
+- a TFDS array_record shard cut short or swapped: each shard's footer and record count against
+  the split's dataset_info as the split is opened (`checked_shards`);
+- what only reading finds, when the record is read: a damaged chunk of a shard or a feature
+  that does not decode (`ShardRecords`: the shard, the record), a Pathfinder PNG that does not
+  decode.
 
 With `config.data.skip_bad_records=True` the bad TSV lines and records are skipped instead: a
 bad line is left out of the index, a bad record read mid-stream is replaced by the next good one
 (`guarded`); each is counted (`skipped`), logged, and the trainer reports the count in its train
-metrics (`skipped_records`). A damaged zip or shard is the whole file: refused either way.
+metrics (`skipped_records`). A zip or a shard that fails its check at open is a whole file:
+refused either way.
 """
 from __future__ import annotations
 
@@ -102,19 +105,70 @@ def guarded(records: Sequence[Any], data_config) -> Sequence[Any] | SkippingReco
   return SkippingRecords(records) if skip_requested(data_config) else records
 
 
-def check_shards(source, what: str, todo: str) -> None:
-  """Raises DataFault naming the first array_record shard of a `tfds.data_source` split whose
-  footer does not read (a file cut short has none) or whose record count differs from the
-  split's shard lengths in dataset_info.json; opening a shard reads its footer and index only.
-  Other sources (tfds.testing.mock_data's: no split in their dataset_info) have no shards to
-  check."""
-  from array_record.python import array_record_module
+class ShardRecords:
+  """The records of a `tfds.data_source` split, each read as the source reads it; one that does
+  not read (a damaged chunk of its shard, a feature that does not decode) raises BadRecord
+  naming the shard file, the record's position in it and in the split."""
+
+  def __init__(self, source, what: str, todo: str):
+    self.source, self.what, self.todo = source, what, todo
+    self.shards = [(shard.filename, shard.skip, shard.take) for shard in _shards(source)]
+    self.length = len(source)
+
+  def __len__(self) -> int:
+    return self.length
+
+  def _bad(self, index: int, error: Exception) -> BadRecord:
+    start = 0
+    for filename, skip, take in self.shards:
+      if index < start + take:
+        return BadRecord(
+            f'{filename}: record {skip + index - start} of the array_record shard (record '
+            f'{index} of {self.what} split {self.source.split!r}) does not read '
+            f'({errors.one_line(str(error))}); {self.todo}, {SKIP_HINT}', filename)
+      start += take
+    return BadRecord(f'record {index} of {self.what} split {self.source.split!r} does not read '
+                     f'({errors.one_line(str(error))}); {self.todo}, {SKIP_HINT}')
+
+  def __getitem__(self, index: int) -> Any:
+    index = int(index)
+    if not 0 <= index < self.length:
+      raise IndexError(f'record {index} of {self.length}')
+    try:
+      return self.source[index]
+    except (OSError, RuntimeError, SyntaxError, ValueError) as error:
+      raise self._bad(index, error) from error
+
+  def __getitems__(self, indices: Sequence[int]) -> list[Any]:
+    try:
+      return self.source.__getitems__(indices)
+    except (OSError, RuntimeError, SyntaxError, ValueError):
+      return [self[index] for index in indices]   # names the record that does not read
+
+  def __repr__(self) -> str:
+    return f'ShardRecords({self.what} {self.source.split!r}, {len(self)} records)'
+
+
+def _shards(source) -> list[Any]:
+  """The file instructions (filename, skip, take, examples_in_shard) of a `tfds.data_source`
+  split; none for other sources (tfds.testing.mock_data's: no split in their dataset_info)."""
   from tensorflow_datasets.core.data_sources import array_record
-  split = source.split if isinstance(source, array_record.ArrayRecordDataSource) else None
+  if not isinstance(source, array_record.ArrayRecordDataSource):
+    return []
   try:
-    shards = source.dataset_info.splits[split].file_instructions if split else []
+    return list(source.dataset_info.splits[source.split].file_instructions)
   except KeyError:
-    shards = []
+    return []
+
+
+def checked_shards(source, what: str, todo: str):
+  """`source` (a `tfds.data_source` split of `what`) as ShardRecords, after each array_record
+  shard's footer and record count are checked against the split's shard lengths in
+  dataset_info.json: a shard whose footer does not read (a file cut short has none) or whose
+  count differs raises DataFault naming it. Opening a shard reads its footer and index only.
+  Other sources are returned as they are."""
+  from array_record.python import array_record_module
+  shards = _shards(source)
   for shard in shards:
     try:
       reader = array_record_module.ArrayRecordReader(shard.filename, 'readahead_buffer_size:0')
@@ -127,4 +181,5 @@ def check_shards(source, what: str, todo: str) -> None:
                  f'holds {found} records where dataset_info.json says {shard.examples_in_shard}')
     if found != shard.examples_in_shard:
       raise errors.DataFault(f'{shard.filename}: the array_record shard of {what} split '
-                             f'{split!r} {problem}; {todo}')
+                             f'{source.split!r} {problem}; {todo}')
+  return ShardRecords(source, what, todo) if shards else source

@@ -257,9 +257,8 @@ def tfds_source(name: str, split: str, data_dir: str):
         f'{data_dir}/{name} is not prepared as array_record ({type(e).__name__}); run '
         f'`{build_command(name, data_dir)}` (network needed; `make data-env` makes .venv-data), '
         'or copy a folder prepared elsewhere here.') from e
-  bad_records.check_shards(source, f'TFDS {name}', f'run `{build_command(name, data_dir)}` '
-                           'again, or copy a folder prepared elsewhere here again')
-  return source
+  todo = f'run `{build_command(name, data_dir)}` again, or copy a folder prepared elsewhere here'
+  return bad_records.checked_shards(source, f'TFDS {name}', todo + ' again')
 
 
 def tfds_split_source(data_config, split: str, name: str | None = None):

@@ -71,9 +71,9 @@ def generated_source(data_config, split: str):
 
 @functools.lru_cache(maxsize=6)
 def _in_memory(builder, split: str) -> InMemoryRecords:
-  records = builder.as_data_source(split=split)
-  bad_records.check_shards(records, 'the generated ListOps', f'delete {builder.data_dir}: it is '
-                           'generated again on first use')
+  records = bad_records.checked_shards(builder.as_data_source(split=split), 'the generated ListOps',
+                                       f'delete {builder.data_dir}: it is generated again on '
+                                       'first use')
   return InMemoryRecords(records, f'{builder.info.full_name} {split}')
 
 

@@ -248,3 +248,47 @@ def test_prepare_reports_a_damaged_release_file_and_goes_on(tmp_path):
   assert (task, state) == ('listops', 'damaged')
   assert message.startswith(f'{path}:5: 1 tab-separated fields where a ListOps line has 2 ')
   assert all(' missing ' in line for line in lines[1:])
+
+
+def test_a_damaged_chunk_inside_a_shard_names_its_record_when_read(tmp_path, make_listops_config):
+  """A byte flipped inside the train shard's data (its footer still reads, the counts agree):
+  the record whose chunk it is, as a raw array_record reader finds it, is named with its shard
+  and position when read (through a split that starts at record 10, and by the ListOps reader
+  at open); with skip_bad_records it is replaced by the next record, counted."""
+  from array_record.python import array_record_module
+  config = make_listops_config(tmp_path)
+  listops.source(config.data, 'test')
+  folder, train = _shard(tmp_path, 'train')
+  raw = bytearray(open(train, 'rb').read())
+  raw[len(raw) // 64] ^= 0xFF
+  reader = array_record_module.ArrayRecordReader(train)
+  intact = [reader.read([i])[0] for i in range(60)]
+  with open(train, 'wb') as f:
+    f.write(bytes(raw))
+  reader = array_record_module.ArrayRecordReader(train)
+  unreadable = []
+  for i in range(60):
+    try:
+      assert reader.read([i])[0] == intact[i]
+    except RuntimeError:
+      unreadable.append(i)
+  (bad,) = unreadable
+  assert bad >= 11
+  name = f'poolformers_listops/{os.path.basename(os.path.dirname(folder))}'
+  records = base.tfds_source(name, 'train[10:]', str(tmp_path))
+  assert len(records) == 50
+  with pytest.raises(bad_records.BadRecord) as refused:
+    records[bad - 10]
+  assert str(refused.value).startswith(
+      f"{train}: record {bad} of the array_record shard (record {bad - 10} of TFDS {name} split "
+      "'train[10:]') does not read (Corrupted Riegeli/records file: ")
+  assert str(refused.value).endswith(SKIP_HINT)
+  with pytest.raises(bad_records.BadRecord, match=f'^{train}: record {bad} of the array_record'):
+    listops.source(config.data, 'train')
+
+  config.data.skip_bad_records = True
+  before = _skipped(train)
+  skipping = bad_records.guarded(records, config.data)
+  np.testing.assert_array_equal(skipping[bad - 10]['tokens'], records[bad - 9]['tokens'])
+  np.testing.assert_array_equal(skipping[bad - 11]['tokens'], records[bad - 11]['tokens'])
+  assert _skipped(train) - before == 1
