@@ -32,6 +32,7 @@ SKIP_HINT = 'or set --config.data.skip_bad_records=True to skip such records (co
 
 _lock = threading.Lock()
 _skipped: collections.Counter[str] = collections.Counter()
+_seen: set[tuple[str, int]] = set()   # (file, position in its split) of the records skipped
 
 
 class BadRecord(errors.DataFault):
@@ -77,8 +78,9 @@ def report() -> str:
 
 
 class SkippingRecords:
-  """`records` whose bad records (BadRecord) are replaced by the next good one, counted: the
-  split keeps its length, so batches and the positions a resume restores stay as they were."""
+  """`records` whose bad records (BadRecord) are replaced by the next good one: the split keeps
+  its length, so batches and the positions a resume restores stay as they were. Each bad record
+  is counted and logged once per process, however often it is read."""
 
   def __init__(self, records: Sequence[Any]):
     self.records = records
@@ -89,11 +91,17 @@ class SkippingRecords:
   def __getitem__(self, index: int) -> Any:
     count = len(self.records)
     for step in range(count):
+      position = (int(index) + step) % count
       try:
-        return self.records[(int(index) + step) % count]
+        return self.records[position]
       except BadRecord as error:
-        count_skipped(error.where or repr(self.records))
-        logging.warning('skipped a bad record: %s', error)
+        where = error.where or repr(self.records)
+        with _lock:
+          first = (where, position) not in _seen
+          _seen.add((where, position))
+        if first:
+          count_skipped(where)
+          logging.warning('skipped a bad record: %s', error)
     raise BadRecord(f'every record of {self.records!r} is bad; replace the files')
 
   def __repr__(self) -> str:
