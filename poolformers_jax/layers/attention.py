@@ -14,9 +14,9 @@ Softmax attention has four implementations of the same function (`implementation
 
 Sequence-parallel forms (the sequence split over devices):
 - linear attention: the key-value state sum_j phi(k_j) v_j^T [B, H, Dh, Dh] and the normaliser
-  sum_j phi(k_j) [B, H, Dh] are all-reduced; causal, each shard adds the states of the shards
-  before it (one all-gather of the per-shard states, an exclusive prefix sum: LASP-2) to its
-  own causal prefix sums. Nothing that crosses devices grows with the length.
+  sum_j phi(k_j) [B, H, Dh] are all-reduced; causal, each shard starts its chunk states with the
+  states of the shards before it (one all-gather of the per-shard states, an exclusive prefix
+  sum: LASP-2). Nothing that crosses devices grows with the length.
 - softmax attention, the quadratic baseline: every shard gathers all keys and values (and the
   key mask) and attends its own queries to them, so what crosses devices is K and V, which
   grow with the length ('explicit' and 'xla'; 'auto' runs 'xla' there, 'cudnn' is refused).
@@ -243,6 +243,9 @@ class MultiHeadAttention(nn.Module):
     return dense('out')(out)
 
 
+# Tokens per chunk of causal linear attention (docs/efficiency.md: step time and memory on a CPU).
+CHUNK_SIZE = 64
+
 FEATURE_MAPS: dict[str, Callable[[Array], Array]] = {
     'elu+1': lambda t: jax.nn.elu(t) + 1.0,   # Katharopoulos et al. (2020)
     'relu': jax.nn.relu,
@@ -251,9 +254,9 @@ FEATURE_MAPS: dict[str, Callable[[Array], Array]] = {
 
 def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
                      eps: float = 1e-6, normalizer: str = 'keys',
-                     shard: Shard | None = None) -> Array:
+                     shard: Shard | None = None, chunk_size: int = CHUNK_SIZE) -> Array:
   """Kernel attention on feature-mapped `q, k` and `v`, all [B, H, L, Dh]; `mask: [B, L]` removes
-  padded keys. Causal sums run over j <= i (prefix sums). Accumulation is in float32.
+  padded keys. Causal sums run over j <= i. Accumulation is in float32.
 
   normalizer 'keys' (Katharopoulos et al. 2020):
       out_i = phi(q_i) . sum_j phi(k_j) v_j^T / phi(q_i) . sum_j phi(k_j)
@@ -262,10 +265,12 @@ def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
       out_i = phi(q_i) . sum_j phi(k_j) v_j^T / sqrt(L)
   so the output depends on how much padding the batch carries (not on its values).
 
-  Sequence-sharded (`shard`: this device's tokens), the sums over keys are all-reduced as
-  [B, H, Dh, Dh] / [B, H, Dh] states; causal, the states of the shards before this one come from
-  one all-gather of every shard's state and an exclusive prefix sum (LASP-2) and are added to
-  the shard's own prefix sums. L of 'padded_length' is the whole sequence's, count x the shard's.
+  Causal, the sums are chunkwise (`chunkwise_causal`): memory O(L Dh + L / C Dh^2), never the
+  [L, Dh, Dh] prefix sums. Sequence-sharded (`shard`: this device's tokens), the sums over keys
+  are all-reduced as [B, H, Dh, Dh] / [B, H, Dh] states; causal, the states of the shards before
+  this one come from one all-gather of every shard's [B, H, Dh, Dh + 1] state and an exclusive
+  prefix sum (LASP-2) and start the shard's chunk states. L of 'padded_length' is the whole
+  sequence's, count x the shard's.
   """
   shard = shard or Shard(1, q.shape[2])
   k = k * mask[:, None, :, None].astype(k.dtype)
@@ -273,24 +278,41 @@ def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
   if normalizer == 'padded_length':
     scale = float(shard.count * q.shape[2]) ** -0.25
     q32, k32 = q32 * scale, k32 * scale
-  if causal:
-    kv = jnp.cumsum(jnp.einsum('bhld,bhle->bhlde', k32, v32), axis=2)
-    ksum = jnp.cumsum(k32, axis=2)
-    if shard.count > 1:   # plus the states of the preceding shards
-      state = jnp.concatenate([kv[:, :, -1], ksum[:, :, -1, :, None]], axis=-1)  # [B, H, Dh, Dh+1]
-      every = shard.all_gather(state)                                    # [count, B, H, Dh, Dh+1]
-      before = (jnp.arange(shard.count) < shard.index).astype(jnp.float32)
-      prefix = jnp.einsum('c,cbhde->bhde', before, every)
-      kv = kv + prefix[:, :, None, :, :-1]
-      ksum = ksum + prefix[:, :, None, :, -1]
-    num = jnp.einsum('bhld,bhlde->bhle', q32, kv)
-    den = jnp.einsum('bhld,bhld->bhl', q32, ksum)
+  if causal:   # the values carry a column of ones: its sum is the normaliser
+    ones = jnp.ones(v32.shape[:-1] + (1,), jnp.float32)
+    both = chunkwise_causal(q32, k32, jnp.concatenate([v32, ones], axis=-1), shard, chunk_size)
+    num, den = both[..., :-1], both[..., -1]
   else:
     kv = shard.psum(jnp.einsum('bhld,bhle->bhde', k32, v32))
     num = jnp.einsum('bhld,bhde->bhle', q32, kv)
     den = jnp.einsum('bhld,bhd->bhl', q32, shard.psum(jnp.sum(k32, axis=2)))
   out = num if normalizer == 'padded_length' else num / (den[..., None] + eps)
   return out.astype(v.dtype)
+
+
+def chunkwise_causal(q: Array, k: Array, v: Array, shard: Shard, chunk_size: int) -> Array:
+  """sum_{j <= i} (q_i . k_j) v_j for [B, H, L, Dh] q, k and [B, H, L, E] v, in chunks of C
+  tokens (fla's `chunk` mode; LASP's intra / inter-chunk split): inside a chunk the masked
+  [C, C] product (q_c k_c^T * causal) v_c, plus q_c times the state sum k_j v_j^T of every token
+  before the chunk: an exclusive prefix sum of the chunk states [L / C, Dh, E], started by the
+  states of the shards before this one. C is min(chunk_size, L); a length that C does not divide
+  is padded with zero keys and values at the end, and the output sliced back."""
+  b, h, length = q.shape[:3]
+  size = min(chunk_size, length)
+  chunks = -(-length // size)
+  pad = [(0, 0), (0, 0), (0, chunks * size - length), (0, 0)]
+  q, k, v = (jnp.pad(t, pad).reshape(b, h, chunks, size, t.shape[-1]) for t in (q, k, v))
+  scores = jnp.einsum('bhncd,bhnsd->bhncs', q, k) * jnp.tri(size, dtype=jnp.float32)
+  within = jnp.einsum('bhncs,bhnse->bhnce', scores, v)
+  states = jnp.einsum('bhncd,bhnce->bhnde', k, v)                       # [B, H, N, Dh, E]
+  before = jnp.pad(jnp.cumsum(states[:, :, :-1], axis=2),              # exclusive prefix
+                   [(0, 0), (0, 0), (1, 0), (0, 0), (0, 0)])
+  if shard.count > 1:   # plus the states of the preceding shards (LASP-2)
+    every = shard.all_gather(jnp.sum(states, axis=2))                   # [count, B, H, Dh, E]
+    earlier = (jnp.arange(shard.count) < shard.index).astype(jnp.float32)
+    before = before + jnp.einsum('c,cbhde->bhde', earlier, every)[:, :, None]
+  out = within + jnp.einsum('bhncd,bhnde->bhnce', q, before)
+  return out.reshape(b, h, chunks * size, -1)[:, :, :length]
 
 
 @register_mixer('linear')
@@ -300,13 +322,15 @@ class LinearAttention(nn.Module):
   family `linear_reference`; see `linear_attention`). No rotary positions (no `rotary` field):
   RoFormer's linear form (Eq. 19) rotates phi(q), phi(k) in the numerator only, another function
   than this one. No dropout field: kernel attention forms no weights to drop (the block drops
-  the mixer's output)."""
+  the mixer's output). `chunk_size`: tokens per chunk of the causal form (`chunkwise_causal`);
+  the outputs do not depend on it."""
   num_heads: int
   feature_map: str = 'elu+1'
   causal: bool = False
   use_bias: bool = True
   dtype: Dtype | None = None
   normalizer: Literal['keys', 'padded_length'] = 'keys'
+  chunk_size: int = CHUNK_SIZE
   traits = MixerTraits(
       padding_amount=lambda o: ("normalizer='padded_length' scales by the padded length"
                                 if o['normalizer'] == 'padded_length' else ''),
@@ -322,6 +346,10 @@ class LinearAttention(nn.Module):
     mask = check_sequence_input(x, mask, name)
     check_choice(name, 'feature_map', self.feature_map, sorted(FEATURE_MAPS))
     check_choices(self)
+    if isinstance(self.chunk_size, bool) or not isinstance(self.chunk_size, int) or (
+        self.chunk_size <= 0):
+      raise ValueError(f'{name}: chunk_size={self.chunk_size!r} must be a positive int (tokens '
+                       f'per chunk of the causal form, e.g. {CHUNK_SIZE}).')
     dim = x.shape[-1]
     check_heads(dim, self.num_heads, name)
     dtype = compute_dtype(self.dtype, x)
@@ -330,7 +358,8 @@ class LinearAttention(nn.Module):
     q, k, v = (split_heads(dense(n)(x), self.num_heads) for n in ('query', 'key', 'value'))
     # The sums over keys run on each sequence shard.
     core = lambda shard, q, k, v, mask: HEAD_TOKENS(linear_attention(
-        q, k, v, mask, self.causal, normalizer=self.normalizer, shard=shard))
+        q, k, v, mask, self.causal, normalizer=self.normalizer, shard=shard,
+        chunk_size=self.chunk_size))
     out = map_shards(core, HEAD_TOKENS(phi(q)), HEAD_TOKENS(phi(k)), HEAD_TOKENS(v), TOKENS(mask),
                      owner=name)
     return dense('out')(merge_heads(out))
