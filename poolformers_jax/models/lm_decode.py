@@ -69,22 +69,17 @@ class CharLMDecoder(CharTransformerLM):
     for i in range(self.num_layers):
       x = BlockStep(self.mixer, options, self.mlp_dim, self.activation, self.dtype,
                     name=f'block_{i}')(x)
-    x = nn.LayerNorm(dtype=self.dtype, name='ln_final')(x)
-    if self.tie_embeddings:
-      logits = embed.attend(x)
-    else:
-      logits = nn.Dense(self.vocab_size, dtype=dtype, name='logits')(x)
-    return logits.astype(jnp.float32)
+    return self.head(embed, x)
 
   @nn.nowrap
   def mixer_options(self) -> dict:
     """Every field of the blocks' mixer, as TransformerBlock builds it (build_mixer's shared
     arguments where the mixer declares them, then mixer_kwargs)."""
     cls, kwargs = MIXERS[self.mixer], dict(self.mixer_kwargs or {})
-    shared = dict(num_heads=self.num_heads, causal=True, rotary=self.positions == 'rotary',
-                  dtype=self.dtype)
+    rotary = self.positions == 'rotary'
+    shared = dict(num_heads=self.num_heads, causal=True, rotary=rotary, dtype=self.dtype)
     shared = {k: v for k, v in shared.items() if k in mixer_fields(cls)}
-    check_use(self.mixer, kwargs, given=shared, causal=True, rotary=shared.get('rotary', False))
+    check_use(self.mixer, kwargs, given=shared, causal=True, rotary=rotary)
     return options_of(cls, {**shared, **kwargs})
 
 

@@ -43,6 +43,7 @@ from poolformers_jax.layers.context_pool import ContextPoolAttention, ContextPoo
 from poolformers_jax.layers.msac import (
   MSAC,
   SAC,
+  HeadForm,
   _relative_bias_param,
   head_channels,
   window_shape,
@@ -124,7 +125,7 @@ class SACStep(nn.Module):
   num_heads: int
   window: Any = 1
   features: int | None = None
-  heads: str = 'full'
+  heads: HeadForm = 'full'
   regular_conv: bool = False
   relative_bias: bool = True
   max_distance: int = 64
