@@ -6,11 +6,11 @@ taken at the step's index (sinusoidal and learned added to the embedding, rotary
 the attention by its cache index). Its logits at every step equal the full forward's at that
 position (tests/models/test_lm_decode.py).
 
-`generate` runs one `jax.lax.scan` over the positions: the prompt's tokens are fed as they are
-(the prefill, a token per step as well), then each step's token is drawn from its logits: the
-most likely with temperature 0, else a sample of softmax(logits / temperature) among the top_k
-most likely; padding (id 0) is never drawn. The scan's state is the cache, allocated once for
-prompt + num_tokens - 1 inputs, so the program compiles once per prompt length and settings.
+`generate` feeds the prompt a token per step (the prefill, a `jax.lax.scan`), then a second scan
+draws each new token from its step's logits and feeds it back: the most likely with temperature
+0, else a sample of softmax(logits / temperature) among the top_k most likely; padding (id 0) is
+never drawn. The scans carry the cache, allocated once for prompt + num_tokens - 1 inputs, so the
+program compiles once per prompt length and settings.
 """
 from __future__ import annotations
 
@@ -150,26 +150,38 @@ def check_generation(model: CharTransformerLM, prompt_length: int, num_tokens: i
                      'position table; shorten the prompt or generate fewer tokens')
 
 
-def generate(model: nn.Module, params, prompt: Array, num_tokens: int, key: Array, *,
-             temperature: float = 1.0, top_k: int | None = None) -> Array:
-  """Prompt ids [B, P] -> the `num_tokens` tokens after them [B, num_tokens] (module
-  docstring). jit-compatible; `num_tokens`, `temperature` and `top_k` are static."""
-  decoder = decoder_of(model)
-  length = prompt.shape[1]
-  check_generation(decoder, length, num_tokens, temperature, top_k)
-  fed = jnp.pad(prompt.astype(jnp.int32), ((0, 0), (0, num_tokens)))
-
+def continue_text(decoder: CharLMDecoder, params, cache, token: Array, start: Array | int,
+                  num_tokens: int, key: Array, *, temperature: float = 1.0,
+                  top_k: int | None = None) -> Array:
+  """From the cache after `start` inputs, `token` [B] at position `start`: the `num_tokens`
+  tokens drawn after it, each fed back [B, num_tokens]."""
   def body(carry, position):
     cache, token = carry
     logits, cache = _step(decoder, params, cache, token, position)
-    drawn = draw(logits, jax.random.fold_in(key, position), temperature, top_k)
-    given = jax.lax.dynamic_index_in_dim(fed, position + 1, axis=1, keepdims=False)
-    token = jnp.where(position + 1 < length, given, drawn)
+    token = draw(logits, jax.random.fold_in(key, position), temperature, top_k)
     return (cache, token), token
 
+  _, tokens = jax.lax.scan(body, (cache, token), start + jnp.arange(num_tokens))
+  return jnp.moveaxis(tokens, 0, 1)
+
+
+def generate(model: nn.Module, params, prompt: Array, num_tokens: int, key: Array, *,
+             temperature: float = 1.0, top_k: int | None = None) -> Array:
+  """Prompt ids [B, P] -> the `num_tokens` tokens after them [B, num_tokens]: the prompt's first
+  P - 1 tokens fed (the prefill), then `continue_text` from its last. jit-compatible;
+  `num_tokens`, `temperature` and `top_k` are static."""
+  decoder = decoder_of(model)
+  length = prompt.shape[1]
+  check_generation(decoder, length, num_tokens, temperature, top_k)
+  prompt = prompt.astype(jnp.int32)
+
+  def feed(cache, position):
+    return _step(decoder, params, cache, prompt[:, position], position)[1], None
+
   cache = init_cache(decoder, prompt.shape[0], length + num_tokens - 1)
-  _, tokens = jax.lax.scan(body, (cache, fed[:, 0]), jnp.arange(length + num_tokens - 1))
-  return jnp.moveaxis(tokens, 0, 1)[:, length - 1:]
+  cache, _ = jax.lax.scan(feed, cache, jnp.arange(length - 1))
+  return continue_text(decoder, params, cache, prompt[:, -1], length - 1, num_tokens, key,
+                       temperature=temperature, top_k=top_k)
 
 
 def make_generate(model: nn.Module, num_tokens: int, *, temperature: float = 1.0,
