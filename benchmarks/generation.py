@@ -5,9 +5,11 @@ one process so the ratios hold.
 For each mixer and context C: the cache sized for C + `--tokens` inputs, every cache index set to
 C (the values in the cache do not change the work of a step; the prefill of C symbols is not
 timed), then `--tokens` tokens drawn and fed back in one jitted scan; the median wall time of
-`--repeats` runs, the runs of every (mixer, context) interleaved. Also the cache's bytes and the
-scan's compiled temp bytes (memory_analysis(): deterministic). The ratio tokens/s at the shortest
-context / at the longest is 1 for a mixer whose step does not depend on the length (linear).
+`--repeats` runs, the runs of every (mixer, context) interleaved. Also, deterministic: the cache's
+bytes, the scan's compiled temp bytes (memory_analysis()) and XLA's flop count of the compiled
+scan (cost_analysis(), which counts a loop's body once: the flops of one step). The ratio
+tokens/s at the shortest context / at the longest is 1 for a mixer whose step does not depend on
+the length (linear).
 
   nice -n 19 .venv/bin/python benchmarks/generation.py --output_dir /tmp/generation
 
@@ -53,7 +55,8 @@ def _at(cache, position: int):
 
 
 def build(mixer: str, context: int):
-  """(run: () -> tokens, cache bytes, compiled temp bytes) for `mixer` after `context` symbols."""
+  """(run: () -> tokens, {cache_bytes, temp_bytes, step_flops}) for `mixer` after `context`
+  symbols."""
   model = _model(mixer)
   decoder = lm_decode.decoder_of(model)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32))['params']
@@ -65,10 +68,14 @@ def build(mixer: str, context: int):
                                    temperature=0.0)
 
   compiled = jax.jit(generate).lower(params, cache, token).compile()
-  cache_bytes = sum(x.nbytes for x in jax.tree.leaves(cache))
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, list) else cost
+  sizes = {'cache_bytes': sum(x.nbytes for x in jax.tree.leaves(cache)),
+           'temp_bytes': compiled.memory_analysis().temp_size_in_bytes,
+           'step_flops': float(cost['flops'])}
   run = lambda: compiled(params, cache, token).block_until_ready()
   run()   # warm-up
-  return run, cache_bytes, compiled.memory_analysis().temp_size_in_bytes
+  return run, sizes
 
 
 def main(argv):
@@ -77,15 +84,14 @@ def main(argv):
   cases = {(m, c): build(m, c) for m in FLAGS.mixers for c in contexts}
   times = {case: [] for case in cases}
   for _ in range(FLAGS.repeats):
-    for case, (run, _, _) in cases.items():
+    for case, (run, _) in cases.items():
       start = time.perf_counter()
       run()
       times[case].append(time.perf_counter() - start)
   results = {}
-  for (mixer, context), (_, cache_bytes, temp_bytes) in cases.items():
+  for (mixer, context), (_, sizes) in cases.items():
     results.setdefault(mixer, {})[str(context)] = {
-        'tokens_per_s': FLAGS.tokens / statistics.median(times[(mixer, context)]),
-        'cache_bytes': cache_bytes, 'temp_bytes': temp_bytes}
+        'tokens_per_s': FLAGS.tokens / statistics.median(times[(mixer, context)]), **sizes}
   for rows in results.values():
     speeds = [rows[str(c)]['tokens_per_s'] for c in contexts]
     rows['speed_ratio_shortest_over_longest'] = speeds[0] / speeds[-1]
