@@ -55,8 +55,13 @@ from poolformers_jax.models.seq2seq import Attention, ContextPoolStep
 class SoftmaxStep(Attention):
   """MultiHeadAttention's step: seq2seq's `Attention` on its own keys-and-values cache."""
   decode: bool = True
+  use_bias: bool = True   # Attention's projections have biases
 
   def __call__(self, x: Array) -> Array:   # type: ignore[override]
+    if not self.use_bias:
+      raise ValueError('MultiHeadAttention: use_bias=False has no decoding step (the cached '
+                       'attention projects with biases); generate with a model trained with '
+                       'use_bias=True.')
     causal = attention_bias(jnp.ones(x.shape[:2], bool), causal=True)   # cache creation's
     return super().__call__(x, x, causal)
 
@@ -68,11 +73,13 @@ class ContextPoolAttentionStep(ContextPoolOptions):
   num_heads: int
   placement: str = 'mixer_input'
   rotary: bool = False
+  use_bias: bool = True
   dtype: Dtype | None = None
 
   def setup(self):
     self.context_pool = ContextPoolStep(dtype=self.dtype, **self.pool_options())
-    self.attention = SoftmaxStep(self.num_heads, dtype=self.dtype, rotary=self.rotary)
+    self.attention = SoftmaxStep(self.num_heads, dtype=self.dtype, rotary=self.rotary,
+                                 use_bias=self.use_bias)
 
   def __call__(self, x: Array) -> Array:
     if self.placement == 'mixer_input':

@@ -141,6 +141,7 @@ def test_bad_settings_are_refused_before_tracing(model, settings, message):
 @pytest.mark.parametrize('mixer,options,message', [
     ('linear', {'normalizer': 'padded_length'},
      "LinearAttention: normalizer='padded_length' scales by the padded length of the whole input"),
+    ('softmax', {'use_bias': False}, 'MultiHeadAttention: use_bias=False has no decoding step'),
     ('contextpool', {'locality': 'random_sparse'},
      "ContextPoolStep: cached decoding supports predictor 'conv'/'mlp' and every locality but"),
 ])
