@@ -7,6 +7,7 @@
   reproduce    an LRA table or PoNet's GLUE table in one command                    [train]
   average      average a run's last checkpoints                                     [train]
   translate    translate sentences with a WMT14 run                                 [train,text]
+  generate     continue a text with a character LM run (enwik8, text8)              [train]
   router_load  where AdaMRA's routers send the tokens of a run                      [train]
   convert      official PyTorch weights <-> our checkpoints                         [convert]
 (the pip extra each needs: docs/install.md).
@@ -17,8 +18,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-PROGRAMS = ('train', 'eval', 'summary', 'reproduce', 'average', 'translate', 'router_load',
-            'convert')
+PROGRAMS = ('train', 'eval', 'summary', 'reproduce', 'average', 'translate', 'generate',
+            'router_load', 'convert')
 
 
 def main(argv: Sequence[str] | None = None) -> None:

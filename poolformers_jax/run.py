@@ -4,6 +4,7 @@ run's own input processing).
     run = poolformers_jax.load_run('runs/listops', checkpoint='best')
     run.predict(['[MAX 2 9 [MIN 4 7 ] 0 ]', '[SM 1 2 ]'])        # class ids, here ListOps values
     run.logits(['[MAX 2 9 ]'])                                   # [N, num_classes]
+    lm.generate('The ', 200, temperature=0.8, top_k=40)          # a character LM's text
     batch = run.encode(['[MAX 2 9 ]'])                           # {'inputs': [N, max_length]}
 
 A run is read as eval.py reads it: its DIR/config.json, `make_setup`, and the checkpoint verified
@@ -22,7 +23,8 @@ pixels); `predict` returns the task's `prediction` (tasks/). What a raw input is
   wmt14                    a source sentence (predict translates it)
   enwik8, text8            a text (predict gives the distribution of the symbol after it)
 Inputs longer than the run's config.data.max_length are refused, naming the input;
-`too_long='truncate'` cuts them as the run's data did.
+`too_long='truncate'` cuts them as the run's data did. `generate` continues a prompt with a
+character LM (models/lm_decode.py), its text made and read back by the dataset's symbol table.
 """
 from __future__ import annotations
 
@@ -108,6 +110,7 @@ class Run:
   batch_stats: Any = None              # BatchNorm statistics (models with BatchNorm only)
   setup: Any = dataclasses.field(default=None, repr=False)   # trainer.setup.Setup
   _apply: Any = dataclasses.field(default=None, repr=False)
+  _generators: dict = dataclasses.field(default_factory=dict, repr=False)   # compiled, by settings
 
   @property
   def task(self) -> str:
@@ -217,3 +220,30 @@ class Run:
       raise ValueError(f'{sorted(decode)}: decoding options are for translation runs only')
     examples = self._examples(raw_inputs, too_long)
     return self.setup.task.prediction(self._forward(examples, batch_size), examples)
+
+  def generate(self, prompt: str | bytes, num_tokens: int, *, temperature: float = 1.0,
+               top_k: int | None = None, seed: int = 0) -> str:
+    """The `num_tokens` symbols a character LM writes after `prompt`, as text (enwik8: the
+    prompt's UTF-8 bytes, one token each; text8: ' ' and 'a'..'z'; data/text_lm.py).
+    temperature 0: the most likely symbol each step; else a sample of softmax(logits /
+    temperature) among the `top_k` most likely (None: all), the same for the same `seed`. The
+    prompt may be longer than the run's max_length but for learned positions (their table)."""
+    from poolformers_jax.models import lm_decode
+    spec = data_base.get_spec(self.config.data.name)
+    if spec.text is None or spec.record is None:
+      raise ValueError(f'{self.workdir} trained on {self.config.data.name!r}, whose runs write no '
+                       'text: generate continues text with a character LM run (enwik8, text8)')
+    if not isinstance(prompt, (str, bytes)):
+      raise ValueError(f'prompt is a {type(prompt).__name__}: pass one text (a str)')
+    if not prompt:
+      raise ValueError('the prompt is empty: give at least one symbol to continue')
+    ids = spec.preprocess(spec.record(prompt, self.config.data), self.config.data, None)['inputs']
+    lm_decode.check_generation(lm_decode.decoder_of(self.model), len(ids), num_tokens,
+                               temperature, top_k)
+    settings = (num_tokens, float(temperature), top_k)
+    if settings not in self._generators:
+      self._generators[settings] = lm_decode.make_generate(
+          self.model, num_tokens, temperature=float(temperature), top_k=top_k)
+    tokens = self._generators[settings](self.params, np.asarray(ids, np.int32)[None],
+                                        jax.random.PRNGKey(seed))
+    return spec.text(np.asarray(jax.device_get(tokens))[0], self.config.data)

@@ -162,7 +162,7 @@ def test_wheel_trains_from_an_empty_directory_then_installs_without_extras_then_
   helped = _run([script, '--help'], cwd=empty, env=cpu)   # dispatch: tests/train/test_errors.py
   assert helped.returncode == 0 and helped.stderr.startswith(
       'usage: poolformers-jax '
-      '<train|eval|summary|reproduce|average|translate|router_load|convert>'), helped
+      '<train|eval|summary|reproduce|average|translate|generate|router_load|convert>'), helped
 
   venv = tmp_path / 'venv'
   assert _run([sys.executable, '-m', 'venv', str(venv)], env=env).returncode == 0

@@ -77,6 +77,9 @@ class DatasetSpec:
   # load_run's raw inputs: (a user's raw input, config.data) -> the record `source` would give for
   # it (any valid label). None: the dataset's runs take no raw inputs (a pre-training corpus).
   record: Callable[[Any, Any], Record] | None = None
+  # load_run's generate: (generated token ids, config.data) -> the text they stand for, the
+  # inverse of `record` then `preprocess`. None: the dataset's runs generate no text.
+  text: Callable[[Any, Any], str] | None = None
   # config.data -> files training writes beside the data that a trained run reads back (a
   # vocabulary it trained).
   run_files: Callable[[Any], Sequence[str]] | None = None

@@ -4,9 +4,10 @@ Files: {config.data.data_dir}/enwik8.zip (100M bytes of Wikipedia XML) and text8
 characters of a-z and space), as distributed at mattmahoney.net/dc.
 
 Splits: the first 90M / next 5M / last 5M symbols (config.data.split_sizes), the standard split
-of Al-Rfou et al. and Transformer-XL. Tokens: enwik8 byte + 1 (vocabulary 257); text8 ' ' -> 1,
-'a'..'z' -> 2..27 (vocabulary 28). Examples: non-overlapping windows of max_length + 1 symbols,
-inputs = window[:-1], targets = window[1:]; the remainder shorter than a window is dropped.
+of Al-Rfou et al. and Transformer-XL. Tokens: enwik8 byte + 1 (vocabulary 257; a text is its
+UTF-8 bytes); text8 ' ' -> 1, 'a'..'z' -> 2..27 (vocabulary 28); `text` maps generated ids back.
+Examples: non-overlapping windows of max_length + 1 symbols, inputs = window[:-1], targets =
+window[1:]; the remainder shorter than a window is dropped.
 
 Evaluation as in ContextPool Table 5 (Beltagy et al. 2020, Longformer): with
 config.data.eval_protocol='sliding' validation and test are read as overlapping windows of
@@ -181,7 +182,18 @@ def record(raw, data_config):
   return np.append(symbols, symbols[-1])
 
 
+def text(ids, data_config) -> str:
+  """Generated token ids as text, inverting the symbol table: text8's ids are its characters
+  (' ', 'a'..'z'); enwik8's are bytes (id - 1), read as UTF-8, where a character cut by the end
+  of the generation (or bytes that are no UTF-8) show as U+FFFD."""
+  _, table = VOCABS[data_config.name]
+  symbols = np.zeros(table.max() + 1, np.uint8)
+  known = np.flatnonzero(table >= 0)
+  symbols[table[known]] = known
+  return symbols[np.asarray(ids)].tobytes().decode('utf-8', errors='replace')
+
+
 for _name in VOCABS:
   base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess, _config(_name),
                                                 shapes=_info(_name, from_files=False),
-                                                record=record))
+                                                record=record, text=text))

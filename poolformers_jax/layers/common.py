@@ -182,19 +182,22 @@ class DropPath(nn.Module):
 
 
 class LearnedPositionEmbedding(nn.Module):
-  """Adds a learned [1, max_length, D] table (trunc-normal std 0.02) to `x: [B, L, D]`."""
+  """Adds a learned [1, max_length, D] table (trunc-normal std 0.02) to `x: [B, L, D]`, the rows
+  of positions 0..L-1, or of `positions` [L] (a decoding step's; the caller keeps them below
+  max_length)."""
   max_length: int
   std: float = 0.02
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
-    if x.shape[1] > self.max_length:
+  def __call__(self, x: Array, positions: Array | None = None) -> Array:
+    if positions is None and x.shape[1] > self.max_length:
       raise ValueError(
           f'LearnedPositionEmbedding: sequence length {x.shape[1]} exceeds max_length '
           f'{self.max_length}; raise the model max_length or truncate the inputs.')
     table = self.param('pos_embedding', nn.initializers.truncated_normal(self.std),
                        (1, self.max_length, x.shape[-1]))
-    return x + table[:, :x.shape[1]].astype(x.dtype)
+    rows = table[:, :x.shape[1]] if positions is None else table[:, positions]
+    return x + rows.astype(x.dtype)
 
 
 # config.model.positions of the sequence models: 'learned' (a trained table added to the

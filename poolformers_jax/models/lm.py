@@ -94,10 +94,17 @@ class CharTransformerLM(nn.Module):
                            activation=self.activation, rotary=self.positions == 'rotary',
                            dtype=self.dtype, name=f'block_{i}')(
                                x, mask, deterministic=deterministic)
+    return self.head(embed, x)
+
+  @nn.nowrap
+  def head(self, embed: nn.Embed, x: Array) -> Array:
+    """The final LayerNorm, then the output layer (tied: the embedding's transpose) -> float32
+    logits; inside __call__ (and the decoder's, models/lm_decode.py)."""
     x = nn.LayerNorm(dtype=self.dtype, name='ln_final')(x)
     if self.tie_embeddings:
       logits = embed.attend(x)
     else:
+      dtype = self.dtype if self.dtype is not None else jnp.float32
       logits = nn.Dense(self.vocab_size, dtype=dtype, name='logits')(x)
     return logits.astype(jnp.float32)
 

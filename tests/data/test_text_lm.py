@@ -64,3 +64,19 @@ def test_lm_errors(tmp_path):
   config.data.split_sizes = (1000, 50, 50)
   with pytest.raises(ValueError, match='need 1100 symbols'):
     data.get_dataset_info(config)
+
+
+def test_generated_ids_read_back_as_the_text_they_encode():
+  """`DatasetSpec.text` inverts record + preprocess: text8's 27 symbols; enwik8's UTF-8 bytes, a
+  two-byte character included, and a character cut after its first byte read as U+FFFD."""
+  from poolformers_jax.data import base
+  encoded = {}
+  for name, text in (('text8', 'the cat sat'), ('enwik8', 'Zo\u00eb <b>\n')):
+    spec, config = base.get_spec(name), data.get_data_config(name)
+    ids = spec.preprocess(spec.record(text, config), config, None)['inputs']
+    assert len(ids) == len(text.encode()) and spec.text(ids, config) == text
+    encoded[name] = (spec, config, ids)
+  spec, config, _ = encoded['text8']
+  assert spec.text(np.arange(1, 28), config) == ' abcdefghijklmnopqrstuvwxyz'
+  spec, config, ids = encoded['enwik8']
+  assert spec.text(ids[:3], config) == 'Zo\ufffd'
