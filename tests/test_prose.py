@@ -47,13 +47,6 @@ EMPHASIS = {
                                                  re.IGNORECASE),
 }
 CONTRACT = 'poolformers_jax/errors.py'   # where the one-line contract is stated
-# Files other parts of issue #62 are restructuring now; their prose is checked once they land.
-# The lead removes this allow-list after merging them.
-RESTRUCTURING = frozenset({
-    'poolformers_jax/layers/ponet.py',
-    'poolformers_jax/layers/adamra.py', 'poolformers_jax/layers/attention.py',
-    'poolformers_jax/layers/sequence_parallel.py', 'poolformers_jax/layers/registry.py',
-})
 
 
 def prose(path: pathlib.Path) -> list[tuple[int, str]]:
@@ -99,9 +92,8 @@ def emphasis(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
 
 def test_prose_says_it_once_without_emphasis():
   files = sorted([*PACKAGE.rglob('*.py'), *BENCHMARKS.rglob('*.py')])
-  checked = [p for p in files if p.relative_to(ROOT).as_posix() not in RESTRUCTURING]
-  assert len(checked) > 100 and {p.relative_to(ROOT).as_posix() for p in files} >= RESTRUCTURING
-  found = [o for path in checked for o in emphasis(path)]
+  assert len(files) > 100
+  found = [o for path in files for o in emphasis(path)]
   assert not found, ('say it once, without emphasis (the one-line contract lives in '
                      f'{CONTRACT}):\n' + '\n'.join(found))
 

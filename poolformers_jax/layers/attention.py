@@ -90,7 +90,7 @@ def cudnn_unavailable_reason(dtype: Dtype, head_dim: int) -> str | None:
 
 
 def resolve_implementation(implementation: str, dtype: Dtype, head_dim: int, owner: str) -> str:
-  """'auto' -> 'cudnn' or 'xla'; a one-line ValueError for an unknown or impossible choice."""
+  """'auto' -> 'cudnn' or 'xla'; a ValueError for an unknown or impossible choice."""
   check_choice(owner, 'implementation', implementation, typing.get_args(Implementation))
   if implementation in ('cudnn', 'auto'):
     reason = cudnn_unavailable_reason(dtype, head_dim)

@@ -5,10 +5,10 @@ Mixer classes register with `@register_mixer('name')` in their own file under la
 the registry's package walk). Models never branch on a mixer name; they call
 `build_mixer(name, shared=dict(num_heads=..., causal=..., dropout_rate=...), **config_kwargs)`.
 Shared arguments are passed only to mixers that declare them as fields, and an unknown keyword
-fails with the list of valid ones; a missing required argument (PoNet's `segment_num`) fails in
-one line naming it. A mixer has a causal form when it declares a `causal` field, and takes rotary
+fails with the list of valid ones; a missing required argument (PoNet's `segment_num`) fails
+naming it. A mixer has a causal form when it declares a `causal` field, and takes rotary
 positions (config.model.positions='rotary') when it declares a `rotary` field: it has a
-query-key product that the rotation applies to (the others are refused in one line).
+query-key product that the rotation applies to (the others are refused).
 """
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def required_fields(cls: type[nn.Module]) -> set[str]:
 
 
 def check_options(name: str, options) -> None:
-  """One line naming the options (config.model.mixer_kwargs) mixer `name` does not take."""
+  """The error naming the options (config.model.mixer_kwargs) mixer `name` does not take."""
   cls = MIXERS[name]
   unknown = sorted(set(options) - mixer_fields(cls))
   if unknown:
@@ -150,7 +150,7 @@ def check_options(name: str, options) -> None:
 
 
 def check_required(name: str, given) -> None:
-  """One line naming the arguments mixer `name` needs that `given` lacks (PoNet's segment_num)."""
+  """The error naming the arguments mixer `name` needs that `given` lacks (PoNet's segment_num)."""
   cls = MIXERS[name]
   missing = sorted(required_fields(cls) - set(given))
   if missing:
@@ -165,7 +165,7 @@ def causal_mixers() -> list[str]:
 
 
 def check_causal(name: str) -> None:
-  """One line when mixer `name` has no causal form, naming the mixers that have one."""
+  """The error when mixer `name` has no causal form, naming the mixers that have one."""
   cls = MIXERS[name]
   if 'causal' not in mixer_fields(cls):
     raise ValueError(f'mixer {name!r} ({cls.__name__}) cannot run causally (a language model, '
@@ -179,7 +179,7 @@ def rotary_mixers() -> list[str]:
 
 
 def check_rotary(name: str) -> None:
-  """One line when mixer `name` takes no rotary positions (declares no `rotary` field)."""
+  """The error when mixer `name` takes no rotary positions (declares no `rotary` field)."""
   cls = MIXERS[name]
   if 'rotary' not in mixer_fields(cls):
     raise ValueError(f"mixer {name!r} ({cls.__name__}) takes no rotary positions; use positions "
@@ -189,7 +189,7 @@ def check_rotary(name: str) -> None:
 
 def check_use(name: str, options: Iterable[str], *, given: Iterable[str] = (),
               causal: bool = False, rotary: bool = False) -> None:
-  """Every one-line check of using mixer `name` with `options` (config.model.mixer_kwargs) and
+  """Every check of using mixer `name` with `options` (config.model.mixer_kwargs) and
   the other arguments `given`: options it has, its causal form and rotary positions if asked
   for, and its required arguments (else a raw TypeError from the dataclass __init__). A model
   checks when it is built and `build_mixer` at every trace: a use already checked is not checked
@@ -243,7 +243,7 @@ def sequence_parallel_mixers() -> list[str]:
 
 
 def check_sequence_parallel(name: str) -> None:
-  """One line when mixer `name` has no sequence-parallel form, with the reason its traits give
+  """The error when mixer `name` has no sequence-parallel form, with the reason its traits give
   (`sequence_parallel_note`), naming the mixers that have one."""
   cls = MIXERS[name]
   traits = traits_of(cls)

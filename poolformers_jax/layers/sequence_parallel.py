@@ -16,11 +16,11 @@ None). `map_shards(core, *laid_arrays)` runs it:
     sequence wherever its partitioner cannot follow a reshape, a scatter or a cumulative sum);
   - anywhere else: on the whole sequence, as one shard whose collectives are identities and whose
     offset is the constant 0, so the compiled program is that of the plain unsharded maths.
-So the unsharded mixer IS the sharded one with one shard: one code path, tested against itself.
+So the unsharded mixer is the sharded one with one shard: one code path, tested against itself.
 
 A mixer says whether it has such a form in its traits, `MixerTraits(sequence_parallel=True,
 sequence_parallel_note='<what crosses devices>')` (False: the note says why not); `build_mixer`
-refuses a mixer without one in a sequence-sharded model, in one line naming those that have one.
+refuses a mixer without one in a sequence-sharded model, naming those that have one.
 """
 from __future__ import annotations
 
@@ -326,7 +326,7 @@ def _is_laid(x: Any) -> bool:
 
 
 def _values(tree: Any, owner: str, what: str) -> Any:
-  """The values of a pytree of Laid arrays; one line if an array comes without its layout."""
+  """The values of a pytree of Laid arrays; a ValueError if an array comes without its layout."""
   def value(laid: Any) -> Any:
     if not isinstance(laid, Laid):
       raise TypeError(f'{owner}: map_shards {what} every array with its layout (TOKENS(x), '
