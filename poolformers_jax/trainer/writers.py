@@ -40,7 +40,7 @@ class Writer(Protocol):
   def close(self) -> None: ...
 
 
-def numbers_of(scalars: Mapping[str, Any]) -> dict[str, float | int]:
+def numbers_of(scalars: Mapping[str, Any]) -> dict[str, Any]:
   """The numeric values (a bool is not one), but a record's own `step` (the test record's: the
   checkpoint it evaluated, which metrics.jsonl keeps)."""
   return {k: v for k, v in scalars.items() if isinstance(v, numbers.Real)
