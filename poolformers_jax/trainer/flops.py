@@ -1,9 +1,10 @@
 """How much arithmetic a training step is, counted three ways, and what a device can do at most.
 
-- XLA's count: `cost_analysis()['flops']` of the compiled training step, read once after
-  compiling: forward + backward + the optimizer update as XLA compiled them (rematerialised
-  forwards counted again, elementwise work included, a multiply-add as 2), per device: the
-  program XLA partitioned over the mesh is one device's share.
+- XLA's count (step.step_flops): `cost_analysis()['flops']` of the compiled training step, read
+  once after compiling: forward + backward + the optimizer update as XLA compiled them
+  (rematerialised forwards counted again, elementwise work included, a multiply-add as 2), per
+  device: the program XLA partitioned over the mesh is one device's share. On a GPU, where the
+  compiled count leaves out the dots cuBLAS runs, the unoptimised program's count / devices.
 - The model's count: 6 x the forward's matmul + convolution MACs (`count_macs`, what `summary`
   reports as `macs`; attention and every mixer's own products included) x examples: a forward of
   2 FLOPs per MAC and a backward of twice that, Kaplan et al.'s 6 N D with each mixer's term.

@@ -119,7 +119,8 @@ def test_flops_per_second_is_xla_count_times_the_logged_rate(fast_run):
   train = read_metrics(workdir, 'train')
   assert [r['step'] for r in train] == [2, 4, 6]
   setup = make_setup(config_lib.override(config, writers=''))   # the run's, without its wandb
-  xla = step_lib.compile_train_step(setup).flops   # compiled again here: the same program
+  compiled = step_lib.make_train_step(setup).lower(*step_lib.abstract_step_args(setup)).compile()
+  xla = compiled.cost_analysis()['flops']   # compiled again here: the same program, per device
   assert train[0]['xla_step_flops_per_device'] == xla > 0
   assert all('xla_step_flops_per_device' not in r for r in train[1:])   # logged once
   for record in train:
@@ -131,7 +132,7 @@ def test_flops_per_second_is_xla_count_times_the_logged_rate(fast_run):
   assert train[0]['model_6nd_step_flops_per_device'] == 6 * params * 32 * 8 / devices
   # XLA counts every dot of forward and backward (2 FLOPs a MAC) and more: at least the model's.
   assert 0 < train[0]['model_step_flops_per_device'] <= xla
-  assert train[0]['compiled_memory_bytes'] == step_lib.compile_train_step(setup).memory['total']
+  assert train[0]['compiled_memory_bytes'] == step_lib.memory_of(compiled)['total']
 
 
 def test_fast_source_waits_little_and_tensorboard_has_the_same_values(fast_run):
