@@ -20,6 +20,13 @@ import jax
 from poolformers_jax.trainer import flops
 
 DATA_WAIT_WARNING = 0.2   # a window waiting longer than this share of its time for data warns
+# The train record's keys that measure the machine, not the training: they differ between a
+# resumed run and one never stopped (the once-only ones are in the first record of each start).
+MACHINE_KEYS = ('time', 'steps_per_second', 'examples_per_second', 'tokens_per_second',
+                'flops_per_second_per_device', 'mfu', 'data_wait_fraction', 'memory_bytes_in_use',
+                'memory_peak_bytes_in_use', 'compile_seconds', 'compiled_memory_bytes',
+                'xla_step_flops_per_device', 'model_step_flops_per_device',
+                'model_6nd_step_flops_per_device')
 
 
 class DataWait:

@@ -133,6 +133,10 @@ def test_flops_per_second_is_xla_count_times_the_logged_rate(fast_run):
   # XLA counts every dot of forward and backward (2 FLOPs a MAC) and more: at least the model's.
   assert 0 < train[0]['model_step_flops_per_device'] <= xla
   assert train[0]['compiled_memory_bytes'] == step_lib.memory_of(compiled)['total']
+  # What two runs of the same steps share: all but the machine's keys (a resume's test compares).
+  assert set(train[0]) - set(utilisation.MACHINE_KEYS) == {
+      'step', 'split', 'loss', 'accuracy', 'accuracy_top5', 'grad_norm', 'update_norm',
+      'param_norm', 'learning_rate'}
 
 
 def test_fast_source_waits_little_and_tensorboard_has_the_same_values(fast_run):
