@@ -5,7 +5,8 @@ benchmarks): bad input ends as one stderr line, before anything is compiled, wit
 
 and a diverged run (non-finite loss) likewise with exit code 1; a fault of the machine
 (`MachineFault`: a full disk, a lost process, a step larger than the memory; docs/training.md,
-"When the machine fails") likewise, naming the fault and the way out, with exit code 3;
+"When the machine fails") likewise, naming the fault and the way out, with exit code 3 (a
+damaged or truncated data file, `DataFault`, too);
 `--verbose_errors` shows the traceback instead. The standard library only (absl when a program
 runs), so a tool fails before it imports jax; importing it defines no absl flag (the programs call
 `define_flags`). absl mains run inside `reported_in_one_line` (`cli.start`); argparse mains use
@@ -45,6 +46,12 @@ class MachineFault(Exception):
   exits without running its exit handlers (a lost process: jax's distributed shutdown would wait
   for it, then abort)."""
   leave_at_once = False
+
+
+class DataFault(MachineFault):
+  """A data file is damaged or truncated (a TSV cut mid-line, a zip whose CRC fails, an
+  array_record shard cut short, an image that does not decode): the message names the file and
+  the record, and says where a good copy comes from (data/bad_records.py)."""
 
 
 def is_disk_full(error: BaseException | None) -> bool:

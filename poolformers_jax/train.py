@@ -51,6 +51,7 @@ import numpy as np
 from absl import flags
 
 from poolformers_jax import cli, config as config_lib, data
+from poolformers_jax.data import bad_records
 from poolformers_jax.eval import evaluate_state, hypotheses_path, write_eval_json
 from poolformers_jax.trainer import (
   checkpoint as checkpoint_lib,
@@ -136,6 +137,8 @@ def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
   out['examples_per_second'] = steps * int(setup.config.batch_size) / seconds
   if tokens_per_example:
     out['tokens_per_second'] = out['examples_per_second'] * tokens_per_example
+  if bad_records.skip_requested(setup.config.data):   # this process's, so far
+    out['skipped_records'] = float(sum(bad_records.skipped().values()))
   return out
 
 
@@ -365,6 +368,8 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
     checkpointer.wait()
   checkpointer.close()
   writer.close()
+  if bad_records.skip_requested(config.data):
+    logging.warning(bad_records.report())
   return TrainResult(state=state, step=step, status=status, validation=validation, test=test,
                      data_state=train_iter.get_state(), train_step_memory=memory)
 

@@ -22,7 +22,9 @@ Nothing is downloaded at run time. Where each dataset's files must be:
                   lines) or TFDS wikipedia; a BERT vocab.txt (config.data.vocab_file)
   glue            TFDS glue/<task> as array_record in data_dir; vocab.txt
   text_classification  TFDS imdb_reviews, or JSONL / CSV files (HND, Yelp-5, Arxiv-11); vocab.txt
-Missing files raise DataNotFoundError naming the path and what to do.
+Missing files raise DataNotFoundError naming the path and what to do; a damaged or truncated
+one, errors.DataFault naming the file and the record (config.data.skip_bad_records skips bad
+records instead, counted: bad_records.py).
 With worker_count > 0 the iterator state has another format: resume with the same worker_count.
 """
 from poolformers_jax.data.base import (

@@ -12,6 +12,8 @@ Fields every data config has (`common_config`; each dataset adds its own, docume
   data_dir      where TFDS array_record files live / are generated (env POOLFORMERS_DATA_DIR,
                 else ./data_cache, which git ignores); for enwik8/text8 the folder of the zip file
   max_length    sequence length examples are padded (with id 0) or cut to; 0 for images
+  skip_bad_records  False: a damaged record of a data file ends the run naming it; True: it is
+                skipped, counted and reported (data/bad_records.py)
   too_long      'truncate' (keep the first max_length tokens, as the LRA pipelines do) or
                 'error' (raise on any longer input)
   repeated_augmentation  each train example shown this many times in a row (DeiT: 3), 1 = off
@@ -32,7 +34,9 @@ from typing import Any
 
 import ml_collections
 import numpy as np
+from absl import logging
 
+from poolformers_jax.data import bad_records
 from poolformers_jax.registry import DATASETS, register_dataset  # noqa: F401  (re-exported)
 
 Record = Any
@@ -99,6 +103,7 @@ def common_config(name: str, max_length: int) -> ml_collections.ConfigDict:
   """The fields every data config has (see the module docstring)."""
   return ml_collections.ConfigDict(dict(
       name=name, data_dir=default_data_dir(), max_length=max_length, too_long='truncate',
+      skip_bad_records=False,
       repeated_augmentation=1, worker_count=0, read_threads=4, mask_rate=0.0,
       next_tokens=False))
 
@@ -158,23 +163,43 @@ def expand_path(path: str) -> str:
   return os.path.abspath(os.path.expanduser(path))
 
 
+@dataclasses.dataclass(frozen=True)
+class LineCheck:
+  """How LineFile checks each line as it indexes the file (data/bad_records.py): `problem` (a
+  function of the line's bytes) says what is wrong with a bad line, None for a good one; a bad
+  line is refused (a DataFault naming the file and line and ending in `todo`, where a good copy
+  comes from), or left out and counted with `skip`."""
+  problem: Callable[[bytes], str | None]
+  todo: str
+  skip: bool = False
+
+
 class LineFile:
   """Random access to the non-empty lines of a large text file, each turned into a record by
   `parse` (a picklable function of the line; no `parse`: the line itself). Picklable, thread-safe
-  (every read opens the file), 16 bytes of memory per line: the LRA TSV files are ~1 GB."""
+  (every read opens the file), 16 bytes of memory per line: the LRA TSV files are ~1 GB.
+  `check`: each line checked as the file is indexed."""
 
   def __init__(self, path: str, skip_header: bool = False,
-               parse: Callable[[str], Any] | None = None):
+               parse: Callable[[str], Any] | None = None, check: LineCheck | None = None):
     self.path, self.parse = path, parse
-    offsets = []
+    offsets, bad = [], 0
     with open(path, 'rb') as f:
       self.header = f.readline().rstrip(b'\r\n').decode('utf-8') if skip_header else None
       position = f.tell()
-      for line in f:
-        if line.strip():
+      for number, line in enumerate(f, 2 if skip_header else 1):
+        problem = check.problem(line) if check is not None and line.strip() else None
+        if problem is not None and check is not None:
+          if not check.skip:
+            raise bad_records.bad_line(path, number, problem, check.todo)
+          bad += 1
+        elif line.strip():
           offsets.append((position, len(line)))
         position += len(line)
     self._offsets = np.asarray(offsets, np.int64).reshape(-1, 2)
+    if bad:
+      bad_records.count_skipped(path, bad)
+      logging.warning('%s: skipped %d bad lines (config.data.skip_bad_records)', path, bad)
 
   def __len__(self) -> int:
     return len(self._offsets)
@@ -226,12 +251,14 @@ def tfds_source(name: str, split: str, data_dir: str):
   import tensorflow_datasets as tfds
   data_dir = expand_path(data_dir)
   try:
-    return tfds.data_source(name, split=split, data_dir=data_dir, download=False)
+    source = tfds.data_source(name, split=split, data_dir=data_dir, download=False)
   except (AssertionError, FileNotFoundError, NotImplementedError, ValueError) as e:
     raise DataNotFoundError(
         f'{data_dir}/{name} is not prepared as array_record ({type(e).__name__}); run '
         f'`{build_command(name, data_dir)}` (network needed; `make data-env` makes .venv-data), '
         'or copy a folder prepared elsewhere here.') from e
+  todo = f'run `{build_command(name, data_dir)}` again, or copy a folder prepared elsewhere here'
+  return bad_records.checked_shards(source, f'TFDS {name}', todo + ' again')
 
 
 def tfds_split_source(data_config, split: str, name: str | None = None):

@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from poolformers_jax.data import base
+from poolformers_jax.data import bad_records, base
 from poolformers_jax.data.listops_tokens import (
   NUM_CLASSES,
   TOKENIZERS,
@@ -71,17 +71,36 @@ def generated_source(data_config, split: str):
 
 @functools.lru_cache(maxsize=6)
 def _in_memory(builder, split: str) -> InMemoryRecords:
-  return InMemoryRecords(builder.as_data_source(split=split), f'{builder.info.full_name} {split}')
+  records = bad_records.checked_shards(builder.as_data_source(split=split), 'the generated ListOps',
+                                       f'delete {builder.data_dir}: it is generated again on '
+                                       'first use')
+  return InMemoryRecords(records, f'{builder.info.full_name} {split}')
 
 
 # --------------------------------------------------------------------------------------------
 # Official LRA TSV files (header `Source\tTarget`), read lazily from byte offsets.
 
-class TsvSource:
-  """Random access over a `Source\tTarget` TSV: records are {'tokens', 'label'}."""
+RELEASE_TODO = 'download the LRA release again (lra_release.gz, listops-1000/)'
 
-  def __init__(self, path: str):
-    self.lines = base.LineFile(path, skip_header=True)
+
+def line_problem(line: bytes) -> str | None:
+  """What is wrong with a `Source\tTarget` line (a line cut short has one field), or None."""
+  fields = line.rstrip(b'\r\n').split(b'\t')
+  if len(fields) != 2:
+    return (f'{len(fields)} tab-separated fields where a ListOps line has 2 (Source, Target): '
+            'the line is cut short or damaged')
+  if not fields[1].strip().isdigit() or int(fields[1]) >= NUM_CLASSES:
+    return f'the label {fields[1][:20].decode("utf-8", "replace")!r} is not a class 0-9'
+  return None
+
+
+class TsvSource:
+  """Random access over a `Source\tTarget` TSV: records are {'tokens', 'label'}; each line is
+  checked as the file is indexed (`skip`: bad lines left out and counted, data/bad_records.py)."""
+
+  def __init__(self, path: str, skip: bool = False):
+    self.lines = base.LineFile(path, skip_header=True,
+                               check=base.LineCheck(line_problem, RELEASE_TODO, skip))
     header = self.lines.header or ''
     if header.split('\t')[:2] != ['Source', 'Target']:
       raise ValueError(f'{path}: expected the header "Source<TAB>Target", '
@@ -102,12 +121,12 @@ def tsv_source(data_config, split: str):
   path = os.path.join(base.expand_path(data_config.tsv_dir), TSV_FILES[split])
   base.require_file(path, 'download the LRA release (lra_release.gz, listops-1000/) and set '
                     "config.data.tsv_dir to its folder, or use config.data.source='generated'.")
-  return _cached_tsv(path)
+  return _cached_tsv(path, bad_records.skip_requested(data_config))
 
 
 @functools.lru_cache(maxsize=6)
-def _cached_tsv(path: str) -> InMemoryRecords:
-  return InMemoryRecords(TsvSource(path), path)
+def _cached_tsv(path: str, skip: bool) -> InMemoryRecords:
+  return InMemoryRecords(TsvSource(path, skip), path)
 
 
 # --------------------------------------------------------------------------------------------

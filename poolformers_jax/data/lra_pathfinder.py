@@ -20,7 +20,8 @@ import os
 
 import numpy as np
 
-from poolformers_jax.data import base, lra
+from poolformers_jax import errors
+from poolformers_jax.data import bad_records, base, lra
 
 
 class NpzSource:
@@ -49,8 +50,14 @@ class PngSource:
   def __getitem__(self, index):
     from PIL import Image
     path, label = self.entries[index]
-    with Image.open(path) as image:
-      return {'image': np.asarray(image.convert('L'), np.uint8), 'label': label}
+    try:
+      with Image.open(path) as image:
+        return {'image': np.asarray(image.convert('L'), np.uint8), 'label': label}
+    except (OSError, SyntaxError, ValueError) as error:   # PIL's errors of a damaged file
+      raise bad_records.BadRecord(
+          f'{path} (record {index} of {len(self)}) does not decode as an image '
+          f'({errors.one_line(str(error))}); copy the image again (the LRA release, or delete '
+          f'the generated folder to make it again), {bad_records.SKIP_HINT}', path) from error
 
 
 @functools.lru_cache(maxsize=8)

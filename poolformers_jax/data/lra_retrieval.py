@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from poolformers_jax.data import base, lra
+from poolformers_jax.data import bad_records, base, lra
 
 FILES = {'train': 'new_aan_pairs.train.tsv', 'validation': 'new_aan_pairs.eval.tsv',
          'test': 'new_aan_pairs.test.tsv'}
@@ -26,17 +26,34 @@ def parse(line: str) -> dict:
   return {'label': int(float(fields[0])), 'text1': fields[3], 'text2': fields[4]}
 
 
+def line_problem(line: bytes) -> str | None:
+  """What is wrong with a line's fields (a line cut short has fewer), or None; the texts are
+  read when the record is."""
+  fields = line.split(b'\t', 4)
+  if len(fields) < 5:
+    return (f'{len(fields)} tab-separated fields where a line has 5 (label, id1, id2, text1, '
+            'text2): the line is cut short or damaged')
+  try:
+    label = float(fields[0])
+  except ValueError:
+    label = -1.0
+  if label not in (0.0, 1.0):
+    return f'the label {fields[0][:20].decode("utf-8", "replace")!r} is not 0 or 1'
+  return None
+
+
 @functools.lru_cache(maxsize=8)
-def read_file(path: str) -> base.LineFile:
-  """The records of one retrieval TSV file (indexed once per process)."""
-  return base.LineFile(path, parse=parse)
+def read_file(path: str, skip: bool = False) -> base.LineFile:
+  """The records of one retrieval TSV file (indexed once per process), each line checked."""
+  return base.LineFile(path, parse=parse, check=base.LineCheck(
+      line_problem, 'download the LRA release again (lra_release.gz, tsv_data/)', skip))
 
 
 def source(data_config, split):
   path = os.path.join(base.expand_path(data_config.tsv_dir), FILES[base.check_split(split)])
   base.require_file(path, 'download the LRA release (lra_release.gz, tsv_data/) and set '
                     'config.data.tsv_dir to the folder holding new_aan_pairs.*.tsv.')
-  return read_file(path)
+  return read_file(path, bad_records.skip_requested(data_config))
 
 
 def preprocess(record, data_config, rng: np.random.Generator | None = None):

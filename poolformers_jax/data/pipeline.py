@@ -34,7 +34,7 @@ import grain  # noqa: E402
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poolformers_jax.data import base  # noqa: E402
+from poolformers_jax.data import bad_records, base  # noqa: E402
 from poolformers_jax.data.info import Preprocess, get_dataset_info  # noqa: E402,F401
 
 
@@ -52,6 +52,13 @@ def _start(it_ds: grain.IterDataset, data_config) -> grain.DatasetIterator:
   if workers > 0:
     it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
   return iter(it_ds)
+
+
+def _records(data_config, split: str):
+  """The records of `split`; a bad one met while reading (an image that does not decode) is
+  skipped where config.data.skip_bad_records asks for it (data/bad_records.py)."""
+  records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
+  return bad_records.guarded(records, data_config)
 
 
 def _endless(records, seed: int) -> grain.MapDataset:
@@ -89,7 +96,7 @@ def make_train_iterator(config, seed: int | None = None, process_index: int = 0,
   seed = int(config.seed if seed is None else seed)
   batch = base.process_share(config.batch_size, 'config.batch_size', process_count)
   spec = base.get_spec(data_config.name)
-  records = spec.source(data_config, 'train')
+  records = _records(data_config, 'train')
   if len(records) == 0:
     raise ValueError(f'the train split of {data_config.name} is empty.')
   examples = _endless(records, seed)
@@ -140,7 +147,7 @@ def make_eval_iterator(config, split: str, batch_size: int, process_index: int =
   (False = padding). `drop_last` > 0: only the first N - N % drop_last examples."""
   data_config = config.data
   per_process = base.process_share(batch_size, 'eval batch_size', process_count)
-  records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
+  records = _records(data_config, split)
   num_examples = len(records) - (len(records) % drop_last if drop_last > 0 else 0)
   if num_examples == 0:
     raise ValueError(f'split {split!r} of {data_config.name} is empty'
@@ -167,7 +174,7 @@ def make_eval_stream(config, split: str, batch_size: int, seed: int, process_ind
   """Endless reshuffled batches of `split`: this process's rows of each global batch."""
   data_config = config.data
   per_process = base.process_share(batch_size, 'eval batch_size', process_count)
-  records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
+  records = _records(data_config, split)
   if len(records) == 0:
     raise ValueError(f'split {split!r} of {data_config.name} is empty.')
   chunks = _endless(records, seed).map(_StreamExample(data_config)).batch(

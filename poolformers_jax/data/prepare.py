@@ -1,4 +1,5 @@
-r"""Check which Long Range Arena data is ready: one line per task (found / missing / what to do).
+r"""Check which Long Range Arena data is ready: one line per task (found / missing / damaged,
+with what to do).
 
   python -m poolformers_jax.data.prepare lra --release_dir DIR [--data_dir data_cache]
 
@@ -26,7 +27,10 @@ def _tsv_line(task: str, folder: str, files: dict[str, str], make) -> str:
   absent = [p for p in paths.values() if not os.path.exists(p)]
   if absent:
     return f'{task:<{_W}} missing  {absent[0]}: {GET_RELEASE}.'
-  sizes = {split: len(make(path)) for split, path in paths.items()}
+  try:
+    sizes = {split: len(make(path)) for split, path in paths.items()}
+  except errors.DataFault as e:
+    return f'{task:<{_W}} damaged  {e}'
   return (f'{task:<{_W}} found    ' + '/'.join(str(sizes[s]) for s in base.SPLITS)
           + f' train/validation/test examples in {folder}')
 
@@ -59,6 +63,8 @@ def _tfds_line(task: str, data_config) -> str:
       return (f'{task:<{_W}} missing  {folder} holds TFRecord files, not array_record: build it '
               f'as array_record: `{base.build_command(data_config.tfds_name, data_dir)}`.')
     return f'{task:<{_W}} missing  {e}'
+  except errors.DataFault as e:
+    return f'{task:<{_W}} damaged  {e}'
   return (f'{task:<{_W}} found    {sizes["train"]}/{sizes["test"]} train/test examples '
           f'({data_config.tfds_name} in {base.expand_path(data_config.data_dir)})')
 

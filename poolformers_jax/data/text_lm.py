@@ -19,9 +19,11 @@ from __future__ import annotations
 import functools
 import os
 import zipfile
+import zlib
 
 import numpy as np
 
+from poolformers_jax import errors
 from poolformers_jax.data import base
 
 
@@ -39,11 +41,21 @@ def _text8_table():
 VOCABS = {'enwik8': (257, _enwik8_table()), 'text8': (28, _text8_table())}
 
 
+def download_todo(name: str) -> str:
+  return f'copy the official {name}.zip (mattmahoney.net/dc/{name}.zip) there'
+
+
 @functools.lru_cache(maxsize=4)
 def load_symbols(path: str, member: str) -> np.ndarray:
-  """All bytes of `member` inside the zip file at `path`, as uint8."""
-  with zipfile.ZipFile(path) as archive:
-    return np.frombuffer(archive.read(member), np.uint8)
+  """All bytes of `member` inside the zip file at `path`, as uint8; a zip cut short (no central
+  directory), a member whose CRC-32 fails or whose compressed stream ends early, or no `member`:
+  errors.DataFault naming the file."""
+  try:
+    with zipfile.ZipFile(path) as archive:
+      return np.frombuffer(archive.read(member), np.uint8)
+  except (zipfile.BadZipFile, zlib.error, EOFError, KeyError) as error:
+    raise errors.DataFault(f'{path} is damaged or cut short ({errors.one_line(str(error))}); '
+                           f'{download_todo(member)} again') from error
 
 
 class WindowSource:
@@ -99,8 +111,7 @@ EVAL_PROTOCOLS = ('windows', 'sliding')
 def _symbols(data_config) -> np.ndarray:
   name = data_config.name
   path = os.path.join(base.expand_path(data_config.data_dir), f'{name}.zip')
-  base.require_file(path, f'copy the official {name}.zip (mattmahoney.net/dc/{name}.zip) there '
-                    'or set config.data.data_dir to its folder.')
+  base.require_file(path, f'{download_todo(name)} or set config.data.data_dir to its folder.')
   return load_symbols(path, name)
 
 

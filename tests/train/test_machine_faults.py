@@ -242,3 +242,31 @@ def test_a_machine_fault_is_one_line_with_exit_code_3(capsys, tmp_path):
   assert exit_.value.code == 3
   (line,) = capsys.readouterr().err.splitlines()
   assert line.startswith('error: disk full: could not write a file; the filesystem of ')
+
+
+def test_bad_records_skipped_on_request_are_counted_in_the_train_metrics(data_dir, tmp_path,
+                                                                         caplog):
+  """A ListOps TSV run over a train file with two bad rows and a validation file cut mid-line,
+  with config.data.skip_bad_records: it trains, and its train metrics and final
+  log line count the three skipped lines (this process's count: the files are new)."""
+  from poolformers_jax.data import bad_records
+  from poolformers_jax.data.generators import listops as generator
+  tsv_dir = tmp_path / 'tsv'
+  generator.write_tsv(str(tsv_dir), seed=5, sizes={'train': 24, 'validation': 8, 'test': 8},
+                      min_tokens=5, max_tokens=30)
+  for name, keep in (('basic_train.tsv', lambda i, line: line if i not in (3, 9) else 'x\n'),
+                     ('basic_val.tsv', lambda i, line: line if i < 8 else line[:5])):
+    lines = (tsv_dir / name).read_text().splitlines(keepends=True)
+    (tsv_dir / name).write_text(''.join(keep(i, line) for i, line in enumerate(lines)))
+  before = sum(bad_records.skipped().values())
+  config = tiny_config(data_dir, num_train_steps=2, eval_every_steps=0, final_test=False,
+                       **{'data.source': 'tsv', 'data.tsv_dir': str(tsv_dir),
+                          'data.skip_bad_records': True})
+  with caplog.at_level('WARNING'):
+    result = train_and_evaluate(config, str(tmp_path / 'run'))
+  assert result.step == 2
+  assert [r['skipped_records'] for r in read_metrics(str(tmp_path / 'run'), 'train')] == [
+      before + 3] * 2
+  assert (f'{tsv_dir}/basic_train.tsv: 2' in caplog.text
+          and f'{tsv_dir}/basic_val.tsv: 1' in caplog.text)
+  assert f'skipped {before + 3} bad records (config.data.skip_bad_records)' in caplog.text
