@@ -22,6 +22,8 @@ position is checkpointed with the train iterator's (the LRA reference protocol);
 (damaged ones are moved to DIR/rejected); SIGTERM -> save and stop cleanly; a non-finite loss ->
 stop naming the step without saving (a checkpoint counts as good once the step after it was
 finite: Checkpointer.reject_unconfirmed); at the end the best checkpoint is evaluated on test.
+Every train record also says how the run uses the machine (FLOP/s, MFU, the wait for data,
+memory: trainer/utilisation.py); the writers are trainer/writers.py's.
 `num_train_steps=0` (a fresh run, e.g. from `init_from`): the initial state is evaluated on
 validation, saved as step 0 and tested. The progress bar moves at the steps that sync (log,
 validation, checkpoint): it counts finished steps, not dispatched ones. What the machine does
