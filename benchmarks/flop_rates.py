@@ -1,18 +1,12 @@
 """Achieved FLOP/s of the efficiency sweep's points (benchmarks/efficiency.py): XLA's flop count
-of a step over its time, and the fraction of the card's dense bf16 peak. No jax here: the
-functions work on the points' JSON, so tests import this without efficiency.py's flags and
-mixer registrations."""
+of a step over its time, and the fraction of the card's dense bf16 peak (the trainer's table,
+trainer/flops.py). The functions work on the points' JSON, so tests import this without
+efficiency.py's flags and mixer registrations."""
 
-# Dense bf16 peak FLOP/s by device_kind prefix, most specific first (vendor data sheets; SXM
-# H100 / H200: 989 TFLOP/s, without sparsity).
-PEAK_BF16_FLOPS = (('NVIDIA H200 NVL', 835e12), ('NVIDIA H200', 989e12),
-                   ('NVIDIA H100 NVL', 835e12), ('NVIDIA H100 PCIe', 756e12),
-                   ('NVIDIA H100', 989e12), ('NVIDIA A100', 312e12))
-
-
-def peak_bf16_flops(device_kind: str) -> float | None:
-  """The card's dense bf16 peak, or None (unknown card, CPU)."""
-  return next((peak for prefix, peak in PEAK_BF16_FLOPS if device_kind.startswith(prefix)), None)
+from poolformers_jax.trainer.flops import (  # noqa: F401  (efficiency.py imports it from here)
+  PEAK_BF16_FLOPS,
+  peak_bf16_flops,
+)
 
 
 def counted_flops(point: dict) -> tuple[float, str]:

@@ -4,9 +4,10 @@ r"""Evaluate a run's checkpoint: `evaluate(config, workdir)`, and the program th
         [--checkpoint best|latest|averaged|STEP] [--split validation|test] [--batch_size N]
         [--config.k=v ...] [--trust_imports] (or `python eval.py ...`, `poolformers-jax eval ...`)
 
-prints one JSON line of metrics and writes DIR/eval/<split>.json (DIR/eval/<split>.data-<hash>.json
-when the data settings differ from the run's; on a full disk the metrics are printed all the same,
-then `error: disk full: ...`, exit code 3). The model is always the run's
+prints one JSON line of metrics (and logs them rounded, `format_metrics`) and writes
+DIR/eval/<split>.json (DIR/eval/<split>.data-<hash>.json when the data settings differ from the
+run's; on a full disk the metrics are printed all the same, then `error: disk full: ...`, exit
+code 3). The model is always the run's
 (DIR/config.json): without --config the run's whole config is used (the modules its
 config.imports names are imported only with --trust_imports: a run directory runs no code
 unasked), and a --config whose model differs is refused naming the differing keys (data settings
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -54,6 +56,7 @@ from poolformers_jax.trainer import (
   sharding,
   step as step_lib,
 )
+from poolformers_jax.trainer.metrics import format_metrics
 from poolformers_jax.trainer.setup import Setup, make_setup, process_slice
 
 
@@ -188,6 +191,7 @@ def _evaluate(argv: Sequence[str]) -> None:
       print(json.dumps(error.results, sort_keys=True), flush=True)
     raise
   print(json.dumps(metrics, sort_keys=True), flush=True)
+  logging.info('%s: %s', flags.FLAGS.split, format_metrics(metrics))   # the same, for people
 
 
 def main(argv: Sequence[str] | None = None) -> None:

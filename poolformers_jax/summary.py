@@ -40,70 +40,14 @@ from absl import flags
 
 from poolformers_jax import cli, config as config_lib
 from poolformers_jax.trainer import accelerators, step as step_lib
+from poolformers_jax.trainer.flops import (  # noqa: F401  (count_macs: this module's name too)
+  abstract_variables,
+  count_macs,
+  forward_macs,
+)
 from poolformers_jax.trainer.setup import make_setup, param_count, variables_of
 
-# ---------------------------------------------------------------- MAC counting from a jaxpr
-
-def _dot_general_macs(eqn) -> int:
-  lhs, rhs = (v.aval.shape for v in eqn.invars)
-  (_, rhs_contract), (_, rhs_batch) = eqn.params['dimension_numbers']
-  rhs_free = [n for i, n in enumerate(rhs) if i not in rhs_contract and i not in rhs_batch]
-  return math.prod(lhs) * math.prod(rhs_free)
-
-
-def _conv_macs(eqn) -> int:
-  rhs = eqn.invars[1].aval.shape
-  out = eqn.outvars[0].aval.shape
-  dn = eqn.params['dimension_numbers']
-  kernel_in = rhs[dn.rhs_spec[1]]       # input features per group
-  window = math.prod(rhs[i] for i in dn.rhs_spec[2:])
-  return math.prod(out) * window * kernel_in
-
-
-def _sub_jaxprs(eqn):
-  for value in eqn.params.values():
-    items = value if isinstance(value, (tuple, list)) else (value,)
-    for item in items:
-      if isinstance(item, jax.extend.core.ClosedJaxpr):
-        yield item.jaxpr
-      elif isinstance(item, jax.extend.core.Jaxpr):
-        yield item
-
-
-def count_macs(jaxpr) -> int:
-  """Matmul + convolution MACs of a (Closed)Jaxpr, recursing into calls; scans count x length,
-  conditionals count their most expensive branch."""
-  jaxpr = getattr(jaxpr, 'jaxpr', jaxpr)
-  total = 0
-  for eqn in jaxpr.eqns:
-    prim = eqn.primitive.name
-    if prim == 'dot_general':
-      total += _dot_general_macs(eqn)
-    elif prim == 'conv_general_dilated':
-      total += _conv_macs(eqn)
-    elif prim == 'cond':
-      total += max(count_macs(b) for b in eqn.params['branches'])
-    else:
-      subs = [count_macs(j) for j in _sub_jaxprs(eqn)]
-      total += sum(subs) * (eqn.params['length'] if prim == 'scan' else 1)
-  return total
-
-
 # ---------------------------------------------------------------- the summary
-
-def forward_macs(model, inputs: Any, variables: Any = None) -> int:
-  """Matmul + convolution MACs of one deterministic forward of `inputs`, traced, not run."""
-  if variables is None:
-    variables = abstract_variables(model, inputs)
-  forward = lambda v, x: model.apply(v, x, deterministic=True)
-  return count_macs(jax.make_jaxpr(forward)(variables, inputs))
-
-
-def abstract_variables(model, inputs):
-  return jax.eval_shape(lambda x: model.init({'params': jax.random.PRNGKey(0),
-                                              'dropout': jax.random.PRNGKey(1)}, x,
-                                             deterministic=True), inputs)
-
 
 def xla_forward_flops(model, variables, inputs) -> float:
   """XLA's cost_analysis() flops of one forward (lowered, not compiled)."""

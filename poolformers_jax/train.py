@@ -22,6 +22,8 @@ position is checkpointed with the train iterator's (the LRA reference protocol);
 (damaged ones are moved to DIR/rejected); SIGTERM -> save and stop cleanly; a non-finite loss ->
 stop naming the step without saving (a checkpoint counts as good once the step after it was
 finite: Checkpointer.reject_unconfirmed); at the end the best checkpoint is evaluated on test.
+Every train record also says how the run uses the machine (FLOP/s, MFU, the wait for data,
+memory: trainer/utilisation.py); the writers are trainer/writers.py's.
 `num_train_steps=0` (a fresh run, e.g. from `init_from`): the initial state is evaluated on
 validation, saved as step 0 and tested. The progress bar moves at the steps that sync (log,
 validation, checkpoint): it counts finished steps, not dispatched ones. What the machine does
@@ -62,8 +64,9 @@ from poolformers_jax.trainer import (
   run_lock,
   sharding,
   step as step_lib,
+  utilisation,
 )
-from poolformers_jax.trainer.metrics import MetricWriter
+from poolformers_jax.trainer.metrics import MetricWriter, format_metrics
 from poolformers_jax.trainer.setup import (
   Setup,
   create_train_state,
@@ -129,6 +132,8 @@ def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
   out.pop('count', None)
   steps, seconds = max(float(acc['steps']), 1.0), max(seconds, 1e-9)
   out['grad_norm'] = float(acc['grad_norm']) / steps
+  out['update_norm'] = float(acc['update_norm']) / steps
+  out['param_norm'] = float(acc['param_norm'])
   out['learning_rate'] = float(acc['learning_rate'])
   out['steps_per_second'] = steps / seconds
   out['examples_per_second'] = steps * int(setup.config.batch_size) / seconds
@@ -268,9 +273,11 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   tokens = int(np.prod(setup.info.input_shape)) if setup.info.vocab_size is not None else 0
   eval_step = step_lib.make_eval_step(setup)
   writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
-                        progress_bar=config.progress_bar)
+                        progress_bar=config.progress_bar, writers=config.writers)
+  writer.write_hparams(config.to_dict())
+  usage = utilisation.Utilisation(train_iter, config.data)   # FLOP/s, data wait, memory
   profiler = _Profiler(config.profile_steps, workdir)
-  status, validation, compile_seconds, memory = 'finished', None, None, None
+  status, validation, memory = 'finished', None, None
   try:
     if step < total_steps:
       started = time.time()
@@ -279,8 +286,9 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
       logging.info('train step compiled in %.1f s; %.1f MiB per device', compile_seconds,
                    memory['total'] / 2**20)
       faults.check_step_memory(memory, setup)   # refused here, not killed by the kernel
+      usage.compiled(setup, compiled, compile_seconds)
       acc = compiled.new_accumulator(setup.mesh)
-      next_batch = lambda: compiled.put(next(train_iter))   # global arrays (or micro-batches)
+      next_batch = lambda: compiled.put(usage.data.next())   # global arrays (or micro-batches)
       batch = next_batch()
     elif total_steps == 0 and resumed is None:   # nothing to train (init_from, then evaluate):
       validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)
@@ -313,9 +321,9 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
         if _due(step, config.log_every_steps) or step == total_steps:
           fetched = jax.device_get(acc)
           check_finite(fetched)
-          metrics = _summarize_train(setup, fetched, time.time() - window_start, tokens)
-          if compile_seconds is not None:
-            metrics['compile_seconds'], compile_seconds = compile_seconds, None
+          seconds = time.time() - window_start
+          metrics = _summarize_train(setup, fetched, seconds, tokens)
+          metrics.update(usage.window(metrics['steps_per_second'], seconds, step))
           writer.write(step, 'train', metrics)
           postfix = {'loss': metrics['loss']}
           acc, window_start = compiled.new_accumulator(setup.mesh), time.time()
@@ -339,9 +347,9 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
           status = 'preempted'
           checkpointer.save_latest(step, state, data_position, force=True)
           break
-        if step < total_steps:
-          batch = next_batch()
         window_start += time.time() - sync_started
+        if step < total_steps:       # the wait for data counts in the window
+          batch = next_batch()
 
     checkpointer.wait()
     test: dict[str, Any] | None = None
@@ -372,8 +380,8 @@ def _train(argv: Sequence[str]) -> None:
   del argv   # stray arguments were refused by cli.parse_flags
   result = train_and_evaluate(cli.config_value(flags.FLAGS['config']), flags.FLAGS.workdir,
                               start_over=flags.FLAGS.start_over)
-  logging.info('%s at step %d; validation %s; test %s', result.status, result.step,
-               result.validation, result.test)
+  logging.info('%s at step %d; validation: %s; test: %s', result.status, result.step,
+               format_metrics(result.validation), format_metrics(result.test))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -78,6 +78,9 @@ def base_config(data_name: str) -> ml_collections.ConfigDict:
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, sequence=1, rules='',
                                                fsdp_min_size=2**14))
   config.progress_bar = True
+  # Where metrics go besides DIR/metrics.jsonl (trainer/writers.py): 'tensorboard', 'wandb'
+  # (needs wandb installed), comma-separated; '' for none.
+  config.writers = 'tensorboard'
   config.profile_steps = ()              # (first, last): jax.profiler trace in DIR/profile
   # Generated outputs scored at evaluation (translation: beam search, then BLEU).
   config.decode = ml_collections.ConfigDict(dict(

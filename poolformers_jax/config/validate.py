@@ -15,8 +15,10 @@ longer than the input is the whole input, and the decoder calls it at every leng
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import numbers
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +27,8 @@ import ml_collections
 from poolformers_jax.config.defaults import DTYPES, PARAM_INIT_SCHEMES
 from poolformers_jax.data import base as data_base
 from poolformers_jax.registry import MIXERS
+
+WRITERS = ('tensorboard', 'wandb')   # besides metrics.jsonl: trainer/writers.py
 
 __all__ = ['DTYPES', 'ConfigError', 'check_batch_size', 'check_config', 'check_eval_batch_size']
 
@@ -123,6 +127,19 @@ def _check_profile_steps(steps: Any) -> None:
         and 0 <= steps[0] < steps[1])
   _require(ok, f'config.profile_steps={steps!r} must be (first, last) steps with first < last',
            "e.g. --config.profile_steps='(10, 20)', or () for no trace")
+
+
+def _check_writers(names: Any) -> None:
+  """config.writers: known writer names, and wandb installed when named."""
+  given = [n.strip() for n in str(names).split(',') if n.strip()]
+  for name in given:
+    _require(name in WRITERS, f'config.writers names {name!r}, which is not a writer',
+             f"choose from {', '.join(WRITERS)}, comma-separated ('' for none; metrics.jsonl "
+             'is always written)')
+  if 'wandb' in given:
+    _require('wandb' in sys.modules or importlib.util.find_spec('wandb') is not None,
+             "config.writers names 'wandb' but wandb is not installed",
+             'pip install wandb, or leave wandb out of --config.writers')
 
 
 def _check_length_buckets(config: ml_collections.ConfigDict, info, processes: int) -> None:
@@ -227,3 +244,4 @@ def check_config(config: ml_collections.ConfigDict, info, *, devices: int, proce
   _check_length_buckets(config, info, processes)
   _check_optimizer(config.optimizer)
   _check_profile_steps(config.profile_steps)
+  _check_writers(config.writers)

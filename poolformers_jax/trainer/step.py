@@ -76,7 +76,8 @@ def accumulator_shapes(setup: Setup) -> Any:
 def _accumulator(sums_shapes: Any, leaf) -> dict[str, Any]:
   scalar = lambda dtype: leaf((), dtype)
   return dict(sums=jax.tree.map(lambda s: leaf(s.shape, s.dtype), sums_shapes),
-              grad_norm=scalar(np.float32), steps=scalar(np.float32),
+              grad_norm=scalar(np.float32), update_norm=scalar(np.float32),
+              param_norm=scalar(np.float32), steps=scalar(np.float32),
               learning_rate=scalar(np.float32), bad_loss=scalar(np.float32),
               first_bad_step=scalar(np.int32))
 
@@ -93,7 +94,8 @@ def _gradients_and_update(setup: Setup, platform: str | None = None):
   gradients(state, inputs, targets, weights, rng, reduce) -> ((reduce(sums), (sums, updates)),
   grads): forward with dropout, the task's weighted sums, the gradient of `reduce(sums)`.
   update(state, acc, objective, sums, grads, updates) -> (state, acc): the optimizer update, the
-  NaN guard and the train metrics summed on device.
+  NaN guard and the train metrics summed on device (the norms of the gradient and of the
+  parameters' change summed over the window's steps, the parameters' norm after its last step).
   `platform` (default: the mesh's) picks the program transforms the forward runs inside
   (transforms.program_transforms: the same values on every platform).
   """
@@ -124,8 +126,11 @@ def _gradients_and_update(setup: Setup, platform: str | None = None):
     new_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_state, state)
     first_bad = (acc['first_bad_step'] == 0) & ~finite
     add = lambda total, value: total + jnp.where(finite, value, jnp.zeros_like(value))
+    change = jax.tree.map(jnp.subtract, new_state.params, state.params)
     acc = {'sums': jax.tree.map(add, acc['sums'], sums),
            'grad_norm': add(acc['grad_norm'], optax.global_norm(grads)),
+           'update_norm': add(acc['update_norm'], optax.global_norm(change)),
+           'param_norm': optax.global_norm(new_state.params).astype(jnp.float32),
            'steps': add(acc['steps'], jnp.float32(1)),
            'learning_rate': jnp.asarray(schedule(state.step // accum), jnp.float32),
            'first_bad_step': jnp.where(first_bad, state.step + 1, acc['first_bad_step']),
@@ -250,11 +255,13 @@ class BucketedStep:
 class CompiledStep:
   """`run(state, acc, batch, rng) -> (state, acc)`, compiled; `memory` its memory_analysis()
   (the bucketed step: its micro step at the full length, the largest of its programs);
-  `put(host batch)` makes the `batch` that `run` takes."""
+  `put(host batch)` makes the `batch` that `run` takes; `flops` XLA's count of one step per
+  device (`step_flops`; None for the bucketed step, programs whose mix depends on each batch)."""
   run: Any
   sums_shapes: Any
   memory: dict[str, int]
   put: Callable[[Any], Any]
+  flops: float | None = None
 
   def new_accumulator(self, mesh) -> dict[str, Any]:
     return new_accumulator(mesh, self.sums_shapes)
@@ -268,6 +275,23 @@ def memory_of(compiled) -> dict[str, int]:
                                                                'alias')}
   parts['total'] = parts['argument'] + parts['output'] + parts['temp'] - parts['alias']
   return parts
+
+
+def flops_of(compiled) -> float | None:
+  """cost_analysis()['flops'] of a compiled program: per device (the partitioned program is one
+  device's share); None when XLA gives none."""
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+  flops = float((cost or {}).get('flops', 0.0))
+  return flops if flops > 0 else None
+
+
+def step_flops(compiled, lowered, devices: int) -> float | None:
+  """XLA's flops of one step per device: the compiled program's, or the lowered (unoptimised,
+  whole-mesh) program's / devices where that is larger: XLA:GPU's compiled count leaves out the
+  dots it hands to cuBLAS (jax issue 22249). On a CPU the compiled count is the larger."""
+  counts = [flops_of(compiled), (flops_of(lowered) or 0.0) / devices]
+  return max((c for c in counts if c), default=None)
 
 
 def abstract_step_args(setup: Setup, sums_shapes: Any = None) -> tuple[Any, Any, Any, Any]:
@@ -290,9 +314,11 @@ def compile_train_step(setup: Setup) -> CompiledStep:
   if isinstance(step, BucketedStep):
     full = step.compile_micro(int(setup.info.input_shape[-1]), state, rng)
     return CompiledStep(run=step, sums_shapes=sums_shapes, memory=memory_of(full), put=step.put)
-  compiled = step.lower(*args).compile()
+  lowered = step.lower(*args)
+  compiled = lowered.compile()
   return CompiledStep(run=compiled, sums_shapes=sums_shapes, memory=memory_of(compiled),
-                      put=functools.partial(sharding.global_batch, mesh=setup.mesh))
+                      put=functools.partial(sharding.global_batch, mesh=setup.mesh),
+                      flops=step_flops(compiled, lowered, setup.mesh.devices.size))
 
 
 def make_eval_step(setup: Setup):

@@ -15,7 +15,7 @@ from tiny_runs import tiny_config
 
 from poolformers_jax import errors
 from poolformers_jax.train import train_and_evaluate
-from poolformers_jax.trainer import checkpoint as checkpoint_lib
+from poolformers_jax.trainer import checkpoint as checkpoint_lib, utilisation
 from poolformers_jax.trainer.metrics import read_metrics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -95,9 +95,7 @@ def _train_program(data_dir, workdir, die_at=None):
 
 
 def _records(workdir):
-  return [{k: v for k, v in r.items() if k not in ('time', 'steps_per_second',
-                                                      'examples_per_second', 'tokens_per_second',
-                                                      'compile_seconds')}
+  return [{k: v for k, v in r.items() if k not in utilisation.MACHINE_KEYS}
           for r in read_metrics(workdir)]
 
 
