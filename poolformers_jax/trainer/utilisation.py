@@ -32,13 +32,16 @@ MACHINE_KEYS = ('time', 'steps_per_second', 'examples_per_second', 'tokens_per_s
 class DataWait:
   """The train iterator, timed: `next()` returns its next batch and adds the seconds it took.
   `fraction(window_seconds, step)` reports that share of the window and starts a new one; the
-  first window past DATA_WAIT_WARNING logs one warning saying what to change (once a run)."""
+  first window past DATA_WAIT_WARNING logs one warning saying what to change (once a run). The
+  first window of a start never warns: it holds the readers' start-up (grain's workers, the first
+  reads), which later windows do not pay."""
 
   def __init__(self, source: Iterator[Any], data_config: Any):
     self.source = source
     self.data_config = data_config
     self.seconds = 0.0
     self.warned = False
+    self.windows = 0
 
   def next(self) -> Any:
     started = time.perf_counter()
@@ -49,7 +52,8 @@ class DataWait:
   def fraction(self, window_seconds: float, step: int) -> float:
     share = min(self.seconds / max(window_seconds, 1e-9), 1.0)
     self.seconds = 0.0
-    if share > DATA_WAIT_WARNING and not self.warned:
+    self.windows += 1
+    if share > DATA_WAIT_WARNING and not self.warned and self.windows > 1:
       self.warned = True
       data = self.data_config
       logging.warning(

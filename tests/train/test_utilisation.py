@@ -177,6 +177,7 @@ def test_slow_source_raises_the_wait_past_the_threshold_and_warns_once(data_dir,
   assert all(r['data_wait_fraction'] > utilisation.DATA_WAIT_WARNING for r in train)
   warned = [r.getMessage() for r in caplog.records if 'data_wait_fraction' in r.getMessage()]
   assert len(warned) == 1 and 'config.data.worker_count' in warned[0]
+  assert 'at step 4' in warned[0]   # the first window (readers starting) never warns
   assert not os.path.exists(os.path.join(str(tmp_path), 'tensorboard'))   # writers=''
 
 
