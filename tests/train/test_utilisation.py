@@ -1,9 +1,13 @@
 """How a run uses the machine (trainer/utilisation.py, flops.py, writers.py): FLOP/s from XLA's
 count and the measured rate, the data wait against a slow and a fast source, the parameter and
-update norms of the step, the writers (a fake wandb), the peaks and the people's format."""
+update norms of the step, the writers (a fake wandb, and the real one offline), the peaks and
+the people's format."""
+import contextlib
+import glob
 import importlib.util
 import logging
 import os
+import re
 import struct
 import sys
 import time
@@ -164,6 +168,35 @@ def test_wandb_gets_the_config_once_and_every_record(fast_run):
     for name in MACHINE_USE:
       assert logged[(record['step'], f'train/{name}')] == record[name]
   assert all(isinstance(v, (int, float)) for v in logged.values())   # numbers only
+
+
+def test_wandb_offline_run_holds_the_config_and_every_record(data_dir, tmp_path, monkeypatch):
+  """The real wandb in its offline mode (no network): its run file holds each record's values as
+  wandb's JSON and the config's hyperparameters."""
+  pytest.importorskip('wandb', reason='wandb is in requirements-test.txt; pip install wandb')
+  monkeypatch.setenv('WANDB_MODE', 'offline')
+  monkeypatch.setenv('WANDB_SILENT', 'true')
+  workdir = str(tmp_path)
+  config = tiny_config(data_dir, num_train_steps=4, log_every_steps=2, eval_every_steps=4,
+                       checkpoint_every_steps=4, final_test=False, writers='wandb')
+  _run_with_source(monkeypatch, config, workdir, ahead=4)
+  runs = glob.glob(os.path.join(workdir, 'wandb', 'offline-run-*', 'run-*.wandb'))
+  assert len(runs) == 1, runs
+  with open(runs[0], 'rb') as f:
+    stored = f.read()   # wandb's records: protobuf items, a key and its value as JSON (field 16)
+  values: dict[str, set[float]] = {}   # config items name their key in field 1, history's in 2
+  for item in re.finditer(rb'[\x0a\x12]([\x01-\x7f])([\w./]+)\x82\x01([\x01-\x7f])', stored):
+    if len(item.group(2)) == item.group(1)[0]:
+      text = stored[item.end():item.end() + item.group(3)[0]]
+      with contextlib.suppress(ValueError):
+        values.setdefault(item.group(2).decode(), set()).add(float(text))
+  train = read_metrics(workdir, 'train')
+  assert [r['step'] for r in train] == [2, 4]
+  for record in train:
+    for name in ('loss', *MACHINE_USE):
+      assert float(record[name]) in values[f'train/{name}'], (name, record[name], values)
+  assert values['optimizer.learning_rate'] == {3e-3} and values['batch_size'] == {8.0}
+  assert not os.path.exists(os.path.join(workdir, 'tensorboard'))   # writers='wandb' alone
 
 
 def test_slow_source_raises_the_wait_past_the_threshold_and_warns_once(data_dir, tmp_path,
