@@ -3,6 +3,8 @@ r"""What a mesh saves per chip, on TPU slices compiled here (libtpu's compile-on
   python benchmarks/mesh_memory.py fsdp --output runs/mesh_memory.jsonl
   python benchmarks/mesh_memory.py sequence --output runs/mesh_memory.jsonl \
       [--families ponet,linear]
+  python benchmarks/mesh_memory.py causal_lm --output runs/mesh_memory.jsonl \
+      [--families linear,softmax]
 
 `fsdp`: the parameter and optimizer bytes each chip of a v5e 2x4 slice holds for the big models
 (PoNet-Base MLM, WMT14 Big, ViT-B/16 = DeiT-B, HVT-S-1), data parallel against fsdp 8: read from
@@ -10,8 +12,10 @@ the train state's shardings on the slice (exactly the arrays the compiled step t
 compile). `sequence`: the training step of each family's LRA Text encoder (the paper's 2 x 64
 model, batch 1 per sequence) compiled for the slice at a length, split over 'sequence' or one
 whole sequence per chip (data parallel): bytes per chip (`memory_analysis`), the collectives'
-bytes, and the compile seconds. One JSON line per record, appended to --output; records already
-there are skipped, so a stopped run resumes.
+bytes, and the compile seconds. `causal_lm`: the same for the training step of the character LM
+(configs/enwik8.py's `small` size: 2 layers, width 128) at 16K, 64K and 1M tokens on 8 sequence
+shards, linear attention (chunked) beside softmax (keys and values gathered). One JSON line per
+record, appended to --output; records already there are skipped, so a stopped run resumes.
 """
 from __future__ import annotations
 
@@ -36,6 +40,11 @@ SEQUENCE_RUNS = [(family, topology, shards, length)
                  for topology, shards, length in (('v5e:2x4', 8, 2 ** 20), ('v5e:4x4', 16, 2 ** 22),
                                                   ('v5e:2x4', 1, 2 ** 20), ('v5e:2x4', 1, 2 ** 22))]
 
+# (mixer, enwik8 model, sequence length): the causal LM on the 8 chips of a v5e 2x4 slice.
+CAUSAL_LM_RUNS = [(mixer, model, length)
+                  for mixer, model in (('linear', 'linear_l12'), ('softmax', 'transformer_l12'))
+                  for length in (2 ** 14, 2 ** 16, 2 ** 20)]
+
 
 def _state_bytes(setup) -> dict[str, float]:
   per = lambda tree: sum(accelerators._per_device_bytes(x) for x in jax.tree.leaves(tree))
@@ -54,14 +63,16 @@ def fsdp_records(topology: str = 'v5e:2x4'):
              **_state_bytes(setup)}
 
 
-def sequence_record(family: str, topology: str, shards: int, length: int):
+def sequence_record(family: str, topology: str, shards: int, length: int,
+                    spec: str | None = None, kind: str = 'sequence'):
+  """The record of `spec`'s training step (default: the family's LRA Text encoder)."""
   chips = math.prod(int(n) for n in topology.split(':')[1].split('x'))
   batch = 1 if shards > 1 else chips   # without 'sequence': one whole sequence per chip
   overrides = {'data.max_length': length, 'batch_size': batch, 'eval_batch_size': batch,
                'mesh.data': 1 if shards > 1 else -1, 'mesh.sequence': shards}
-  config = config_lib.load(f'configs/lra_text.py:{family}', overrides)
+  config = config_lib.load(spec or f'configs/lra_text.py:{family}', overrides)
   started = time.time()
-  record = {'kind': 'sequence', 'family': family, 'topology': topology, 'sequence': shards,
+  record = {'kind': kind, 'family': family, 'topology': topology, 'sequence': shards,
             'length': length}
   try:
     setup = make_setup(config, need_files=False, mesh=accelerators.topology_mesh(
@@ -79,9 +90,10 @@ def sequence_record(family: str, topology: str, shards: int, length: int):
 
 def main():
   parser = errors.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('what', choices=('fsdp', 'sequence'))
+  parser.add_argument('what', choices=('fsdp', 'sequence', 'causal_lm'))
   parser.add_argument('--output', required=True)
-  parser.add_argument('--families', default='ponet,linear,adamra')
+  parser.add_argument('--families', default=None,
+                      help='sequence: ponet,linear,adamra (all); causal_lm: linear,softmax')
   args = parser.parse_args()
   os.makedirs(os.path.dirname(args.output) or '.', exist_ok=True)
   done = set()
@@ -100,12 +112,15 @@ def main():
     for record in fsdp_records():
       write(record)
     return
-  families = args.families.split(',')
-  for family, topology, shards, length in SEQUENCE_RUNS:
-    key = json.dumps({'kind': 'sequence', 'config': None, 'mesh': None, 'family': family,
+  runs = SEQUENCE_RUNS if args.what == 'sequence' else [
+      (mixer, 'v5e:2x4', 8, length, f'configs/enwik8.py:{model},small')
+      for mixer, model, length in CAUSAL_LM_RUNS]
+  families = (args.families or ','.join(dict.fromkeys(r[0] for r in runs))).split(',')
+  for family, topology, shards, length, *spec in runs:
+    key = json.dumps({'kind': args.what, 'config': None, 'mesh': None, 'family': family,
                       'topology': topology, 'sequence': shards, 'length': length}, sort_keys=True)
     if family in families and key not in done:
-      write(sequence_record(family, topology, shards, length))
+      write(sequence_record(family, topology, shards, length, *spec, kind=args.what))
 
 
 if __name__ == '__main__':
