@@ -25,14 +25,17 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 
-import causal_linear
-import jax
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # causal_linear, run any way
 
-from poolformers_jax import config as config_lib, errors
-from poolformers_jax.trainer import accelerators, sharding, step as step_lib
-from poolformers_jax.trainer.setup import make_setup
+import causal_linear  # noqa: E402
+import jax  # noqa: E402
+
+from poolformers_jax import config as config_lib, errors  # noqa: E402
+from poolformers_jax.trainer import accelerators, sharding, step as step_lib  # noqa: E402
+from poolformers_jax.trainer.setup import make_setup  # noqa: E402
 
 GIB = 2 ** 30
 FSDP_MODELS = ('configs/ponet_pretrain.py:mlm', 'configs/wmt14.py:big',
