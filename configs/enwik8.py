@@ -24,7 +24,8 @@ Argument: `model[,small|tiny][,text8][,stage1|stage2|stage3]`, model one of
                       reports no language-model number; this is our experiment.
 Width 512, 8 heads, FFN 2048 ("the same 12-layer model architecture as Longformer"); see
 poolformers_jax/models/lm.py for the position-embedding and output-layer decisions.
-Parameters (tests/models/test_lm.py): transformer_l12 37.96M, cp_transformer_l11 35.89M,
+Parameters (tests/models/test_lm.py): transformer_l12 37.96M (linear_l12 too: the same four
+projections), cp_transformer_l11 35.89M,
 cp_transformer_l12 39.15M, cp_transformer_l14 45.65M (paper 44M; no width fits all three Table 5
 counts, see the test), msac_lm 601.5M with the paper's full-width heads (MSAC Sec. 2.1: each
 of the 8 heads has its own 512-wide query / key / value filters; 138.7M with

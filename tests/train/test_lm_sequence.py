@@ -62,7 +62,7 @@ def test_a_sequence_sharded_lm_run_equals_the_run_on_one_device(model, text8_dir
       jax.tree_util.tree_leaves_with_path(tree)) if compared(name)}
   assert len(flat(params)) >= 20
   chex.assert_trees_all_close(flat(sharded[1]), flat(params), atol=1e-4)
-  # 149 test symbols' sliding windows of 16 every 4: every prediction scored once
+  # 150 validation symbols in sliding windows of 16 every 4: each of 149 predictions scored once
   assert sharded[2]['count'] == validation['count'] == 149
   np.testing.assert_allclose(sharded[2]['loss'], validation['loss'], rtol=1e-4)
 
