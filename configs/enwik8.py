@@ -25,11 +25,10 @@ Argument: `model[,small|tiny][,text8][,stage1|stage2|stage3]`, model one of
 Width 512, 8 heads, FFN 2048 ("the same 12-layer model architecture as Longformer"); see
 poolformers_jax/models/lm.py for the position-embedding and output-layer decisions.
 Parameters (tests/models/test_lm.py): transformer_l12 37.96M (linear_l12 too: the same four
-projections), cp_transformer_l11 35.89M,
-cp_transformer_l12 39.15M, cp_transformer_l14 45.65M (paper 44M; no width fits all three Table 5
-counts, see the test), msac_lm 601.5M with the paper's full-width heads (MSAC Sec. 2.1: each
-of the 8 heads has its own 512-wide query / key / value filters; 138.7M with
-`--config.model.mixer_kwargs.heads=split`; counted by abstract init).
+projections), cp_transformer_l11 35.89M, cp_transformer_l12 39.15M, cp_transformer_l14 45.65M
+(paper 44M; no width fits all three Table 5 counts, see the test), msac_lm 601.5M with the
+paper's full-width heads (MSAC Sec. 2.1: each of the 8 heads has its own 512-wide query / key /
+value filters; 138.7M with `--config.model.mixer_kwargs.heads=split`; counted by abstract init).
 ContextPool's predictor m(X) has hidden width 64 (d/8; its default d/16 gives 38.6M at 12 layers).
 
 From the paper (Sec. 4.1): three stages of increasing sequence length 2048 / 4096 / 8192 with
