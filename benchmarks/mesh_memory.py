@@ -3,6 +3,8 @@ r"""What a mesh saves per chip, on TPU slices compiled here (libtpu's compile-on
   python benchmarks/mesh_memory.py fsdp --output runs/mesh_memory.jsonl
   python benchmarks/mesh_memory.py sequence --output runs/mesh_memory.jsonl \
       [--families ponet,linear]
+  python benchmarks/mesh_memory.py causal_lm --output runs/mesh_memory.jsonl \
+      [--families linear,softmax] [--size small|full] [--lengths 16384,65536]
 
 `fsdp`: the parameter and optimizer bytes each chip of a v5e 2x4 slice holds for the big models
 (PoNet-Base MLM, WMT14 Big, ViT-B/16 = DeiT-B, HVT-S-1), data parallel against fsdp 8: read from
@@ -10,21 +12,30 @@ the train state's shardings on the slice (exactly the arrays the compiled step t
 compile). `sequence`: the training step of each family's LRA Text encoder (the paper's 2 x 64
 model, batch 1 per sequence) compiled for the slice at a length, split over 'sequence' or one
 whole sequence per chip (data parallel): bytes per chip (`memory_analysis`), the collectives'
-bytes, and the compile seconds. One JSON line per record, appended to --output; records already
-there are skipped, so a stopped run resumes.
+bytes, and the compile seconds. `causal_lm`: the same for the training step of the character LM
+(configs/enwik8.py's `small` size: 2 layers, width 128; `--size full`: 12 layers, width 512) at
+16K, 64K and 1M tokens on 8 sequence shards, linear attention (chunked) beside softmax (keys and
+values gathered) and beside the prefix sums that chunks replaced (`linear_prefix_sums`,
+benchmarks/causal_linear.py's baseline traced in place of `linear_attention`: its memory per chip;
+it adds no preceding shard's states, so it is not the sharded function). One JSON line per record,
+appended to --output; records already there are skipped, so a stopped run resumes.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
+import sys
 import time
 
-import jax
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # causal_linear, run any way
 
-from poolformers_jax import config as config_lib, errors
-from poolformers_jax.trainer import accelerators, sharding, step as step_lib
-from poolformers_jax.trainer.setup import make_setup
+import causal_linear  # noqa: E402
+import jax  # noqa: E402
+
+from poolformers_jax import config as config_lib, errors  # noqa: E402
+from poolformers_jax.trainer import accelerators, sharding, step as step_lib  # noqa: E402
+from poolformers_jax.trainer.setup import make_setup  # noqa: E402
 
 GIB = 2 ** 30
 FSDP_MODELS = ('configs/ponet_pretrain.py:mlm', 'configs/wmt14.py:big',
@@ -35,6 +46,12 @@ SEQUENCE_RUNS = [(family, topology, shards, length)
                  for family in ('ponet', 'linear', 'adamra')
                  for topology, shards, length in (('v5e:2x4', 8, 2 ** 20), ('v5e:4x4', 16, 2 ** 22),
                                                   ('v5e:2x4', 1, 2 ** 20), ('v5e:2x4', 1, 2 ** 22))]
+
+# (mixer, enwik8 model, sequence length): the causal LM on the 8 chips of a v5e 2x4 slice.
+CAUSAL_LM_RUNS = [(mixer, model, length)
+                  for mixer, model in (('linear', 'linear_l12'), ('softmax', 'transformer_l12'),
+                                       ('linear_prefix_sums', 'linear_l12'))
+                  for length in (2 ** 14, 2 ** 16, 2 ** 20)]
 
 
 def _state_bytes(setup) -> dict[str, float]:
@@ -54,19 +71,23 @@ def fsdp_records(topology: str = 'v5e:2x4'):
              **_state_bytes(setup)}
 
 
-def sequence_record(family: str, topology: str, shards: int, length: int):
+def sequence_record(family: str, topology: str, shards: int, length: int,
+                    spec: str | None = None, kind: str = 'sequence'):
+  """The record of `spec`'s training step (default: the family's LRA Text encoder)."""
   chips = math.prod(int(n) for n in topology.split(':')[1].split('x'))
   batch = 1 if shards > 1 else chips   # without 'sequence': one whole sequence per chip
   overrides = {'data.max_length': length, 'batch_size': batch, 'eval_batch_size': batch,
                'mesh.data': 1 if shards > 1 else -1, 'mesh.sequence': shards}
-  config = config_lib.load(f'configs/lra_text.py:{family}', overrides)
+  config = config_lib.load(spec or f'configs/lra_text.py:{family}', overrides)
   started = time.time()
-  record = {'kind': 'sequence', 'family': family, 'topology': topology, 'sequence': shards,
-            'length': length}
+  record = {'kind': kind, 'config': spec, 'family': family, 'topology': topology,
+            'sequence': shards, 'length': length}
   try:
     setup = make_setup(config, need_files=False, mesh=accelerators.topology_mesh(
         topology, {'data': 1, 'sequence': shards} if shards > 1 else {}))
-    compiled = step_lib.compile_train_step(setup).run
+    with causal_linear.traced_as(causal_linear.BASELINE if family == 'linear_prefix_sums'
+                                 else family):
+      compiled = step_lib.compile_train_step(setup).run
   except Exception as error:   # libtpu refuses a step whose temporaries exceed the chip
     return {**record, 'error': str(error).strip().splitlines()[0][:300],
             'compile_seconds': time.time() - started}
@@ -79,9 +100,13 @@ def sequence_record(family: str, topology: str, shards: int, length: int):
 
 def main():
   parser = errors.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('what', choices=('fsdp', 'sequence'))
+  parser.add_argument('what', choices=('fsdp', 'sequence', 'causal_lm'))
   parser.add_argument('--output', required=True)
-  parser.add_argument('--families', default='ponet,linear,adamra')
+  parser.add_argument('--families', default=None, help='sequence: ponet,linear,adamra (all); '
+                      'causal_lm: linear,softmax,linear_prefix_sums (all)')
+  parser.add_argument('--size', default='small', choices=('small', 'full'),
+                      help="causal_lm: configs/enwik8.py's size")
+  parser.add_argument('--lengths', default=None, help='causal_lm: tokens per sequence (all)')
   args = parser.parse_args()
   os.makedirs(os.path.dirname(args.output) or '.', exist_ok=True)
   done = set()
@@ -100,12 +125,18 @@ def main():
     for record in fsdp_records():
       write(record)
     return
-  families = args.families.split(',')
-  for family, topology, shards, length in SEQUENCE_RUNS:
-    key = json.dumps({'kind': 'sequence', 'config': None, 'mesh': None, 'family': family,
-                      'topology': topology, 'sequence': shards, 'length': length}, sort_keys=True)
+  size = '' if args.size == 'full' else ',small'
+  lengths = [int(n) for n in args.lengths.split(',')] if args.lengths else None
+  runs = SEQUENCE_RUNS if args.what == 'sequence' else [
+      (mixer, 'v5e:2x4', 8, length, f'configs/enwik8.py:{model}{size}')
+      for mixer, model, length in CAUSAL_LM_RUNS if lengths is None or length in lengths]
+  families = (args.families or ','.join(dict.fromkeys(r[0] for r in runs))).split(',')
+  for family, topology, shards, length, *spec in runs:
+    key = json.dumps({'kind': args.what, 'config': spec[0] if spec else None, 'mesh': None,
+                      'family': family, 'topology': topology, 'sequence': shards,
+                      'length': length}, sort_keys=True)
     if family in families and key not in done:
-      write(sequence_record(family, topology, shards, length))
+      write(sequence_record(family, topology, shards, length, *spec, kind=args.what))
 
 
 if __name__ == '__main__':

@@ -17,15 +17,18 @@ Argument: `model[,small|tiny][,text8][,stage1|stage2|stage3]`, model one of
                       enwik8 dev/test 1.03/1.01
   cp_transformer_l12  CP-Transformer (12): 39M; text8 1.04/1.09, enwik8 1.02/0.99   (default)
   cp_transformer_l14  CP-Transformer (14): 44M; text8 1.02/1.07, enwik8 1.01/0.97
+  linear_l12          12 layers, causal linear attention (Katharopoulos et al. 2020; chunked,
+                      LinearAttention.chunk_size): the long-context model, trains on the sequence
+                      axis (--config.mesh.sequence=N); not in the paper, our experiment.
   msac_lm             12 layers with the MSAC mixer (1x1, 1x2, 1x3 SACs, causal). The MSAC paper
                       reports no language-model number; this is our experiment.
 Width 512, 8 heads, FFN 2048 ("the same 12-layer model architecture as Longformer"); see
 poolformers_jax/models/lm.py for the position-embedding and output-layer decisions.
-Parameters (tests/models/test_lm.py): transformer_l12 37.96M, cp_transformer_l11 35.89M,
-cp_transformer_l12 39.15M, cp_transformer_l14 45.65M (paper 44M; no width fits all three Table 5
-counts, see the test), msac_lm 601.5M with the paper's full-width heads (MSAC Sec. 2.1: each
-of the 8 heads has its own 512-wide query / key / value filters; 138.7M with
-`--config.model.mixer_kwargs.heads=split`; counted by abstract init).
+Parameters (tests/models/test_lm.py): transformer_l12 37.96M (linear_l12 too: the same four
+projections), cp_transformer_l11 35.89M, cp_transformer_l12 39.15M, cp_transformer_l14 45.65M
+(paper 44M; no width fits all three Table 5 counts, see the test), msac_lm 601.5M with the
+paper's full-width heads (MSAC Sec. 2.1: each of the 8 heads has its own 512-wide query / key /
+value filters; 138.7M with `--config.model.mixer_kwargs.heads=split`; counted by abstract init).
 ContextPool's predictor m(X) has hidden width 64 (d/8; its default d/16 gives 38.6M at 12 layers).
 
 From the paper (Sec. 4.1): three stages of increasing sequence length 2048 / 4096 / 8192 with
@@ -56,6 +59,7 @@ MODELS = {
     'cp_transformer_l11': (11, 'contextpool', CP_OPTIONS),
     'cp_transformer_l12': (12, 'contextpool', CP_OPTIONS),
     'cp_transformer_l14': (14, 'contextpool', CP_OPTIONS),
+    'linear_l12': (12, 'linear', {}),
     'msac_lm': (12, 'msac', {'windows': (1, 2, 3), 'heads': 'full'}),   # or 'split'
 }
 DATASETS = ('enwik8', 'text8')

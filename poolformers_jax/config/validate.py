@@ -184,6 +184,11 @@ def _check_sequence_axis(config: ml_collections.ConfigDict, info, sequence: int)
   _require(shape[0] % sequence == 0, f'config.mesh.sequence={sequence} does not divide the '
            f'sequence length {shape[0]}', f'set config.data.max_length to a multiple of {sequence}'
            f' or choose a sequence size that divides {shape[0]}')
+  context = config.data.get('eval_context')   # the sliding evaluation's windows (text_lm.py)
+  _require(config.data.get('eval_protocol') != 'sliding' or context % sequence == 0,
+           f'config.mesh.sequence={sequence} does not divide the sliding evaluation\'s windows '
+           f'of config.data.eval_context={context} symbols', 'set config.data.eval_context to a '
+           f'multiple of {sequence}')
   _require(not config.length_buckets.multiple, 'config.length_buckets cuts batches to other '
            f'lengths, which config.mesh.sequence={sequence} cannot split evenly',
            f'set --config.length_buckets.multiple=0 or {off}')
