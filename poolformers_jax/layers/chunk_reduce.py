@@ -41,7 +41,8 @@ def chunk_sum(x: Array, size: int) -> Array:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def chunk_max(x: Array, size: int) -> Array:
-  """[B, chunks, ...]: the maximum of each chunk of `size` tokens of `x` ([B, chunks * size, ...])."""
+  """[B, chunks, ...]: the maximum of each chunk of `size` tokens of `x` ([B, chunks * size,
+  ...])."""
   window = _window(x, size)
   return lax.reduce_window(x, jnp.asarray(-jnp.inf, x.dtype), lax.max, window, window, 'VALID')
 
