@@ -34,8 +34,6 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
-from poolformers_jax.layers.chunk_reduce import chunk_max, spread_chunks
-
 Array = jax.Array
 
 SEQUENCE_AXIS = 'sequence'   # the mesh axis that splits the tokens (trainer/sharding.py's mesh)
@@ -235,8 +233,6 @@ class Chunks:
                         op(jnp.where(second, x, fill), axis=1)], axis=1)
     batch, rest = x.shape[0], x.shape[2:]
     placed = keep(self._place(x, fill), None if where is None else self._place(where, False))
-    if op is jnp.max:   # no [span, size] reshape: XLA:TPU relayouts it (chunk_reduce.py)
-      return chunk_max(placed, self.size)
     return op(placed.reshape((batch, self.span, self.size) + rest), axis=2)
 
   def _place(self, x: Array, fill: Any) -> Array:
@@ -255,7 +251,7 @@ class Chunks:
     if second is not None:
       second = second.reshape((1, -1) + (1,) * (per_chunk.ndim - 2))
       return jnp.where(second, per_chunk[:, 1:2], per_chunk[:, :1])
-    every = spread_chunks(per_chunk, self.size)
+    every = jnp.repeat(per_chunk, self.size, axis=1)
     if self.shared:
       return jax.lax.dynamic_slice_in_dim(every, self.start, self.shard.length, axis=1)
     return every[:, :self.shard.length]
