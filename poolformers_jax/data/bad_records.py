@@ -91,18 +91,24 @@ class SkippingRecords:
   def __getitem__(self, index: int) -> Any:
     count = len(self.records)
     for step in range(count):
-      position = (int(index) + step) % count
-      try:
-        return self.records[position]
-      except BadRecord as error:
-        where = error.where or repr(self.records)
-        with _lock:
-          first = (where, position) not in _seen
-          _seen.add((where, position))
-        if first:
-          count_skipped(where)
-          logging.warning('skipped a bad record: %s', error)
+      record = self.get((int(index) + step) % count)
+      if record is not None:
+        return record
     raise BadRecord(f'every record of {self.records!r} is bad; replace the files')
+
+  def get(self, index: int) -> Any | None:
+    """Record `index`, or None where it is bad (what a one-pass evaluation leaves out)."""
+    try:
+      return self.records[index]
+    except BadRecord as error:
+      where = error.where or repr(self.records)
+      with _lock:
+        first = (where, index) not in _seen
+        _seen.add((where, index))
+      if first:
+        count_skipped(where)
+        logging.warning('skipped a bad record: %s', error)
+      return None
 
   def __repr__(self) -> str:
     return f'SkippingRecords({self.records!r})'

@@ -207,6 +207,11 @@ class LineFile:
   def __len__(self) -> int:
     return len(self._offsets)
 
+  def line_number(self, index: int) -> int:
+    """The line (1-based, as editors count) of record `index`, for an error that names it."""
+    with open(self.path, 'rb') as f:
+      return f.read(int(self._offsets[index][0])).count(b'\n') + 1
+
   def __getitem__(self, index: int) -> Any:
     start, size = self._offsets[index]
     with open(self.path, 'rb') as f:

@@ -5,6 +5,7 @@ TFDS array_record) and 'tsv' (the LRA release's files). Tokens: listops_tokens.p
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 import numpy as np
@@ -36,13 +37,14 @@ class InMemoryRecords:
     self.name = name
     n = len(records)
     read = getattr(records, '__getitems__', None) or (lambda ix: [records[i] for i in ix])
-    tokens, self.labels, lengths = [], np.zeros(n, np.int32), np.zeros(n, np.int64)
+    tokens, labels = [], []
     for start in range(0, n, self.CHUNK):
-      for i, record in enumerate(read(range(start, min(n, start + self.CHUNK))), start):
-        ids = np.asarray(record['tokens'], np.uint8)
-        tokens.append(ids)
-        lengths[i], self.labels[i] = len(ids), int(record['label'])
-    self.offsets = np.concatenate([[0], np.cumsum(lengths)])
+      for record in read(range(start, min(n, start + self.CHUNK))):
+        if record is not None:   # None: a bad line left out (TsvSource, skip_bad_records)
+          tokens.append(np.asarray(record['tokens'], np.uint8))
+          labels.append(int(record['label']))
+    self.labels = np.asarray(labels, np.int32)
+    self.offsets = np.concatenate([[0], np.cumsum([len(ids) for ids in tokens], dtype=np.int64)])
     self.tokens = np.concatenate(tokens) if tokens else np.zeros(0, np.uint8)
     self.tokens.flags.writeable = False   # records hand out views of it
 
@@ -99,6 +101,7 @@ class TsvSource:
   checked as the file is indexed (`skip`: bad lines left out and counted, data/bad_records.py)."""
 
   def __init__(self, path: str, skip: bool = False):
+    self.skip = skip
     self.lines = base.LineFile(path, skip_header=True,
                                check=base.LineCheck(line_problem, RELEASE_TODO, skip))
     header = self.lines.header or ''
@@ -111,7 +114,27 @@ class TsvSource:
 
   def __getitem__(self, index):
     source, target = self.lines[index].split('\t')[:2]
-    return {'tokens': encode(source.split()), 'label': int(target)}
+    try:
+      tokens = encode(source.split())
+    except ValueError as error:   # a token outside the vocabulary: checked here, where it is read
+      raise bad_records.bad_line(self.lines.path, self.lines.line_number(index),
+                                 str(error).rstrip('.'), RELEASE_TODO) from None
+    return {'tokens': tokens, 'label': int(target)}
+
+  def __getitems__(self, indices):
+    """Records `indices`; with `skip`, a line with a token outside the vocabulary is None,
+    counted (InMemoryRecords leaves it out, as LineFile leaves out the lines it checks)."""
+    return [self._read_or_skip(index) for index in indices]
+
+  def _read_or_skip(self, index):
+    try:
+      return self[index]
+    except bad_records.BadRecord as error:
+      if not self.skip:
+        raise
+      bad_records.count_skipped(self.lines.path)
+      logging.warning('skipped a bad record: %s', error)
+      return None
 
   def __repr__(self):
     return f'TsvSource({self.lines.path!r}, {len(self)} examples)'

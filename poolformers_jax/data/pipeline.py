@@ -127,8 +127,12 @@ class _EvalExample:
 
   def __call__(self, i: int):
     index = self.process_index + i * self.process_count
-    if index < self.num_examples:
-      return dict(self.preprocess(self.records[index]), mask=np.bool_(True))
+    record = None
+    if index < self.num_examples:   # a bad record skipped is padding: no example counts twice
+      skipping = isinstance(self.records, bad_records.SkippingRecords)
+      record = self.records.get(index) if skipping else self.records[index]
+    if record is not None:
+      return dict(self.preprocess(record), mask=np.bool_(True))
     if self._padding is None:
       example = self.preprocess(self.records[0])
       self._padding = jax.tree.map(np.zeros_like, example)   # targets may be a dict

@@ -249,7 +249,9 @@ def check_sequence_parallel(name: str) -> None:
   traits = traits_of(cls)
   if not traits.sequence_parallel:
     why = f' ({traits.sequence_parallel_note})' if traits.sequence_parallel_note else ''
+    causal = sorted(set(sequence_parallel_mixers()) & set(causal_mixers()))
     raise ValueError(f'mixer {name!r} ({cls.__name__}) has no sequence-parallel form{why}, so '
                      'it cannot run with config.mesh.sequence > 1; the mixers that have one: '
-                     f'{sequence_parallel_mixers()} (or shard with '
+                     f'{sequence_parallel_mixers()}, of which causal (a language model): '
+                     f'{causal} (or shard with '
                      '--config.mesh.fsdp and keep --config.mesh.sequence=1).')

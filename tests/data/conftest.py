@@ -1,8 +1,23 @@
-"""Shared fixtures for the data tests: a tiny generated ListOps config."""
+"""Shared fixtures for the data tests: a run config around one dataset, a tiny generated ListOps."""
 import ml_collections
 import pytest
 
 from poolformers_jax import data
+
+
+def data_config(name, **data_fields):
+  """A run config (seed 0, batch 4) holding dataset `name`'s data config with `data_fields` set."""
+  config = ml_collections.ConfigDict()
+  config.seed, config.batch_size = 0, 4
+  config.data = data.get_data_config(name)
+  config.data.update(data_fields)
+  return config
+
+
+@pytest.fixture(scope='session')
+def make_data_config():
+  """`data_config` above."""
+  return data_config
 
 
 def listops_config(data_dir, *, seed=0, num_train=60, num_validation=11, num_test=13,

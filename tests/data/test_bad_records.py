@@ -7,7 +7,6 @@ import os
 import shutil
 import zipfile
 
-import ml_collections
 import numpy as np
 import pytest
 from PIL import Image
@@ -17,14 +16,6 @@ from poolformers_jax.data import bad_records, base, listops, prepare, text_lm
 from poolformers_jax.data.generators import listops as generator
 
 SKIP_HINT = 'or set --config.data.skip_bad_records=True to skip such records (counted)'
-
-
-def _config(name, **data_fields):
-  config = ml_collections.ConfigDict()
-  config.seed, config.batch_size = 0, 4
-  config.data = data.get_data_config(name)
-  config.data.update(data_fields)
-  return config
 
 
 def _damage_lines(path, damages):
@@ -47,7 +38,8 @@ def _skipped(path):
   return bad_records.skipped().get(str(path), 0)
 
 
-def test_listops_tsv_cut_mid_line_or_bad_rows_refused_at_open_or_skipped_and_counted(tmp_path):
+def test_listops_tsv_cut_mid_line_or_bad_rows_refused_at_open_or_skipped_and_counted(
+    tmp_path, make_data_config):
   """The release's train file with a non-integer label (line 4), a row whose tab is gone
   (line 7) and its last line cut in half: reading the split refuses line 4 in one line; with
   skip_bad_records the split holds exactly the other rows, as the undamaged file reads them."""
@@ -59,7 +51,7 @@ def test_listops_tsv_cut_mid_line_or_bad_rows_refused_at_open_or_skipped_and_cou
   lines = _damage_lines(path, {4: lambda line: line.rsplit('\t', 1)[0] + '\tx\n',
                                7: lambda line: line.replace('\t', ' '), 13: lambda line: None})
   assert lines == 13                                     # header + 12 rows; rows 3, 6, 12 bad
-  config = _config('listops', source='tsv', tsv_dir=str(bad), max_length=32)
+  config = make_data_config('listops', source='tsv', tsv_dir=str(bad), max_length=32)
   with pytest.raises(bad_records.BadRecord) as refused:
     data.get_dataset_info(config)
   assert str(refused.value) == (
@@ -71,7 +63,8 @@ def test_listops_tsv_cut_mid_line_or_bad_rows_refused_at_open_or_skipped_and_cou
   config.data.skip_bad_records = True
   kept = listops.source(config.data, 'train')
   assert _skipped(path) - before == 3
-  reference = listops.source(_config('listops', source='tsv', tsv_dir=str(good)).data, 'train')
+  reference = listops.source(
+      make_data_config('listops', source='tsv', tsv_dir=str(good)).data, 'train')
   good_rows = [i for i in range(12) if i not in (2, 5, 11)]
   assert len(kept) == len(good_rows) == 9
   for got, i in zip(kept, good_rows):
@@ -79,25 +72,25 @@ def test_listops_tsv_cut_mid_line_or_bad_rows_refused_at_open_or_skipped_and_cou
     assert got['label'] == reference[i]['label']
 
 
-def test_listops_tsv_row_cut_short_names_its_line(tmp_path):
+def test_listops_tsv_row_cut_short_names_its_line(tmp_path, make_data_config):
   """A row cut after its tree (no tab, no label) is refused with its field count."""
   generator.write_tsv(str(tmp_path), seed=5, sizes={'train': 4, 'validation': 4, 'test': 4},
                       min_tokens=8, max_tokens=30)
   path = tmp_path / 'basic_val.tsv'
   _damage_lines(path, {3: lambda line: line.split('\t')[0] + '\n'})
-  config = _config('listops', source='tsv', tsv_dir=str(tmp_path), max_length=32)
+  config = make_data_config('listops', source='tsv', tsv_dir=str(tmp_path), max_length=32)
   with pytest.raises(bad_records.BadRecord, match=(
       f'^{path}:3: 1 tab-separated fields where a ListOps line has 2 \\(Source, Target\\): the '
       'line is cut short or damaged; ')):
     listops.source(config.data, 'validation')
 
 
-def test_a_damaged_file_is_one_line_with_exit_code_3(tmp_path, capsys):
+def test_a_damaged_file_is_one_line_with_exit_code_3(tmp_path, capsys, make_data_config):
   generator.write_tsv(str(tmp_path), seed=5, sizes={'train': 4, 'validation': 4, 'test': 4},
                       min_tokens=8, max_tokens=30)
   path = tmp_path / 'basic_train.tsv'
   _damage_lines(path, {2: lambda line: None})
-  config = _config('listops', source='tsv', tsv_dir=str(tmp_path))
+  config = make_data_config('listops', source='tsv', tsv_dir=str(tmp_path))
   with pytest.raises(SystemExit) as exit_:
     errors.one_line_errors(data.get_dataset_info)(config)
   assert exit_.value.code == errors.MACHINE_FAULT_EXIT == 3
@@ -106,14 +99,14 @@ def test_a_damaged_file_is_one_line_with_exit_code_3(tmp_path, capsys):
       SKIP_HINT)
 
 
-def test_lra_retrieval_bad_rows_refused_or_skipped(tmp_path):
+def test_lra_retrieval_bad_rows_refused_or_skipped(tmp_path, make_data_config):
   rows = [(f'{i % 2}.0', f'doc{i}a', f'doc{i}b') for i in range(6)]
   for split in ('train', 'eval', 'test'):
     with open(tmp_path / f'new_aan_pairs.{split}.tsv', 'w') as f:
       f.writelines(f'{label}\tid_a\tid_b\t{a}\t{b}\n' for label, a, b in rows)
   path = tmp_path / 'new_aan_pairs.train.tsv'
   _damage_lines(path, {2: lambda line: 'yes' + line[3:], 6: lambda line: None})
-  config = _config('lra_retrieval', tsv_dir=str(tmp_path), max_length=8)
+  config = make_data_config('lra_retrieval', tsv_dir=str(tmp_path), max_length=8)
   with pytest.raises(bad_records.BadRecord) as refused:
     data.get_dataset_info(config)
   assert str(refused.value) == (f"{path}:2: the label 'yes' is not 0 or 1; download the LRA "
@@ -127,7 +120,7 @@ def test_lra_retrieval_bad_rows_refused_or_skipped(tmp_path):
 
 
 @pytest.mark.parametrize('damage', ['crc', 'cut'])
-def test_a_damaged_text8_zip_is_refused_at_open(tmp_path, damage):
+def test_a_damaged_text8_zip_is_refused_at_open(tmp_path, damage, make_data_config):
   """A flipped byte of the member (its CRC-32 fails) or the file cut in half (no central
   directory): one line naming the file and where it comes from, when the split is opened."""
   text = b'the quick brown fox jumps over the lazy dog ' * 40
@@ -141,7 +134,8 @@ def test_a_damaged_text8_zip_is_refused_at_open(tmp_path, damage):
   else:
     raw = raw[:len(raw) // 2]
   path.write_bytes(bytes(raw))
-  config = _config('text8', data_dir=str(tmp_path), max_length=16, split_sizes=(1000, 300, 300))
+  config = make_data_config('text8', data_dir=str(tmp_path), max_length=16,
+                            split_sizes=(1000, 300, 300))
   with pytest.raises(errors.DataFault) as refused:
     data.get_dataset_info(config)
   problem = "Bad CRC-32 for file 'text8'" if damage == 'crc' else 'File is not a zip file'
@@ -157,8 +151,8 @@ def _shard(data_dir, split):
   return folder, os.path.join(folder, name)
 
 
-def test_a_truncated_or_swapped_array_record_shard_is_refused_at_open(tmp_path,
-                                                                      make_listops_config):
+def test_a_truncated_or_swapped_array_record_shard_is_refused_at_open(
+    tmp_path, make_listops_config, make_data_config):
   """Generated ListOps (TFDS array_record): the train shard cut in half, then the validation
   shard copied over it (a whole file, 11 records where the split has 60). Opening the split,
   by the ListOps reader or by tfds_source as the TFDS datasets are, names the shard file."""
@@ -209,15 +203,17 @@ def _rows(config, split):
   return rows, targets
 
 
-def test_an_image_that_does_not_decode_is_refused_or_skipped_and_counted(tmp_path):
+def test_an_image_that_does_not_decode_is_refused_or_skipped_and_counted(
+    tmp_path, make_data_config):
   """Pathfinder's PNG 2 of 10 cut in half: reading it refuses it, naming the file and the
-  record; with skip_bad_records the split keeps its length and reads the next image in its
-  place, counted once however often it is read."""
+  record; with skip_bad_records it is counted once however often it is read: the training
+  records keep their length and read the next image in its place, while a one-pass evaluation
+  leaves it out (as padding), so that no image counts twice."""
   folder, images = _pathfinder_release(tmp_path, 10)
   png = folder / 'imgs' / '0' / 'sample_2.png'
   png.write_bytes(png.read_bytes()[:len(png.read_bytes()) // 2])
-  config = _config('lra_pathfinder', pathfinder_dir=str(tmp_path), format='lra_release',
-                   difficulty='curv_baseline', max_length=64)
+  config = make_data_config('lra_pathfinder', pathfinder_dir=str(tmp_path),
+                            format='lra_release', difficulty='curv_baseline', max_length=64)
   with pytest.raises(bad_records.BadRecord) as refused:
     _rows(config, 'train')
   line = str(refused.value)
@@ -229,10 +225,15 @@ def test_an_image_that_does_not_decode_is_refused_or_skipped_and_counted(tmp_pat
   rows, targets = _rows(config, 'train')
   assert _rows(config, 'train')[1] == targets            # a second pass: the same rows
   assert _skipped(png) - before == 1
-  read = [0, 1, 3, 3, 4, 5, 6, 7]                        # record 2 reads image 3
+  read = [0, 1, 3, 4, 5, 6, 7]                           # record 2 left out
   assert targets == [i % 2 for i in read]
   for row, i in zip(rows, read):
     np.testing.assert_array_equal(row, images[i].reshape(-1).astype(np.int32) + 1)
+  source = base.get_spec('lra_pathfinder').source(config.data, 'train')
+  training = bad_records.guarded(source, config.data)   # what the training iterator reads
+  assert len(training) == 8
+  np.testing.assert_array_equal(training[2]['image'], training[3]['image'])   # image 3 twice
+  assert _skipped(png) - before == 1
 
 
 def test_prepare_reports_a_damaged_release_file_and_goes_on(tmp_path):
@@ -251,7 +252,8 @@ def test_prepare_reports_a_damaged_release_file_and_goes_on(tmp_path):
   assert all(' missing ' in line for line in lines[1:])
 
 
-def test_a_damaged_chunk_inside_a_shard_names_its_record_when_read(tmp_path, make_listops_config):
+def test_a_damaged_chunk_inside_a_shard_names_its_record_when_read(
+    tmp_path, make_listops_config, make_data_config):
   """A byte flipped inside the train shard's data (its footer still reads, the counts agree):
   the record whose chunk it is, as a raw array_record reader finds it, is named with its shard
   and position when read (through a split that starts at record 10, and by the ListOps reader
@@ -294,3 +296,32 @@ def test_a_damaged_chunk_inside_a_shard_names_its_record_when_read(tmp_path, mak
   np.testing.assert_array_equal(skipping[bad - 11]['tokens'], records[bad - 11]['tokens'])
   np.testing.assert_array_equal(skipping[bad - 10]['tokens'], records[bad - 9]['tokens'])
   assert _skipped(train) - before == 1                   # read twice, counted once
+
+
+def test_a_listops_token_outside_the_vocabulary_names_its_line_or_is_left_out(
+    tmp_path, make_data_config):
+  """Line 5 of the release's train file holds `[MIX`, which no ListOps tokenizer knows: opening
+  the split names the file and the line in one line; with skip_bad_records that row is left out
+  (counted) and the others read as the undamaged file reads them."""
+  good, bad = tmp_path / 'good', tmp_path / 'bad'
+  generator.write_tsv(str(good), seed=5, sizes={'train': 6, 'validation': 4, 'test': 4},
+                      min_tokens=8, max_tokens=30)
+  shutil.copytree(good, bad)
+  path = bad / 'basic_train.tsv'
+  _damage_lines(path, {5: lambda line: '[MIX ' + line})
+  config = make_data_config('listops', source='tsv', tsv_dir=str(bad), max_length=32)
+  with pytest.raises(bad_records.BadRecord) as refused:
+    listops.source(config.data, 'train')
+  assert str(refused.value).startswith(f"{path}:5: token '[MIX' is not in the ListOps vocabulary")
+  assert str(refused.value).endswith(SKIP_HINT) and '\n' not in str(refused.value)
+
+  before = _skipped(path)
+  config.data.skip_bad_records = True
+  kept = listops.source(config.data, 'train')
+  assert _skipped(path) - before == 1
+  reference = listops.source(
+      make_data_config('listops', source='tsv', tsv_dir=str(good)).data, 'train')
+  assert len(kept) == 5
+  for got, i in zip(kept, [0, 1, 2, 4, 5]):   # row 4 (line 5) left out
+    np.testing.assert_array_equal(got['tokens'], reference[i]['tokens'])
+    assert got['label'] == reference[i]['label']

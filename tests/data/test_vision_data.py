@@ -1,5 +1,4 @@
 """CIFAR / ImageNet loaders on tfds mock data: normalisation, crops, flips, eval center crop."""
-import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
@@ -7,20 +6,12 @@ from poolformers_jax import data
 from poolformers_jax.data import vision
 
 
-def _config(name, **data_fields):
-  config = ml_collections.ConfigDict()
-  config.seed, config.batch_size = 0, 4
-  config.data = data.get_data_config(name)
-  config.data.update(data_fields)
-  return config
-
-
 def _unnormalize(x, data_config):
   return (x * np.asarray(data_config.std) + np.asarray(data_config.mean)) * 255.0
 
 
-def test_cifar_eval_is_normalised_identity_and_train_is_pad_crop_flip(tmp_path):
-  config = _config('cifar10', data_dir=str(tmp_path))
+def test_cifar_eval_is_normalised_identity_and_train_is_pad_crop_flip(tmp_path, make_data_config):
+  config = make_data_config('cifar10', data_dir=str(tmp_path))
   with tfds.testing.mock_data(num_examples=6):
     raw = tfds.data_source('cifar10', split='train', data_dir=str(tmp_path))
     images = [np.asarray(raw[i]['image']) for i in range(6)]
@@ -53,8 +44,8 @@ def test_cifar_eval_is_normalised_identity_and_train_is_pad_crop_flip(tmp_path):
   assert len({s[0] for s in seen}) == 2 and len({s[1:] for s in seen}) > 5
 
 
-def test_imagenet_eval_center_crop_and_train_inception_crop(tmp_path):
-  config = _config('imagenet2012', data_dir=str(tmp_path), image_size=16)
+def test_imagenet_eval_center_crop_and_train_inception_crop(tmp_path, make_data_config):
+  config = make_data_config('imagenet2012', data_dir=str(tmp_path), image_size=16)
   with tfds.testing.mock_data(num_examples=4):
     evals = list(data.make_eval_iterator(config, 'validation', batch_size=4))
     train = next(data.make_train_iterator(config, seed=0))
@@ -69,11 +60,11 @@ def test_imagenet_eval_center_crop_and_train_inception_crop(tmp_path):
   assert crop.shape == (16, 16, 3) and (crop == 77).all()
 
 
-def test_cifar_resized_to_model_image_size(tmp_path):
+def test_cifar_resized_to_model_image_size(tmp_path, make_data_config):
   """HVT trains CIFAR at 224^2: train crops and eval images are resized to config.data.image_size,
   and a resized eval image equals PIL's bicubic resize of the raw image."""
   from PIL import Image
-  config = _config('cifar10', data_dir=str(tmp_path), image_size=48)
+  config = make_data_config('cifar10', data_dir=str(tmp_path), image_size=48)
   with tfds.testing.mock_data(num_examples=4):
     raw = np.asarray(tfds.data_source('cifar10', split='test', data_dir=str(tmp_path))[0]['image'])
     train = next(data.make_train_iterator(config, seed=0))
@@ -84,10 +75,11 @@ def test_cifar_resized_to_model_image_size(tmp_path):
   np.testing.assert_allclose(got, expected, atol=1.0)
 
 
-def test_cifar10_pairs_alternate_same_and_other_class_images_of_the_split(tmp_path):
+def test_cifar10_pairs_alternate_same_and_other_class_images_of_the_split(
+    tmp_path, make_data_config):
   """cifar10_pairs (data/cifar10_pairs.py): pair i is image i of the split with a partner of its
   own class (i even) or of another (i odd), both read as cifar10 reads them; the pairs are fixed."""
-  config = _config('cifar10_pairs', data_dir=str(tmp_path))
+  config = make_data_config('cifar10_pairs', data_dir=str(tmp_path))
   spec = data.DATASETS['cifar10_pairs']
   with tfds.testing.mock_data(num_examples=12):
     raw = tfds.data_source('cifar10', split='test', data_dir=str(tmp_path))

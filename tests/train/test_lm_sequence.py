@@ -90,7 +90,8 @@ def test_the_linear_lm_step_moves_nothing_that_grows_with_the_length():
      r"sequence=4 does not divide the sliding evaluation's windows of "
      r'config.data.eval_context=30 symbols; set config.data.eval_context to a multiple of 4'),
     ({'mesh.sequence': 2, 'model.mixer': 'contextpool'},
-     r"mixer 'contextpool' .* has no sequence-parallel form"),
+     r"mixer 'contextpool' .* has no sequence-parallel form.*, of which causal \(a language "
+     r"model\): \['linear', 'softmax'\]"),
     ({'mesh.sequence': 2, 'model.mixer': 'msac'}, r"mixer 'msac' .* has no sequence-parallel"),
 ])
 def test_what_an_lm_cannot_split_is_refused_in_one_line_before_compiling(updates, message):
