@@ -8,7 +8,10 @@ Entries (`--entries`):
   over the tokens, [B, H, L, Dh, Dh] float32 (`prefix_sum_attention`, traced in place of
   layers/attention.py's `linear_attention`);
 - `linear/<C>`: LinearAttention(causal=True, chunk_size=C);
-- `softmax/<implementation>`: MultiHeadAttention(causal=True, implementation=...).
+- `softmax/<implementation>`: MultiHeadAttention(causal=True, implementation=...);
+- `contextpool`, `msac`: the causal mixer with the options of configs/enwik8.py's model of it
+  (`cp_transformer_l12`: predictor width 64 at the mixer's input; `msac_lm`: 1x1, 1x2, 1x3 SACs;
+  `msac/split` its heads split, as `--config.model.mixer_kwargs.heads=split`).
 Each point reports the compiled step's temporaries and arguments (`memory_analysis()`: the same
 on every run), the temporaries of the mixer alone (forward and backward of one layer), the step's
 flops (`cost_analysis()`), the loss of its first step (equal across the linear entries: the same
@@ -37,11 +40,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
 
-from poolformers_jax import errors  # noqa: E402
+from poolformers_jax import config as config_lib, errors  # noqa: E402
 from poolformers_jax.layers import attention, build_mixer  # noqa: E402
 from poolformers_jax.models.lm import CharTransformerLM, lm_inputs_targets  # noqa: E402
 
 BASELINE = 'linear/prefix_sums'
+ENWIK8_MODELS = {'contextpool': 'cp_transformer_l12', 'msac': 'msac_lm'}   # configs/enwik8.py
 
 
 def prefix_sum_attention(q, k, v, mask, causal, eps=1e-6, normalizer='keys', shard=None,
@@ -84,8 +88,11 @@ def mixer_of(entry: str) -> tuple[str, dict]:
     return mixer, {} if option == 'prefix_sums' else {'chunk_size': int(option)}
   if mixer == 'softmax':
     return mixer, {'implementation': option or 'xla'}
+  if mixer in ENWIK8_MODELS:
+    options = dict(config_lib.load(f'enwik8:{ENWIK8_MODELS[mixer]}').model.mixer_kwargs)
+    return mixer, {**options, 'heads': option} if option else options
   raise ValueError(f'--entries: unknown entry {entry!r}; use linear/prefix_sums, linear/<chunk '
-                   'size> or softmax/<implementation>.')
+                   'size>, softmax/<implementation>, contextpool, msac or msac/split.')
 
 
 def mixer_temp_bytes(entry: str, length: int, args) -> int:
