@@ -9,12 +9,12 @@ Runs: `listops:<family>` is configs/lra_listops.py:<family> (the ListOps paper s
 generated once into WORK/data); `mlm` is configs/ponet_pretrain.py:mlm in bfloat16 (PoNet-Base
 MLM) on a generated corpus: a vocabulary of --vocab_size words (30 522, BERT's) and random
 sentences of them, so the step has the paper's shapes and no download is needed. Each run is
-train.py for --steps steps, logged every --log_every; the first window holds the readers' start,
-so the figures are the medians of the later windows. Then `summary` of the same config, whose
-step comes from the run's compilation cache: its `train_step_memory_bytes` is the prediction the
-run's `compiled_memory_bytes` and peak memory are held against, and 6 x `macs` x batch the model
-FLOPs of a step. Per run, WORK's RUN.json in --output_dir; a run with one is skipped, and a run the
-deadline cuts leaves none. util.md and util.json: the table of every run so far.
+train.py on one device for --steps steps, logged every --log_every; the first window holds the
+readers' start, so the figures are the medians of the later windows. Then `summary` of the same
+config, whose step comes from the run's compilation cache: its `train_step_memory_bytes` is the
+prediction the run's `compiled_memory_bytes` and peak memory are held against, and 6 x `macs` x
+batch the model FLOPs of a step. Per run, run_<run>.json in --output_dir; a run with one is
+skipped, and a run the deadline cuts leaves none. util.md and util.json: every run so far.
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def measure(run: str, args, deadline: float) -> dict | None:
            f'--config.eval_every_steps={args.steps}',
            f'--config.checkpoint_every_steps={args.steps}', '--config.final_test=False',
            '--config.eval_num_batches=1', '--config.writers=',
-           '--config.progress_bar=False']
+           '--config.progress_bar=False', '--config.num_devices=1']
   commands = {'train': [sys.executable, os.path.join(ROOT, 'train.py'), '--config', spec,
                         '--workdir', workdir, *data_flags, *steps],
               'summary': [sys.executable, '-m', 'poolformers_jax.summary', '--config', spec,
