@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import tarfile
+from collections.abc import Sequence
 
 from poolformers_jax import errors
 
@@ -121,7 +122,7 @@ def util_status(results: str, util_runs: list[str]) -> tuple[str, str]:
     return f'done ({len(util_runs)} runs)', 'nothing'
   kind = 'pending' if len(todo) == len(util_runs) else (
       f'partial ({len(util_runs) - len(todo)} of {len(util_runs)} runs)')
-  return kind, 'trains and summarises ' + ' '.join(todo) + ' (benchmarks/utilisation.py)'
+  return kind, 'trains and summarises ' + ' '.join(todo) + ' (benchmarks/step_utilisation.py)'
 
 
 def causal_files(lengths: list[str]) -> list[str]:
@@ -207,7 +208,8 @@ def new_job_sections(results: str, lengths: list[str]) -> list[str]:
 
 
 def status_rows(results: str, runs: str, groups: dict[str, list[str]],
-                util_runs: list[str] = (), lengths: list[str] = ()) -> list[tuple[str, str, str]]:
+                util_runs: Sequence[str] = (),
+                lengths: Sequence[str] = ()) -> list[tuple[str, str, str]]:
   rows = [('peer', *peer_status(results)), ('compile time', *compile_status(results)),
           ('sweep', *sweep_status(results))]
   rows += [(f'listops {name}', *group_status(runs, families)) for name, families in groups.items()]
@@ -219,7 +221,7 @@ def status_rows(results: str, runs: str, groups: dict[str, list[str]],
 
 
 def report(results: str, runs: str, groups: dict[str, list[str]], out: str,
-           util_runs: list[str] = (), lengths: list[str] = ()) -> str:
+           util_runs: Sequence[str] = (), lengths: Sequence[str] = ()) -> str:
   rows = status_rows(results, runs, groups, util_runs, lengths)
   parts = ['## Queue status', '', '| job | status | the next call |', '|---|---|---|']
   parts += [f'| {job} | {state} | {todo} |' for job, state, todo in rows]

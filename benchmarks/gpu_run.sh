@@ -83,7 +83,19 @@
 #       ($QUEUE_POSITIONS_FAMILIES, default "transformer,rotary transformer,rotary,spt,amos",
 #       5 pre-training epochs); the 6x512 runs and Pathfinder-32 are listed as pending (why:
 #       benchmarks/gpu_queue.py BLOCKED).
-#    $QUEUE_JOBS (default "peer compile sweep spt positions") picks jobs. $OUT gets queue.md (the
+#    e. `util`: benchmarks/step_utilisation.py, MFU, FLOP/s and data wait of $UTIL_STEPS steps (60,
+#       logged every $UTIL_LOG_EVERY, 20) of each run of $UTIL_RUNS (each family's ListOps
+#       paper step, listops:<family>, and PoNet-Base MLM in bf16, mlm; $UTIL_SIZE, full) on one
+#       device, beside `summary` of its config; a run is skipped once its run_<run>.json is there;
+#    f. `causal`: benchmarks/causal_linear.py at each of $CAUSAL_LENGTHS (4096 16384 65536), one
+#       process and file each ($CAUSAL_ENTRIES, $CAUSAL_DTYPE bfloat16, $CAUSAL_ARGS), then
+#       benchmarks/generation.py (linear, softmax; $GENERATION_CONTEXTS 1024,65536,
+#       $GENERATION_ARGS); a file there is skipped;
+#    g. `longest`: benchmarks/efficiency.py, the LRA-text step of $LONGEST_MIXERS at batch
+#       $LONGEST_BATCH (1), lengths doubling from $LONGEST_FROM (4096) to $LONGEST_TO (16M),
+#       compiled against the card's bytes_limit ($LONGEST_MEMORY_GB, 0), timed where it fits,
+#       no longer length once one does not; resumes from its efficiency.json.
+#    $QUEUE_JOBS (default "peer compile sweep spt positions util causal longest") picks jobs. $OUT gets queue.md (the
 #    status table, job / status / the next call, and every result so far), queue.tar and the
 #    groups' packs (the packs of groups that did not run come back unchanged): at most 8 files;
 #    copy them all to .gpu_state/ (replacing it) for the next call. QUEUE_INSTALL=0 and tiny
@@ -293,7 +305,7 @@ PYEOF
   # e. MFU and data wait per run from its metrics.jsonl, beside summary's prediction; a run with
   # its run_<run>.json is skipped, one the budget cuts runs again whole.
   if has util && (( $(left) >= 60 )); then
-    "$PY" benchmarks/utilisation.py --output_dir "$RESULTS/util" --work "$WORK/util" \
+    "$PY" benchmarks/step_utilisation.py --output_dir "$RESULTS/util" --work "$WORK/util" \
       --runs "$UTIL_RUNS" --size "${UTIL_SIZE:-full}" --steps "${UTIL_STEPS:-60}" \
       --log_every "${UTIL_LOG_EVERY:-20}" --deadline_s $(( $(left) - 20 )) ${UTIL_ARGS:-} 2>&1 \
       | grep --line-buffered -v Warning || true

@@ -237,7 +237,7 @@ def test_listops_column_names_a_runs_tokenizer(tmp_path):
 
 
 NEW_JOBS_ENV = dict(
-    UTIL_SIZE='tiny', UTIL_STEPS='12', UTIL_LOG_EVERY='4', UTIL_ARGS='--vocab_size 120',
+    UTIL_SIZE='tiny', UTIL_STEPS='12', UTIL_LOG_EVERY='4',
     CAUSAL_LENGTHS='64', CAUSAL_ENTRIES='linear/prefix_sums,linear/16,softmax/cudnn',
     CAUSAL_ARGS='--repeats 1 --width 32 --heads 2 --ffn 64', GENERATION_CONTEXTS='16,64',
     GENERATION_ARGS='--tokens 4 --repeats 1 --num_layers 1 --emb_dim 32 --num_heads 2 '
@@ -252,8 +252,9 @@ def test_queue_util_causal_longest_run_on_the_cpu_and_resume(tmp_path):
   are pending. Call 2, from call 1's files, with mlm added: the ListOps record is kept as it was
   (skipped), mlm is trained on the generated corpus, causal (prefix sums = chunks, cuDNN n/a) and
   the doubling search of longest (stopped at the first length that does not fit) run."""
+  util_args = f'--vocab_size 120 --data_dir {tmp_path / "data"}'
   first, text = _queue(tmp_path, 'call1', tmp_path / 'none', QUEUE_JOBS='util',
-                       UTIL_RUNS='listops:linear', **NEW_JOBS_ENV)
+                       UTIL_RUNS='listops:linear', UTIL_ARGS=util_args, **NEW_JOBS_ENV)
   status = _status(text)
   assert status['util'] == 'done (1 runs)'
   assert status['causal'] == 'pending' and status['longest'] == 'pending'
@@ -267,7 +268,7 @@ def test_queue_util_causal_longest_run_on_the_cpu_and_resume(tmp_path):
   assert '| listops:linear | float32 | ' in text
 
   second, text = _queue(tmp_path, 'call2', first, QUEUE_JOBS='util causal longest',
-                        UTIL_RUNS='listops:linear mlm', **NEW_JOBS_ENV)
+                        UTIL_RUNS='listops:linear mlm', UTIL_ARGS=util_args, **NEW_JOBS_ENV)
   status = _status(text)
   assert status['util'] == 'done (2 runs)' and status['causal'] == 'done'
   assert status['longest'] == 'done'
@@ -319,7 +320,7 @@ def test_queue_status_of_the_new_jobs_cut_by_the_budget(tmp_path):
   rows = {job: (state, todo) for job, state, todo in gpu_queue.status_rows(
       str(tmp_path), str(tmp_path), {}, ['listops:ponet', 'mlm'], ['4096', '16384'])}
   assert rows['util'] == ('partial (1 of 2 runs)',
-                          'trains and summarises listops:ponet (benchmarks/utilisation.py)')
+                          'trains and summarises listops:ponet (benchmarks/step_utilisation.py)')
   assert rows['causal'] == ('partial (1 of 3 files)', 'measures causal_linear_4096, '
                             'causal_linear_16384')
   assert rows['longest'] == ('partial (1 of 2 families)', 'compiles ponet from 8192')

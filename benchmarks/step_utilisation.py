@@ -2,11 +2,11 @@ r"""MFU and data wait of a few dozen training steps per run, read from the train
 DIR/metrics.jsonl (docs/training.md), beside `summary`'s prediction for the same config on the
 same device: the queue's `util` job (benchmarks/gpu_run.sh, mode 5).
 
-    python benchmarks/utilisation.py --output_dir runs/util --work /tmp/util \
+    python benchmarks/step_utilisation.py --output_dir runs/util --work /tmp/util \
         [--runs 'listops:ponet mlm'] [--size full] [--steps 60 --log_every 20] [--deadline_s 400]
 
 Runs: `listops:<family>` is configs/lra_listops.py:<family> (the ListOps paper step; its data
-generated once into WORK/data); `mlm` is configs/ponet_pretrain.py:mlm in bfloat16 (PoNet-Base
+generated once into --data_dir); `mlm` is configs/ponet_pretrain.py:mlm in bfloat16 (PoNet-Base
 MLM) on a generated corpus: a vocabulary of --vocab_size words (30 522, BERT's) and random
 sentences of them, so the step has the paper's shapes and no download is needed. Each run is
 train.py on one device for --steps steps, logged every --log_every; the first window holds the
@@ -56,15 +56,15 @@ def write_corpus(folder: str, vocab_size: int, documents: int, seed: int = 0) ->
   return paths
 
 
-def config_of(run: str, size: str, work: str, vocab_size: int) -> tuple[str, list[str]]:
+def config_of(run: str, args) -> tuple[str, list[str]]:
   """(config spec, the --config.* flags of its data) of a run."""
-  suffix = '' if size == 'full' else f',{size}'
+  suffix = '' if args.size == 'full' else f',{args.size}'
   if run.startswith('listops:'):
     return (f'configs/lra_listops.py:{run.split(":", 1)[1]}{suffix}',
-            [f'--config.data.data_dir={os.path.join(work, "data")}'])
-  corpus = os.path.join(work, 'corpus')
+            [f'--config.data.data_dir={args.data_dir}'] if args.data_dir else [])
+  corpus = os.path.join(args.work, 'corpus')
   if not os.path.exists(os.path.join(corpus, 'validation.txt')):
-    write_corpus(corpus, vocab_size, documents=400)
+    write_corpus(corpus, args.vocab_size, documents=400)
   files = {'train': 'train.txt', 'validation': 'validation.txt', 'test': 'validation.txt'}
   return (f'configs/ponet_pretrain.py:mlm{suffix}',
           [f'--config.data.vocab_file={os.path.join(corpus, "vocab.txt")}',
@@ -88,7 +88,7 @@ def figures(workdir: str) -> dict:
 
 def measure(run: str, args, deadline: float) -> dict | None:
   """train.py then summary for one run; None if the deadline cut it."""
-  spec, data_flags = config_of(run, args.size, args.work, args.vocab_size)
+  spec, data_flags = config_of(run, args)
   workdir = os.path.join(args.work, run.replace(':', '_'))
   env = dict(os.environ, JAX_COMPILATION_CACHE_DIR=os.path.join(args.work, 'cache'))
   steps = [f'--config.num_train_steps={args.steps}', f'--config.log_every_steps={args.log_every}',
@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> None:
   parser.add_argument('--steps', type=int, default=60)
   parser.add_argument('--log_every', type=int, default=20)
   parser.add_argument('--vocab_size', type=int, default=30522, help='mlm: generated vocabulary')
+  parser.add_argument('--data_dir', default='', help='listops: the data\'s folder (default: the '
+                      'config\'s, where the queue\'s ListOps runs generate it)')
   parser.add_argument('--deadline_s', type=float, default=0, help='0: none')
   args = parser.parse_args(argv)
   if args.steps < 2 * args.log_every:
