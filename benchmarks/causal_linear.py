@@ -101,10 +101,12 @@ def mixer_of(entry: str) -> tuple[str, dict]:
 
 
 def mixer_temp_bytes(entry: str, length: int, args) -> int:
-  """Compiled temporaries of the mixer alone: forward and backward of one causal layer."""
+  """Compiled temporaries of the mixer alone, in --dtype: forward and backward of one causal
+  layer."""
   name, options = mixer_of(entry)
-  mixer = build_mixer(name, shared=dict(num_heads=args.heads, causal=True), **options)
-  x = jax.ShapeDtypeStruct((1, length, args.width), jnp.float32)
+  dtype = jnp.dtype(args.dtype)   # softmax/cudnn runs in bfloat16 alone
+  mixer = build_mixer(name, shared=dict(num_heads=args.heads, causal=True, dtype=dtype), **options)
+  x = jax.ShapeDtypeStruct((1, length, args.width), dtype)
   variables = jax.eval_shape(mixer.init, jax.random.PRNGKey(0), x)
   grad = jax.grad(lambda v, x: jnp.sum(mixer.apply(v, x) ** 2), argnums=(0, 1))
   with traced_as(entry):
