@@ -17,8 +17,12 @@ on every run), the temporaries of the mixer alone (forward and backward of one l
 flops (`cost_analysis()`), the loss of its first step (equal across the linear entries: the same
 function) and the median step time, wall clock and CPU time of the process, over `--repeats`
 steps; the entries of a length are compiled first, then timed round-robin, so load changes hit
-them alike. A point whose temporaries and arguments exceed `--memory_budget_gb` is compiled and
-not run. Ratios: to `linear/prefix_sums` and to the first softmax entry at the same length.
+them alike. `step_ms`, the figure the ratios use, is the CPU time of the process on a CPU (load
+on a shared machine does not enter it) and the wall clock on an accelerator (the host waits for
+the device: its CPU time is not the step's). A point whose temporaries and arguments exceed
+`--memory_budget_gb` (0: the device's `bytes_limit`) is compiled and not run; `softmax/cudnn`
+where cuDNN does not run (a CPU, float32) is 'n/a' and not compiled. Ratios: to
+`linear/prefix_sums` and to the first softmax entry at the same length.
 
   python benchmarks/causal_linear.py --lengths 4096,16384 --output /tmp/causal_linear.json
 """
@@ -42,6 +46,7 @@ import optax  # noqa: E402
 
 from poolformers_jax import config as config_lib, errors  # noqa: E402
 from poolformers_jax.layers import attention, build_mixer  # noqa: E402
+from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
 from poolformers_jax.models.lm import CharTransformerLM, lm_inputs_targets  # noqa: E402
 
 BASELINE = 'linear/prefix_sums'
@@ -96,10 +101,12 @@ def mixer_of(entry: str) -> tuple[str, dict]:
 
 
 def mixer_temp_bytes(entry: str, length: int, args) -> int:
-  """Compiled temporaries of the mixer alone: forward and backward of one causal layer."""
+  """Compiled temporaries of the mixer alone, in --dtype: forward and backward of one causal
+  layer."""
   name, options = mixer_of(entry)
-  mixer = build_mixer(name, shared=dict(num_heads=args.heads, causal=True), **options)
-  x = jax.ShapeDtypeStruct((1, length, args.width), jnp.float32)
+  dtype = jnp.dtype(args.dtype)   # softmax/cudnn runs in bfloat16 alone
+  mixer = build_mixer(name, shared=dict(num_heads=args.heads, causal=True, dtype=dtype), **options)
+  x = jax.ShapeDtypeStruct((1, length, args.width), dtype)
   variables = jax.eval_shape(mixer.init, jax.random.PRNGKey(0), x)
   grad = jax.grad(lambda v, x: jnp.sum(mixer.apply(v, x) ** 2), argnums=(0, 1))
   with traced_as(entry):
@@ -111,9 +118,14 @@ def prepare(entry: str, length: int, args) -> dict:
   """Compiles one point's step (loss, gradient, AdamW; the state donated) and runs it once if
   its memory fits the budget."""
   mixer, options = mixer_of(entry)
+  if options.get('implementation') == 'cudnn':
+    why = cudnn_unavailable_reason(jnp.dtype(args.dtype), args.width // args.heads)
+    if why:
+      return {'point': {'status': f'n/a: {why}', 'temp_bytes': None, 'mixer_temp_bytes': None,
+                        'wall_ms': None, 'cpu_ms': None, 'step_ms': None}}
   model = CharTransformerLM(vocab_size=256, num_layers=args.layers, emb_dim=args.width,
                             num_heads=args.heads, mlp_dim=args.ffn, mixer=mixer,
-                            mixer_kwargs=options)
+                            mixer_kwargs=options, dtype=jnp.dtype(args.dtype))
   tokens = jax.random.randint(jax.random.PRNGKey(0), (1, length + 1), 1, 256, jnp.int32)
   inputs, targets = lm_inputs_targets(tokens)
   params = jax.jit(model.init)(jax.random.PRNGKey(1), inputs[:, :64])['params']
@@ -138,12 +150,19 @@ def prepare(entry: str, length: int, args) -> dict:
            'argument_bytes': int(memory.argument_size_in_bytes),
            'flops': (cost or {}).get('flops'), 'status': 'ok', 'first_loss': None,
            'wall_ms': None, 'cpu_ms': None, 'wall_times_ms': [], 'cpu_times_ms': []}
-  if point['temp_bytes'] + point['argument_bytes'] > args.memory_budget_gb * 2**30:
-    point['status'] = f'not run: over the {args.memory_budget_gb} GB budget'
+  if point['temp_bytes'] + point['argument_bytes'] > memory_budget_bytes(args):
+    point['status'] = f'not run: over the budget of {memory_budget_bytes(args) / 2**30:.1f} GiB'
     return {'point': point}
   job = {'point': point, 'run': compiled, 'state': state, 'count': 0}
   point['first_loss'] = run_once(job)[2]   # the first run allocates: not timed
   return job
+
+
+def memory_budget_bytes(args) -> float:
+  """--memory_budget_gb in bytes; 0: the device's bytes_limit (none on a CPU)."""
+  if args.memory_budget_gb > 0:
+    return args.memory_budget_gb * 2**30
+  return float((jax.devices()[0].memory_stats() or {}).get('bytes_limit', float('inf')))
 
 
 def run_once(job: dict) -> tuple[float, float, float]:
@@ -165,9 +184,10 @@ def measure_length(entries: list[str], length: int, args) -> dict:
         job['point']['cpu_times_ms'].append(cpu * 1e3)
   points = {entry: job['point'] for entry, job in jobs.items()}
   for point in points.values():
-    if point['wall_times_ms']:
+    if point.get('wall_times_ms'):
       point['wall_ms'] = statistics.median(point['wall_times_ms'])
       point['cpu_ms'] = statistics.median(point['cpu_times_ms'])
+    point['step_ms'] = point.get('cpu_ms' if jax.default_backend() == 'cpu' else 'wall_ms')
   add_ratios(points, next((e for e in entries if e.startswith('softmax')), None))
   return points
 
@@ -176,7 +196,7 @@ def add_ratios(points: dict, softmax: str | None) -> None:
   for point in points.values():
     for reference, suffix in ((BASELINE, 'prefix_sums'), (softmax, 'softmax')):
       ref = points.get(reference or '', {})
-      for key in ('temp_bytes', 'mixer_temp_bytes', 'wall_ms', 'cpu_ms'):
+      for key in ('temp_bytes', 'mixer_temp_bytes', 'wall_ms', 'cpu_ms', 'step_ms'):
         ok = point.get(key) is not None and ref.get(key)
         point[f'{key}_ratio_to_{suffix}'] = point[key] / ref[key] if ok else None
 
@@ -185,16 +205,17 @@ def table(results: dict) -> str:
   """Markdown: per length and entry, temporaries and step time, with their ratios."""
   fmt = lambda r: '-' if r is None else f'{r:.3g}'
   ms = lambda t: '-' if t is None else f'{t:.0f}'
+  mb = lambda b: '-' if b is None else f'{b / 2**20:.0f}'
   lines = ['| length | entry | step temp MB | mixer temp MB | step ms (wall / CPU) | '
-           'step temp, mixer temp, CPU time / prefix sums | ... / softmax |',
+           'step temp, mixer temp, step time / prefix sums | ... / softmax |',
            '|---|---|---|---|---|---|---|']
   for length, points in results.items():
     for entry, p in points.items():
       ratios = lambda to, p=p: ', '.join(fmt(p[f'{key}_ratio_to_{to}']) for key in (
-          'temp_bytes', 'mixer_temp_bytes', 'cpu_ms'))
+          'temp_bytes', 'mixer_temp_bytes', 'step_ms'))
       lines.append(
-          f'| {length} | {entry} | {p["temp_bytes"] / 2**20:.0f} | '
-          f'{p["mixer_temp_bytes"] / 2**20:.0f} | {ms(p["wall_ms"])} / {ms(p["cpu_ms"])}'
+          f'| {length} | {entry} | {mb(p["temp_bytes"])} | '
+          f'{mb(p["mixer_temp_bytes"])} | {ms(p["wall_ms"])} / {ms(p["cpu_ms"])}'
           + ('' if p['status'] == 'ok' else f' ({p["status"]})') + ' | '
           f'{ratios("prefix_sums")} | {ratios("softmax")} |')
   return '\n'.join(lines)
@@ -209,7 +230,10 @@ def main(argv: list[str] | None = None) -> dict:
   parser.add_argument('--heads', type=int, default=8)
   parser.add_argument('--ffn', type=int, default=2048)
   parser.add_argument('--repeats', type=int, default=3, help='timed steps per point')
-  parser.add_argument('--memory_budget_gb', type=float, default=6.0)
+  parser.add_argument('--dtype', default='float32', choices=('float32', 'bfloat16'),
+                      help='compute dtype of the model (softmax/cudnn needs bfloat16)')
+  parser.add_argument('--memory_budget_gb', type=float, default=6.0,
+                      help="0: the device's bytes_limit")
   parser.add_argument('--output', default=None, help='a JSON file of every point')
   args = parser.parse_args(argv)
   entries = args.entries.split(',')
@@ -219,11 +243,13 @@ def main(argv: list[str] | None = None) -> dict:
     results[str(length)] = measure_length(entries, length, args)
     print(f'{length} tokens (load {load:.1f} -> {os.getloadavg()[0]:.1f}):', flush=True)
     for entry, point in results[str(length)].items():
-      print(f'  {entry}: {point["temp_bytes"] / 2**20:.0f} MB temp, wall {point["wall_ms"]} ms, '
-            f'CPU {point["cpu_ms"]} ms, loss {point["first_loss"]}', flush=True)
+      print(f'  {entry}: {point["status"]}, {point["temp_bytes"]} B temp, wall '
+            f'{point["wall_ms"]} ms, CPU {point["cpu_ms"]} ms, loss {point.get("first_loss")}',
+            flush=True)
   report = {'command': ' '.join(['python', 'benchmarks/causal_linear.py', *(argv or sys.argv[1:])]),
             'machine': f'{platform.machine()}, {os.cpu_count()} CPUs, {jax.default_backend()}',
-            'jax': jax.__version__, 'results': results}
+            'jax': jax.__version__, 'dtype': args.dtype,
+            'clock': 'CPU time' if jax.default_backend() == 'cpu' else 'wall', 'results': results}
   print(table(results))
   if args.output:
     with open(args.output, 'w') as f:

@@ -120,8 +120,8 @@ flags.DEFINE_float('deadline_s', 0, 'Stop compiling new points after this many s
 flags.DEFINE_bool('plot', True, 'Also write efficiency.png.')
 flags.DEFINE_enum('isolate', 'auto', ['auto', 'yes', 'no'], 'One subprocess per point (auto: on '
                   'GPU, where the peak device memory of a process is the measurement).')
-flags.DEFINE_string('resume_from', None, 'efficiency.json of an earlier run: its lengths are kept '
-                    'and not measured again.')
+flags.DEFINE_string('resume_from', None, 'efficiency.json of an earlier run: its points are kept '
+                    'and not measured again (but those not run for the budget).')
 flags.DEFINE_float('point_timeout_s', 600.0, 'Isolated points: kill a point after this long.')
 flags.DEFINE_string('point', None, 'Internal: measure ENTRY@LENGTH alone and print its JSON.')
 flags.DEFINE_bool('quick', False, 'Smoke test: softmax/explicit and none (unless '
@@ -380,6 +380,15 @@ def extrapolated_oom(per_length: dict, length: int, budget: float) -> dict | Non
                   f'{estimate / 2**30:.1f} GB > budget'}
 
 
+def shorter_oom(per_length: dict, length: int) -> dict | None:
+  shorter = [int(n) for n, p in per_length.items()
+             if int(n) < length and p.get('status') == 'out of memory']
+  if not shorter:
+    return None
+  return {'status': 'out of memory', 'memory_bytes': None, 'step_ms': None, 'steps_per_s': None,
+          'note': f'not compiled: out of memory at {min(shorter)}'}
+
+
 def add_ratios(results: dict) -> None:
   for per_length in results.values():
     for length, point in per_length.items():
@@ -518,15 +527,18 @@ def run_train(argv_command: str) -> None:
     with open(FLAGS.resume_from) as f:
       for e, per_length in json.load(f)['results'].items():
         if e in results:
-          results[e].update(per_length)
+          results[e].update({n: p for n, p in per_length.items() if p.get('status') != NOT_RUN})
   start = time.time()
   for length in lengths + long_lengths:
     todo = [e for e in entries if (length in lengths or e in FLAGS.linear_memory)
             and str(length) not in results[e]]
     # A quadratic entry whose measured memory, scaled by (L / L0)^2, exceeds the budget is not
     # compiled (XLA would constant-fold [L, L] index tables for minutes): out of memory.
-    skipped = {e: extrapolated_oom(results[e], length, opts['budget']) for e in todo
-               if e not in FLAGS.linear_memory}
+    # Nor is an entry out of memory at a shorter length (the doubling search of the queue's
+    # `longest` job stops there).
+    skipped = {e: shorter_oom(results[e], length) or (
+        None if e in FLAGS.linear_memory else extrapolated_oom(results[e], length, opts['budget']))
+        for e in todo}
     skipped = {e: p for e, p in skipped.items() if p}
     todo = [e for e in todo if e not in skipped]
     load_before = os.getloadavg()[0]

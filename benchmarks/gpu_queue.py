@@ -9,8 +9,10 @@ and the results so far as one markdown file.
     python benchmarks/gpu_queue.py --results DIR --sweep_complete   # exit 0: complete (--peer_done)
 
 DIR holds the finished jobs' results (peer/: gpu_peer.*, efficiency.*; compile_time/:
-compile_time.json and the trace; listops_<group>.md), packed whole into OUT/queue.tar; RUNS the
-ListOps run directories (the listops_*.tar packs, unpacked).
+compile_time.json and the trace; listops_<group>.md; util/: run_<run>.json, util.{md,json};
+causal/: causal_linear_<length>.json, generation.json; longest/: efficiency.*), packed whole into
+OUT/queue.tar; RUNS the ListOps run directories (the listops_*.tar packs, unpacked). `--util_runs`
+and `--causal_lengths` name what those jobs hold when done.
 """
 from __future__ import annotations
 
@@ -18,10 +20,12 @@ import json
 import os
 import sys
 import tarfile
+from collections.abc import Sequence
 
 from poolformers_jax import errors
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import causal_linear  # pylint: disable=g-import-not-at-top,wrong-import-position
 import compile_time  # pylint: disable=g-import-not-at-top,wrong-import-position
 import listops_column  # pylint: disable=g-import-not-at-top,wrong-import-position
 
@@ -111,17 +115,114 @@ def group_status(runs: str, families: list[str]) -> tuple[str, str]:
   return f'{kind} ({text})', 'trains ' + ' '.join(todo) + ' (gpu_run.sh listops)'
 
 
-def status_rows(results: str, runs: str,
-                groups: dict[str, list[str]]) -> list[tuple[str, str, str]]:
+def util_status(results: str, util_runs: list[str]) -> tuple[str, str]:
+  todo = [r for r in util_runs if not os.path.exists(os.path.join(
+      results, 'util', f'run_{r.replace(":", "_")}.json'))]
+  if not todo:
+    return f'done ({len(util_runs)} runs)', 'nothing'
+  kind = 'pending' if len(todo) == len(util_runs) else (
+      f'partial ({len(util_runs) - len(todo)} of {len(util_runs)} runs)')
+  return kind, 'trains and summarises ' + ' '.join(todo) + ' (benchmarks/step_utilisation.py)'
+
+
+def causal_files(lengths: list[str]) -> list[str]:
+  return [f'causal_linear_{n}.json' for n in lengths] + ['generation.json']
+
+
+def causal_status(results: str, lengths: list[str]) -> tuple[str, str]:
+  files = causal_files(lengths)
+  todo = [f for f in files if not os.path.exists(os.path.join(results, 'causal', f))]
+  if not todo:
+    return 'done', 'nothing'
+  kind = 'pending' if len(todo) == len(files) else f'partial ({len(files) - len(todo)} of ' \
+      f'{len(files)} files)'
+  return kind, 'measures ' + ', '.join(os.path.splitext(f)[0] for f in todo)
+
+
+def longest_rows(report: dict) -> dict[str, dict]:
+  """Per entry: the longest length run ('ok'), the shortest out of memory, the lengths left."""
+  rows = {}
+  for entry, per_length in report['results'].items():
+    ok = [int(n) for n, p in per_length.items() if p.get('status') == 'ok']
+    oom = [int(n) for n, p in per_length.items() if p.get('status') == 'out of memory']
+    longest = max(ok, default=None)
+    rows[entry] = {'longest': longest, 'point': per_length.get(str(longest), {}),
+                   'first_oom': min(oom, default=None),
+                   'left': [n for n in report['setup']['lengths']
+                            if str(n) not in per_length or str(per_length[str(n)].get(
+                                'status', 'not run')).startswith('not run')]}
+  return rows
+
+
+def longest_status(results: str) -> tuple[str, str]:
+  report = _load(os.path.join(results, 'longest', 'efficiency.json'))
+  if report is None:
+    return 'pending', 'doubles each family\'s LRA-text step from 4K until it does not fit'
+  left = {e: r['left'] for e, r in longest_rows(report).items() if r['left']}
+  if left:
+    return f'partial ({len(report["results"]) - len(left)} of {len(report["results"])} '\
+        'families)', 'compiles ' + ', '.join(f'{e} from {min(n)}' for e, n in left.items())
+  return 'done', 'nothing'
+
+
+def longest_table(report: dict) -> str:
+  mib = lambda b: '-' if b is None else f'{b / 2**20:.0f}'
+  lines = ['| family | longest that fits | step MiB (compiled) | step ms | does not fit at |',
+           '|---|---|---|---|---|']
+  for entry, r in longest_rows(report).items():
+    p = r['point']
+    ms = '-' if p.get('step_ms') is None else f'{p["step_ms"]:.1f}'
+    lines.append(f'| {entry} | {r["longest"] or "-"} | {mib(p.get("compiled_total_bytes"))} | '
+                 f'{ms} | {r["first_oom"] or "-"} |')
+  return '\n'.join(lines)
+
+
+def generation_table(report: dict) -> str:
+  lines = ['| mixer | context | tokens/s | cache MiB |', '|---|---|---|---|']
+  for mixer, rows in report.items():
+    if mixer != 'setup':
+      lines += [f'| {mixer} | {n} | {p["tokens_per_s"]:.1f} | {p["cache_bytes"] / 2**20:.1f} |'
+                for n, p in rows.items() if isinstance(p, dict)]
+  return '\n'.join(lines)
+
+
+def new_job_sections(results: str, lengths: list[str]) -> list[str]:
+  """The markdown of the util, causal and longest jobs' results so far."""
+  parts = []
+  util = os.path.join(results, 'util', 'util.md')
+  if os.path.exists(util):
+    parts += ['', '## Utilisation (MFU, data wait; summary beside)', '', open(util).read().strip()]
+  causal = [_load(os.path.join(results, 'causal', f)) for f in causal_files(lengths)[:-1]]
+  causal = {n: p for c in causal if c for n, p in c['results'].items()}
+  if causal:
+    parts += ['', '## Causal: chunked against prefix sums and softmax', '',
+              causal_linear.table(causal)]
+  generation = _load(os.path.join(results, 'causal', 'generation.json'))
+  if generation:
+    parts += ['', '## Generation against context length', '', generation_table(generation)]
+  longest = _load(os.path.join(results, 'longest', 'efficiency.json'))
+  if longest:
+    parts += ['', f'## The longest single-device step ({longest["setup"]["dtype"]}, batch '
+              f'{longest["setup"]["batch"]})', '', longest_table(longest)]
+  return parts
+
+
+def status_rows(results: str, runs: str, groups: dict[str, list[str]],
+                util_runs: Sequence[str] = (),
+                lengths: Sequence[str] = ()) -> list[tuple[str, str, str]]:
   rows = [('peer', *peer_status(results)), ('compile time', *compile_status(results)),
           ('sweep', *sweep_status(results))]
   rows += [(f'listops {name}', *group_status(runs, families)) for name, families in groups.items()]
+  rows += [('util', *util_status(results, list(util_runs))),
+           ('causal', *causal_status(results, list(lengths))),
+           ('longest', *longest_status(results))]
   rows += [(job, 'pending', f'nothing: {why}') for job, why in BLOCKED.items()]
   return rows
 
 
-def report(results: str, runs: str, groups: dict[str, list[str]], out: str) -> str:
-  rows = status_rows(results, runs, groups)
+def report(results: str, runs: str, groups: dict[str, list[str]], out: str,
+           util_runs: Sequence[str] = (), lengths: Sequence[str] = ()) -> str:
+  rows = status_rows(results, runs, groups, util_runs, lengths)
   parts = ['## Queue status', '', '| job | status | the next call |', '|---|---|---|']
   parts += [f'| {job} | {state} | {todo} |' for job, state, todo in rows]
   sections = [('Side by side with the authors', os.path.join(results, 'peer', 'gpu_peer.md')),
@@ -137,6 +238,7 @@ def report(results: str, runs: str, groups: dict[str, list[str]], out: str) -> s
   for title, path in sections[2:]:
     if os.path.exists(path):
       parts += ['', f'## {title}', '', open(path).read().strip()]
+  parts += new_job_sections(results, list(lengths))
   text = '\n'.join(parts) + '\n'
   os.makedirs(out, exist_ok=True)
   with open(os.path.join(out, 'queue.md'), 'w') as f:
@@ -157,6 +259,8 @@ def main() -> None:
   parser.add_argument('--finished', metavar='FAMILIES', help='exit 0 if every family finished')
   parser.add_argument('--sweep_complete', action='store_true', help='exit 0 if the sweep is')
   parser.add_argument('--peer_done', action='store_true', help='exit 0 if peer is done')
+  parser.add_argument('--util_runs', default='', help='the util job\'s runs, space-separated')
+  parser.add_argument('--causal_lengths', default='', help='the causal job\'s lengths')
   args = parser.parse_args()
   if args.finished is not None:
     sys.exit(0 if all(family_status(args.runs, f) == 'done' for f in args.finished.split()) else 1)
@@ -169,7 +273,8 @@ def main() -> None:
   for group in args.group:
     name, _, families = group.partition('=')
     groups[name] = families.split()
-  print(report(args.results, args.runs, groups, args.report))
+  print(report(args.results, args.runs, groups, args.report, args.util_runs.split(),
+               args.causal_lengths.split()))
 
 
 if __name__ == '__main__':

@@ -83,7 +83,19 @@
 #       ($QUEUE_POSITIONS_FAMILIES, default "transformer,rotary transformer,rotary,spt,amos",
 #       5 pre-training epochs); the 6x512 runs and Pathfinder-32 are listed as pending (why:
 #       benchmarks/gpu_queue.py BLOCKED).
-#    $QUEUE_JOBS (default "peer compile sweep spt positions") picks jobs. $OUT gets queue.md (the
+#    e. `util`: benchmarks/step_utilisation.py, MFU, FLOP/s and data wait of $UTIL_STEPS steps (60,
+#       logged every $UTIL_LOG_EVERY, 20) of each run of $UTIL_RUNS (each family's ListOps
+#       paper step, listops:<family>, and PoNet-Base MLM in bf16, mlm; $UTIL_SIZE, full) on one
+#       device, beside `summary` of its config; a run is skipped once its run_<run>.json is there;
+#    f. `causal`: benchmarks/causal_linear.py at each of $CAUSAL_LENGTHS (4096 16384 65536), one
+#       process and file each ($CAUSAL_ENTRIES, $CAUSAL_DTYPE bfloat16, $CAUSAL_ARGS), then
+#       benchmarks/generation.py (linear, softmax; $GENERATION_CONTEXTS 1024,65536,
+#       $GENERATION_ARGS); a file there is skipped;
+#    g. `longest`: benchmarks/efficiency.py, the LRA-text step of $LONGEST_MIXERS at batch
+#       $LONGEST_BATCH (1), lengths doubling from $LONGEST_FROM (4096) to $LONGEST_TO (16M),
+#       compiled against the card's bytes_limit ($LONGEST_MEMORY_GB, 0), timed where it fits,
+#       no longer length once one does not; resumes from its efficiency.json.
+#    $QUEUE_JOBS (default "peer compile sweep spt positions util causal longest") picks jobs. $OUT gets queue.md (the
 #    status table, job / status / the next call, and every result so far), queue.tar and the
 #    groups' packs (the packs of groups that did not run come back unchanged): at most 8 files;
 #    copy them all to .gpu_state/ (replacing it) for the next call. QUEUE_INSTALL=0 and tiny
@@ -225,7 +237,9 @@ if [[ "$MODE" == queue ]]; then
   OUT=${OUT:-/tmp/gpu_run}
   STATE=${QUEUE_STATE:-.gpu_state}
   WORK=${QUEUE_WORK:-/tmp/gpu_queue}
-  JOBS=${QUEUE_JOBS:-peer compile sweep spt positions}
+  JOBS=${QUEUE_JOBS:-peer compile sweep spt positions util causal longest}
+  UTIL_RUNS=${UTIL_RUNS:-listops:transformer listops:linear listops:ponet listops:adamra listops:contextpool mlm}
+  CAUSAL_LENGTHS=${CAUSAL_LENGTHS:-4096 16384 65536}
   RESULTS="$WORK/results" RUNS="$WORK/runs"
   rm -rf "$WORK"; mkdir -p "$OUT" "$RESULTS" "$RUNS" "$WORK/no_state"
   [[ "${QUEUE_INSTALL:-1}" == 1 ]] && install_wheels
@@ -288,13 +302,59 @@ PYEOF
   run_group spt "$SPT" "${QUEUE_SPT_PRETRAIN_ARGS---config.num_train_steps=2000 --config.eval_every_steps=250 --config.checkpoint_every_steps=250}" \
     "${QUEUE_SPT_FINETUNE_ARGS---config.num_train_steps=3000}"
   run_group positions "$POSITIONS" "${QUEUE_POSITIONS_PRETRAIN_ARGS---config.num_train_epochs=5}" ""
+  # e. MFU and data wait per run from its metrics.jsonl, beside summary's prediction; a run with
+  # its run_<run>.json is skipped, one the budget cuts runs again whole.
+  if has util && (( $(left) >= 60 )); then
+    "$PY" benchmarks/step_utilisation.py --output_dir "$RESULTS/util" --work "$WORK/util" \
+      --runs "$UTIL_RUNS" --size "${UTIL_SIZE:-full}" --steps "${UTIL_STEPS:-60}" \
+      --log_every "${UTIL_LOG_EVERY:-20}" --deadline_s $(( $(left) - 20 )) ${UTIL_ARGS:-} 2>&1 \
+      | grep --line-buffered -v Warning || true
+  fi
+  # f. Causal: the chunked training step against its prefix sums and softmax, one process and
+  # file per length, then generation's tokens/s against the context; a file there is skipped.
+  if has causal; then
+    mkdir -p "$RESULTS/causal"
+    for n in $CAUSAL_LENGTHS; do
+      file="$RESULTS/causal/causal_linear_$n.json"
+      [[ ! -f "$file" ]] && (( $(left) >= 60 )) || continue
+      rm -f "$WORK/causal.json"
+      timeout --kill-after=5 $(( $(left) - 20 )) "$PY" benchmarks/causal_linear.py --lengths "$n" \
+        --entries "${CAUSAL_ENTRIES:-linear/prefix_sums,linear/64,softmax/xla,softmax/cudnn,contextpool,msac/split}" \
+        --dtype "${CAUSAL_DTYPE:-bfloat16}" --memory_budget_gb 0 --output "$WORK/causal.json" \
+        ${CAUSAL_ARGS:-} 2>&1 | grep --line-buffered -v Warning || true
+      [[ -f "$WORK/causal.json" ]] && mv "$WORK/causal.json" "$file"
+    done
+    if [[ ! -f "$RESULTS/causal/generation.json" ]] && (( $(left) >= 60 )); then
+      timeout --kill-after=5 $(( $(left) - 20 )) "$PY" benchmarks/generation.py --output_dir \
+        "$WORK/generation" --mixers linear,softmax --contexts "${GENERATION_CONTEXTS:-1024,65536}" \
+        ${GENERATION_ARGS:-} > "$WORK/generation.log" 2>&1 || tail -3 "$WORK/generation.log"
+      [[ -f "$WORK/generation/generation.json" ]] && mv "$WORK/generation/generation.json" "$RESULTS/causal/"
+    fi
+  fi
+  # g. The longest single-device LRA-text step per family: doubling lengths, compiled against
+  # the card's bytes_limit (no further length once one does not fit), those that fit timed;
+  # resumes from its efficiency.json (points not run for the budget are measured again).
+  if has longest && (( $(left) >= 60 )); then
+    lengths=() n=${LONGEST_FROM:-4096}
+    while (( n <= ${LONGEST_TO:-16777216} )); do lengths+=("$n"); n=$((n * 2)); done
+    resume=()
+    [[ -f "$RESULTS/longest/efficiency.json" ]] && resume=(--resume_from "$RESULTS/longest/efficiency.json")
+    mixers=${LONGEST_MIXERS:-linear,ponet,adamra,softmax/xla,softmax/cudnn,contextpool}
+    timeout --kill-after=5 $(( $(left) - 10 )) "$PY" benchmarks/efficiency.py --output_dir \
+      "$RESULTS/longest" --dtype "${LONGEST_DTYPE:-bfloat16}" --batch "${LONGEST_BATCH:-1}" \
+      --isolate=no --noplot --mixers "$mixers" --lengths "$(IFS=,; echo "${lengths[*]}")" \
+      --long_lengths= --linear_memory="$mixers" --repeats 3 --point_budget_s 2 \
+      --memory_budget_gb "${LONGEST_MEMORY_GB:-0}" --deadline_s $(( $(left) - 25 )) "${resume[@]}" \
+      2>&1 | grep --line-buffered -v Warning || true
+  fi
   # The packs of the groups not packed again in this call come back as they were.
   for pack in "$STATE"/listops_*.tar; do
     name=$(basename "$pack")
     [[ -f "$pack" && " $FRESH " != *" ${name%_*} "* ]] && cp "$pack" "$OUT/"
   done
   "$PY" benchmarks/gpu_queue.py --results "$RESULTS" --runs "$RUNS" --group "spt=$SPT" \
-    --group "positions=$POSITIONS" --report "$OUT"
+    --group "positions=$POSITIONS" --util_runs "$UTIL_RUNS" --causal_lengths "$CAUSAL_LENGTHS" \
+    --report "$OUT"
   files=$(find "$OUT" -maxdepth 1 -type f | wc -l)
   (( files <= 8 )) || echo "queue: warning: $files files in \$OUT; the device tool returns 8"
   echo "queue: $((SECONDS - start)) s of ${QUEUE_BUDGET_S:-540}; copy every file of \$OUT to $STATE/ (replacing it) for the next call"

@@ -158,7 +158,8 @@ def test_queue_runs_peer_compile_time_and_listops_then_resumes_from_its_state(tm
   first_log = _log(first, 'linear')
 
   # Call 2 from call 1's files: only the positions group is left to run.
-  second, text = _queue(tmp_path, 'call2', first, LISTOPS_HELDOUT='0', **peer_env)
+  second, text = _queue(tmp_path, 'call2', first, LISTOPS_HELDOUT='0',
+                        QUEUE_JOBS='peer compile sweep spt positions', **peer_env)
   assert sorted(p.name for p in second.iterdir()) == [
       'listops_positions_0.tar', 'listops_spt_0.tar', 'queue.md', 'queue.tar']
   assert (second / 'listops_spt_0.tar').read_bytes() == (first / 'listops_spt_0.tar').read_bytes()
@@ -233,3 +234,93 @@ def test_listops_column_names_a_runs_tokenizer(tmp_path):
   lines = listops_column.markdown(rows).splitlines()[2:]
   assert lines[0].startswith('| adamra (tokenizer alphanumeric) | 0 |')
   assert lines[1].startswith('| ponet | 0 |') and lines[2].startswith('| linear | 0 |')
+
+
+NEW_JOBS_ENV = dict(
+    UTIL_SIZE='tiny', UTIL_STEPS='12', UTIL_LOG_EVERY='4',
+    CAUSAL_LENGTHS='64', CAUSAL_ENTRIES='linear/prefix_sums,linear/16,softmax/cudnn',
+    CAUSAL_ARGS='--repeats 1 --width 32 --heads 2 --ffn 64', GENERATION_CONTEXTS='16,64',
+    GENERATION_ARGS='--tokens 4 --repeats 1 --num_layers 1 --emb_dim 32 --num_heads 2 '
+                    '--mlp_dim 64',
+    # Between the compiled step's temporaries + arguments at 32 tokens and at 64 (2.39 / 2.45 MB).
+    LONGEST_FROM='32', LONGEST_TO='128', LONGEST_MIXERS='linear', LONGEST_MEMORY_GB='0.00225')
+
+
+def test_queue_util_causal_longest_run_on_the_cpu_and_resume(tmp_path):
+  """The issue's new jobs at tiny sizes. Call 1 (util, one ListOps run): its MFU is absent on a
+  CPU, its FLOP/s positive and the model FLOPs summary predicts are the run's; causal and longest
+  are pending. Call 2, from call 1's files, with mlm added: the ListOps record is kept as it was
+  (skipped), mlm is trained on the generated corpus, causal (prefix sums = chunks, cuDNN n/a) and
+  the doubling search of longest (stopped at the first length that does not fit) run."""
+  util_args = f'--vocab_size 120 --data_dir {tmp_path / "data"}'
+  first, text = _queue(tmp_path, 'call1', tmp_path / 'none', QUEUE_JOBS='util',
+                       UTIL_RUNS='listops:linear', UTIL_ARGS=util_args, **NEW_JOBS_ENV)
+  status = _status(text)
+  assert status['util'] == 'done (1 runs)'
+  assert status['causal'] == 'pending' and status['longest'] == 'pending'
+  linear = json.loads(_results(first, 'util/run_listops_linear.json'))
+  assert linear['mfu'] is None and linear['flops_per_second_per_device'] > 0
+  assert linear['memory_peak_bytes_in_use'] is None                # no memory_stats on a CPU
+  assert linear['windows'] == 2 and linear['last_step'] == 12 and 0 <= linear[
+      'data_wait_fraction'] < 1
+  assert linear['model_step_flops_per_device'] == linear['summary']['model_step_flops']
+  assert linear['compiled_memory_bytes'] == linear['summary']['train_step_memory_bytes']
+  assert '| listops:linear | float32 | ' in text
+
+  second, text = _queue(tmp_path, 'call2', first, QUEUE_JOBS='util causal longest',
+                        UTIL_RUNS='listops:linear mlm', UTIL_ARGS=util_args, **NEW_JOBS_ENV)
+  status = _status(text)
+  assert status['util'] == 'done (2 runs)' and status['causal'] == 'done'
+  assert status['longest'] == 'done'
+  assert _results(second, 'util/run_listops_linear.json') == _results(
+      first, 'util/run_listops_linear.json')                      # skipped, not trained again
+  mlm = json.loads(_results(second, 'util/run_mlm.json'))
+  assert mlm['dtype'] == 'bfloat16' and mlm['config'] == 'configs/ponet_pretrain.py:mlm,tiny'
+  assert mlm['mfu'] is None and mlm['flops_per_second_per_device'] > 0
+  assert mlm['model_step_flops_per_device'] == mlm['summary']['model_step_flops']
+  causal = json.loads(_results(second, 'causal/causal_linear_64.json'))
+  assert causal['clock'] == 'CPU time' and causal['dtype'] == 'bfloat16'
+  points = causal['results']['64']
+  assert points['softmax/cudnn']['status'].startswith('n/a: ')
+  baseline, chunked = points['linear/prefix_sums'], points['linear/16']
+  assert chunked['step_ms'] == chunked['cpu_ms'] and chunked['step_ms_ratio_to_prefix_sums'] == (
+      chunked['step_ms'] / baseline['step_ms'])
+  assert abs(chunked['first_loss'] - baseline['first_loss']) <= 2e-2 * baseline['first_loss']
+  generation = json.loads(_results(second, 'causal/generation.json'))
+  assert sorted(generation['linear']) == ['16', '64', 'speed_ratio_shortest_over_longest']
+  assert generation['softmax']['64']['cache_bytes'] > generation['softmax']['16']['cache_bytes']
+  assert generation['linear']['64']['cache_bytes'] == generation['linear']['16']['cache_bytes']
+  longest = json.loads(_results(second, 'longest/efficiency.json'))['results']['linear']
+  budget = 0.00225 * 2**30
+  fits, over = longest['32'], longest['64']
+  assert fits['status'] == 'ok' and fits['step_ms'] > 0
+  assert fits['compiled_temp_bytes'] + fits['argument_bytes'] <= budget
+  assert over['status'] == 'out of memory' and over['step_ms'] is None
+  assert over['compiled_temp_bytes'] + over['argument_bytes'] > budget   # compiled, not run
+  assert longest['128']['note'] == 'not compiled: out of memory at 64'
+  assert f'| linear | 32 | {fits["compiled_total_bytes"] / 2**20:.0f} | ' in text
+  assert '| 64 | linear/16 | ' in text and '| linear | 64 | ' in text
+
+
+def test_queue_status_of_the_new_jobs_cut_by_the_budget(tmp_path):
+  """What a call cut short leaves: util with one run of two, causal with one file of three,
+  longest with a length not run for the budget: partial, and the next call says what is left."""
+  sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
+  import gpu_queue  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'util').mkdir()
+  (tmp_path / 'util' / 'run_mlm.json').write_text('{}')
+  (tmp_path / 'causal').mkdir()
+  (tmp_path / 'causal' / 'generation.json').write_text('{}')
+  (tmp_path / 'longest').mkdir()
+  (tmp_path / 'longest' / 'efficiency.json').write_text(json.dumps({
+      'setup': {'lengths': [4096, 8192, 16384]},
+      'results': {'ponet': {'4096': {'status': 'ok'}, '8192': {'status': 'not run: budget spent'}},
+                  'softmax/xla': {'4096': {'status': 'ok'}, '8192': {'status': 'out of memory'},
+                                  '16384': {'status': 'out of memory'}}}}))
+  rows = {job: (state, todo) for job, state, todo in gpu_queue.status_rows(
+      str(tmp_path), str(tmp_path), {}, ['listops:ponet', 'mlm'], ['4096', '16384'])}
+  assert rows['util'] == ('partial (1 of 2 runs)',
+                          'trains and summarises listops:ponet (benchmarks/step_utilisation.py)')
+  assert rows['causal'] == ('partial (1 of 3 files)', 'measures causal_linear_4096, '
+                            'causal_linear_16384')
+  assert rows['longest'] == ('partial (1 of 2 families)', 'compiles ponet from 8192')
