@@ -104,8 +104,15 @@ def test_every_family_mixer_builds_and_ignores_padding_amount(mixer, kwargs):
     np.testing.assert_allclose(model.apply(variables, longer), logits, atol=1e-4)
 
 
-def test_remat_keeps_the_parameters_loss_and_every_gradient():
-  """The LRA classifier with config.model.remat='dots' (each block keeps its matrix products,
-  recomputes the rest): the same parameter tree, loss and gradients, dropout on, padding."""
+@pytest.mark.parametrize('dtype,remat,tolerance', [
+    ('float32', 'dots', None),
+    # bf16 compute: the recomputed forward rounds in another order, by up to bf16's 2^-8
+    ('bfloat16', 'full', dict(atol=1e-2, rtol=1e-2)),
+])
+def test_remat_keeps_the_parameters_loss_and_every_gradient(dtype, remat, tolerance):
+  """The LRA classifier with config.model.remat ('dots': each block keeps its matrix products,
+  recomputes the rest; 'full': keeps its input): the same parameter tree, loss and gradients,
+  dropout on, padding."""
   tokens = _tokens(6, 2, 12, [12, 7])
-  assert_remat_changes_nothing(lambda remat: build_model(_cfg(remat=remat)), tokens, 'dots')
+  assert_remat_changes_nothing(lambda r: build_model(_cfg(remat=r, dtype=dtype)), tokens, remat,
+                               tolerance)
