@@ -11,7 +11,9 @@ Entries (`--entries`):
 - `softmax/<implementation>`: MultiHeadAttention(causal=True, implementation=...);
 - `contextpool`, `msac`: the causal mixer with the options of configs/enwik8.py's model of it
   (`cp_transformer_l12`: predictor width 64 at the mixer's input; `msac_lm`: 1x1, 1x2, 1x3 SACs;
-  `msac/split` its heads split, as `--config.model.mixer_kwargs.heads=split`).
+  `msac/split` its heads split, as `--config.model.mixer_kwargs.heads=split`);
+- any entry + `/<remat>`: the same with config.model.remat=<remat> (`linear/64/full`: each block
+  rematerialised, models/block.py's REMAT_POLICIES; `contextpool//full`).
 Each point reports the compiled step's temporaries and arguments (`memory_analysis()`: the same
 on every run), the temporaries of the mixer alone (forward and backward of one layer), the step's
 flops (`cost_analysis()`), the loss of its first step (equal across the linear entries: the same
@@ -86,9 +88,15 @@ def traced_as(entry: str) -> Iterator[None]:
     attention.linear_attention = library
 
 
+def remat_of(entry: str) -> str:
+  """The entry's config.model.remat: its third part ('none' without one)."""
+  parts = entry.split('/')
+  return parts[2] if len(parts) > 2 else 'none'
+
+
 def mixer_of(entry: str) -> tuple[str, dict]:
   """(mixer name, its options) of an entry."""
-  mixer, _, option = entry.partition('/')
+  mixer, option = (entry.split('/') + [''])[:2]
   if mixer == 'linear':
     return mixer, {} if option == 'prefix_sums' else {'chunk_size': int(option)}
   if mixer == 'softmax':
@@ -125,7 +133,8 @@ def prepare(entry: str, length: int, args) -> dict:
                         'wall_ms': None, 'cpu_ms': None, 'step_ms': None}}
   model = CharTransformerLM(vocab_size=256, num_layers=args.layers, emb_dim=args.width,
                             num_heads=args.heads, mlp_dim=args.ffn, mixer=mixer,
-                            mixer_kwargs=options, dtype=jnp.dtype(args.dtype))
+                            mixer_kwargs=options, dtype=jnp.dtype(args.dtype),
+                            remat=remat_of(entry))
   tokens = jax.random.randint(jax.random.PRNGKey(0), (1, length + 1), 1, 256, jnp.int32)
   inputs, targets = lm_inputs_targets(tokens)
   params = jax.jit(model.init)(jax.random.PRNGKey(1), inputs[:, :64])['params']

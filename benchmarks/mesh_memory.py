@@ -4,7 +4,8 @@ r"""What a mesh saves per chip, on TPU slices compiled here (libtpu's compile-on
   python benchmarks/mesh_memory.py sequence --output runs/mesh_memory.jsonl \
       [--families ponet,linear]
   python benchmarks/mesh_memory.py causal_lm --output runs/mesh_memory.jsonl \
-      [--families linear,softmax] [--size small|full] [--lengths 16384,65536]
+      [--families linear,softmax] [--size small|full] [--lengths 16384,65536] [--remat full] \
+      [--dtype bfloat16]
 
 `fsdp`: the parameter and optimizer bytes each chip of a v5e 2x4 slice holds for the big models
 (PoNet-Base MLM, WMT14 Big, ViT-B/16 = DeiT-B, HVT-S-1), data parallel against fsdp 8: read from
@@ -17,7 +18,9 @@ bytes, and the compile seconds. `causal_lm`: the same for the training step of t
 16K, 64K and 1M tokens on 8 sequence shards, linear attention (chunked) beside softmax (keys and
 values gathered) and beside the prefix sums that chunks replaced (`linear_prefix_sums`,
 benchmarks/causal_linear.py's baseline traced in place of `linear_attention`: its memory per chip;
-it adds no preceding shard's states, so it is not the sharded function). One JSON line per record,
+it adds no preceding shard's states, so it is not the sharded function); `--remat` sets
+config.model.remat (what each block keeps for the backward pass), `--dtype` config.model.dtype.
+One JSON line per record,
 appended to --output; records already there are skipped, so a stopped run resumes.
 """
 from __future__ import annotations
@@ -72,16 +75,19 @@ def fsdp_records(topology: str = 'v5e:2x4'):
 
 
 def sequence_record(family: str, topology: str, shards: int, length: int,
-                    spec: str | None = None, kind: str = 'sequence'):
+                    spec: str | None = None, kind: str = 'sequence', remat: str = 'none',
+                    dtype: str = 'float32'):
   """The record of `spec`'s training step (default: the family's LRA Text encoder)."""
   chips = math.prod(int(n) for n in topology.split(':')[1].split('x'))
   batch = 1 if shards > 1 else chips   # without 'sequence': one whole sequence per chip
   overrides = {'data.max_length': length, 'batch_size': batch, 'eval_batch_size': batch,
-               'mesh.data': 1 if shards > 1 else -1, 'mesh.sequence': shards}
+               'mesh.data': 1 if shards > 1 else -1, 'mesh.sequence': shards,
+               'model.remat': remat, 'model.dtype': dtype}
   config = config_lib.load(spec or f'configs/lra_text.py:{family}', overrides)
   started = time.time()
   record = {'kind': kind, 'config': spec, 'family': family, 'topology': topology,
-            'sequence': shards, 'length': length}
+            'sequence': shards, 'length': length, **({'remat': remat} if remat != 'none' else {}),
+            **({'dtype': dtype} if dtype != 'float32' else {})}
   try:
     setup = make_setup(config, need_files=False, mesh=accelerators.topology_mesh(
         topology, {'data': 1, 'sequence': shards} if shards > 1 else {}))
@@ -107,14 +113,17 @@ def main():
   parser.add_argument('--size', default='small', choices=('small', 'full'),
                       help="causal_lm: configs/enwik8.py's size")
   parser.add_argument('--lengths', default=None, help='causal_lm: tokens per sequence (all)')
+  parser.add_argument('--remat', default='none', help="config.model.remat: 'none', 'full', "
+                      "'dots'")
+  parser.add_argument('--dtype', default='float32', help='config.model.dtype: float32, bfloat16')
   args = parser.parse_args()
   os.makedirs(os.path.dirname(args.output) or '.', exist_ok=True)
   done = set()
   if os.path.exists(args.output):
     with open(args.output) as f:
-      done = {json.dumps({k: r.get(k) for k in ('kind', 'config', 'mesh', 'family', 'topology',
-                                                 'sequence', 'length')}, sort_keys=True)
-              for r in map(json.loads, f)}
+      keys = ('kind', 'config', 'mesh', 'family', 'topology', 'sequence', 'length', 'remat',
+              'dtype')
+      done = {json.dumps({k: r.get(k) for k in keys}, sort_keys=True) for r in map(json.loads, f)}
 
   def write(record):
     with open(args.output, 'a') as f:
@@ -134,9 +143,11 @@ def main():
   for family, topology, shards, length, *spec in runs:
     key = json.dumps({'kind': args.what, 'config': spec[0] if spec else None, 'mesh': None,
                       'family': family, 'topology': topology, 'sequence': shards,
-                      'length': length}, sort_keys=True)
+                      'length': length, 'remat': None if args.remat == 'none' else args.remat,
+                      'dtype': None if args.dtype == 'float32' else args.dtype}, sort_keys=True)
     if family in families and key not in done:
-      write(sequence_record(family, topology, shards, length, *spec, kind=args.what))
+      write(sequence_record(family, topology, shards, length, *spec, kind=args.what,
+                            remat=args.remat, dtype=args.dtype))
 
 
 if __name__ == '__main__':

@@ -93,6 +93,7 @@ def model_config(model: str) -> ml_collections.ConfigDict:
       dropout_rate=0.2, attention_dropout_rate=0.2, activation='relu',
       positions='sinusoidal', tie_embeddings=True,
       dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
+      remat='none',                         # 'full' | 'dots': recompute blocks (docs/training.md)
       # Filled from the dataset (data.get_dataset_info) when left unset:
       vocab_size=config_dict.placeholder(int),
       max_length=config_dict.placeholder(int),  # only read by positions='learned'

@@ -21,6 +21,8 @@ from poolformers_jax.data import get_data_config
 PARAM_INIT_SCHEMES = ('default', 'torch')
 # config.model.dtype: the compute dtypes a model takes (parameters stay float32).
 DTYPES = ('float32', 'bfloat16', 'float16')
+# config.model.remat: what each block keeps for the backward pass (models/block.py's Remat).
+REMAT = ('none', 'full', 'dots')
 
 
 def base_config(data_name: str) -> ml_collections.ConfigDict:

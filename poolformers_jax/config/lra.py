@@ -143,6 +143,7 @@ def model_config(family: str, *, retrieval: bool = False) -> ml_collections.Conf
       activation='gelu',                    # the MLP's; 'gelu_exact' (erf) is PyTorch's nn.GELU()
       layer_norm_epsilon=1e-6,              # PyTorch's nn.LayerNorm: 1e-5
       dtype='float32',                      # 'bfloat16': bf16 compute, float32 parameters
+      remat='none',                         # 'full' | 'dots': recompute blocks (docs/training.md)
       # Filled from the dataset (data.get_dataset_info) when left unset:
       vocab_size=config_dict.placeholder(int),
       max_length=config_dict.placeholder(int),

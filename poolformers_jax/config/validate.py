@@ -24,7 +24,7 @@ from typing import Any
 
 import ml_collections
 
-from poolformers_jax.config.defaults import DTYPES, PARAM_INIT_SCHEMES
+from poolformers_jax.config.defaults import DTYPES, PARAM_INIT_SCHEMES, REMAT
 from poolformers_jax.data import base as data_base
 from poolformers_jax.registry import MIXERS
 
@@ -75,6 +75,9 @@ def _check_model(model: ml_collections.ConfigDict, info) -> None:
     if key == 'dtype':
       _require(value is None or value in DTYPES, f'config.model.dtype={value!r} is not a '
                'compute dtype of these models', f'choose one of {", ".join(DTYPES)}')
+    elif key == 'remat':
+      _require(value in REMAT, f'config.model.remat={value!r} is not a rematerialisation '
+               'policy', f'choose one of {", ".join(REMAT)} (none: keep every activation)')
     elif _is_int(value):       # sizes and counts; some counts may be 0 (ViT num_stages)
       least = 1 if key in _SIZES or key.endswith('_dim') else 0
       bound = '>= 0' if least == 0 else 'positive'

@@ -25,7 +25,7 @@ def vit_model(hidden_dim: int, depth: int, num_heads: int, *, patch_size: int = 
       classifier=classifier, mixer=mixer,
       mixer_kwargs=ml_collections.ConfigDict(mixer_kwargs or {}),
       dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=drop_path_rate,
-      dtype='float32'))
+      dtype='float32', remat='none'))   # remat 'full' | 'dots': recompute blocks (training.md)
 
 
 def hvt_model(hidden_dim: int, num_heads: int, num_stages: int, *, pool_method: str = 'max',

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, DropPath, Dtype, MlpBlock, check_choice
@@ -29,6 +30,32 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     'gelu': nn.gelu,
     'gelu_exact': functools.partial(nn.gelu, approximate=False),
 }
+
+
+# config.model.remat: what each block keeps for its backward pass. 'none' keeps every activation;
+# 'full' keeps the block's input and recomputes the rest (jax.checkpoint_policies.nothing_saveable);
+# 'dots' keeps the outputs of its matrix products and recomputes the elementwise work. The
+# parameters are the same under every choice (the block's scope is unchanged).
+Remat = Literal['none', 'full', 'dots']
+REMAT_POLICIES: dict[str, Callable[..., bool]] = {
+    'full': jax.checkpoint_policies.nothing_saveable,
+    'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _call_block(block: nn.Module, x: Array, mask: Array | None, deterministic: bool) -> Array:
+  return block(x, mask, deterministic=deterministic)
+
+
+def apply_block(block: nn.Module, x: Array, mask: Array | None, deterministic: bool,
+                remat: str = 'none') -> Array:
+  """`block(x, mask, deterministic=...)`, under `nn.remat` with the policy `remat` names.
+  `deterministic` is static (dropout branches on it), so it goes by position."""
+  if remat == 'none':
+    return block(x, mask, deterministic=deterministic)
+  check_choice(type(block).__name__, 'remat', remat, ['none', *REMAT_POLICIES])
+  rematerialised = nn.remat(_call_block, policy=REMAT_POLICIES[remat], static_argnums=(3,))
+  return rematerialised(block, x, mask, deterministic)
 
 
 class PreNormResidual(nn.Module):

@@ -43,7 +43,13 @@ from poolformers_jax.layers.common import (
   masked_mean,
   sinusoidal_positions,
 )
-from poolformers_jax.models.block import TransformerBlock, fields_of, model_kwargs
+from poolformers_jax.models.block import (
+  Remat,
+  TransformerBlock,
+  apply_block,
+  fields_of,
+  model_kwargs,
+)
 from poolformers_jax.models.registry import register_model, register_model_class
 
 Array = jax.Array
@@ -107,6 +113,7 @@ class SequenceEncoder(nn.Module):
   pool_length: int | None = None   # 'mean_padded' divides by it; None = the input's length
   causal: bool = False                # every mixer causal (`lra_causal_lm`)
   positions: Positions = 'learned'
+  remat: Remat = 'none'   # what each block keeps for the backward pass (block.REMAT_POLICIES)
 
   @nn.compact
   def __call__(self, tokens: Array, *, deterministic: bool = True) -> Array:
@@ -134,12 +141,13 @@ class SequenceEncoder(nn.Module):
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic).astype(
         self.dtype or jnp.float32)
     for i in range(self.num_layers):
-      x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
-                           causal=self.causal, dropout_rate=self.dropout_rate,
-                           attention_dropout_rate=self.attention_dropout_rate,
-                           activation=self.activation, rotary=self.positions == 'rotary',
-                           layer_norm_epsilon=self.layer_norm_epsilon, dtype=self.dtype,
-                           name=f'block_{i}')(x, mask, deterministic=deterministic)
+      block = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
+                               causal=self.causal, dropout_rate=self.dropout_rate,
+                               attention_dropout_rate=self.attention_dropout_rate,
+                               activation=self.activation, rotary=self.positions == 'rotary',
+                               layer_norm_epsilon=self.layer_norm_epsilon, dtype=self.dtype,
+                               name=f'block_{i}')
+      x = apply_block(block, x, mask, deterministic, self.remat)
     x = nn.LayerNorm(epsilon=self.layer_norm_epsilon, dtype=jnp.float32, name='final_norm')(x)
     pooled = POOLINGS[self.pooling](x, mask, self.pool_length)
     self.sow('intermediates', 'pooled', pooled)

@@ -38,7 +38,13 @@ from poolformers_jax.layers.common import (
   check_choices,
   sinusoidal_positions,
 )
-from poolformers_jax.models.block import ACTIVATIONS, TransformerBlock, model_kwargs
+from poolformers_jax.models.block import (
+  ACTIVATIONS,
+  Remat,
+  TransformerBlock,
+  apply_block,
+  model_kwargs,
+)
 from poolformers_jax.models.registry import register_model
 
 
@@ -64,6 +70,7 @@ class CharTransformerLM(nn.Module):
   max_length: int | None = None  # table size of positions='learned'
   tie_embeddings: bool = True
   dtype: Dtype | None = None
+  remat: Remat = 'none'   # what each block keeps for the backward pass (block.REMAT_POLICIES)
 
   @nn.compact
   def __call__(self, inputs: Array, *, deterministic: bool = True) -> Array:
@@ -88,12 +95,12 @@ class CharTransformerLM(nn.Module):
       x = LearnedPositionEmbedding(self.max_length, name='pos_embed')(x)
     x = nn.Dropout(self.dropout_rate)(x, deterministic=deterministic)
     for i in range(self.num_layers):
-      x = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
-                           causal=True, dropout_rate=self.dropout_rate,
-                           attention_dropout_rate=self.attention_dropout_rate,
-                           activation=self.activation, rotary=self.positions == 'rotary',
-                           dtype=self.dtype, name=f'block_{i}')(
-                               x, mask, deterministic=deterministic)
+      block = TransformerBlock(self.mixer, self.num_heads, self.mlp_dim, self.mixer_kwargs,
+                               causal=True, dropout_rate=self.dropout_rate,
+                               attention_dropout_rate=self.attention_dropout_rate,
+                               activation=self.activation, rotary=self.positions == 'rotary',
+                               dtype=self.dtype, name=f'block_{i}')
+      x = apply_block(block, x, mask, deterministic, self.remat)
     return self.head(embed, x)
 
   @nn.nowrap

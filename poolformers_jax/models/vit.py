@@ -39,7 +39,7 @@ from poolformers_jax.layers.common import (
   masked_mean,
 )
 from poolformers_jax.layers.hierarchical_pool import PoolingStages
-from poolformers_jax.models.block import TransformerBlock, model_kwargs
+from poolformers_jax.models.block import Remat, TransformerBlock, apply_block, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 LAYER_NORM_EPS = 1e-6
@@ -67,6 +67,7 @@ class VisionTransformer(nn.Module):
   attention_dropout_rate: float = 0.0
   drop_path_rate: float = 0.0
   dtype: Dtype | None = None
+  remat: Remat = 'none'   # what each block keeps for the backward pass (block.REMAT_POLICIES)
 
   # ---- static structure (no parameters needed) ----
   def input_shape(self) -> tuple[int, int, int]:
@@ -134,8 +135,9 @@ class VisionTransformer(nn.Module):
     prefix_tokens = 1 if self.classifier == 'token' else 0
     for i in range(self.depth):                                              # Eqs. (2)-(3)
       rate = self.drop_path_rate * i / max(self.depth - 1, 1)
-      x = TransformerBlock(drop_path_rate=rate, token_grid=token_grid, prefix_tokens=prefix_tokens,
-                           name=f'block{i}', **block_args)(x, mask, deterministic=deterministic)
+      block = TransformerBlock(drop_path_rate=rate, token_grid=token_grid,
+                               prefix_tokens=prefix_tokens, name=f'block{i}', **block_args)
+      x = apply_block(block, x, mask, deterministic, self.remat)
       if i in pool_after:                                                    # Eq. (5)
         stage = pool_after.index(i)
         x, mask = stages.pool_stage(stage, x, mask, dtype=self.dtype)

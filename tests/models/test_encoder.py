@@ -1,11 +1,12 @@
 """LRA encoder and dual encoder: padding invariance, the retrieval head's features, pooling,
-bf16."""
+bf16, rematerialised blocks."""
 import chex
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+from remat_check import assert_remat_changes_nothing
 
 from poolformers_jax.models import build_model
 from poolformers_jax.models.encoder import ClassifierHead, SequenceEncoder
@@ -101,3 +102,17 @@ def test_every_family_mixer_builds_and_ignores_padding_amount(mixer, kwargs):
   if mixer not in ('ponet', 'adamra'):
     longer = jnp.concatenate([tokens, jnp.zeros((2, 4), jnp.int32)], axis=1)
     np.testing.assert_allclose(model.apply(variables, longer), logits, atol=1e-4)
+
+
+@pytest.mark.parametrize('dtype,remat,tolerance', [
+    ('float32', 'dots', None),
+    # bf16 compute: the recomputed forward rounds in another order, by up to bf16's 2^-8
+    ('bfloat16', 'full', dict(atol=1e-2, rtol=1e-2)),
+])
+def test_remat_keeps_the_parameters_loss_and_every_gradient(dtype, remat, tolerance):
+  """The LRA classifier with config.model.remat ('dots': each block keeps its matrix products,
+  recomputes the rest; 'full': keeps its input): the same parameter tree, loss and gradients,
+  dropout on, padding."""
+  tokens = _tokens(6, 2, 12, [12, 7])
+  assert_remat_changes_nothing(lambda r: build_model(_cfg(remat=r, dtype=dtype)), tokens, remat,
+                               tolerance)

@@ -1,15 +1,21 @@
 """Character LM (models/lm.py, configs/enwik8.py): strict causality for every mixer, shapes,
-gradients, configs, and full-size parameter counts against ContextPool Table 5."""
+gradients, configs, full-size parameter counts against ContextPool Table 5, and rematerialised
+blocks (the same parameters, loss and gradients)."""
 import importlib.util
 import math
 import os
+import typing
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from remat_check import assert_remat_changes_nothing
 
-from poolformers_jax.models import build_model
+from poolformers_jax.config.defaults import REMAT
+from poolformers_jax.models import build_model, lm_decode
+from poolformers_jax.models.block import REMAT_POLICIES, Remat
 from poolformers_jax.models.lm import CharTransformerLM, lm_inputs_targets
 
 _CONFIG_PATH = os.path.join(os.path.dirname(__file__), '..', '..', 'configs', 'enwik8.py')
@@ -175,3 +181,23 @@ def test_full_size_parameter_counts_match_table5():
   # ContextPool's predictor is small: under 4% of a layer.
   baseline_layer = 4 * (512 * 512 + 512) + 2 * 512 * 2048 + 2048 + 512 + 4 * 512
   assert 0 < per_layer - baseline_layer < 0.04 * baseline_layer
+
+
+def test_remat_keeps_the_parameters_loss_and_every_gradient():
+  """config.model.remat recomputes each block in the backward pass: the same parameter tree,
+  loss and gradients (dropout on, padding), and the decoder (which never remats) reads the
+  rematerialised model's parameters: its step logits equal the full forward's (real tokens: the
+  decoder has no padding)."""
+  tokens = random_tokens(5, 2, 10).at[1, 7:].set(0)
+  build = lambda r: tiny_lm('linear', dropout_rate=0.2, attention_dropout_rate=0.2, remat=r)
+  assert_remat_changes_nothing(build, tokens, 'full')
+  model, unpadded = build('full'), random_tokens(6, 2, 10)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), unpadded)['params']
+  chex.assert_trees_all_close(lm_decode.step_logits(model, params, unpadded),
+                              model.apply({'params': params}, unpadded), atol=1e-5, rtol=1e-5)
+
+
+def test_a_bad_remat_is_one_line_before_compiling():
+  with pytest.raises(ValueError, match=r"CharTransformerLM: unknown remat 'all'; choose one of"):
+    tiny_lm(remat='all').init(jax.random.PRNGKey(0), random_tokens(0, 1, 4))
+  assert typing.get_args(Remat) == REMAT == ('none', *REMAT_POLICIES)   # config's = the model's

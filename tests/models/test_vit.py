@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from remat_check import assert_remat_changes_nothing
 
 from poolformers_jax import config as config_lib
 from poolformers_jax.models import build_model
@@ -245,6 +246,13 @@ def test_tiny_forward_backward_finite(family):
   for key in grads:
     if key.startswith('pos_embed'):
       assert float(jnp.abs(grads[key]['pos_embedding']).sum()) > 0, key
+
+
+def test_remat_keeps_the_parameters_loss_and_every_gradient():
+  """HVT (pooling stages between rematerialised blocks) with dropout and drop path: the same
+  parameter tree, loss and gradients with config.model.remat='full'."""
+  overrides = dict(dropout_rate=0.1, drop_path_rate=0.1)
+  assert_remat_changes_nothing(lambda r: tiny('hvt', remat=r, **overrides), images(), 'full')
 
 
 def test_stage_lengths_tiny_1d_and_2d():

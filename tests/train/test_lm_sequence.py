@@ -1,8 +1,9 @@
 """Character LMs (configs/enwik8.py) trained on the sequence axis (issue #67): a tiny text8 run
 with every sequence split over 4 devices equals the same run on one device (the loss of every
 step, the final parameters, the sliding-window validation), for each causal mixer with a
-sequence-parallel form; the whole training step moves the same collectives at two lengths with
-linear attention (softmax's gathered keys grow); what cannot split is refused in one line."""
+sequence-parallel form, and with rematerialised blocks on sequence and fsdp shards; the whole
+training step moves the same collectives at two lengths with linear attention (softmax's
+gathered keys grow); what cannot split (or a bad remat) is refused in one line."""
 import zipfile
 
 import chex
@@ -47,9 +48,22 @@ def _run(model, data_dir, workdir, **mesh):
   return losses, jax.tree.map(np.asarray, jax.device_get(result.state.params)), result.validation
 
 
+@pytest.fixture(scope='module')
+def one_device_run(text8_dir, tmp_path_factory):
+  """model -> its `_run` on one device, run once per module (the reference of two tests)."""
+  runs = {}
+
+  def run(model):
+    if model not in runs:
+      runs[model] = _run(model, text8_dir, str(tmp_path_factory.mktemp(model)), num_devices=1)
+    return runs[model]
+  return run
+
+
 @pytest.mark.parametrize('model', sorted(MODELS))
-def test_a_sequence_sharded_lm_run_equals_the_run_on_one_device(model, text8_dir, tmp_path):
-  losses, params, validation = _run(model, text8_dir, str(tmp_path / 'one'), num_devices=1)
+def test_a_sequence_sharded_lm_run_equals_the_run_on_one_device(model, text8_dir, tmp_path,
+                                                                one_device_run):
+  losses, params, validation = one_device_run(model)
   sharded = _run(model, text8_dir, str(tmp_path / 'sequence'),
                  **{'mesh.data': 2, 'mesh.sequence': 4})
   np.testing.assert_allclose(sharded[0], losses, rtol=1e-4)
@@ -65,6 +79,19 @@ def test_a_sequence_sharded_lm_run_equals_the_run_on_one_device(model, text8_dir
   # 150 validation symbols in sliding windows of 16 every 4: each of 149 predictions scored once
   assert sharded[2]['count'] == validation['count'] == 149
   np.testing.assert_allclose(sharded[2]['loss'], validation['loss'], rtol=1e-4)
+
+
+def test_rematerialised_blocks_on_sequence_and_fsdp_shards_equal_the_plain_run(
+    text8_dir, tmp_path, one_device_run):
+  """config.model.remat='full' (nn.remat around each block, the mixers' shard_map inside) on 4
+  sequence shards x 2 fsdp shards (every parameter of 16+ values split): the same losses and
+  final parameters as the plain run on one device, within 1e-4."""
+  losses, params, _ = one_device_run('linear_l12')
+  remat = _run('linear_l12', text8_dir, str(tmp_path / 'remat'), **{
+      'model.remat': 'full', 'mesh.data': 1, 'mesh.fsdp': 2, 'mesh.sequence': 4,
+      'mesh.fsdp_min_size': 16})
+  np.testing.assert_allclose(remat[0], losses, rtol=1e-4)
+  chex.assert_trees_all_close(remat[1], params, atol=1e-4)
 
 
 def _collectives(model, length):
@@ -93,6 +120,8 @@ def test_the_linear_lm_step_moves_nothing_that_grows_with_the_length():
      r"mixer 'contextpool' .* has no sequence-parallel form.*, of which causal \(a language "
      r"model\): \['linear', 'softmax'\]"),
     ({'mesh.sequence': 2, 'model.mixer': 'msac'}, r"mixer 'msac' .* has no sequence-parallel"),
+    ({'model.remat': 'all'}, r"^config.model.remat='all' is not a rematerialisation policy; "
+     'choose one of none, full, dots'),
 ])
 def test_what_an_lm_cannot_split_is_refused_in_one_line_before_compiling(updates, message):
   with pytest.raises(ValueError, match=message) as error:
