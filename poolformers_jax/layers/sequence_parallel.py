@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
+from poolformers_jax.layers import chunk_tiles
+
 Array = jax.Array
 
 SEQUENCE_AXIS = 'sequence'   # the mesh axis that splits the tokens (trainer/sharding.py's mesh)
@@ -235,6 +237,18 @@ class Chunks:
     placed = keep(self._place(x, fill), None if where is None else self._place(where, False))
     return op(placed.reshape((batch, self.span, self.size) + rest), axis=2)
 
+  def _tiled(self) -> bool:
+    """Whether the tile-aligned form (layers/chunk_tiles.py) applies: chunks of 8 tokens or
+    more, a shard length that 8 divides, and not a shard within one chunk boundary (`_split`)."""
+    return self._split() is None and bool(chunk_tiles.group_sizes(self.shard.length, self.size))
+
+  def max(self, x: Array, fill: float) -> Array:
+    """`reduce(x, jnp.max, fill)`: the same values and gradient, with the token axis split at
+    multiples of 8 where it applies (layers/chunk_tiles.py). `fill` is at most every value."""
+    if self._tiled():
+      return chunk_tiles.tiled_max(x, self.start, self.size, self.span, fill)
+    return self.reduce(x, jnp.max, fill)
+
   def _place(self, x: Array, fill: Any) -> Array:
     """[B, span * size, ...]: this shard's tokens where they fall in its chunks, `fill` around."""
     width = self.span * self.size
@@ -251,6 +265,8 @@ class Chunks:
     if second is not None:
       second = second.reshape((1, -1) + (1,) * (per_chunk.ndim - 2))
       return jnp.where(second, per_chunk[:, 1:2], per_chunk[:, :1])
+    if self._tiled():
+      return chunk_tiles.tiled_spread(per_chunk, self.start, self.size, self.shard.length)
     every = jnp.repeat(per_chunk, self.size, axis=1)
     if self.shared:
       return jax.lax.dynamic_slice_in_dim(every, self.start, self.shard.length, axis=1)
