@@ -118,13 +118,18 @@ def _tiled_max_forward(x, start, size, span, fill):
 
 
 def _tiled_max_backward(size, span, fill, saved, cotangent):
-  """Each chunk's cotangent, divided by the count of its tokens equal to its maximum, goes to
-  those tokens: `jax.lax.reduce_max`'s rule (it divides by the same count)."""
-  del fill
+  """Each chunk's cotangent, divided by the count of its values equal to its maximum, goes to
+  those tokens: `jax.lax.reduce_max`'s rule on the [chunks, size] reshape, whose chunks the fill
+  completes (a chunk of fill only, padding, counts its `size` values)."""
   x, start, top = saved
   length = x.shape[1]
   at_top = x == tiled_spread(top, start, size, length)
   ties = tiled_reduce(at_top.astype(cotangent.dtype), start, size, span, 'sum', 0)
+  begins = jnp.arange(span) * size - start          # each chunk's first position on the shard
+  held = jnp.clip(jnp.minimum(begins + size, length) - jnp.maximum(begins, 0), 0, size)
+  filled = jnp.where(top == fill, (size - held).astype(ties.dtype).reshape(
+      (1, span) + (1,) * (top.ndim - 2)), 0)
+  ties = ties + filled
   share = tiled_spread(cotangent / ties, start, size, length)
   return jnp.where(at_top, share, jnp.zeros((), share.dtype)), None
 
