@@ -126,8 +126,7 @@ def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Shard | None 
   every shard's part (`Chunks.join`)."""
   shard = shard or Shard(1, x.shape[1])
   chunks = shard.chunks(shard.count * shard.length // segment_num + 1)
-  partial = chunks.max(_padding_never_wins(x, mask), NEG_INF)   # [B, chunks, D]
-  pooled = chunks.spread(chunks.join(partial, jnp.max, NEG_INF))
+  pooled = chunks.max_everywhere(_padding_never_wins(x, mask), NEG_INF)
   return jnp.where(mask[..., None], pooled, 0)
 
 

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
-from poolformers_jax.layers import chunk_tiles
+from poolformers_jax.layers import chunk_scan
 
 Array = jax.Array
 
@@ -237,18 +237,6 @@ class Chunks:
     placed = keep(self._place(x, fill), None if where is None else self._place(where, False))
     return op(placed.reshape((batch, self.span, self.size) + rest), axis=2)
 
-  def _tiled(self) -> bool:
-    """Whether the tile-aligned form (layers/chunk_tiles.py) applies: chunks of 8 tokens or
-    more, a shard length that 8 divides, and not a shard within one chunk boundary (`_split`)."""
-    return self._split() is None and bool(chunk_tiles.group_sizes(self.shard.length, self.size))
-
-  def max(self, x: Array, fill: float) -> Array:
-    """`reduce(x, jnp.max, fill)`: the same values and gradient, with the token axis split at
-    multiples of 8 where it applies (layers/chunk_tiles.py). `fill` is at most every value."""
-    if self._tiled():
-      return chunk_tiles.tiled_max(x, self.start, self.size, self.span, fill)
-    return self.reduce(x, jnp.max, fill)
-
   def _place(self, x: Array, fill: Any) -> Array:
     """[B, span * size, ...]: this shard's tokens where they fall in its chunks, `fill` around."""
     width = self.span * self.size
@@ -265,8 +253,6 @@ class Chunks:
     if second is not None:
       second = second.reshape((1, -1) + (1,) * (per_chunk.ndim - 2))
       return jnp.where(second, per_chunk[:, 1:2], per_chunk[:, :1])
-    if self._tiled():
-      return chunk_tiles.tiled_spread(per_chunk, self.start, self.size, self.shard.length)
     every = jnp.repeat(per_chunk, self.size, axis=1)
     if self.shared:
       return jax.lax.dynamic_slice_in_dim(every, self.start, self.shard.length, axis=1)
@@ -274,21 +260,44 @@ class Chunks:
 
   def join(self, partial: Array, op: Callable[..., Array], fill: Any) -> Array:
     """`partial` ([B, span, ...], `reduce`'s) with the chunks that continue on other shards
-    (a shard's first and last) reduced over every shard's part: each shard publishes those two
-    ([count, 2, B, ...] gathered, whatever the length) and takes, for each of its two, `op` over
-    every shard's part of the same chunk."""
+    (a shard's first and last) reduced over every shard's part (`_whole_ends`)."""
     if not self.shared:
       return partial
+    last = self._last()
+    first_whole, last_whole = self._whole_ends(partial[:, 0], jnp.take(partial, last, axis=1),
+                                               op, fill)
+    partial = partial.at[:, 0].set(first_whole)
+    return jax.lax.dynamic_update_slice_in_dim(partial, last_whole[:, None], last, axis=1)
+
+  def _last(self) -> int | Array:
+    """The shard's last chunk, counted from `first`."""
+    return (self.start + self.shard.length - 1) // self.size
+
+  def _whole_ends(self, first: Array, last: Array, op: Callable[..., Array], fill: Any
+                  ) -> tuple[Array, Array]:
+    """`op` over every shard's part of this shard's first and last chunk, given this shard's
+    parts `first`, `last` ([B, ...]): each shard publishes its two ([count, 2, B, ...] gathered,
+    whatever the length) and takes, for each of its two, `op` over the parts of the same chunk."""
     shard = self.shard
-    last = (self.start + shard.length - 1) // self.size   # the shard's last chunk, from `first`
-    ends = jnp.stack([partial[:, 0], jnp.take(partial, last, axis=1)])             # [2, B, ...]
-    ids = shard.all_gather(jnp.stack([self.first, self.first + last]))              # [count, 2]
-    every = shard.all_gather(ends)                                          # [count, 2, B, ...]
+    ids = shard.all_gather(jnp.stack([self.first, self.first + self._last()]))     # [count, 2]
+    every = shard.all_gather(jnp.stack([first, last]))                     # [count, 2, B, ...]
     ids = ids.reshape(ids.shape + (1,) * (every.ndim - 2))
     whole = lambda chunk: op(jnp.where(ids == chunk, every, fill), axis=(0, 1))
-    partial = partial.at[:, 0].set(whole(self.first))
-    return jax.lax.dynamic_update_slice_in_dim(partial, whole(self.first + last)[:, None], last,
-                                               axis=1)
+    return whole(self.first), whole(self.first + self._last())
+
+  def max_everywhere(self, x: Array, fill: float) -> Array:
+    """[B, length, ...]: each token gets the maximum of `x` over its whole chunk, as
+    `spread(join(reduce(x, jnp.max, fill), jnp.max, fill))` does, with the same values and
+    gradient, by running maxima along the tokens (layers/chunk_scan.py) instead of a reshape to
+    [chunks, size]. `fill` is at most every value of `x`."""
+    part = chunk_scan.chunk_part_max(x, self.start, self.size, fill)
+    if not self.shared:
+      return part
+    first, last = self._whole_ends(part[:, 0], part[:, -1], jnp.max, fill)
+    chunk = ((self.start + jnp.arange(self.shard.length)) // self.size).reshape(
+        (1, -1) + (1,) * (x.ndim - 2))
+    return jnp.where(chunk == 0, first[:, None], jnp.where(chunk == self._last(), last[:, None],
+                                                           part))
 
   def everywhere(self, partial: Any) -> Any:
     """[B, total, ...] per array of `partial` (a pytree of [B, span, ...]): this shard's chunks
