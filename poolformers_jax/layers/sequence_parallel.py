@@ -285,11 +285,14 @@ class Chunks:
     whole = lambda chunk: op(jnp.where(ids == chunk, every, fill), axis=(0, 1))
     return whole(self.first), whole(self.first + self._last())
 
-  def max_everywhere(self, x: Array, fill: float) -> Array:
-    """[B, length, ...]: each token gets the maximum of `x` over its whole chunk, as
-    `spread(join(reduce(x, jnp.max, fill), jnp.max, fill))` does, with the same values and
-    gradient, by running maxima along the tokens (layers/chunk_scan.py) instead of a reshape to
-    [chunks, size]. `fill` is at most every value of `x`."""
+  def max_everywhere(self, x: Array, fill: float, scan: bool | None = None) -> Array:
+    """[B, length, ...]: each token gets the maximum of `x` over its whole chunk: that of
+    `spread(join(reduce(x, jnp.max, fill), jnp.max, fill))`, with the same values and gradient,
+    by running maxima along the tokens (layers/chunk_scan.py; `scan`, by default for chunks of
+    `chunk_scan.SCAN_FROM` tokens or more) instead of a reshape to [chunks, size]. `fill` is at
+    most every value of `x`."""
+    if not (self.size >= chunk_scan.SCAN_FROM if scan is None else scan):
+      return self.spread(self.join(self.reduce(x, jnp.max, fill), jnp.max, fill))
     part = chunk_scan.chunk_part_max(x, self.start, self.size, fill)
     if not self.shared:
       return part
