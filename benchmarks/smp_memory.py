@@ -7,9 +7,10 @@ r"""PoNet's SMP alone compiled for a TPU slice: temporaries of its forward and g
 `[1, L, dim]` tokens split over `--sequence` chips (`sharded_sequences`), and the gradient of
 sum(w * SMP) with respect to them, compiled by libtpu's compile-only topology (no TPU needed):
 `memory_analysis()` temporaries per chip. `scan`: the library's form (layers/chunk_scan.py);
-`reshape`: the [chunks, size] reshape and jnp.repeat it replaced, traced in place of it. A
-program of its own is quick to compile beside the whole training step (`summary --topology`),
-so it shows SMP's share of the step's growth.
+`reshape`: the [chunks, size] reshape and jnp.repeat (`scan=False`; the form below
+`chunk_scan.SCAN_FROM`). A minute to compile where the whole step (`summary --topology`) takes
+several: SMP's own growth, not the step's peak, which depends on what else is live
+(docs/efficiency.md).
 """
 from __future__ import annotations
 
@@ -22,23 +23,17 @@ import jax
 import jax.numpy as jnp
 
 from poolformers_jax.layers import ponet
-from poolformers_jax.layers.sequence_parallel import TOKENS, Chunks, map_shards, sharded_sequences
+from poolformers_jax.layers.sequence_parallel import TOKENS, map_shards, sharded_sequences
 from poolformers_jax.trainer import accelerators
-
-
-def _reshape_form(self: Chunks, x, fill):   # the [chunks, size] reshape and repeat, as before
-  return self.spread(self.join(self.reduce(x, jnp.max, fill), jnp.max, fill))
 
 
 def temporaries(tokens: int, form: str, args) -> int:
   mesh = accelerators.topology_mesh(args.topology, {'sequence': args.sequence})
-  if form == 'reshape':
-    Chunks.max_everywhere = _reshape_form   # type: ignore[method-assign]
 
   def loss(x, weights, mask):
     with sharded_sequences(mesh):
       pooled = map_shards(lambda shard, x, mask: TOKENS(ponet.chunk_max_pool(
-          x, mask, args.segment_num, shard)), TOKENS(x), TOKENS(mask))
+          x, mask, args.segment_num, shard, scan=form == 'scan')), TOKENS(x), TOKENS(mask))
     return jnp.sum(weights * pooled)
 
   spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, 'sequence'))
@@ -57,6 +52,9 @@ def main(argv: list[str]) -> None:
   parser.add_argument('--dim', type=int, default=64)
   parser.add_argument('--segment_num', type=int, default=4096)
   args = parser.parse_args(argv)
+  unknown = set(args.forms.split(',')) - {'scan', 'reshape'}
+  if unknown:
+    parser.error(f'--forms {args.forms}: unknown {sorted(unknown)}; use scan, reshape or both.')
   for form in args.forms.split(','):
     for tokens in map(int, args.tokens.split(',')):
       record = dict(form=form, tokens=tokens, topology=args.topology, sequence=args.sequence,
