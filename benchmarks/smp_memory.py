@@ -14,7 +14,6 @@ several: SMP's own growth, not the step's peak, which depends on what else is li
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -22,6 +21,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
+from poolformers_jax import errors
 from poolformers_jax.layers import ponet
 from poolformers_jax.layers.sequence_parallel import TOKENS, map_shards, sharded_sequences
 from poolformers_jax.trainer import accelerators
@@ -44,7 +44,7 @@ def temporaries(tokens: int, form: str, args) -> int:
 
 
 def main(argv: list[str]) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+  parser = errors.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--tokens', default='4194304,16777216')
   parser.add_argument('--forms', default='scan,reshape')
   parser.add_argument('--topology', default='v5e:4x4')
