@@ -122,10 +122,11 @@ def chunk_segment_ids(length: int, segment_num: int) -> Array:
 def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Shard | None = None,
                    scan: bool | None = None) -> Array:
   """SMP over the LRA chunks (`chunk_segment_ids`); equal to `segment_max_pool` with those ids,
-  computed by running maxima along the tokens (layers/chunk_scan.py: no scatter, and no reshape
-  to [chunks, size], which XLA:TPU copies). On a shard of the sequence the chunks are those of
-  the whole (padded) length, and a chunk that continues on another shard takes the maximum of
-  every shard's part (`Chunks.max_everywhere`, which says when it scans: `scan` None)."""
+  computed without a scatter: a reshape to [chunks, size], or (`scan`; by default for chunks of
+  `chunk_scan.SCAN_FROM` tokens or more) running maxima along the tokens, which XLA:TPU does not
+  copy (layers/chunk_scan.py). On a shard of the sequence the chunks are those of the whole
+  (padded) length, and a chunk that continues on another shard takes the maximum of every
+  shard's part (`Chunks.max_everywhere`)."""
   shard = shard or Shard(1, x.shape[1])
   chunks = shard.chunks(shard.count * shard.length // segment_num + 1)
   pooled = chunks.max_everywhere(_padding_never_wins(x, mask), NEG_INF, scan)
