@@ -119,15 +119,17 @@ def chunk_segment_ids(length: int, segment_num: int) -> Array:
   return jnp.arange(length) // (length // segment_num + 1)
 
 
-def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Shard | None = None) -> Array:
+def chunk_max_pool(x: Array, mask: Array, segment_num: int, shard: Shard | None = None,
+                   scan: bool | None = None) -> Array:
   """SMP over the LRA chunks (`chunk_segment_ids`); equal to `segment_max_pool` with those ids,
-  computed with a reshape instead of a scatter. On a shard of the sequence the chunks are those
-  of the whole (padded) length, and a chunk that continues on another shard takes the maximum of
-  every shard's part (`Chunks.join`)."""
+  computed without a scatter: a reshape to [chunks, size], or (`scan`; by default for chunks of
+  `chunk_scan.SCAN_FROM` tokens or more) running maxima along the tokens, which XLA:TPU does not
+  copy (layers/chunk_scan.py). On a shard of the sequence the chunks are those of the whole
+  (padded) length, and a chunk that continues on another shard takes the maximum of every
+  shard's part (`Chunks.max_everywhere`)."""
   shard = shard or Shard(1, x.shape[1])
   chunks = shard.chunks(shard.count * shard.length // segment_num + 1)
-  partial = chunks.reduce(_padding_never_wins(x, mask), jnp.max, NEG_INF)   # [B, chunks, D]
-  pooled = chunks.spread(chunks.join(partial, jnp.max, NEG_INF))
+  pooled = chunks.max_everywhere(_padding_never_wins(x, mask), NEG_INF, scan)
   return jnp.where(mask[..., None], pooled, 0)
 
 

@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
+from poolformers_jax.layers import chunk_scan
+
 Array = jax.Array
 
 SEQUENCE_AXIS = 'sequence'   # the mesh axis that splits the tokens (trainer/sharding.py's mesh)
@@ -258,21 +260,47 @@ class Chunks:
 
   def join(self, partial: Array, op: Callable[..., Array], fill: Any) -> Array:
     """`partial` ([B, span, ...], `reduce`'s) with the chunks that continue on other shards
-    (a shard's first and last) reduced over every shard's part: each shard publishes those two
-    ([count, 2, B, ...] gathered, whatever the length) and takes, for each of its two, `op` over
-    every shard's part of the same chunk."""
+    (a shard's first and last) reduced over every shard's part (`_whole_ends`)."""
     if not self.shared:
       return partial
+    last = self._last()
+    first_whole, last_whole = self._whole_ends(partial[:, 0], jnp.take(partial, last, axis=1),
+                                               op, fill)
+    partial = partial.at[:, 0].set(first_whole)
+    return jax.lax.dynamic_update_slice_in_dim(partial, last_whole[:, None], last, axis=1)
+
+  def _last(self) -> int | Array:
+    """The shard's last chunk, counted from `first`."""
+    return (self.start + self.shard.length - 1) // self.size
+
+  def _whole_ends(self, first: Array, last: Array, op: Callable[..., Array], fill: Any
+                  ) -> tuple[Array, Array]:
+    """`op` over every shard's part of this shard's first and last chunk, given this shard's
+    parts `first`, `last` ([B, ...]): each shard publishes its two ([count, 2, B, ...] gathered,
+    whatever the length) and takes, for each of its two, `op` over the parts of the same chunk."""
     shard = self.shard
-    last = (self.start + shard.length - 1) // self.size   # the shard's last chunk, from `first`
-    ends = jnp.stack([partial[:, 0], jnp.take(partial, last, axis=1)])             # [2, B, ...]
-    ids = shard.all_gather(jnp.stack([self.first, self.first + last]))              # [count, 2]
-    every = shard.all_gather(ends)                                          # [count, 2, B, ...]
+    ids = shard.all_gather(jnp.stack([self.first, self.first + self._last()]))     # [count, 2]
+    every = shard.all_gather(jnp.stack([first, last]))                     # [count, 2, B, ...]
     ids = ids.reshape(ids.shape + (1,) * (every.ndim - 2))
     whole = lambda chunk: op(jnp.where(ids == chunk, every, fill), axis=(0, 1))
-    partial = partial.at[:, 0].set(whole(self.first))
-    return jax.lax.dynamic_update_slice_in_dim(partial, whole(self.first + last)[:, None], last,
-                                               axis=1)
+    return whole(self.first), whole(self.first + self._last())
+
+  def max_everywhere(self, x: Array, fill: float, scan: bool | None = None) -> Array:
+    """[B, length, ...]: each token gets the maximum of `x` over its whole chunk: that of
+    `spread(join(reduce(x, jnp.max, fill), jnp.max, fill))`, with the same values and gradient,
+    by running maxima along the tokens (layers/chunk_scan.py; `scan`, by default for chunks of
+    `chunk_scan.SCAN_FROM` tokens or more) instead of a reshape to [chunks, size]. `fill` is at
+    most every value of `x`."""
+    if not (self.size >= chunk_scan.SCAN_FROM if scan is None else scan):
+      return self.spread(self.join(self.reduce(x, jnp.max, fill), jnp.max, fill))
+    part = chunk_scan.chunk_part_max(x, self.start, self.size, fill)
+    if not self.shared:
+      return part
+    first, last = self._whole_ends(part[:, 0], part[:, -1], jnp.max, fill)
+    chunk = ((self.start + jnp.arange(self.shard.length)) // self.size).reshape(
+        (1, -1) + (1,) * (x.ndim - 2))
+    return jnp.where(chunk == 0, first[:, None], jnp.where(chunk == self._last(), last[:, None],
+                                                           part))
 
   def everywhere(self, partial: Any) -> Any:
     """[B, total, ...] per array of `partial` (a pytree of [B, span, ...]): this shard's chunks
