@@ -53,7 +53,7 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   from poolformers_jax.trainer import checkpoint as checkpoint_lib, optim, setup as setup_lib
   params = jax.tree.map(jnp.asarray, params)
   state = setup_lib.TrainState.create(apply_fn=build_model(config.model).apply, params=params,
-                                      tx=optim.make_optimizer(config))
+                                      tx=optim.make_optimizer(setup_lib.optimizer_settings(config)))
   state = state.replace(step=jnp.asarray(0, jnp.int32))
   workdir = os.path.abspath(workdir)
   directory = os.path.join(workdir, checkpoint_lib.LATEST_DIR)

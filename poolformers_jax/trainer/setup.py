@@ -103,7 +103,7 @@ def make_setup(config: ml_collections.ConfigDict | None, *, need_files: bool = T
   model = build_model(config.model)
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)
-  tx, schedule = optim.make_optimizer_and_schedule(config)
+  tx, schedule = optim.make_optimizer_and_schedule(optimizer_settings(config))
   rules = fsdp_rules(config)
   abstract, shardings = state_shardings(model, tx, info, mesh, rules)
   task = tasks.get_task(info.task)
@@ -120,6 +120,11 @@ def make_setup(config: ml_collections.ConfigDict | None, *, need_files: bool = T
       label_smoothing=float(config.label_smoothing), mixup=_mixup_kwargs(config),
       bucket_multiple=int(config.length_buckets.multiple),
       micro_batch_size=int(config.length_buckets.micro_batch_size), decoder=decoder)
+
+
+def optimizer_settings(config: ml_collections.ConfigDict) -> optim.OptimizerSettings:
+  """config.optimizer and the run's length (config.num_train_steps) as the optimizer's settings."""
+  return optim.OptimizerSettings(total_steps=config.num_train_steps, **config.optimizer)
 
 
 def make_mesh(config: ml_collections.ConfigDict) -> Mesh:
