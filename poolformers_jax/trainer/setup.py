@@ -110,7 +110,7 @@ def setup_with_config(config: ml_collections.ConfigDict | None, *, need_files: b
       check_sequence_parallel(config.model.mixer)
     except ValueError as error:
       raise config_lib.ConfigError(str(error)) from None
-  model = build_model(config.model)
+  model = build_model(**config.model.to_dict())
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)
   tx, schedule = optim.make_optimizer_and_schedule(optimizer_settings(config))

@@ -101,3 +101,18 @@ def test_every_family_mixer_builds_and_ignores_padding_amount(mixer, kwargs):
   if mixer not in ('ponet', 'adamra'):
     longer = jnp.concatenate([tokens, jnp.zeros((2, 4), jnp.int32)], axis=1)
     np.testing.assert_allclose(model.apply(variables, longer), logits, atol=1e-4)
+
+
+def test_build_model_from_keyword_values_equals_from_config_model():
+  """What the trainer does (`build_model(**config.model.to_dict())`): the same module, fields
+  and outputs as from `config.model`; nested mappings and lists arrive as dicts and tuples."""
+  cfg = _cfg(mixer='ponet', mixer_kwargs={'segment_num': 4}, pooling='cls')
+  from_keywords, from_config = build_model(**cfg.to_dict()), build_model(cfg)
+  assert from_keywords == from_config
+  assert from_keywords.mixer_kwargs == {'segment_num': 4}
+  tokens = _tokens(2, 2, 12, [12, 5])
+  variables = from_config.init(jax.random.PRNGKey(0), tokens)
+  np.testing.assert_array_equal(from_keywords.apply(variables, tokens),
+                                from_config.apply(variables, tokens))
+  with pytest.raises(ValueError, match=r"^build_model takes the model's name and fields"):
+    build_model(dim=16, num_layers=2)
