@@ -3,8 +3,8 @@ that training, evaluation, `summary`, `load_run` and the benchmarks build their 
 
 The config is completed here (on a resume with the run's own model: config/completion.py) and
 checked before anything is built, so a bad key, size or mesh fails before compiling; it is read
-here, and the rooms below take the values (`setup_with_config` also returns the completed config,
-for the programs that read it further).
+here, and what is built from it takes plain values (`setup_with_config` also returns the
+completed config, for the programs that read it further).
 The train state (Flax's TrainState, plus BatchNorm statistics where a model has them) is created
 here too, directly sharded as the Setup's `state_shardings` say.
 """

@@ -1,7 +1,7 @@
 """The run's config travels a short way (issue #62): from `train_and_evaluate` to the first train
 step of a tiny ListOps run, the calls of package functions given a ConfigDict stay in few files
 and seldom come back to one they left (benchmarks/config_walk.py defines and prints the walk).
-The rooms below the program take typed values: the steps, the state, the optimizer, the model's
+The modules below the program take typed values: the steps, the state, the optimizer, the model's
 registry, the machine checks and the generator never see the config."""
 import os
 import sys
@@ -16,7 +16,7 @@ import config_walk  # noqa: E402
 
 # What the walk reaches today (docs/design.md, "The walk of the config"); issue #62 asks for 7 / 6.
 MAX_FILES, MAX_RETURNS = 8, 13
-TYPED_ROOMS = ('trainer/step.py', 'trainer/optim.py', 'trainer/faults.py', 'trainer/flops.py',
+TYPED_MODULES = ('trainer/step.py', 'trainer/optim.py', 'trainer/faults.py', 'trainer/flops.py',
                'trainer/utilisation.py', 'models/registry.py', 'models/block.py',
                'data/generators/listops.py', 'data/bad_records.py', 'trainer/integrity.py')
 
@@ -40,5 +40,5 @@ def test_the_config_stays_in_few_files(tmp_path, monkeypatch):
   stays = config_walk.stays(walk.calls)
   files = [path for path, _ in stays]
   assert files[0] == files[-1] == 'poolformers_jax/train.py', files
-  assert not {f.removeprefix('poolformers_jax/') for f in files} & set(TYPED_ROOMS), files
+  assert not {f.removeprefix('poolformers_jax/') for f in files} & set(TYPED_MODULES), files
   assert len(set(files)) <= MAX_FILES and len(files) - len(set(files)) <= MAX_RETURNS, stays
