@@ -21,8 +21,9 @@ Python function call in the main thread is looked at:
 
 The output is one JSON line: {"stays", "files", "returns", "calls"}; --show also prints the
 stays in order (file and the functions called there).
-Issue #48's target: returns at most half of the figure before the config package
-(docs/design.md, "Configuration", records both).
+Issue #48's target: returns at most half of the figure before the config package; issue #62's:
+at most 7 files and 6 returns (docs/design.md, "Configuration", records each step;
+tests/train/test_config_walk.py holds the figure reached).
 """
 import argparse
 import json
@@ -119,12 +120,13 @@ def stays(calls: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
   return out
 
 
-def measure(workdir: str, data_dir: str) -> Walk:
+def measure(workdir: str, data_dir: str, walk: Walk | None = None) -> Walk:
+  """The walk of the tiny run in `workdir` (its data generated into `data_dir`) into `walk`."""
   import poolformers_jax
   from poolformers_jax.train import train_and_evaluate
   config = poolformers_jax.config.load('configs/lra_listops.py:transformer,tiny',
                                        {**TINY_DATA, 'data.data_dir': data_dir})
-  walk = Walk()
+  walk = walk or Walk()
   sys.setprofile(walk)
   try:
     train_and_evaluate(config, workdir)

@@ -148,7 +148,7 @@ def prepare(size: str, overrides: list[str]) -> str:
   from poolformers_jax.data.generators import listops  # pylint: disable=g-import-not-at-top
   from poolformers_jax.experiments import lra  # pylint: disable=g-import-not-at-top
   config = lra.load_config('listops', 'transformer', size, 0, overrides)
-  return listops.prepare(config.data).info.full_name
+  return listops.prepare(config.data.data_dir, **config.data.generator).info.full_name
 
 
 @errors.one_line_errors

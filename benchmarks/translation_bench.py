@@ -41,7 +41,7 @@ from poolformers_jax.models import seq2seq_decode
 from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
 from poolformers_jax.tasks.translation import length_batches
 from poolformers_jax.trainer import setup as setup_lib, step as step_lib
-from poolformers_jax.trainer.setup import make_setup
+from poolformers_jax.trainer.setup import setup_with_config
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
@@ -68,7 +68,8 @@ flags.DEFINE_list('models', ['standard', 'cp'], 'Which of standard, cp to measur
 
 
 def _setup(cp: bool):
-  """configs/wmt14.py:base[,cp] at the flags' sizes, on one device, without the data."""
+  """(config, setup) of configs/wmt14.py:base[,cp] at the flags' sizes, on one device, without
+  the data."""
   config = config_lib.load_file(os.path.join(ROOT, 'configs', 'wmt14.py') + (':base,cp' if cp
                                                                               else ':base'))
   config = config_lib.override(config, **{
@@ -76,7 +77,7 @@ def _setup(cp: bool):
       'model.mlp_dim': FLAGS.mlp_dim, 'model.num_heads': FLAGS.num_heads,
       'data.vocab_size': FLAGS.vocab, 'data.max_length': FLAGS.length,
       'batch_size': FLAGS.batch, 'num_devices': 1})
-  return make_setup(config, need_files=False)
+  return setup_with_config(config, need_files=False)
 
 
 def _packed_batch(rng: np.random.Generator) -> dict:
@@ -184,11 +185,11 @@ def cross_kv_outside_loop(translate, params, ids) -> int:
 def build(cp: bool, batch: dict, sources: list) -> dict:
   """The compiled trainer step (step.compile_train_step) and decoders of one model, with their
   arguments and memory."""
-  setup = _setup(cp)
+  config, setup = _setup(cp)
   state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
   params = jax.tree.map(jnp.copy, state.params)   # the decoders' own: the step donates the state
   calls = decoders(setup.model, params, sources,
-                   FLAGS.batch_tokens or setup.config.decode.batch_tokens)
+                   FLAGS.batch_tokens or config.decode.batch_tokens)
   out = {'calls': calls, 'params': setup_lib.param_count(params)}
   before = seq2seq_decode.make_translate(setup.model.clone(cache_cross_attention=False),
                                          FLAGS.decode_pad_length, beam_size=4, alpha=0.6)

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from absl import flags
 
 from poolformers_jax import cli, config as config_lib
-from poolformers_jax.trainer import checkpoint as checkpoint_lib, integrity
+from poolformers_jax.trainer import checkpoint as checkpoint_lib
 from poolformers_jax.trainer.setup import make_setup
 
 
@@ -31,7 +31,7 @@ def average_checkpoints(workdir: str, last: int | None = None, config=None, *,
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=int(config.keep_checkpoints),
                                              best_metric=config.best_metric,
                                              best_mode=config.best_mode,
-                                             config_sha256=integrity.config_hash(config))
+                                             config_sha256=config_lib.config_hash(config))
   try:
     kept = checkpointer.latest.steps()
     if last is not None and (last < 1 or last > len(kept)):

@@ -53,7 +53,7 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   from poolformers_jax.trainer import checkpoint as checkpoint_lib, optim, setup as setup_lib
   params = jax.tree.map(jnp.asarray, params)
   state = setup_lib.TrainState.create(apply_fn=build_model(config.model).apply, params=params,
-                                      tx=optim.make_optimizer(config))
+                                      tx=optim.make_optimizer(setup_lib.optimizer_settings(config)))
   state = state.replace(step=jnp.asarray(0, jnp.int32))
   workdir = os.path.abspath(workdir)
   directory = os.path.join(workdir, checkpoint_lib.LATEST_DIR)
@@ -63,9 +63,10 @@ def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   manager.save(0, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
   manager.wait_until_finished()
   manager.close()
+  from poolformers_jax import config as config_lib
   from poolformers_jax.trainer import integrity  # what eval.py / resume verify
   integrity.write_record(os.path.join(directory, '0'), 0, integrity.leaf_records(state),
-                         integrity.config_hash(config))
+                         config_lib.config_hash(config))
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
     f.write(config.to_json_best_effort(indent=2) + '\n')
   return os.path.join(directory, '0')

@@ -57,16 +57,15 @@ from poolformers_jax.trainer import (
   step as step_lib,
 )
 from poolformers_jax.trainer.metrics import format_metrics
-from poolformers_jax.trainer.setup import Setup, make_setup, process_slice
+from poolformers_jax.trainer.setup import Setup, process_slice, setup_with_config
 
 
-def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: int | None = None,
-                   eval_step=None, outputs_path: str | None = None,
+def evaluate_state(config: ml_collections.ConfigDict, setup: Setup, state: Any, split: str, *,
+                   batch_size: int | None = None, eval_step=None, outputs_path: str | None = None,
                    batches: Iterable[dict[str, Any]] | None = None) -> dict[str, float]:
-  """Metrics of `state` on every example of `split` (exact; see the module docstring), or on
-  `batches` when given (this process's rows of global batches with a 'mask').
+  """Metrics of `state` on every example of `split` of `config`'s data (exact; see the module
+  docstring), or on `batches` when given (this process's rows of global batches with a 'mask').
   `outputs_path`: where generated outputs (translations) go, one line per example."""
-  config = setup.config
   batch_size = setup.eval_batch_size if batch_size is None else batch_size
   check_batch_size(batch_size, 'eval batch_size', devices=sharding.batch_devices(setup.mesh),
                    processes=jax.process_count())
@@ -78,8 +77,8 @@ def evaluate_state(setup: Setup, state: Any, split: str, *, batch_size: int | No
     drop_last = setup.eval_batch_size if split == 'test' and config.test_drop_last else 0
     batches = data.make_eval_iterator(config, split, batch_size=batch_size, drop_last=drop_last,
                                       **process_slice())
-  if config.length_buckets.multiple:   # one process (config/validate.py): sorted by length, cut
-    batches = length_buckets.sorted_batches(batches, batch_size, config.length_buckets.multiple)
+  if setup.bucket_multiple:   # one process (config/validate.py): sorted by length, cut
+    batches = length_buckets.sorted_batches(batches, batch_size, setup.bucket_multiple)
   for batch in batches:
     sums, batch_rows = jax.device_get(eval_step(state, sharding.global_batch(batch, setup.mesh)))
     for key, value in sums.items():
@@ -156,15 +155,15 @@ def evaluate(config: ml_collections.ConfigDict | None, workdir: str, *,
   """
   if config is None:
     config = config_lib.run_config(workdir, trust_imports=trust_imports)
-  setup = make_setup(config, run_dir=workdir)
+  config, setup = setup_with_config(config, run_dir=workdir)
   check_eval_batch_size(batch_size, devices=sharding.batch_devices(setup.mesh),
                         processes=jax.process_count())
   data.base.check_split(split)
-  state, step = checkpoint_lib.restore_state_for_reading(workdir, setup.config, checkpoint,
+  state, step = checkpoint_lib.restore_state_for_reading(workdir, config, checkpoint,
                                                          setup.abstract_state)
-  changes = data_changes(setup.config, workdir)
+  changes = data_changes(config, workdir)
   name = record_name(split, changes)
-  metrics: dict[str, Any] = evaluate_state(setup, state, split, batch_size=batch_size,
+  metrics: dict[str, Any] = evaluate_state(config, setup, state, split, batch_size=batch_size,
                                            outputs_path=hypotheses_path(workdir, name))
   metrics = {**metrics, 'step': int(step), 'checkpoint': str(checkpoint), 'split': split}
   if changes:

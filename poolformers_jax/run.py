@@ -69,7 +69,7 @@ def load_run(workdir: str, checkpoint: str | int = 'best', *,
   run does with --trust_imports)."""
   from poolformers_jax import config as config_lib
   from poolformers_jax.trainer import checkpoint as checkpoint_lib
-  from poolformers_jax.trainer.setup import make_setup
+  from poolformers_jax.trainer.setup import setup_with_config
   if not os.path.isdir(workdir):
     raise FileNotFoundError(f'{workdir} not found: pass the workdir of a train.py run')
   config = config_lib.run_config(workdir, trust_imports=trust_imports)
@@ -79,7 +79,7 @@ def load_run(workdir: str, checkpoint: str | int = 'best', *,
       raise FileNotFoundError(f'{path} (trained with this run, config.data.name='
                               f'{config.data.name!r}) is missing; train.py writes it beside the '
                               'data')
-  setup = make_setup(config, need_files=False, mesh=_mesh_for(config))
+  config, setup = setup_with_config(config, need_files=False, mesh=_mesh_for(config))
   quiet, loggers = _QuietReadOnly(), [logging.getLogger('absl'), logging.getLogger()]
   for logger in loggers:   # orbax logs through absl's logger; a logger's filter sees its own
     logger.addFilter(quiet)
@@ -88,12 +88,12 @@ def load_run(workdir: str, checkpoint: str | int = 'best', *,
   if setup.abstract_state.batch_stats is not None:
     abstract['batch_stats'] = setup.abstract_state.batch_stats
   try:
-    restored, step = checkpoint_lib.restore_for_reading(workdir, setup.config, checkpoint,
+    restored, step = checkpoint_lib.restore_for_reading(workdir, config, checkpoint,
                                                         abstract)
   finally:
     for logger in loggers:
       logger.removeFilter(quiet)
-  return Run(workdir=workdir, checkpoint=str(checkpoint), step=int(step), config=setup.config,
+  return Run(workdir=workdir, checkpoint=str(checkpoint), step=int(step), config=config,
              model=setup.model, params=restored['params'],
              batch_stats=restored.get('batch_stats'), setup=setup)
 

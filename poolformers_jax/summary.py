@@ -76,12 +76,12 @@ def summarize(config, batch_size: int | None = None) -> dict[str, Any]:
   variables = variables_of(setup.abstract_state)
   macs = forward_macs(setup.model, one, variables)
   return {
-      'model': setup.config.model.name,
+      'model': config.model.name,
       'params': param_count(setup.abstract_state.params),
       'macs': int(macs),
       'gmacs': round(macs / 1e9, 3),
       'xla_flops': xla_forward_flops(setup.model, variables, one),
-      'batch_size': int(setup.config.batch_size),
+      'batch_size': setup.batch_size,
       'input_shape': list(setup.info.input_shape),
       'train_step_memory_bytes': memory['total'],
       'train_step_memory': memory,

@@ -60,7 +60,6 @@ from poolformers_jax.trainer import (
   faults,
   init_check,
   init_from,
-  integrity,
   run_lock,
   sharding,
   step as step_lib,
@@ -70,9 +69,9 @@ from poolformers_jax.trainer.metrics import MetricWriter, format_metrics
 from poolformers_jax.trainer.setup import (
   Setup,
   create_train_state,
-  make_setup,
   param_count,
   process_slice,
+  setup_with_config,
 )
 
 
@@ -126,8 +125,9 @@ def _due(step: int, every: int) -> bool:
 
 
 def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
-                     tokens_per_example: int) -> dict[str, float]:
-  """The window's metrics from the fetched accumulator; rates exclude compilation (done before)."""
+                     tokens_per_example: int, skipping: bool) -> dict[str, float]:
+  """The window's metrics from the fetched accumulator; rates exclude compilation (done before).
+  `skipping`: bad records are skipped (config.data.skip_bad_records), and counted here."""
   out = setup.task.summary({k: np.asarray(v, np.float64) for k, v in acc['sums'].items()})
   out.pop('count', None)
   steps, seconds = max(float(acc['steps']), 1.0), max(seconds, 1e-9)
@@ -136,10 +136,10 @@ def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
   out['param_norm'] = float(acc['param_norm'])
   out['learning_rate'] = float(acc['learning_rate'])
   out['steps_per_second'] = steps / seconds
-  out['examples_per_second'] = steps * int(setup.config.batch_size) / seconds
+  out['examples_per_second'] = steps * setup.batch_size / seconds
   if tokens_per_example:
     out['tokens_per_second'] = out['examples_per_second'] * tokens_per_example
-  if bad_records.skip_requested(setup.config.data):   # this process's, so far
+  if skipping:   # this process's, so far
     out['skipped_records'] = float(sum(bad_records.skipped().values()))
   return out
 
@@ -230,11 +230,11 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
                         start_over: bool) -> TrainResult:
   resume = checkpoint_lib.holds_checkpoints(workdir)   # a resume continues the run's own model
   # The config completed once (on a resume: the run's model) and every config / data check;
-  # raises before compiling. Every line below reads that completed config, `setup.config`.
-  setup = make_setup(given, run_dir=workdir if resume else None,
-                     todo='resume with the config the run was trained with, or train this one in '
-                     'another --workdir')
-  config = setup.config
+  # raises before compiling. Every line below reads that completed config.
+  config, setup = setup_with_config(
+      given, run_dir=workdir if resume else None,
+      todo='resume with the config the run was trained with, or train this one in another '
+      '--workdir')
   if config.init_from and not resume:   # the run it starts from: same positions, learned
     init_check.check_init_source(config)
   total_steps = int(config.num_train_steps)
@@ -250,7 +250,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.keep_checkpoints,
                                              best_metric=config.best_metric,
                                              best_mode=config.best_mode,
-                                             config_sha256=integrity.config_hash(config))
+                                             config_sha256=config_lib.config_hash(config))
   rng = jax.random.PRNGKey(config.seed)
   init_rng, dropout_rng = jax.random.split(rng)
   try:
@@ -275,7 +275,8 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   writer = MetricWriter(workdir, total_steps=total_steps, initial_step=step,
                         progress_bar=config.progress_bar, writers=config.writers)
   writer.write_hparams(config.to_dict())
-  usage = utilisation.Utilisation(train_iter, config.data)   # FLOP/s, data wait, memory
+  usage = utilisation.Utilisation(   # FLOP/s, the wait for data, memory
+      train_iter, worker_count=config.data.worker_count, read_threads=config.data.read_threads)
   profiler = _Profiler(config.profile_steps, workdir)
   status, validation, memory = 'finished', None, None
   try:
@@ -291,7 +292,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
       next_batch = lambda: compiled.put(usage.data.next())   # global arrays (or micro-batches)
       batch = next_batch()
     elif total_steps == 0 and resumed is None:   # nothing to train (init_from, then evaluate):
-      validation = evaluate_state(setup, state, 'validation', eval_step=eval_step)
+      validation = evaluate_state(config, setup, state, 'validation', eval_step=eval_step)
       writer.write(step, 'validation', validation)  # step 0 becomes the run's best and latest
       checkpointer.save_best(step, state, validation)   # checkpoint, which eval.py reads too
       checkpointer.save_latest(step, state, train_iter)
@@ -322,7 +323,8 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
           fetched = jax.device_get(acc)
           check_finite(fetched)
           seconds = time.time() - window_start
-          metrics = _summarize_train(setup, fetched, seconds, tokens)
+          metrics = _summarize_train(setup, fetched, seconds, tokens,
+                                     bad_records.skip_requested(config.data))
           metrics.update(usage.window(metrics['steps_per_second'], seconds, step))
           writer.write(step, 'train', metrics)
           postfix = {'loss': metrics['loss']}
@@ -336,7 +338,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
         if _due(step, config.eval_every_steps) or step == total_steps:
           batches = (None if validation_stream is None else
                      itertools.islice(validation_stream, config.eval_num_batches))
-          validation = evaluate_state(setup, state, 'validation', eval_step=eval_step,
+          validation = evaluate_state(config, setup, state, 'validation', eval_step=eval_step,
                                       batches=batches)
           writer.write(step, 'validation', validation)
           checkpointer.save_best(step, state, validation)
@@ -356,7 +358,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
     if status == 'finished' and config.final_test:
       which = 'best' if checkpointer.best_step() is not None else 'latest'
       best_state, best_step = checkpointer.restore_state(which, setup.abstract_state)
-      test = evaluate_state(setup, best_state, 'test', eval_step=eval_step,
+      test = evaluate_state(config, setup, best_state, 'test', eval_step=eval_step,
                             outputs_path=hypotheses_path(workdir, 'test'))
       test = {**test, 'step': best_step, 'checkpoint': which, 'split': 'test'}
       writer.write(step, 'test', test)

@@ -60,7 +60,8 @@ def assert_driver_traces(fn: Callable, driver: Callable[[Callable], Any], n: int
                          **jit_kwargs) -> Any:
   """Calls `driver(f)` once, `f` standing for `fn`, and asserts that `fn` traced (compiled) at most
   `n` times in it; returns what the driver returns. E.g. an eval loop:
-  `assert_driver_traces(step, lambda run: evaluate_state(setup, state, 'test', eval_step=run))`."""
+  `assert_driver_traces(step, lambda run: evaluate_state(config, setup, state, 'test',
+  eval_step=run))`."""
   name, run, count = _counted(fn, jit_kwargs)
   result = driver(run)
   if count() > n:

@@ -11,7 +11,7 @@ import pytest
 from poolformers_jax import config as config_lib, data
 from poolformers_jax.models import build_model
 from poolformers_jax.trainer import step
-from poolformers_jax.trainer.setup import make_setup
+from poolformers_jax.trainer.setup import setup_with_config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,10 +31,10 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
   with pytest.raises(data.DataNotFoundError):             # training still needs the file
     data.get_dataset_info(config)
   length = config.data.max_length                         # 2048 in stage 1
-  setup = make_setup(config_lib.override(config, batch_size=2, num_devices=1), need_files=False)
+  config, setup = setup_with_config(config_lib.override(config, batch_size=2, num_devices=1),
+                                    need_files=False)
   inputs = step.batch_spec(setup)['inputs']               # what summary compiles the step for
   assert (inputs.shape, inputs.dtype) == ((2, length), 'int32')
-  config = setup.config
   assert config.model.vocab_size == 257                   # 256 bytes + padding id 0
   model = build_model(config.model)
   one = jax.ShapeDtypeStruct((1, length), 'int32')

@@ -20,9 +20,10 @@ Its modules:
   files.py       `load_file` / `load`: a config file by its name, with checked overrides
   keys.py        `check_keys` (close-key suggestions) and `override`
   completion.py  `complete`: a run's config completed (the run's model on a resume, model sizes
-                 from the data); the trainer keeps it as `Setup.config`
+                 from the data); the trainer builds its `Setup` from it
   validate.py    `check_config`: every check of a completed config, up front
-  run_file.py    a run's config.json (`save_config`, `load_saved_config`), `with_run_model` and
+  run_file.py    a run's config.json (`save_config`, `load_saved_config`), its `config_hash`,
+                 `with_run_model` and
                  `run_config` (a run directory's imports run only when trusted)
 Configs are numbers and names: nothing here imports flax, optax, orbax, grain or the trainer
 (tests/test_layering.py); the package builds on data/'s defaults only.
@@ -43,6 +44,7 @@ from poolformers_jax.config.keys import (
 from poolformers_jax.config.run_file import (
                                          ModelMismatch,
                                          UntrustedImports,
+                                         config_hash,
                                          load_saved_config,
                                          model_differences,
                                          run_config,
@@ -56,6 +58,7 @@ from poolformers_jax.config.words import Numbered, parse_words
 __all__ = [
     'CONFIGS_DIR', 'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES',
     'SIZE_SLOT', 'UntrustedImports', 'base_config', 'check_config', 'check_keys', 'complete',
+    'config_hash',
     'flat_keys', 'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences',
     'override', 'override_keys_from_argv', 'parse_words', 'resolve', 'resolved', 'run_config',
     'save_config', 'shrink_run', 'to_json', 'with_run_model',

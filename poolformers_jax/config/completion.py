@@ -4,9 +4,9 @@
 dataset decides filled in (vocab_size, num_classes, max_length, special-token ids, from the
 dataset's DatasetInfo), after the user's modules named in `config.imports` are imported (their
 mixers and models registered); with `run_dir` (a run being resumed, or read by eval.py) the
-model is the run's own first (config/run_file.py, `with_run_model`). `make_setup` (the trainer)
-completes through `complete_with_info`, which also returns the DatasetInfo it read, and keeps the
-result as `Setup.config`, which every later reader takes.
+model is the run's own first (config/run_file.py, `with_run_model`). The trainer's
+`setup_with_config` completes through `complete_with_info`, which also returns the DatasetInfo it
+read, builds its typed `Setup` from the result and hands the result to the programs.
 """
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
-"""A run's config.json: writing it, reading it back, `with_run_model` (a command that reads a run
+"""A run's config.json: writing it, reading it back, its hash (`config_hash`, what a checkpoint
+records), `with_run_model` (a command that reads a run
 directory uses the run's own model) and `run_config` (it imports the modules the run's
 config.json names only when trusted: a run directory runs no code unasked)."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import sys
@@ -17,6 +19,12 @@ from poolformers_jax.config.keys import override
 
 def to_json(config: ml_collections.ConfigDict) -> str:
   return config.to_json_best_effort(indent=2, sort_keys=True)
+
+
+def config_hash(config: ml_collections.ConfigDict | None) -> str:
+  """The sha256 of the config's keys and values, which every checkpoint of the run records."""
+  text = json.dumps(config.to_dict(), sort_keys=True, default=str) if config is not None else ''
+  return hashlib.sha256(text.encode()).hexdigest()
 
 
 def load_saved_config(workdir: str) -> ml_collections.ConfigDict:

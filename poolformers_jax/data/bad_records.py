@@ -114,9 +114,10 @@ class SkippingRecords:
     return f'SkippingRecords({self.records!r})'
 
 
-def guarded(records: Sequence[Any], data_config) -> Sequence[Any] | SkippingRecords:
-  """`records` as the pipeline reads them: bad ones skipped where the user asked for it."""
-  return SkippingRecords(records) if skip_requested(data_config) else records
+def guarded(records: Sequence[Any], skip: bool) -> Sequence[Any] | SkippingRecords:
+  """`records` as the pipeline reads them: bad ones skipped where the user asked for it
+  (`skip`: config.data.skip_bad_records)."""
+  return SkippingRecords(records) if skip else records
 
 
 class ShardRecords:

@@ -68,7 +68,7 @@ def generated_source(data_config, split: str):
   The reader's one import of the generator is here, inside the function: only `generated` data
   (DatasetSpec.generated) needs it, so TSV files, `info` and a model's build never load it."""
   from poolformers_jax.data.generators import listops as generator
-  return _in_memory(generator.prepare(data_config), split)
+  return _in_memory(generator.prepare(data_config.data_dir, **data_config.generator), split)
 
 
 @functools.lru_cache(maxsize=6)

@@ -58,7 +58,7 @@ def _records(data_config, split: str):
   """The records of `split`; a bad one met while reading (an image that does not decode) is
   skipped where config.data.skip_bad_records asks for it (data/bad_records.py)."""
   records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
-  return bad_records.guarded(records, data_config)
+  return bad_records.guarded(records, skip=bool(data_config.get('skip_bad_records', False)))
 
 
 def _endless(records, seed: int) -> grain.MapDataset:

@@ -160,7 +160,8 @@ DATA_FILLED = ('vocab_size', 'num_classes', 'max_length', 'cls_id', 'sep_id', 'e
 
 def model_kwargs(cfg, cls: type, *, required: tuple[str, ...] = (),
                  **overrides: Any) -> dict[str, Any]:
-  """`config.model` -> keyword arguments of module class `cls` (every model builder's).
+  """A model's fields (`config.model`, or build_model's keywords) -> keyword arguments of module
+  class `cls` (every model builder's).
 
   Every key but `name` must be a field of `cls`, every field without a default a key, and the
   `required` keys must be set (not None). A key set to None keeps the field's default; where the

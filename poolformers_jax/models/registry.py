@@ -1,12 +1,15 @@
-"""The model registry: `config.model.name` -> constructor.
+"""The model registry: a model's name -> constructor.
 
-Model files register constructors with `@register_model('name')`: `config.model` -> an unbound
-Flax module, always `Cls(**model_kwargs(cfg, Cls, ...))` (models/block.py), so every config key
-is a checked field of the model class; a model that needs nothing more calls
-`register_model_class('name', Cls)`. Everything builds models with `build_model(config.model)`.
+Model files register constructors with `@register_model('name')`: the model's fields (a mapping
+of `name` and keyword values) -> an unbound Flax module, always `Cls(**model_kwargs(fields, Cls,
+...))` (models/block.py), so every key is a checked field of the model class; a model that needs
+nothing more calls `register_model_class('name', Cls)`. Everything builds models with
+`build_model(name=..., **fields)` (the trainer: `build_model(**config.model.to_dict())`) or
+`build_model(config.model)`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -18,20 +21,23 @@ __all__ = ['MODELS', 'build_model', 'register_model', 'register_model_class']
 
 
 def register_model_class(name: str, cls: type) -> type:
-  """Registers model `name` with the constructor `cfg -> cls(**model_kwargs(cfg, cls))`."""
-  def constructor(cfg) -> nn.Module:
-    return cls(**model_kwargs(cfg, cls))
+  """Registers model `name` with the constructor `fields -> cls(**model_kwargs(fields, cls))`."""
+  def constructor(fields: Mapping[str, Any]) -> nn.Module:
+    return cls(**model_kwargs(fields, cls))
   # Named after the class (a re-imported model file registers the same model again) and
   # annotated with it (docs/api.md's check reads the class from the return annotation).
   constructor.__module__, constructor.__qualname__ = cls.__module__, f'{cls.__qualname__}.build'
-  constructor.__name__, constructor.__annotations__ = 'build', {'cfg': Any, 'return': cls}
+  constructor.__name__, constructor.__annotations__ = 'build', {'fields': Any, 'return': cls}
   register_model(name, constructor)
   return cls
 
 
-def build_model(model_config) -> nn.Module:
-  """Builds `model_config.name` from `model_config`: a run config's `config.model`."""
-  if 'name' not in model_config:
-    raise ValueError(f'build_model takes config.model (a model config with a name); got one with '
-                     f'keys {sorted(model_config.keys())[:6]}: pass config.model')
-  return MODELS[model_config.name](model_config)
+def build_model(model_config: Mapping[str, Any] | None = None, /, **fields: Any) -> nn.Module:
+  """Builds the registered model `name` from its fields as keyword values
+  (`build_model(name='transformer', num_layers=2, ...)`), or from a run config's `config.model`."""
+  if model_config is not None:
+    fields = {**model_config, **fields}
+  if 'name' not in fields:
+    raise ValueError(f'build_model takes the model\'s name and fields (name=..., or config.model); '
+                     f'got keys {sorted(fields)[:6]}: pass name= or config.model')
+  return MODELS[fields['name']](fields)

@@ -165,7 +165,7 @@ def build_vit(cfg) -> VisionTransformer:
   """ViT / DeiT / CP-ViT: `classifier` 'token' (default) or 'mean'; mixer by name."""
   hvt_keys = sorted(set(cfg.keys()) & set(_HVT_KEYS))
   if hvt_keys:
-    raise ValueError(f'model {cfg.name!r}: unknown config.model key(s) {hvt_keys}; pooling '
+    raise ValueError(f'model {cfg["name"]!r}: unknown config.model key(s) {hvt_keys}; pooling '
                      f"stages are HVT's: use name='hvt'.")
   return VisionTransformer(**model_kwargs(cfg, VisionTransformer, required=_REQUIRED))
 

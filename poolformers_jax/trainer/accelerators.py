@@ -36,7 +36,7 @@ from jax.sharding import Mesh
 
 from poolformers_jax.config.validate import ConfigError
 from poolformers_jax.trainer import sharding, step as step_lib
-from poolformers_jax.trainer.setup import Setup, make_setup
+from poolformers_jax.trainer.setup import Setup, setup_with_config
 
 LIBTPU_PIN = 'libtpu==0.0.42.1'   # what jax[tpu]==0.10.2 pins
 
@@ -203,9 +203,9 @@ def fit_advice(topology: str, config, *, devices: int, temp: float, fixed: float
           f'~{(fixed + temp / k) / gib:.1f} GiB estimated: check with this command)')
 
 
-def _compile_or_advise(setup: Setup, topology: str):
-  """The compiled training step; libtpu refuses one whose temporaries exceed the chip
-  (RESOURCE_EXHAUSTED at compile time): then the change that makes it fit."""
+def _compile_or_advise(config, setup: Setup, topology: str):
+  """The compiled training step of `config`'s `setup`; libtpu refuses one whose temporaries
+  exceed the chip (RESOURCE_EXHAUSTED at compile time): then the change that makes it fit."""
   try:
     return step_lib.compile_train_step(setup).run
   except jax.errors.JaxRuntimeError as e:
@@ -215,7 +215,7 @@ def _compile_or_advise(setup: Setup, topology: str):
     fixed = sum(_per_device_bytes(x)
                 for x in jax.tree.leaves(step_lib.abstract_step_args(setup)))
     temp, hbm = (float(g) * 2 ** 30 for g in found.groups())
-    raise ValueError(fit_advice(topology, setup.config, devices=setup.mesh.devices.size,
+    raise ValueError(fit_advice(topology, config, devices=setup.mesh.devices.size,
                                  temp=temp, fixed=fixed, hbm=hbm)) from None
 
 
@@ -230,9 +230,9 @@ def compile_for_topology(config, topology: str) -> tuple[Setup, Any, Any]:
   """(setup on the slice's mesh, compiled train step, compiled eval step) of `config`; the
   dataset's files are not needed. The config's batch sizes are global, split over the slice."""
   sizes = {axis: int(config.mesh[axis]) for axis in sharding.MESH_AXES}
-  setup = make_setup(config, need_files=False, mesh=topology_mesh(topology, sizes))
+  config, setup = setup_with_config(config, need_files=False, mesh=topology_mesh(topology, sizes))
   _one_program(setup)
-  return setup, _compile_or_advise(setup, topology), step_lib.compile_eval_step(setup)
+  return setup, _compile_or_advise(config, setup, topology), step_lib.compile_eval_step(setup)
 
 
 def topology_report(config, topology: str) -> dict[str, Any]:
@@ -242,7 +242,7 @@ def topology_report(config, topology: str) -> dict[str, Any]:
   setup, train, eval_step = compile_for_topology(config, topology)
   n = setup.mesh.devices.size
   train_report = program_report(train, chip, n)
-  steps = int(setup.config.num_train_steps)
+  steps = setup.num_train_steps
   state = setup.abstract_state
   per_device = lambda tree: sum(_per_device_bytes(x) for x in jax.tree.leaves(tree))
   return {
@@ -251,8 +251,8 @@ def topology_report(config, topology: str) -> dict[str, Any]:
       'state_bytes_per_device': {'params': per_device(state.params),
                                  'optimizer': per_device(state.opt_state)},
       'devices_per_chip': chip.devices_per_chip, 'chip_source': chip.source,
-      'batch_size': int(setup.config.batch_size),
-      'per_device_batch': int(setup.config.batch_size) // sharding.batch_devices(setup.mesh),
+      'batch_size': setup.batch_size,
+      'per_device_batch': setup.batch_size // sharding.batch_devices(setup.mesh),
       'eval_batch_size': setup.eval_batch_size, 'num_train_steps': steps,
       'train_step': train_report, 'eval_step': program_report(eval_step, chip, n),
       'train_hours': steps * train_report['roofline']['seconds'] / 3600,
@@ -261,7 +261,7 @@ def topology_report(config, topology: str) -> dict[str, Any]:
 
 def _one_program(setup: Setup) -> None:
   """The reports and the export take the step as one program; the bucketed one is several."""
-  if setup.config.length_buckets.multiple:
+  if setup.bucket_multiple:
     raise ConfigError('config.length_buckets makes the training step one program per '
                       'bucket length, which this report does not take; set '
                       '--config.length_buckets.multiple=0 (the same update, one program)')

@@ -21,6 +21,7 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
+from poolformers_jax import config as config_lib
 from poolformers_jax.trainer import checkpoint_policy as policy, integrity
 from poolformers_jax.trainer.checkpoint_policy import (  # noqa: F401  (the public names)
   AVERAGED_DIR,
@@ -44,7 +45,7 @@ class Checkpointer:
   def __init__(self, workdir: str, *, keep: int = 2, best_metric: str = 'accuracy',
                best_mode: str = 'max', read_only: bool = False,
                config_sha256: str | None = None):
-    config_sha256 = integrity.config_hash(None) if config_sha256 is None else config_sha256
+    config_sha256 = config_lib.config_hash(None) if config_sha256 is None else config_sha256
     self.workdir = os.path.abspath(workdir)
     self.rejected_dir = os.path.join(self.workdir, REJECTED_DIR)
     self.best_metric, self.best_mode = best_metric, best_mode

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 
 from poolformers_jax import errors
-from poolformers_jax.trainer import checkpoint as checkpoint_lib
+from poolformers_jax.trainer import checkpoint as checkpoint_lib, sharding
 
 # How long the processes that caught a failed collective wait for each other to report present
 # (`lost_process`): well inside sharding.HEARTBEAT_TIMEOUT_S, after which jax ends them itself.
@@ -133,25 +133,26 @@ def available_memory() -> tuple[int, str]:
   return free, 'host memory'
 
 
-def step_memory_error(memory: dict[str, int], config, *, available: int, where: str,
+def step_memory_error(memory: dict[str, int], setup, *, available: int, where: str,
                       devices: int) -> OutOfMemory | None:
   """The line of a step that does not fit, or None: what the compiled step allocates beyond
   its arguments (the state, already in memory), `memory` (step.memory_of) per device times the
-  `devices` that share `available` bytes of `where`."""
+  `devices` that share `available` bytes of `where`; the advice names the sizes of `setup`."""
   per_device = memory['temp'] + memory['output'] - memory['alias']
   needed = per_device * devices
   if needed <= available:
     return None
   shared = (f' ({errors.size_text(per_device)} per device x {devices} devices)' if devices > 1
             else '')
-  mesh = config.mesh
+  fsdp, sequence = (sharding.axis_size(setup.mesh, a)
+                    for a in (sharding.FSDP_AXIS, sharding.SEQUENCE_AXIS))
   return OutOfMemory(
       f'the compiled train step needs {errors.size_text(needed)} of {where} beyond its state'
       f'{shared} and {errors.size_text(max(available, 0))} is available: the process would be '
-      f'killed; shrink the step with --config.batch_size (now {config.batch_size}), '
-      f'--config.optimizer.grad_accum_steps (micro-batches, now '
-      f'{config.optimizer.grad_accum_steps}), --config.mesh.fsdp (parameters and optimizer state '
-      f'split, now {mesh.fsdp}) or --config.mesh.sequence (tokens split, now {mesh.sequence})')
+      f'killed; shrink the step with --config.batch_size (now {setup.batch_size}), '
+      f'--config.optimizer.grad_accum_steps (micro-batches, now {setup.grad_accum_steps}), '
+      f'--config.mesh.fsdp (parameters and optimizer state split, now {fsdp}) or '
+      f'--config.mesh.sequence (tokens split, now {sequence})')
 
 
 def check_step_memory(memory: dict[str, int], setup) -> None:
@@ -160,8 +161,7 @@ def check_step_memory(memory: dict[str, int], setup) -> None:
   available, where = available_memory()
   devices = (sum(d.process_index == jax.process_index() for d in setup.mesh.devices.flat)
              if where == 'host memory' else 1)
-  error = step_memory_error(memory, setup.config, available=available, where=where,
-                            devices=devices)
+  error = step_memory_error(memory, setup, available=available, where=where, devices=devices)
   if error is not None:
     raise error
 

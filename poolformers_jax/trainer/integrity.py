@@ -12,7 +12,6 @@ without one did not finish saving):
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zlib
@@ -75,11 +74,6 @@ def leaf_records(state: Any) -> dict[str, dict[str, Any]]:
                             'checksum': [int(v) for v in np.asarray(s)]}
           for (path, x), s in zip(jax.tree_util.tree_leaves_with_path(state),
                                   jax.tree.leaves(sums))}
-
-
-def config_hash(config) -> str:
-  text = json.dumps(config.to_dict(), sort_keys=True, default=str) if config is not None else ''
-  return hashlib.sha256(text.encode()).hexdigest()
 
 
 CRC_MAX_BYTES = 64 << 20   # reading back bigger files after every save would cost real time

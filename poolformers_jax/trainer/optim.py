@@ -1,11 +1,13 @@
 """The optimizer factory: AdamW + warmup/decay schedule + clipping + masked weight decay.
 
-Everything comes from `config.optimizer` (keys and defaults: `config.base_config`). The schedule
+Everything comes from an `OptimizerSettings` (trainer/setup.py fills it from `config.optimizer`,
+whose keys and defaults are `config.base_config`'s, and `config.num_train_steps`). The schedule
 counts optimizer updates: with gradient accumulation over k micro-batches (optax.MultiSteps) the
 run makes `num_train_steps // k` updates; warmup is given in micro-batch steps.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -104,28 +106,43 @@ SCHEDULES: dict[str, Callable[[float, int, int], optax.Schedule]] = {
 }
 
 
-def _updates(config) -> tuple[int, int]:
-  """(warmup, total) counted in optimizer updates: micro-batch steps // grad_accum_steps (>= 1,
-  as the config check ensures)."""
-  accum = int(config.optimizer.grad_accum_steps)
-  return config.optimizer.warmup_steps // accum, config.num_train_steps // accum
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+  """AdamW, its schedule, clipping and accumulation: `config.optimizer`'s keys, plus the run's
+  length in micro-batch steps (`config.num_train_steps`)."""
+  total_steps: int
+  learning_rate: float = 1e-3   # the peak, after warmup
+  b1: float = 0.9
+  b2: float = 0.999
+  eps: float = 1e-8
+  weight_decay: float = 0.0
+  schedule: str = 'constant'
+  cycle_momentum: bool = False
+  warmup_steps: int = 0
+  grad_clip_norm: float = 0.0
+  grad_accum_steps: int = 1
+
+  def updates(self) -> tuple[int, int]:
+    """(warmup, total) counted in optimizer updates: micro-batch steps // grad_accum_steps (>= 1,
+    as the config check ensures)."""
+    accum = int(self.grad_accum_steps)
+    return self.warmup_steps // accum, self.total_steps // accum
 
 
-def make_schedule(config) -> optax.Schedule:
-  opt = config.optimizer
+def make_schedule(opt: OptimizerSettings) -> optax.Schedule:
   if opt.schedule not in SCHEDULES:
     raise ValueError(f'config.optimizer.schedule={opt.schedule!r}; choose one of '
                      f'{sorted(SCHEDULES)}.')
-  return SCHEDULES[opt.schedule](opt.learning_rate, *_updates(config))
+  return SCHEDULES[opt.schedule](opt.learning_rate, *opt.updates())
 
 
-def make_optimizer(config) -> optax.GradientTransformation:
-  return make_optimizer_and_schedule(config)[0]
+def make_optimizer(opt: OptimizerSettings) -> optax.GradientTransformation:
+  return make_optimizer_and_schedule(opt)[0]
 
 
-def make_optimizer_and_schedule(config) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """(the optimizer of config.optimizer, the learning-rate schedule per update it steps with)."""
-  opt = config.optimizer
+def make_optimizer_and_schedule(
+    opt: OptimizerSettings) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """(the optimizer `opt` describes, the learning-rate schedule per update it steps with)."""
   chain = []
   if opt.grad_clip_norm > 0:
     chain.append(optax.clip_by_global_norm(opt.grad_clip_norm))
@@ -135,8 +152,8 @@ def make_optimizer_and_schedule(config) -> tuple[optax.GradientTransformation, o
       raise ValueError(f'config.optimizer.cycle_momentum=True needs schedule one_cycle (got '
                        f'{opt.schedule!r}); set cycle_momentum=False or schedule=one_cycle.')
     adamw = optax.inject_hyperparams(optax.adamw, static_args=('mask',))
-    b1 = one_cycle_b1(*_updates(config))
-  schedule = make_schedule(config)
+    b1 = one_cycle_b1(*opt.updates())
+  schedule = make_schedule(opt)
   chain.append(adamw(schedule, b1=b1, b2=opt.b2, eps=opt.eps,
                      weight_decay=opt.weight_decay, mask=weight_decay_mask))
   tx = optax.chain(*chain)

@@ -1,8 +1,10 @@
-"""`make_setup(config)`: a run's completed config and everything built from it, in one frozen
-`Setup` that training, evaluation, `summary`, `load_run` and the benchmarks build their steps from.
+"""`make_setup(config)`: what a run builds from its config, in one frozen `Setup` of typed values
+that training, evaluation, `summary`, `load_run` and the benchmarks build their steps from.
 
 The config is completed here (on a resume with the run's own model: config/completion.py) and
-checked before anything is built, so a bad key, size or mesh fails before compiling.
+checked before anything is built, so a bad key, size or mesh fails before compiling; it is read
+here, and what is built from it takes plain values (`setup_with_config` also returns the
+completed config, for the programs that read it further).
 The train state (Flax's TrainState, plus BatchNorm statistics where a model has them) is created
 here too, directly sharded as the Setup's `state_shardings` say.
 """
@@ -34,9 +36,8 @@ class TrainState(train_state.TrainState):
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
-  """A run's completed config and what is built from it, once: the train and eval steps
+  """What a run builds from its completed config, once: the train and eval steps
   (trainer/step.py) and every reader of a run take their parts from here."""
-  config: ml_collections.ConfigDict    # completed from the dataset (model sizes filled in)
   info: Any                            # data.DatasetInfo
   model: nn.Module
   task: tasks.Task
@@ -46,6 +47,7 @@ class Setup:
   fsdp_rules: sharding.FsdpRules       # where parameters and optimizer state are split
   abstract_state: Any                  # TrainState of sharded ShapeDtypeStructs
   state_shardings: Any
+  num_train_steps: int                 # micro-batch steps (from num_train_epochs where given)
   batch_size: int                      # global; config.batch_size
   eval_batch_size: int                 # global; config.eval_batch_size, 0 -> batch_size
   grad_accum_steps: int                # micro-batches per optimizer update
@@ -53,6 +55,8 @@ class Setup:
   mixup: dict[str, float]              # mixup.mix_batch's keyword arguments; {}: none
   bucket_multiple: int                 # config.length_buckets.multiple; 0: no length buckets
   micro_batch_size: int                # config.length_buckets.micro_batch_size
+  param_init: str                      # config.param_init: how fresh parameters are drawn
+  compute_dtype: str                   # config.model.dtype ('float32' when unset)
   decoder: Any = None                  # the task's, if it generates outputs (Task.decoder)
 
 
@@ -79,16 +83,22 @@ def validation_metrics(info) -> list[str] | None:
     return None
 
 
-def make_setup(config: ml_collections.ConfigDict | None, *, need_files: bool = True,
-               info: Any | None = None, mesh: Mesh | None = None,
-               run_dir: str | None = None, todo: str = '') -> Setup:
-  """The completed config and every check of it (`config.check_config`), then the model,
-  optimizer and abstract state; raises before compiling. need_files=False builds it without the
-  dataset's files (sizes from its constants: the summary tool and the benchmarks); `info`: this
-  DatasetInfo instead of the dataset's (a benchmark that makes its own batches); `mesh` instead of
-  the local devices' (summary --topology: the chips of a TPU slice, compile only); `run_dir`: the
-  run directory this config continues or reads, whose model it must be (config.with_run_model:
-  `config` None is the run's own; `todo` says what to do about another model)."""
+def make_setup(config: ml_collections.ConfigDict | None, **options: Any) -> Setup:
+  """The `Setup` of `config` (`setup_with_config`'s options)."""
+  return setup_with_config(config, **options)[1]
+
+
+def setup_with_config(config: ml_collections.ConfigDict | None, *, need_files: bool = True,
+                      info: Any | None = None, mesh: Mesh | None = None, run_dir: str | None = None,
+                      todo: str = '') -> tuple[ml_collections.ConfigDict, Setup]:
+  """(the completed config, its `Setup`): the config completed and checked
+  (`config.check_config`), then the model, optimizer and abstract state built; raises before
+  compiling. need_files=False builds it without the dataset's files (sizes from its constants:
+  the summary tool and the benchmarks); `info`: this DatasetInfo instead of the dataset's (a
+  benchmark that makes its own batches); `mesh` instead of the local devices' (summary
+  --topology: the chips of a TPU slice, compile only); `run_dir`: the run directory this config
+  continues or reads, whose model it must be (config.with_run_model: `config` None is the run's
+  own; `todo` says what to do about another model)."""
   config, info = completion.complete_with_info(config, need_files=need_files, info=info,
                                                run_dir=run_dir, todo=todo)
   mesh = make_mesh(config) if mesh is None else mesh
@@ -100,10 +110,10 @@ def make_setup(config: ml_collections.ConfigDict | None, *, need_files: bool = T
       check_sequence_parallel(config.model.mixer)
     except ValueError as error:
       raise config_lib.ConfigError(str(error)) from None
-  model = build_model(config.model)
+  model = build_model(**config.model.to_dict())
   if config.length_buckets.multiple:   # batches cut shorter: 'mean_padded' keeps the data's L
     model = length_buckets.padded_length_model(model, info)
-  tx, schedule = optim.make_optimizer_and_schedule(config)
+  tx, schedule = optim.make_optimizer_and_schedule(optimizer_settings(config))
   rules = fsdp_rules(config)
   abstract, shardings = state_shardings(model, tx, info, mesh, rules)
   task = tasks.get_task(info.task)
@@ -111,15 +121,22 @@ def make_setup(config: ml_collections.ConfigDict | None, *, need_files: bool = T
       model=model, decode=config.decode, data=config.data, devices=sharding.batch_devices(mesh),
       params_sharding=shardings.params, batch_sharding=sharding.batch_sharded(mesh, 2),
       out_sharding=sharding.replicated(mesh))
-  return Setup(
-      config=config, info=info, model=model, task=task, tx=tx, schedule=schedule, mesh=mesh,
+  return config, Setup(
+      info=info, model=model, task=task, tx=tx, schedule=schedule, mesh=mesh,
       fsdp_rules=rules, abstract_state=abstract, state_shardings=shardings,
-      batch_size=int(config.batch_size),
+      num_train_steps=int(config.num_train_steps), batch_size=int(config.batch_size),
       eval_batch_size=int(config.eval_batch_size or config.batch_size),
       grad_accum_steps=int(config.optimizer.grad_accum_steps),
       label_smoothing=float(config.label_smoothing), mixup=_mixup_kwargs(config),
       bucket_multiple=int(config.length_buckets.multiple),
-      micro_batch_size=int(config.length_buckets.micro_batch_size), decoder=decoder)
+      micro_batch_size=int(config.length_buckets.micro_batch_size),
+      param_init=config.param_init, compute_dtype=str(config.model.get('dtype') or 'float32'),
+      decoder=decoder)
+
+
+def optimizer_settings(config: ml_collections.ConfigDict) -> optim.OptimizerSettings:
+  """config.optimizer and the run's length (config.num_train_steps) as the optimizer's settings."""
+  return optim.OptimizerSettings(total_steps=config.num_train_steps, **config.optimizer)
 
 
 def make_mesh(config: ml_collections.ConfigDict) -> Mesh:
@@ -173,9 +190,8 @@ def state_shardings(model, tx, info, mesh: Mesh,
 
 def create_train_state(setup: Setup, rng: jax.Array) -> TrainState:
   """A fresh state, created sharded as `setup.state_shardings` says, its parameters drawn as
-  config.param_init says."""
-  param_init = setup.config.param_init
-  return jax.jit(lambda r: _create(setup.model, setup.tx, setup.info, r, param_init),
+  `setup.param_init` says."""
+  return jax.jit(lambda r: _create(setup.model, setup.tx, setup.info, r, setup.param_init),
                  out_shardings=setup.state_shardings)(rng)
 
 

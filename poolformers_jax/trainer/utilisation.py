@@ -36,9 +36,9 @@ class DataWait:
   first window of a start never warns: it holds the readers' start-up (grain's workers, the first
   reads), which later windows do not pay."""
 
-  def __init__(self, source: Iterator[Any], data_config: Any):
+  def __init__(self, source: Iterator[Any], *, worker_count: int, read_threads: int):
     self.source = source
-    self.data_config = data_config
+    self.worker_count, self.read_threads = int(worker_count), int(read_threads)   # config.data's
     self.seconds = 0.0
     self.warned = False
     self.windows = 0
@@ -55,13 +55,12 @@ class DataWait:
     self.windows += 1
     if share > DATA_WAIT_WARNING and not self.warned and self.windows > 1:
       self.warned = True
-      data = self.data_config
       logging.warning(
           'data_wait_fraction %.2f > %.1f at step %d: the loop waited for input %.0f %% of the '
           'time; read ahead with more workers (--config.data.worker_count=%d, now %d: grain '
           'processes; --config.data.read_threads=%d, now %d), or make the preprocessing cheaper',
-          share, DATA_WAIT_WARNING, step, 100 * share, max(2 * int(data.worker_count), 2),
-          int(data.worker_count), 2 * int(data.read_threads), int(data.read_threads))
+          share, DATA_WAIT_WARNING, step, 100 * share, max(2 * self.worker_count, 2),
+          self.worker_count, 2 * self.read_threads, self.read_threads)
     return share
 
 
@@ -93,8 +92,8 @@ class Utilisation:
   first also carries the once-only figures of `compiled(...)` (compilation, the compiled
   memory estimate, the three step FLOP counts per device)."""
 
-  def __init__(self, train_iter: Iterator[Any], data_config: Any):
-    self.data = DataWait(train_iter, data_config)
+  def __init__(self, train_iter: Iterator[Any], *, worker_count: int, read_threads: int):
+    self.data = DataWait(train_iter, worker_count=worker_count, read_threads=read_threads)
     self.step_flops: float | None = None
     self.peak: float | None = None
     self._once: dict[str, float] = {}
@@ -103,8 +102,7 @@ class Utilisation:
     """Reads the compiled step once: XLA's count, the device's peak, the model's counts."""
     devices = setup.mesh.devices.size
     self.step_flops = compiled_step.flops
-    self.peak = flops.peak_flops(setup.mesh.devices.flat[0].device_kind,
-                                 str(setup.config.model.get('dtype') or 'float32'))
+    self.peak = flops.peak_flops(setup.mesh.devices.flat[0].device_kind, setup.compute_dtype)
     self._once = {'compile_seconds': compile_seconds,
                   'compiled_memory_bytes': compiled_step.memory['total'],
                   **{f'{name}_per_device': value / devices

@@ -159,7 +159,7 @@ def test_tfds_builder_same_seed_byte_identical(tmp_path, make_listops_config):
   b = make_listops_config(tmp_path / 'b', seed=5, num_train=40, num_validation=7, num_test=9)
   c = make_listops_config(tmp_path / 'b', seed=6, num_train=40, num_validation=7, num_test=9)
   for config in (a, b, c):
-    generator.prepare(config.data)
+    generator.prepare(config.data.data_dir, **config.data.generator)
   files_a, files_b = _record_files(tmp_path / 'a'), _record_files(tmp_path / 'b')
   assert len(files_a) == 3 and set(files_a) < set(files_b)  # seed 6 got its own folder
   for name, content in files_a.items():
@@ -271,7 +271,8 @@ def test_in_memory_records_equal_the_tfds_source(tmp_path, make_listops_config):
   """The split held in memory hands out the very records TFDS reads (a chunk boundary inside),
   as read-only views, and refuses an index outside it."""
   config = make_listops_config(tmp_path, seed=3, num_train=50, num_validation=5, num_test=5)
-  tfds_source = generator.prepare(config.data).as_data_source(split='train')
+  tfds_source = generator.prepare(config.data.data_dir, **config.data.generator).as_data_source(
+      split='train')
   old_chunk, listops.InMemoryRecords.CHUNK = listops.InMemoryRecords.CHUNK, 16
   try:
     held = listops.InMemoryRecords(tfds_source, 'train')

@@ -51,7 +51,8 @@ def restore_like_eval(config, workdir):
   mesh = sharding.make_mesh(-1)
   info = DatasetInfo('official', 'classification', model.num_classes, None, model.input_shape(),
                      {})
-  abstract, _ = setup_lib.state_shardings(model, optim.make_optimizer(config), info, mesh)
+  tx = optim.make_optimizer(setup_lib.optimizer_settings(config))
+  abstract, _ = setup_lib.state_shardings(model, tx, info, mesh)
   checkpointer = checkpoint_lib.Checkpointer(str(workdir), read_only=True)
   state, step = checkpointer.restore_state('latest', abstract)
   checkpointer.close()

@@ -116,3 +116,18 @@ def test_remat_keeps_the_parameters_loss_and_every_gradient(dtype, remat, tolera
   tokens = _tokens(6, 2, 12, [12, 7])
   assert_remat_changes_nothing(lambda r: build_model(_cfg(remat=r, dtype=dtype)), tokens, remat,
                                tolerance)
+
+
+def test_build_model_from_keyword_values_equals_from_config_model():
+  """What the trainer does (`build_model(**config.model.to_dict())`): the same module, fields
+  and outputs as from `config.model`; nested mappings and lists arrive as dicts and tuples."""
+  cfg = _cfg(mixer='ponet', mixer_kwargs={'segment_num': 4}, pooling='cls')
+  from_keywords, from_config = build_model(**cfg.to_dict()), build_model(cfg)
+  assert from_keywords == from_config
+  assert from_keywords.mixer_kwargs == {'segment_num': 4}
+  tokens = _tokens(2, 2, 12, [12, 5])
+  variables = from_config.init(jax.random.PRNGKey(0), tokens)
+  np.testing.assert_array_equal(from_keywords.apply(variables, tokens),
+                                from_config.apply(variables, tokens))
+  with pytest.raises(ValueError, match=r"^build_model takes the model's name and fields"):
+    build_model(dim=16, num_layers=2)

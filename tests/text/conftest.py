@@ -31,7 +31,7 @@ def pretrained(text_dir):
       'num_devices': 1})
   setup = setup_lib.make_setup(config)
   untrained = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
-  before = evaluate_state(setup, untrained, 'validation')
+  before = evaluate_state(config, setup, untrained, 'validation')
   workdir = os.path.join(text_dir['root'], 'pretrain')
   return {'before': before, 'result': train_and_evaluate(config, workdir), 'workdir': workdir,
           'vocab_size': setup.info.vocab_size}

@@ -67,7 +67,8 @@ def _evaluate(task, text_dir, tmp_path):
       head = dict(state.params['classifier'])
       head['bias'] = head['bias'] - np.median(logits, axis=0)
       state = state.replace(params={**state.params, 'classifier': head})
-    metrics = {split: evaluate_state(setup, state, split) for split in ('validation', 'test')}
+    metrics = {split: evaluate_state(config, setup, state, split)
+               for split in ('validation', 'test')}
   outputs = {}
   for split, tfds_split in (('validation', config.data.tfds_splits.validation),
                             ('test', config.data.tfds_splits.test)):

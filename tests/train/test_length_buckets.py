@@ -118,7 +118,7 @@ CASES = [('transformer,reference', 1, 10, 3), ('contextpool,reference', 2, 10, 3
 def case(request):
   family, devices, batch_size, micro_batch_size = request.param
   plain, bucketed = _setups(family, devices, batch_size, micro_batch_size)
-  assert bucketed.config.model.pooling == 'mean_padded'     # the protocol's: sum / data's L
+  assert bucketed.model.pooling == 'mean_padded'            # the protocol's: sum / data's L
   state = setup_lib.create_train_state(bucketed, jax.random.PRNGKey(0))
   return _Case(plain, bucketed, step_lib.compile_train_step(bucketed), state,
                _host_batch(batch_size))

@@ -1,5 +1,6 @@
 """LRA protocol as the reference code runs it: eval cadence, byte cut, padded mean pooling,
 OneCycleLR and beta1, PyTorch-default initialisation."""
+import dataclasses
 import functools
 import math
 
@@ -102,9 +103,10 @@ def _torch_one_cycle(max_lr, total_steps, pct_start, step_num):
 @pytest.mark.parametrize('warmup,total', [(1000, 5000), (8000, 20000), (800, 30000), (175, 35000),
                                           (312, 62400), (3, 7), (0, 10), (20, 100)])
 def test_one_cycle_lr_and_beta1_equal_pytorch_onecycle_at_every_step(warmup, total):
-  lr = optim.make_schedule(config_lib.override(tiny_config('/unused'), **{
+  config = config_lib.override(tiny_config('/unused'), **{
       'optimizer.schedule': 'one_cycle', 'optimizer.warmup_steps': warmup,
-      'num_train_steps': total, 'optimizer.learning_rate': 1e-4}))
+      'num_train_steps': total, 'optimizer.learning_rate': 1e-4})
+  lr = optim.make_schedule(setup_lib.optimizer_settings(config))
   b1 = optim.one_cycle_b1(warmup, total)
   steps = jnp.arange(total)
   expected = np.array([_torch_one_cycle(1e-4, total, warmup / total, s) for s in range(total)])
@@ -119,11 +121,12 @@ def test_one_cycle_momentum_cycles_beta1_like_pytorch():
   config = config_lib.override(tiny_config('/unused'), **{
       'optimizer.schedule': 'one_cycle', 'optimizer.cycle_momentum': True,
       'optimizer.warmup_steps': 4, 'num_train_steps': 12, 'optimizer.learning_rate': 0.1})
+  settings = setup_lib.optimizer_settings(config)
   b1 = optim.one_cycle_b1(4, 12)
   # PyTorch: the rise ends at float(4 / 12 * 12) - 1 = 3, the fall at 11.
   np.testing.assert_allclose([float(b1(s)) for s in (0, 3, 7, 11)],
                              [0.95, 0.85, 0.90, 0.95], rtol=1e-6)
-  tx, _ = optim.make_optimizer(config), optim.make_schedule(config)
+  tx = optim.make_optimizer(settings)
   rng = np.random.default_rng(0)
   grads = rng.normal(size=(6, 3)).astype(np.float32)
   params = {'w': jnp.zeros((3,), jnp.float32)}       # 1D: no weight decay (mask)
@@ -141,7 +144,7 @@ def test_one_cycle_momentum_cycles_beta1_like_pytorch():
                           [v[1] for v in torch_values])
   np.testing.assert_allclose(np.asarray(params['w']), expected, rtol=1e-5, atol=1e-7)
   with pytest.raises(ValueError, match='needs schedule one_cycle'):
-    optim.make_optimizer(config_lib.override(config, **{'optimizer.schedule': 'cosine'}))
+    optim.make_optimizer(dataclasses.replace(settings, schedule='cosine'))
 
 
 # ------------------------------------------------------------------ config.param_init = 'torch'

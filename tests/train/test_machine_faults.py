@@ -211,10 +211,10 @@ def test_a_step_larger_than_the_memory_is_refused_before_it_runs(data_dir, tmp_p
   per_device = memory['temp'] + memory['output'] - memory['alias']
   assert per_device > 0
   needed = per_device * 8                   # the 8 CPU devices share the host's memory
-  fits = faults.step_memory_error(memory, setup.config, available=needed, where='host memory',
+  fits = faults.step_memory_error(memory, setup, available=needed, where='host memory',
                                   devices=8)
   assert fits is None
-  error = faults.step_memory_error(memory, setup.config, available=needed - 1,
+  error = faults.step_memory_error(memory, setup, available=needed - 1,
                                    where='host memory', devices=8)
   assert isinstance(error, errors.MachineFault)
   assert str(error) == (

@@ -10,10 +10,12 @@ from tiny_runs import tiny_config
 
 from poolformers_jax import config as config_lib, tasks
 from poolformers_jax.trainer import optim
+from poolformers_jax.trainer.setup import optimizer_settings
 
 
-def _config(**updates):
-  return config_lib.override(tiny_config('/unused'), **updates)
+def _settings(**updates):
+  """The optimizer settings of the tiny run's config with `updates` (dotted config keys)."""
+  return optimizer_settings(config_lib.override(tiny_config('/unused'), **updates))
 
 
 def test_weight_decay_skips_biases_norms_and_position_embeddings():
@@ -29,7 +31,7 @@ def test_weight_decay_skips_biases_norms_and_position_embeddings():
 
 
 def test_decay_applies_only_where_masked():
-  config = _config(**{'optimizer.weight_decay': 0.5, 'optimizer.schedule': 'constant',
+  config = _settings(**{'optimizer.weight_decay': 0.5, 'optimizer.schedule': 'constant',
                       'optimizer.warmup_steps': 0, 'optimizer.learning_rate': 0.1})
   params = {'dense': {'kernel': jnp.ones((2, 2)), 'bias': jnp.ones(2)}}
   tx = optim.make_optimizer(config)
@@ -41,7 +43,7 @@ def test_decay_applies_only_where_masked():
 
 @pytest.mark.parametrize('schedule', ['cosine', 'linear', 'constant'])
 def test_warmup_then_decay(schedule):
-  config = _config(**{'optimizer.schedule': schedule, 'optimizer.warmup_steps': 10,
+  config = _settings(**{'optimizer.schedule': schedule, 'optimizer.warmup_steps': 10,
                       'optimizer.learning_rate': 1.0, 'num_train_steps': 110})
   lr = optim.make_schedule(config)
   expected_after = {'cosine': lambda t: 0.5 * (1 + math.cos(math.pi * t / 100)),
@@ -55,7 +57,7 @@ def test_warmup_then_decay(schedule):
 def test_one_cycle_matches_pytorch_onecycle_linear():
   """PyTorch's OneCycleLR(pct_start=20/100, anneal_strategy='linear'): its rise ends at step
   float(0.2 * 100) - 1 = 19, its fall at 99 (every step: test_lra_protocol.py)."""
-  config = _config(**{'optimizer.schedule': 'one_cycle', 'optimizer.warmup_steps': 20,
+  config = _settings(**{'optimizer.schedule': 'one_cycle', 'optimizer.warmup_steps': 20,
                       'optimizer.learning_rate': 1.0, 'num_train_steps': 100})
   lr = optim.make_schedule(config)
   assert float(lr(0)) == pytest.approx(1 / 25)
@@ -73,8 +75,8 @@ def test_gradient_accumulation_equals_one_big_batch():
   loss = lambda p, xb: jnp.mean((xb @ p['w'] - 1.0) ** 2)
   kw = {'optimizer.schedule': 'constant', 'optimizer.warmup_steps': 0,
         'optimizer.learning_rate': 0.1, 'optimizer.grad_clip_norm': 1.0}
-  big = optim.make_optimizer(_config(**kw))
-  acc = optim.make_optimizer(_config(**kw, **{'optimizer.grad_accum_steps': 2}))
+  big = optim.make_optimizer(_settings(**kw))
+  acc = optim.make_optimizer(_settings(**kw, **{'optimizer.grad_accum_steps': 2}))
   u, _ = big.update(jax.grad(loss)(w0, x), big.init(w0), w0)
   expected = optax.apply_updates(w0, u)
   state, p = acc.init(w0), w0

@@ -96,7 +96,7 @@ DAMAGE = {   # name -> (how, what the one-line reason says)
 
 def _resume(config, workdir, setup, **kwargs):
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=2,
-                                             config_sha256=integrity.config_hash(config))
+                                             config_sha256=config_lib.config_hash(config))
   iterator = data.make_train_iterator(config)
   try:
     return checkpointer.restore_for_resume(setup.abstract_state, iterator, **kwargs), iterator
@@ -133,7 +133,7 @@ def test_leaf_checksums_name_a_flipped_bit_and_do_not_depend_on_sharding(pristin
   step_dir = os.path.join(workdir, 'checkpoints', '4')
   record = integrity.read_record(step_dir)
   checkpointer = checkpoint_lib.Checkpointer(
-      workdir, read_only=True, config_sha256=integrity.config_hash(config))
+      workdir, read_only=True, config_sha256=config_lib.config_hash(config))
   state, _ = checkpointer.restore_state('4', setup.abstract_state)
   checkpointer.close()
   integrity.verify_leaves(record, state)                          # intact: passes

@@ -75,19 +75,20 @@ def test_sliding_bpc_equals_brute_force(tmp_path):
   # The eval step compiles once for the split: its padded last batch reuses the program.
   step = make_eval_step(setup)
   metrics = retrace.assert_driver_traces(
-      step, lambda run: evaluate_state(setup, state, 'test', batch_size=8, eval_step=run), n=1)
+      step, lambda run: evaluate_state(config, setup, state, 'test', batch_size=8,
+                                       eval_step=run), n=1)
   assert retrace.compilations(step) == 1
   assert metrics['count'] == expected_count == 44
   np.testing.assert_allclose(metrics['loss'] * metrics['count'], expected_loss, rtol=2e-6)
   assert metrics['bits_per_token'] == pytest.approx(metrics['loss'] / math.log(2))
   # Another batch size gives the same number (padding windows weigh nothing).
-  again = evaluate_state(setup, state, 'test', batch_size=16)
+  again = evaluate_state(config, setup, state, 'test', batch_size=16)
   np.testing.assert_allclose(again['loss'], metrics['loss'], rtol=1e-6)
   # The old protocol (non-overlapping windows of max_length, remainder dropped) is another number.
   with config.unlocked():
     config.data.eval_protocol = 'windows'
   old_setup = setup_lib.make_setup(config)
-  old = evaluate_state(old_setup, _random_state(old_setup), 'test', batch_size=8)
+  old = evaluate_state(config, old_setup, _random_state(old_setup), 'test', batch_size=8)
   assert old['count'] == 40 and abs(old['loss'] - metrics['loss']) > 1e-3
 
 

@@ -19,7 +19,7 @@ from tiny_runs import REPO, tiny_config
 from poolformers_jax import config as config_lib, runtime, summary
 from poolformers_jax.train import train_and_evaluate
 from poolformers_jax.trainer import step, transforms
-from poolformers_jax.trainer.setup import make_setup
+from poolformers_jax.trainer.setup import make_setup, setup_with_config
 
 ONE_STEP = {'num_train_steps': 1, 'log_every_steps': 1, 'eval_every_steps': 1,
             'checkpoint_every_steps': 1, 'final_test': False, 'num_devices': 1,
@@ -72,10 +72,11 @@ def test_wmt14_base_is_sized_and_summary_compiles_the_trainers_step(monkeypatch)
   assert out['train_step_memory'] == memory and out['train_step_memory_bytes'] == 5
   # The trainer compiles its step with compile_train_step(make_setup(config)); the
   # data's files are missing here, so the sizes come from the dataset's constants.
-  setup = make_setup(config_lib.override(config, num_devices=1, batch_size=8), need_files=False)
-  assert setup.info.packed and setup.config.model.vocab_size == 32000
+  completed, setup = setup_with_config(config_lib.override(config, num_devices=1, batch_size=8),
+                                       need_files=False)
+  assert setup.info.packed and completed.model.vocab_size == 32000
   (summarized,) = compiled
-  assert summarized.info == setup.info and summarized.batch_size == setup.config.batch_size
+  assert summarized.info == setup.info and summarized.batch_size == completed.batch_size
   shapes = lambda state: jax.tree.map(lambda a: (a.shape, a.dtype), state)
   for part in ('params', 'opt_state'):
     assert (shapes(getattr(summarized.abstract_state, part))

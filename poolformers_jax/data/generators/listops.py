@@ -229,11 +229,12 @@ def _builder_class():
   return PoolformersListops, PoolformersListopsConfig
 
 
-def prepare(data_config):
-  """Generates the array_record files of config.data.generator under data_dir unless they exist;
-  returns the builder (the same object for the same folder and settings)."""
-  params = tuple(int(data_config.generator[k]) for k in FIELDS)
-  return _prepared_builder(base.expand_path(data_config.data_dir), params)
+def prepare(data_dir: str, **settings: int):
+  """Generates the array_record files of the `settings` (FIELDS: config.data.generator's keys)
+  under `data_dir` unless they exist; returns the builder (the same object for the same folder
+  and settings)."""
+  params = tuple(int(settings[k]) for k in FIELDS)
+  return _prepared_builder(base.expand_path(data_dir), params)
 
 
 @functools.lru_cache(maxsize=16)
