@@ -28,9 +28,11 @@ CASES = [
     (MSAC, {'num_heads': 2}, {'heads': ('full', 'split')}),
     (CrossAttentiveInput, {}, {'segment': ('add', 'concat', 'none')}),
     (VisionTransformer, {'num_classes': 2}, {'classifier': ('token', 'mean'),
-                                              'pool_method': ('max', 'avg', 'conv')}),
+                                              'pool_method': ('max', 'avg', 'conv'),
+                                              'remat': ('none', 'full', 'dots')}),
     (CharTransformerLM, {'vocab_size': 9},
-     {'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
+     {'positions': ('learned', 'sinusoidal', 'rotary', 'none'),
+      'remat': ('none', 'full', 'dots')}),
     (PoNetMLM, {'vocab_size': 9}, {'mixer': ('ponet', 'softmax'),
                                      'positions': ('learned', 'sinusoidal', 'rotary', 'none')}),
 ]
