@@ -38,6 +38,21 @@ def _skipped(path):
   return bad_records.skipped().get(str(path), 0)
 
 
+def _assert_skips_to(config, path, good, make_data_config, *, skipped, rows):
+  """With skip_bad_records, the ListOps train split of `config` counts `skipped` more bad lines
+  of `path` and holds exactly rows `rows` of the undamaged release in folder `good`."""
+  before = _skipped(path)
+  config.data.skip_bad_records = True
+  kept = listops.source(config.data, 'train')
+  assert _skipped(path) - before == skipped
+  reference = listops.source(
+      make_data_config('listops', source='tsv', tsv_dir=str(good)).data, 'train')
+  assert len(kept) == len(rows)
+  for got, i in zip(kept, rows):
+    np.testing.assert_array_equal(got['tokens'], reference[i]['tokens'])
+    assert got['label'] == reference[i]['label']
+
+
 def test_listops_tsv_cut_mid_line_or_bad_rows_refused_at_open_or_skipped_and_counted(
     tmp_path, make_data_config):
   """The release's train file with a non-integer label (line 4), a row whose tab is gone
@@ -59,17 +74,8 @@ def test_listops_tsv_cut_mid_line_or_bad_rows_refused_at_open_or_skipped_and_cou
       f'(lra_release.gz, listops-1000/), {SKIP_HINT}')
   assert isinstance(refused.value, errors.MachineFault)
 
-  before = _skipped(path)
-  config.data.skip_bad_records = True
-  kept = listops.source(config.data, 'train')
-  assert _skipped(path) - before == 3
-  reference = listops.source(
-      make_data_config('listops', source='tsv', tsv_dir=str(good)).data, 'train')
   good_rows = [i for i in range(12) if i not in (2, 5, 11)]
-  assert len(kept) == len(good_rows) == 9
-  for got, i in zip(kept, good_rows):
-    np.testing.assert_array_equal(got['tokens'], reference[i]['tokens'])
-    assert got['label'] == reference[i]['label']
+  _assert_skips_to(config, path, good, make_data_config, skipped=3, rows=good_rows)
 
 
 def test_listops_tsv_row_cut_short_names_its_line(tmp_path, make_data_config):
@@ -315,13 +321,5 @@ def test_a_listops_token_outside_the_vocabulary_names_its_line_or_is_left_out(
   assert str(refused.value).startswith(f"{path}:5: token '[MIX' is not in the ListOps vocabulary")
   assert str(refused.value).endswith(SKIP_HINT) and '\n' not in str(refused.value)
 
-  before = _skipped(path)
-  config.data.skip_bad_records = True
-  kept = listops.source(config.data, 'train')
-  assert _skipped(path) - before == 1
-  reference = listops.source(
-      make_data_config('listops', source='tsv', tsv_dir=str(good)).data, 'train')
-  assert len(kept) == 5
-  for got, i in zip(kept, [0, 1, 2, 4, 5]):   # row 4 (line 5) left out
-    np.testing.assert_array_equal(got['tokens'], reference[i]['tokens'])
-    assert got['label'] == reference[i]['label']
+  _assert_skips_to(config, path, good, make_data_config, skipped=1,
+                   rows=[0, 1, 2, 4, 5])   # row 4 (line 5) left out
