@@ -2,7 +2,9 @@
 tests/data/conftest.py): tiny ListOps configs on a session-wide generated dataset.
 
 The persistent compilation cache lets the many short runs of the same tiny model reuse XLA
-executables across tests (it changes no numbers).
+executables across tests (it changes no numbers). Each pytest-xdist worker has its own cache
+folder: jax writes an entry without a lock, and a worker reading an entry that the other is still
+writing deserializes a truncated executable, which aborts the process.
 """
 import contextlib
 import dataclasses
@@ -19,7 +21,9 @@ import lra_listops  # noqa: E402
 
 from poolformers_jax import config as config_lib, data  # noqa: E402
 
-jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.pytest_cache', 'jax_cache'))
+_WORKER = os.environ.get('PYTEST_XDIST_WORKER', 'main')
+jax.config.update('jax_compilation_cache_dir', os.path.join(REPO, '.pytest_cache', 'jax_cache',
+                                                            _WORKER))
 jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)
 jax.config.update('jax_persistent_cache_min_entry_size_bytes', 0)
 
