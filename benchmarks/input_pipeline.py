@@ -145,7 +145,8 @@ def write_pathfinder(folder: str, count: int) -> None:
 
 def measure(config, workers: int, seconds: float) -> dict:
   config.data.worker_count = workers
-  iterator = data.make_train_iterator(config, seed=0)
+  iterator = data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                      seed=0)
   start = time.perf_counter()
   first = next(iterator)
   first_s = time.perf_counter() - start
