@@ -126,10 +126,10 @@ class Run:
   # -- inputs -----------------------------------------------------------------------------------
   def _examples(self, raw_inputs: Sequence[Any], too_long: str) -> list[dict[str, np.ndarray]]:
     from poolformers_jax.data.info import Preprocess
-    record = data_base.get_spec(self.setup.data.name).record
+    record = data_base.get_spec(self.config.data.name).record
     if record is None:
       readable = sorted(n for n in data_base.DATASETS if data_base.DATASETS[n].record)
-      raise ValueError(f'load_run cannot encode raw inputs of dataset {self.setup.data.name!r}; '
+      raise ValueError(f'load_run cannot encode raw inputs of dataset {self.config.data.name!r}; '
                        f'it knows {readable}')
     if too_long not in ('error', 'truncate'):
       raise ValueError(f"too_long={too_long!r}: use 'error' or 'truncate'")
@@ -225,14 +225,15 @@ class Run:
     temperature) among the `top_k` most likely (None: all), the same for the same `seed`. The
     prompt may be longer than the run's max_length but for learned positions (their table)."""
     from poolformers_jax.models import lm_decode
-    spec, settings = data_base.get_spec(self.setup.data.name), self.setup.data
+    spec = data_base.get_spec(self.config.data.name)
     if spec.text is None or spec.record is None:
-      raise ValueError(f'{self.workdir} trained on {settings.name!r}, whose runs write no '
+      raise ValueError(f'{self.workdir} trained on {self.config.data.name!r}, whose runs write no '
                        'text: generate continues text with a character LM run (enwik8, text8)')
     if not isinstance(prompt, (str, bytes)):
       raise ValueError(f'prompt is a {type(prompt).__name__}: pass one text (a str)')
     if not prompt:
       raise ValueError('the prompt is empty: give at least one symbol to continue')
+    settings = self.setup.data
     ids = spec.preprocess(spec.record(prompt, settings), settings, None)['inputs']
     lm_decode.check_generation(lm_decode.decoder_of(self.model), len(ids), num_tokens,
                                temperature, top_k)

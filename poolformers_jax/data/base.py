@@ -69,9 +69,15 @@ def default_data_dir() -> str:
   return os.environ.get('POOLFORMERS_DATA_DIR', 'data_cache')
 
 
-def under_data_dir(*parts: str) -> Callable[[], str]:
-  """A field's default: a folder under the default data_dir (read when the settings are made)."""
-  return lambda: os.path.join(default_data_dir(), *parts)
+def under_data_dir(*parts: str) -> Any:
+  """A settings field whose default is a folder under the default data_dir (read when the
+  settings are made)."""
+  return dataclasses.field(default_factory=lambda: os.path.join(default_data_dir(), *parts))
+
+
+def mapping(**entries: Any) -> Any:
+  """A settings field whose default is a fresh dict of `entries` (TFDS splits, files, ...)."""
+  return dataclasses.field(default_factory=lambda: dict(entries))
 
 
 @dataclasses.dataclass(frozen=True)

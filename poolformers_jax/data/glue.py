@@ -74,8 +74,7 @@ class GlueSettings(wordpiece.WordPieceSettings):
   max_length: int = 128           # the official fine-tuning length
   task: str = 'cola'              # cola sst2 mrpc qqp stsb mnli qnli rte wnli
   # GLUE's test labels are hidden: 'test' = the dev set (MNLI: validation matched, test mismatched).
-  tfds_splits: dict = dataclasses.field(
-      default_factory=lambda: dict(train='train', validation='validation', test='validation'))
+  tfds_splits: dict = base.mapping(train='train', validation='validation', test='validation')
 
 
 def record(raw, settings):

@@ -165,12 +165,11 @@ class ListOpsSettings(base.DataSettings):
   name: str = 'listops'
   max_length: int = 2048
   source: str = 'generated'       # 'generated' (seeded, auto-prepared) | 'tsv' (LRA release files)
-  tsv_dir: str = dataclasses.field(
-      default_factory=base.under_data_dir('lra_release', 'listops-1000'))
+  tsv_dir: str = base.under_data_dir('lra_release', 'listops-1000')
   keep_parentheses: bool = False  # the official strings' '(' ')' carry nothing beyond ']'
   tokenizer: str = 'brackets'     # | 'alphanumeric': the 2020 LRA pipeline's, no brackets
   # generators/listops.py's keywords (FIELDS)
-  generator: dict = dataclasses.field(default_factory=lambda: dict(GENERATOR_DEFAULTS))
+  generator: dict = base.mapping(**GENERATOR_DEFAULTS)
 
 
 _SOURCES = {'generated': generated_source, 'tsv': tsv_source}

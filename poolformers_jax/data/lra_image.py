@@ -18,8 +18,7 @@ class ImageSettings(base.DataSettings):
   name: str = 'lra_image'
   max_length: int = 1024
   tfds_name: str = 'cifar10'
-  tfds_splits: dict = dataclasses.field(
-      default_factory=lambda: dict(train='train[:90%]', validation='train[90%:]', test='test'))
+  tfds_splits: dict = base.mapping(train='train[:90%]', validation='train[90%:]', test='test')
 
 
 def preprocess(record, settings: ImageSettings, rng: np.random.Generator | None = None):

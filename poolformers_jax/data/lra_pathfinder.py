@@ -152,10 +152,8 @@ class PathfinderSettings(base.DataSettings):
   format: str = 'npz'             # 'npz' | 'lra_release' (PNGs) | 'generated' (our generator)
   resolution: int = 32            # 'generated': 32 (Pathfinder) or 128 (Path-X, max_length 16384)
   difficulty: str = 'curv_baseline'   # curv_baseline | curv_contour_length_9 | ..._14
-  pathfinder_dir: str = dataclasses.field(
-      default_factory=base.under_data_dir('lra_release', 'pathfinder32'))
-  generator: dict = dataclasses.field(
-      default_factory=lambda: dict(seed=0, num_examples=200000, images_per_file=1000))
+  pathfinder_dir: str = base.under_data_dir('lra_release', 'pathfinder32')
+  generator: dict = base.mapping(seed=0, num_examples=200000, images_per_file=1000)
 
 
 base.register_dataset('lra_pathfinder', lra.spec(

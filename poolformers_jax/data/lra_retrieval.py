@@ -68,7 +68,7 @@ class RetrievalSettings(base.DataSettings):
   name: str = 'lra_retrieval'
   max_length: int = 4096          # per document
   max_tokens: int = 0             # bytes kept per document; 0 = max_length
-  tsv_dir: str = dataclasses.field(default_factory=base.under_data_dir('lra_release', 'tsv_data'))
+  tsv_dir: str = base.under_data_dir('lra_release', 'tsv_data')
 
 
 base.register_dataset('lra_retrieval', lra.spec(

@@ -20,8 +20,7 @@ class TextSettings(base.DataSettings):
   max_length: int = 4096
   max_tokens: int = 0             # bytes kept before padding to max_length; 0 = max_length
   tfds_name: str = 'imdb_reviews/plain_text'
-  tfds_splits: dict = dataclasses.field(
-      default_factory=lambda: dict(train='train', validation='test', test='test'))
+  tfds_splits: dict = base.mapping(train='train', validation='test', test='test')
 
 
 def preprocess(record, settings: TextSettings, rng: np.random.Generator | None = None):

@@ -93,10 +93,10 @@ class LongTextSettings(wordpiece.WordPieceSettings):
   max_length: int = 4096          # PoNet's long-text length
   source: str = 'tfds'            # 'tfds' | 'files' (JSONL / CSV)
   tfds_name: str = 'imdb_reviews/plain_text'
-  tfds_splits: dict = dataclasses.field(   # the official IMDb setting
-      default_factory=lambda: dict(train='train', validation='test', test='test'))
+  tfds_splits: dict = base.mapping(   # the official IMDb setting
+      train='train', validation='test', test='test')
   num_classes: int = 2            # TFDS only; files: the distinct train labels
-  files: dict = dataclasses.field(default_factory=lambda: dict(train='', validation='', test=''))
+  files: dict = base.mapping(train='', validation='', test='')
   text_field: str = 'text'
   label_field: str = 'label'
   sentence_split: str = 'regex'   # SMP segments: sentences ('paragraph' for Arxiv-11)

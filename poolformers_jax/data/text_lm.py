@@ -175,7 +175,7 @@ class CharSettings(base.DataSettings):
 
 
 def _defaults(name: str):
-  return lambda: CharSettings(name=name, data_dir=base.under_data_dir(name)())
+  return lambda: CharSettings(name=name, data_dir=os.path.join(base.default_data_dir(), name))
 
 
 def record(raw, settings):

@@ -255,13 +255,6 @@ def info(settings, *, from_files: bool = True):
       model_defaults=dict(special, sentence_classes=SENTENCE_CLASSES[settings.objective]))
 
 
-def _corpus_files() -> dict:
-  corpus = base.under_data_dir('corpus')()
-  return dict(train=os.path.join(corpus, 'train', '*.txt'),
-              validation=os.path.join(corpus, 'validation', '*.txt'),
-              test=os.path.join(corpus, 'validation', '*.txt'))
-
-
 @dataclasses.dataclass(frozen=True)
 class PretrainingSettings(wordpiece.WordPieceSettings):
   """MLM + SSO / NSP pairs; source 'text_files' or 'tfds' (wikipedia)."""
@@ -270,11 +263,14 @@ class PretrainingSettings(wordpiece.WordPieceSettings):
   objective: str = 'sso'          # 'sso' (StructBERT, the paper) | 'nsp' (BERT) | 'mlm' (only)
   source: str = 'text_files'
   # Globs of plain text files: documents separated by blank lines, a sentence per line.
-  files: dict = dataclasses.field(default_factory=_corpus_files)
+  files: dict = dataclasses.field(default_factory=lambda: {
+      split: os.path.join(base.default_data_dir(), 'corpus', folder, '*.txt')
+      for split, folder in (('train', 'train'), ('validation', 'validation'),
+                            ('test', 'validation'))})
   sentence_split: str = 'line'    # 'line' | 'regex' (split after . ! ?) | 'paragraph'
   tfds_name: str = 'wikipedia/20230601.en'   # source='tfds': TFDS wikipedia (has only 'train')
-  tfds_splits: dict = dataclasses.field(default_factory=lambda: dict(
-      train='train[20000:]', validation='train[:10000]', test='train[10000:20000]'))
+  tfds_splits: dict = base.mapping(train='train[20000:]', validation='train[:10000]',
+                                   test='train[10000:20000]')
   mask_probability: float = 0.15
   short_seq_prob: float = 0.1
   dupe_factor: int = 5            # training passes over every chunk per epoch (official: 5)

@@ -203,9 +203,9 @@ class TranslationSettings(base.DataSettings):
   pair: str = 'de-en'
   source_language: str = 'en'
   target_language: str = 'de'
-  tfds_splits: dict = dataclasses.field(   # nt2013 / nt2014
-      default_factory=lambda: dict(train='train', validation='validation', test='test'))
-  tsv_dir: str = dataclasses.field(default_factory=base.under_data_dir('translation_tsv'))
+  tfds_splits: dict = base.mapping(   # nt2013 / nt2014
+      train='train', validation='validation', test='test')
+  tsv_dir: str = base.under_data_dir('translation_tsv')
   vocab_size: int = 32000         # shared SentencePiece vocabulary (both languages)
   spm_max_chars: int = 10_000_000   # training text read to train it (Flax wmt's default)
   spm_hard_vocab_limit: bool = True   # False lets a tiny corpus have fewer pieces than vocab_size

@@ -165,8 +165,7 @@ class VisionSettings(base.DataSettings):
   std: tuple = (0.2470, 0.2435, 0.2616)
   # Our split name -> TFDS split (slices such as 'train[98%:]' work too). CIFAR has no
   # validation split; ImageNet's labelled held-out set is 'validation'.
-  tfds_splits: dict = dataclasses.field(
-      default_factory=lambda: dict(train='train', validation='test', test='test'))
+  tfds_splits: dict = base.mapping(train='train', validation='test', test='test')
 
 
 def defaults_of(name: str):

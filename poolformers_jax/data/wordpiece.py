@@ -121,8 +121,7 @@ def split_sizes(source, settings, from_files: bool) -> dict[str, int]:
 class WordPieceSettings(base.DataSettings):
   """The settings every WordPiece dataset has: its vocabulary."""
   # A BERT vocab.txt, e.g. chtan/ponet-base-uncased's.
-  vocab_file: str = dataclasses.field(
-      default_factory=base.under_data_dir('ponet-base-uncased', 'vocab.txt'))
+  vocab_file: str = base.under_data_dir('ponet-base-uncased', 'vocab.txt')
   lowercase: bool = True          # uncased, as PoNet-Base
 
 

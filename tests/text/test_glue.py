@@ -236,14 +236,15 @@ def test_load_run_encodes_sentences_and_pairs_as_glue_does(text_dir):
   for task, arity in (('mrpc', 2), ('cola', 1)):
     config = config_lib.override(glue.get_config(f'{task},tiny'),
                                    **{'data.vocab_file': text_dir['vocab']})
+    settings = data.settings(config.data)
     run = Run(workdir='w', checkpoint='best', step=0, config=config, model=None, params=None,
               setup=types.SimpleNamespace(info=types.SimpleNamespace(task='text_classification'),
-                                           task=get_task('text_classification')))
+                                           task=get_task('text_classification'), data=settings))
     rows = _records(task, 'validation', n=3)
     keys, _ = glue_data.TASKS[task]
     raw = [tuple(r[k].decode() for k in keys) for r in rows]
     got = run.encode([texts if arity == 2 else texts[0] for texts in raw])['inputs']
-    want = np.stack([glue_data.preprocess(r, data.settings(config.data))['inputs'] for r in rows])
+    want = np.stack([glue_data.preprocess(r, settings)['inputs'] for r in rows])
     np.testing.assert_array_equal(got, want)
   with pytest.raises(ValueError, match=r"^input 0: GLUE cola reads 1 text\(s\) \('sentence',\) "
                      r'per input; got 2'):
