@@ -46,7 +46,8 @@ def measure(config_spec: str, steps: int) -> dict:
   from poolformers_jax.trainer import setup as setup_lib, sharding, step as step_lib
   from poolformers_jax.trainer.setup import process_slice, setup_with_config
   config, setup = setup_with_config(config_lib.load_file(config_spec))
-  train_iter = data.make_train_iterator(config, seed=0, **process_slice())
+  train_iter = data.make_train_iterator(setup.data, batch_size=setup.batch_size, seed=0,
+                                        **process_slice())
   next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
   batch = next_batch()
   state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))

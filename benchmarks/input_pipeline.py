@@ -19,6 +19,7 @@ and file opening excluded) / elapsed time. Writes input_pipeline.json and prints
 
   nice -n 19 .venv/bin/python benchmarks/input_pipeline.py --output_dir /tmp/input_pipeline
 """
+import dataclasses
 import io
 import json
 import os
@@ -88,9 +89,21 @@ def _jpeg_source(data_config, split):
   return _JPEGS[key]
 
 
+@dataclasses.dataclass(frozen=True)
+class JpegSettings(vision.VisionSettings):
+  """ImageNet's settings, its images `num_images` in-memory JPEGs of one size."""
+  num_images: int = 256
+  source_height: int = 375
+  source_width: int = 500
+
+
+def _jpeg_defaults() -> JpegSettings:
+  imagenet = dataclasses.asdict(vision.defaults_of('imagenet2012')())
+  return JpegSettings(**{**imagenet, 'name': 'imagenet_jpeg'})
+
+
 base.register_dataset('imagenet_jpeg', base.DatasetSpec(
-    info=None, source=_jpeg_source, preprocess=vision.preprocess,
-    config=lambda: data.get_data_config('imagenet2012')))
+    info=None, source=_jpeg_source, preprocess=vision.preprocess, defaults=_jpeg_defaults))
 
 
 def make_config(name: str, folder: str, quick: bool) -> ml_collections.ConfigDict:
@@ -98,10 +111,8 @@ def make_config(name: str, folder: str, quick: bool) -> ml_collections.ConfigDic
   config = ml_collections.ConfigDict()
   config.seed, config.batch_size = 0, FLAGS.batch_size
   if name == 'imagenet_jpeg':
-    config.data = data.get_data_config('imagenet2012')
-    config.data.name = 'imagenet_jpeg'
+    config.data = data.get_data_config('imagenet_jpeg')
     config.data.num_images = 16 if quick else 256
-    config.data.source_height, config.data.source_width = 375, 500
     return config
   config.data = data.get_data_config(name)
   config.data.data_dir = folder
@@ -145,7 +156,8 @@ def write_pathfinder(folder: str, count: int) -> None:
 
 def measure(config, workers: int, seconds: float) -> dict:
   config.data.worker_count = workers
-  iterator = data.make_train_iterator(config, seed=0)
+  iterator = data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                      seed=0)
   start = time.perf_counter()
   first = next(iterator)
   first_s = time.perf_counter() - start

@@ -31,6 +31,7 @@ import numpy as np  # noqa: E402
 
 from poolformers_jax import (
   config as config_lib,
+  data as data_lib,
   errors,  # noqa: E402
 )
 from poolformers_jax.data import listops  # noqa: E402
@@ -49,10 +50,11 @@ import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 def listops_batches(config, num_batches: int, seed: int) -> list[dict[str, np.ndarray]]:
   """`num_batches` host batches of generated trees, as the training pipeline makes them."""
-  g, data = config.data.generator, config.data
+  g, settings = config.data.generator, data_lib.settings(config.data)
   (trees,) = listops_generator.generate_splits(seed, [num_batches * config.batch_size],
                                                g.min_tokens, g.max_tokens, g.max_depth, g.max_args)
-  examples = [listops.preprocess({'tokens': ids, 'label': label}, data) for ids, label in trees]
+  examples = [listops.preprocess({'tokens': ids, 'label': label}, settings)
+              for ids, label in trees]
   stack = lambda key, rows: np.stack([e[key] for e in rows])
   return [{key: stack(key, examples[i:i + config.batch_size]) for key in ('inputs', 'targets')}
           for i in range(0, len(examples), config.batch_size)]

@@ -69,7 +69,7 @@ def compile_step(family: str, length: int):
       'model.num_heads': FLAGS.num_heads, 'model.mlp_dim': 4 * FLAGS.emb_dim,
       'data.max_length': length, 'batch_size': FLAGS.batch, 'num_devices': 1})
   # The data's description without a corpus, with this benchmark's vocabulary.
-  info = dataclasses.replace(data.DATASETS['text_pretraining'].shapes(config.data),
+  info = dataclasses.replace(data.DATASETS['text_pretraining'].shapes(data.settings(config.data)),
                              vocab_size=FLAGS.vocab_size)
   setup = make_setup(config, info=info)
   compiled = step_lib.compile_train_step(setup)

@@ -20,7 +20,7 @@ from poolformers_jax.data.masking import NOT_CHOSEN
 def token_rows(config, split: str):
   """Every [..., L] row of `split` as the model reads it (inputs, targets), real rows only."""
   batch_size = int(config.eval_batch_size or config.batch_size)
-  for batch in data.make_eval_iterator(config, split, batch_size):
+  for batch in data.make_eval_iterator(data.settings(config.data), split, batch_size):
     real = np.asarray(batch['mask'])
     inputs, targets = np.asarray(batch['inputs'])[real], np.asarray(batch['targets'])[real]
     yield inputs.reshape(-1, inputs.shape[-1]), targets.reshape(-1, targets.shape[-1])

@@ -75,8 +75,8 @@ def evaluate_state(config: ml_collections.ConfigDict, setup: Setup, state: Any, 
   if batches is None:
     # batch_size is global; each process yields its batch_size // process_count share.
     drop_last = setup.eval_batch_size if split == 'test' and config.test_drop_last else 0
-    batches = data.make_eval_iterator(config, split, batch_size=batch_size, drop_last=drop_last,
-                                      **process_slice())
+    batches = data.make_eval_iterator(setup.data, split, batch_size=batch_size,
+                                      drop_last=drop_last, **process_slice())
   if setup.bucket_multiple:   # one process (config/validate.py): sorted by length, cut
     batches = length_buckets.sorted_batches(batches, batch_size, setup.bucket_multiple)
   for batch in batches:
@@ -87,7 +87,7 @@ def evaluate_state(config: ml_collections.ConfigDict, setup: Setup, state: Any, 
     for key, value in batch_rows.items():   # per-example rows of real examples only
       rows.setdefault(key, []).append(np.asarray(value)[real > 0])
   if not totals:
-    raise ValueError(f'split {split!r} of {config.data.name!r} is empty.')
+    raise ValueError(f'split {split!r} of {setup.data.name!r} is empty.')
   if setup.task.rows is None:
     metrics = setup.task.summary(totals)
   else:

@@ -67,7 +67,7 @@ def router_load(run, split: str = 'test', num_batches: int | None = None,
   apply = jax.jit(lambda variables, inputs: model.apply(variables, inputs, deterministic=True,
                                                         mutable=['intermediates'])[1])
   totals: dict[str, np.ndarray] = {}
-  batches = data.make_eval_iterator(run.config, split, run.batch_size_for(batch_size))
+  batches = data.make_eval_iterator(setup.data, split, run.batch_size_for(batch_size))
   for index, batch in enumerate(batches):
     if num_batches is not None and index >= num_batches:
       break

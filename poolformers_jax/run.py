@@ -28,7 +28,6 @@ character LM (models/lm_decode.py), its text made and read back by the dataset's
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
 import logging
 import os
@@ -74,7 +73,7 @@ def load_run(workdir: str, checkpoint: str | int = 'best', *,
     raise FileNotFoundError(f'{workdir} not found: pass the workdir of a train.py run')
   config = config_lib.run_config(workdir, trust_imports=trust_imports)
   spec = data_base.get_spec(config.data.name)   # else the setup would make them anew from the data
-  for path in spec.run_files(config.data) if spec.run_files else ():
+  for path in spec.run_files(data_base.settings(config.data)) if spec.run_files else ():
     if not os.path.exists(path):
       raise FileNotFoundError(f'{path} (trained with this run, config.data.name='
                               f'{config.data.name!r}) is missing; train.py writes it beside the '
@@ -110,7 +109,7 @@ class Run:
   batch_stats: Any = None              # BatchNorm statistics (models with BatchNorm only)
   setup: Any = dataclasses.field(default=None, repr=False)   # trainer.setup.Setup
   _apply: Any = dataclasses.field(default=None, repr=False)
-  _generators: dict = dataclasses.field(default_factory=dict, repr=False)   # compiled, by settings
+  _generators: dict = dataclasses.field(default_factory=dict, repr=False)   # compiled, by sampling
 
   @property
   def task(self) -> str:
@@ -127,25 +126,22 @@ class Run:
   # -- inputs -----------------------------------------------------------------------------------
   def _examples(self, raw_inputs: Sequence[Any], too_long: str) -> list[dict[str, np.ndarray]]:
     from poolformers_jax.data.info import Preprocess
-    data_config = self.config.data
-    record = data_base.get_spec(data_config.name).record
+    record = data_base.get_spec(self.config.data.name).record
     if record is None:
       readable = sorted(n for n in data_base.DATASETS if data_base.DATASETS[n].record)
-      raise ValueError(f'load_run cannot encode raw inputs of dataset {data_config.name!r}; '
+      raise ValueError(f'load_run cannot encode raw inputs of dataset {self.config.data.name!r}; '
                        f'it knows {readable}')
     if too_long not in ('error', 'truncate'):
       raise ValueError(f"too_long={too_long!r}: use 'error' or 'truncate'")
     if isinstance(raw_inputs, (str, bytes)):
       raise ValueError('raw_inputs is one string: pass a list of inputs, e.g. [text]')
-    data_config = copy.deepcopy(data_config)
-    with data_config.unlocked():
-      data_config.too_long = too_long
-    preprocess, refit = Preprocess(data_config), self.setup.task.predict_example
+    settings = dataclasses.replace(self.setup.data, too_long=too_long)
+    preprocess, refit = Preprocess(settings), self.setup.task.predict_example
     examples = []
     for i, raw in enumerate(raw_inputs):
       try:
-        example = preprocess(record(raw, data_config))
-        examples.append(refit(example, data_config) if refit else example)
+        example = preprocess(record(raw, settings))
+        examples.append(refit(example, settings) if refit else example)
       except ValueError as error:
         message = str(error)
         if 'max_length' in message and 'tokens >' in message:
@@ -237,13 +233,14 @@ class Run:
       raise ValueError(f'prompt is a {type(prompt).__name__}: pass one text (a str)')
     if not prompt:
       raise ValueError('the prompt is empty: give at least one symbol to continue')
-    ids = spec.preprocess(spec.record(prompt, self.config.data), self.config.data, None)['inputs']
+    settings = self.setup.data
+    ids = spec.preprocess(spec.record(prompt, settings), settings, None)['inputs']
     lm_decode.check_generation(lm_decode.decoder_of(self.model), len(ids), num_tokens,
                                temperature, top_k)
-    settings = (num_tokens, float(temperature), top_k)
-    if settings not in self._generators:
-      self._generators[settings] = lm_decode.make_generate(
+    sampling = (num_tokens, float(temperature), top_k)
+    if sampling not in self._generators:
+      self._generators[sampling] = lm_decode.make_generate(
           self.model, num_tokens, temperature=float(temperature), top_k=top_k)
-    tokens = self._generators[settings](self.params, np.asarray(ids, np.int32)[None],
+    tokens = self._generators[sampling](self.params, np.asarray(ids, np.int32)[None],
                                         jax.random.PRNGKey(seed))
-    return spec.text(np.asarray(jax.device_get(tokens))[0], self.config.data)
+    return spec.text(np.asarray(jax.device_get(tokens))[0], settings)

@@ -238,19 +238,19 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   if config.init_from and not resume:   # the run it starts from: same positions, learned
     init_check.check_init_source(config)
   total_steps = int(config.num_train_steps)
-  train_iter = data.make_train_iterator(config, seed=config.seed, **process_slice())
+  # config.json (process 0) and the hash every checkpoint carries, before anything is read.
+  config_sha256 = config_lib.record_run(config, workdir, write=jax.process_index() == 0)
+  train_iter = data.make_train_iterator(setup.data, batch_size=setup.batch_size,
+                                        seed=int(config.seed), **process_slice())
   validation_stream = None
   if config.eval_num_batches > 0:
-    validation_stream = data.make_eval_stream(config, 'validation', setup.eval_batch_size,
+    validation_stream = data.make_eval_stream(setup.data, 'validation', setup.eval_batch_size,
                                               seed=config.seed + 1, **process_slice())
   data_position = data.Streams(train=train_iter, validation=validation_stream)
-  if jax.process_index() == 0:
-    config_lib.save_config(config, workdir)
-
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.keep_checkpoints,
                                              best_metric=config.best_metric,
                                              best_mode=config.best_mode,
-                                             config_sha256=config_lib.config_hash(config))
+                                             config_sha256=config_sha256)
   rng = jax.random.PRNGKey(config.seed)
   init_rng, dropout_rng = jax.random.split(rng)
   try:
@@ -276,7 +276,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
                         progress_bar=config.progress_bar, writers=config.writers)
   writer.write_hparams(config.to_dict())
   usage = utilisation.Utilisation(   # FLOP/s, the wait for data, memory
-      train_iter, worker_count=config.data.worker_count, read_threads=config.data.read_threads)
+      train_iter, worker_count=setup.data.worker_count, read_threads=setup.data.read_threads)
   profiler = _Profiler(config.profile_steps, workdir)
   status, validation, memory = 'finished', None, None
   try:
@@ -324,7 +324,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
           check_finite(fetched)
           seconds = time.time() - window_start
           metrics = _summarize_train(setup, fetched, seconds, tokens,
-                                     bad_records.skip_requested(config.data))
+                                     setup.data.skip_bad_records)
           metrics.update(usage.window(metrics['steps_per_second'], seconds, step))
           writer.write(step, 'train', metrics)
           postfix = {'loss': metrics['loss']}
@@ -372,7 +372,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
     checkpointer.wait()
   checkpointer.close()
   writer.close()
-  if bad_records.skip_requested(config.data):
+  if setup.data.skip_bad_records:
     logging.warning(bad_records.report())
   return TrainResult(state=state, step=step, status=status, validation=validation, test=test,
                      data_state=train_iter.get_state(), train_step_memory=memory)

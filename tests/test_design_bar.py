@@ -80,7 +80,7 @@ def test_no_code_branches_on_a_datasets_name_outside_its_file():
   """What run.py / reproduce know of a dataset is its registration's (DatasetSpec.record,
   run_files, generated): its name is compared only in the file that registers it."""
   from poolformers_jax.data import DATASETS
-  homes = {name: 'poolformers_jax/' + DATASETS[name].config.__module__.split('.', 1)[1].replace(
+  homes = {name: 'poolformers_jax/' + DATASETS[name].defaults.__module__.split('.', 1)[1].replace(
       '.', '/') + '.py' for name in DATASETS}
   assert homes['wmt14'] == 'poolformers_jax/data/translation.py' and len(homes) >= 15
   hits = {name: [f'{path}:{i}' for path, text in _sources() if path != home

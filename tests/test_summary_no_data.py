@@ -29,7 +29,7 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
   with config.unlocked():
     config.data.data_dir = str(tmp_path)                  # no enwik8.zip there
   with pytest.raises(data.DataNotFoundError):             # training still needs the file
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   length = config.data.max_length                         # 2048 in stage 1
   config, setup = setup_with_config(config_lib.override(config, batch_size=2, num_devices=1),
                                     need_files=False)
@@ -47,7 +47,7 @@ def test_enwik8_cp_transformer_l12_inputs_and_parameters_without_enwik8_zip(tmp_
       for key in ('data_dir', 'tsv_dir', 'pathfinder_dir'):
         if key in lra.data:
           lra.data[key] = str(tmp_path)
-    info = data.get_dataset_info(lra, need_files=False)
+    info = data.get_dataset_info(data.settings(lra.data), need_files=False)
     assert info.vocab_size == 257 and info.input_shape[-1] == lra.data.max_length
 
 
@@ -57,7 +57,7 @@ def test_lm_sizes_from_constants_equal_the_files(tmp_path):
   config.data.update(data_dir=str(tmp_path), max_length=7, split_sizes=(300, 50, 51))
   with zipfile.ZipFile(tmp_path / 'text8.zip', 'w') as archive:
     archive.writestr('text8', 'hello world ' * 40)
-  from_files = data.get_dataset_info(config)
-  from_constants = data.DATASETS['text8'].shapes(config.data)
+  from_files = data.get_dataset_info(data.settings(config.data))
+  from_constants = data.DATASETS['text8'].shapes(data.settings(config.data))
   assert from_files == from_constants
   assert from_files.split_sizes == {'train': 42, 'validation': 7, 'test': 7}

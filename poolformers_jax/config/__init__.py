@@ -47,6 +47,7 @@ from poolformers_jax.config.run_file import (
                                          config_hash,
                                          load_saved_config,
                                          model_differences,
+                                         record_run,
                                          run_config,
                                          save_config,
                                          to_json,
@@ -60,7 +61,8 @@ __all__ = [
     'SIZE_SLOT', 'UntrustedImports', 'base_config', 'check_config', 'check_keys', 'complete',
     'config_hash',
     'flat_keys', 'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences',
-    'override', 'override_keys_from_argv', 'parse_words', 'resolve', 'resolved', 'run_config',
+    'override', 'override_keys_from_argv', 'parse_words', 'record_run', 'resolve', 'resolved',
+    'run_config',
     'save_config', 'shrink_run', 'to_json', 'with_run_model',
 ]
 

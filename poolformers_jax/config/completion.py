@@ -6,7 +6,8 @@ dataset's DatasetInfo), after the user's modules named in `config.imports` are i
 mixers and models registered); with `run_dir` (a run being resumed, or read by eval.py) the
 model is the run's own first (config/run_file.py, `with_run_model`). The trainer's
 `setup_with_config` completes through `complete_with_info`, which also returns the DatasetInfo it
-read, builds its typed `Setup` from the result and hands the result to the programs.
+read and the dataset's typed settings (`data.settings(config.data)`, made here once), builds its
+typed `Setup` from the result and hands the result to the programs.
 """
 from __future__ import annotations
 
@@ -60,16 +61,17 @@ def complete(config: ml_collections.ConfigDict, *, need_files: bool = True,
 
 
 def complete_with_info(config: ml_collections.ConfigDict, *, need_files: bool = True,
-               info: Any | None = None, run_dir: str | None = None,
-               todo: str = '') -> tuple[ml_collections.ConfigDict, Any]:
-  """(`complete`'s config, the DatasetInfo it was completed from)."""
+                       info: Any | None = None, run_dir: str | None = None, todo: str = ''
+                       ) -> tuple[ml_collections.ConfigDict, data.DataSettings, Any]:
+  """(`complete`'s config, its dataset's settings, the DatasetInfo it was completed from)."""
   if run_dir is not None:
     config = (run_file.with_run_model(config, run_dir, todo=todo) if todo
               else run_file.with_run_model(config, run_dir))
   registry.import_modules(config.get('imports', ''))   # the user's mixers / models, registered
-  info = info or data.get_dataset_info(config, need_files=need_files)
+  settings = data.settings(config.data)   # a key the dataset does not have: refused here
+  info = info or data.get_dataset_info(settings, need_files=need_files)
   config = copy.deepcopy(config)   # the caller's config is left untouched
   _fill_model_sizes(config, info)
   steps_from_epochs(config, info)
   config.lock()
-  return config, info
+  return config, settings, info

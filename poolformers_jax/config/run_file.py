@@ -161,3 +161,11 @@ def save_config(config: ml_collections.ConfigDict, workdir: str) -> str:
   with open(path, 'w') as f:
     f.write(to_json(config) + '\n')
   return path
+
+
+def record_run(config: ml_collections.ConfigDict, workdir: str, *, write: bool = True) -> str:
+  """The config's hash, which the run's checkpoints carry (`config_hash`), after config.json is
+  written to `workdir` where `write` (process 0 of a run)."""
+  if write:
+    save_config(config, workdir)
+  return config_hash(config)

@@ -1,11 +1,13 @@
 """Datasets through tensorflow-datasets data sources and grain; no TensorFlow.
 
-    info = data.get_dataset_info(config)
-    it = data.make_train_iterator(config, seed=config.seed, process_index=..., process_count=...)
-    for batch in data.make_eval_iterator(config, 'validation', batch_size=..., ...): ...
+    settings = data.settings(config.data)     # the dataset's typed settings (a frozen dataclass)
+    info = data.get_dataset_info(settings)
+    it = data.make_train_iterator(settings, batch_size=..., seed=..., process_index=..., ...)
+    for batch in data.make_eval_iterator(settings, 'validation', batch_size=..., ...): ...
     config.data = data.get_data_config('listops')   # the defaults of the dataset's file
 
-`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself).
+`config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself and
+declares its family's settings class, e.g. listops.ListOpsSettings).
 Nothing is downloaded at run time. Where each dataset's files must be:
   listops         nothing (generated into data_dir on first use), or source='tsv':
                   {tsv_dir}/basic_{train,val,test}.tsv of the LRA release
@@ -32,8 +34,10 @@ from poolformers_jax.data.base import (
   DataNotFoundError,
   DatasetInfo,
   DatasetSpec,
+  DataSettings,
   get_data_config,
   register_dataset,
+  settings,
 )
 from poolformers_jax.data.info import get_dataset_info
 
@@ -50,5 +54,5 @@ def __getattr__(name: str):
   raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
-__all__ = ['DATASETS', 'DataNotFoundError', 'DatasetInfo', 'DatasetSpec', 'register_dataset',
-           'get_data_config', 'get_dataset_info', *_PIPELINE]
+__all__ = ['DATASETS', 'DataNotFoundError', 'DataSettings', 'DatasetInfo', 'DatasetSpec',
+           'register_dataset', 'get_data_config', 'get_dataset_info', 'settings', *_PIPELINE]

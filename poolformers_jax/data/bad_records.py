@@ -47,11 +47,6 @@ class BadRecord(errors.DataFault):
     return type(self), (str(self), self.where)
 
 
-def skip_requested(data_config) -> bool:
-  """config.data.skip_bad_records (a run saved before the key existed: False)."""
-  return bool(data_config.get('skip_bad_records', False))
-
-
 def bad_line(path: str, line: int, problem: str, todo: str) -> BadRecord:
   """The error of line `line` (1-based, as editors count) of `path`."""
   return BadRecord(f'{path}:{line}: {problem}; {todo}, {SKIP_HINT}', path)

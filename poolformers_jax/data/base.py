@@ -1,13 +1,14 @@
 """The dataset registry and the small helpers every dataset file shares.
 
-A dataset is a `DatasetSpec`: its `config.data` defaults (`config`), how to describe it
+A dataset is a `DatasetSpec`: its typed settings as defaulted (`defaults`: a frozen dataclass
+of its family; `settings(config.data)` makes them from a run's config), how to describe it
 (`info`), where its raw records come from (`source`, any random-access sequence grain can read)
 and how one raw record becomes one example (`preprocess`, given a numpy Generator at train time
 for augmentation and None at eval time); the pipeline does the rest, identically for every
 dataset. Whatever else is known by the dataset's name is declared there too (`record`,
 `run_files`, `generated`). The dataset files fill `DATASETS` with `register_dataset(name, spec)`.
 
-Fields every data config has (`common_config`; each dataset adds its own, documented there):
+Fields every dataset has (`DataSettings`; each family adds its own, documented there):
   name          the dataset (a key of data.DATASETS)
   data_dir      where TFDS array_record files live / are generated (env POOLFORMERS_DATA_DIR,
                 else ./data_cache, which git ignores); for enwik8/text8 the folder of the zip file
@@ -23,7 +24,8 @@ Fields every data config has (`common_config`; each dataset adds its own, docume
                 predicted; 0 = the dataset's own task
   next_tokens   True: self-pretraining on the inputs alone, each real token predicted from the
                 ones before it (a causal model); False = the dataset's own task
-The returned ConfigDicts are not locked; the experiment config that embeds one locks it.
+`get_data_config(name)`, the defaults as a ConfigDict, is not locked; the experiment config that
+embeds one locks it.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import numpy as np
 from absl import logging
 
 from poolformers_jax.data import bad_records
+from poolformers_jax.errors import ConfigKeyError
 from poolformers_jax.registry import DATASETS, register_dataset  # noqa: F401  (re-exported)
 
 Record = Any
@@ -62,28 +65,58 @@ class DatasetInfo:
   packed: bool = False
 
 
+def default_data_dir() -> str:
+  return os.environ.get('POOLFORMERS_DATA_DIR', 'data_cache')
+
+
+def under_data_dir(*parts: str) -> Any:
+  """A settings field whose default is a folder under the default data_dir (read when the
+  settings are made)."""
+  return dataclasses.field(default_factory=lambda: os.path.join(default_data_dir(), *parts))
+
+
+def mapping(**entries: Any) -> Any:
+  """A settings field whose default is a fresh dict of `entries` (TFDS splits, files, ...)."""
+  return dataclasses.field(default_factory=lambda: dict(entries))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataSettings:
+  """The settings every dataset has (the module docstring); each family's subclass adds its own."""
+  name: str = ''
+  data_dir: str = dataclasses.field(default_factory=default_data_dir)
+  max_length: int = 0
+  too_long: str = 'truncate'
+  skip_bad_records: bool = False
+  repeated_augmentation: int = 1
+  worker_count: int = 0
+  read_threads: int = 4
+  mask_rate: float = 0.0
+  next_tokens: bool = False
+
+
 @dataclasses.dataclass(frozen=True)
 class DatasetSpec:
-  info: Callable[[Any], DatasetInfo]                 # config.data -> DatasetInfo
-  source: Callable[[Any, str], Sequence[Record]]      # (config.data, split) -> records
+  info: Callable[[Any], DatasetInfo]                 # settings -> DatasetInfo
+  source: Callable[[Any, str], Sequence[Record]]      # (settings, split) -> records
   preprocess: Callable[[Record, Any, np.random.Generator | None], Example]
-  config: Callable[[], ml_collections.ConfigDict]     # the defaults of config.data
-  # Optional (grain IterDataset of examples, config.data, rows per batch, seed) -> batches of
-  # packed rows; used for training when config.data.pack is True (translation).
+  defaults: Callable[[], DataSettings]               # the dataset's settings as defaulted
+  # Optional (grain IterDataset of examples, settings, rows per batch, seed) -> batches of
+  # packed rows; used for training when the settings' `pack` is True (translation).
   pack: Callable[[Any, Any, int, int], Any] | None = None
   # The info from the dataset's known constants, reading no file (split sizes where known, else
   # empty): enough to build the model when the data is absent (the summary tool).
   shapes: Callable[[Any], DatasetInfo] | None = None
-  # load_run's raw inputs: (a user's raw input, config.data) -> the record `source` would give for
+  # load_run's raw inputs: (a user's raw input, settings) -> the record `source` would give for
   # it (any valid label). None: the dataset's runs take no raw inputs (a pre-training corpus).
   record: Callable[[Any, Any], Record] | None = None
-  # load_run's generate: (generated token ids, config.data) -> the text they stand for, the
+  # load_run's generate: (generated token ids, settings) -> the text they stand for, the
   # inverse of `record` then `preprocess`. None: the dataset's runs generate no text.
   text: Callable[[Any, Any], str] | None = None
-  # config.data -> files training writes beside the data that a trained run reads back (a
+  # settings -> files training writes beside the data that a trained run reads back (a
   # vocabulary it trained).
   run_files: Callable[[Any], Sequence[str]] | None = None
-  # config.data -> True where the data is made on first use, not read from files: nothing to
+  # settings -> True where the data is made on first use, not read from files: nothing to
   # fetch (reproduce's data check does not make it).
   generated: Callable[[Any], bool] | None = None
 
@@ -95,20 +128,21 @@ def get_spec(name: str) -> DatasetSpec:
 
 def get_data_config(name: str) -> ml_collections.ConfigDict:
   """The defaults of `config.data` for the registered dataset `name` (unlocked)."""
-  return DATASETS[name].config()
+  return ml_collections.ConfigDict(dataclasses.asdict(DATASETS[name].defaults()))
 
 
-def default_data_dir() -> str:
-  return os.environ.get('POOLFORMERS_DATA_DIR', 'data_cache')
-
-
-def common_config(name: str, max_length: int) -> ml_collections.ConfigDict:
-  """The fields every data config has (see the module docstring)."""
-  return ml_collections.ConfigDict(dict(
-      name=name, data_dir=default_data_dir(), max_length=max_length, too_long='truncate',
-      skip_bad_records=False,
-      repeated_augmentation=1, worker_count=0, read_threads=4, mask_rate=0.0,
-      next_tokens=False))
+def settings(data_config: ml_collections.ConfigDict) -> DataSettings:
+  """A run's `config.data` as its dataset's typed settings, what every data function takes; a
+  key the dataset does not have is a ConfigKeyError. Keys a config saved by an older version
+  lacks keep the dataset's defaults."""
+  defaults = get_spec(data_config.name).defaults()
+  known = [field.name for field in dataclasses.fields(defaults)]
+  given = data_config.to_dict()
+  unknown = [key for key in given if key not in known]
+  if unknown:
+    raise ConfigKeyError(f'config.data.{unknown[0]} is not a setting of dataset '
+                         f'{data_config.name!r}; remove it (its settings: {", ".join(known)})')
+  return dataclasses.replace(defaults, **given)
 
 
 class DataNotFoundError(FileNotFoundError):
@@ -228,10 +262,10 @@ class LineFile:
     return f'LineFile({self.path!r}, {len(self)} lines)'
 
 
-def image_record(raw, data_config) -> dict:
+def image_record(raw, settings) -> dict:
   """A user's image as the record of the image datasets (their `record`, load_run): uint8
   [H, W, 3], or [H, W] made [H, W, 1]."""
-  del data_config
+  del settings
   image = np.asarray(raw)
   if image.dtype != np.uint8:
     raise ValueError(f'images are uint8 arrays [H, W, 3] or [H, W]; got {image.dtype} '
@@ -269,8 +303,8 @@ def tfds_source(name: str, split: str, data_dir: str):
   return bad_records.checked_shards(source, f'TFDS {name}', todo + ' again')
 
 
-def tfds_split_source(data_config, split: str, name: str | None = None):
+def tfds_split_source(settings, split: str, name: str | None = None):
   """`tfds_source` of the TFDS split config.data.tfds_splits names for `split`, of dataset `name`
   (default config.data.tfds_name)."""
-  return tfds_source(name or data_config.tfds_name, data_config.tfds_splits[check_split(split)],
-                     data_config.data_dir)
+  return tfds_source(name or settings.tfds_name, settings.tfds_splits[check_split(split)],
+                     settings.data_dir)

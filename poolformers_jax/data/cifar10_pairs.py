@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 
-import ml_collections
 import numpy as np
 
 from poolformers_jax.data import base, vision
@@ -35,41 +33,40 @@ class ImagePairs:
     return self.records[index], self.records[int(partner)], np.int32(other_class == label)
 
 
+@dataclasses.dataclass(frozen=True)
+class PairSettings(vision.VisionSettings):
+  name: str = 'cifar10_pairs'
+  pair_seed: int = 0              # which partner each image gets (fixed: the pairs never change)
+
+
 @functools.lru_cache(maxsize=4)
-def _pairs(data_config_json: str, split: str) -> ImagePairs:
-  data_config = ml_collections.ConfigDict(json.loads(data_config_json))
-  return ImagePairs(vision.source(data_config, split), int(data_config.pair_seed))
+def _pairs(tfds_name: str, tfds_split: str, data_dir: str, pair_seed: int) -> ImagePairs:
+  return ImagePairs(base.tfds_source(tfds_name, tfds_split, data_dir), pair_seed)
 
 
-def source(data_config, split):
-  return _pairs(data_config.to_json(), base.check_split(split))   # labels are read once
+def source(settings: PairSettings, split):
+  return _pairs(settings.tfds_name, settings.tfds_splits[base.check_split(split)],
+                settings.data_dir, int(settings.pair_seed))   # labels are read once
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings, rng: np.random.Generator | None = None):
   """inputs [2, H, W, C] (each image augmented on its own at train time), targets same class."""
   first, second, same = record
-  images = [vision.preprocess(r, data_config, rng)['inputs'] for r in (first, second)]
+  images = [vision.preprocess(r, settings, rng)['inputs'] for r in (first, second)]
   return {'inputs': np.stack(images), 'targets': np.int32(same)}
 
 
-def info(data_config, *, from_files: bool = True):
-  single = vision.info(data_config, from_files=from_files)
+def info(settings, *, from_files: bool = True):
+  single = vision.info(settings, from_files=from_files)
   return dataclasses.replace(single, num_classes=2, input_shape=(2,) + single.input_shape)
 
 
-def config():
-  c = vision.config_of('cifar10')()
-  c.name = 'cifar10_pairs'
-  c.pair_seed = 0                  # which partner each image gets (fixed: the pairs never change)
-  return c
-
-
-def record(raw, data_config):
+def record(raw, settings):
   """A user's pair of images (load_run) as a record."""
-  return (base.image_record(raw[0], data_config), base.image_record(raw[1], data_config),
+  return (base.image_record(raw[0], settings), base.image_record(raw[1], settings),
           np.int32(0))
 
 
 base.register_dataset('cifar10_pairs', base.DatasetSpec(
-    info, source, preprocess, config, record=record,
+    info, source, preprocess, PairSettings, record=record,
     shapes=functools.partial(info, from_files=False)))

@@ -5,6 +5,8 @@ regression.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from poolformers_jax.data import base, wordpiece
@@ -18,16 +20,16 @@ TASKS = {
 }
 
 
-def _task(data_config):
-  if data_config.task not in TASKS:
-    raise ValueError(f'config.data.task={data_config.task!r}; choose one of {sorted(TASKS)}.')
-  return TASKS[data_config.task]
+def _task(settings):
+  if settings.task not in TASKS:
+    raise ValueError(f'config.data.task={settings.task!r}; choose one of {sorted(TASKS)}.')
+  return TASKS[settings.task]
 
 
-def source(data_config, split):
-  _task(data_config)
+def source(settings, split):
+  _task(settings)
   import tensorflow_datasets.text.glue  # noqa: F401  registers glue/<task> (no TF needed)
-  return base.tfds_split_source(data_config, split, f'glue/{data_config.task}')
+  return base.tfds_split_source(settings, split, f'glue/{settings.task}')
 
 
 def truncate_longest_first(a: np.ndarray, b: np.ndarray | None, max_tokens: int):
@@ -43,45 +45,46 @@ def truncate_longest_first(a: np.ndarray, b: np.ndarray | None, max_tokens: int)
   return a[:la], b[:lb]
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: GlueSettings, rng: np.random.Generator | None = None):
   del rng
-  keys, num_classes = _task(data_config)
-  vocab = wordpiece.vocab_of(data_config)
+  keys, num_classes = _task(settings)
+  vocab = wordpiece.vocab_of(settings)
   texts = vocab.encode([wordpiece.as_text(record[k]) for k in keys])
   a, b = texts[0], texts[1] if len(texts) > 1 else None
-  a, b = truncate_longest_first(a, b, data_config.max_length - len(texts) - 1)
+  a, b = truncate_longest_first(a, b, settings.max_length - len(texts) - 1)
   inputs = wordpiece.pair_inputs([a], None if b is None else [b], vocab.cls, vocab.sep,
-                                  data_config.max_length)
+                                  settings.max_length)
   label = record['label']
   target = np.float32(label) if num_classes == 1 else np.int32(label)
   return {'inputs': inputs[0], 'targets': target}
 
 
-def info(data_config, *, from_files: bool = True):
-  _, num_classes = _task(data_config)
-  vocab_size, special = wordpiece.vocab_sizes(data_config, from_files)
+def info(settings, *, from_files: bool = True):
+  _, num_classes = _task(settings)
+  vocab_size, special = wordpiece.vocab_sizes(settings, from_files)
   return base.DatasetInfo(
       name='glue', task='regression' if num_classes == 1 else 'text_classification',
-      num_classes=num_classes, vocab_size=vocab_size, input_shape=(data_config.max_length,),
-      split_sizes=wordpiece.split_sizes(source, data_config, from_files), model_defaults=special)
+      num_classes=num_classes, vocab_size=vocab_size, input_shape=(settings.max_length,),
+      split_sizes=wordpiece.split_sizes(source, settings, from_files), model_defaults=special)
 
 
-def config():
-  c = wordpiece.common_config('glue', 128)      # the official fine-tuning length
-  c.task = 'cola'                  # cola sst2 mrpc qqp stsb mnli qnli rte wnli
+@dataclasses.dataclass(frozen=True)
+class GlueSettings(wordpiece.WordPieceSettings):
+  name: str = 'glue'
+  max_length: int = 128           # the official fine-tuning length
+  task: str = 'cola'              # cola sst2 mrpc qqp stsb mnli qnli rte wnli
   # GLUE's test labels are hidden: 'test' = the dev set (MNLI: validation matched, test mismatched).
-  c.tfds_splits = dict(train='train', validation='validation', test='validation')
-  return c
+  tfds_splits: dict = base.mapping(train='train', validation='validation', test='validation')
 
 
-def record(raw, data_config):
+def record(raw, settings):
   """A user's sentence, or pair of sentences for the pair tasks (load_run), as a record."""
-  keys, _ = TASKS[data_config.task]
+  keys, _ = TASKS[settings.task]
   texts = (raw,) if isinstance(raw, str) else tuple(raw)
   if len(texts) != len(keys):
-    raise ValueError(f'GLUE {data_config.task} reads {len(keys)} text(s) {keys} per input; got '
+    raise ValueError(f'GLUE {settings.task} reads {len(keys)} text(s) {keys} per input; got '
                      f'{len(texts)}')
   return {**dict(zip(keys, texts)), 'label': 0}
 
 
-base.register_dataset('glue', wordpiece.spec(info, source, preprocess, config, record))
+base.register_dataset('glue', wordpiece.spec(info, source, preprocess, GlueSettings, record))

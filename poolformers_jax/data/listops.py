@@ -4,6 +4,7 @@ TFDS array_record) and 'tsv' (the LRA release's files). Tokens: listops_tokens.p
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -62,13 +63,13 @@ class InMemoryRecords:
     return f'InMemoryRecords({self.name!r}, {len(self)} records, {self.tokens.nbytes} token bytes)'
 
 
-def generated_source(data_config, split: str):
+def generated_source(settings, split: str):
   """A split of the generated ListOps (TFDS array_record, made on first use), in memory.
 
   The reader's one import of the generator is here, inside the function: only `generated` data
   (DatasetSpec.generated) needs it, so TSV files, `info` and a model's build never load it."""
   from poolformers_jax.data.generators import listops as generator
-  return _in_memory(generator.prepare(data_config.data_dir, **data_config.generator), split)
+  return _in_memory(generator.prepare(settings.data_dir, **settings.generator), split)
 
 
 @functools.lru_cache(maxsize=6)
@@ -140,11 +141,11 @@ class TsvSource:
     return f'TsvSource({self.lines.path!r}, {len(self)} examples)'
 
 
-def tsv_source(data_config, split: str):
-  path = os.path.join(base.expand_path(data_config.tsv_dir), TSV_FILES[split])
+def tsv_source(settings, split: str):
+  path = os.path.join(base.expand_path(settings.tsv_dir), TSV_FILES[split])
   base.require_file(path, 'download the LRA release (lra_release.gz, listops-1000/) and set '
                     "config.data.tsv_dir to its folder, or use config.data.source='generated'.")
-  return _cached_tsv(path, bad_records.skip_requested(data_config))
+  return _cached_tsv(path, settings.skip_bad_records)
 
 
 @functools.lru_cache(maxsize=6)
@@ -153,76 +154,76 @@ def _cached_tsv(path: str, skip: bool) -> InMemoryRecords:
 
 
 # --------------------------------------------------------------------------------------------
-# The dataset spec.
+# The settings and the dataset spec.
+
+GENERATOR_DEFAULTS = dict(seed=0, min_tokens=500, max_tokens=2000, max_depth=10, max_args=10,
+                          num_train=96000, num_validation=2000, num_test=2000)
+
+
+@dataclasses.dataclass(frozen=True)
+class ListOpsSettings(base.DataSettings):
+  name: str = 'listops'
+  max_length: int = 2048
+  source: str = 'generated'       # 'generated' (seeded, auto-prepared) | 'tsv' (LRA release files)
+  tsv_dir: str = base.under_data_dir('lra_release', 'listops-1000')
+  keep_parentheses: bool = False  # the official strings' '(' ')' carry nothing beyond ']'
+  tokenizer: str = 'brackets'     # | 'alphanumeric': the 2020 LRA pipeline's, no brackets
+  # generators/listops.py's keywords (FIELDS)
+  generator: dict = base.mapping(**GENERATOR_DEFAULTS)
+
 
 _SOURCES = {'generated': generated_source, 'tsv': tsv_source}
 
 
-def _check_source(data_config) -> None:
-  if data_config.source not in _SOURCES:
-    raise ValueError(f'config.data.source={data_config.source!r} is not a ListOps source; '
+def _check_source(settings: ListOpsSettings) -> None:
+  if settings.source not in _SOURCES:
+    raise ValueError(f'config.data.source={settings.source!r} is not a ListOps source; '
                      f'choose one of {sorted(_SOURCES)}.')
-  tokenizer = tokenizer_of(data_config)
+  tokenizer = settings.tokenizer
   if tokenizer not in TOKENIZERS:
     raise ValueError(f'config.data.tokenizer={tokenizer!r} is not a ListOps tokenizer; '
                      f'choose one of {list(TOKENIZERS)}.')
-  if tokenizer == 'alphanumeric' and data_config.keep_parentheses:
+  if tokenizer == 'alphanumeric' and settings.keep_parentheses:
     raise ValueError("config.data.tokenizer='alphanumeric' drops '(' ')' but "
                      'config.data.keep_parentheses=True keeps them; set keep_parentheses=False '
                      "or tokenizer='brackets'.")
 
 
-def tokenizer_of(data_config) -> str:
-  """The run's tokenizer; a run saved before the option existed used 'brackets'."""
-  return data_config.get('tokenizer', 'brackets')
-
-
-def source(data_config, split: str):
+def source(settings: ListOpsSettings, split: str):
   base.check_split(split)
-  _check_source(data_config)
-  return _SOURCES[data_config.source](data_config, split)
+  _check_source(settings)
+  return _SOURCES[settings.source](settings, split)
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: ListOpsSettings, rng: np.random.Generator | None = None):
   del rng  # no augmentation
-  ids = read_ids(np.asarray(record['tokens']), tokenizer_of(data_config),
-                 data_config.keep_parentheses)
-  inputs = base.fit_length(ids, data_config.max_length, data_config.too_long, 'ListOps example')
+  ids = read_ids(np.asarray(record['tokens']), settings.tokenizer,
+                 settings.keep_parentheses)
+  inputs = base.fit_length(ids, settings.max_length, settings.too_long, 'ListOps example')
   return {'inputs': inputs, 'targets': np.int32(record['label'])}
 
 
-def info(data_config, *, from_files: bool = True) -> base.DatasetInfo:
+def info(settings: ListOpsSettings, *, from_files: bool = True) -> base.DatasetInfo:
   """from_files=False (`shapes`): no split sizes and no file read, what a trained run's model
   needs where its TSV files are absent (load_run, summary)."""
-  _check_source(data_config)
-  g, sizes = data_config.generator, {}
-  if from_files and data_config.source == 'generated':
-    sizes = {'train': g.num_train, 'validation': g.num_validation, 'test': g.num_test}
+  _check_source(settings)
+  g, sizes = settings.generator, {}
+  if from_files and settings.source == 'generated':
+    sizes = {'train': g['num_train'], 'validation': g['num_validation'], 'test': g['num_test']}
   elif from_files:
-    sizes = {split: len(tsv_source(data_config, split)) for split in base.SPLITS}
+    sizes = {split: len(tsv_source(settings, split)) for split in base.SPLITS}
   return base.DatasetInfo(name='listops', task='classification', num_classes=NUM_CLASSES,
-                          vocab_size=len(VOCAB), input_shape=(data_config.max_length,),
+                          vocab_size=len(VOCAB), input_shape=(settings.max_length,),
                           split_sizes=sizes)
 
 
-def config():
-  c = base.common_config('listops', 2048)
-  c.source = 'generated'          # 'generated' (seeded, auto-prepared) | 'tsv' (LRA release files)
-  c.tsv_dir = os.path.join(base.default_data_dir(), 'lra_release', 'listops-1000')
-  c.keep_parentheses = False      # the official strings' '(' ')' carry nothing beyond ']'
-  c.tokenizer = 'brackets'        # | 'alphanumeric': the 2020 LRA pipeline's, no brackets
-  c.generator = dict(seed=0, min_tokens=500, max_tokens=2000, max_depth=10, max_args=10,
-                     num_train=96000, num_validation=2000, num_test=2000)
-  return c
-
-
-def record(raw, data_config):
+def record(raw, settings: ListOpsSettings):
   """A user's ListOps string (with or without parentheses) or token list, as a record."""
   text = raw if isinstance(raw, str) else ' '.join(raw)
-  return {'tokens': encode_text(text, tokenizer_of(data_config)), 'label': 0}
+  return {'tokens': encode_text(text, settings.tokenizer), 'label': 0}
 
 
 base.register_dataset('listops', base.DatasetSpec(
-    info=info, source=source, preprocess=preprocess, config=config, record=record,
+    info=info, source=source, preprocess=preprocess, defaults=ListOpsSettings, record=record,
     shapes=functools.partial(info, from_files=False),
-    generated=lambda data_config: data_config.source == 'generated'))
+    generated=lambda settings: settings.source == 'generated'))

@@ -20,11 +20,11 @@ PATHFINDER_DIFFICULTIES = {'curv_baseline': 6, 'curv_contour_length_9': 9,
                            'curv_contour_length_14': 14}
 
 
-def byte_tokens(text, data_config, what: str) -> np.ndarray:
+def byte_tokens(text, settings, what: str) -> np.ndarray:
   """Byte ids cut to `max_tokens` (0 = max_length), then padded to `max_length`."""
-  keep = min(data_config.max_tokens or data_config.max_length, data_config.max_length)
-  ids = base.fit_length(base.byte_ids(text), keep, data_config.too_long, what)
-  return base.fit_length(ids, data_config.max_length, 'error', what)
+  keep = min(settings.max_tokens or settings.max_length, settings.max_length)
+  ids = base.fit_length(base.byte_ids(text), keep, settings.too_long, what)
+  return base.fit_length(ids, settings.max_length, 'error', what)
 
 
 def to_gray(image: np.ndarray) -> np.ndarray:
@@ -46,23 +46,23 @@ def to_gray(image: np.ndarray) -> np.ndarray:
   return (luma * np.float32(255.5)).astype(np.uint8)   # float -> uint8 cast: truncation
 
 
-def pixel_tokens(gray: np.ndarray, data_config, what: str) -> np.ndarray:
+def pixel_tokens(gray: np.ndarray, settings, what: str) -> np.ndarray:
   ids = gray.reshape(-1).astype(np.int32) + 1   # pixel value + 1: black pixels are not padding
-  return base.fit_length(ids, data_config.max_length, data_config.too_long, what)
+  return base.fit_length(ids, settings.max_length, settings.too_long, what)
 
 
-def spec(name: str, source, preprocess, config, record, *, task: str = 'classification',
+def spec(name: str, source, preprocess, defaults, record, *, task: str = 'classification',
          num_classes: int = 2, documents: int = 0, **declared) -> base.DatasetSpec:
   """The DatasetSpec of task `name`: vocabulary 257, inputs [max_length] (`documents` > 0:
   [documents, max_length]); `shapes` is its info without split sizes (no file read)."""
 
-  def info(data_config, split_sizes=None) -> base.DatasetInfo:
+  def info(settings, split_sizes=None) -> base.DatasetInfo:
     if split_sizes is None:
-      split_sizes = {split: len(source(data_config, split)) for split in base.SPLITS}
-    shape = (documents, data_config.max_length) if documents else (data_config.max_length,)
+      split_sizes = {split: len(source(settings, split)) for split in base.SPLITS}
+    shape = (documents, settings.max_length) if documents else (settings.max_length,)
     return base.DatasetInfo(name=name, task=task, num_classes=num_classes,
                             vocab_size=base.BYTE_VOCAB_SIZE, input_shape=shape,
                             split_sizes=split_sizes)
 
-  return base.DatasetSpec(info, source, preprocess, config, record=record,
+  return base.DatasetSpec(info, source, preprocess, defaults, record=record,
                           shapes=functools.partial(info, split_sizes={}), **declared)

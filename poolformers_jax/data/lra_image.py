@@ -6,24 +6,28 @@ to 1024 pixel tokens. Splits as LRA's image/input_pipeline.py: train[:90%] / tra
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from poolformers_jax.data import base, lra
 
 
-def config():
-  c = base.common_config('lra_image', 1024)
-  c.tfds_name = 'cifar10'
-  c.tfds_splits = dict(train='train[:90%]', validation='train[90%:]', test='test')
-  return c
+@dataclasses.dataclass(frozen=True)
+class ImageSettings(base.DataSettings):
+  name: str = 'lra_image'
+  max_length: int = 1024
+  tfds_name: str = 'cifar10'
+  tfds_splits: dict = base.mapping(train='train[:90%]', validation='train[90%:]', test='test')
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: ImageSettings, rng: np.random.Generator | None = None):
   del rng
   gray = lra.to_gray(np.asarray(record['image']))
-  return {'inputs': lra.pixel_tokens(gray, data_config, 'image'),
+  return {'inputs': lra.pixel_tokens(gray, settings, 'image'),
           'targets': np.int32(record['label'])}
 
 
 base.register_dataset('lra_image', lra.spec(
-    'lra_image', base.tfds_split_source, preprocess, config, base.image_record, num_classes=10))
+    'lra_image', base.tfds_split_source, preprocess, ImageSettings, base.image_record,
+    num_classes=10))

@@ -14,6 +14,7 @@ pixels as tokens (lra.py: value + 1), in three layouts (config.data.format):
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import os
@@ -116,44 +117,45 @@ def _generated_folder(data_dir: str, seed: int, num_examples: int, images_per_fi
                             num_examples=num_examples, images_per_file=images_per_file)
 
 
-def source(data_config, split):
+def source(settings: PathfinderSettings, split):
   base.check_split(split)
-  root = base.expand_path(data_config.pathfinder_dir)
-  if data_config.format == 'npz':
+  root = base.expand_path(settings.pathfinder_dir)
+  if settings.format == 'npz':
     path = os.path.join(root, f'{split}.npz')
     base.require_file(path, "write train/validation/test .npz files ('images' uint8 [N, R, R], "
                       "'labels' [N]) there or use config.data.format='lra_release'.")
     return _npz(path)
-  if data_config.format == 'lra_release':
-    return PngSource(_release_entries(os.path.join(root, data_config.difficulty))[split])
-  if data_config.format == 'generated':   # made once, then read as the release layout
-    g = data_config.generator
-    folder = _generated_folder(base.expand_path(data_config.data_dir), int(g.seed),
-                               int(g.num_examples), int(g.images_per_file),
-                               int(data_config.resolution), data_config.difficulty)
+  if settings.format == 'lra_release':
+    return PngSource(_release_entries(os.path.join(root, settings.difficulty))[split])
+  if settings.format == 'generated':   # made once, then read as the release layout
+    g = settings.generator
+    folder = _generated_folder(base.expand_path(settings.data_dir), int(g['seed']),
+                               int(g['num_examples']), int(g['images_per_file']),
+                               int(settings.resolution), settings.difficulty)
     return PngSource(_release_entries(folder)[split])
-  raise ValueError(f"config.data.format={data_config.format!r}; choose 'npz', 'lra_release' or "
+  raise ValueError(f"config.data.format={settings.format!r}; choose 'npz', 'lra_release' or "
                    "'generated'.")
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: PathfinderSettings, rng: np.random.Generator | None = None):
   del rng
   image = np.asarray(record['image'])
   gray = lra.to_gray(image) if image.ndim == 3 else image
-  return {'inputs': lra.pixel_tokens(gray, data_config, 'pathfinder image'),
+  return {'inputs': lra.pixel_tokens(gray, settings, 'pathfinder image'),
           'targets': np.int32(record['label'])}
 
 
-def config():
-  c = base.common_config('lra_pathfinder', 1024)
-  c.format = 'npz'                # 'npz' | 'lra_release' (PNGs) | 'generated' (our generator)
-  c.resolution = 32               # 'generated': 32 (Pathfinder) or 128 (Path-X, max_length 16384)
-  c.difficulty = 'curv_baseline'  # curv_baseline | curv_contour_length_9 | ..._14
-  c.pathfinder_dir = os.path.join(base.default_data_dir(), 'lra_release', 'pathfinder32')
-  c.generator = dict(seed=0, num_examples=200000, images_per_file=1000)
-  return c
+@dataclasses.dataclass(frozen=True)
+class PathfinderSettings(base.DataSettings):
+  name: str = 'lra_pathfinder'
+  max_length: int = 1024
+  format: str = 'npz'             # 'npz' | 'lra_release' (PNGs) | 'generated' (our generator)
+  resolution: int = 32            # 'generated': 32 (Pathfinder) or 128 (Path-X, max_length 16384)
+  difficulty: str = 'curv_baseline'   # curv_baseline | curv_contour_length_9 | ..._14
+  pathfinder_dir: str = base.under_data_dir('lra_release', 'pathfinder32')
+  generator: dict = base.mapping(seed=0, num_examples=200000, images_per_file=1000)
 
 
 base.register_dataset('lra_pathfinder', lra.spec(
-    'lra_pathfinder', source, preprocess, config, base.image_record,
-    generated=lambda data_config: data_config.format == 'generated'))
+    'lra_pathfinder', source, preprocess, PathfinderSettings, base.image_record,
+    generated=lambda settings: settings.format == 'generated'))

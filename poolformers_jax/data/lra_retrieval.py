@@ -6,12 +6,13 @@ columns label, id1, id2, text1, text2, split on tabs only, as the LRA code reads
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 
 import numpy as np
 
-from poolformers_jax.data import bad_records, base, lra
+from poolformers_jax.data import base, lra
 
 FILES = {'train': 'new_aan_pairs.train.tsv', 'validation': 'new_aan_pairs.eval.tsv',
          'test': 'new_aan_pairs.test.tsv'}
@@ -49,26 +50,27 @@ def read_file(path: str, skip: bool = False) -> base.LineFile:
       line_problem, 'download the LRA release again (lra_release.gz, tsv_data/)', skip))
 
 
-def source(data_config, split):
-  path = os.path.join(base.expand_path(data_config.tsv_dir), FILES[base.check_split(split)])
+def source(settings: RetrievalSettings, split):
+  path = os.path.join(base.expand_path(settings.tsv_dir), FILES[base.check_split(split)])
   base.require_file(path, 'download the LRA release (lra_release.gz, tsv_data/) and set '
                     'config.data.tsv_dir to the folder holding new_aan_pairs.*.tsv.')
-  return read_file(path, bad_records.skip_requested(data_config))
+  return read_file(path, settings.skip_bad_records)
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: RetrievalSettings, rng: np.random.Generator | None = None):
   del rng
-  docs = [lra.byte_tokens(record[k], data_config, 'document') for k in ('text1', 'text2')]
+  docs = [lra.byte_tokens(record[k], settings, 'document') for k in ('text1', 'text2')]
   return {'inputs': np.stack(docs), 'targets': np.int32(record['label'])}
 
 
-def config():
-  c = base.common_config('lra_retrieval', 4096)   # per document
-  c.max_tokens = 0                # bytes kept per document; 0 = max_length
-  c.tsv_dir = os.path.join(base.default_data_dir(), 'lra_release', 'tsv_data')
-  return c
+@dataclasses.dataclass(frozen=True)
+class RetrievalSettings(base.DataSettings):
+  name: str = 'lra_retrieval'
+  max_length: int = 4096          # per document
+  max_tokens: int = 0             # bytes kept per document; 0 = max_length
+  tsv_dir: str = base.under_data_dir('lra_release', 'tsv_data')
 
 
 base.register_dataset('lra_retrieval', lra.spec(
-    'lra_retrieval', source, preprocess, config,
+    'lra_retrieval', source, preprocess, RetrievalSettings,
     lambda raw, _: {'text1': raw[0], 'text2': raw[1], 'label': 0}, task='retrieval', documents=2))

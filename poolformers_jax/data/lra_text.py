@@ -7,25 +7,28 @@ LRA (text_classification/input_pipeline.py), 'validation' reads the test split
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from poolformers_jax.data import base, lra
 
 
-def config():
-  c = base.common_config('lra_text', 4096)
-  c.max_tokens = 0                # bytes kept before padding to max_length; 0 = max_length
-  c.tfds_name = 'imdb_reviews/plain_text'
-  c.tfds_splits = dict(train='train', validation='test', test='test')
-  return c
+@dataclasses.dataclass(frozen=True)
+class TextSettings(base.DataSettings):
+  name: str = 'lra_text'
+  max_length: int = 4096
+  max_tokens: int = 0             # bytes kept before padding to max_length; 0 = max_length
+  tfds_name: str = 'imdb_reviews/plain_text'
+  tfds_splits: dict = base.mapping(train='train', validation='test', test='test')
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: TextSettings, rng: np.random.Generator | None = None):
   del rng
-  return {'inputs': lra.byte_tokens(record['text'], data_config, 'review'),
+  return {'inputs': lra.byte_tokens(record['text'], settings, 'review'),
           'targets': np.int32(record['label'])}
 
 
 base.register_dataset('lra_text', lra.spec(
-    'lra_text', base.tfds_split_source, preprocess, config,
+    'lra_text', base.tfds_split_source, preprocess, TextSettings,
     lambda raw, _: {'text': raw, 'label': 0}))

@@ -14,6 +14,8 @@ p, p + P, ...); all processes yield the same number of batches (collectives need
 filled with zero examples whose 'mask' is False. `drop_last=b` keeps the first N - N % b
 examples (PyTorch's DataLoader(drop_last=True)). `batch_size` is global, as config.batch_size.
 
+Every function takes the dataset's typed settings (`base.settings(config.data)`).
+
 Eval stream (`make_eval_stream`, config.eval_num_batches > 0): a split read like the training
 data (reshuffled every epoch, endless), for validating on a fixed number of batches as the
 Nystromformer / PoNet LRA code does; not augmented. `Streams` saves the positions of the train
@@ -35,30 +37,30 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from poolformers_jax.data import bad_records, base  # noqa: E402
-from poolformers_jax.data.info import Preprocess, get_dataset_info  # noqa: E402,F401
+from poolformers_jax.data.info import Preprocess  # noqa: E402
 
 
-def _read_options(data_config) -> grain.ReadOptions:
-  threads = int(data_config.read_threads)
+def _read_options(settings) -> grain.ReadOptions:
+  threads = int(settings.read_threads)
   return grain.ReadOptions(num_threads=threads, prefetch_buffer_size=max(2 * threads, 1))
 
 
-def _to_iterator(ds: grain.MapDataset, data_config) -> grain.DatasetIterator:
-  return _start(ds.to_iter_dataset(_read_options(data_config)), data_config)
+def _to_iterator(ds: grain.MapDataset, settings) -> grain.DatasetIterator:
+  return _start(ds.to_iter_dataset(_read_options(settings)), settings)
 
 
-def _start(it_ds: grain.IterDataset, data_config) -> grain.DatasetIterator:
-  workers = int(data_config.worker_count)
+def _start(it_ds: grain.IterDataset, settings) -> grain.DatasetIterator:
+  workers = int(settings.worker_count)
   if workers > 0:
     it_ds = it_ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=workers))
   return iter(it_ds)
 
 
-def _records(data_config, split: str):
+def _records(settings: base.DataSettings, split: str):
   """The records of `split`; a bad one met while reading (an image that does not decode) is
-  skipped where config.data.skip_bad_records asks for it (data/bad_records.py)."""
-  records = base.get_spec(data_config.name).source(data_config, base.check_split(split))
-  return bad_records.guarded(records, skip=bool(data_config.get('skip_bad_records', False)))
+  skipped where skip_bad_records asks for it (data/bad_records.py)."""
+  records = base.get_spec(settings.name).source(settings, base.check_split(split))
+  return bad_records.guarded(records, skip=bool(settings.skip_bad_records))
 
 
 def _endless(records, seed: int) -> grain.MapDataset:
@@ -89,38 +91,37 @@ class RepeatedAugmentation(grain.MapDataset):
     return self._parent[epoch * self._epoch_length + position // self._repeats]
 
 
-def make_train_iterator(config, seed: int | None = None, process_index: int = 0,
-                        process_count: int = 1) -> grain.DatasetIterator:
-  """Infinite shuffled iterator of this process's rows of the global training batches."""
-  data_config = config.data
-  seed = int(config.seed if seed is None else seed)
-  batch = base.process_share(config.batch_size, 'config.batch_size', process_count)
-  spec = base.get_spec(data_config.name)
-  records = _records(data_config, 'train')
+def make_train_iterator(settings: base.DataSettings, *, batch_size: int, seed: int,
+                        process_index: int = 0, process_count: int = 1) -> grain.DatasetIterator:
+  """Infinite shuffled iterator of this process's rows of the global training batches of
+  `batch_size` (config.batch_size), shuffled from `seed` (config.seed)."""
+  batch = base.process_share(batch_size, 'config.batch_size', process_count)
+  spec = base.get_spec(settings.name)
+  records = _records(settings, 'train')
   if len(records) == 0:
-    raise ValueError(f'the train split of {data_config.name} is empty.')
+    raise ValueError(f'the train split of {settings.name} is empty.')
   examples = _endless(records, seed)
-  repeats = int(data_config.repeated_augmentation)
+  repeats = int(settings.repeated_augmentation)
   if repeats > 1:
     examples = RepeatedAugmentation(examples, repeats, len(records))
-  examples = examples.random_map(Preprocess(data_config))
-  if spec.pack is not None and data_config.pack:
+  examples = examples.random_map(Preprocess(settings))
+  if spec.pack is not None and getattr(settings, 'pack', False):
     # Packed rows: each process packs its own examples p, p + P, ... into rows of its batch.
     per_process = examples[process_index::process_count].to_iter_dataset(
-        _read_options(data_config))
-    return _start(spec.pack(per_process, data_config, batch, seed), data_config)
+        _read_options(settings))
+    return _start(spec.pack(per_process, settings, batch, seed), settings)
   # Chunk c of b examples is rows [p*b, (p+1)*b) of global batch c // P, with p = c % P.
   chunks = examples.batch(batch, drop_remainder=True)
-  return _to_iterator(chunks[process_index::process_count], data_config)
+  return _to_iterator(chunks[process_index::process_count], settings)
 
 
 class _EvalExample:
   """Index i of the padded per-process range -> example (mask True) or zeros (mask False); only
   the first `num_examples` records count."""
 
-  def __init__(self, records, data_config, process_index: int, process_count: int,
+  def __init__(self, records, settings, process_index: int, process_count: int,
                num_examples: int):
-    self.records, self.preprocess = records, Preprocess(data_config)
+    self.records, self.preprocess = records, Preprocess(settings)
     self.process_index, self.process_count = process_index, process_count
     self.num_examples = num_examples
     self._padding: dict[str, Any] | None = None   # a zero example, made on first use
@@ -145,45 +146,44 @@ def eval_num_batches(num_examples: int, batch_size: int, process_count: int) -> 
   return math.ceil(math.ceil(num_examples / process_count) / per_process)
 
 
-def make_eval_iterator(config, split: str, batch_size: int, process_index: int = 0,
-                       process_count: int = 1, drop_last: int = 0) -> Iterator[dict[str, Any]]:
+def make_eval_iterator(settings: base.DataSettings, split: str, batch_size: int,
+                       process_index: int = 0, process_count: int = 1,
+                       drop_last: int = 0) -> Iterator[dict[str, Any]]:
   """One pass over `split` in global batches of `batch_size`: this process's batches, with 'mask'
   (False = padding). `drop_last` > 0: only the first N - N % drop_last examples."""
-  data_config = config.data
   per_process = base.process_share(batch_size, 'eval batch_size', process_count)
-  records = _records(data_config, split)
+  records = _records(settings, split)
   num_examples = len(records) - (len(records) % drop_last if drop_last > 0 else 0)
   if num_examples == 0:
-    raise ValueError(f'split {split!r} of {data_config.name} is empty'
+    raise ValueError(f'split {split!r} of {settings.name} is empty'
                      + (f' (fewer examples than drop_last={drop_last})' if len(records) else '')
                      + '.')
   num_batches = eval_num_batches(num_examples, batch_size, process_count)
   ds = grain.MapDataset.range(num_batches * per_process).map(
-      _EvalExample(records, data_config, process_index, process_count, num_examples))
-  return _to_iterator(ds.batch(per_process), data_config)
+      _EvalExample(records, settings, process_index, process_count, num_examples))
+  return _to_iterator(ds.batch(per_process), settings)
 
 
 class _StreamExample:
   """Picklable record -> example with 'mask' True (no augmentation: rng None)."""
 
-  def __init__(self, data_config):
-    self.preprocess = Preprocess(data_config)
+  def __init__(self, settings):
+    self.preprocess = Preprocess(settings)
 
   def __call__(self, record):
     return dict(self.preprocess(record), mask=np.bool_(True))
 
 
-def make_eval_stream(config, split: str, batch_size: int, seed: int, process_index: int = 0,
-                     process_count: int = 1) -> grain.DatasetIterator:
+def make_eval_stream(settings: base.DataSettings, split: str, batch_size: int, seed: int,
+                     process_index: int = 0, process_count: int = 1) -> grain.DatasetIterator:
   """Endless reshuffled batches of `split`: this process's rows of each global batch."""
-  data_config = config.data
   per_process = base.process_share(batch_size, 'eval batch_size', process_count)
-  records = _records(data_config, split)
+  records = _records(settings, split)
   if len(records) == 0:
-    raise ValueError(f'split {split!r} of {data_config.name} is empty.')
-  chunks = _endless(records, seed).map(_StreamExample(data_config)).batch(
+    raise ValueError(f'split {split!r} of {settings.name} is empty.')
+  chunks = _endless(records, seed).map(_StreamExample(settings)).batch(
       per_process, drop_remainder=True)
-  return _to_iterator(chunks[process_index::process_count], data_config)
+  return _to_iterator(chunks[process_index::process_count], settings)
 
 
 class Streams:

@@ -9,6 +9,7 @@ is downloaded or written; missing or empty Pathfinder images are counted, as the
 """
 from __future__ import annotations
 
+import dataclasses
 import glob
 import os
 import sys
@@ -52,21 +53,21 @@ def _pathfinder_lines(release_dir: str, resolution: int) -> list[str]:
   return lines
 
 
-def _tfds_line(task: str, data_config) -> str:
+def _tfds_line(task: str, settings) -> str:
   try:
-    sizes = {split: len(base.tfds_source(data_config.tfds_name, split, data_config.data_dir))
+    sizes = {split: len(base.tfds_source(settings.tfds_name, split, settings.data_dir))
              for split in ('train', 'test')}
   except base.DataNotFoundError as e:
-    data_dir = base.expand_path(data_config.data_dir)
-    folder = os.path.join(data_dir, data_config.tfds_name.split('/')[0])
+    data_dir = base.expand_path(settings.data_dir)
+    folder = os.path.join(data_dir, settings.tfds_name.split('/')[0])
     if glob.glob(os.path.join(folder, '**', '*.tfrecord*'), recursive=True):
       return (f'{task:<{_W}} missing  {folder} holds TFRecord files, not array_record: build it '
-              f'as array_record: `{base.build_command(data_config.tfds_name, data_dir)}`.')
+              f'as array_record: `{base.build_command(settings.tfds_name, data_dir)}`.')
     return f'{task:<{_W}} missing  {e}'
   except errors.DataFault as e:
     return f'{task:<{_W}} damaged  {e}'
   return (f'{task:<{_W}} found    {sizes["train"]}/{sizes["test"]} train/test examples '
-          f'({data_config.tfds_name} in {base.expand_path(data_config.data_dir)})')
+          f'({settings.tfds_name} in {base.expand_path(settings.data_dir)})')
 
 
 def report(release_dir: str, data_dir: str | None = None) -> list[str]:
@@ -78,10 +79,10 @@ def report(release_dir: str, data_dir: str | None = None) -> list[str]:
   lines.append(_tsv_line('retrieval', os.path.join(release_dir, 'tsv_data'),
                          lra_retrieval.FILES, lra_retrieval.read_file))
   for task, name in (('text (imdb_reviews)', 'lra_text'), ('image (cifar10)', 'lra_image')):
-    data_config = base.get_data_config(name)
+    settings = base.get_spec(name).defaults()
     if data_dir:
-      data_config.data_dir = data_dir
-    lines.append(_tfds_line(task, data_config))
+      settings = dataclasses.replace(settings, data_dir=data_dir)
+    lines.append(_tfds_line(task, settings))
   for resolution in (32, 128):
     lines += _pathfinder_lines(release_dir, resolution)
   return lines

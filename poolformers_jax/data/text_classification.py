@@ -6,6 +6,7 @@ labels sorted as the official `label_list`); inputs [2, L] with one SMP segment 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import functools
 import json
 from typing import Any
@@ -27,12 +28,12 @@ def _file_records(path: str):
   raise ValueError(f'{path}: expected a .jsonl or .csv file.')
 
 
-def source(data_config, split):
-  if data_config.source == 'tfds':
-    return base.tfds_split_source(data_config, split)
-  if data_config.source == 'files':
-    return _file_records(base.expand_path(data_config.files[base.check_split(split)]))
-  raise ValueError(f"config.data.source={data_config.source!r}; choose 'tfds' or 'files'.")
+def source(settings, split):
+  if settings.source == 'tfds':
+    return base.tfds_split_source(settings, split)
+  if settings.source == 'files':
+    return _file_records(base.expand_path(settings.files[base.check_split(split)]))
+  raise ValueError(f"config.data.source={settings.source!r}; choose 'tfds' or 'files'.")
 
 
 def _label_key(value) -> Any:
@@ -50,24 +51,24 @@ def _file_labels(path: str, label_field: str) -> tuple:
   return tuple(sorted(keys, key=lambda k: (isinstance(k, str), k)))
 
 
-def _labels(data_config) -> tuple | None:
-  if data_config.source == 'tfds':
+def _labels(settings) -> tuple | None:
+  if settings.source == 'tfds':
     return None                                   # TFDS labels are class ids already
-  return _file_labels(base.expand_path(data_config.files.train), data_config.label_field)
+  return _file_labels(base.expand_path(settings.files['train']), settings.label_field)
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: LongTextSettings, rng: np.random.Generator | None = None):
   del rng
-  vocab = wordpiece.vocab_of(data_config)
-  text = wordpiece.as_text(record[data_config.text_field])
-  sentences = vocab.encode(wordpiece.split_sentences(text, data_config.sentence_split))
-  budget, kept = data_config.max_length - 2, []
+  vocab = wordpiece.vocab_of(settings)
+  text = wordpiece.as_text(record[settings.text_field])
+  sentences = vocab.encode(wordpiece.split_sentences(text, settings.sentence_split))
+  budget, kept = settings.max_length - 2, []
   for sentence in sentences:                     # truncate to max_length, as the tokenizer does
     kept.append(sentence[:max(budget, 0)])
     budget -= len(kept[-1])
-  inputs = wordpiece.pair_inputs(kept, None, vocab.cls, vocab.sep, data_config.max_length)
-  label = record[data_config.label_field]
-  labels = _labels(data_config)
+  inputs = wordpiece.pair_inputs(kept, None, vocab.cls, vocab.sep, settings.max_length)
+  label = record[settings.label_field]
+  labels = _labels(settings)
   if labels is not None:
     key = _label_key(label)
     if key not in labels:
@@ -76,34 +77,36 @@ def preprocess(record, data_config, rng: np.random.Generator | None = None):
   return {'inputs': inputs, 'targets': np.int32(label)}
 
 
-def info(data_config, *, from_files: bool = True):
-  vocab_size, special = wordpiece.vocab_sizes(data_config, from_files)
-  labels = _labels(data_config) if from_files else None
+def info(settings, *, from_files: bool = True):
+  vocab_size, special = wordpiece.vocab_sizes(settings, from_files)
+  labels = _labels(settings) if from_files else None
   return base.DatasetInfo(
       name='text_classification', task='text_classification',
-      num_classes=len(labels) if labels is not None else int(data_config.num_classes),
-      vocab_size=vocab_size, input_shape=(2, data_config.max_length),
-      split_sizes=wordpiece.split_sizes(source, data_config, from_files), model_defaults=special)
+      num_classes=len(labels) if labels is not None else int(settings.num_classes),
+      vocab_size=vocab_size, input_shape=(2, settings.max_length),
+      split_sizes=wordpiece.split_sizes(source, settings, from_files), model_defaults=special)
 
 
-def config():
-  c = wordpiece.common_config('text_classification', 4096)   # PoNet's long-text length
-  c.source = 'tfds'                # 'tfds' | 'files' (JSONL / CSV)
-  c.tfds_name = 'imdb_reviews/plain_text'
-  c.tfds_splits = dict(train='train', validation='test', test='test')   # official IMDb setting
-  c.num_classes = 2                # TFDS only; files: the distinct train labels
-  c.files = dict(train='', validation='', test='')
-  c.text_field = 'text'
-  c.label_field = 'label'
-  c.sentence_split = 'regex'       # SMP segments: sentences ('paragraph' for Arxiv-11)
-  return c
+@dataclasses.dataclass(frozen=True)
+class LongTextSettings(wordpiece.WordPieceSettings):
+  name: str = 'text_classification'
+  max_length: int = 4096          # PoNet's long-text length
+  source: str = 'tfds'            # 'tfds' | 'files' (JSONL / CSV)
+  tfds_name: str = 'imdb_reviews/plain_text'
+  tfds_splits: dict = base.mapping(   # the official IMDb setting
+      train='train', validation='test', test='test')
+  num_classes: int = 2            # TFDS only; files: the distinct train labels
+  files: dict = base.mapping(train='', validation='', test='')
+  text_field: str = 'text'
+  label_field: str = 'label'
+  sentence_split: str = 'regex'   # SMP segments: sentences ('paragraph' for Arxiv-11)
 
 
-def record(raw, data_config):
+def record(raw, settings):
   """A user's document (load_run) as a record, with a valid label of the run's files."""
-  labels = _labels(data_config)
-  return {data_config.text_field: raw, data_config.label_field: labels[0] if labels else 0}
+  labels = _labels(settings)
+  return {settings.text_field: raw, settings.label_field: labels[0] if labels else 0}
 
 
-base.register_dataset('text_classification', wordpiece.spec(info, source, preprocess, config,
-                                                            record))
+base.register_dataset('text_classification', wordpiece.spec(info, source, preprocess,
+                                                            LongTextSettings, record))

@@ -17,6 +17,7 @@ symbol but the first is scored exactly once (each example's 0/1 `weights`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import zipfile
@@ -109,39 +110,39 @@ class SlidingWindowSource:
 EVAL_PROTOCOLS = ('windows', 'sliding')
 
 
-def _symbols(data_config) -> np.ndarray:
-  name = data_config.name
-  path = os.path.join(base.expand_path(data_config.data_dir), f'{name}.zip')
+def _symbols(settings) -> np.ndarray:
+  name = settings.name
+  path = os.path.join(base.expand_path(settings.data_dir), f'{name}.zip')
   base.require_file(path, f'{download_todo(name)} or set config.data.data_dir to its folder.')
   return load_symbols(path, name)
 
 
-def source(data_config, split):
-  symbols = _symbols(data_config)
-  train, validation, test = data_config.split_sizes
+def source(settings: CharSettings, split):
+  symbols = _symbols(settings)
+  train, validation, test = settings.split_sizes
   if train + validation + test > len(symbols):
-    raise ValueError(f'{data_config.name}: split_sizes {tuple(data_config.split_sizes)} need '
+    raise ValueError(f'{settings.name}: split_sizes {tuple(settings.split_sizes)} need '
                      f'{train + validation + test} symbols but the file has {len(symbols)}.')
   bounds = {'train': (0, train), 'validation': (train, train + validation),
             'test': (train + validation, train + validation + test)}
   start, stop = bounds[base.check_split(split)]
-  protocol = data_config.eval_protocol
+  protocol = settings.eval_protocol
   if protocol not in EVAL_PROTOCOLS:
     raise ValueError(f'config.data.eval_protocol={protocol!r}; choose one of {EVAL_PROTOCOLS}.')
   if protocol == 'sliding' and split != 'train':
-    return SlidingWindowSource(symbols[start:stop], data_config.eval_context,
-                               data_config.eval_step)
-  return WindowSource(symbols[start:stop], data_config.max_length)
+    return SlidingWindowSource(symbols[start:stop], settings.eval_context,
+                               settings.eval_step)
+  return WindowSource(symbols[start:stop], settings.max_length)
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: CharSettings, rng: np.random.Generator | None = None):
   del rng
-  _, table = VOCABS[data_config.name]
+  _, table = VOCABS[settings.name]
   window = np.asarray(record['window'] if isinstance(record, dict) else record)
   ids = table[window]
   if (ids < 0).any():
     bad = chr(int(window[np.argmax(ids < 0)]))
-    raise ValueError(f'{data_config.name}: character {bad!r} is outside its vocabulary.')
+    raise ValueError(f'{settings.name}: character {bad!r} is outside its vocabulary.')
   example = {'inputs': ids[:-1], 'targets': ids[1:]}
   if isinstance(record, dict):   # sliding evaluation: score the tokens from `scored_from` on
     example['weights'] = (np.arange(len(ids) - 1) >= record['scored_from']).astype(np.float32)
@@ -149,32 +150,35 @@ def preprocess(record, data_config, rng: np.random.Generator | None = None):
 
 
 def _info(name, from_files: bool = True):
-  def info(data_config):
+  def info(settings: CharSettings):
     vocab_size, _ = VOCABS[name]
     if from_files:
-      sizes = {split: len(source(data_config, split)) for split in base.SPLITS}
+      sizes = {split: len(source(settings, split)) for split in base.SPLITS}
     else:   # the windows WindowSource makes of config.data.split_sizes symbols
-      sizes = {split: max(0, (n - 1) // data_config.max_length)
-               for split, n in zip(base.SPLITS, data_config.split_sizes)}
+      sizes = {split: max(0, (n - 1) // settings.max_length)
+               for split, n in zip(base.SPLITS, settings.split_sizes)}
     return base.DatasetInfo(
         name=name, task='lm', num_classes=vocab_size, vocab_size=vocab_size,
-        input_shape=(data_config.max_length,), split_sizes=sizes)
+        input_shape=(settings.max_length,), split_sizes=sizes)
   return info
 
 
-def _config(name: str):
-  def config():
-    c = base.common_config(name, 512)
-    c.data_dir = os.path.join(base.default_data_dir(), name)   # holds enwik8.zip / text8.zip
-    c.split_sizes = (90_000_000, 5_000_000, 5_000_000)     # bytes (enwik8) / characters (text8)
-    c.eval_protocol = 'windows'   # validation / test: or 'sliding' (module docstring)
-    c.eval_context = 32_768
-    c.eval_step = 512
-    return c
-  return config
+@dataclasses.dataclass(frozen=True)
+class CharSettings(base.DataSettings):
+  """enwik8's and text8's settings; data_dir holds enwik8.zip / text8.zip."""
+  name: str = 'enwik8'
+  max_length: int = 512
+  split_sizes: tuple = (90_000_000, 5_000_000, 5_000_000)   # bytes (enwik8) / characters (text8)
+  eval_protocol: str = 'windows'  # validation / test: or 'sliding' (module docstring)
+  eval_context: int = 32_768
+  eval_step: int = 512
 
 
-def record(raw, data_config):
+def _defaults(name: str):
+  return lambda: CharSettings(name=name, data_dir=os.path.join(base.default_data_dir(), name))
+
+
+def record(raw, settings):
   """A user's text as a window whose inputs are the whole text (one symbol appended)."""
   symbols = np.frombuffer(raw.encode('utf-8') if isinstance(raw, str) else bytes(raw), np.uint8)
   if not len(symbols):
@@ -182,11 +186,11 @@ def record(raw, data_config):
   return np.append(symbols, symbols[-1])
 
 
-def text(ids, data_config) -> str:
+def text(ids, settings) -> str:
   """Generated token ids as text, inverting the symbol table: text8's ids are its characters
   (' ', 'a'..'z'); enwik8's are bytes (id - 1), read as UTF-8, where a character cut by the end
   of the generation (or bytes that are no UTF-8) show as U+FFFD."""
-  _, table = VOCABS[data_config.name]
+  _, table = VOCABS[settings.name]
   symbols = np.zeros(table.max() + 1, np.uint8)
   known = np.flatnonzero(table >= 0)
   symbols[table[known]] = known
@@ -194,6 +198,6 @@ def text(ids, data_config) -> str:
 
 
 for _name in VOCABS:
-  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess, _config(_name),
+  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess, _defaults(_name),
                                                 shapes=_info(_name, from_files=False),
                                                 record=record, text=text))

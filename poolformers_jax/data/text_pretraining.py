@@ -25,6 +25,7 @@ in the middle (the official code skips it).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import os
@@ -126,24 +127,24 @@ def _text_file_documents(pattern: str, vocab_file: str, lowercase: bool, sentenc
   return TokenizedDocuments(paths, wordpiece.load_vocab(vocab_file, lowercase), sentence_split)
 
 
-def source(data_config, split):
+def source(settings: PretrainingSettings, split):
   base.check_split(split)
-  vocab = wordpiece.vocab_of(data_config)
-  if int(data_config.dupe_factor) < 1:
-    raise ValueError(f'config.data.dupe_factor={data_config.dupe_factor} must be >= 1 (the number '
+  vocab = wordpiece.vocab_of(settings)
+  if int(settings.dupe_factor) < 1:
+    raise ValueError(f'config.data.dupe_factor={settings.dupe_factor} must be >= 1 (the number '
                      'of passes over every chunk in one epoch; 5 in the official script).')
-  dupe = int(data_config.dupe_factor) if split == 'train' else 1
-  if data_config.source == 'text_files':
-    return ChunkRecords(_text_file_documents(data_config.files[split], data_config.vocab_file,
-                                             bool(data_config.lowercase),
-                                             data_config.sentence_split),
-                        data_config.max_length - 3, dupe)
-  if data_config.source == 'tfds':
-    if data_config.tfds_name.startswith('wikipedia'):
+  dupe = int(settings.dupe_factor) if split == 'train' else 1
+  if settings.source == 'text_files':
+    return ChunkRecords(_text_file_documents(settings.files[split], settings.vocab_file,
+                                             bool(settings.lowercase),
+                                             settings.sentence_split),
+                        settings.max_length - 3, dupe)
+  if settings.source == 'tfds':
+    if settings.tfds_name.startswith('wikipedia'):
       import tensorflow_datasets.text.wikipedia  # noqa: F401  registers wikipedia (no TF needed)
-    return DocumentRecords(TfdsDocuments(base.tfds_split_source(data_config, split), vocab,
-                                         data_config.sentence_split), dupe)
-  raise ValueError(f"config.data.source={data_config.source!r}; choose 'text_files' or 'tfds'.")
+    return DocumentRecords(TfdsDocuments(base.tfds_split_source(settings, split), vocab,
+                                         settings.sentence_split), dupe)
+  raise ValueError(f"config.data.source={settings.source!r}; choose 'text_files' or 'tfds'.")
 
 
 def _chunk_bounds(lengths: Sequence[int], target: int) -> list[tuple[int, int]]:
@@ -186,13 +187,13 @@ def _truncate_pair(a: list, b: list, max_tokens: int, rng) -> None:
     side[:] = [s for s in side if len(s)] or [side[0][:0]]
 
 
-def sentence_pair(documents, index: int, data_config, rng,
+def sentence_pair(documents, index: int, settings, rng,
                   span: tuple[int, int] | None = None) -> tuple[list, list, int]:
   """(sentences of A, sentences of B, label) for the configured objective, from the chunk
   `span` (first, end sentences) of document `index`, or (None) a chunk drawn at random."""
-  max_tokens = data_config.max_length - 3
+  max_tokens = settings.max_length - 3
   target = max_tokens
-  if rng.random() < data_config.short_seq_prob:
+  if rng.random() < settings.short_seq_prob:
     target = int(rng.integers(2, max_tokens + 1))
   if span is None:
     chunk = _draw_chunk(documents, index, target, rng)
@@ -203,7 +204,7 @@ def sentence_pair(documents, index: int, data_config, rng,
     chunk = [chunk[0][:half], chunk[0][half:]]
   cut = int(rng.integers(1, len(chunk)))          # A = the first 1..n-1 sentences
   a, b, label = chunk[:cut], chunk[cut:], 0
-  objective, other_docs = data_config.objective, len(documents) > 1
+  objective, other_docs = settings.objective, len(documents) > 1
   draw = rng.random()
   random_b = (objective == 'sso' and 1 / 3 <= draw < 2 / 3) or (objective == 'nsp' and draw < 0.5)
   if objective == 'sso' and draw < 1 / 3:
@@ -227,51 +228,54 @@ def mask_tokens(ids: np.ndarray, vocab: wordpiece.Vocab, probability: float,
   return masked.astype(np.int32), np.where(chosen, ids, -1).astype(np.int32)
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: PretrainingSettings, rng: np.random.Generator | None = None):
   documents, index, span, position = record
   if rng is None:      # evaluation: the same example every time
-    rng = np.random.default_rng([int(data_config.eval_seed), position])
-  vocab = wordpiece.vocab_of(data_config)
-  a, b, label = sentence_pair(documents, index, data_config, rng, span)
-  inputs = wordpiece.pair_inputs(a, b, vocab.cls, vocab.sep, data_config.max_length)
-  inputs[0], mlm = mask_tokens(inputs[0], vocab, data_config.mask_probability, rng)
+    rng = np.random.default_rng([int(settings.eval_seed), position])
+  vocab = wordpiece.vocab_of(settings)
+  a, b, label = sentence_pair(documents, index, settings, rng, span)
+  inputs = wordpiece.pair_inputs(a, b, vocab.cls, vocab.sep, settings.max_length)
+  inputs[0], mlm = mask_tokens(inputs[0], vocab, settings.mask_probability, rng)
   return {'inputs': inputs, 'targets': {'mlm': mlm, 'sso': np.int32(label)}}
 
 
 SENTENCE_CLASSES = {'sso': 3, 'nsp': 2, 'mlm': 0}
 
 
-def info(data_config, *, from_files: bool = True):
-  if data_config.objective not in SENTENCE_CLASSES:
-    raise ValueError(f'config.data.objective={data_config.objective!r}; choose one of '
+def info(settings, *, from_files: bool = True):
+  if settings.objective not in SENTENCE_CLASSES:
+    raise ValueError(f'config.data.objective={settings.objective!r}; choose one of '
                      f'{sorted(SENTENCE_CLASSES)}.')
-  vocab_size, special = wordpiece.vocab_sizes(data_config, from_files)
+  vocab_size, special = wordpiece.vocab_sizes(settings, from_files)
   return base.DatasetInfo(
       name='text_pretraining', task='pretraining',
-      num_classes=SENTENCE_CLASSES[data_config.objective], vocab_size=vocab_size,
-      input_shape=(2, data_config.max_length),
-      split_sizes=wordpiece.split_sizes(source, data_config, from_files),
-      model_defaults=dict(special, sentence_classes=SENTENCE_CLASSES[data_config.objective]))
+      num_classes=SENTENCE_CLASSES[settings.objective], vocab_size=vocab_size,
+      input_shape=(2, settings.max_length),
+      split_sizes=wordpiece.split_sizes(source, settings, from_files),
+      model_defaults=dict(special, sentence_classes=SENTENCE_CLASSES[settings.objective]))
 
 
-def config():
+@dataclasses.dataclass(frozen=True)
+class PretrainingSettings(wordpiece.WordPieceSettings):
   """MLM + SSO / NSP pairs; source 'text_files' or 'tfds' (wikipedia)."""
-  c = wordpiece.common_config('text_pretraining', 512)
-  c.objective = 'sso'              # 'sso' (StructBERT, the paper) | 'nsp' (BERT) | 'mlm' (only)
-  c.source = 'text_files'
+  name: str = 'text_pretraining'
+  max_length: int = 512
+  objective: str = 'sso'          # 'sso' (StructBERT, the paper) | 'nsp' (BERT) | 'mlm' (only)
+  source: str = 'text_files'
   # Globs of plain text files: documents separated by blank lines, a sentence per line.
-  corpus = os.path.join(base.default_data_dir(), 'corpus')
-  c.files = dict(train=os.path.join(corpus, 'train', '*.txt'),
-                 validation=os.path.join(corpus, 'validation', '*.txt'),
-                 test=os.path.join(corpus, 'validation', '*.txt'))
-  c.sentence_split = 'line'        # 'line' | 'regex' (split after . ! ?) | 'paragraph'
-  c.tfds_name = 'wikipedia/20230601.en'    # source='tfds': TFDS wikipedia (has only 'train')
-  c.tfds_splits = dict(train='train[20000:]', validation='train[:10000]', test='train[10000:20000]')
-  c.mask_probability = 0.15
-  c.short_seq_prob = 0.1
-  c.dupe_factor = 5                # training passes over every chunk per epoch (official: 5)
-  c.eval_seed = 0
-  return c
+  files: dict = dataclasses.field(default_factory=lambda: {
+      split: os.path.join(base.default_data_dir(), 'corpus', folder, '*.txt')
+      for split, folder in (('train', 'train'), ('validation', 'validation'),
+                            ('test', 'validation'))})
+  sentence_split: str = 'line'    # 'line' | 'regex' (split after . ! ?) | 'paragraph'
+  tfds_name: str = 'wikipedia/20230601.en'   # source='tfds': TFDS wikipedia (has only 'train')
+  tfds_splits: dict = base.mapping(train='train[20000:]', validation='train[:10000]',
+                                   test='train[10000:20000]')
+  mask_probability: float = 0.15
+  short_seq_prob: float = 0.1
+  dupe_factor: int = 5            # training passes over every chunk per epoch (official: 5)
+  eval_seed: int = 0
 
 
-base.register_dataset('text_pretraining', wordpiece.spec(info, source, preprocess, config))
+base.register_dataset('text_pretraining', wordpiece.spec(info, source, preprocess,
+                                                         PretrainingSettings))

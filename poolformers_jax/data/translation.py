@@ -19,6 +19,7 @@ scores against the raw reference text.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -36,14 +37,14 @@ PACKED_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
                'targets_positions')
 
 
-def _languages(data_config) -> tuple[str, str]:
-  return data_config.source_language, data_config.target_language
+def _languages(settings) -> tuple[str, str]:
+  return settings.source_language, settings.target_language
 
 
-def _tfds_name(data_config) -> str:
-  if data_config.pair not in PAIRS:
-    raise ValueError(f'config.data.pair={data_config.pair!r}; choose one of {PAIRS}.')
-  return f'wmt14_translate/{data_config.pair}'
+def _tfds_name(settings) -> str:
+  if settings.pair not in PAIRS:
+    raise ValueError(f'config.data.pair={settings.pair!r}; choose one of {PAIRS}.')
+  return f'wmt14_translate/{settings.pair}'
 
 
 def tsv_pair(line: str) -> dict[str, str]:
@@ -52,66 +53,66 @@ def tsv_pair(line: str) -> dict[str, str]:
   return {'src': src, 'tgt': tgt}
 
 
-def source(data_config, split):
+def source(settings: TranslationSettings, split):
   split = base.check_split(split)
-  if data_config.source == 'tsv':
-    path = os.path.join(base.expand_path(data_config.tsv_dir), f'{split}.tsv')
+  if settings.source == 'tsv':
+    path = os.path.join(base.expand_path(settings.tsv_dir), f'{split}.tsv')
     base.require_file(path, 'write one `source<TAB>target` pair per line, or use '
                       "config.data.source='tfds'.")
     return base.LineFile(path, parse=tsv_pair)
-  if data_config.source != 'tfds':
-    raise ValueError(f"config.data.source={data_config.source!r}; choose 'tfds' or 'tsv'.")
+  if settings.source != 'tfds':
+    raise ValueError(f"config.data.source={settings.source!r}; choose 'tfds' or 'tsv'.")
   import tensorflow_datasets.translate.wmt14  # noqa: F401  registers wmt14_translate (no TF)
-  return base.tfds_source(_tfds_name(data_config), data_config.tfds_splits[split],
-                          data_config.data_dir)
+  return base.tfds_source(_tfds_name(settings), settings.tfds_splits[split],
+                          settings.data_dir)
 
 
-def record_texts(record, data_config) -> tuple[str, str]:
+def record_texts(record, settings) -> tuple[str, str]:
   """(source text, target text) of one raw record (TFDS: keyed by language; tsv: src/tgt)."""
   if 'src' in record:
     return record['src'], record['tgt']
-  src_lang, tgt_lang = _languages(data_config)
+  src_lang, tgt_lang = _languages(settings)
   decode = lambda t: t.decode('utf-8') if isinstance(t, bytes) else str(t)
   return decode(record[src_lang]), decode(record[tgt_lang])
 
 
 # ------------------------------------------------------------------ SentencePiece vocabulary
 
-def vocab_path(data_config) -> str:
+def vocab_path(settings) -> str:
   """Where the shared SentencePiece model lives (beside the data)."""
-  if data_config.spm_model:
-    return base.expand_path(data_config.spm_model)
-  folder = (base.expand_path(data_config.tsv_dir) if data_config.source == 'tsv' else
-            os.path.join(base.expand_path(data_config.data_dir), _tfds_name(data_config)))
-  langs = ''.join(sorted(_languages(data_config)))
-  return os.path.join(folder, f'spm_{data_config.vocab_size}_{langs}.model')
+  if settings.spm_model:
+    return base.expand_path(settings.spm_model)
+  folder = (base.expand_path(settings.tsv_dir) if settings.source == 'tsv' else
+            os.path.join(base.expand_path(settings.data_dir), _tfds_name(settings)))
+  langs = ''.join(sorted(_languages(settings)))
+  return os.path.join(folder, f'spm_{settings.vocab_size}_{langs}.model')
 
 
-def train_sentencepiece(data_config, path: str) -> str:
+def train_sentencepiece(settings, path: str) -> str:
   """Trains the shared SentencePiece model on the training text; written atomically to `path`."""
   extras.require('text', 'WMT14 (SentencePiece)')
   import sentencepiece as spm
-  records = source(data_config, 'train')
-  budget = int(data_config.spm_max_chars)
+  records = source(settings, 'train')
+  budget = int(settings.spm_max_chars)
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with tempfile.TemporaryDirectory(dir=os.path.dirname(path)) as tmp:
     corpus = os.path.join(tmp, 'corpus.txt')
     with open(corpus, 'w', encoding='utf-8') as f:
       for i in range(len(records)):
-        src, tgt = record_texts(records[i], data_config)
+        src, tgt = record_texts(records[i], settings)
         f.write(src.replace('\n', ' ') + '\n' + tgt.replace('\n', ' ') + '\n')
         budget -= len(src) + len(tgt)
         if budget <= 0:
           break
     prefix = os.path.join(tmp, 'spm')
     spm.SentencePieceTrainer.Train(
-        input=corpus, model_prefix=prefix, vocab_size=int(data_config.vocab_size),
+        input=corpus, model_prefix=prefix, vocab_size=int(settings.vocab_size),
         model_type='unigram', character_coverage=1.0, pad_id=PAD_ID, eos_id=EOS_ID,
         unk_id=UNK_ID, bos_id=-1, input_sentence_size=10_000_000, shuffle_input_sentence=True,
-        hard_vocab_limit=bool(data_config.spm_hard_vocab_limit),
+        hard_vocab_limit=bool(settings.spm_hard_vocab_limit),
         num_threads=max(os.cpu_count() or 1, 1), minloglevel=2)
     os.replace(prefix + '.model', path)
-  logging.info('trained SentencePiece (%d pieces) -> %s', data_config.vocab_size, path)
+  logging.info('trained SentencePiece (%d pieces) -> %s', settings.vocab_size, path)
   return path
 
 
@@ -122,14 +123,14 @@ def _load_processor(path: str):
   return spm.SentencePieceProcessor(model_file=path)
 
 
-def get_tokenizer(data_config):
+def get_tokenizer(settings: TranslationSettings):
   """The shared SentencePieceProcessor, trained first if it is not beside the data yet."""
-  path = vocab_path(data_config)
+  path = vocab_path(settings)
   if not os.path.exists(path):
-    if data_config.spm_model:
+    if settings.spm_model:
       raise base.DataNotFoundError(f'{path} not found: point config.data.spm_model at a trained '
                                    'SentencePiece model, or unset it to train one.')
-    train_sentencepiece(data_config, path)
+    train_sentencepiece(settings, path)
   return _load_processor(path)
 
 
@@ -147,15 +148,15 @@ def decode(tokenizer, ids) -> str:
 
 # ------------------------------------------------------------------ examples and packing
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: TranslationSettings, rng: np.random.Generator | None = None):
   """Token ids with EOS. Train (rng given) with packing: unpadded (the packer pads); else padded
   to max_length."""
-  tokenizer = get_tokenizer(data_config)
-  src, tgt = record_texts(record, data_config)
+  tokenizer = get_tokenizer(settings)
+  src, tgt = record_texts(record, settings)
   example = {'inputs': encode(tokenizer, src), 'targets': encode(tokenizer, tgt)}
-  if rng is not None and data_config.pack:
+  if rng is not None and settings.pack:
     return example
-  return {k: base.fit_length(v, data_config.max_length, data_config.too_long, f'{k} of a pair')
+  return {k: base.fit_length(v, settings.max_length, settings.too_long, f'{k} of a pair')
           for k, v in example.items()}
 
 
@@ -169,49 +170,52 @@ class _Fits:
     return all(len(v) <= self.max_length for v in example.values())
 
 
-def pack(examples, data_config, batch_size: int, seed: int):
+def pack(examples, settings, batch_size: int, seed: int):
   """grain IterDataset of variable-length examples -> batches of packed rows (first fit)."""
   import grain
-  length = int(data_config.max_length)
+  length = int(settings.max_length)
   fitting = examples.filter(_Fits(length))
   packed = grain.experimental.FirstFitPackIterDataset(
       fitting, length_struct={'inputs': length, 'targets': length},
-      num_packing_bins=int(data_config.packing_bins) or batch_size, seed=seed,
+      num_packing_bins=int(settings.packing_bins) or batch_size, seed=seed,
       shuffle_bins=True)
   return packed.batch(batch_size, drop_remainder=True)
 
 
-def info(data_config, *, from_files: bool = True) -> base.DatasetInfo:
+def info(settings, *, from_files: bool = True) -> base.DatasetInfo:
   """`from_files=False` (DatasetSpec.shapes): config.data.vocab_size pieces (exact with
   spm_hard_vocab_limit), no split sizes."""
-  vocab = get_tokenizer(data_config).get_piece_size() if from_files else data_config.vocab_size
+  vocab = get_tokenizer(settings).get_piece_size() if from_files else settings.vocab_size
   return base.DatasetInfo(
-      name=data_config.name, task='seq2seq', num_classes=vocab, vocab_size=vocab,
-      input_shape=(data_config.max_length,), packed=bool(data_config.pack),
+      name=settings.name, task='seq2seq', num_classes=vocab, vocab_size=vocab,
+      input_shape=(settings.max_length,), packed=bool(settings.pack),
       model_defaults={'eos_id': EOS_ID},
-      split_sizes=({split: len(source(data_config, split)) for split in base.SPLITS}
+      split_sizes=({split: len(source(settings, split)) for split in base.SPLITS}
                    if from_files else {}))
 
 
-def config():
+@dataclasses.dataclass(frozen=True)
+class TranslationSettings(base.DataSettings):
   """English -> German (`pair` 'de-en') or French ('fr-en')."""
-  c = base.common_config('wmt14', 256)   # tokens per (packed) row, source and target alike
-  c.source = 'tfds'                # 'tfds' (wmt14_translate/<pair>) | 'tsv' ({tsv_dir}/<split>.tsv)
-  c.pair = 'de-en'
-  c.source_language = 'en'
-  c.target_language = 'de'
-  c.tfds_splits = dict(train='train', validation='validation', test='test')  # nt2013 / nt2014
-  c.tsv_dir = os.path.join(base.default_data_dir(), 'translation_tsv')
-  c.vocab_size = 32000             # shared SentencePiece vocabulary (both languages)
-  c.spm_max_chars = 10_000_000     # training text read to train it (Flax wmt's default)
-  c.spm_hard_vocab_limit = True    # False lets a tiny corpus have fewer pieces than vocab_size
-  c.spm_model = ''                 # an existing .model to use ('' = train / find beside data)
-  c.pack = True                    # pack training pairs into rows (segment ids + positions)
-  c.packing_bins = 0               # first-fit bins per round; 0 = the per-process batch size
-  return c
+  name: str = 'wmt14'
+  max_length: int = 256           # tokens per (packed) row, source and target alike
+  source: str = 'tfds'            # 'tfds' (wmt14_translate/<pair>) | 'tsv' ({tsv_dir}/<split>.tsv)
+  pair: str = 'de-en'
+  source_language: str = 'en'
+  target_language: str = 'de'
+  tfds_splits: dict = base.mapping(   # nt2013 / nt2014
+      train='train', validation='validation', test='test')
+  tsv_dir: str = base.under_data_dir('translation_tsv')
+  vocab_size: int = 32000         # shared SentencePiece vocabulary (both languages)
+  spm_max_chars: int = 10_000_000   # training text read to train it (Flax wmt's default)
+  spm_hard_vocab_limit: bool = True   # False lets a tiny corpus have fewer pieces than vocab_size
+  spm_model: str = ''             # an existing .model to use ('' = train / find beside data)
+  pack: bool = True               # pack training pairs into rows (segment ids + positions)
+  packing_bins: int = 0           # first-fit bins per round; 0 = the per-process batch size
 
 
 base.register_dataset('wmt14', base.DatasetSpec(
-    info, source, preprocess, config, pack=pack, shapes=functools.partial(info, from_files=False),
+    info, source, preprocess, TranslationSettings, pack=pack,
+    shapes=functools.partial(info, from_files=False),
     record=lambda raw, _: {'src': raw, 'tgt': ''},
-    run_files=lambda data_config: [vocab_path(data_config)]))
+    run_files=lambda settings: [vocab_path(settings)]))

@@ -15,6 +15,7 @@ timm. Repeated augmentation is the pipeline's; mixup / cutmix the trainer's (tra
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -79,9 +80,9 @@ _TRAIN_CROPS = {
 }
 
 
-def normalize(image: np.ndarray, data_config) -> np.ndarray:
-  mean = np.asarray(data_config.mean, np.float32)
-  std = np.asarray(data_config.std, np.float32)
+def normalize(image: np.ndarray, settings) -> np.ndarray:
+  mean = np.asarray(settings.mean, np.float32)
+  std = np.asarray(settings.std, np.float32)
   return (image.astype(np.float32) / 255.0 - mean) / std
 
 
@@ -106,75 +107,82 @@ def random_erase(image: np.ndarray, probability: float, rng: np.random.Generator
   return image
 
 
-def source(data_config, split):
-  return base.tfds_split_source(data_config, split)
+def source(settings, split):
+  return base.tfds_split_source(settings, split)
 
 
-def preprocess(record, data_config, rng: np.random.Generator | None = None):
+def preprocess(record, settings: VisionSettings, rng: np.random.Generator | None = None):
   image = np.asarray(record['image'], np.uint8)
   if rng is None:
-    image = center_crop(image, data_config.image_size, data_config.eval_crop_fraction)
+    image = center_crop(image, settings.image_size, settings.eval_crop_fraction)
   else:
-    if data_config.train_crop not in _TRAIN_CROPS:
-      raise ValueError(f'config.data.train_crop={data_config.train_crop!r}; choose one of '
+    if settings.train_crop not in _TRAIN_CROPS:
+      raise ValueError(f'config.data.train_crop={settings.train_crop!r}; choose one of '
                        f'{sorted(_TRAIN_CROPS)}.')
-    image = _TRAIN_CROPS[data_config.train_crop](image, data_config, rng)
-    if data_config.random_flip and rng.random() < 0.5:
+    image = _TRAIN_CROPS[settings.train_crop](image, settings, rng)
+    if settings.random_flip and rng.random() < 0.5:
       image = image[:, ::-1]
-    policy = data_config.rand_augment
+    policy = settings.rand_augment
     if policy:   # fill: the mean colour, as timm's img_mean
-      fill = tuple(min(255, round(255 * m)) for m in data_config.mean)
+      fill = tuple(min(255, round(255 * m)) for m in settings.mean)
       from poolformers_jax.data import randaugment  # PIL: when images are read
       image = randaugment.parse(policy)(np.ascontiguousarray(image), rng, fill)
-  image = normalize(image, data_config)
-  erasing = data_config.random_erasing
+  image = normalize(image, settings)
+  erasing = settings.random_erasing
   if rng is not None and erasing > 0:   # after normalisation, as in timm (noise is N(0, 1))
     image = random_erase(image, erasing, rng)
   return {'inputs': image, 'targets': np.int32(record['label'])}
 
 
-def info(data_config, *, from_files: bool = True):
+def info(settings: VisionSettings, *, from_files: bool = True):
   """`from_files=False` (DatasetSpec.shapes): the same without split sizes (no files read)."""
-  size = data_config.image_size
-  if data_config.rand_augment:
+  size = settings.image_size
+  if settings.rand_augment:
     from poolformers_jax.data import randaugment
-    randaugment.parse(data_config.rand_augment)   # a bad policy fails here, before compiling
-  sizes = ({split: len(source(data_config, split)) for split in base.SPLITS} if from_files
+    randaugment.parse(settings.rand_augment)   # a bad policy fails here, before compiling
+  sizes = ({split: len(source(settings, split)) for split in base.SPLITS} if from_files
            else {})
   return base.DatasetInfo(
-      name=data_config.name, task='classification',
-      num_classes=DATASETS[data_config.tfds_name.split('/')[0]][0],
+      name=settings.name, task='classification',
+      num_classes=DATASETS[settings.tfds_name.split('/')[0]][0],
       vocab_size=None, input_shape=(size, size, 3), split_sizes=sizes)
 
 
-def config_of(name: str):
-  """The `config` of dataset `name` (cifar10, cifar100, imagenet2012)."""
+@dataclasses.dataclass(frozen=True)
+class VisionSettings(base.DataSettings):
+  """CIFAR's defaults; ImageNet's are `defaults_of('imagenet2012')`'s."""
+  name: str = 'cifar10'
+  tfds_name: str = 'cifar10'
+  image_size: int = 32
+  train_crop: str = 'pad_crop'    # | 'inception_crop'
+  crop_padding: int = 4
+  eval_crop_fraction: float = 1.0
+  random_flip: bool = True
+  random_erasing: float = 0.0     # probability of timm RandomErasing per train image (DeiT: 0.25)
+  rand_augment: str = ''          # timm RandAugment policy, '' = off (DeiT: 'rand-m9-mstd0.5-inc1')
+  # Per-channel mean / std of the training set (CIFAR's, or ImageNet's).
+  mean: tuple = (0.4914, 0.4822, 0.4465)
+  std: tuple = (0.2470, 0.2435, 0.2616)
+  # Our split name -> TFDS split (slices such as 'train[98%:]' work too). CIFAR has no
+  # validation split; ImageNet's labelled held-out set is 'validation'.
+  tfds_splits: dict = base.mapping(train='train', validation='test', test='test')
 
-  def config():
-    _, image_size = DATASETS[name]
-    c = base.common_config(name, 0)
-    c.tfds_name = name
-    c.image_size = image_size
-    small = image_size <= 64
-    c.train_crop = 'pad_crop' if small else 'inception_crop'
-    c.crop_padding = 4
-    c.eval_crop_fraction = 1.0 if small else 0.875
-    c.random_flip = True
-    c.random_erasing = 0.0   # probability of timm RandomErasing per train image (DeiT: 0.25)
-    c.rand_augment = ''      # timm RandAugment policy, '' = off (DeiT: 'rand-m9-mstd0.5-inc1')
-    # Per-channel mean / std of the training set (ImageNet's, or CIFAR's).
-    imagenet = name == 'imagenet2012'
-    c.mean = (0.485, 0.456, 0.406) if imagenet else (0.4914, 0.4822, 0.4465)
-    c.std = (0.229, 0.224, 0.225) if imagenet else (0.2470, 0.2435, 0.2616)
-    # Our split name -> TFDS split (slices such as 'train[98%:]' work too). CIFAR has no
-    # validation split; ImageNet's labelled held-out set is 'validation'.
-    c.tfds_splits = (dict(train='train', validation='validation', test='validation') if imagenet
-                     else dict(train='train', validation='test', test='test'))
-    return c
-  return config
+
+def defaults_of(name: str):
+  """The `defaults` of dataset `name` (cifar10, cifar100, imagenet2012)."""
+
+  def defaults() -> VisionSettings:
+    settings = VisionSettings(name=name, tfds_name=name, image_size=DATASETS[name][1])
+    if name != 'imagenet2012':
+      return settings
+    return dataclasses.replace(
+        settings, train_crop='inception_crop', eval_crop_fraction=0.875,
+        mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225),
+        tfds_splits=dict(train='train', validation='validation', test='validation'))
+  return defaults
 
 
 for _name in DATASETS:
   base.register_dataset(_name, base.DatasetSpec(
-      info, source, preprocess, config_of(_name), record=base.image_record,
+      info, source, preprocess, defaults_of(_name), record=base.image_record,
       shapes=functools.partial(info, from_files=False)))

@@ -9,8 +9,8 @@ the SMP segment ids of the official code (`pair_inputs`): [CLS] 0, then every se
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
-import os
 import re
 from collections.abc import Sequence
 
@@ -83,8 +83,8 @@ def load_vocab(vocab_file: str, lowercase: bool) -> Vocab:
   return Vocab(vocab_file, lowercase)
 
 
-def vocab_of(data_config) -> Vocab:
-  return load_vocab(data_config.vocab_file, bool(data_config.lowercase))
+def vocab_of(settings: WordPieceSettings) -> Vocab:
+  return load_vocab(settings.vocab_file, bool(settings.lowercase))
 
 
 def pair_inputs(a: list, b: list | None, cls: int, sep: int, length: int) -> np.ndarray:
@@ -104,29 +104,28 @@ def pair_inputs(a: list, b: list | None, cls: int, sep: int, length: int) -> np.
                    np.pad(np.concatenate(segments).astype(np.int32), (0, length - len(row)))])
 
 
-def vocab_sizes(data_config, from_files: bool) -> tuple[int, dict[str, int]]:
+def vocab_sizes(settings, from_files: bool) -> tuple[int, dict[str, int]]:
   """(vocabulary size, model defaults [CLS] / [SEP] ids) of the vocab.txt, or BERT_UNCASED's."""
-  vocab = vocab_of(data_config) if from_files else None
+  vocab = vocab_of(settings) if from_files else None
   size, cls, sep = ((vocab.size, vocab.cls, vocab.sep) if vocab else
                     (BERT_UNCASED['size'], BERT_UNCASED['cls'], BERT_UNCASED['sep']))
   return size, dict(cls_id=cls, sep_id=sep)
 
 
-def split_sizes(source, data_config, from_files: bool) -> dict[str, int]:
+def split_sizes(source, settings, from_files: bool) -> dict[str, int]:
   """The sizes of `source`'s splits; from_files=False (`shapes`): none, nothing read."""
-  return {s: len(source(data_config, s)) for s in base.SPLITS} if from_files else {}
+  return {s: len(source(settings, s)) for s in base.SPLITS} if from_files else {}
 
 
-def common_config(name: str, max_length: int):
-  """base.common_config and the vocabulary's fields."""
-  c = base.common_config(name, max_length)
+@dataclasses.dataclass(frozen=True)
+class WordPieceSettings(base.DataSettings):
+  """The settings every WordPiece dataset has: its vocabulary."""
   # A BERT vocab.txt, e.g. chtan/ponet-base-uncased's.
-  c.vocab_file = os.path.join(base.default_data_dir(), 'ponet-base-uncased', 'vocab.txt')
-  c.lowercase = True               # uncased, as PoNet-Base
-  return c
+  vocab_file: str = base.under_data_dir('ponet-base-uncased', 'vocab.txt')
+  lowercase: bool = True          # uncased, as PoNet-Base
 
 
-def spec(info, source, preprocess, config, record=None) -> base.DatasetSpec:
+def spec(info, source, preprocess, defaults, record=None) -> base.DatasetSpec:
   """`shapes`: the info without files (BERT_UNCASED's vocabulary, no split sizes)."""
-  return base.DatasetSpec(info, source, preprocess, config, record=record,
+  return base.DatasetSpec(info, source, preprocess, defaults, record=record,
                           shapes=functools.partial(info, from_files=False))

@@ -80,7 +80,7 @@ def glue_data_status(task: str, family: str, size: str, overrides: Sequence[str]
   from poolformers_jax import data
   config = load_glue_config(task, family, size, 8, 3e-5, overrides, configs_dir)
   try:
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   except data.DataNotFoundError as e:
     return str(e)
   return None

@@ -122,12 +122,12 @@ def data_status(task: str, size: str, overrides: Sequence[str] = (),
   """None when the task's data can be read or is made on first use (`generated`), else why not.
   Read with `family`'s config: the --set overrides may name keys only that family has."""
   from poolformers_jax import data
-  config = load_config(task, family, size, 0, overrides, configs_dir)
-  generated = data.DATASETS[config.data.name].generated
-  if generated and generated(config.data):
+  settings = data.settings(load_config(task, family, size, 0, overrides, configs_dir).data)
+  generated = data.DATASETS[settings.name].generated
+  if generated and generated(settings):
     return None    # made on first use, not here
   try:
-    data.get_dataset_info(config)
+    data.get_dataset_info(settings)
   except data.DataNotFoundError as e:
     return str(e)
   return None

@@ -63,13 +63,13 @@ class Task:
   rows: Callable[[Any, Any], dict[str, Array]] | None = None   # (outputs, targets) -> [B] each
   model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
   train_example: Callable[[Any], Any] = class_example      # DatasetInfo -> one training example
-  # Generated outputs scored at evaluation (BLEU): (model=, decode=config.decode,
-  # data=config.data, devices=, params_sharding=, batch_sharding=, out_sharding=) -> an object
+  # Generated outputs scored at evaluation (BLEU): (model=, decode=config.decode, data=the
+  # dataset's settings, devices=, params_sharding=, batch_sharding=, out_sharding=) -> an object
   # whose `metrics(params, split, output_path)` decodes `split`.
   decoder: Callable[..., Any] | None = None
   # Run.predict: what it returns (None: pre-training has none) and (outputs [N, ...] as numpy,
-  # the N examples) -> predictions; `predict_example` (example, config.data) -> the example
-  # predict feeds where it is not the evaluation's.
+  # the N examples) -> predictions; `predict_example` (example, the dataset's settings) -> the
+  # example predict feeds where it is not the evaluation's.
   predicts: str | None = None
   prediction: Callable[[Any, Any], Any] = class_ids
   predict_example: Callable[[Any, Any], Any] | None = None

@@ -107,13 +107,13 @@ def token_example(info) -> dict[str, Spec]:
   return {'inputs': inputs_spec(info), 'targets': Spec(tuple(info.input_shape), jnp.int32)}
 
 
-def next_symbol_example(example, data_config) -> dict[str, np.ndarray]:
+def next_symbol_example(example, settings) -> dict[str, np.ndarray]:
   """What an LM predicts from: the text's symbols padded after it (a causal model: padding never
   reaches back), `last` its last position; a text longer than max_length keeps its last symbols
   (too_long='truncate') or is refused."""
-  ids, length = example['inputs'], int(data_config.max_length)
+  ids, length = example['inputs'], int(settings.max_length)
   if len(ids) > length:
-    if data_config.too_long == 'error':
+    if settings.too_long == 'error':
       raise ValueError(f"text has {len(ids)} symbols > config.data.max_length={length}, too "
                        "long for this run's model; shorten it, or pass too_long='truncate' to "
                        'keep its last symbols')

@@ -122,12 +122,13 @@ def write_lines(path: str, lines: list[str]) -> None:
 
 @dataclasses.dataclass
 class Translator:
-  """Translations and BLEU of a seq2seq `model`. `decode` is config.decode, `data` config.data;
+  """Translations and BLEU of a seq2seq `model`. `decode` is config.decode, `data` the dataset's
+  settings (data.settings(config.data));
   decoding batches have a multiple of `devices` rows, laid out by the shardings (None: jax's
   defaults). A jitted decoder per (beam, alpha), compiled per bucket shape."""
   model: Any
   decode: Any
-  data: Any
+  data: translation.TranslationSettings
   devices: int = 1
   params_sharding: Any = None
   batch_sharding: Any = None

@@ -47,7 +47,7 @@ def unigram_rate(config) -> float:
   split (masked tokens or next tokens, as the pre-training scored them)."""
   scored = []
   batch_size = int(config.eval_batch_size or config.batch_size)
-  for batch in data.make_eval_iterator(config, 'validation', batch_size):
+  for batch in data.make_eval_iterator(data.settings(config.data), 'validation', batch_size):
     targets = np.asarray(batch['targets'])
     real = np.asarray(batch['mask']).reshape((-1,) + (1,) * (targets.ndim - 1))   # not filler
     scored.append(targets[real & (targets != NOT_CHOSEN)])

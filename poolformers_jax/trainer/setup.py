@@ -24,6 +24,7 @@ from jax.sharding import Mesh
 
 from poolformers_jax import config as config_lib, tasks
 from poolformers_jax.config import completion
+from poolformers_jax.data.base import DataSettings
 from poolformers_jax.layers.registry import check_sequence_parallel
 from poolformers_jax.models import build_model
 from poolformers_jax.tasks.classification import TOP_K
@@ -39,6 +40,7 @@ class Setup:
   """What a run builds from its completed config, once: the train and eval steps
   (trainer/step.py) and every reader of a run take their parts from here."""
   info: Any                            # data.DatasetInfo
+  data: DataSettings                   # the dataset's typed settings (config.data)
   model: nn.Module
   task: tasks.Task
   tx: optax.GradientTransformation
@@ -99,8 +101,8 @@ def setup_with_config(config: ml_collections.ConfigDict | None, *, need_files: b
   --topology: the chips of a TPU slice, compile only); `run_dir`: the run directory this config
   continues or reads, whose model it must be (config.with_run_model: `config` None is the run's
   own; `todo` says what to do about another model)."""
-  config, info = completion.complete_with_info(config, need_files=need_files, info=info,
-                                               run_dir=run_dir, todo=todo)
+  config, data_settings, info = completion.complete_with_info(
+      config, need_files=need_files, info=info, run_dir=run_dir, todo=todo)
   mesh = make_mesh(config) if mesh is None else mesh
   config_lib.check_config(config, info, devices=sharding.batch_devices(mesh),   # before any model
                           processes=jax.process_count(), metrics=validation_metrics(info),
@@ -118,11 +120,11 @@ def setup_with_config(config: ml_collections.ConfigDict | None, *, need_files: b
   abstract, shardings = state_shardings(model, tx, info, mesh, rules)
   task = tasks.get_task(info.task)
   decoder = None if task.decoder is None else task.decoder(
-      model=model, decode=config.decode, data=config.data, devices=sharding.batch_devices(mesh),
+      model=model, decode=config.decode, data=data_settings, devices=sharding.batch_devices(mesh),
       params_sharding=shardings.params, batch_sharding=sharding.batch_sharded(mesh, 2),
       out_sharding=sharding.replicated(mesh))
   return config, Setup(
-      info=info, model=model, task=task, tx=tx, schedule=schedule, mesh=mesh,
+      info=info, data=data_settings, model=model, task=task, tx=tx, schedule=schedule, mesh=mesh,
       fsdp_rules=rules, abstract_state=abstract, state_shardings=shardings,
       num_train_steps=int(config.num_train_steps), batch_size=int(config.batch_size),
       eval_batch_size=int(config.eval_batch_size or config.batch_size),

@@ -43,10 +43,10 @@ def _assert_skips_to(config, path, good, make_data_config, *, skipped, rows):
   of `path` and holds exactly rows `rows` of the undamaged release in folder `good`."""
   before = _skipped(path)
   config.data.skip_bad_records = True
-  kept = listops.source(config.data, 'train')
+  kept = listops.source(data.settings(config.data), 'train')
   assert _skipped(path) - before == skipped
   reference = listops.source(
-      make_data_config('listops', source='tsv', tsv_dir=str(good)).data, 'train')
+      data.settings(make_data_config('listops', source='tsv', tsv_dir=str(good)).data), 'train')
   assert len(kept) == len(rows)
   for got, i in zip(kept, rows):
     np.testing.assert_array_equal(got['tokens'], reference[i]['tokens'])
@@ -68,7 +68,7 @@ def test_listops_tsv_cut_mid_line_or_bad_rows_refused_at_open_or_skipped_and_cou
   assert lines == 13                                     # header + 12 rows; rows 3, 6, 12 bad
   config = make_data_config('listops', source='tsv', tsv_dir=str(bad), max_length=32)
   with pytest.raises(bad_records.BadRecord) as refused:
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   assert str(refused.value) == (
       f"{path}:4: the label 'x' is not a class 0-9; download the LRA release again "
       f'(lra_release.gz, listops-1000/), {SKIP_HINT}')
@@ -88,7 +88,7 @@ def test_listops_tsv_row_cut_short_names_its_line(tmp_path, make_data_config):
   with pytest.raises(bad_records.BadRecord, match=(
       f'^{path}:3: 1 tab-separated fields where a ListOps line has 2 \\(Source, Target\\): the '
       'line is cut short or damaged; ')):
-    listops.source(config.data, 'validation')
+    listops.source(data.settings(config.data), 'validation')
 
 
 def test_a_damaged_file_is_one_line_with_exit_code_3(tmp_path, capsys, make_data_config):
@@ -98,7 +98,7 @@ def test_a_damaged_file_is_one_line_with_exit_code_3(tmp_path, capsys, make_data
   _damage_lines(path, {2: lambda line: None})
   config = make_data_config('listops', source='tsv', tsv_dir=str(tmp_path))
   with pytest.raises(SystemExit) as exit_:
-    errors.one_line_errors(data.get_dataset_info)(config)
+    errors.one_line_errors(data.get_dataset_info)(data.settings(config.data))
   assert exit_.value.code == errors.MACHINE_FAULT_EXIT == 3
   (line,) = capsys.readouterr().err.splitlines()
   assert line.startswith(f'error: {path}:2: 1 tab-separated fields where ') and line.endswith(
@@ -114,12 +114,12 @@ def test_lra_retrieval_bad_rows_refused_or_skipped(tmp_path, make_data_config):
   _damage_lines(path, {2: lambda line: 'yes' + line[3:], 6: lambda line: None})
   config = make_data_config('lra_retrieval', tsv_dir=str(tmp_path), max_length=8)
   with pytest.raises(bad_records.BadRecord) as refused:
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   assert str(refused.value) == (f"{path}:2: the label 'yes' is not 0 or 1; download the LRA "
                                 f'release again (lra_release.gz, tsv_data/), {SKIP_HINT}')
   config.data.skip_bad_records = True
   before = _skipped(path)
-  kept = base.get_spec('lra_retrieval').source(config.data, 'train')
+  kept = base.get_spec('lra_retrieval').source(data.settings(config.data), 'train')
   assert _skipped(path) - before == 2
   assert [(r['label'], r['text1']) for r in kept] == [(0, 'doc0a'), (0, 'doc2a'), (1, 'doc3a'),
                                                      (0, 'doc4a')]
@@ -143,7 +143,7 @@ def test_a_damaged_text8_zip_is_refused_at_open(tmp_path, damage, make_data_conf
   config = make_data_config('text8', data_dir=str(tmp_path), max_length=16,
                             split_sizes=(1000, 300, 300))
   with pytest.raises(errors.DataFault) as refused:
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   problem = "Bad CRC-32 for file 'text8'" if damage == 'crc' else 'File is not a zip file'
   assert str(refused.value) == (
       f'{path} is damaged or cut short ({problem}); copy the official text8.zip '
@@ -163,18 +163,19 @@ def test_a_truncated_or_swapped_array_record_shard_is_refused_at_open(
   shard copied over it (a whole file, 11 records where the split has 60). Opening the split,
   by the ListOps reader or by tfds_source as the TFDS datasets are, names the shard file."""
   config = make_listops_config(tmp_path / 'cut')
-  listops.source(config.data, 'test')                    # generated; the train split not read
+  listops.source(data.settings(config.data),
+                 'test')                    # generated; the train split not read
   folder, train = _shard(tmp_path / 'cut', 'train')
   os.truncate(train, os.path.getsize(train) // 2)
   with pytest.raises(errors.DataFault) as refused:
-    listops.source(config.data, 'train')
+    listops.source(data.settings(config.data), 'train')
   assert str(refused.value).startswith(
       f"{train}: the array_record shard of the generated ListOps split 'train' is cut short or "
       'damaged (')
   assert str(refused.value).endswith(f'); delete {folder}: it is generated again on first use')
 
   config = make_listops_config(tmp_path / 'swapped')
-  listops.source(config.data, 'test')
+  listops.source(data.settings(config.data), 'test')
   folder, train = _shard(tmp_path / 'swapped', 'train')
   shutil.copy(_shard(tmp_path / 'swapped', 'validation')[1], train)
   name = f'poolformers_listops/{os.path.basename(os.path.dirname(folder))}'
@@ -203,7 +204,7 @@ def _pathfinder_release(tmp_path, count):
 
 def _rows(config, split):
   rows, targets = [], []
-  for batch in data.make_eval_iterator(config, split, batch_size=2):
+  for batch in data.make_eval_iterator(data.settings(config.data), split, batch_size=2):
     rows += list(batch['inputs'][batch['mask']])
     targets += list(batch['targets'][batch['mask']])
   return rows, targets
@@ -235,7 +236,7 @@ def test_an_image_that_does_not_decode_is_refused_or_skipped_and_counted(
   assert targets == [i % 2 for i in read]
   for row, i in zip(rows, read):
     np.testing.assert_array_equal(row, images[i].reshape(-1).astype(np.int32) + 1)
-  source = base.get_spec('lra_pathfinder').source(config.data, 'train')
+  source = base.get_spec('lra_pathfinder').source(data.settings(config.data), 'train')
   training = bad_records.guarded(source, config.data)   # what the training iterator reads
   assert len(training) == 8
   np.testing.assert_array_equal(training[2]['image'], training[3]['image'])   # image 3 twice
@@ -266,7 +267,7 @@ def test_a_damaged_chunk_inside_a_shard_names_its_record_when_read(
   at open); with skip_bad_records it is replaced by the next record, counted."""
   from array_record.python import array_record_module
   config = make_listops_config(tmp_path)
-  listops.source(config.data, 'test')
+  listops.source(data.settings(config.data), 'test')
   folder, train = _shard(tmp_path, 'train')
   raw = bytearray(open(train, 'rb').read())
   raw[len(raw) // 64] ^= 0xFF
@@ -293,7 +294,7 @@ def test_a_damaged_chunk_inside_a_shard_names_its_record_when_read(
       "'train[10:]') does not read (Corrupted Riegeli/records file: ")
   assert str(refused.value).endswith(SKIP_HINT)
   with pytest.raises(bad_records.BadRecord, match=f'^{train}: record {bad} of the array_record'):
-    listops.source(config.data, 'train')
+    listops.source(data.settings(config.data), 'train')
 
   config.data.skip_bad_records = True
   before = _skipped(train)
@@ -317,7 +318,7 @@ def test_a_listops_token_outside_the_vocabulary_names_its_line_or_is_left_out(
   _damage_lines(path, {5: lambda line: '[MIX ' + line})
   config = make_data_config('listops', source='tsv', tsv_dir=str(bad), max_length=32)
   with pytest.raises(bad_records.BadRecord) as refused:
-    listops.source(config.data, 'train')
+    listops.source(data.settings(config.data), 'train')
   assert str(refused.value).startswith(f"{path}:5: token '[MIX' is not in the ListOps vocabulary")
   assert str(refused.value).endswith(SKIP_HINT) and '\n' not in str(refused.value)
 

@@ -1,5 +1,6 @@
 """ListOps: evaluator, official string format, seeded generator (the same bytes as before it moved
 to data/generators/), TFDS builder, TSV reader."""
+import dataclasses
 import hashlib
 import os
 import random
@@ -138,7 +139,8 @@ def test_generated_bytes_are_those_of_the_generator_before_the_move(tmp_path, sm
     digest.update(name.encode())
     digest.update((tmp_path / name).read_bytes())
   assert digest.hexdigest() == TSV_SHA256
-  sources = [listops.source(small_listops.data, split) for split in ('train', 'validation', 'test')]
+  settings = data.settings(small_listops.data)
+  sources = [listops.source(settings, split) for split in ('train', 'validation', 'test')]
   records = [source[i] for source in sources for i in range(len(source))]
   assert len(records) == 84
   assert _examples_sha256([(r['tokens'], r['label']) for r in records]) == FIXTURE_RECORDS_SHA256
@@ -168,7 +170,7 @@ def test_tfds_builder_same_seed_byte_identical(tmp_path, make_listops_config):
   # Records: label = value of the tree; splits disjoint; sizes as configured.
   seen = set()
   for split, size in (('train', 40), ('validation', 7), ('test', 9)):
-    source = listops.source(a.data, split)
+    source = listops.source(data.settings(a.data), split)
     assert len(source) == size
     for i in range(size):
       record = source[i]
@@ -192,9 +194,10 @@ def test_tsv_reader_uses_the_same_vocabulary(tmp_path, small_listops):
     _write_tsv(tmp_path / name, rows)
   config = small_listops.copy_and_resolve_references()
   config.data.source, config.data.tsv_dir, config.data.max_length = 'tsv', str(tmp_path), 12
-  info = data.get_dataset_info(config)
+  info = data.get_dataset_info(data.settings(config.data))
   assert info.split_sizes == {'train': 3, 'validation': 3, 'test': 3}
-  batch = next(iter(data.make_eval_iterator(config, 'validation', batch_size=4)))
+  batch = next(iter(data.make_eval_iterator(data.settings(config.data), 'validation',
+                                            batch_size=4)))
   # Parentheses dropped by default; ids written out from EXPECTED_VOCAB.
   expected = [[12, 3, 10, 15], [14, 6, 7, 15], [11, 4, 14, 2, 3, 15, 6, 15]]
   for row, ids in enumerate(expected):
@@ -202,21 +205,21 @@ def test_tsv_reader_uses_the_same_vocabulary(tmp_path, small_listops):
   np.testing.assert_array_equal(batch['targets'][:3], [9, 1, 3])
   np.testing.assert_array_equal(batch['mask'], [True, True, True, False])
   config.data.keep_parentheses = True
-  batch = next(iter(data.make_eval_iterator(config, 'test', batch_size=4)))
+  batch = next(iter(data.make_eval_iterator(data.settings(config.data), 'test', batch_size=4)))
   np.testing.assert_array_equal(batch['inputs'][0, :10], [16, 16, 16, 12, 3, 17, 10, 17, 15, 17])
 
 
 def test_generated_and_tsv_sources_agree(tmp_path, small_listops):
   """The generated split written as an official TSV reads back to the same batches."""
   config = small_listops.copy_and_resolve_references()
-  source = listops.source(config.data, 'test')
+  source = listops.source(data.settings(config.data), 'test')
   rows = [(' '.join(EXPECTED_VOCAB[t] for t in source[i]['tokens']), source[i]['label'])
           for i in range(len(source))]
   for name in ('basic_train.tsv', 'basic_val.tsv', 'basic_test.tsv'):
     _write_tsv(tmp_path / name, rows)
-  generated = list(data.make_eval_iterator(config, 'test', batch_size=4))
+  generated = list(data.make_eval_iterator(data.settings(config.data), 'test', batch_size=4))
   config.data.source, config.data.tsv_dir = 'tsv', str(tmp_path)
-  from_tsv = list(data.make_eval_iterator(config, 'test', batch_size=4))
+  from_tsv = list(data.make_eval_iterator(data.settings(config.data), 'test', batch_size=4))
   assert len(generated) == len(from_tsv) == 4
   for g, t in zip(generated, from_tsv):
     for key in ('inputs', 'targets', 'mask'):
@@ -227,7 +230,7 @@ def test_missing_tsv_is_one_clear_line(tmp_path, small_listops):
   config = small_listops.copy_and_resolve_references()
   config.data.source, config.data.tsv_dir = 'tsv', str(tmp_path / 'nowhere')
   with pytest.raises(data.DataNotFoundError) as error:
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   message = str(error.value)
   assert '\n' not in message
   assert os.path.join(str(tmp_path / 'nowhere'), 'basic_train.tsv') in message
@@ -237,13 +240,14 @@ def test_missing_tsv_is_one_clear_line(tmp_path, small_listops):
 def test_too_long_truncates_or_raises(small_listops):
   config = small_listops.copy_and_resolve_references()
   config.data.max_length = 8
-  full = listops.source(config.data, 'validation')[0]['tokens']
+  full = listops.source(data.settings(config.data), 'validation')[0]['tokens']
   bare = full[~np.isin(full, [16, 17])]
-  batch = next(iter(data.make_eval_iterator(config, 'validation', batch_size=2)))
+  batch = next(iter(data.make_eval_iterator(data.settings(config.data), 'validation',
+                                            batch_size=2)))
   np.testing.assert_array_equal(batch['inputs'][0], bare[:8])
   config.data.too_long = 'error'
   with pytest.raises(ValueError, match='max_length=8'):
-    next(iter(data.make_eval_iterator(config, 'validation', batch_size=2)))
+    next(iter(data.make_eval_iterator(data.settings(config.data), 'validation', batch_size=2)))
 
 
 def test_write_tsv_is_the_release_format_and_reads_back(tmp_path):
@@ -282,7 +286,7 @@ def test_in_memory_records_equal_the_tfds_source(tmp_path, make_listops_config):
   for i in range(50):
     np.testing.assert_array_equal(held[i]['tokens'], tfds_source[i]['tokens'])
     assert held[i]['label'] == tfds_source[i]['label']
-  assert isinstance(listops.source(config.data, 'train'), listops.InMemoryRecords)
+  assert isinstance(listops.source(data.settings(config.data), 'train'), listops.InMemoryRecords)
   with pytest.raises(ValueError):
     held[7]['tokens'][0] = 1
   with pytest.raises(IndexError):
@@ -292,12 +296,12 @@ def test_in_memory_records_equal_the_tfds_source(tmp_path, make_listops_config):
 def test_preprocess_drops_parentheses_and_pads(small_listops):
   """The table lookup and the zero fill give what np.isin and np.pad gave."""
   record = {'tokens': tokens.encode('( [MAX 2 ( [MIN 4 7 ] ) 0 ] )'.split()), 'label': 7}
-  data = small_listops.data
-  out = listops.preprocess(record, data)
+  settings = data.settings(small_listops.data)
+  out = listops.preprocess(record, settings)
   ids = np.asarray(record['tokens'])
   kept = ids[~np.isin(ids, tokens.PAREN_IDS)]
   np.testing.assert_array_equal(out['inputs'],
-                                np.pad(kept.astype(np.int32), (0, data.max_length - len(kept))))
+                                np.pad(kept.astype(np.int32), (0, settings.max_length - len(kept))))
   assert out['inputs'].dtype == np.int32 and out['targets'] == 7
 
 
@@ -324,8 +328,7 @@ def word_runs(text):
 
 def test_default_tokenizer_ids_are_todays():
   import hashlib
-  config = listops.config()
-  config.max_length = 64
+  config = listops.ListOpsSettings(max_length=64)
   assert config.tokenizer == 'brackets'
   split, = generator.generate_splits(0, [40], 10, 60, workers=1)
   ids = np.stack([listops.preprocess({'tokens': t, 'label': y}, config)['inputs']
@@ -343,8 +346,7 @@ def test_alphanumeric_rule_on_other_strings(text):
 def test_alphanumeric_tokenizer_on_generated_trees():
   """On generated trees (official strings, with parentheses), the id-table path of preprocess
   equals the tokenizer's rule applied to the string, and both equal the rule restated."""
-  config = listops.config()
-  config.tokenizer, config.max_length = 'alphanumeric', 200
+  config = listops.ListOpsSettings(tokenizer='alphanumeric', max_length=200)
   # Ids written out from EXPECTED_VOCAB: an operator run takes the id of its '[OP'.
   to_id = {'MIN': 11, 'MAX': 12, 'MED': 13, 'SM': 14, **{str(d): d + 1 for d in range(10)}}
   np.testing.assert_array_equal(tokens.encode_text('[MAX 2 9 [MIN 4 7 ] 0 ]', 'alphanumeric'),
@@ -368,7 +370,7 @@ def test_alphanumeric_tokenizer_on_official_tsv(tmp_path, small_listops):
   config.data.update(source='tsv', tsv_dir=str(tmp_path), tokenizer='alphanumeric', max_length=40)
   to_id = {'MIN': 11, 'MAX': 12, 'MED': 13, 'SM': 14, **{str(d): d + 1 for d in range(10)}}
   lines = (tmp_path / 'basic_test.tsv').read_text().splitlines()[1:]
-  batch = next(iter(data.make_eval_iterator(config, 'test', batch_size=8)))
+  batch = next(iter(data.make_eval_iterator(data.settings(config.data), 'test', batch_size=8)))
   for row, line in enumerate(lines):
     source, target = line.split('\t')
     ids = [to_id[t] for t in word_runs(source)]
@@ -384,7 +386,7 @@ def test_bad_tokenizer_settings_are_one_line(small_listops, change, words):
   config = small_listops.copy_and_resolve_references()
   config.data.update(**change)
   with pytest.raises(ValueError) as error:
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   assert '\n' not in str(error.value) and all(w in str(error.value) for w in words)
 
 
@@ -392,11 +394,10 @@ def test_load_run_reads_raw_strings_with_the_runs_tokenizer():
   """ListOps's declared `record` (what load_run reads): an alphanumeric run reads the official
   string, the bracketed one and the bare runs alike; a brackets run keeps ']'."""
   _listops_record = listops.record
-  config = listops.config()
-  config.max_length = 12
+  config = listops.ListOpsSettings(max_length=12)
   ids = lambda raw: listops.preprocess(_listops_record(raw, config), config)['inputs'][:8].tolist()
   assert ids('[MAX 2 9 [MIN 4 7 ] 0 ]') == [12, 3, 10, 11, 5, 8, 15, 1]
-  config.tokenizer = 'alphanumeric'
+  config = dataclasses.replace(config, tokenizer='alphanumeric')
   for raw in ('[MAX 2 9 [MIN 4 7 ] 0 ]', 'MAX 2 9 MIN 4 7 0', '( ( [MAX 2 ) 9 ( [MIN 4 ) 7 ] ) 0 ]',
               ['[MAX', '2', '9', '[MIN', '4', '7', ']', '0', ']']):
     assert ids(raw) == [12, 3, 10, 11, 5, 8, 1, 0]

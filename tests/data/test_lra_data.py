@@ -21,7 +21,7 @@ def _config(name, batch_size=4, **data_fields):
 
 def _all_eval_rows(config, split, batch_size):
   rows, targets = [], []
-  for batch in data.make_eval_iterator(config, split, batch_size=batch_size):
+  for batch in data.make_eval_iterator(data.settings(config.data), split, batch_size=batch_size):
     rows += list(batch['inputs'][batch['mask']])
     targets += list(batch['targets'][batch['mask']])
   return rows, targets
@@ -38,9 +38,10 @@ def test_lra_text_bytes_on_mock_imdb(tmp_path):
   with tfds.testing.mock_data(num_examples=5):
     raw = tfds.data_source('imdb_reviews/plain_text', split='test', data_dir=str(tmp_path))
     expected = [(_bytes_plus_one(raw[i]['text'], 24), int(raw[i]['label'])) for i in range(5)]
-    info = data.get_dataset_info(config)
+    info = data.get_dataset_info(data.settings(config.data))
     rows, targets = _all_eval_rows(config, 'validation', 2)  # validation reads the test split
-    train = next(data.make_train_iterator(config, seed=0))
+    train = next(data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                          seed=0))
   assert info.task == 'classification' and info.num_classes == 2 and info.vocab_size == 257
   assert info.input_shape == (24,) and info.split_sizes['validation'] == 5
   assert [list(r) for r in rows] == [e[0] for e in expected]
@@ -93,7 +94,7 @@ def test_lra_retrieval_pairs_from_tsv(tmp_path):
   for split in ('train', 'eval', 'test'):
     _write_aan(tmp_path / f'new_aan_pairs.{split}.tsv', rows)
   config = _config('lra_retrieval', tsv_dir=str(tmp_path), max_length=20)
-  info = data.get_dataset_info(config)
+  info = data.get_dataset_info(data.settings(config.data))
   assert info.task == 'retrieval' and info.input_shape == (2, 20)
   assert info.split_sizes == {'train': 3, 'validation': 3, 'test': 3}
   got, targets = _all_eval_rows(config, 'validation', 2)
@@ -102,14 +103,15 @@ def test_lra_retrieval_pairs_from_tsv(tmp_path):
     assert pair.shape == (2, 20)
     assert list(pair[0]) == _bytes_plus_one(text1, 20)
     assert list(pair[1]) == _bytes_plus_one(text2, 20)
-  batch = next(data.make_train_iterator(config, seed=0))
+  batch = next(data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                        seed=0))
   assert batch['inputs'].shape == (4, 2, 20)
 
 
 def test_lra_retrieval_missing_files(tmp_path):
   config = _config('lra_retrieval', tsv_dir=str(tmp_path))
   with pytest.raises(data.DataNotFoundError, match='new_aan_pairs.train.tsv not found') as e:
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   assert '\n' not in str(e.value)
 
 
@@ -125,7 +127,7 @@ def test_lra_pathfinder_npz(tmp_path):
     np.savez(tmp_path / f'{split}.npz', images=images, labels=labels)
     saved[split] = (images, labels)
   config = _config('lra_pathfinder', pathfinder_dir=str(tmp_path), max_length=64)
-  assert data.get_dataset_info(config).split_sizes == sizes
+  assert data.get_dataset_info(data.settings(config.data)).split_sizes == sizes
   rows, targets = _all_eval_rows(config, 'test', 2)
   images, labels = saved['test']
   np.testing.assert_array_equal(np.stack(rows), images.reshape(5, 64).astype(np.int32) + 1)
@@ -150,20 +152,21 @@ def test_lra_pathfinder_release_layout(tmp_path):
     (folder / 'metadata' / f'{meta_index}.npy').write_text(''.join(lines))
   config = _config('lra_pathfinder', pathfinder_dir=str(tmp_path), format='lra_release',
                    difficulty='curv_baseline', max_length=64)
-  assert data.get_dataset_info(config).split_sizes == {'train': 16, 'validation': 2, 'test': 2}
+  sizes = data.get_dataset_info(data.settings(config.data)).split_sizes
+  assert sizes == {'train': 16, 'validation': 2, 'test': 2}
   rows, targets = _all_eval_rows(config, 'test', 2)
   for (image, label), row, target in zip(expected[18:], rows, targets):
     np.testing.assert_array_equal(row, image.reshape(-1).astype(np.int32) + 1)
     assert target == label
   config.data.difficulty = 'curv_contour_length_14'
   with pytest.raises(data.DataNotFoundError, match='curv_contour_length_14/metadata'):
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
 
 
 def test_missing_tfds_dataset_is_one_clear_line(tmp_path):
   config = _config('lra_text', data_dir=str(tmp_path / 'empty'))
   with pytest.raises(data.DataNotFoundError, match='build_tfds.py imdb_reviews') as e:
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   assert '\n' not in str(e.value) and str(tmp_path / 'empty') in str(e.value)
 
 
@@ -209,7 +212,7 @@ def test_lra_pathfinder_release_skips_empty_images(tmp_path):
   (folder / 'metadata' / '0.npy').write_text(''.join(lines))
   config = _config('lra_pathfinder', pathfinder_dir=str(tmp_path), format='lra_release',
                    difficulty='curv_baseline', max_length=64)
-  sizes = data.get_dataset_info(config).split_sizes
+  sizes = data.get_dataset_info(data.settings(config.data)).split_sizes
   assert sizes == {'train': 7, 'validation': 1, 'test': 1}       # 9 images, 80/10/10
   rows, _ = _all_eval_rows(config, 'train', 1)
   assert len(rows) == 7

@@ -113,8 +113,9 @@ def test_generator_seeded_core_count_independent_balanced_and_connected(tmp_path
   config = ml_collections.ConfigDict({'seed': 0, 'batch_size': 4,
                                       'data': data.get_data_config('lra_pathfinder')})
   config.data.update(format='lra_release', pathfinder_dir=str(tmp_path / 'a' / 'pathfinder32'))
-  assert data.get_dataset_info(config).split_sizes == {'train': 32, 'validation': 4, 'test': 4}
-  batch = next(iter(data.make_eval_iterator(config, 'test', batch_size=4)))
+  sizes = data.get_dataset_info(data.settings(config.data)).split_sizes
+  assert sizes == {'train': 32, 'validation': 4, 'test': 4}
+  batch = next(iter(data.make_eval_iterator(data.settings(config.data), 'test', batch_size=4)))
   for row, target, (image, label) in zip(batch['inputs'], batch['targets'], examples[36:]):
     np.testing.assert_array_equal(row, image.reshape(-1).astype(np.int32) + 1)
     assert target == label
@@ -147,7 +148,8 @@ def test_generated_format_makes_the_data_once(tmp_path):
                                       'data': data.get_data_config('lra_pathfinder')})
   config.data.update(format='generated', data_dir=str(tmp_path))
   config.data.generator.update(seed=1, num_examples=20, images_per_file=20)
-  assert data.get_dataset_info(config).split_sizes == {'train': 16, 'validation': 2, 'test': 2}
+  sizes = data.get_dataset_info(data.settings(config.data)).split_sizes
+  assert sizes == {'train': 16, 'validation': 2, 'test': 2}
   folder = (tmp_path / 'pathfinder_gen' / f'v{pathfinder.VERSION}_seed1_n20_f20' / 'pathfinder32'
             / 'curv_baseline')
   metadata = (folder / 'metadata' / '0.npy').read_text().splitlines()

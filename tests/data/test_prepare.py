@@ -51,11 +51,11 @@ def test_prepare_report_on_a_fake_release(tmp_path, capsys):
                                       'data': data.get_data_config('lra_pathfinder')})
   config.data.update(format='lra_release', max_length=16,
                      pathfinder_dir=str(tmp_path / 'release' / 'pathfinder32'))
-  sizes = data.get_dataset_info(config).split_sizes
+  sizes = data.get_dataset_info(data.settings(config.data)).split_sizes
   assert sum(sizes.values()) == 9
   values = []
   for split in ('train', 'validation', 'test'):
-    for batch in data.make_eval_iterator(config, split, batch_size=3):
+    for batch in data.make_eval_iterator(data.settings(config.data), split, batch_size=3):
       values += [row[0] - 1 for row in batch['inputs'][batch['mask']]]
   assert sorted(values) == [10 * i for i in range(10) if i != 3]
   assert folder.exists()

@@ -121,11 +121,14 @@ def _cifar_config(tmp_path, **fields):
 
 def test_pipeline_randaugment_and_repeated_augmentation(tmp_path):
   with tfds.testing.mock_data(num_examples=6):
-    plain = next(data.make_train_iterator(_cifar_config(tmp_path), seed=1))
+    plain = next(data.make_train_iterator(data.settings(_cifar_config(tmp_path).data),
+                                          batch_size=6, seed=1))
     config = _cifar_config(tmp_path, rand_augment='rand-m9-mstd0.5-inc1', repeated_augmentation=3)
-    first, again = (next(data.make_train_iterator(config, seed=1)) for _ in range(2))
+    settings = data.settings(config.data)
+    first, again = (next(data.make_train_iterator(settings, batch_size=config.batch_size, seed=1))
+                    for _ in range(2))
     with pytest.raises(ValueError, match='rand_augment'):
-      data.get_dataset_info(_cifar_config(tmp_path, rand_augment='rand-q1'))
+      data.get_dataset_info(data.settings(_cifar_config(tmp_path, rand_augment='rand-q1').data))
   np.testing.assert_array_equal(first['inputs'], again['inputs'])         # same seed, same batch
   # Three copies of each of two images, in a row, each augmented on its own.
   targets = first['targets']
@@ -145,14 +148,17 @@ def test_repeated_augmentation_order_and_sharding(make_listops_config, tmp_path,
   global batches whatever the process count."""
   config = make_listops_config(tmp_path, num_train=60, batch_size=6)
   config.data.repeated_augmentation = 3
-  batches = _take(data.make_train_iterator(config, seed=2), 20)
+  batches = _take(data.make_train_iterator(data.settings(config.data),
+                                           batch_size=config.batch_size, seed=2), 20)
   single = np.concatenate([b['inputs'] for b in batches])
   epoch = single[:60]
   np.testing.assert_array_equal(epoch[0::3], epoch[1::3])
   np.testing.assert_array_equal(epoch[0::3], epoch[2::3])
   assert len({row.tobytes() for row in epoch}) == 20
   assert not np.array_equal(single[60:120:3], epoch[0::3])               # a new permutation
-  per_process = [_take(data.make_train_iterator(config, seed=2, process_index=p,
+  settings = data.settings(config.data)
+  per_process = [_take(data.make_train_iterator(settings, batch_size=config.batch_size, seed=2,
+                                                process_index=p,
                                                 process_count=process_count), 20)
                  for p in range(process_count)]
   joined = np.concatenate([np.concatenate([batches[s]['inputs'] for batches in per_process])

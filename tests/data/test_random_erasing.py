@@ -55,7 +55,8 @@ def test_pipeline_erasing_changes_one_rectangle_of_the_same_augmented_image(tmp_
   """Same seed with and without erasing: crops and flips are drawn first from each example's rng,
   so the images differ exactly in the erased rectangle (prob 1) or not at all (prob 0)."""
   def first_batches(**fields):
-    iterator = data.make_train_iterator(_config(tmp_path, **fields), seed=5)
+    iterator = data.make_train_iterator(data.settings(_config(tmp_path, **fields).data),
+                                        batch_size=4, seed=5)
     return [next(iterator) for _ in range(2)]
 
   with tfds.testing.mock_data(num_examples=8):

@@ -26,10 +26,10 @@ def test_text8_splits_windows_and_vocabulary(tmp_path):
   text = ''.join(rng.choice(list('abcdefghijklmnopqrstuvwxyz '), 400))
   _write_zip(tmp_path / 'text8.zip', 'text8', text)
   config = _config('text8', tmp_path, 8, (300, 50, 50))
-  info = data.get_dataset_info(config)
+  info = data.get_dataset_info(data.settings(config.data))
   assert info.task == 'lm' and info.vocab_size == 28 and info.num_classes == 28
   assert info.split_sizes == {'train': 37, 'validation': 6, 'test': 6}  # (n - 1) // 8 windows
-  batches = list(data.make_eval_iterator(config, 'validation', batch_size=4))
+  batches = list(data.make_eval_iterator(data.settings(config.data), 'validation', batch_size=4))
   inputs = np.concatenate([b['inputs'][b['mask']] for b in batches])
   targets = np.concatenate([b['targets'][b['mask']] for b in batches])
   ids = {' ': 1, **{c: i + 2 for i, c in enumerate('abcdefghijklmnopqrstuvwxyz')}}
@@ -44,8 +44,9 @@ def test_enwik8_bytes_and_train_iterator(tmp_path):
   payload = bytes(np.random.default_rng(1).integers(0, 256, 300, dtype=np.uint8))
   _write_zip(tmp_path / 'enwik8.zip', 'enwik8', payload)
   config = _config('enwik8', tmp_path, 16, (200, 50, 50))
-  assert data.get_dataset_info(config).vocab_size == 257
-  batch = next(data.make_train_iterator(config, seed=0))
+  assert data.get_dataset_info(data.settings(config.data)).vocab_size == 257
+  batch = next(data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                        seed=0))
   assert batch['inputs'].shape == batch['targets'].shape == (4, 16)
   train = np.frombuffer(payload[:200], np.uint8).astype(np.int32) + 1
   for x, y in zip(batch['inputs'], batch['targets']):
@@ -57,13 +58,13 @@ def test_enwik8_bytes_and_train_iterator(tmp_path):
 def test_lm_errors(tmp_path):
   config = _config('text8', tmp_path, 8, (300, 50, 50))
   with pytest.raises(data.DataNotFoundError, match='text8.zip not found'):
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
   _write_zip(tmp_path / 'text8.zip', 'text8', 'hello World ' * 40)
   with pytest.raises(ValueError, match="'W' is outside"):
-    next(data.make_train_iterator(config, seed=0))
+    next(data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size, seed=0))
   config.data.split_sizes = (1000, 50, 50)
   with pytest.raises(ValueError, match='need 1100 symbols'):
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))
 
 
 def test_generated_ids_read_back_as_the_text_they_encode():

@@ -25,11 +25,12 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
   with tfds.testing.mock_data(num_examples=12, policy=tfds.testing.MockPolicy.USE_CODE):
     raw = tfds.data_source('wmt14_translate/de-en', split='train', data_dir=str(tmp_path))
     pairs = {raw[i]['en']: raw[i]['de'] for i in range(len(raw))}
-    info = data.get_dataset_info(config)
-    tokenizer = translation.get_tokenizer(config.data)
-    eval_batch = next(iter(data.make_eval_iterator(config, 'test', batch_size=4)))
+    settings = data.settings(config.data)
+    info = data.get_dataset_info(settings)
+    tokenizer = translation.get_tokenizer(settings)
+    eval_batch = next(iter(data.make_eval_iterator(settings, 'test', batch_size=4)))
     test = tfds.data_source('wmt14_translate/de-en', split='test', data_dir=str(tmp_path))
-    rows = [next(data.make_train_iterator(config, seed=0)) for _ in range(1)]
+    rows = [next(data.make_train_iterator(settings, batch_size=config.batch_size, seed=0))]
   as_text = lambda t: t.decode() if isinstance(t, bytes) else t
   ids = lambda text: tuple(tokenizer.encode(as_text(text)) + [translation.EOS_ID])
   by_ids = {ids(k): ids(v) for k, v in pairs.items()}
@@ -39,7 +40,8 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
   assert info.split_sizes == {'train': 12, 'validation': 12, 'test': 12}
   # The model's end of sentence is the vocabulary's, handed over by the info as BERT's ids.
   model_config = ml_collections.ConfigDict({'vocab_size': None, 'eos_id': None})
-  completed = config_lib.complete(ml_collections.ConfigDict({'model': model_config}), info=info)
+  completed = config_lib.complete(
+      ml_collections.ConfigDict({'model': model_config, 'data': config.data}), info=info)
   assert translation.EOS_ID == tokenizer.eos_id() == completed.model.eos_id == 1
   # Eval rows: source / target ids with EOS, zero padded; every row real (12 % 4 == 0).
   for row in range(4):
@@ -72,4 +74,4 @@ def test_wmt14_pipeline_on_mock_data(tmp_path):
 def test_missing_wmt14_says_how_to_prepare_it(tmp_path):
   config = _config(tmp_path / 'nothing')
   with pytest.raises(data.DataNotFoundError, match='build_tfds.py wmt14_translate/de-en'):
-    data.get_dataset_info(config)
+    data.get_dataset_info(data.settings(config.data))

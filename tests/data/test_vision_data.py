@@ -16,9 +16,11 @@ def test_cifar_eval_is_normalised_identity_and_train_is_pad_crop_flip(tmp_path, 
     raw = tfds.data_source('cifar10', split='train', data_dir=str(tmp_path))
     images = [np.asarray(raw[i]['image']) for i in range(6)]
     labels = [int(raw[i]['label']) for i in range(6)]
-    info = data.get_dataset_info(config)
-    evals = list(data.make_eval_iterator(config, 'validation', batch_size=4))
-    train = [next(it) for it in [data.make_train_iterator(config, seed=3)] for _ in range(6)]
+    info = data.get_dataset_info(data.settings(config.data))
+    evals = list(data.make_eval_iterator(data.settings(config.data), 'validation', batch_size=4))
+    iterator = data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                        seed=3)
+    train = [next(iterator) for _ in range(6)]
   assert info.input_shape == (32, 32, 3) and info.num_classes == 10 and info.vocab_size is None
   mean, std = np.asarray([0.4914, 0.4822, 0.4465]), np.asarray([0.2470, 0.2435, 0.2616])
   first = evals[0]['inputs'][0]
@@ -47,8 +49,9 @@ def test_cifar_eval_is_normalised_identity_and_train_is_pad_crop_flip(tmp_path, 
 def test_imagenet_eval_center_crop_and_train_inception_crop(tmp_path, make_data_config):
   config = make_data_config('imagenet2012', data_dir=str(tmp_path), image_size=16)
   with tfds.testing.mock_data(num_examples=4):
-    evals = list(data.make_eval_iterator(config, 'validation', batch_size=4))
-    train = next(data.make_train_iterator(config, seed=0))
+    evals = list(data.make_eval_iterator(data.settings(config.data), 'validation', batch_size=4))
+    train = next(data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                          seed=0))
   assert evals[0]['inputs'].shape == (4, 16, 16, 3) and train['inputs'].shape == (4, 16, 16, 3)
   assert np.isfinite(train['inputs']).all()
   # center_crop on an image whose shorter side already has the target size is a pure slice.
@@ -67,8 +70,10 @@ def test_cifar_resized_to_model_image_size(tmp_path, make_data_config):
   config = make_data_config('cifar10', data_dir=str(tmp_path), image_size=48)
   with tfds.testing.mock_data(num_examples=4):
     raw = np.asarray(tfds.data_source('cifar10', split='test', data_dir=str(tmp_path))[0]['image'])
-    train = next(data.make_train_iterator(config, seed=0))
-    evals = next(iter(data.make_eval_iterator(config, 'validation', batch_size=4)))
+    train = next(data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                          seed=0))
+    evals = next(iter(data.make_eval_iterator(data.settings(config.data), 'validation',
+                                              batch_size=4)))
   assert train['inputs'].shape == (4, 48, 48, 3) and evals['inputs'].shape == (4, 48, 48, 3)
   expected = np.asarray(Image.fromarray(raw).resize((48, 48), Image.BICUBIC))
   got = np.rint(_unnormalize(evals['inputs'][0], config.data))
@@ -85,12 +90,14 @@ def test_cifar10_pairs_alternate_same_and_other_class_images_of_the_split(
     raw = tfds.data_source('cifar10', split='test', data_dir=str(tmp_path))
     images = [np.asarray(raw[i]['image']) for i in range(12)]
     labels = [int(raw[i]['label']) for i in range(12)]
-    info = data.get_dataset_info(config)
-    pairs = spec.source(config.data, 'validation')
-    examples = [spec.preprocess(pairs[i], config.data, None) for i in range(12)]
-    again = spec.preprocess(spec.source(config.data, 'validation')[5], config.data, None)
+    info = data.get_dataset_info(data.settings(config.data))
+    pairs = spec.source(data.settings(config.data), 'validation')
+    examples = [spec.preprocess(pairs[i], data.settings(config.data), None) for i in range(12)]
+    again = spec.preprocess(spec.source(data.settings(config.data), 'validation')[5],
+                            data.settings(config.data), None)
   assert info.input_shape == (2, 32, 32, 3) and info.num_classes == 2
-  single = vision.preprocess({'image': images[0], 'label': labels[0]}, config.data, None)
+  single = vision.preprocess({'image': images[0], 'label': labels[0]}, data.settings(config.data),
+                             None)
   np.testing.assert_array_equal(examples[0]['inputs'][0], single['inputs'])
   for i, example in enumerate(examples):
     first, second, same = pairs[i]

@@ -16,7 +16,7 @@ import pytest
 from poolformers_jax import config as config_lib
 from poolformers_jax.config import run_file
 from poolformers_jax.config.completion import steps_from_epochs
-from poolformers_jax.data import get_dataset_info
+from poolformers_jax.data import get_dataset_info, settings
 from poolformers_jax.models import build_model
 from poolformers_jax.models.encoder import LraEncoder
 from poolformers_jax.trainer import init_check
@@ -192,7 +192,7 @@ def test_last_token_pooling_reads_each_row_at_its_last_real_token():
 def test_a_finetune_stage_without_its_pre_training_run_is_one_line():
   config = config_lib.complete(lra_listops.get_config('transformer,tiny,finetune'),
                                need_files=False)
-  info = get_dataset_info(config, need_files=False)
+  info = get_dataset_info(settings(config.data), need_files=False)
   with pytest.raises(config_lib.ConfigError, match=r'^a fine-tuning stage \(config.init_from_'
                                                    r'refuse_unlearned\) needs the pre-training '
                                                    r'run it starts from'):

@@ -63,7 +63,7 @@ def test_long_text_jsonl_records(text_dir):
   files = [_write_jsonl(os.path.join(text_dir['root'], 'hnd'), n, s) for n, s in ((24, 0), (10, 1))]
   config = _finetune_config(text_dir, '', files)
   record = {'text': 'first tp0w0 tp0w1. second tp0w4 tp0w5 tp0w6! the', 'label': 'true'}
-  ex = text_classification.preprocess(record, config.data)
+  ex = text_classification.preprocess(record, data.settings(config.data))
   word = lambda w: len(SPECIALS) + WORDS.index(w)
   np.testing.assert_array_equal(ex['inputs'][0][:6], [CLS, word('first'), word('tp0w0'),
                                                       word('tp0w1'), 1, word('second')])  # '.' UNK
@@ -108,8 +108,9 @@ def test_long_text_csv_labels_sort_as_numbers(text_dir, tmp_path):
   config = config_lib.override(long_text.get_config('arxiv11,tiny'), **{
       'data.vocab_file': text_dir['vocab'], 'data.files.train': str(path),
       'data.files.validation': str(path), 'data.files.test': str(path)})
-  info = data.get_dataset_info(config)
+  info = data.get_dataset_info(data.settings(config.data))
   assert info.num_classes == 4 and info.split_sizes['train'] == 6
-  records = text_classification.source(config.data, 'train')
-  targets = [int(text_classification.preprocess(r, config.data)['targets']) for r in records]
+  settings = data.settings(config.data)
+  records = text_classification.source(settings, 'train')
+  targets = [int(text_classification.preprocess(r, settings)['targets']) for r in records]
   assert targets == [3, 2, 0, 1, 2, 3]        # label_list [0, 1, 2, 10], not '10' < '2'

@@ -62,7 +62,8 @@ def _evaluate(task, text_dir, tmp_path):
         tree, [w + 0.5 * jax.random.normal(k, w.shape) for w, k in zip(leaves, keys)]))
     if setup.info.num_classes > 1:   # centre each class's logit on the validation inputs
       rows = _records(task, config.data.tfds_splits.validation)
-      inputs = np.stack([glue_data.preprocess(r, config.data)['inputs'] for r in rows])
+      inputs = np.stack([glue_data.preprocess(r,
+                                              data.settings(config.data))['inputs'] for r in rows])
       logits = np.asarray(setup.model.apply({'params': state.params}, jnp.asarray(inputs)))
       head = dict(state.params['classifier'])
       head['bias'] = head['bias'] - np.median(logits, axis=0)
@@ -73,7 +74,7 @@ def _evaluate(task, text_dir, tmp_path):
   for split, tfds_split in (('validation', config.data.tfds_splits.validation),
                             ('test', config.data.tfds_splits.test)):
     rows = records[tfds_split]
-    inputs = np.stack([glue_data.preprocess(r, config.data)['inputs'] for r in rows])
+    inputs = np.stack([glue_data.preprocess(r, data.settings(config.data))['inputs'] for r in rows])
     out = np.asarray(setup.model.apply({'params': state.params}, jnp.asarray(inputs)))
     outputs[split] = (out, np.asarray([r['label'] for r in rows]))
   return setup, metrics, outputs
@@ -118,13 +119,13 @@ def test_mnli_matched_and_mismatched_splits(text_dir, tmp_path):
     return _records('mnli', split, n=5 if split == 'validation_matched' else 7)
 
   with tfds.testing.mock_data(as_data_source_fn=as_data_source):
-    info = data.get_dataset_info(config)
-    matched = glue_data.source(config.data, 'validation')
-    mismatched = glue_data.source(config.data, 'test')
+    info = data.get_dataset_info(data.settings(config.data))
+    matched = glue_data.source(data.settings(config.data), 'validation')
+    mismatched = glue_data.source(data.settings(config.data), 'test')
   assert info.task == 'text_classification' and info.num_classes == 3
   assert info.split_sizes == {'train': 7, 'validation': 5, 'test': 7}
   assert ('mnli', 'validation_matched') in asked and ('mnli', 'validation_mismatched') in asked
-  ex = glue_data.preprocess(matched[0], config.data)
+  ex = glue_data.preprocess(matched[0], data.settings(config.data))
   assert ex['inputs'][0] == 2 and (ex['inputs'] == 3).sum() == 2    # [CLS] premise [SEP] hyp [SEP]
   assert len(mismatched) == 7
 
@@ -235,14 +236,15 @@ def test_load_run_encodes_sentences_and_pairs_as_glue_does(text_dir):
   for task, arity in (('mrpc', 2), ('cola', 1)):
     config = config_lib.override(glue.get_config(f'{task},tiny'),
                                    **{'data.vocab_file': text_dir['vocab']})
+    settings = data.settings(config.data)
     run = Run(workdir='w', checkpoint='best', step=0, config=config, model=None, params=None,
               setup=types.SimpleNamespace(info=types.SimpleNamespace(task='text_classification'),
-                                           task=get_task('text_classification')))
+                                           task=get_task('text_classification'), data=settings))
     rows = _records(task, 'validation', n=3)
     keys, _ = glue_data.TASKS[task]
     raw = [tuple(r[k].decode() for k in keys) for r in rows]
     got = run.encode([texts if arity == 2 else texts[0] for texts in raw])['inputs']
-    want = np.stack([glue_data.preprocess(r, config.data)['inputs'] for r in rows])
+    want = np.stack([glue_data.preprocess(r, settings)['inputs'] for r in rows])
     np.testing.assert_array_equal(got, want)
   with pytest.raises(ValueError, match=r"^input 0: GLUE cola reads 1 text\(s\) \('sentence',\) "
                      r'per input; got 2'):

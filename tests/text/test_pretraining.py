@@ -19,10 +19,10 @@ def _topic(token):
 
 def test_pairs_segments_and_labels(text_dir):
   config = _config(text_dir, **{'data.mask_probability': 0.0})
-  records = data.DATASETS['text_pretraining'].source(config.data, 'train')
+  records = data.DATASETS['text_pretraining'].source(data.settings(config.data), 'train')
   labels = collections.Counter()
   for i in range(300):
-    ex = text_pretraining.preprocess(records[i % len(records)], config.data,
+    ex = text_pretraining.preprocess(records[i % len(records)], data.settings(config.data),
                                           np.random.default_rng(i))
     ids, segments = ex['inputs']
     label = int(ex['targets']['sso'])
@@ -51,14 +51,14 @@ def test_pairs_segments_and_labels(text_dir):
 
 def test_bert_masking_rates_and_eval_determinism(text_dir):
   config = _config(text_dir)
-  records = data.DATASETS['text_pretraining'].source(config.data, 'validation')
-  vocab = wordpiece.vocab_of(config.data)
+  records = data.DATASETS['text_pretraining'].source(data.settings(config.data), 'validation')
+  vocab = wordpiece.vocab_of(data.settings(config.data))
   no_mask = config_lib.override(config, **{'data.mask_probability': 0.0}).data
   chosen = replaced = randomized = kept = candidates = 0
   for i in range(400):
     clean = text_pretraining.preprocess(records[i % len(records)], no_mask,
                                              np.random.default_rng(i))
-    ex = text_pretraining.preprocess(records[i % len(records)], config.data,
+    ex = text_pretraining.preprocess(records[i % len(records)], data.settings(config.data),
                                           np.random.default_rng(i))
     original = clean['inputs'][0]
     target = ex['targets']['mlm']
@@ -79,23 +79,24 @@ def test_bert_masking_rates_and_eval_determinism(text_dir):
   assert 0.06 < kept / chosen < 0.14
   assert vocab.size == len(SPECIALS) + len(WORDS)
   # Evaluation examples (rng None) are the same every time.
-  first = text_pretraining.preprocess(records[3], config.data, None)
-  again = text_pretraining.preprocess(records[3], config.data, None)
+  first = text_pretraining.preprocess(records[3], data.settings(config.data), None)
+  again = text_pretraining.preprocess(records[3], data.settings(config.data), None)
   np.testing.assert_array_equal(first['inputs'], again['inputs'])
   np.testing.assert_array_equal(first['targets']['mlm'], again['targets']['mlm'])
 
 
 def test_nsp_and_mlm_only_objectives(text_dir):
   nsp = _config(text_dir, 'nsp')
-  records = data.DATASETS['text_pretraining'].source(nsp.data, 'train')
-  labels = [int(text_pretraining.preprocess(records[i], nsp.data, np.random.default_rng(i))
+  records = data.DATASETS['text_pretraining'].source(data.settings(nsp.data), 'train')
+  labels = [int(text_pretraining.preprocess(records[i], data.settings(nsp.data),
+                                            np.random.default_rng(i))
                 ['targets']['sso']) for i in range(100)]
   assert set(labels) == {0, 1} and 30 <= sum(labels) <= 70
-  info = data.get_dataset_info(_config(text_dir, 'mlm'))
+  info = data.get_dataset_info(data.settings(_config(text_dir, 'mlm').data))
   assert info.num_classes == 0 and info.model_defaults['sentence_classes'] == 0
   assert info.model_defaults['cls_id'] == CLS and info.input_shape == (2, 16)
   with pytest.raises(ValueError, match='objective'):
-    data.get_dataset_info(config_lib.override(nsp, **{'data.objective': 'sop'}))
+    data.get_dataset_info(data.settings(config_lib.override(nsp, **{'data.objective': 'sop'}).data))
 
 
 def test_pretraining_learns_mlm_and_sso(pretrained):
@@ -125,11 +126,12 @@ def test_wikipedia_through_tfds_data_source(text_dir, tmp_path):
                                 'data.data_dir': str(tmp_path), 'data.max_length': 32,
                                 'data.mask_probability': 0.0})
   with tfds.testing.mock_data(as_data_source_fn=as_data_source):
-    records = data.DATASETS['text_pretraining'].source(config.data, 'train')
+    records = data.DATASETS['text_pretraining'].source(data.settings(config.data), 'train')
     assert len(records) == 5 * config.data.dupe_factor == 25   # 5 passes per epoch
     # Article 0: "first ... ." / "second ... ." / "the cat ." are three sentences.
     assert [len(s) for s in records.documents.sentences(0)] == [6, 6, 3]
-    ex = text_pretraining.preprocess(records[0], config.data, np.random.default_rng(0))
+    ex = text_pretraining.preprocess(records[0], data.settings(config.data),
+                                     np.random.default_rng(0))
   ids, segments = ex['inputs']
   assert ids[0] == CLS and (ids == SEP).sum() == 2 and segments.max() >= 4
 
@@ -146,19 +148,20 @@ def test_every_chunk_of_every_document_dupe_factor_times(text_dir, tmp_path):
                                        'data.files.validation': str(tmp_path / 'corpus' / '*.txt'),
                                        'data.max_length': 23, 'model.max_length': 23,
                                        'data.mask_probability': 0.0})
-  records = data.DATASETS['text_pretraining'].source(config.data, 'train')
+  records = data.DATASETS['text_pretraining'].source(data.settings(config.data), 'train')
   documents = records.documents
   assert config.data.dupe_factor == 5 and len(records) == 4 * 5
   seen = collections.Counter()
   for i in range(len(records)):
     _, doc, span, _ = records[i]
     seen[(doc, span)] += 1
-    ids = text_pretraining.preprocess(records[i], config.data,
+    ids = text_pretraining.preprocess(records[i], data.settings(config.data),
                                            np.random.default_rng(i))['inputs'][0]
     np.testing.assert_array_equal(ids[(ids != 0) & (ids != CLS) & (ids != SEP)],
                                   np.concatenate(documents.sentences(doc)[span[0]:span[1]]))
   assert seen == {(0, (0, 4)): 5, (0, (4, 8)): 5, (0, (8, 10)): 5, (1, (0, 2)): 5}
-  assert len(data.DATASETS['text_pretraining'].source(config.data, 'validation')) == 4
+  assert len(data.DATASETS['text_pretraining'].source(data.settings(config.data),
+                                                      'validation')) == 4
   with pytest.raises(ValueError, match='dupe_factor=0 must be >= 1'):
     data.DATASETS['text_pretraining'].source(
-        config_lib.override(config, **{'data.dupe_factor': 0}).data, 'train')
+        data.settings(config_lib.override(config, **{'data.dupe_factor': 0}).data), 'train')

@@ -62,13 +62,14 @@ def test_own_mixer_trains_validates_documents_and_passes_the_kit_from_its_module
           'from poolformers_jax import testing\n'
           'from poolformers_jax.config.run_file import load_saved_config\n'
           'from poolformers_jax.config.validate import check_config\n'
-          'from poolformers_jax.data import get_dataset_info\n'
+          'from poolformers_jax.data import get_dataset_info, settings\n'
           'from poolformers_jax.layers.registry import build_mixer, mixer_table_row\n'
           "print(testing.check_mixer(build_mixer('fixture_mean_mixer')))\n"
           "print(mixer_table_row('fixture_mean_mixer'))\n"
           'config = load_saved_config(sys.argv[1])\n'
           'config.length_buckets.multiple = 8\n'
-          "check_config(config, get_dataset_info(config), devices=2)\nprint('valid')\n")
+          'info = get_dataset_info(settings(config.data))\n'
+          "check_config(config, info, devices=2)\nprint('valid')\n")
   loaded = subprocess.run([sys.executable, '-c', code, workdir], cwd=REPO, capture_output=True,
                           text=True, timeout=600, env=_env(str(tmp_path)))
   assert loaded.returncode == 0, loaded.stderr[-3000:]

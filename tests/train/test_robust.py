@@ -97,7 +97,8 @@ DAMAGE = {   # name -> (how, what the one-line reason says)
 def _resume(config, workdir, setup, **kwargs):
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=2,
                                              config_sha256=config_lib.config_hash(config))
-  iterator = data.make_train_iterator(config)
+  iterator = data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                      seed=config.seed)
   try:
     return checkpointer.restore_for_resume(setup.abstract_state, iterator, **kwargs), iterator
   finally:
@@ -122,7 +123,8 @@ def test_damaged_latest_falls_back_to_the_previous_checkpoint(run, case, caplog)
 
 
 def _position_after(config, steps):
-  iterator = data.make_train_iterator(config)
+  iterator = data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                      seed=config.seed)
   for _ in range(steps):
     next(iterator)
   return iterator.get_state()
@@ -286,7 +288,8 @@ def test_guard_keeps_the_previous_state_and_records_the_first_bad_step(data_dir)
   from poolformers_jax.trainer import setup as setup_lib
   state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
   step_fn = step_lib.make_train_step(setup)
-  it = data.make_train_iterator(config)
+  it = data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                seed=config.seed)
   batches = [jax.device_put(next(it)) for _ in range(4)]
   acc = step_lib.new_accumulator(setup.mesh, step_lib.accumulator_shapes(setup))
   before = None

@@ -53,10 +53,10 @@ def test_router_load_of_a_run_is_the_count_example_by_example(adamra_run):
   out = router_load(run, 'test', batch_size=8)   # 20 test trees: 8 + 8 + 4 and 4 padding rows
   # By hand: each test tree alone (no batching, no padding rows), unjitted, every non-pad token.
   hand = {}
-  source = listops.source(run.config.data, 'test')
+  source = listops.source(run.setup.data, 'test')
   apply = jax.jit(lambda ids: run.model.apply(run.variables, ids, mutable=['intermediates'])[1])
   for i in range(len(source)):
-    ids = listops.preprocess(source[i], run.config.data)['inputs'][None]
+    ids = listops.preprocess(source[i], run.setup.data)['inputs'][None]
     state = jax.device_get(apply(ids))
     for key, (routes,) in traverse_util.flatten_dict(state['intermediates'], sep='/').items():
       if key.endswith('/routed_head'):

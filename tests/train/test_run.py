@@ -227,7 +227,7 @@ def test_encode_makes_the_datasets_own_eval_examples(name, raw, record):
 
   import ml_collections
 
-  from poolformers_jax.data import DATASETS, get_data_config
+  from poolformers_jax.data import DATASETS, get_data_config, settings
   from poolformers_jax.tasks import get_task
   data_config = get_data_config(name)
   if name in ('lra_text', 'lra_retrieval'):
@@ -236,8 +236,8 @@ def test_encode_makes_the_datasets_own_eval_examples(name, raw, record):
       workdir='w', checkpoint='best', step=0, model=None, params=None,
       config=ml_collections.ConfigDict({'data': data_config}),
       setup=types.SimpleNamespace(info=types.SimpleNamespace(task='classification'),
-                                   task=get_task('classification')))
-  want = DATASETS[name].preprocess(record, data_config, None)['inputs']
+                                   task=get_task('classification'), data=settings(data_config)))
+  want = DATASETS[name].preprocess(record, settings(data_config), None)['inputs']
   got = run.encode([raw, raw])['inputs']
   assert got.shape == (2,) + want.shape and got.dtype == want.dtype
   np.testing.assert_array_equal(got[1], want)

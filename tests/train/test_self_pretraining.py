@@ -177,9 +177,10 @@ def test_retrieval_pairs_self_pretrain_through_the_trainer(tmp_path):
       importlib.import_module('lra_retrieval').get_config('linear,tiny,spt'),
       **{'data.tsv_dir': str(tmp_path), 'num_train_steps': 4, 'eval_every_steps': 4,
          'checkpoint_every_steps': 4, 'progress_bar': False, 'batch_size': 8})
-  info = data.get_dataset_info(config)
+  info = data.get_dataset_info(data.settings(config.data))
   assert info.task == 'masked_tokens' and info.vocab_size == 258 and info.input_shape == (2, 64)
-  batch = next(data.make_train_iterator(config, seed=0))
+  batch = next(data.make_train_iterator(data.settings(config.data), batch_size=config.batch_size,
+                                        seed=0))
   chosen = batch['targets'] >= 0
   assert batch['targets'].shape == (8, 2, 64) and chosen[:, 1].any()   # second documents too
   assert (batch['inputs'][chosen] == 257).all() and (batch['targets'][~chosen] == -1).all()
