@@ -30,7 +30,8 @@ import ml_collections
 
 from poolformers_jax.layers.common import Array, Dtype, check_image_input
 from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, HeadForm, SegmentForm, Window
-from poolformers_jax.models.block import fields_of, model_kwargs, module_fields
+from poolformers_jax.layers.registry import module_fields
+from poolformers_jax.models.block import fields_of, model_kwargs
 from poolformers_jax.models.registry import register_model
 
 
