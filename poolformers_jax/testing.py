@@ -1,43 +1,22 @@
 """Test a token mixer's numerics in one call: `check_mixer`, the property checks it runs,
 `MixerTestCase` for unittest suites, and `assert_sequence_parallel` for a mixer's sharded core.
-Used by the test suite on every built-in mixer, and meant for yours:
+Used by the test suite on every built-in mixer, and meant for yours (docs/api.md, "Testing a
+mixer", says what each property checks and what is skipped):
 
     from poolformers_jax.testing import check_mixer
     check_mixer(MyMixer(num_heads=2))                  # raises AssertionError naming the property
     check_mixer(MyMixer(num_heads=2, causal=True))     # + causality (read from the `causal` field)
 
 A mixer is an unbound Flax module following `mixer(x, mask=None, *, deterministic=True)`
-(docs/design.md); `deterministic` is passed only where its `__call__` takes it. Every failure is
-an AssertionError (`PropertyError`) whose first line names the property and the worst offending
-position, e.g. `padding_values: batch 1, position 9, feature 3: |a - b| = 0.41 > tol 1e-05`.
-
-Properties (`PROPERTIES`, in the order they are checked and reported):
-  output            init and apply run and return one array shaped and typed like the input
-                    ([B, L, D] float32 in, the same out; or the mixer's `dtype`); when they do
-                    not, the other properties are not run
-  padding_values    changing padded positions never changes real outputs
-  padding_amount    appending padded positions never changes real outputs
-  batch_rows        changing one row (its tokens and its mask) never changes another row's outputs
-  causal            (causal mixers) changing tokens after t never changes outputs <= t, with and
-                    without padding, and the future outputs do change (the check is not vacuous)
-  jit               jax.jit(apply) equals eager apply (under jax.disable_jit)
-  grads             gradients of the parameters and of the input are finite; no parameter and
-                    no real input token gets an all-zero gradient
-  dropout           (mixers with a dropout field, e.g. dropout_rate) deterministic=False with one
-                    rng gives identical outputs twice, and differs from deterministic=True (a
-                    mixer whose dropout_rate is 0 is run at 0.5)
-  bfloat16          (mixers with a `dtype` field) bfloat16 compute stays within BF16_BOUND
-
-A property that does not hold by design is declared in the mixer class's traits (`traits =
-MixerTraits(...)`, poolformers_jax.layers.registry): `not_by_design={property: why}`, and
-`padding_amount`, why the amount of padding changes real outputs, as a function of the options
-where one decides (PoNet's LRA segments live on the padded length with SMP on). check_mixer skips
-those and says so in its returned report; `skip={property: why}` adds call-site skips. What a
-mixer lacks is skipped with the reason too: no dropout field, no `deterministic` argument, no
-`dtype` field; a mixer whose `mask` has no default (`__call__(self, x, mask)`) has its causality
-checked with an all-True mask where the check would pass None. An exception raised inside a
-property (a mixer's own error, a wrong return type) is that property's failure, naming the
-mixer's error and where it was raised.
+(docs/design.md). The properties, in the order they are checked and reported (`PROPERTIES`):
+output (shaped and typed like the input; when it fails, the rest do not run), padding_values,
+padding_amount, batch_rows, causal, jit, grads, dropout, bfloat16. Every failure is a
+`PropertyError` (an AssertionError) whose first line names the property and the worst offending
+position, e.g. `padding_values: batch 1, position 9, feature 3: |a - b| = 0.41 > tol 1e-05`. A
+property that does not hold by design is declared in the mixer class's traits (`MixerTraits(
+not_by_design=..., padding_amount=...)`, poolformers_jax.layers.registry); check_mixer skips it
+and says why in its report, as it does for what a mixer lacks (a dropout field, `deterministic`,
+a `dtype` field).
 """
 from __future__ import annotations
 

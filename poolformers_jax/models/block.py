@@ -21,13 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, DropPath, Dtype, MlpBlock, check_choice
-from poolformers_jax.layers.registry import (
-  MIXERS,
-  build_mixer,
-  check_use,
-  module_fields,
-  traits_of,
-)
+from poolformers_jax.layers.registry import MIXERS, build_mixer, check_use, module_fields, traits_of
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
 # 'gelu_exact' the erf form of timm / the official ViT code.

@@ -20,10 +20,13 @@ from poolformers_jax.registry import MODELS, register_model
 __all__ = ['MODELS', 'build_model', 'register_model', 'register_model_class']
 
 
-def register_model_class(name: str, cls: type) -> type:
-  """Registers model `name` with the constructor `fields -> cls(**model_kwargs(fields, cls))`."""
+def register_model_class(name: str, cls: type, *, required: tuple[str, ...] = (),
+                         **overrides: Any) -> type:
+  """Registers model `name` with the constructor `fields -> cls(**model_kwargs(fields, cls,
+  required=required, **overrides))`: the `required` keys must be set, the `overrides` are the
+  model's to set."""
   def constructor(fields: Mapping[str, Any]) -> nn.Module:
-    return cls(**model_kwargs(fields, cls))
+    return cls(**model_kwargs(fields, cls, required=required, **overrides))
   # Named after the class (a re-imported model file registers the same model again) and
   # annotated with it (docs/api.md's check reads the class from the return annotation).
   constructor.__module__, constructor.__qualname__ = cls.__module__, f'{cls.__qualname__}.build'
