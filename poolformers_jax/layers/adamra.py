@@ -62,16 +62,12 @@ def num_segments(length: int, rate: float, name: str = 'AdaMRA') -> int:
 
 def segment_means(x: Array, mask: Array, count: int, shard: Shard | None = None
                   ) -> tuple[Array, Array]:
-  """Means of `x: [B, n, F]` over `count` contiguous segments of ceil(n / count) tokens.
+  """Means of `x: [B, n, F]` over `count` contiguous segments of ceil(n / count) tokens of the
+  whole sequence (on a shard of it, `shard`: partial sums all-reduced).
 
   The input is right-padded to count * ceil(n / count); padded positions and tokens with
   `mask` False are left out. Returns (means [B, count, F] in x.dtype, valid [B, count] bool),
   valid = the segment holds at least one real token. Sums are taken in float32.
-
-  On a shard of the sequence (`shard`, `x` its tokens) the segments are those of the whole
-  length: the shard sums its tokens into the segments they fall in, and the partial sums and
-  token counts are all-reduced at the compressed length [B, count, F] / [B, count] (a segment
-  may continue on other shards).
   """
   shard = shard or Shard(1, x.shape[1])
   chunks = shard.chunks(-(-shard.count * shard.length // count), total=count)

@@ -92,11 +92,7 @@ class HierarchicalPool(nn.Module):
 
     # A pooled token is real when any token of its window is real.
     pooled_mask = nn.max_pool(m.astype(jnp.float32), window, strides, 'VALID') > 0
-    new_length = 1
-    for n in y.shape[1:-1]:
-      new_length *= n
-    y = y.reshape(batch, new_length, dim)
-    pooled_mask = pooled_mask.reshape(batch, new_length)
+    y, pooled_mask = y.reshape(batch, -1, dim), pooled_mask.reshape(batch, -1)
     # Where no token of the window is real, return zeros rather than the NEG_INF sentinel.
     y = jnp.where(pooled_mask[..., None], y, jnp.zeros((), y.dtype))
     return y, pooled_mask

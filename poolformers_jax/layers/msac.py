@@ -19,7 +19,6 @@ kernels [d, f]), bias included.
 """
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Sequence
 from typing import Literal
@@ -39,7 +38,7 @@ from poolformers_jax.layers.common import (
   check_sequence_input,
   compute_dtype,
 )
-from poolformers_jax.layers.registry import MixerTraits, register_mixer
+from poolformers_jax.layers.registry import MixerTraits, module_fields, register_mixer
 
 Window = int | Sequence[int]
 
@@ -262,9 +261,7 @@ class MSAC(SACOptions):
     if not len(self.windows):
       raise ValueError(f'{name}: windows is empty; give at least one window, e.g. (1, 3).')
     features = self.features or x.shape[-1]
-    options = {f.name: getattr(self, f.name) for f in dataclasses.fields(SACOptions)
-               if f.name not in ('parent', 'name')}
-    options['features'] = features
+    options = {**{f: getattr(self, f) for f in module_fields(SACOptions)}, 'features': features}
     scales = [SAC(window=w, name=f'sac_{i}', **options)(x, mask, deterministic=deterministic)
               for i, w in enumerate(self.windows)]
     psi = jnp.concatenate(scales, axis=-1)                          # ψ, the super-tensor

@@ -1,11 +1,8 @@
-"""The model registry: a model's name -> constructor.
-
-Model files register constructors with `@register_model('name')`: the model's fields (a mapping
-of `name` and keyword values) -> an unbound Flax module, always `Cls(**model_kwargs(fields, Cls,
-...))` (models/block.py), so every key is a checked field of the model class; a model that needs
-nothing more calls `register_model_class('name', Cls)`. Everything builds models with
-`build_model(name=..., **fields)` (the trainer: `build_model(**config.model.to_dict())`) or
-`build_model(config.model)`.
+"""The model registry: a model's name -> its constructor, `fields -> Cls(**model_kwargs(fields,
+Cls, ...))` (models/block.py), so every key is a checked field of the model class. Model files
+register a class with `register_model_class('name', Cls)`, or a constructor of their own with
+`@register_model('name')`; everything builds models with `build_model(name=..., **fields)` or
+`build_model(config.model)` (the trainer).
 """
 from __future__ import annotations
 
