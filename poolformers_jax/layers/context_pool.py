@@ -496,15 +496,11 @@ class WindowContextPool(ContextPoolOptions):
 class ContextPoolAttention(ContextPoolOptions):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
 
-  Where the pooling sits (`placement`; both readings of the paper, compared in
-  docs/results/contextpool_placement.md):
-  - 'mixer_input' (default): LN(X) is pooled inside the residual branch; the residual stream is
-    never pooled (§1: "pool neighboring features for each token at every attention layer before
-    computing full attention").
-  - 'block_output': Fig. 2c / §3.2, "placed after each attention block, whose output token
-    features are pooled ... for use in the next attention block": this mixer is plain attention,
-    and `TransformerBlock` replaces its output X_l by ContextPool(X_l) (`block_output`).
-  Parameters either way: 'context_pool' (m(X)) and 'attention' (as MultiHeadAttention).
+  `placement` (both readings of the paper, docs/papers/context_pool.md): 'mixer_input' (§1,
+  the default) pools LN(X) inside the residual branch; 'block_output' (Fig. 2c) makes this mixer
+  plain attention, and `TransformerBlock` replaces the block's output X_l by ContextPool(X_l)
+  (`block_output`). Parameters either way: 'context_pool' (m(X)) and 'attention' (as
+  MultiHeadAttention).
   """
   traits = MixerTraits(
       two_d=('yes: `token_grid=(H, W)` pools on the patch grid, `prefix_tokens` (class token) '

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, check_choice, check_image_input
 from poolformers_jax.layers.context_pool import ContextPool2D
-from poolformers_jax.models.registry import register_model_class
+from poolformers_jax.models.block import model_kwargs
+from poolformers_jax.models.registry import register_model
 
 POOL_STRIDE = 2
 
@@ -68,5 +69,10 @@ class CPConvNet(nn.Module):
     return nn.Dense(self.num_classes, name='head')(x).astype(jnp.float32)
 
 
-register_model_class('cp_convnet', CPConvNet,
-                     required=('num_classes', 'widths', 'convs_per_stage', 'pool'))
+_REQUIRED = ('num_classes', 'widths', 'convs_per_stage', 'pool')
+
+
+@register_model('cp_convnet')
+def build(cfg) -> CPConvNet:
+  """`config.model` -> CPConvNet; needs `_REQUIRED` (and optionally pool_kwargs)."""
+  return CPConvNet(**model_kwargs(cfg, CPConvNet, required=_REQUIRED))
