@@ -13,8 +13,9 @@ from poolformers_jax._version import __version__  # noqa: F401
 
 
 def import_registering_modules(kind: str) -> list[str]:
-  """Imports every module of the kind's subpackage whose text calls `register_<kind>(` (a module
-  that registers nothing is not imported), then the kind's entry points; returns the names."""
+  """Imports every module of the kind's subpackage whose text calls `register_<kind>(` or
+  `register_<kind>_class(` (a module that registers nothing is not imported), then the kind's
+  entry points; returns the names."""
   package = _registry.PACKAGES[kind]
   spec = importlib.util.find_spec(package)
   assert spec is not None and spec.submodule_search_locations is not None, package
@@ -25,8 +26,9 @@ def import_registering_modules(kind: str) -> list[str]:
     if info.ispkg or not os.path.isfile(path):
       continue
     with open(path, encoding='utf-8') as f:
-      if f'register_{kind}(' in f.read():
-        names.append(info.name)
+      text = f.read()
+    if f'register_{kind}(' in text or f'register_{kind}_class(' in text:
+      names.append(info.name)
   for name in names:
     importlib.import_module(name)
   if kind in _registry.ENTRY_POINT_GROUPS:

@@ -1,43 +1,22 @@
 """Test a token mixer's numerics in one call: `check_mixer`, the property checks it runs,
 `MixerTestCase` for unittest suites, and `assert_sequence_parallel` for a mixer's sharded core.
-Used by the test suite on every built-in mixer, and meant for yours:
+Used by the test suite on every built-in mixer, and meant for yours (docs/api.md, "Testing a
+mixer", says what each property checks and what is skipped):
 
     from poolformers_jax.testing import check_mixer
     check_mixer(MyMixer(num_heads=2))                  # raises AssertionError naming the property
     check_mixer(MyMixer(num_heads=2, causal=True))     # + causality (read from the `causal` field)
 
 A mixer is an unbound Flax module following `mixer(x, mask=None, *, deterministic=True)`
-(docs/design.md); `deterministic` is passed only where its `__call__` takes it. Every failure is
-an AssertionError (`PropertyError`) whose first line names the property and the worst offending
-position, e.g. `padding_values: batch 1, position 9, feature 3: |a - b| = 0.41 > tol 1e-05`.
-
-Properties (`PROPERTIES`, in the order they are checked and reported):
-  output            init and apply run and return one array shaped and typed like the input
-                    ([B, L, D] float32 in, the same out; or the mixer's `dtype`); when they do
-                    not, the other properties are not run
-  padding_values    changing padded positions never changes real outputs
-  padding_amount    appending padded positions never changes real outputs
-  batch_rows        changing one row (its tokens and its mask) never changes another row's outputs
-  causal            (causal mixers) changing tokens after t never changes outputs <= t, with and
-                    without padding, and the future outputs do change (the check is not vacuous)
-  jit               jax.jit(apply) equals eager apply (under jax.disable_jit)
-  grads             gradients of the parameters and of the input are finite; no parameter and
-                    no real input token gets an all-zero gradient
-  dropout           (mixers with a dropout field, e.g. dropout_rate) deterministic=False with one
-                    rng gives identical outputs twice, and differs from deterministic=True (a
-                    mixer whose dropout_rate is 0 is run at 0.5)
-  bfloat16          (mixers with a `dtype` field) bfloat16 compute stays within BF16_BOUND
-
-A property that does not hold by design is declared in the mixer class's traits (`traits =
-MixerTraits(...)`, poolformers_jax.layers.registry): `not_by_design={property: why}`, and
-`padding_amount`, why the amount of padding changes real outputs, as a function of the options
-where one decides (PoNet's LRA segments live on the padded length with SMP on). check_mixer skips
-those and says so in its returned report; `skip={property: why}` adds call-site skips. What a
-mixer lacks is skipped with the reason too: no dropout field, no `deterministic` argument, no
-`dtype` field; a mixer whose `mask` has no default (`__call__(self, x, mask)`) has its causality
-checked with an all-True mask where the check would pass None. An exception raised inside a
-property (a mixer's own error, a wrong return type) is that property's failure, naming the
-mixer's error and where it was raised.
+(docs/design.md). The properties, in the order they are checked and reported (`PROPERTIES`):
+output (shaped and typed like the input; when it fails, the rest do not run), padding_values,
+padding_amount, batch_rows, causal, jit, grads, dropout, bfloat16. Every failure is a
+`PropertyError` (an AssertionError) whose first line names the property and the worst offending
+position, e.g. `padding_values: batch 1, position 9, feature 3: |a - b| = 0.41 > tol 1e-05`. A
+property that does not hold by design is declared in the mixer class's traits (`MixerTraits(
+not_by_design=..., padding_amount=...)`, poolformers_jax.layers.registry); check_mixer skips it
+and says why in its report, as it does for what a mixer lacks (a dropout field, `deterministic`,
+a `dtype` field).
 """
 from __future__ import annotations
 
@@ -118,8 +97,11 @@ def _apply(module, variables, x, mask, call_kwargs=None, deterministic=True, rng
                       **_call_kwargs(module, call_kwargs, deterministic))
 
 
-def _init(module, x, mask, call_kwargs=None, seed: int = 0):
-  return module.init(jax.random.PRNGKey(seed), x, mask, **_call_kwargs(module, call_kwargs))
+def _init(module, x, mask, call_kwargs=None, variables=None):
+  """`variables`, else the module's initialised on (x, mask)."""
+  if variables is not None:
+    return variables
+  return module.init(jax.random.PRNGKey(0), x, mask, **_call_kwargs(module, call_kwargs))
 
 
 def _where(index: tuple[int | np.integer, ...], ndim: int) -> str:
@@ -167,8 +149,7 @@ def assert_padding_values_irrelevant(module: nn.Module, x, mask, *, seed: int = 
                                      atol: float = 1e-5, variables: Any = None,
                                      call_kwargs: Mapping | None = None) -> None:
   """Changing the values at padded positions never changes the outputs at real positions."""
-  if variables is None:
-    variables = _init(module, x, mask, call_kwargs)
+  variables = _init(module, x, mask, call_kwargs, variables)
   noise = jax.random.normal(jax.random.PRNGKey(seed), x.shape, x.dtype) * 10.0
   x2 = jnp.where(mask[..., None], x, noise)
   y1 = _apply(module, variables, x, mask, call_kwargs)
@@ -180,8 +161,7 @@ def assert_padding_amount_irrelevant(module: nn.Module, x, mask, extra: int = 5,
                                      atol: float = 1e-5, variables: Any = None,
                                      call_kwargs: Mapping | None = None) -> None:
   """Appending `extra` padded positions does not change the outputs at real positions."""
-  if variables is None:
-    variables = _init(module, x, mask, call_kwargs)
+  variables = _init(module, x, mask, call_kwargs, variables)
   b, l, d = x.shape
   x_long = jnp.concatenate([x, jnp.ones((b, extra, d), x.dtype) * 3.0], axis=1)
   mask_long = jnp.concatenate([mask, jnp.zeros((b, extra), bool)], axis=1)
@@ -196,8 +176,7 @@ def assert_batch_rows_independent(module: nn.Module, x, mask, *, atol: float = 1
                                   call_kwargs: Mapping | None = None) -> None:
   """Replacing one row's tokens (and its number of real tokens) never changes the real outputs
   of the other rows. Every row is replaced once (batch >= 2)."""
-  if variables is None:
-    variables = _init(module, x, mask, call_kwargs)
+  variables = _init(module, x, mask, call_kwargs, variables)
   batch, length = x.shape[:2]
   assert batch >= 2, 'batch_rows needs a batch of at least 2 rows'
   y = _apply(module, variables, x, mask, call_kwargs)
@@ -223,8 +202,7 @@ def assert_causal(module: nn.Module, x, *, t: int | None = None, atol: float = 1
   """Changing the tokens after position t never changes the outputs at positions <= t; and
   changing them does change some output after t (so the check cannot pass vacuously).
   With `mask`, only real positions are compared, and some row must have real tokens after t."""
-  if variables is None:
-    variables = _init(module, x, mask, call_kwargs)
+  variables = _init(module, x, mask, call_kwargs, variables)
   length = x.shape[1]
   t = length // 2 if t is None else t
   future = jnp.arange(length)[None, :, None] > t
@@ -247,8 +225,7 @@ def assert_jit_matches(module: nn.Module, x, mask, *, atol: float = 1e-5,
                        variables: Any = None, call_kwargs: Mapping | None = None) -> None:
   """jax.jit(apply) equals eager apply (run under jax.disable_jit, so nested jits run eagerly
   too): catches Python-side state read at trace time, and tracer-only branches."""
-  if variables is None:
-    variables = _init(module, x, mask, call_kwargs)
+  variables = _init(module, x, mask, call_kwargs, variables)
   kwargs = _call_kwargs(module, call_kwargs)
   apply = lambda v, xx, mm: module.apply(v, xx, mm, **kwargs)
   with jax.disable_jit():
@@ -271,8 +248,7 @@ def assert_finite_grads(module: nn.Module, x, mask, *, variables: Any = None,
   """Gradients of sum(y^2) over the real outputs w.r.t. parameters and inputs are finite; no
   parameter array (`every_param`; else: not all of them) and no real input token gets an
   all-zero gradient."""
-  if variables is None:
-    variables = _init(module, x, mask, call_kwargs)
+  variables = _init(module, x, mask, call_kwargs, variables)
   real = 1.0 if mask is None else jnp.asarray(_real(mask, x.ndim), jnp.float32)
 
   def loss(v, xx):
@@ -311,8 +287,7 @@ def assert_dropout_consistent(module: nn.Module, x, mask, *, variables: Any = No
                               call_kwargs: Mapping | None = None, seed: int = 3) -> None:
   """deterministic=False with the same rng gives identical outputs twice, and they differ from
   deterministic=True at some real position (so dropout does act)."""
-  if variables is None:
-    variables = _init(module, x, mask, call_kwargs)
+  variables = _init(module, x, mask, call_kwargs, variables)
   rngs = lambda: {'dropout': jax.random.PRNGKey(seed)}
   y1 = _apply(module, variables, x, mask, call_kwargs, deterministic=False, rngs=rngs())
   y2 = _apply(module, variables, x, mask, call_kwargs, deterministic=False, rngs=rngs())
@@ -351,8 +326,7 @@ def assert_bfloat16_close(module: nn.Module, x, mask, *, variables: Any = None,
   is float32 compute on the bf16-rounded input and parameters. Tokens a mixer routes discretely
   (it sows 'routed_head', as AdaMRA) are compared only where all three runs route alike, and
   at least `min_routed_alike` of them must. Returns (compute error, storage error)."""
-  if variables is None:
-    variables = _init(module, x, mask, call_kwargs)
+  variables = _init(module, x, mask, call_kwargs, variables)
   to_bf16_and_back = lambda t: jax.tree.map(lambda a: a.astype(jnp.bfloat16).astype(a.dtype), t)
   f32, bf16 = module.clone(dtype=None), module.clone(dtype=jnp.bfloat16)
   reference, heads = _with_routes(f32, variables, x, mask, call_kwargs)
@@ -480,7 +454,7 @@ def check_mixer(mixer: nn.Module, *, causal: bool | None = None, batch: int = 2,
     assert_causal(mixer, x, mask=mask, atol=atol, **kw)
 
   def output():   # init runs even where the output check is declared away
-    kw['variables'] = _init(mixer, x, mask, call_kwargs) if given is None else given
+    kw['variables'] = _init(mixer, x, mask, call_kwargs, given)
     if 'output' not in skips:
       _check_output(mixer, kw['variables'], x, mask, call_kwargs)
 

@@ -6,51 +6,19 @@ one head (Eq. 6), and the head attends with kernel attention (Eq. 7), so memory 
 in n (phi(K)^T V is formed first; no [n, n] or [n, m] matrix in the kernel variants). Each head is
 split into S subheads (Eq. 8-9), and the routed heads are summed and projected by W^O (Eq. 8).
 
-What the paper leaves open, and what we decided (see also docs/papers/adamra.md):
-- Heads and subheads. H, the number of resolution heads, is `len(compression_rates)` (Table 4 counts
-  heads that way). The field `num_heads` is the number of subheads S of every head, i.e. the usual
-  "head width = dim / num_heads" of every other mixer here, so the shared LRA setting "2 heads of
-  32" means S = 2 subheads of width 32. Default rates (1/2, 1/8, 1/32): the best row of Table 4.
-- Projections. Eq. 1 projects X to Q, K, V (Dense layers `query`, `key`, `value`, as in
-  LinearAttention); the router reads Q (Eq. 6). Eq. 9 then projects the routed queries and the
-  compressed keys / values once more with per-head matrices W_hs (params `head_query`,
-  `head_key`, `head_value`, each [H, dim, dim] = S blocks of dim / S columns, no bias as written).
-  Keys / values are compressed first and projected after, which is cheaper (m_h rows, not n) and
-  equal because a segment mean commutes with a linear map. `per_head_projections=False` drops the
-  Eq. 9 matrices: subheads are then slices of Q, K, V (the usual reading of Eq. 5) and all heads
-  share them, differing only in resolution.
-- Segments. m_h = floor(n * c_h) contiguous segments of ceil(n / m_h) tokens; the sequence is
-  right-padded to m_h * ceil(n / m_h), and padded positions and masked tokens are left out of the
-  means. A segment without any real token is not a key. Segments are defined on the padded input
-  length, so the values, not the amount, of padding are irrelevant (docs/design.md).
-  n * c_h < 1 is an error.
-- Routing. argmax of the router probability P has no gradient, so the routed head's output is
-  multiplied by its probability (Switch Transformer), and the router learns through that factor.
-  The paper does not say how its router learns (and has no public code): `router_gate=
-  'straight_through'` keeps Eq. 8's output as written (weight exactly 1) with the same gradient
-  reaching the router (1 + P - stop_gradient(P)).
-  `routing='random'` (the "Rand" ablation of Table 5) sends each position to a head drawn once from
-  a fixed seed (content-independent, the same at training and evaluation, no gate);
-  `routing='none'` sends every query to every head with weight 1 (Eq. 8 without the router mask;
-  with one head and rate 1 this is plain linear attention).
-- Feature map. 'relu' (the paper's choice), 'elu+1' (Katharopoulos et al.) or 'softmax' (Table 5
-  "Softmax": exact softmax attention over the compressed keys, memory O(n * sum_h m_h)).
-- No causal form: the paper defines none (segment means mix future tokens), so there is no
-  `causal` field and the registry refuses to build AdaMRA for a language model.
-- Evaluation. With learned or random routing and a kernel feature map, each query is projected
-  and attends in its routed head only (tokens grouped by head into blocks, routed_kernel_attention);
-  routing 'none' and the softmax ablation evaluate every head. Same values either way.
-- Dropout (the paper is silent): on the summed heads before W^O, as MultiHeadAttention does.
-- Sequence parallelism: the segments are those of the whole sequence; each shard sums its tokens
-  into the segments they fall in (a segment may straddle shards) and the partial sums and token
-  counts are all-reduced at the compressed length ([B, m_h, D] and [B, m_h]), never the full
-  one. Routing and attention over the compressed keys are per token.
+H is `len(compression_rates)`; the field `num_heads` is S, the subheads of every head (the usual
+head width dim / num_heads). What the paper leaves open and what we decided (projections, segments
+of the padded length, the router's gradient, random and no routing, the softmax ablation, no
+causal form, dropout): docs/papers/adamra.md. Sequence-parallel, each shard sums its tokens into
+the segments of the whole sequence they fall in, and the partial sums and counts are all-reduced
+at the compressed length ([B, m_h, D] and [B, m_h]); routing and attention are per token.
 """
 from __future__ import annotations
 
 import functools
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import flax.linen as nn
 import jax
@@ -69,6 +37,7 @@ from poolformers_jax.layers.common import (
   Dtype,
   Projection,
   attention_bias,
+  check_choices,
   check_heads,
   check_sequence_input,
   compute_dtype,
@@ -76,9 +45,6 @@ from poolformers_jax.layers.common import (
 from poolformers_jax.layers.registry import MixerTraits, register_mixer
 from poolformers_jax.layers.sequence_parallel import SAME, TOKENS, Shard, map_shards
 
-ROUTINGS = ('learned', 'random', 'none')
-ROUTER_GATES = ('probability', 'straight_through')
-ATTENTIONS = tuple(sorted(FEATURE_MAPS)) + ('softmax',)
 RANDOM_ROUTING_SEED = 0
 
 
@@ -96,16 +62,12 @@ def num_segments(length: int, rate: float, name: str = 'AdaMRA') -> int:
 
 def segment_means(x: Array, mask: Array, count: int, shard: Shard | None = None
                   ) -> tuple[Array, Array]:
-  """Means of `x: [B, n, F]` over `count` contiguous segments of ceil(n / count) tokens.
+  """Means of `x: [B, n, F]` over `count` contiguous segments of ceil(n / count) tokens of the
+  whole sequence (on a shard of it, `shard`: partial sums all-reduced).
 
   The input is right-padded to count * ceil(n / count); padded positions and tokens with
   `mask` False are left out. Returns (means [B, count, F] in x.dtype, valid [B, count] bool),
   valid = the segment holds at least one real token. Sums are taken in float32.
-
-  On a shard of the sequence (`shard`, `x` its tokens) the segments are those of the whole
-  length: the shard sums its tokens into the segments they fall in, and the partial sums and
-  token counts are all-reduced at the compressed length [B, count, F] / [B, count] (a segment
-  may continue on other shards).
   """
   shard = shard or Shard(1, x.shape[1])
   chunks = shard.chunks(-(-shard.count * shard.length // count), total=count)
@@ -211,22 +173,16 @@ class AdaMRA(nn.Module):
 
   No rotary positions (no `rotary` field): its keys are segment means, which have no single
   position, and its kernel feature map sits between q . k and the positions.
-
-  Attributes:
-    num_heads: subheads S of every resolution head (head width dim / S); see the module docstring.
-    compression_rates: c_h of each head; H = len(compression_rates).
-    routing: 'learned' (Eq. 6, gated by the router probability), 'random' or 'none'.
-    router_gate: how learned routing carries a gradient: 'probability' (output x P, Switch
-      Transformer) or 'straight_through' (output x 1, the gradient of x P).
-    feature_map: 'relu', 'elu+1' (kernel attention, Eq. 7) or 'softmax' (ablation).
-    per_head_projections: use the per-head matrices W_hs of Eq. 9.
   """
-  num_heads: int
-  compression_rates: Sequence[float] = (1 / 2, 1 / 8, 1 / 32)
-  routing: str = 'learned'
-  router_gate: str = 'probability'
-  feature_map: str = 'relu'
-  per_head_projections: bool = True
+  num_heads: int                     # subheads S of every resolution head (width dim / S)
+  compression_rates: Sequence[float] = (1 / 2, 1 / 8, 1 / 32)   # c_h of each of the H heads
+  routing: Literal['learned', 'random', 'none'] = 'learned'      # 'learned': Eq. 6
+  # How learned routing carries a gradient: output x P (Switch Transformer), or x 1 with the
+  # gradient of x P.
+  router_gate: Literal['probability', 'straight_through'] = 'probability'
+  # 'elu+1' / 'relu': kernel attention (Eq. 7); 'softmax': the ablation.
+  feature_map: Literal['elu+1', 'relu', 'softmax'] = 'relu'
+  per_head_projections: bool = True   # the per-head matrices W_hs of Eq. 9
   dropout_rate: float = 0.0
   use_bias: bool = True
   dtype: Dtype | None = None
@@ -236,24 +192,14 @@ class AdaMRA(nn.Module):
       sequence_parallel=True,
       sequence_parallel_note='partial segment sums and counts all-reduced, [B, m_h, D] / [B, m_h]')
 
-  def _check_options(self, name: str) -> None:
-    if self.routing not in ROUTINGS:
-      raise ValueError(f'{name}: unknown routing {self.routing!r}; choose one of {ROUTINGS}.')
-    if self.router_gate not in ROUTER_GATES:
-      raise ValueError(f'{name}: unknown router_gate {self.router_gate!r}; choose one of '
-                       f'{ROUTER_GATES}.')
-    if self.feature_map not in ATTENTIONS:
-      raise ValueError(f'{name}: unknown feature_map {self.feature_map!r}; '
-                       f'choose one of {ATTENTIONS}.')
-    if len(self.compression_rates) == 0:
-      raise ValueError(f'{name}: compression_rates is empty; give one rate per head, '
-                       f'e.g. (1/2, 1/8, 1/32).')
-
   @nn.compact
   def __call__(self, x: Array, mask: Array | None = None, *, deterministic: bool = True) -> Array:
     name = type(self).__name__
     mask = check_sequence_input(x, mask, name)
-    self._check_options(name)
+    check_choices(self)
+    if len(self.compression_rates) == 0:
+      raise ValueError(f'{name}: compression_rates is empty; give one rate per head, '
+                       f'e.g. (1/2, 1/8, 1/32).')
     _, length, dim = x.shape
     check_heads(dim, self.num_heads, name)
     counts = [num_segments(length, float(r), name) for r in self.compression_rates]
@@ -286,8 +232,6 @@ class AdaMRA(nn.Module):
     chosen, gate = self._route(x, eq1['query'], dtype)  # [B, n] head and weight of each query
     maps = {n: [head_map(n, h) for h in range(len(counts))] for n in ('query', 'key', 'value')}
 
-    # The projections and the router act per token; the core below runs on each sequence shard
-    # (the whole sequence when the model is not sequence-sharded).
     def core(shard, x, mask, chosen, gate, maps):
       pooled = [segment_means(x, mask, count, shard) for count in counts]
       heads = [(affine(means, maps['key'][h]), affine(means, maps['value'][h]), valid)

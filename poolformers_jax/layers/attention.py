@@ -12,14 +12,8 @@ Softmax attention has four implementations of the same function (`implementation
   exact for right-padded masks (real tokens first, as every data pipeline here pads).
 - 'auto': 'cudnn' where it applies, else 'xla'.
 
-Sequence-parallel forms (the sequence split over devices):
-- linear attention: the key-value state sum_j phi(k_j) v_j^T [B, H, Dh, Dh] and the normaliser
-  sum_j phi(k_j) [B, H, Dh] are all-reduced; causal, each shard starts its chunk states with the
-  states of the shards before it (one all-gather of the per-shard states, an exclusive prefix
-  sum: LASP-2). Nothing that crosses devices grows with the length.
-- softmax attention, the quadratic baseline: every shard gathers all keys and values (and the
-  key mask) and attends its own queries to them, so what crosses devices is K and V, which
-  grow with the length ('explicit' and 'xla'; 'auto' runs 'xla' there, 'cudnn' is refused).
+Both have a sequence-parallel form; what crosses devices is each class's `traits` note (linear
+attention: states that do not grow with the length; softmax: all keys and values).
 """
 from __future__ import annotations
 
@@ -189,26 +183,19 @@ class MultiHeadAttention(nn.Module):
     dropout = nn.Dropout(self.dropout_rate)
     on_weights = self.dropout_on == 'weights'
     drop_weights = on_weights and not deterministic and self.dropout_rate > 0
-    if sequence_parallel.active():
-      if implementation == 'cudnn':   # cuDNN takes lengths, not the shard's [L/count, L] mask
-        if self.implementation != 'auto':
-          raise ValueError(f"{name}: implementation='cudnn' cannot run sequence-sharded (it "
-                           "takes lengths, not a shard's queries against all keys); use 'auto', "
-                           "'xla' or 'explicit', or --config.mesh.sequence=1.")
-        implementation = 'xla'
-      if drop_weights:
-        raise ValueError(f"{name}: dropout_on='weights' cannot run sequence-sharded (its random "
-                         "mask would repeat on every shard); use dropout_on='output' or "
-                         '--config.mesh.sequence=1.')
-    if segment_ids is not None and implementation == 'cudnn':   # cuDNN takes lengths, not segments
+    if implementation == 'cudnn' and (sequence_parallel.active() or segment_ids is not None):
+      # cuDNN takes lengths, not a shard's [L/count, L] mask or packed rows' segments.
       if self.implementation != 'auto':
-        raise ValueError(f"{name}: implementation='cudnn' takes no packed rows (segment_ids); "
-                         "use 'auto', 'xla' or 'explicit'.")
+        raise ValueError(f"{name}: implementation='cudnn' takes lengths, so no packed rows "
+                         "(segment_ids) and no sequence shards; use 'auto', 'xla' or 'explicit' "
+                         '(or --config.mesh.sequence=1).')
       implementation = 'xla'
+    if sequence_parallel.active() and drop_weights:
+      raise ValueError(f"{name}: dropout_on='weights' cannot run sequence-sharded (its random "
+                       "mask would repeat on every shard); use dropout_on='output' or "
+                       '--config.mesh.sequence=1.')
     drop = lambda t: dropout(t, deterministic=deterministic)
 
-    # Queries, keys and values are per token; the attention runs on each sequence shard
-    # (the whole sequence when the model is not sequence-sharded).
     def core(shard, q, k, v, mask, segment_ids):
       if shard.count == 1:
         allowed = None if segment_ids is None else segment_allowed(segment_ids, mask)  # [B, L, L]
@@ -268,9 +255,7 @@ def linear_attention(q: Array, k: Array, v: Array, mask: Array, causal: bool,
   Causal, the sums are chunkwise (`chunkwise_causal`): memory O(L Dh + L / C Dh^2), never the
   [L, Dh, Dh] prefix sums. Sequence-sharded (`shard`: this device's tokens), the sums over keys
   are all-reduced as [B, H, Dh, Dh] / [B, H, Dh] states; causal, the states of the shards before
-  this one come from one all-gather of every shard's [B, H, Dh, Dh + 1] state and an exclusive
-  prefix sum (LASP-2) and start the shard's chunk states. L of 'padded_length' is the whole
-  sequence's, count x the shard's.
+  this one are gathered (LASP-2). L of 'padded_length' is the whole sequence's.
   """
   shard = shard or Shard(1, q.shape[2])
   k = k * mask[:, None, :, None].astype(k.dtype)
@@ -356,7 +341,6 @@ class LinearAttention(nn.Module):
     dense = lambda n: nn.Dense(dim, use_bias=self.use_bias, dtype=dtype, name=n)
     phi = FEATURE_MAPS[self.feature_map]
     q, k, v = (split_heads(dense(n)(x), self.num_heads) for n in ('query', 'key', 'value'))
-    # The sums over keys run on each sequence shard.
     core = lambda shard, q, k, v, mask: HEAD_TOKENS(linear_attention(
         q, k, v, mask, self.causal, normalizer=self.normalizer, shard=shard,
         chunk_size=self.chunk_size))

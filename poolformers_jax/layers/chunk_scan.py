@@ -23,9 +23,8 @@ import jax.numpy as jnp
 
 Array = jax.Array
 # Chunks at least this long take the running maxima; shorter ones the reshape, which XLA:TPU
-# fuses there and which is faster on a CPU (log2(size) steps against one reduction). The LRA Text
-# step on v5e 4x4 (docs/efficiency.md): chunks of 1 025 tokens (4M), the reshape 19 % smaller;
-# of 4 097 (16M), the running maxima 29 % smaller.
+# fuses there and which is faster on a CPU (log2(size) steps against one reduction); the memory
+# of each on the LRA Text step: docs/efficiency.md.
 SCAN_FROM = 2048
 
 

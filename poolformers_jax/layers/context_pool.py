@@ -1,50 +1,20 @@
 """ContextPool (Huang et al., ICML 2022): learn to pool each token's context before attention.
 
-The paper (sec. 3.2) replaces every token x_i by a pooled feature of its neighbourhood,
+Every token x_i is replaced by a pooled feature of its neighbourhood (sec. 3.2),
 
     y_i = sum_j x_j w_j g_ij / sum_j w_j g_ij,                                          (Eq. 4)
 
 with pooling weights w and pooling sizes s predicted together by a small network {w, s} = m(X),
 and a Gaussian mask g_ij = exp(-(i - j)^2 / (2 sigma_i^2)), sigma_i = r * n * s_i, r = 0.1.
-Attention then runs on the pooled tokens (Fig. 2c). Tables 1-3 ablate the weights, the locality
-prior and the predictor; every row is an option here.
+Attention then runs on the pooled tokens (Fig. 2c). Every ablation of Tables 1-3 is an option
+(`ContextPoolOptions`). The forms: `ContextPool` (sequences; CP-ViT's patch grid),
+`ContextPool2D` (a ConvNet's pooling layer, sec. 4.2), `WindowContextPool` (inside CP-Swin's
+windows) and the mixer 'contextpool', `ContextPoolAttention` (pooling, then attention).
 
-What the paper leaves open, and what we decided (docs/papers/context_pool.md):
-- m(X) is two convolutions (kernel 3, GELU between), the second with 2 output channels (w, s).
-  The hidden width is not given; `predictor_dim` defaults to max(dim // 16, 8), which makes
-  12 layers of ViT-B (d = 768) add 1.3M parameters (86M -> 88M, Table 6) and Swin-B 1.3M
-  (88M -> 89M). Padded positions are zeroed before each convolution.
-- w is a softmax over the real tokens. In Eq. 4 the softmax normaliser cancels, so we add the
-  logits of w to log g_ij and take a single softmax over j: the normaliser C(X) = sum_j w_j g_ij
-  is computed in log space, so narrow Gaussians never underflow to 0 / 0.
-- s is squashed with a sigmoid, not the paper's softmax (a softmax over n tokens would make
-  every s_i ~ 1/n and every sigma ~ r). sigma is floored at 1e-2 (still an identity pooling).
-- n is the number of real tokens; in causal mode n_i is the number of real tokens at or before
-  i, so nothing about the future (not even its length) reaches position i. Causal pooling only
-  uses j <= i and left-pads the convolutions.
-- Ablations (Tables 1-3), our reading of the paper's short descriptions:
-  weights 'uniform' = no w (Gaussian-weighted average); 'unnormalized' = raw m(X) output as w,
-    normalised by sum_j g_ij only (a signed weighting; sum_j w_j g_ij could cross zero);
-    'nonlocal' = pairwise w_ij = softmax_j(theta(x_i) . phi(x_j) / sqrt(d)) (Eq. 3 with the
-    usual non-local normalisation over j; Eq. 3 as printed sums over i).
-  locality 'none' = g = 1; 'fixed_window' = a box of `window_size` tokens (looking back in causal
-    mode); 'adaptive_window' = a box of half-width sigma_i with soft edges (about one token wide,
-    so the size still gets a gradient); 'random_sparse' = each token pools itself and a fixed
-    pseudo-random subset of about `window_size` (2D: window_size^2) of the tokens it may see
-    (a hash of (i, j), so the pattern is the same in training and evaluation and does not depend
-    on the padded length).
-  predictor 'mlp' = per-token Dense-GELU-Dense; 'attention' = one single-head self-attention
-    layer (Table 3; the paper reports the same numbers for it as for NL weights).
-- ContextPoolAttention computes queries, keys and values from the pooled tokens (`placement`).
-- ContextPool2D (the ConvNet form, sec. 4.2 / Table 3) replaces a stride-`stride` pooling layer:
-  output cell (u, v) sits at the centre of its stride x stride input cell, distances are in
-  pixels and sigma = r * max(H, W) * s (the image side plays the role of n).
-- WindowContextPool (CP-Swin, Table 6) pools inside each (shifted) Swin window with 2D
-  positions and n = M^2 tokens; where it sits in the block is argued in models/swin.py.
-
-Memory is linear in length (`pool_eq4`'s query blocks); the flops stay quadratic (sigma_i =
-r n s_i reaches 0.1 n, so truncating the window would not make the work linear), as does the
-softmax attention that follows unless its `implementation` is a flash one ('cudnn').
+What the paper leaves open and what we decided (m(X)'s layers and width, the log-space softmax of
+w, the sigmoid of s, n in causal mode, our reading of each ablation, the 2D positions):
+docs/papers/context_pool.md. Memory is linear in length (`pool_eq4`'s query blocks); the flops
+stay quadratic (sigma_i reaches 0.1 n, so no truncated window gives the same values).
 """
 from __future__ import annotations
 
@@ -70,7 +40,7 @@ from poolformers_jax.layers.common import (
   segment_allowed,
   window_partition,
 )
-from poolformers_jax.layers.registry import MixerTraits, register_mixer
+from poolformers_jax.layers.registry import MixerTraits, module_fields, register_mixer
 
 # Localities that need the predicted pooling size s.
 SIZED_LOCALITIES = ('gaussian', 'adaptive_window')
@@ -147,8 +117,7 @@ class ContextPoolOptions(nn.Module, kw_only=True):
 
 
 # The option names (what ContextPoolAttention and a config's ContextPool dict pass on).
-POOL_OPTIONS = tuple(f.name for f in dataclasses.fields(ContextPoolOptions)
-                     if f.name not in ('parent', 'name'))
+POOL_OPTIONS = tuple(module_fields(ContextPoolOptions))
 
 
 class PoolingPredictor(nn.Module):
@@ -527,15 +496,11 @@ class WindowContextPool(ContextPoolOptions):
 class ContextPoolAttention(ContextPoolOptions):
   """ContextPool then softmax multi-head attention; q, k and v all come from the pooled tokens.
 
-  Where the pooling sits (`placement`; both readings of the paper, compared in
-  docs/results/contextpool_placement.md):
-  - 'mixer_input' (default): LN(X) is pooled inside the residual branch; the residual stream is
-    never pooled (§1: "pool neighboring features for each token at every attention layer before
-    computing full attention").
-  - 'block_output': Fig. 2c / §3.2, "placed after each attention block, whose output token
-    features are pooled ... for use in the next attention block": this mixer is plain attention,
-    and `TransformerBlock` replaces its output X_l by ContextPool(X_l) (`block_output`).
-  Parameters either way: 'context_pool' (m(X)) and 'attention' (as MultiHeadAttention).
+  `placement` (both readings of the paper, docs/papers/context_pool.md): 'mixer_input' (§1,
+  the default) pools LN(X) inside the residual branch; 'block_output' (Fig. 2c) makes this mixer
+  plain attention, and `TransformerBlock` replaces the block's output X_l by ContextPool(X_l)
+  (`block_output`). Parameters either way: 'context_pool' (m(X)) and 'attention' (as
+  MultiHeadAttention).
   """
   traits = MixerTraits(
       two_d=('yes: `token_grid=(H, W)` pools on the patch grid, `prefix_tokens` (class token) '

@@ -1,25 +1,15 @@
 """HVT hierarchical token pooling (Pan et al., ICCV 2021, "Scalable Vision Transformers with
-Hierarchical Pooling"), Sec. 3.2.1.
-
-After the first block of every stage the token sequence is downsampled, Eq. (5):
+Hierarchical Pooling"), Sec. 3.2.1. After the first block of every stage the token sequence is
+downsampled, Eq. (5):
 
     X_hat = MaxPool1D(X) + E_stage
 
 `HierarchicalPool` is the pooling, `[B, N, D] -> [B, N', D]` (not a token mixer: it changes the
-length, so it returns the pooled mask too). `PoolingStages` is the network's staging: which
+length, so it returns the pooled mask too); average pooling and a strided convolution are Table 3's
+ablations, 2D pooling on the patch grid Table 9's. `PoolingStages` is the network's staging: which
 blocks pool (b_m), every stage's token layout, and Eq. (5) in the model's scope (`pool_stage`).
-
-What the paper fixes: 1D max pooling, kernel 3, stride 2 (grid search on CIFAR-100), so
-196 -> 97 -> 48 -> 23 -> 11 tokens; average pooling and a strided convolution as ablations
-(Table 3; the convolution there is Conv1d(D, D, k, s) with bias: 23.54M - 21.77M = 4 x 442,752
-parameters); 2D pooling on the patch grid as an exploration (Table 9).
-What it leaves open, and what we decided:
-- No padding (as the official code's `nn.MaxPool1d(3, 2)`): N' = floor((N - k) / s) + 1.
-- 2D pooling uses the same kernel and stride on both grid axes, no padding, on the row-major
-  [h, w] patch grid; the caller says the grid with `grid=(h, w)`.
-- Masks (part of the interface, though every patch is real): a pooled token is real when a token
-  of its window is. Padded tokens lose every max, are left out of averages, and are zeroed before
-  the convolution.
+Kernel 3, stride 2, no padding (the official `nn.MaxPool1d(3, 2)`): 196 -> 97 -> 48 -> 23 -> 11
+tokens. Masks and the other decisions: docs/papers/hvt.md.
 """
 from __future__ import annotations
 
@@ -102,11 +92,7 @@ class HierarchicalPool(nn.Module):
 
     # A pooled token is real when any token of its window is real.
     pooled_mask = nn.max_pool(m.astype(jnp.float32), window, strides, 'VALID') > 0
-    new_length = 1
-    for n in y.shape[1:-1]:
-      new_length *= n
-    y = y.reshape(batch, new_length, dim)
-    pooled_mask = pooled_mask.reshape(batch, new_length)
+    y, pooled_mask = y.reshape(batch, -1, dim), pooled_mask.reshape(batch, -1)
     # Where no token of the window is real, return zeros rather than the NEG_INF sentinel.
     y = jnp.where(pooled_mask[..., None], y, jnp.zeros((), y.dtype))
     return y, pooled_mask

@@ -1,5 +1,5 @@
 """2D self-attention, Self-Attentive Convolutions (SAC) and Multiscale SAC (Barkan, "Multiscale
-Self Attentive Convolutions for Vision and Language Modeling"; notes: docs/papers/msac.md).
+Self Attentive Convolutions for Vision and Language Modeling").
 
 * `SelfAttention2D` (Sec. 2, Eqs. 1-4): every pixel attends every pixel, with a learned bias
   b[|Δrow|, |Δcol|] added to the scaled scores; without the bias it is softmax attention on the
@@ -11,35 +11,14 @@ Self Attentive Convolutions for Vision and Language Modeling"; notes: docs/paper
 * Language form (Sec. 5): the same classes take [B, N, D] as a 1×N image with 1×m windows.
 * `CrossAttentiveInput` (Sec. 6.1): two images side by side, t = [x, z], with segment augmentation.
 
-What the paper leaves open, and what we decided:
-* Def. 1 writes the window as offsets k - [n/2], k = 1..n. Lemma 1's proof needs [1/2] = 1, so
-  [.] is a ceiling; the window is then [i - ceil(n/2) + 1, i + n - ceil(n/2)], which is exactly
-  XLA's 'SAME' padding at stride 1 (even windows reach one step further forward). We use 'SAME',
-  zeros outside the signal as Def. 1 says.
-* Causal language form: windows look only back, [t - m + 1, t], and attention is causal.
-* Masks (language form): padded tokens are zeroed before the convolutions (the zeros outside the
-  signal of Def. 1) and removed from the keys, so appending padding changes no real position.
-* Relative bias b (Eq. 3): a table per head. The paper sizes b as N×M; our parameters cannot
-  depend on the input size, so the table is max_distance × max_distance (1 × max_distance in the
-  language form) and larger distances share the last entry (as T5 clips): exactly Eq. 3 when
-  max_distance >= the grid size. Init: truncated normal, std 0.02. The bias is on the grid the
-  attention runs on (the output grid of a strided SAC).
-* Heads. Sec. 2.1: "each head c is associated with its own set of filters H_Q^c, H_K^c, H_V^c and
-  produces a corresponding output y^c in R^{N x M x d_o}", concatenated to C * d_o channels and
-  reduced to d_o by H_Y: heads='full' (the default), so the filters have C * features outputs.
-  heads='split' is standard multi-head attention (not in the paper): `features` split evenly over
-  the heads, C times fewer query / key / value parameters.
-* Sec. 2.1 and Sec. 3 both call their 1×1 reduction H_Y. We keep two: `out` merges the heads
-  (Sec. 2.1) and `fuse` merges [y, y'] when the regular convolution is on.
-* Sec. 4 lists the regular convolution H_R^l in every scale of MSAC, so `MSAC.regular_conv`
-  defaults to True; Sec. 3 calls it optional, so `SAC.regular_conv` defaults to False.
-* Dropout acts on the attention output before `out`, as in MultiHeadAttention.
-* Identity (Lemma 1, tested): SAC with window 1×1 and no regular conv equals SelfAttention2D
-  with the same weights (conv kernels [1, 1, d, f] = Dense kernels [d, f]), bias included.
+What the paper leaves open and what we decided (the window offsets are XLA's 'SAME' padding, full-
+width heads, the relative bias table, the causal language form, masks, the two 1×1 reductions
+`out` and `fuse`, dropout): docs/papers/msac.md. Lemma 1, tested: SAC with window 1×1 and no
+regular conv equals SelfAttention2D with the same weights (conv kernels [1, 1, d, f] = Dense
+kernels [d, f]), bias included.
 """
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Sequence
 from typing import Literal
@@ -59,7 +38,7 @@ from poolformers_jax.layers.common import (
   check_sequence_input,
   compute_dtype,
 )
-from poolformers_jax.layers.registry import MixerTraits, register_mixer
+from poolformers_jax.layers.registry import MixerTraits, module_fields, register_mixer
 
 Window = int | Sequence[int]
 
@@ -282,9 +261,7 @@ class MSAC(SACOptions):
     if not len(self.windows):
       raise ValueError(f'{name}: windows is empty; give at least one window, e.g. (1, 3).')
     features = self.features or x.shape[-1]
-    options = {f.name: getattr(self, f.name) for f in dataclasses.fields(SACOptions)
-               if f.name not in ('parent', 'name')}
-    options['features'] = features
+    options = {**{f: getattr(self, f) for f in module_fields(SACOptions)}, 'features': features}
     scales = [SAC(window=w, name=f'sac_{i}', **options)(x, mask, deterministic=deterministic)
               for i, w in enumerate(self.windows)]
     psi = jnp.concatenate(scales, axis=-1)                          # ψ, the super-tensor

@@ -6,25 +6,12 @@ The slides give the four parts of the multi-granularity pooling block:
   LMP  L = max-pool of H_L over overlapping windows                    (slide "Local Max-pooling")
   PF   G_n = g' * H_O[n],  S'_n = S_k(n) * H_O[n],  P = G + S' + L     (slide "Pooling Fusion")
 
-What the slides leave open, pinned down by the authors' code (lxchtan/PoNet; docs/papers/ponet.md):
-- Projections Q, K, O ("V" in the LRA code; only the fusion gate), local and segment, each
-  dim -> dim with bias, then an output projection. The GA value is K itself (no V_g).
-- GA runs per head: g is the masked mean of Q over real tokens, scores g . K_i / sqrt(head_dim)
-  with a softmax over real tokens, g' = sum_i softmax_i K_i.
-- Padding is set to a large negative before both max-poolings, so it never wins; padded rows
-  of the fused output are zeroed; there is no sigmoid and no activation anywhere.
-- LRA segments are contiguous chunks of the PADDED length: seg_len = L // segment_num + 1,
-  segment = position // seg_len. So the amount of padding changes the segments (docs/design.md
-  allows this for PoNet); the values at padded positions never matter. Explicit `segment_ids`
-  (sentences, BERT style) override `segment_num`; then padding is fully irrelevant.
-- BERT version ("clsgsepg", on in the released checkpoint): with `boundary_mask` ([CLS]/[SEP]
-  tokens) the boundary tokens are kept out of every local window and get no SMP/LMP term.
-- The official mixer has no dropout inside, so PoNet has no dropout field (the surrounding block
-  applies dropout to the mixer output).
-
-Ablations of the paper's Table "Ablation Analysis" are switches: `use_ga=False` (w/o GA),
-`use_ga_cross_attention=False` (w/o SS-GA: g' = g), `use_smp=False`, `use_lmp=False`
-(both False = w/o SMP & LMP). A removed term creates no parameters.
+What the slides leave open is pinned by the authors' code (lxchtan/PoNet; docs/papers/ponet.md):
+the GA value is K itself, no activation in the fusion, padding never wins a max, LRA segments are
+chunks of the padded length (explicit `segment_ids`, sentences, override them), the BERT
+version's [CLS]/[SEP] `boundary_mask`, no dropout inside the mixer (the block drops its output).
+Ablations ("Ablation Analysis") are switches: `use_ga=False`, `use_ga_cross_attention=False`
+(w/o SS-GA: g' = g), `use_smp=False`, `use_lmp=False`; a removed term creates no parameters.
 
 The pooling steps are pure functions below so they can be tested alone. Two of them are written
 for speed, with the same values (docs/results/ponet_speed.md): GA applies the Q and K projections
@@ -223,8 +210,6 @@ class PoNet(nn.Module):
     dense = lambda n: nn.Dense(dim, dtype=dtype, kernel_init=self.kernel_init, name=n)
     not_boundary = mask if boundary_mask is None else mask & ~boundary_mask.astype(bool)
 
-    # The projections act per token; the pooling core below runs on each sequence shard
-    # (the whole sequence when the model is not sequence-sharded).
     # Without GA's second stage (g' = g) K is unused, so it is not created.
     query, key = (Projection(dim, kernel_init=self.kernel_init, name=n)(dim) if use else None
                   for n, use in (('query', self.use_ga), ('key', self.use_ga and

@@ -24,8 +24,8 @@ from poolformers_jax.registry import MIXERS, register_mixer
 
 __all__ = ['MIXERS', 'MixerTraits', 'build_mixer', 'causal_mixers', 'check_causal',
            'check_options', 'check_required', 'check_rotary', 'check_sequence_parallel',
-           'check_use', 'mixer_fields', 'mixer_table_row', 'options_of', 'register_mixer',
-           'rotary_mixers', 'sequence_parallel_mixers', 'traits_of']
+           'check_use', 'mixer_fields', 'mixer_table_row', 'module_fields', 'options_of',
+           'register_mixer', 'rotary_mixers', 'sequence_parallel_mixers', 'traits_of']
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,40 +34,29 @@ class MixerTraits:
   `traits_of` by config validation, the kit (poolformers_jax.testing.check_mixer), docs/api.md's
   mixer table and the errors. What the class's fields already say is not declared again: a
   `causal` field is a causal form, a `rotary` field takes rotary positions, a field without a
-  default is a required option (`required_fields`).
-
-  shapes          input → output, in words (docs/api.md's column).
-  padding_amount  why the *amount* of padding changes the real outputs ('' = it never does, so
-                  config.length_buckets may cut a batch to its real lengths, and the kit checks
-                  it); a function of the mixer's options {field: value} where an option decides.
-  mask            the padding mask it takes, in words (docs/api.md's column).
-  two_d           its 2-D form, in words ('no': none).
-  sequence_parallel  whether it has a sequence-parallel form (layers/sequence_parallel.py): it
-                  runs with the tokens split over devices (config.mesh.sequence > 1).
-  sequence_parallel_note  with that form, what crosses devices; without it, why there is none
-                  (the refusal names it).
-  not_by_design   properties of check_mixer other than padding_amount that do not hold by design
-                  {property: why}, or a function of the options giving them.
-  sentence_inputs call arguments carrying a text's sentence structure that the mixer reads
-                  (a model with sentence inputs passes them), and `sentence_options`: the options
-                  such a model sets for it.
+  default is a required option (`required_fields`). `shapes`, `mask` and `two_d` are docs/api.md's
+  columns, in words.
   """
   shapes: str = '`[B, L, D]` → `[B, L, D]`'
+  # Why the *amount* of padding changes the real outputs ('' = it never does, so
+  # config.length_buckets may cut a batch to its real lengths, and the kit checks it); a function
+  # of the mixer's options {field: value} where an option decides.
   padding_amount: str | Callable[[Mapping[str, Any]], str] = ''
   mask: str = 'yes'
   two_d: str = 'no'
+  # A sequence-parallel form (layers/sequence_parallel.py): it runs with the tokens split over
+  # devices (config.mesh.sequence > 1). The note: what crosses devices; without the form, why
+  # there is none (the refusal names it).
   sequence_parallel: bool = False
   sequence_parallel_note: str = ''
+  # Properties of check_mixer other than padding_amount that do not hold by design
+  # {property: why}, or a function of the options giving them.
   not_by_design: Mapping[str, str] | Callable[[Mapping[str, Any]], Mapping[str, str]] = (
       dataclasses.field(default_factory=dict))
+  # Call arguments carrying a text's sentence structure that the mixer reads (a model with
+  # sentence inputs passes them), and the options such a model sets for it.
   sentence_inputs: tuple[str, ...] = ()
   sentence_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-  def __post_init__(self):
-    if not isinstance(self.sequence_parallel, bool):
-      raise TypeError(f'MixerTraits(sequence_parallel={self.sequence_parallel!r}): pass True or '
-                      'False, and what crosses devices (or why nothing can) as '
-                      'sequence_parallel_note.')
 
   def why_padding_amount_matters(self, options: Mapping[str, Any]) -> str:
     """'' when the amount of padding never changes the real outputs under `options` (every
@@ -90,13 +79,10 @@ class MixerTraits:
     return skips
 
 
-NO_TRAITS = MixerTraits()
-
-
 def traits_of(mixer: Any) -> MixerTraits:
   """The facts a mixer class (or instance) declares; a class declaring none has the defaults."""
   cls = mixer if isinstance(mixer, type) else type(mixer)
-  traits = getattr(cls, 'traits', NO_TRAITS)
+  traits = getattr(cls, 'traits', MixerTraits())
   if not isinstance(traits, MixerTraits):
     raise TypeError(f'{cls.__name__}.traits must be a MixerTraits (poolformers_jax.layers.'
                     f'registry), got {type(traits).__name__}.')
@@ -113,31 +99,32 @@ def mixer_table_row(name: str) -> str:
           f'{yes("rotary")} | {traits.two_d} |')
 
 
+def module_fields(cls: type | nn.Module) -> dict[str, dataclasses.Field]:
+  """The dataclass fields of a Flax module (class), without flax's own `parent` and `name`."""
+  return {f.name: f for f in dataclasses.fields(cls) if f.name not in ('parent', 'name')}
+
+
 def options_of(cls: type | nn.Module,
                options: Mapping[str, Any] | None = None) -> dict[str, Any]:
   """{field: value}: `options` over the class's defaults (an instance: its own values)."""
   if not isinstance(cls, type):
-    return {f.name: getattr(cls, f.name) for f in dataclasses.fields(cls)
-            if f.name not in ('parent', 'name')}
+    return {name: getattr(cls, name) for name in module_fields(cls)}
   values = {}
-  for f in dataclasses.fields(cls):
-    if f.name in ('parent', 'name'):
-      continue
+  for name, f in module_fields(cls).items():
     if f.default is not dataclasses.MISSING:
-      values[f.name] = f.default
+      values[name] = f.default
     elif f.default_factory is not dataclasses.MISSING:
-      values[f.name] = f.default_factory()
-  values.update(options or {})
-  return values
+      values[name] = f.default_factory()
+  return {**values, **(options or {})}
 
 
 def mixer_fields(cls: type[nn.Module]) -> set[str]:
-  return {f.name for f in dataclasses.fields(cls) if f.name not in ('parent', 'name')}
+  return set(module_fields(cls))
 
 
 def required_fields(cls: type[nn.Module]) -> set[str]:
-  return {f.name for f in dataclasses.fields(cls) if f.name not in ('parent', 'name')
-          and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+  return {name for name, f in module_fields(cls).items()
+          if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
 
 
 def check_options(name: str, options) -> None:
@@ -159,32 +146,30 @@ def check_required(name: str, given) -> None:
                      f'{missing[0]}=...), or pass {missing[0]}= to build_mixer; see docs/api.md')
 
 
-def causal_mixers() -> list[str]:
-  """The registered mixers with a causal form (a `causal` field)."""
-  return sorted(name for name, cls in MIXERS.items() if 'causal' in mixer_fields(cls))
+def mixers_with(field: str) -> list[str]:
+  """The registered mixers declaring `field`: 'causal' (a causal form), 'rotary' (rotary
+  positions)."""
+  return sorted(name for name, cls in MIXERS.items() if field in mixer_fields(cls))
+
+
+causal_mixers = functools.partial(mixers_with, 'causal')
+rotary_mixers = functools.partial(mixers_with, 'rotary')
 
 
 def check_causal(name: str) -> None:
   """The error when mixer `name` has no causal form, naming the mixers that have one."""
-  cls = MIXERS[name]
-  if 'causal' not in mixer_fields(cls):
-    raise ValueError(f'mixer {name!r} ({cls.__name__}) cannot run causally (a language model, '
-                     f'next-token self-pretraining); the mixers with a causal form: '
+  if 'causal' not in mixer_fields(MIXERS[name]):
+    raise ValueError(f'mixer {name!r} ({MIXERS[name].__name__}) cannot run causally (a language '
+                     'model, next-token self-pretraining); the mixers with a causal form: '
                      f'{causal_mixers()}.')
-
-
-def rotary_mixers() -> list[str]:
-  """The registered mixers that take rotary positions (a `rotary` field)."""
-  return sorted(name for name, cls in MIXERS.items() if 'rotary' in mixer_fields(cls))
 
 
 def check_rotary(name: str) -> None:
   """The error when mixer `name` takes no rotary positions (declares no `rotary` field)."""
-  cls = MIXERS[name]
-  if 'rotary' not in mixer_fields(cls):
-    raise ValueError(f"mixer {name!r} ({cls.__name__}) takes no rotary positions; use positions "
-                     f"'learned', 'sinusoidal' or 'none', or one of the mixers that take it: "
-                     f"{rotary_mixers()}.")
+  if 'rotary' not in mixer_fields(MIXERS[name]):
+    raise ValueError(f"mixer {name!r} ({MIXERS[name].__name__}) takes no rotary positions; use "
+                     "positions 'learned', 'sinusoidal' or 'none', or one of the mixers that take "
+                     f'it: {rotary_mixers()}.')
 
 
 def check_use(name: str, options: Iterable[str], *, given: Iterable[str] = (),

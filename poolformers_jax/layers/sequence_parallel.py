@@ -17,10 +17,7 @@ None). `map_shards(core, *laid_arrays)` runs it:
   - anywhere else: on the whole sequence, as one shard whose collectives are identities and whose
     offset is the constant 0, so the compiled program is that of the plain unsharded maths.
 So the unsharded mixer is the sharded one with one shard: one code path, tested against itself.
-
-A mixer says whether it has such a form in its traits, `MixerTraits(sequence_parallel=True,
-sequence_parallel_note='<what crosses devices>')` (False: the note says why not); `build_mixer`
-refuses a mixer without one in a sequence-sharded model, naming those that have one.
+A mixer declares the form in its traits (`MixerTraits.sequence_parallel`).
 """
 from __future__ import annotations
 
@@ -145,19 +142,13 @@ class Shard:
     """[count, *x.shape]: every shard's `x`, in sequence order."""
     return jax.lax.all_gather(x, self.axis) if self.axis else x[None]
 
-  def ppermute_prev(self, x: Array, fill: Any = 0) -> Array:
-    """The previous shard's `x` (`fill` on the first shard)."""
-    if not self.axis:
-      return jnp.full_like(x, fill)
-    got = jax.lax.ppermute(x, self.axis, [(i, i + 1) for i in range(self.count - 1)])
-    return jnp.where(self.index == 0, jnp.asarray(fill, x.dtype), got)
-
-  def ppermute_next(self, x: Array, fill: Any = 0) -> Array:
-    """The next shard's `x` (`fill` on the last shard)."""
-    if not self.axis:
-      return jnp.full_like(x, fill)
-    got = jax.lax.ppermute(x, self.axis, [(i + 1, i) for i in range(self.count - 1)])
-    return jnp.where(self.index == self.count - 1, jnp.asarray(fill, x.dtype), got)
+  def _from_neighbour(self, x: Array, fill: Any, step: int) -> Array:
+    """The `x` of the shard `step` before this one (-1: the next shard's), `fill` where there is
+    none (the first shard, or the last)."""
+    got = jax.lax.ppermute(x, self.axis, [(i, i + step) for i in range(self.count)
+                                          if 0 <= i + step < self.count])
+    edge = 0 if step > 0 else self.count - 1
+    return jnp.where(self.index == edge, jnp.asarray(fill, x.dtype), got)
 
   def halo(self, x: Array, before: int, after: int, fill: Any = 0, axis: int = 1) -> Array:
     """`x` with the `before` tokens that precede this shard and the `after` that follow it
@@ -173,10 +164,10 @@ class Shard:
     take = lambda start, stop: jax.lax.slice_in_dim(x, start, stop, axis=axis)
     parts = []
     if before:
-      parts.append(self.ppermute_prev(take(self.length - before, self.length), fill))
+      parts.append(self._from_neighbour(take(self.length - before, self.length), fill, 1))
     parts.append(x)
     if after:
-      parts.append(self.ppermute_next(take(0, after), fill))
+      parts.append(self._from_neighbour(take(0, after), fill, -1))
     return jnp.concatenate(parts, axis=axis) if len(parts) > 1 else x
 
   def chunks(self, size: int, total: int | None = None) -> Chunks:

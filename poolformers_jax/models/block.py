@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from poolformers_jax.layers.common import Array, DropPath, Dtype, MlpBlock, check_choice
-from poolformers_jax.layers.registry import MIXERS, build_mixer, check_use, traits_of
+from poolformers_jax.layers.registry import MIXERS, build_mixer, check_use, module_fields, traits_of
 
 # MLP activations by name (a config holds strings). 'gelu' is flax's tanh approximation,
 # 'gelu_exact' the erf form of timm / the official ViT code.
@@ -139,11 +139,6 @@ def _plain(value: Any) -> Any:
   if isinstance(value, list):
     return tuple(_plain(v) for v in value)
   return value
-
-
-def module_fields(cls: type) -> dict[str, dataclasses.Field]:
-  """The dataclass fields of Flax module class `cls`, without flax's own `parent` and `name`."""
-  return {f.name: f for f in dataclasses.fields(cls) if f.name not in ('parent', 'name')}
 
 
 def fields_of(module: nn.Module, cls: type) -> dict[str, Any]:

@@ -1,28 +1,13 @@
 """A CIFAR ConvNet whose pooling layers are ContextPool (Huang et al., ICML 2022, Table 3).
 
-The paper's ConvNet is described only in its supplementary material (not available to us):
-Table 3 gives a 0.66M-parameter baseline at 92.9% on CIFAR-10 and +0.02M for ContextPool.
-Our decision: a VGG-style net of `len(widths)` stages, each `convs_per_stage` x (3x3 conv without
-bias -> BatchNorm -> ReLU) then a stride-2 pooling layer, a global average pool and a Dense
-classifier. With the default widths (48, 96, 192) and 2 convs per stage the max-pool baseline
-has 0.65M parameters and ContextPool adds 0.03M, close to Table 3.
-
-Table 3's compute (3.7 GFLOPs baseline, 3.9 with ContextPool) cannot hold at CIFAR's 32 x 32 for
-any architecture: a weight is applied once per output position, so MACs <= params x (largest
-feature-map area) = 0.66M x 32^2 = 0.68 G, 5.5x short (2.7x if "FLOPs" counts 2 per
-multiply-add). This family fits both numbers at 160^2 with widths (80, 136, 136) (0.660M,
-3.75 G MACs) or at 192^2 with (40, 144, 152), so they do not pin one architecture; we keep CIFAR's
-native 32^2 (0.086 G MACs) and the parameter count (config.data.image_size = 160 and
-model.widths = (80, 136, 136) give the 160^2 reading). ContextPool2D pools every output cell
-over the whole map, so at 160^2 its cost is far above Table 3's +0.2 G: the paper's must be local.
-
-Config fields of `config.model` (name 'cp_convnet'):
-  num_classes       int, e.g. 10 for CIFAR-10
-  widths            sequence of stage widths, e.g. (48, 96, 192)
-  convs_per_stage   int, conv layers before each pooling layer
-  pool              'contextpool' (ContextPool2D) | 'max' | 'avg' (the baselines), stride 2
-  pool_kwargs       optional dict of ContextPool2D options (weights, locality, predictor,
-                    size_ratio, predictor_dim, window_size); only for pool='contextpool'
+The paper's ConvNet is described only in its supplementary material (not available to us), so
+the network is ours: a VGG-style net of `len(widths)` stages, each `convs_per_stage` x (3x3 conv
+without bias -> BatchNorm -> ReLU) then a stride-2 pooling layer (`pool`: 'contextpool', the
+baselines 'max' and 'avg'), a global average pool and a Dense classifier. The default widths
+(48, 96, 192) give the max-pool baseline 0.65M parameters and ContextPool 0.03M more (Table 3:
+0.66M, +0.02M). Table 3's 3.7 GFLOPs cannot hold at CIFAR's 32 x 32 for any network: why, and
+the 160^2 reading that fits both numbers (`model.widths=(80, 136, 136)`), in
+docs/papers/context_pool.md.
 """
 from __future__ import annotations
 

@@ -5,26 +5,16 @@ token embedding + learned position embedding, pre-LN blocks (any registered mixe
 LayerNorm, mean pooling and the head Linear(dim, 128)-ReLU-Linear(128, C). For retrieval one
 encoder reads both documents and the head sees [x0, x1, x0 * x1, x0 - x1].
 
-Pooling: the reference code averages `LN(x) * mask` over the *padded* length L, so its features
-shrink with the padding; `pooling='mean'` (default) is the masked mean over real tokens instead,
-`'mean_padded'` the reference's (divided by `pool_length` when length buckets cut batches
-shorter). `'last'` reads the last real token, as a causal self-pretrained encoder fine-tunes
-(Amos et al. 2024): only that token has seen the whole sequence.
-
-Positions: 'learned' (default), 'sinusoidal' (added to token embeddings of unit scale, std
-dim^-1/2 times sqrt(dim) as Vaswani et al. Sec. 3.4: the LRA code's std-0.02 embeddings would
-leave a token's identity ~2 % of its input beside the table), 'rotary' (mixers with a `rotary`
-field), 'none'.
-
-Decisions where the references are silent:
-- `pooling='cls'` prepends one learned vector (not a vocabulary token), always unmasked.
-- `cfg.dtype='bfloat16'` casts the embeddings, so every block computes in bf16 while parameters
-  stay float32; the head returns float32 logits.
-- Dropout after the embeddings and inside the MLP uses `dropout_rate`; the mixer gets
-  `attention_dropout_rate` as its own `dropout_rate`.
-- `activation` (the MLP's) and `layer_norm_epsilon` (every LayerNorm, the final one included)
-  default to flax's tanh GELU and 1e-6; the reference's PyTorch modules are the erf GELU
-  ('gelu_exact', nn.GELU()) and eps 1e-5 (nn.LayerNorm), which the `reference` protocol sets.
+Pooling (`POOLINGS`): 'mean' (default) is the masked mean over real tokens; 'mean_padded' the
+reference's mean of LN(x) * mask over the *padded* length (divided by `pool_length` when length
+buckets cut batches shorter); 'cls' a prepended learned vector (not a vocabulary token, always
+unmasked); 'last' the last real token, as a causal self-pretrained encoder fine-tunes (Amos et
+al. 2024). Positions: 'learned' (default), 'sinusoidal' (token embeddings of unit scale, std
+dim^-1/2 times sqrt(dim) as Vaswani et al. Sec. 3.4: the std-0.02 embeddings would leave a token's
+identity ~2 % of its input beside the table), 'rotary' (mixers with a `rotary` field), 'none'.
+dtype 'bfloat16' casts the embeddings (parameters stay float32, the logits are float32). The
+MLP's `activation` and `layer_norm_epsilon` default to flax's tanh GELU and 1e-6; the reference's
+erf GELU ('gelu_exact') and 1e-5 are the `reference` protocol's.
 """
 from __future__ import annotations
 
@@ -43,21 +33,10 @@ from poolformers_jax.layers.common import (
   masked_mean,
   sinusoidal_positions,
 )
-from poolformers_jax.models.block import (
-  Remat,
-  TransformerBlock,
-  apply_block,
-  fields_of,
-  model_kwargs,
-)
-from poolformers_jax.models.registry import register_model, register_model_class
+from poolformers_jax.models.block import Remat, TransformerBlock, apply_block, fields_of
+from poolformers_jax.models.registry import register_model_class
 
 Array = jax.Array
-
-
-def mean_pool(x: Array, mask: Array, length: int | None = None) -> Array:
-  del length
-  return masked_mean(x, mask, axis=1)
 
 
 def mean_padded_pool(x: Array, mask: Array, length: int | None = None) -> Array:
@@ -69,11 +48,6 @@ def mean_padded_pool(x: Array, mask: Array, length: int | None = None) -> Array:
   return jnp.sum(masked, axis=1) / length
 
 
-def first_token_pool(x: Array, mask: Array, length: int | None = None) -> Array:
-  del mask, length
-  return x[:, 0]
-
-
 def last_token_pool(x: Array, mask: Array, length: int | None = None) -> Array:
   """The last real token's features (right-padded rows; position 0 for an empty row)."""
   del length
@@ -81,16 +55,15 @@ def last_token_pool(x: Array, mask: Array, length: int | None = None) -> Array:
   return jnp.take_along_axis(x, last[:, None, None], axis=1)[:, 0]
 
 
-def no_pool(x: Array, mask: Array, length: int | None = None) -> Array:
-  """Every position's features [B, L, D] (the masked-token model predicts each position)."""
-  del mask, length
-  return x
-
-
-# (features [B, L, D], mask [B, L], padded length or None) -> [B, D] ('none': [B, L, D])
+# (features [B, L, D], mask [B, L], padded length or None) -> [B, D]; 'none': every position's
+# features [B, L, D] (the masked-token model predicts each position).
 POOLINGS: dict[str, Callable[..., Array]] = {
-    'mean': mean_pool, 'mean_padded': mean_padded_pool, 'cls': first_token_pool,
-    'last': last_token_pool, 'none': no_pool}
+    'mean': lambda x, mask, length: masked_mean(x, mask, axis=1),
+    'mean_padded': mean_padded_pool,
+    'cls': lambda x, mask, length: x[:, 0],
+    'last': last_token_pool,
+    'none': lambda x, mask, length: x,
+}
 
 
 class SequenceEncoder(nn.Module):
@@ -224,8 +197,4 @@ class LraCausalLM(LraMaskedLM, kw_only=True):
 register_model_class('lra_encoder', LraEncoder)
 register_model_class('lra_dual_encoder', LraDualEncoder)
 register_model_class('lra_masked_lm', LraMaskedLM)
-
-
-@register_model('lra_causal_lm')   # every mixer causal, whatever the config says
-def build_lra_causal_lm(cfg) -> LraCausalLM:
-  return LraCausalLM(**model_kwargs(cfg, LraCausalLM, causal=True))
+register_model_class('lra_causal_lm', LraCausalLM, causal=True)   # whatever the config says

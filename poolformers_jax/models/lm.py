@@ -5,21 +5,13 @@ Architecture (Huang et al. 2022, Sec. 4.1: "the same 12-layer model architecture
 final LayerNorm and a projection onto the byte vocabulary. CP-Transformer (L) swaps the softmax
 mixer of every layer for 'contextpool'; the MSAC LM for 'msac'; any registered causal mixer works.
 
-What the paper leaves open, and what we decided:
-- Positions. Longformer and Transformer-XL use relative position attention; the paper's mixers
-  are plain content attention, so we add fixed sinusoids to the embeddings (no parameters,
-  defined at any length, as the staged 2048 -> 8192 training and 32k-context evaluation need).
-  Table 5's parameter counts point there too: CP-Transformer (12) has 39M, fewer than
-  Longformer's 41M by about its relative-position projections (12 x 512 x 512 = 3.1M).
-  `positions` (common.Positions) chooses otherwise.
-- Output layer: tied to the input embedding (as in Transformer-XL's enwik8 model); embeddings
-  are initialised with std d^-1/2 and scaled by sqrt(d) on input (Vaswani et al. 2017), so
-  tokens and sinusoids have the same scale. `tie_embeddings=False` gives a separate Dense.
-- Feed-forward activation: ReLU (Transformer-XL / Longformer); configurable.
-- Dropout 0.2 everywhere the paper says "dropout rates 0.2": embeddings, residual branches,
-  feed-forward hidden layer and attention weights.
-
-logits[:, t] predict token t + 1; token id 0 is padding (`mask = inputs != 0`).
+Decided here (docs/papers/context_pool.md): fixed sinusoidal positions (no parameters, defined at
+the 32k-context evaluation's length; Table 5's counts point there too: CP-Transformer (12) has
+39M, fewer than Longformer's 41M by about its relative-position projections, 12 x 512 x 512 =
+3.1M); the output layer tied to the input embedding (initialised with std d^-1/2 and scaled by
+sqrt(d) on input, so tokens and sinusoids have one scale); ReLU feed-forward; dropout 0.2
+everywhere the paper says "dropout rates 0.2". logits[:, t] predict token t + 1; token id 0 is
+padding.
 """
 from __future__ import annotations
 
@@ -38,14 +30,8 @@ from poolformers_jax.layers.common import (
   check_choices,
   sinusoidal_positions,
 )
-from poolformers_jax.models.block import (
-  ACTIVATIONS,
-  Remat,
-  TransformerBlock,
-  apply_block,
-  model_kwargs,
-)
-from poolformers_jax.models.registry import register_model
+from poolformers_jax.models.block import ACTIVATIONS, Remat, TransformerBlock, apply_block
+from poolformers_jax.models.registry import register_model_class
 
 
 def lm_inputs_targets(tokens: Array) -> tuple[Array, Array]:
@@ -116,7 +102,4 @@ class CharTransformerLM(nn.Module):
     return logits.astype(jnp.float32)
 
 
-@register_model('char_lm')
-def build_char_lm(cfg) -> CharTransformerLM:
-  """`config.model` -> CharTransformerLM; every key except `name` is a field."""
-  return CharTransformerLM(**model_kwargs(cfg, CharTransformerLM))
+register_model_class('char_lm', CharTransformerLM)

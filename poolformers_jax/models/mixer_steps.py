@@ -32,13 +32,7 @@ from poolformers_jax.layers.attention import (
   softmax_attention,
   split_heads,
 )
-from poolformers_jax.layers.common import (
-  NEG_INF,
-  Array,
-  Dtype,
-  attention_bias,
-  compute_dtype,
-)
+from poolformers_jax.layers.common import NEG_INF, Array, Dtype, attention_bias, compute_dtype
 from poolformers_jax.layers.context_pool import ContextPoolAttention, ContextPoolOptions
 from poolformers_jax.layers.msac import (
   MSAC,

@@ -1,21 +1,14 @@
 """Models built on MSAC (Barkan): an MSAC ResNet and the cross-attentive image-similarity model.
 
 The paper proposes (Sec. 6) to put MSAC in place of the regular convolutions of a ResNet, in the
-later stages where the grid is already small (1×1 SACs "might contribute" there, not in the first
-layers), and (Sec. 6.1) to feed two images side by side to such a network so that the patches of
-one attend the patches of the other. It gives no architecture or numbers; our decisions:
-
-* Backbone: the CIFAR ResNet of He et al. (2016, Sec. 4.2): a 3×3 stem, stages of basic blocks
-  (two 3×3 conv-BN, ReLU, identity shortcut or 1×1 strided projection), the first block of every
-  stage but the first with stride 2, global average pooling, Dense head. ResNet-20 by default
-  (widths 16/32/64, 3 blocks per stage).
-* In the stages listed in `msac_stages` (default: the last two), both 3×3 convolutions of every
-  block are MSACs (the strided one a strided MSAC, so attention runs on the reduced grid; Sec. 3
-  allows strided SACs). Windows (1, 3) by default: a 1×1 SAC (= 2D self-attention) and a 3×3
-  SAC, each with its regular convolution fused in (Sec. 4). An MSAC on a 16×16 grid keeps
-  [B, heads, 256, 256] attention maps per scale.
-* BatchNorm (momentum 0.9, eps 1e-5) after every conv / MSAC.
-* Similarity model: CrossAttentiveInput then the MSAC ResNet on the N × 2M image t = [x, z].
+later stages where the grid is already small, and (Sec. 6.1) to feed two images side by side to
+such a network so that the patches of one attend the patches of the other. It gives no
+architecture or numbers; ours: the CIFAR ResNet of He et al. (2016, Sec. 4.2), ResNet-20 by
+default, with both 3×3 convolutions of every block of `msac_stages` (default: the last two) an
+MSAC of windows (1, 3), strided where the block strides, BatchNorm (momentum 0.9, eps 1e-5)
+after every conv / MSAC (docs/papers/msac.md). An MSAC on a 16×16 grid keeps [B, heads, 256,
+256] attention maps per scale. The similarity model: CrossAttentiveInput, then the MSAC ResNet
+on the N × 2M image t = [x, z].
 
 Every field of `config.model` is required ('msac_resnet': `msac_resnet_config()` gives them;
 'cross_attentive_similarity': `cross_attentive_similarity_config()`).
@@ -30,8 +23,9 @@ import ml_collections
 
 from poolformers_jax.layers.common import Array, Dtype, check_image_input
 from poolformers_jax.layers.msac import MSAC, CrossAttentiveInput, HeadForm, SegmentForm, Window
-from poolformers_jax.models.block import fields_of, model_kwargs, module_fields
-from poolformers_jax.models.registry import register_model
+from poolformers_jax.layers.registry import module_fields
+from poolformers_jax.models.block import fields_of
+from poolformers_jax.models.registry import register_model_class
 
 
 def batch_norm(deterministic: bool, dtype: Dtype | None, name: str) -> nn.BatchNorm:
@@ -155,15 +149,8 @@ def cross_attentive_similarity_config(num_classes: int = 2) -> ml_collections.Co
   return cfg
 
 
-@register_model('msac_resnet')
-def build_msac_resnet(cfg) -> MSACResNet:
-  """Every field is required: start from msac_resnet_config()."""
-  return MSACResNet(**model_kwargs(cfg, MSACResNet, required=tuple(module_fields(MSACResNet))))
-
-
-@register_model('cross_attentive_similarity')
-def build_cross_attentive_similarity(cfg) -> CrossAttentiveSimilarity:
-  """Sec. 6.1's image-pair model (dataset `cifar10_pairs`,
-  `configs/cifar.py:cross_attentive_similarity`); start from cross_attentive_similarity_config()."""
-  required = tuple(module_fields(CrossAttentiveSimilarity))
-  return CrossAttentiveSimilarity(**model_kwargs(cfg, CrossAttentiveSimilarity, required=required))
+# Every field is required: start from msac_resnet_config() / cross_attentive_similarity_config()
+# (Sec. 6.1's image pairs: dataset `cifar10_pairs`, `configs/cifar.py:cross_attentive_similarity`).
+register_model_class('msac_resnet', MSACResNet, required=tuple(module_fields(MSACResNet)))
+register_model_class('cross_attentive_similarity', CrossAttentiveSimilarity,
+                     required=tuple(module_fields(CrossAttentiveSimilarity)))

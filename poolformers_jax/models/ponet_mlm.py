@@ -1,24 +1,15 @@
 """PoNet pre-training model: a BERT-style PoNet encoder with MLM and SSO heads (Tan et al., 2022).
 
-Follows the authors' BERT version (lxchtan/PoNet, models/modeling_ponet.py), which is HuggingFace
-BERT with self-attention replaced by the PoNet mixer:
-- Embeddings: token + learned absolute position + token type (sentence A/B), LayerNorm, dropout.
-- Post-LN blocks, as the official code (the slides do not say): h = LN(h + Dropout(PoNet(h)));
-  h = LN(h + Dropout(W2 gelu(W1 h))), LayerNorm eps 1e-12, exact erf GELU.
-- Segments of SMP are sentences, with [CLS] and [SEP] each a segment of their own
-  (`sentence_segment_ids`, the official `get_segment_index`), and [CLS]/[SEP] get no SMP/LMP term
-  and stay out of local windows (the official "clsgsepg" switch, on in the released checkpoint).
-- MLM head: Dense -> GELU -> LayerNorm -> logits tied to the token embedding, plus a bias.
-- SSO head (StructBERT's sentence structural objective, 3 classes): BERT pooler
-  tanh(Dense(h[CLS])) -> Dense(3).
-- Init: normal(0.02) for the embeddings and every Dense kernel, the mixer's projections
-  included, biases 0, LayerNorm 1 / 0: the official `_init_weights` (BERT's initializer_range).
-- Fine-tuning (`ponet_classifier`, official PoNetForSequenceClassification): the same encoder
-  and pooler, dropout, a new Dense head; one output = regression (STS-B).
-- `mixer='softmax'` gives BERT itself (the paper's baseline) with the same names.
-
-Decided here: token types are derived from the inputs when not given (type = number of [SEP]
-before the token, capped at type_vocab_size - 1, so "[CLS] A [SEP]" is 0 and "B [SEP]" is 1).
+Follows the authors' BERT version (lxchtan/PoNet, models/modeling_ponet.py), HuggingFace BERT with
+self-attention replaced by the PoNet mixer (docs/papers/ponet.md): token + learned position +
+token type embeddings, LayerNorm, dropout; post-LN blocks (LayerNorm eps 1e-12, exact GELU); SMP
+segments are sentences, [CLS] and [SEP] each a segment of their own and kept out of the SMP / LMP
+terms ("clsgsepg"); the MLM head Dense -> GELU -> LayerNorm -> logits tied to the token embedding
+plus a bias; the SSO head (StructBERT, 3 classes) on BERT's pooler tanh(Dense(h[CLS])); every
+Dense kernel and embedding normal(0.02), the mixer's projections included (`_init_weights`).
+`ponet_classifier` is PoNetForSequenceClassification (one output: regression, STS-B);
+`mixer='softmax'` is BERT itself, the paper's baseline, with the same names. Decided here: token
+types, when not given, count the [SEP] before each token (capped at type_vocab_size - 1).
 """
 from __future__ import annotations
 

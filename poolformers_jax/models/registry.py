@@ -1,11 +1,8 @@
-"""The model registry: a model's name -> constructor.
-
-Model files register constructors with `@register_model('name')`: the model's fields (a mapping
-of `name` and keyword values) -> an unbound Flax module, always `Cls(**model_kwargs(fields, Cls,
-...))` (models/block.py), so every key is a checked field of the model class; a model that needs
-nothing more calls `register_model_class('name', Cls)`. Everything builds models with
-`build_model(name=..., **fields)` (the trainer: `build_model(**config.model.to_dict())`) or
-`build_model(config.model)`.
+"""The model registry: a model's name -> its constructor, `fields -> Cls(**model_kwargs(fields,
+Cls, ...))` (models/block.py), so every key is a checked field of the model class. Model files
+register a class with `register_model_class('name', Cls)`, or a constructor of their own with
+`@register_model('name')`; everything builds models with `build_model(name=..., **fields)` or
+`build_model(config.model)` (the trainer).
 """
 from __future__ import annotations
 
@@ -20,10 +17,13 @@ from poolformers_jax.registry import MODELS, register_model
 __all__ = ['MODELS', 'build_model', 'register_model', 'register_model_class']
 
 
-def register_model_class(name: str, cls: type) -> type:
-  """Registers model `name` with the constructor `fields -> cls(**model_kwargs(fields, cls))`."""
+def register_model_class(name: str, cls: type, *, required: tuple[str, ...] = (),
+                         **overrides: Any) -> type:
+  """Registers model `name` with the constructor `fields -> cls(**model_kwargs(fields, cls,
+  required=required, **overrides))`: the `required` keys must be set, the `overrides` are the
+  model's to set."""
   def constructor(fields: Mapping[str, Any]) -> nn.Module:
-    return cls(**model_kwargs(fields, cls))
+    return cls(**model_kwargs(fields, cls, required=required, **overrides))
   # Named after the class (a re-imported model file registers the same model again) and
   # annotated with it (docs/api.md's check reads the class from the return annotation).
   constructor.__module__, constructor.__qualname__ = cls.__module__, f'{cls.__qualname__}.build'

@@ -53,13 +53,8 @@ from poolformers_jax.layers.context_pool import (
   predictor_width,
 )
 from poolformers_jax.layers.registry import MIXERS
-from poolformers_jax.models.block import (
-  ACTIVATIONS,
-  PreNormResidual,
-  TransformerBlock,
-  model_kwargs,
-)
-from poolformers_jax.models.registry import register_model
+from poolformers_jax.models.block import ACTIVATIONS, PreNormResidual, TransformerBlock
+from poolformers_jax.models.registry import register_model_class
 
 LAYER_NORM_EPSILON = 1e-6
 # 0 = padding and the decoder's start token (shift_right); the end of sentence is `eos_id`, from
@@ -202,11 +197,14 @@ class ContextPoolStep(ContextPoolOptions):
   """Causal ContextPool for decoding: one new token per call, the parameters and output of
   ContextPool(causal=True) at that position. Cached: the inputs so far (two leading zero slots:
   the causal conv's padding), the predictor's hidden states and the pooling-weight logits.
-  Not supported: predictor 'attention', locality 'random_sparse'."""
+  Not supported: predictor 'attention', locality 'random_sparse'. Called as ContextPool is; the
+  mask and segments are the cache's (one sentence per row, every cached token real)."""
   dtype: Dtype | None = None
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, mask: Array | None = None, *,
+               segment_ids: Array | None = None) -> Array:
+    del mask, segment_ids
     name = type(self).__name__
     self.check_pool_options()
     if self.predictor == 'attention' or self.locality == 'random_sparse':
@@ -224,11 +222,11 @@ class ContextPoolStep(ContextPoolOptions):
     t = index.value
     need_w, need_s = predicted_channels(self.weights, self.locality)
     w_logits, s_logit = None, None
+    inputs = jax.lax.dynamic_update_slice(xs.value, x_t[:, None], (0, t + 2, 0))
     if need_w or need_s:
       step = _PredictorStep(self.predictor, hidden, need_w + need_s, dtype=self.dtype,
                             name='predictor')
       if self.predictor == 'conv':
-        inputs = jax.lax.dynamic_update_slice(xs.value, x_t[:, None], (0, t + 2, 0))
         h_t = step.hidden(jax.lax.dynamic_slice_in_dim(inputs, t, 3, axis=1))
         hiddens = jax.lax.dynamic_update_slice(hs.value, h_t[:, None].astype(hs.value.dtype),
                                                (0, t + 2, 0))
@@ -243,7 +241,6 @@ class ContextPoolStep(ContextPoolOptions):
         if initialized:
           ws.value = w_logits
       s_logit = raw[:, -1:] if need_s else None
-    inputs = jax.lax.dynamic_update_slice(xs.value, x_t[:, None], (0, t + 2, 0))
     if initialized:
       xs.value = inputs
       index.value = t + 1
@@ -270,19 +267,23 @@ class DecoderSelfAttention(nn.Module):
   @nn.compact
   def __call__(self, x: Array, segment_ids: Array, mask: Array, *,
                deterministic: bool = True) -> Array:
-    options = dict(self.context_pool or {})
     if self.context_pool is not None:
-      if self.decode:
-        x = ContextPoolStep(dtype=self.dtype, name='context_pool', **options)(x)
-      else:
-        x = ContextPool(causal=True, dtype=self.dtype, name='context_pool', **options)(
-            x, mask, segment_ids=segment_ids)
+      pool = causal_context_pool(dict(self.context_pool), self.decode, self.dtype, 'context_pool')
+      x = pool(x, mask, segment_ids=segment_ids)
     length = x.shape[1]
     allowed = (segment_ids[:, :, None] == segment_ids[:, None, :]) & mask[:, None, :]
     allowed = allowed & jnp.tril(jnp.ones((length, length), bool))[None]
     return Attention(self.num_heads, self.dropout_rate, self.decode, dtype=self.dtype,
                      rotary=self.rotary, name='attention')(x, x, _bias(allowed),
                                                            deterministic=deterministic)
+
+
+def causal_context_pool(options: dict, decode: bool, dtype: Dtype | None, name: str
+                        ) -> nn.Module:
+  """A decoder's causal ContextPool with `options`: its cached step when decoding."""
+  if decode:
+    return ContextPoolStep(dtype=dtype, name=name, **options)
+  return ContextPool(causal=True, dtype=dtype, name=name, **options)
 
 
 DECODER_PLACEMENTS = ('every_attention', 'self_attention', 'block_output')
@@ -296,10 +297,7 @@ class PooledQueries(nn.Module):
 
   def __call__(self, x: Array, memory: Array, bias: Array, *, mask: Array, segment_ids: Array,
                deterministic: bool = True) -> Array:
-    if isinstance(self.pool, ContextPoolStep):
-      x = self.pool(x)
-    else:
-      x = self.pool(x, mask, segment_ids=segment_ids)
+    x = self.pool(x, mask, segment_ids=segment_ids)
     return self.attention(x, memory, bias, deterministic=deterministic)
 
 
@@ -326,11 +324,6 @@ class DecoderBlock(nn.Module):
   dtype: Dtype | None = None
   rotary: bool = False    # the self-attention's
 
-  def _pool(self, options: dict, name: str) -> nn.Module:
-    if self.decode:
-      return ContextPoolStep(dtype=self.dtype, name=name, **options)
-    return ContextPool(causal=True, dtype=self.dtype, name=name, **options)
-
   @nn.compact
   def __call__(self, y: Array, memory: Array, segment_ids: Array, mask: Array, cross_bias: Array,
                *, deterministic: bool = True) -> Array:
@@ -350,7 +343,8 @@ class DecoderBlock(nn.Module):
                       'memory' if self.cache_cross_attention else 'none', dtype=self.dtype,
                       name='cross_attention')
     if placement == 'every_attention':
-      pooled = PooledQueries(self._pool(options, 'cross_context_pool'), cross)
+      pool = causal_context_pool(options, self.decode, self.dtype, 'cross_context_pool')
+      pooled = PooledQueries(pool, cross)
       y = residual('norm_cross', pooled, self.dropout_rate)(
           y, memory, cross_bias, mask=mask, segment_ids=segment_ids, deterministic=deterministic)
     else:
@@ -360,8 +354,8 @@ class DecoderBlock(nn.Module):
                    dropout_rate=self.dropout_rate, dtype=self.dtype, name='mlp')
     y = residual('norm2', mlp, 0.0)(y, deterministic=deterministic)
     if placement == 'block_output':
-      pool = self._pool(options, 'output_context_pool')
-      y = pool(y) if self.decode else pool(y, mask, segment_ids=segment_ids)
+      pool = causal_context_pool(options, self.decode, self.dtype, 'output_context_pool')
+      y = pool(y, mask, segment_ids=segment_ids)
     return y
 
 
@@ -485,7 +479,4 @@ def _check_tokens(tokens: Array, what: str) -> None:
                      f'{tokens.dtype} shape {tuple(tokens.shape)}.')
 
 
-@register_model('transformer_seq2seq')
-def build_transformer_seq2seq(cfg) -> TransformerSeq2Seq:
-  """`config.model` -> TransformerSeq2Seq; every key except `name` is a field."""
-  return TransformerSeq2Seq(**model_kwargs(cfg, TransformerSeq2Seq, required=('vocab_size',)))
+register_model_class('transformer_seq2seq', TransformerSeq2Seq, required=('vocab_size',))

@@ -3,25 +3,17 @@
 Swin: a 4x4 patch embedding, four stages at resolutions H/4 .. H/32 with patch merging between
 them. Each block is pre-LN window attention + MLP; odd blocks shift the windows by half a window
 (cyclic shift, masked so tokens that were not neighbours do not attend each other). Window
-attention adds a learned relative position bias B[dy, dx] per head (Swin Eq. 4). Swin-B: embed
-128, depths (2, 2, 18, 2), heads (4, 8, 16, 32), window 7, 224 input -> 87.8M parameters
-(Table 6: 88M).
+attention adds a learned relative position bias B[dy, dx] per head (Swin Eq. 4). Layers follow
+the official code: LayerNorm eps 1e-5, exact GELU, qkv bias, Linear kernels and the bias table
+trunc-normal 0.02, drop-path rising linearly over all blocks; a stage not larger than the window
+is one window, never shifted. Swin-B (embed 128, depths (2, 2, 18, 2), heads (4, 8, 16, 32),
+window 7, 224 input) has 87.8M parameters (Table 6: 88M).
 
-Layers follow the official code: LayerNorm eps 1e-5, exact GELU, qkv bias, Linear kernels
-trunc-normal 0.02, relative bias table trunc-normal 0.02, drop-path rising linearly over all
-blocks. A stage whose resolution is not larger than the window uses one window and no shift
-(stage 4 of Swin-B at 224^2: 7x7 tokens, window 7).
-
-CP-Swin. The paper only says CP "is applicable to the Swin transformer"; where it goes is ours:
-- ContextPool runs in every block right before window attention, on each (shifted) window's
-  tokens, obeying the shifted-window mask; attention reads the pooled tokens (queries, keys and
-  values, as ContextPoolAttention), so no interaction is added beyond window attention's.
-- Eq. 4 with 2D positions: sigma_i = r n s_i with r = 0.1 and n = M^2 (the tokens attention
-  sees); m(X) runs on the un-shifted map (each token's true neighbours), then is shifted and
-  partitioned like the tokens.
-- The predictor's hidden width: Table 6 gives CP-Swin-B 89M against 88M, i.e. about 1M for 24
-  blocks. 3x3 convolutions of ContextPool's default width (C/16) would add 3.9M (92M); a fixed
-  width of 8 adds 0.87M (88.6M, within 1% of 89M), so `cp_predictor_dim` defaults to 8.
+CP-Swin (`context_pool=True`; where it goes is ours, docs/papers/context_pool.md): ContextPool in
+every block right before window attention, on each (shifted) window's tokens under its mask, with
+2D positions and n = M^2; m(X) runs on the un-shifted map. Its hidden width: Table 6 gives
+CP-Swin-B 89M against 88M, about 1M for 24 blocks; ContextPool's default width (C/16) would add
+3.9M, a fixed 8 adds 0.87M (88.6M), so `cp_predictor_dim` defaults to 8.
 """
 from __future__ import annotations
 
@@ -45,8 +37,7 @@ from poolformers_jax.layers.common import (
   window_reverse,
 )
 from poolformers_jax.layers.context_pool import WindowContextPool
-from poolformers_jax.models.block import model_kwargs
-from poolformers_jax.models.registry import register_model
+from poolformers_jax.models.registry import register_model_class
 
 LAYER_NORM_EPS = 1e-5
 dense_init = nn.initializers.truncated_normal(0.02)
@@ -235,7 +226,4 @@ class SwinTransformer(nn.Module):
     return nn.Dense(self.num_classes, kernel_init=dense_init, name='head')(x)
 
 
-@register_model('swin')
-def build_swin(cfg) -> SwinTransformer:
-  """`config.model` -> SwinTransformer; `context_pool=True` gives CP-Swin. Unknown keys fail."""
-  return SwinTransformer(**model_kwargs(cfg, SwinTransformer))
+register_model_class('swin', SwinTransformer)   # context_pool=True: CP-Swin

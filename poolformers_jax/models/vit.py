@@ -12,16 +12,11 @@
 - 'hvt' is the same backbone with `num_stages` (M) pooling stages and the mean head.
   M = 0 is DeiT without a class token (HVT Table 4).
 
-What the papers leave open and what we decided (docs/papers/hvt.md; the official code pins most):
-- Blocks are split into M stages of equal width (`PoolingStages`); each pooling is followed by a
-  new learned position embedding of the pooled length (parameter `pos_embedding`, like the input
-  one, so weight decay can exclude every position embedding by name).
-- Layers follow timm / the authors' code: LayerNorm eps 1e-6, exact (erf) GELU, qkv bias,
-  Linear kernels trunc-normal 0.02 (the softmax mixer keeps its own initializer), drop-path
-  rate rising linearly from 0 to `drop_path_rate` over the blocks.
-- 'hvt' always uses the mean head (pooling would blend a class token into patches).
-- 2D pooling (HVT Table 9) pools the patch grid with the same kernel / stride; the paper's
-  per-stage head and block counts for it are unspecified, so we keep one width for all stages.
+What the papers leave open is pinned mostly by the official code (docs/papers/hvt.md): M stages
+of equal width (`PoolingStages`), each pooling followed by a learned position embedding of the
+pooled length; timm's layers (LayerNorm eps 1e-6, exact GELU, qkv bias, trunc-normal 0.02 Linear
+kernels; the softmax mixer keeps its own), drop-path rising linearly over the blocks; 'hvt' always
+uses the mean head (pooling would blend a class token into patches).
 """
 from __future__ import annotations
 
@@ -40,7 +35,7 @@ from poolformers_jax.layers.common import (
 )
 from poolformers_jax.layers.hierarchical_pool import PoolingStages
 from poolformers_jax.models.block import Remat, TransformerBlock, apply_block, model_kwargs
-from poolformers_jax.models.registry import register_model
+from poolformers_jax.models.registry import register_model, register_model_class
 
 LAYER_NORM_EPS = 1e-6
 dense_init = nn.initializers.truncated_normal(0.02)
@@ -170,8 +165,6 @@ def build_vit(cfg) -> VisionTransformer:
   return VisionTransformer(**model_kwargs(cfg, VisionTransformer, required=_REQUIRED))
 
 
-@register_model('hvt')
-def build_hvt(cfg) -> VisionTransformer:
-  """HVT: `num_stages` (M) pooling stages and the mean head (no class token)."""
-  return VisionTransformer(**model_kwargs(cfg, VisionTransformer,
-                                          required=_REQUIRED + ('num_stages',), classifier='mean'))
+# HVT: `num_stages` (M) pooling stages and the mean head (no class token).
+register_model_class('hvt', VisionTransformer, required=_REQUIRED + ('num_stages',),
+                     classifier='mean')

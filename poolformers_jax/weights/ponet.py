@@ -61,19 +61,13 @@ def _leaf(module: str, kind: str, value: np.ndarray) -> tuple[str, np.ndarray]:
   return ('kernel', value.T) if kind == 'weight' else ('bias', value)
 
 
-def _listed(names: list[str], limit: int = 8) -> str:
-  return f'{names[:limit]}{" ..." if len(names) > limit else ""}'
-
-
 def mismatch_line(missing: list[str], unexpected: list[str], misshaped: list[str]) -> str:
   """What does not fit, in words ('' when everything does)."""
-  parts = ([f'{len(missing)} missing from the checkpoint {_listed(missing)}']
-           if missing else []) + (
-      [f'{len(unexpected)} unknown parameter(s) with no counterpart here {_listed(unexpected)}']
-      if unexpected else []) + (
-      [f'{len(misshaped)} of another shape (checkpoint -> model) {_listed(misshaped)}']
-      if misshaped else [])
-  return '; '.join(parts)
+  kinds = ((missing, 'missing from the checkpoint'),
+           (unexpected, 'unknown parameter(s) with no counterpart here'),
+           (misshaped, 'of another shape (checkpoint -> model)'))
+  return '; '.join(f'{len(names)} {what} {names[:8]}{" ..." if len(names) > 8 else ""}'
+                   for names, what in kinds if names)
 
 
 def convert_state_dict(state: dict[str, np.ndarray], expected: Any = None,
@@ -140,15 +134,19 @@ def model_config(config: dict[str, Any]) -> dict[str, Any]:
               layer_norm_eps=config.get('layer_norm_eps', 1e-12), mixer='ponet')
 
 
-def load_official(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-  """(params, config.model keys) of an official checkpoint folder with config.json."""
-  config_path = os.path.join(path, 'config.json')
+def _read_config(folder: str) -> dict[str, Any]:
+  """The checkpoint folder's config.json."""
+  config_path = os.path.join(folder, 'config.json')
   if not os.path.exists(config_path):
     raise FileNotFoundError(f'{config_path} not found: point at the chtan/ponet-base-uncased '
                             'folder.')
   with open(config_path) as f:
-    config = json.load(f)
-  state = read_state_dict(path)
+    return json.load(f)
+
+
+def load_official(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+  """(params, config.model keys) of an official checkpoint folder with config.json."""
+  config, state = _read_config(path), read_state_dict(path)
   return convert_state_dict(state), dict(model_config(config), **_heads_found(state))
 
 
@@ -181,14 +179,10 @@ def to_state_dict(params: dict[str, Any]) -> dict[str, np.ndarray]:
     else:
       raise ValueError(f'{"/".join(path)}: no PoNet (BERT) name; only ponet_mlm / '
                        'ponet_classifier parameters export.')
-    if leaf == 'embedding':
-      out[name + '.weight'] = value
-    elif leaf == 'scale':
-      out[name + '.weight'] = value
-    elif leaf == 'kernel':
+    if leaf == 'kernel':
       out[name + '.weight'] = np.ascontiguousarray(value.T)
-    else:
-      out[name + '.bias'] = value
+    else:   # embedding and LayerNorm scale: '.weight'
+      out[name + ('.bias' if leaf == 'bias' else '.weight')] = value
   return out
 
 
@@ -283,14 +277,8 @@ def config_and_params(config, source: str, allow_missing: str = ''):
   folder = source if os.path.isdir(source) else os.path.dirname(os.path.abspath(source))
   if config.model.name not in MODELS:
     raise ValueError(f'model {config.model.name!r}: PoNet checkpoints convert into {MODELS}.')
-  config_path = os.path.join(folder, 'config.json')
-  if not os.path.exists(config_path):
-    raise FileNotFoundError(f'{config_path} not found: point at the chtan/ponet-base-uncased '
-                            'folder.')
-  with open(config_path) as f:
-    hf_config = json.load(f)
   state = read_state_dict(folder)
-  found = dict(model_config(hf_config), cls_id=101, sep_id=102, **_heads_found(state))
+  found = dict(model_config(_read_config(folder)), cls_id=101, sep_id=102, **_heads_found(state))
   model = config.model
   differ = [f'{k}: config {model[k]} vs checkpoint {v}' for k, v in found.items()
             if k in model and model[k] is not None and model[k] != v

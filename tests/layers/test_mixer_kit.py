@@ -119,10 +119,6 @@ def test_a_user_registered_mixer_is_picked_up_and_its_declared_skips_named():
   with pytest.raises(ValueError, match=r"unknown properties \['padding'\]"):
     T.check_mixer(type('Typo', (_Planted,),
                        {'traits': MixerTraits(not_by_design={'padding': 'x'})})())
-  # Whether a mixer has a sequence-parallel form is True or False; what crosses devices is a note.
-  with pytest.raises(TypeError, match=r"^MixerTraits\(sequence_parallel='a psum'\): pass True or "
-                                      r'False, .* as sequence_parallel_note\.$'):
-    MixerTraits(sequence_parallel='a psum')
 
 
 class PlantedMixerTest(T.MixerTestCase):
