@@ -165,15 +165,6 @@ def on_gpu() -> bool:
   return jax.default_backend() == 'gpu'
 
 
-def step_flops(compiled) -> float | None:
-  """flops of a compiled step by XLA's cost analysis (None where the program has none)."""
-  cost = getattr(compiled.run, 'cost_analysis', lambda: None)()
-  if isinstance(cost, (list, tuple)):   # older jax: one dict per program
-    cost = cost[0] if cost else None
-  flops = (cost or {}).get('flops')
-  return float(flops) if flops is not None and flops >= 0 else None
-
-
 def default_entries(dtype: str) -> list[str]:
   impls = ['explicit', 'xla']
   if cudnn_unavailable_reason(jnp.dtype(dtype), 64 // 2) is None:
@@ -222,7 +213,7 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
   variables = variables_of(train_state)
   runner = step_runner.runner(compiled, train_state, setup.mesh, key)
   run = lambda state, data: (state, runner(data))   # the state lives in the runner
-  stats = dict(compiled.memory, step_flops=step_flops(compiled))
+  stats = dict(compiled.memory, step_flops=step_lib.flops_of(compiled.run))
   return (run, stats), variables, data, jax.jit(loss_fn)
 
 
@@ -415,6 +406,21 @@ def fmt_cell(point: dict) -> tuple[str, str]:
   return time_text, f'{point["memory_bytes"] / 2**20:.0f}'
 
 
+def rate_cell(p: dict) -> str:
+  rate, frac = p.get('flops_per_s'), p.get('peak_fraction')
+  if rate is None:
+    return '-'
+  return f'{rate / 1e12:.3g}' + (f' ({100 * frac:.2g} %)' if frac is not None else '') + (
+      f' [{p["flops_from"]}]' if p.get('flops_from') not in (None, 'compiled step') else '')
+
+
+def ratios_cell(p: dict) -> str:
+  """time / memory vs softmax/explicit, time vs the no-mixing bound."""
+  r = [p.get('time_ratio_to_softmax'), p.get('memory_ratio_to_softmax'),
+       p.get('time_ratio_to_lower_bound')]
+  return ' / '.join('-' if v is None else f'{v:.3g}' for v in r) if p else '-'
+
+
 def write_markdown(report: dict, path: str) -> None:
   results, lengths = report['results'], report['setup']['all_lengths']
   s = report['setup']
@@ -427,50 +433,27 @@ def write_markdown(report: dict, path: str) -> None:
            f'`{s["command"]}`', '',
            '1-minute load average before / after each length: ' + ', '.join(
                f'{n} {a:.1f} / {b:.1f}' for n, (a, b) in loads.items()), '']
-  head = '| entry | ' + ' | '.join(length_label(n) for n in lengths) + ' |'
-  rule = '|---|' + '---|' * len(lengths)
-  for title, idx in (('step time, ms (steps/s)', 0), (f'memory, MB ({s["memory_kind"]})', 1)):
-    lines += [f'**{title}**', '', head, rule]
-    for entry, per_length in results.items():
-      cells = [fmt_cell(per_length[str(n)])[idx] if str(n) in per_length else '-'
-               for n in lengths]
-      lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
-    lines.append('')
   peak = s.get('peak_bf16_flops')
-  lines += [f'**achieved TFLOP/s (XLA cost_analysis flops of the step, or 3 x the forward\'s where '
-            f'larger, / step time; fraction of the {s["device"]}\'s dense bf16 peak, '
-            f'{"unknown" if not peak else f"{peak / 1e12:.0f} TFLOP/s"})**', '', head, rule]
-  for entry, per_length in results.items():
-    cells = []
-    for n in lengths:
-      p = per_length.get(str(n), {})
-      rate, frac = p.get('flops_per_s'), p.get('peak_fraction')
-      cells.append('-' if rate is None else f'{rate / 1e12:.3g}' + (
-          f' ({100 * frac:.2g} %)' if frac is not None else '') + (
-          f' [{p["flops_from"]}]' if p.get('flops_from') not in (None, 'compiled step') else ''))
-    lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
-  lines += ['', '**step time / the no-mixing bound (`none`) at each length**', '', head, rule]
-  for entry, per_length in results.items():
-    ratios = [per_length.get(str(n), {}).get('time_ratio_to_lower_bound') for n in lengths]
-    lines.append(f'| {entry} | ' + ' | '.join('-' if r is None else f'{r:.2f}x' for r in ratios)
-                 + ' |')
+  ratio = lambda key: lambda p: '-' if p.get(key) is None else f'{p[key]:.2f}x'
+  tables = [
+      ('**step time, ms (steps/s)**', lambda p: fmt_cell(p)[0] if p else '-'),
+      (f'**memory, MB ({s["memory_kind"]})**', lambda p: fmt_cell(p)[1] if p else '-'),
+      ('**achieved TFLOP/s (XLA cost_analysis flops of the step, or 3 x the forward\'s where '
+       f'larger, / step time; fraction of the {s["device"]}\'s dense bf16 peak, '
+       f'{"unknown" if not peak else f"{peak / 1e12:.0f} TFLOP/s"})**', rate_cell),
+      ('**step time / the no-mixing bound (`none`) at each length**',
+       ratio('time_ratio_to_lower_bound'))]
   if 'identity' in results:
-    lines += ['', '**step time / the model without its mixer (`identity`) at each length**', '',
-              head, rule]
+    tables.append(('**step time / the model without its mixer (`identity`) at each length**',
+                   ratio('time_ratio_to_identity')))
+  tables.append(('**ratios at each length: time / memory vs softmax/explicit; time vs the '
+                 'no-mixing lower bound**', ratios_cell))
+  for i, (title, cell) in enumerate(tables):
+    lines += [''] * (i > 0) + [title, '', '| entry | ' + ' | '.join(
+        length_label(n) for n in lengths) + ' |', '|---|' + '---|' * len(lengths)]
     for entry, per_length in results.items():
-      ratios = [per_length.get(str(n), {}).get('time_ratio_to_identity') for n in lengths]
-      lines.append(f'| {entry} | ' + ' | '.join('-' if r is None else f'{r:.2f}x' for r in ratios)
-                   + ' |')
-  lines += ['', '**ratios at each length: time / memory vs softmax/explicit; time vs the no-mixing '
-            'lower bound**', '', head, rule]
-  for entry, per_length in results.items():
-    cells = []
-    for n in lengths:
-      p = per_length.get(str(n), {})
-      r = [p.get('time_ratio_to_softmax'), p.get('memory_ratio_to_softmax'),
-           p.get('time_ratio_to_lower_bound')]
-      cells.append(' / '.join('-' if v is None else f'{v:.3g}' for v in r) if p else '-')
-    lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
+      cells = [cell(per_length.get(str(n), {})) for n in lengths]
+      lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
   with open(path, 'w') as f:
     f.write('\n'.join(lines) + '\n')
 
