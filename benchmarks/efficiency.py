@@ -32,7 +32,7 @@ Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each po
                 custom call such as cuDNN attention, so softmax/cudnn takes softmax/xla's count
                 at the same length when that is larger (`flops_from` says which);
   flops_per_s   flops_used / step time; peak_fraction: that over the card's dense bf16 peak
-                (flop_rates.PEAK_BF16_FLOPS, by device_kind; None for an unknown card or a CPU);
+                (trainer/flops.py, by device_kind; None for an unknown card or a CPU);
   status        'ok' | 'out of memory' (CPU: temp + arguments exceed `--memory_budget_gb`, not run;
                 GPU: the allocator failed) | 'error: ...';
 and ratios to softmax/explicit and to the lower bound at the same length (efficiency.md has a table
@@ -79,21 +79,18 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from poolformers_jax import (
-  cli,
-  errors,  # noqa: E402
-)
+from poolformers_jax import errors  # noqa: E402
 from poolformers_jax.layers import MIXERS, build_mixer, register_mixer  # noqa: E402
 from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
 from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
-from poolformers_jax.trainer import host_memory, setup as setup_lib, step as step_lib  # noqa: E402
+from poolformers_jax.trainer import host_memory, step as step_lib  # noqa: E402
+from poolformers_jax.trainer.flops import peak_bf16_flops  # noqa: E402
 from poolformers_jax.trainer.setup import make_setup, variables_of  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
-from flop_rates import add_flop_rates, peak_bf16_flops  # noqa: E402  (benchmarks/flop_rates.py)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where efficiency.json / .md / .png are written.')
@@ -200,7 +197,7 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
   changed `lra_text_config(entry, length, batch, dtype)` (benchmarks/official_torch.py)."""
   config = lra_text_config(entry, length, batch, dtype) if config is None else config
   setup = make_setup(config, need_files=False)
-  compiled = step_lib.compile_train_step(setup)
+  compiled, train_state, runner = step_runner.trainer_step(setup, step_seed=0)
   key = jax.random.PRNGKey(0)
   inputs = jax.random.randint(key, (batch, length), 1, 257, jnp.int32)   # every token real
   data = {'inputs': inputs, 'targets': jnp.arange(batch, dtype=jnp.int32) % 2}
@@ -209,9 +206,7 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
     logits = setup.model.apply(variables, data['inputs'], deterministic=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, data['targets']).mean()
 
-  train_state = setup_lib.create_train_state(setup, key)
   variables = variables_of(train_state)
-  runner = step_runner.runner(compiled, train_state, setup.mesh, key)
   run = lambda state, data: (state, runner(data))   # the state lives in the runner
   stats = dict(compiled.memory, step_flops=step_lib.flops_of(compiled.run))
   return (run, stats), variables, data, jax.jit(loss_fn)
@@ -491,8 +486,8 @@ def run_train(argv_command: str) -> None:
     FLAGS.mixers = FLAGS.mixers or ['softmax/explicit', 'none']
   isolate = FLAGS.isolate == 'yes' or (FLAGS.isolate == 'auto' and on_gpu())
   opts = dict(batch=FLAGS.batch, dtype=FLAGS.dtype, repeats=FLAGS.repeats,
-              point_budget_s=FLAGS.point_budget_s, budget=memory_budget_bytes(),
-              deadline_s=FLAGS.deadline_s, start=time.time(),
+              point_budget_s=FLAGS.point_budget_s, deadline_s=FLAGS.deadline_s, start=time.time(),
+              budget=step_runner.memory_budget_bytes(FLAGS.memory_budget_gb),
               gpu_peak=on_gpu() and (bool(FLAGS.point) or isolate))
   if FLAGS.point:
     entry, length = FLAGS.point.rsplit('@', 1)
@@ -541,18 +536,10 @@ def run_train(argv_command: str) -> None:
     write_report(results, lengths, long_lengths, isolate, argv_command, opts['gpu_peak'])
 
 
-def memory_budget_bytes() -> float:
-  """--memory_budget_gb in bytes; 0: the device's own limit (GPU) or none (CPU)."""
-  if FLAGS.memory_budget_gb > 0:
-    return FLAGS.memory_budget_gb * 2**30
-  stats = jax.devices()[0].memory_stats() or {}
-  return float(stats.get('bytes_limit', float('inf')))
-
-
 def write_report(results, lengths, long_lengths, isolate, argv_command, gpu_peak) -> None:
   add_ratios(results)
   device_kind = jax.devices()[0].device_kind
-  add_flop_rates(results, device_kind)
+  step_runner.add_flop_rates(results, device_kind)
   report = {'setup': dict(mode='train', batch=FLAGS.batch, dtype=FLAGS.dtype,
                           repeats=FLAGS.repeats, point_budget_s=FLAGS.point_budget_s,
                           memory_budget_gb=FLAGS.memory_budget_gb, lengths=lengths,
@@ -606,12 +593,8 @@ def measure_layer(mixer, batch: int, length: int, dim: int, repeats: int,
   if result['fwd_bwd_temp_bytes'] > max_temp_bytes:
     return result
   jax.block_until_ready(compiled(variables, x))  # warm-up
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(variables, x))
-    times.append((time.perf_counter() - start) * 1e3)
-  result['fwd_bwd_ms'] = statistics.median(times)
+  run = lambda: compiled(variables, x)
+  result['fwd_bwd_ms'] = 1e3 * step_runner.interleaved_medians({'x': run}, repeats)['x']
   return result
 
 
@@ -741,7 +724,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)

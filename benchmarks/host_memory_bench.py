@@ -17,13 +17,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))   # step_runner
 
-from absl import app, flags  # noqa: E402
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
+from absl import flags  # noqa: E402
 
-from poolformers_jax import (
-  cli,  # noqa: E402
-  errors,  # noqa: E402
-)
+from poolformers_jax import errors  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'configs/lra_listops.py', 'configs/<task>.py[:arg]')
@@ -102,7 +101,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)

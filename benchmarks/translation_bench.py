@@ -27,16 +27,14 @@ Base size on an accelerator.
 import json
 import os
 import re
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from poolformers_jax import cli, config as config_lib, errors
+from poolformers_jax import config as config_lib, errors
 from poolformers_jax.models import seq2seq_decode
 from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
 from poolformers_jax.tasks.translation import length_batches
@@ -97,21 +95,6 @@ def _packed_batch(rng: np.random.Generator) -> dict:
         out[f'{key}_positions'][row, start:start + n] = np.arange(n)
         start, seg = start + n, seg + 1
   return {k: jnp.asarray(v) for k, v in out.items()}
-
-
-def _interleaved_medians(calls: dict, warmed=()) -> dict:
-  """Median seconds of each `name -> (fn, args)`, the runs of all names interleaved (a changing
-  load hits every model alike); every call but those `warmed` runs once first."""
-  for name, (fn, args) in calls.items():
-    if name not in warmed:
-      jax.block_until_ready(fn(*args))
-  times = {name: [] for name in calls}
-  for _ in range(FLAGS.repeats):
-    for name, (fn, args) in calls.items():
-      start = time.perf_counter()
-      jax.block_until_ready(fn(*args))
-      times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) for name, t in times.items()}
 
 
 class EndsAtSourceLength(TransformerSeq2Seq):
@@ -210,7 +193,12 @@ def measure(models: dict) -> dict:
   calls = {(m, c): call for m, built in models.items() for c, call in built['calls'].items()}
   # First runs: compile every bucket shape, count the output tokens.
   tokens = {key: fn(*args) for key, (fn, args) in calls.items() if key[1] != 'train'}
-  seconds = _interleaved_medians(calls, warmed=tokens)
+  for key, (fn, args) in calls.items():
+    if key not in tokens:   # the training step's first run
+      jax.block_until_ready(fn(*args))
+  seconds = step_runner.interleaved_medians(
+      {key: lambda fn=fn, args=args: fn(*args) for key, (fn, args) in calls.items()},
+      FLAGS.repeats)
   out = {}
   for m, built in models.items():
     out[m] = {k: v for k, v in built.items() if k != 'calls'}
@@ -259,7 +247,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)
