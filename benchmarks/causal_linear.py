@@ -90,12 +90,6 @@ def traced_as(entry: str) -> Iterator[None]:
     attention.linear_attention = library
 
 
-def remat_of(entry: str) -> str:
-  """The entry's config.model.remat: its third part ('none' without one)."""
-  parts = entry.split('/')
-  return parts[2] if len(parts) > 2 else 'none'
-
-
 def mixer_of(entry: str) -> tuple[str, dict]:
   """(mixer name, its options) of an entry."""
   mixer, option = (entry.split('/') + [''])[:2]
@@ -136,7 +130,7 @@ def prepare(entry: str, length: int, args) -> dict:
   model = CharTransformerLM(vocab_size=256, num_layers=args.layers, emb_dim=args.width,
                             num_heads=args.heads, mlp_dim=args.ffn, mixer=mixer,
                             mixer_kwargs=options, dtype=jnp.dtype(args.dtype),
-                            remat=remat_of(entry))
+                            remat=(entry.split('/')[2:] or ['none'])[0])   # a third part
   tokens = jax.random.randint(jax.random.PRNGKey(0), (1, length + 1), 1, 256, jnp.int32)
   inputs, targets = lm_inputs_targets(tokens)
   params = jax.jit(model.init)(jax.random.PRNGKey(1), inputs[:, :64])['params']

@@ -7,14 +7,10 @@ table, `--batch` / `--dtype` change it) for every registered mixer, for:
 - `softmax/<impl>`: softmax attention in each `MultiHeadAttention.implementation` that runs on
   this device ('explicit' = the papers' naive float32 baseline, 'xla', and 'cudnn' on NVIDIA GPUs
   with bf16/fp16);
-- `none`: the no-mixing lower bound. Its mixer keeps every projection of softmax attention (the
-  query, key, value and out Dense layers, 4 x dim^2 weights + biases, and attention's output
-  dropout) and skips everything between them: y = out(q * k + v), position by position. No token
-  sees another, so no mixer can cost less. (Not out(q + k + v): there the three projections get
-  the same gradient, XLA computes their weight gradients once, and the bound would be cheaper
-  than any mixer that really uses four projections.)
-- `identity`: the model without its mixer (y = x): what the rest of the step costs. A mixer's own
-  cost is its step time minus this one's.
+- `none`: the no-mixing lower bound: softmax attention's four Dense layers and output dropout,
+  nothing between them, y = out(q * k + v) position by position (not out(q + k + v), whose three
+  projections share one gradient that XLA computes once: a bound below any real mixer);
+- `identity`: the model without its mixer (y = x): a mixer's own cost is its time minus this.
 Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each point reports
   step_ms       median wall time of one step over the timed repeats (after one warm-up run);
                 in-process the models of a length run interleaved, round-robin, so load changes
@@ -35,15 +31,10 @@ Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each po
                 (trainer/flops.py, by device_kind; None for an unknown card or a CPU);
   status        'ok' | 'out of memory' (CPU: temp + arguments exceed `--memory_budget_gb`, not run;
                 GPU: the allocator failed) | 'error: ...';
-and ratios to softmax/explicit and to the lower bound at the same length (efficiency.md has a table
-of step time / bound for every entry and length), and the load average before and after each length.
-`--clock=cpu` times each step by the CPU time of the process (all its threads) instead of the wall
-clock: on a shared machine run it pinned to one core (`taskset -c 1 python benchmarks/...`), so that
-other processes' load does not enter the time and XLA's threads cannot overlap.
-`--deadline_s`: points not compiled before that many seconds are 'not run: budget spent' (the
-files are written after every length). Writes efficiency.json, efficiency.md (tables) and
-efficiency.png (log-log: time, memory, time ratio to softmax/explicit) to --output_dir. `--quick`
-is the smoke test the test suite runs.
+and ratios to softmax/explicit, to the lower bound and to identity at the same length, and the
+load average before and after each length. Writes efficiency.json, efficiency.md (tables) and
+efficiency.png (log-log: time, memory, time ratio to softmax/explicit) to --output_dir after
+every length; points past `--deadline_s` are 'not run: budget spent'.
 
 Mode `layer`: the older per-mixer measurement (one mixer layer, forward+backward, no optimizer).
 
@@ -52,11 +43,8 @@ TPU slice, `--batch` examples per chip, and each point reports XLA:TPU's memory 
 and bytes per chip and the roofline step time of poolformers_jax/trainer/accelerators.py, with
 ratios to softmax/xla and to the bound: efficiency_tpu.{json,md} (docs/accelerators.md).
 
-XLA flags: none of its own. It times and sizes the program train.py runs, with the XLA_FLAGS
-of the environment (record: `setup.xla_flags`). The training step's memory is counted whole by
-XLA:CPU either way; only a forward-only program's fused softmax scratch is left out of
-`memory_analysis()` without `--xla_cpu_experimental_ynn_fusion_type=-reduce` (docs/efficiency.md),
-which is why tests/layers/test_memory.py measures forward memory in a process of its own.
+XLA flags: none of its own; the program train.py runs, under the environment's XLA_FLAGS
+(recorded as `setup.xla_flags`; their effect on memory: docs/efficiency.md).
 
   nice -n 19 .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff --batch 4
   .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff_quick --quick

@@ -43,11 +43,6 @@ flags.DEFINE_integer('num_heads', 4, 'Heads.')
 flags.DEFINE_integer('mlp_dim', 512, 'Feed-forward width.')
 
 
-def _model(mixer: str) -> CharTransformerLM:
-  return CharTransformerLM(vocab_size=257, num_layers=FLAGS.num_layers, emb_dim=FLAGS.emb_dim,
-                           num_heads=FLAGS.num_heads, mlp_dim=FLAGS.mlp_dim, mixer=mixer)
-
-
 def _at(cache, position: int):
   """The cache with every step index at `position`."""
   flat = traverse_util.flatten_dict(cache)
@@ -58,7 +53,8 @@ def _at(cache, position: int):
 def build(mixer: str, context: int):
   """(run: () -> tokens, {cache_bytes, temp_bytes, step_flops}) for `mixer` after `context`
   symbols."""
-  model = _model(mixer)
+  model = CharTransformerLM(vocab_size=257, num_layers=FLAGS.num_layers, emb_dim=FLAGS.emb_dim,
+                            num_heads=FLAGS.num_heads, mlp_dim=FLAGS.mlp_dim, mixer=mixer)
   decoder = lm_decode.decoder_of(model)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32))['params']
   cache = _at(lm_decode.init_cache(decoder, 1, context + FLAGS.tokens), context)

@@ -126,7 +126,7 @@ def _output_tokens(tokens: np.ndarray) -> int:
 
 
 def decoders(model, params, sources: list, batch_tokens: int) -> dict:
-  """name -> (fn, args): each translates every source and returns its output token count."""
+  """name -> call: each translates every source and returns its output token count."""
   model = EndsAtSourceLength(**{f: getattr(model, f)
                                 for f in TransformerSeq2Seq.__dataclass_fields__
                                 if f not in ('parent', 'name')})
@@ -144,7 +144,7 @@ def decoders(model, params, sources: list, batch_tokens: int) -> dict:
   def regime(fn, batches):
     def run():   # the real sentences of each batch are its first rows
       return sum(_output_tokens(np.asarray(fn(params, ids))[:n]) for n, ids in batches)
-    return run, ()
+    return run
 
   calls = {}
   for name, beam in (('greedy', 1), ('beam4', 4)):
@@ -182,8 +182,8 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
           before, params, np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32))}
   if not FLAGS.decode_only:
     compiled = step_lib.compile_train_step(setup)
-    calls['train'] = (step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1)),
-                      (batch,))
+    run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
+    calls['train'] = lambda: run(batch)
     out.update(train_temp_bytes=compiled.memory['temp'],
                train_argument_bytes=compiled.memory['argument'])
   return out
@@ -192,13 +192,11 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
 def measure(models: dict) -> dict:
   calls = {(m, c): call for m, built in models.items() for c, call in built['calls'].items()}
   # First runs: compile every bucket shape, count the output tokens.
-  tokens = {key: fn(*args) for key, (fn, args) in calls.items() if key[1] != 'train'}
-  for key, (fn, args) in calls.items():
+  tokens = {key: call() for key, call in calls.items() if key[1] != 'train'}
+  for key, call in calls.items():
     if key not in tokens:   # the training step's first run
-      jax.block_until_ready(fn(*args))
-  seconds = step_runner.interleaved_medians(
-      {key: lambda fn=fn, args=args: fn(*args) for key, (fn, args) in calls.items()},
-      FLAGS.repeats)
+      jax.block_until_ready(call())
+  seconds = step_runner.interleaved_medians(calls, FLAGS.repeats)
   out = {}
   for m, built in models.items():
     out[m] = {k: v for k, v in built.items() if k != 'calls'}
