@@ -180,9 +180,9 @@ def lra_text_config(entry: str, length: int, batch: int, dtype: str):
 
 
 def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
-  """(compiled trainer step (step.compile_train_step), state, batch, jitted forward loss) for
-  one point; the step runs as `run(state, batch) -> (state, its step count)`. `config`: a
-  changed `lra_text_config(entry, length, batch, dtype)` (benchmarks/official_torch.py)."""
+  """((the trainer's step as `batch -> steps taken`, its compiled memory and flops), variables,
+  batch, jitted forward loss) for one point. `config`: a changed `lra_text_config(entry, length,
+  batch, dtype)` (benchmarks/official_torch.py)."""
   config = lra_text_config(entry, length, batch, dtype) if config is None else config
   setup = make_setup(config, need_files=False)
   compiled, train_state, runner = step_runner.trainer_step(setup, step_seed=0)
@@ -194,10 +194,8 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
     logits = setup.model.apply(variables, data['inputs'], deterministic=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, data['targets']).mean()
 
-  variables = variables_of(train_state)
-  run = lambda state, data: (state, runner(data))   # the state lives in the runner
   stats = dict(compiled.memory, step_flops=step_lib.flops_of(compiled.run))
-  return (run, stats), variables, data, jax.jit(loss_fn)
+  return (runner, stats), variables_of(train_state), data, jax.jit(loss_fn)
 
 
 def is_oom(error: Exception) -> bool:
@@ -235,10 +233,9 @@ def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float
       point['status'] = 'out of memory'
       return {'point': point}
   start = time.perf_counter()
-  state, loss = compiled(state, data)                           # warm-up (first run allocates)
-  jax.block_until_ready(loss)
-  point['first_step_s'] = round(time.perf_counter() - start, 3)  # warm-up step
-  return {'point': point, 'run': compiled, 'state': state, 'data': data, 'times': []}
+  jax.block_until_ready(compiled(data))                         # warm-up (first run allocates)
+  point['first_step_s'] = round(time.perf_counter() - start, 3)
+  return {'point': point, 'run': compiled, 'data': data, 'times': []}
 
 
 def step_clock() -> float:
@@ -247,8 +244,7 @@ def step_clock() -> float:
 
 def time_once(job: dict) -> float:
   start = step_clock()
-  job['state'], loss = job['run'](job['state'], job['data'])
-  jax.block_until_ready(loss)
+  jax.block_until_ready(job['run'](job['data']))
   elapsed = step_clock() - start
   job['times'].append(elapsed)
   return elapsed

@@ -229,7 +229,7 @@ def run_ours(args) -> dict:
   ids, labels = example_batch(args.batch, args.length, args.real_tokens)
   data = {'inputs': jnp.asarray(ids, jnp.int32), 'targets': jnp.asarray(labels, jnp.int32)}
   build_s = time.perf_counter() - build
-  result = time_steps(lambda: run(None, data)[1], args.warmup, args.steps,
+  result = time_steps(lambda: run(data), args.warmup, args.steps,
                       sync=jax.block_until_ready)
   stats = jax.devices()[0].memory_stats() or {}   # None on a CPU
   return dict(result, side='ours', jax=jax.__version__, xla_flags=os.environ.get('XLA_FLAGS'),
