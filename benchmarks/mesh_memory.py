@@ -30,7 +30,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # causal_linear, run any way
 
 import causal_linear  # noqa: E402
-import jax  # noqa: E402
 
 from poolformers_jax import config as config_lib, errors  # noqa: E402
 from poolformers_jax.trainer import accelerators, sharding, step as step_lib  # noqa: E402
@@ -54,9 +53,9 @@ CAUSAL_LM_RUNS = [(mixer, model, length)
 
 
 def _state_bytes(setup) -> dict[str, float]:
-  per = lambda tree: sum(accelerators._per_device_bytes(x) for x in jax.tree.leaves(tree))
-  return {'params_gib': per(setup.abstract_state.params) / GIB,
-          'optimizer_gib': per(setup.abstract_state.opt_state) / GIB}
+  state = setup.abstract_state
+  return {'params_gib': accelerators.per_device_bytes(state.params) / GIB,
+          'optimizer_gib': accelerators.per_device_bytes(state.opt_state) / GIB}
 
 
 def fsdp_records(topology: str = 'v5e:2x4'):
