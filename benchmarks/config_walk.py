@@ -15,15 +15,11 @@ Python function call in the main thread is looked at:
   Generator resumptions are not calls (only a frame's first entry counts).
 - the *walk* is the sequence of the files (relative to the repository) of the config calls, in
   call order.
-- a *stay* is a maximal run of consecutive walk entries in one file; `stays` counts them.
-- `files` is the number of distinct files of the walk.
-- a *return* is a stay in a file that an earlier stay already left: returns = stays - files.
+- a *stay* is a maximal run of consecutive walk entries in one file; `files` counts the distinct
+  files; a *return* is a stay in a file an earlier stay left: returns = stays - files.
 
-The output is one JSON line: {"stays", "files", "returns", "calls"}; --show also prints the
-stays in order (file and the functions called there).
-Issue #48's target: returns at most half of the figure before the config package; issue #62's:
-at most 7 files and 6 returns (docs/design.md, "Configuration", records each step;
-tests/train/test_config_walk.py holds the figure reached).
+The output is one JSON line: {"stays", "files", "returns", "calls"}. The target (issue #62): at
+most 7 files and 6 returns (docs/design.md, "Configuration"; tests/train/test_config_walk.py).
 """
 import argparse
 import itertools
