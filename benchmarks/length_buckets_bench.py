@@ -29,17 +29,10 @@ import jax  # noqa: E402
 import lra_listops  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poolformers_jax import (
-  config as config_lib,
-  errors,  # noqa: E402
-)
+from poolformers_jax import config as config_lib, errors  # noqa: E402
 from poolformers_jax.data import listops  # noqa: E402
 from poolformers_jax.data.generators import listops as listops_generator  # noqa: E402
-from poolformers_jax.trainer import (  # noqa: E402  # noqa: E402
-  host_memory,
-  length_buckets,
-  step as step_lib,
-)
+from poolformers_jax.trainer import host_memory, length_buckets, step as step_lib  # noqa: E402
 from poolformers_jax.trainer.setup import make_setup  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
