@@ -11,20 +11,18 @@ r"""What checking a data file at open costs (data/bad_records.py), in one proces
 from __future__ import annotations
 
 import os
-import statistics
+import sys
 import tempfile
-import time
 
 from poolformers_jax import errors
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
-def _seconds(function, rounds: int) -> list[float]:
-  times = []
-  for _ in range(rounds):
-    started = time.perf_counter()
-    function()
-    times.append(time.perf_counter() - started)
-  return times
+
+def _seconds(function, rounds: int) -> float:
+  """Median wall seconds of `rounds` calls."""
+  return step_runner.interleaved_medians({'call': function}, rounds)['call']
 
 
 def tsv_costs(folder: str, rows: int, rounds: int) -> dict[str, float]:
@@ -40,13 +38,11 @@ def tsv_costs(folder: str, rows: int, rounds: int) -> dict[str, float]:
     f.write(header)
     f.writelines(lines[i % len(lines)] for i in range(rows))
   check = base.LineCheck(listops.line_problem, listops.RELEASE_TODO)
-  plain, checked = [], []
-  for _ in range(rounds):   # interleaved: the machine's load falls on both alike
-    plain += _seconds(lambda: base.LineFile(path, skip_header=True), 1)
-    checked += _seconds(lambda: base.LineFile(path, skip_header=True, check=check), 1)
+  index = step_runner.interleaved_medians(   # the machine's load falls on both alike
+      {'index_s': lambda: base.LineFile(path, skip_header=True),
+       'index_checked_s': lambda: base.LineFile(path, skip_header=True, check=check)}, rounds)
   in_memory = _seconds(lambda: listops.InMemoryRecords(listops.TsvSource(path), path), 1)
-  return {'tsv_mib': os.path.getsize(path) / 2**20, 'index_s': statistics.median(plain),
-          'index_checked_s': statistics.median(checked), 'read_into_memory_s': in_memory[0]}
+  return {'tsv_mib': os.path.getsize(path) / 2**20, **index, 'read_into_memory_s': in_memory}
 
 
 def shard_costs(folder: str, shard_mb: int, rounds: int) -> dict[str, float]:
@@ -70,8 +66,7 @@ def shard_costs(folder: str, shard_mb: int, rounds: int) -> dict[str, float]:
     reader.close()
 
   return {'shard_mib': os.path.getsize(path) / 2**20, 'records': count,
-          'footer_s': statistics.median(_seconds(footer, rounds)),
-          'read_all_s': statistics.median(_seconds(every_record, 1))}
+          'footer_s': _seconds(footer, rounds), 'read_all_s': _seconds(every_record, 1)}
 
 
 @errors.one_line_errors

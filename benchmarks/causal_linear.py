@@ -41,10 +41,12 @@ from collections.abc import Iterator
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))   # step_runner, when imported as a module
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 from poolformers_jax import config as config_lib, errors  # noqa: E402
 from poolformers_jax.layers import attention, build_mixer  # noqa: E402
@@ -88,12 +90,6 @@ def traced_as(entry: str) -> Iterator[None]:
     attention.linear_attention = library
 
 
-def remat_of(entry: str) -> str:
-  """The entry's config.model.remat: its third part ('none' without one)."""
-  parts = entry.split('/')
-  return parts[2] if len(parts) > 2 else 'none'
-
-
 def mixer_of(entry: str) -> tuple[str, dict]:
   """(mixer name, its options) of an entry."""
   mixer, option = (entry.split('/') + [''])[:2]
@@ -134,7 +130,7 @@ def prepare(entry: str, length: int, args) -> dict:
   model = CharTransformerLM(vocab_size=256, num_layers=args.layers, emb_dim=args.width,
                             num_heads=args.heads, mlp_dim=args.ffn, mixer=mixer,
                             mixer_kwargs=options, dtype=jnp.dtype(args.dtype),
-                            remat=remat_of(entry))
+                            remat=(entry.split('/')[2:] or ['none'])[0])   # a third part
   tokens = jax.random.randint(jax.random.PRNGKey(0), (1, length + 1), 1, 256, jnp.int32)
   inputs, targets = lm_inputs_targets(tokens)
   params = jax.jit(model.init)(jax.random.PRNGKey(1), inputs[:, :64])['params']
@@ -152,26 +148,19 @@ def prepare(entry: str, length: int, args) -> dict:
   state = [params, tx.init(params)]
   with traced_as(entry):
     compiled = jax.jit(step, donate_argnums=(0, 1)).lower(*state, jax.random.PRNGKey(2)).compile()
-  memory, cost = compiled.memory_analysis(), compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, list) else cost
+  memory, cost = compiled.memory_analysis(), step_runner.cost_of(compiled)
   point = {'temp_bytes': int(memory.temp_size_in_bytes),
            'mixer_temp_bytes': mixer_temp_bytes(entry, length, args),
            'argument_bytes': int(memory.argument_size_in_bytes),
-           'flops': (cost or {}).get('flops'), 'status': 'ok', 'first_loss': None,
+           'flops': cost.get('flops'), 'status': 'ok', 'first_loss': None,
            'wall_ms': None, 'cpu_ms': None, 'wall_times_ms': [], 'cpu_times_ms': []}
-  if point['temp_bytes'] + point['argument_bytes'] > memory_budget_bytes(args):
-    point['status'] = f'not run: over the budget of {memory_budget_bytes(args) / 2**30:.1f} GiB'
+  budget = step_runner.memory_budget_bytes(args.memory_budget_gb)
+  if point['temp_bytes'] + point['argument_bytes'] > budget:
+    point['status'] = f'not run: over the budget of {budget / 2**30:.1f} GiB'
     return {'point': point}
   job = {'point': point, 'run': compiled, 'state': state, 'count': 0}
   point['first_loss'] = run_once(job)[2]   # the first run allocates: not timed
   return job
-
-
-def memory_budget_bytes(args) -> float:
-  """--memory_budget_gb in bytes; 0: the device's bytes_limit (none on a CPU)."""
-  if args.memory_budget_gb > 0:
-    return args.memory_budget_gb * 2**30
-  return float((jax.devices()[0].memory_stats() or {}).get('bytes_limit', float('inf')))
 
 
 def run_once(job: dict) -> tuple[float, float, float]:

@@ -15,17 +15,14 @@ Python function call in the main thread is looked at:
   Generator resumptions are not calls (only a frame's first entry counts).
 - the *walk* is the sequence of the files (relative to the repository) of the config calls, in
   call order.
-- a *stay* is a maximal run of consecutive walk entries in one file; `stays` counts them.
-- `files` is the number of distinct files of the walk.
-- a *return* is a stay in a file that an earlier stay already left: returns = stays - files.
+- a *stay* is a maximal run of consecutive walk entries in one file; `files` counts the distinct
+  files; a *return* is a stay in a file an earlier stay left: returns = stays - files.
 
-The output is one JSON line: {"stays", "files", "returns", "calls"}; --show also prints the
-stays in order (file and the functions called there).
-Issue #48's target: returns at most half of the figure before the config package; issue #62's:
-at most 7 files and 6 returns (docs/design.md, "Configuration", records each step;
-tests/train/test_config_walk.py holds the figure reached).
+The output is one JSON line: {"stays", "files", "returns", "calls"}. The target (issue #62): at
+most 7 files and 6 returns (docs/design.md, "Configuration"; tests/train/test_config_walk.py).
 """
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -68,10 +65,6 @@ def _arguments(frame) -> list:
   return values
 
 
-def _holds_config(value) -> bool:
-  return isinstance(value, CONFIG_TYPES) or isinstance(getattr(value, 'config', None), CONFIG_TYPES)
-
-
 class Walk:
   """A profile function recording the walk between `start` and `stop` (function names)."""
 
@@ -105,19 +98,16 @@ class Walk:
     elif code.co_name == self.stop:
       self.done = True
       return
-    if any(_holds_config(v) for v in _arguments(frame)):
+    if any(isinstance(v, CONFIG_TYPES) or isinstance(getattr(v, 'config', None), CONFIG_TYPES)
+           for v in _arguments(frame)):
       self.stack.append(frame)
       self._at()
 
 
 def stays(calls: list[tuple[str, str]]) -> list[tuple[str, list[str]]]:
-  out: list[tuple[str, list[str]]] = []
-  for path, function in calls:
-    if out and out[-1][0] == path:
-      out[-1][1].append(function)
-    else:
-      out.append((path, [function]))
-  return out
+  """(file, its functions) of each run of consecutive calls in one file."""
+  return [(path, [function for _, function in run])
+          for path, run in itertools.groupby(calls, key=lambda call: call[0])]
 
 
 def measure(workdir: str, data_dir: str, walk: Walk | None = None) -> Walk:

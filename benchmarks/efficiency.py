@@ -7,14 +7,10 @@ table, `--batch` / `--dtype` change it) for every registered mixer, for:
 - `softmax/<impl>`: softmax attention in each `MultiHeadAttention.implementation` that runs on
   this device ('explicit' = the papers' naive float32 baseline, 'xla', and 'cudnn' on NVIDIA GPUs
   with bf16/fp16);
-- `none`: the no-mixing lower bound. Its mixer keeps every projection of softmax attention (the
-  query, key, value and out Dense layers, 4 x dim^2 weights + biases, and attention's output
-  dropout) and skips everything between them: y = out(q * k + v), position by position. No token
-  sees another, so no mixer can cost less. (Not out(q + k + v): there the three projections get
-  the same gradient, XLA computes their weight gradients once, and the bound would be cheaper
-  than any mixer that really uses four projections.)
-- `identity`: the model without its mixer (y = x): what the rest of the step costs. A mixer's own
-  cost is its step time minus this one's.
+- `none`: the no-mixing lower bound: softmax attention's four Dense layers and output dropout,
+  nothing between them, y = out(q * k + v) position by position (not out(q + k + v), whose three
+  projections share one gradient that XLA computes once: a bound below any real mixer);
+- `identity`: the model without its mixer (y = x): a mixer's own cost is its time minus this.
 Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each point reports
   step_ms       median wall time of one step over the timed repeats (after one warm-up run);
                 in-process the models of a length run interleaved, round-robin, so load changes
@@ -32,18 +28,13 @@ Lengths 1K-16K, and 32K for the linear-memory mixers (`--long_lengths`). Each po
                 custom call such as cuDNN attention, so softmax/cudnn takes softmax/xla's count
                 at the same length when that is larger (`flops_from` says which);
   flops_per_s   flops_used / step time; peak_fraction: that over the card's dense bf16 peak
-                (flop_rates.PEAK_BF16_FLOPS, by device_kind; None for an unknown card or a CPU);
+                (trainer/flops.py, by device_kind; None for an unknown card or a CPU);
   status        'ok' | 'out of memory' (CPU: temp + arguments exceed `--memory_budget_gb`, not run;
                 GPU: the allocator failed) | 'error: ...';
-and ratios to softmax/explicit and to the lower bound at the same length (efficiency.md has a table
-of step time / bound for every entry and length), and the load average before and after each length.
-`--clock=cpu` times each step by the CPU time of the process (all its threads) instead of the wall
-clock: on a shared machine run it pinned to one core (`taskset -c 1 python benchmarks/...`), so that
-other processes' load does not enter the time and XLA's threads cannot overlap.
-`--deadline_s`: points not compiled before that many seconds are 'not run: budget spent' (the
-files are written after every length). Writes efficiency.json, efficiency.md (tables) and
-efficiency.png (log-log: time, memory, time ratio to softmax/explicit) to --output_dir. `--quick`
-is the smoke test the test suite runs.
+and ratios to softmax/explicit, to the lower bound and to identity at the same length, and the
+load average before and after each length. Writes efficiency.json, efficiency.md (tables) and
+efficiency.png (log-log: time, memory, time ratio to softmax/explicit) to --output_dir after
+every length; points past `--deadline_s` are 'not run: budget spent'.
 
 Mode `layer`: the older per-mixer measurement (one mixer layer, forward+backward, no optimizer).
 
@@ -52,11 +43,8 @@ TPU slice, `--batch` examples per chip, and each point reports XLA:TPU's memory 
 and bytes per chip and the roofline step time of poolformers_jax/trainer/accelerators.py, with
 ratios to softmax/xla and to the bound: efficiency_tpu.{json,md} (docs/accelerators.md).
 
-XLA flags: none of its own. It times and sizes the program train.py runs, with the XLA_FLAGS
-of the environment (record: `setup.xla_flags`). The training step's memory is counted whole by
-XLA:CPU either way; only a forward-only program's fused softmax scratch is left out of
-`memory_analysis()` without `--xla_cpu_experimental_ynn_fusion_type=-reduce` (docs/efficiency.md),
-which is why tests/layers/test_memory.py measures forward memory in a process of its own.
+XLA flags: none of its own; the program train.py runs, under the environment's XLA_FLAGS
+(recorded as `setup.xla_flags`; their effect on memory: docs/efficiency.md).
 
   nice -n 19 .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff --batch 4
   .venv/bin/python benchmarks/efficiency.py --output_dir /tmp/eff_quick --quick
@@ -79,21 +67,18 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import optax  # noqa: E402
-from absl import app, flags  # noqa: E402
+from absl import flags  # noqa: E402
 
-from poolformers_jax import (
-  cli,
-  errors,  # noqa: E402
-)
+from poolformers_jax import errors  # noqa: E402
 from poolformers_jax.layers import MIXERS, build_mixer, register_mixer  # noqa: E402
 from poolformers_jax.layers.attention import cudnn_unavailable_reason  # noqa: E402
 from poolformers_jax.layers.common import check_sequence_input, compute_dtype  # noqa: E402
-from poolformers_jax.trainer import host_memory, setup as setup_lib, step as step_lib  # noqa: E402
+from poolformers_jax.trainer import host_memory, step as step_lib  # noqa: E402
+from poolformers_jax.trainer.flops import peak_bf16_flops  # noqa: E402
 from poolformers_jax.trainer.setup import make_setup, variables_of  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_runner  # noqa: E402  (benchmarks/step_runner.py)
-from flop_rates import add_flop_rates, peak_bf16_flops  # noqa: E402  (benchmarks/flop_rates.py)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where efficiency.json / .md / .png are written.')
@@ -165,15 +150,6 @@ def on_gpu() -> bool:
   return jax.default_backend() == 'gpu'
 
 
-def step_flops(compiled) -> float | None:
-  """flops of a compiled step by XLA's cost analysis (None where the program has none)."""
-  cost = getattr(compiled.run, 'cost_analysis', lambda: None)()
-  if isinstance(cost, (list, tuple)):   # older jax: one dict per program
-    cost = cost[0] if cost else None
-  flops = (cost or {}).get('flops')
-  return float(flops) if flops is not None and flops >= 0 else None
-
-
 def default_entries(dtype: str) -> list[str]:
   impls = ['explicit', 'xla']
   if cudnn_unavailable_reason(jnp.dtype(dtype), 64 // 2) is None:
@@ -204,12 +180,12 @@ def lra_text_config(entry: str, length: int, batch: int, dtype: str):
 
 
 def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
-  """(compiled trainer step (step.compile_train_step), state, batch, jitted forward loss) for
-  one point; the step runs as `run(state, batch) -> (state, its step count)`. `config`: a
-  changed `lra_text_config(entry, length, batch, dtype)` (benchmarks/official_torch.py)."""
+  """((the trainer's step as `batch -> steps taken`, its compiled memory and flops), variables,
+  batch, jitted forward loss) for one point. `config`: a changed `lra_text_config(entry, length,
+  batch, dtype)` (benchmarks/official_torch.py)."""
   config = lra_text_config(entry, length, batch, dtype) if config is None else config
   setup = make_setup(config, need_files=False)
-  compiled = step_lib.compile_train_step(setup)
+  compiled, train_state, runner = step_runner.trainer_step(setup, step_seed=0)
   key = jax.random.PRNGKey(0)
   inputs = jax.random.randint(key, (batch, length), 1, 257, jnp.int32)   # every token real
   data = {'inputs': inputs, 'targets': jnp.arange(batch, dtype=jnp.int32) % 2}
@@ -218,12 +194,8 @@ def build_step(entry: str, length: int, batch: int, dtype: str, config=None):
     logits = setup.model.apply(variables, data['inputs'], deterministic=True)
     return optax.softmax_cross_entropy_with_integer_labels(logits, data['targets']).mean()
 
-  train_state = setup_lib.create_train_state(setup, key)
-  variables = variables_of(train_state)
-  runner = step_runner.runner(compiled, train_state, setup.mesh, key)
-  run = lambda state, data: (state, runner(data))   # the state lives in the runner
-  stats = dict(compiled.memory, step_flops=step_flops(compiled))
-  return (run, stats), variables, data, jax.jit(loss_fn)
+  stats = dict(compiled.memory, step_flops=step_lib.flops_of(compiled.run))
+  return (runner, stats), variables_of(train_state), data, jax.jit(loss_fn)
 
 
 def is_oom(error: Exception) -> bool:
@@ -261,10 +233,9 @@ def prepare(entry: str, length: int, batch: int, dtype: str, budget_bytes: float
       point['status'] = 'out of memory'
       return {'point': point}
   start = time.perf_counter()
-  state, loss = compiled(state, data)                           # warm-up (first run allocates)
-  jax.block_until_ready(loss)
-  point['first_step_s'] = round(time.perf_counter() - start, 3)  # warm-up step
-  return {'point': point, 'run': compiled, 'state': state, 'data': data, 'times': []}
+  jax.block_until_ready(compiled(data))                         # warm-up (first run allocates)
+  point['first_step_s'] = round(time.perf_counter() - start, 3)
+  return {'point': point, 'run': compiled, 'data': data, 'times': []}
 
 
 def step_clock() -> float:
@@ -273,8 +244,7 @@ def step_clock() -> float:
 
 def time_once(job: dict) -> float:
   start = step_clock()
-  job['state'], loss = job['run'](job['state'], job['data'])
-  jax.block_until_ready(loss)
+  jax.block_until_ready(job['run'](job['data']))
   elapsed = step_clock() - start
   job['times'].append(elapsed)
   return elapsed
@@ -415,6 +385,21 @@ def fmt_cell(point: dict) -> tuple[str, str]:
   return time_text, f'{point["memory_bytes"] / 2**20:.0f}'
 
 
+def rate_cell(p: dict) -> str:
+  rate, frac = p.get('flops_per_s'), p.get('peak_fraction')
+  if rate is None:
+    return '-'
+  return f'{rate / 1e12:.3g}' + (f' ({100 * frac:.2g} %)' if frac is not None else '') + (
+      f' [{p["flops_from"]}]' if p.get('flops_from') not in (None, 'compiled step') else '')
+
+
+def ratios_cell(p: dict) -> str:
+  """time / memory vs softmax/explicit, time vs the no-mixing bound."""
+  r = [p.get('time_ratio_to_softmax'), p.get('memory_ratio_to_softmax'),
+       p.get('time_ratio_to_lower_bound')]
+  return ' / '.join('-' if v is None else f'{v:.3g}' for v in r) if p else '-'
+
+
 def write_markdown(report: dict, path: str) -> None:
   results, lengths = report['results'], report['setup']['all_lengths']
   s = report['setup']
@@ -427,50 +412,27 @@ def write_markdown(report: dict, path: str) -> None:
            f'`{s["command"]}`', '',
            '1-minute load average before / after each length: ' + ', '.join(
                f'{n} {a:.1f} / {b:.1f}' for n, (a, b) in loads.items()), '']
-  head = '| entry | ' + ' | '.join(length_label(n) for n in lengths) + ' |'
-  rule = '|---|' + '---|' * len(lengths)
-  for title, idx in (('step time, ms (steps/s)', 0), (f'memory, MB ({s["memory_kind"]})', 1)):
-    lines += [f'**{title}**', '', head, rule]
-    for entry, per_length in results.items():
-      cells = [fmt_cell(per_length[str(n)])[idx] if str(n) in per_length else '-'
-               for n in lengths]
-      lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
-    lines.append('')
   peak = s.get('peak_bf16_flops')
-  lines += [f'**achieved TFLOP/s (XLA cost_analysis flops of the step, or 3 x the forward\'s where '
-            f'larger, / step time; fraction of the {s["device"]}\'s dense bf16 peak, '
-            f'{"unknown" if not peak else f"{peak / 1e12:.0f} TFLOP/s"})**', '', head, rule]
-  for entry, per_length in results.items():
-    cells = []
-    for n in lengths:
-      p = per_length.get(str(n), {})
-      rate, frac = p.get('flops_per_s'), p.get('peak_fraction')
-      cells.append('-' if rate is None else f'{rate / 1e12:.3g}' + (
-          f' ({100 * frac:.2g} %)' if frac is not None else '') + (
-          f' [{p["flops_from"]}]' if p.get('flops_from') not in (None, 'compiled step') else ''))
-    lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
-  lines += ['', '**step time / the no-mixing bound (`none`) at each length**', '', head, rule]
-  for entry, per_length in results.items():
-    ratios = [per_length.get(str(n), {}).get('time_ratio_to_lower_bound') for n in lengths]
-    lines.append(f'| {entry} | ' + ' | '.join('-' if r is None else f'{r:.2f}x' for r in ratios)
-                 + ' |')
+  ratio = lambda key: lambda p: '-' if p.get(key) is None else f'{p[key]:.2f}x'
+  tables = [
+      ('**step time, ms (steps/s)**', lambda p: fmt_cell(p)[0] if p else '-'),
+      (f'**memory, MB ({s["memory_kind"]})**', lambda p: fmt_cell(p)[1] if p else '-'),
+      ('**achieved TFLOP/s (XLA cost_analysis flops of the step, or 3 x the forward\'s where '
+       f'larger, / step time; fraction of the {s["device"]}\'s dense bf16 peak, '
+       f'{"unknown" if not peak else f"{peak / 1e12:.0f} TFLOP/s"})**', rate_cell),
+      ('**step time / the no-mixing bound (`none`) at each length**',
+       ratio('time_ratio_to_lower_bound'))]
   if 'identity' in results:
-    lines += ['', '**step time / the model without its mixer (`identity`) at each length**', '',
-              head, rule]
+    tables.append(('**step time / the model without its mixer (`identity`) at each length**',
+                   ratio('time_ratio_to_identity')))
+  tables.append(('**ratios at each length: time / memory vs softmax/explicit; time vs the '
+                 'no-mixing lower bound**', ratios_cell))
+  for i, (title, cell) in enumerate(tables):
+    lines += [''] * (i > 0) + [title, '', '| entry | ' + ' | '.join(
+        length_label(n) for n in lengths) + ' |', '|---|' + '---|' * len(lengths)]
     for entry, per_length in results.items():
-      ratios = [per_length.get(str(n), {}).get('time_ratio_to_identity') for n in lengths]
-      lines.append(f'| {entry} | ' + ' | '.join('-' if r is None else f'{r:.2f}x' for r in ratios)
-                   + ' |')
-  lines += ['', '**ratios at each length: time / memory vs softmax/explicit; time vs the no-mixing '
-            'lower bound**', '', head, rule]
-  for entry, per_length in results.items():
-    cells = []
-    for n in lengths:
-      p = per_length.get(str(n), {})
-      r = [p.get('time_ratio_to_softmax'), p.get('memory_ratio_to_softmax'),
-           p.get('time_ratio_to_lower_bound')]
-      cells.append(' / '.join('-' if v is None else f'{v:.3g}' for v in r) if p else '-')
-    lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
+      cells = [cell(per_length.get(str(n), {})) for n in lengths]
+      lines.append(f'| {entry} | ' + ' | '.join(cells) + ' |')
   with open(path, 'w') as f:
     f.write('\n'.join(lines) + '\n')
 
@@ -508,8 +470,8 @@ def run_train(argv_command: str) -> None:
     FLAGS.mixers = FLAGS.mixers or ['softmax/explicit', 'none']
   isolate = FLAGS.isolate == 'yes' or (FLAGS.isolate == 'auto' and on_gpu())
   opts = dict(batch=FLAGS.batch, dtype=FLAGS.dtype, repeats=FLAGS.repeats,
-              point_budget_s=FLAGS.point_budget_s, budget=memory_budget_bytes(),
-              deadline_s=FLAGS.deadline_s, start=time.time(),
+              point_budget_s=FLAGS.point_budget_s, deadline_s=FLAGS.deadline_s, start=time.time(),
+              budget=step_runner.memory_budget_bytes(FLAGS.memory_budget_gb),
               gpu_peak=on_gpu() and (bool(FLAGS.point) or isolate))
   if FLAGS.point:
     entry, length = FLAGS.point.rsplit('@', 1)
@@ -558,18 +520,10 @@ def run_train(argv_command: str) -> None:
     write_report(results, lengths, long_lengths, isolate, argv_command, opts['gpu_peak'])
 
 
-def memory_budget_bytes() -> float:
-  """--memory_budget_gb in bytes; 0: the device's own limit (GPU) or none (CPU)."""
-  if FLAGS.memory_budget_gb > 0:
-    return FLAGS.memory_budget_gb * 2**30
-  stats = jax.devices()[0].memory_stats() or {}
-  return float(stats.get('bytes_limit', float('inf')))
-
-
 def write_report(results, lengths, long_lengths, isolate, argv_command, gpu_peak) -> None:
   add_ratios(results)
   device_kind = jax.devices()[0].device_kind
-  add_flop_rates(results, device_kind)
+  step_runner.add_flop_rates(results, device_kind)
   report = {'setup': dict(mode='train', batch=FLAGS.batch, dtype=FLAGS.dtype,
                           repeats=FLAGS.repeats, point_budget_s=FLAGS.point_budget_s,
                           memory_budget_gb=FLAGS.memory_budget_gb, lengths=lengths,
@@ -623,12 +577,8 @@ def measure_layer(mixer, batch: int, length: int, dim: int, repeats: int,
   if result['fwd_bwd_temp_bytes'] > max_temp_bytes:
     return result
   jax.block_until_ready(compiled(variables, x))  # warm-up
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(variables, x))
-    times.append((time.perf_counter() - start) * 1e3)
-  result['fwd_bwd_ms'] = statistics.median(times)
+  run = lambda: compiled(variables, x)
+  result['fwd_bwd_ms'] = 1e3 * step_runner.interleaved_medians({'x': run}, repeats)['x']
   return result
 
 
@@ -758,7 +708,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)

@@ -17,18 +17,19 @@ The model: configs/enwik8.py's `small` size (2 layers, width 128, 4 heads, FFN 5
 """
 import json
 import os
-import statistics
-import time
+import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 from flax import traverse_util
 
-from poolformers_jax import cli
 from poolformers_jax.models import lm_decode
 from poolformers_jax.models.lm import CharTransformerLM
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('output_dir', None, 'Where generation.json is written.')
@@ -42,11 +43,6 @@ flags.DEFINE_integer('num_heads', 4, 'Heads.')
 flags.DEFINE_integer('mlp_dim', 512, 'Feed-forward width.')
 
 
-def _model(mixer: str) -> CharTransformerLM:
-  return CharTransformerLM(vocab_size=257, num_layers=FLAGS.num_layers, emb_dim=FLAGS.emb_dim,
-                           num_heads=FLAGS.num_heads, mlp_dim=FLAGS.mlp_dim, mixer=mixer)
-
-
 def _at(cache, position: int):
   """The cache with every step index at `position`."""
   flat = traverse_util.flatten_dict(cache)
@@ -57,7 +53,8 @@ def _at(cache, position: int):
 def build(mixer: str, context: int):
   """(run: () -> tokens, {cache_bytes, temp_bytes, step_flops}) for `mixer` after `context`
   symbols."""
-  model = _model(mixer)
+  model = CharTransformerLM(vocab_size=257, num_layers=FLAGS.num_layers, emb_dim=FLAGS.emb_dim,
+                            num_heads=FLAGS.num_heads, mlp_dim=FLAGS.mlp_dim, mixer=mixer)
   decoder = lm_decode.decoder_of(model)
   params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 8), jnp.int32))['params']
   cache = _at(lm_decode.init_cache(decoder, 1, context + FLAGS.tokens), context)
@@ -68,13 +65,12 @@ def build(mixer: str, context: int):
                                    temperature=0.0)
 
   compiled = jax.jit(generate).lower(params, cache, token).compile()
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, list) else cost
+  cost = step_runner.cost_of(compiled)
   sizes = {'cache_bytes': sum(x.nbytes for x in jax.tree.leaves(cache)),
            'temp_bytes': compiled.memory_analysis().temp_size_in_bytes,
            'step_flops': float(cost['flops'])}
-  run = lambda: compiled(params, cache, token).block_until_ready()
-  run()   # warm-up
+  run = lambda: compiled(params, cache, token)
+  jax.block_until_ready(run())   # warm-up
   return run, sizes
 
 
@@ -82,16 +78,12 @@ def main(argv):
   del argv
   contexts = [int(c) for c in FLAGS.contexts]
   cases = {(m, c): build(m, c) for m in FLAGS.mixers for c in contexts}
-  times = {case: [] for case in cases}
-  for _ in range(FLAGS.repeats):
-    for case, (run, _) in cases.items():
-      start = time.perf_counter()
-      run()
-      times[case].append(time.perf_counter() - start)
+  seconds = step_runner.interleaved_medians({case: run for case, (run, _) in cases.items()},
+                                            FLAGS.repeats)
   results = {}
   for (mixer, context), (_, sizes) in cases.items():
     results.setdefault(mixer, {})[str(context)] = {
-        'tokens_per_s': FLAGS.tokens / statistics.median(times[(mixer, context)]), **sizes}
+        'tokens_per_s': FLAGS.tokens / seconds[(mixer, context)], **sizes}
   for rows in results.values():
     speeds = [rows[str(c)]['tokens_per_s'] for c in contexts]
     rows['speed_ratio_shortest_over_longest'] = speeds[0] / speeds[-1]
@@ -108,7 +100,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)

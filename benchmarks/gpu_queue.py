@@ -269,10 +269,7 @@ def main() -> None:
   if args.sweep_complete:
     counts = _sweep_points(args.results)
     sys.exit(0 if counts and counts[0] == counts[1] else 1)
-  groups = {}
-  for group in args.group:
-    name, _, families = group.partition('=')
-    groups[name] = families.split()
+  groups = {name: families.split() for name, _, families in (g.partition('=') for g in args.group)}
   print(report(args.results, args.runs, groups, args.report, args.util_runs.split(),
                args.causal_lengths.split()))
 

@@ -17,13 +17,12 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))   # step_runner
 
-from absl import app, flags  # noqa: E402
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
+from absl import flags  # noqa: E402
 
-from poolformers_jax import (
-  cli,  # noqa: E402
-  errors,  # noqa: E402
-)
+from poolformers_jax import errors  # noqa: E402
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string('config', 'configs/lra_listops.py', 'configs/<task>.py[:arg]')
@@ -43,31 +42,29 @@ def measure(config_spec: str, steps: int) -> dict:
   import jax
 
   from poolformers_jax import config as config_lib, data
-  from poolformers_jax.trainer import setup as setup_lib, sharding, step as step_lib
+  from poolformers_jax.trainer import sharding
   from poolformers_jax.trainer.setup import process_slice, setup_with_config
   config, setup = setup_with_config(config_lib.load_file(config_spec))
   train_iter = data.make_train_iterator(setup.data, batch_size=setup.batch_size, seed=0,
                                         **process_slice())
   next_batch = lambda: sharding.global_batch(next(train_iter), setup.mesh)
   batch = next_batch()
-  state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
-  compiled = step_lib.compile_train_step(setup)   # the trainer's step
-  acc, rng, step = compiled.new_accumulator(setup.mesh), jax.random.PRNGKey(1), compiled.run
+  _, _, step = step_runner.trainer_step(setup)   # the trainer's step
   for _ in range(20):
-    state, acc = step(state, acc, batch, rng)
-  jax.block_until_ready(state)
+    done = step(batch)
+  jax.block_until_ready(done)
   faults, kernel = _faults_and_sys()
   started = time.perf_counter()
   for _ in range(steps):
-    state, acc = step(state, acc, batch, rng)
-  jax.block_until_ready(state)
+    done = step(batch)
+  jax.block_until_ready(done)
   step_only = steps / (time.perf_counter() - started)
   faults_after, kernel_after = _faults_and_sys()
   started = time.perf_counter()
   for _ in range(steps):
-    state, acc = step(state, acc, batch, rng)
+    done = step(batch)
     batch = next_batch()
-  jax.block_until_ready(state)
+  jax.block_until_ready(done)
   with_input = steps / (time.perf_counter() - started)
   return dict(keep_freed_memory=applied, step_only_steps_per_second=step_only,
               with_input_steps_per_second=with_input,
@@ -103,7 +100,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)

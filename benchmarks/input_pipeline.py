@@ -30,16 +30,14 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))   # step_runner
 
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
-from absl import app, flags  # noqa: E402
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
+from absl import flags  # noqa: E402
 
-from poolformers_jax import (  # noqa: E402
-  cli,  # noqa: E402
-  data,
-  errors,
-)
+from poolformers_jax import data, errors  # noqa: E402
 from poolformers_jax.data import base, vision  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -215,7 +213,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)

@@ -29,19 +29,10 @@ import jax  # noqa: E402
 import lra_listops  # noqa: E402
 import numpy as np  # noqa: E402
 
-from poolformers_jax import (
-  config as config_lib,
-  data as data_lib,
-  errors,  # noqa: E402
-)
+from poolformers_jax import config as config_lib, data as data_lib, errors  # noqa: E402
 from poolformers_jax.data import listops  # noqa: E402
 from poolformers_jax.data.generators import listops as listops_generator  # noqa: E402
-from poolformers_jax.trainer import (  # noqa: E402  # noqa: E402
-  host_memory,
-  length_buckets,
-  setup as setup_lib,
-  step as step_lib,
-)
+from poolformers_jax.trainer import host_memory, length_buckets, step as step_lib  # noqa: E402
 from poolformers_jax.trainer.setup import make_setup  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
@@ -67,9 +58,7 @@ def measure(config, batches, passes: int) -> dict:
   for name, cfg in (('plain', plain_config), ('bucketed', config)):
     setup = make_setup(cfg, need_files=False)
     started = time.time()
-    compiled = step_lib.compile_train_step(setup)
-    state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
-    run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
+    compiled, _, run = step_runner.trainer_step(setup)
     report[name] = {'compile_s': time.time() - started, 'memory': compiled.memory}
     runs[name] = (run, compiled)
   cuts = sorted({int(m['inputs'].shape[1]) for b in batches

@@ -7,21 +7,17 @@ r"""What a mesh saves per chip, on TPU slices compiled here (libtpu's compile-on
       [--families linear,softmax] [--size small|full] [--lengths 16384,65536] [--remat full] \
       [--dtype bfloat16]
 
-`fsdp`: the parameter and optimizer bytes each chip of a v5e 2x4 slice holds for the big models
-(PoNet-Base MLM, WMT14 Big, ViT-B/16 = DeiT-B, HVT-S-1), data parallel against fsdp 8: read from
-the train state's shardings on the slice (exactly the arrays the compiled step takes; nothing to
-compile). `sequence`: the training step of each family's LRA Text encoder (the paper's 2 x 64
-model, batch 1 per sequence) compiled for the slice at a length, split over 'sequence' or one
-whole sequence per chip (data parallel): bytes per chip (`memory_analysis`), the collectives'
-bytes, and the compile seconds. `causal_lm`: the same for the training step of the character LM
-(configs/enwik8.py's `small` size: 2 layers, width 128; `--size full`: 12 layers, width 512) at
-16K, 64K and 1M tokens on 8 sequence shards, linear attention (chunked) beside softmax (keys and
-values gathered) and beside the prefix sums that chunks replaced (`linear_prefix_sums`,
-benchmarks/causal_linear.py's baseline traced in place of `linear_attention`: its memory per chip;
-it adds no preceding shard's states, so it is not the sharded function); `--remat` sets
-config.model.remat (what each block keeps for the backward pass), `--dtype` config.model.dtype.
-One JSON line per record,
-appended to --output; records already there are skipped, so a stopped run resumes.
+`fsdp`: the parameter and optimizer bytes per chip of a v5e 2x4 slice for the big models
+(PoNet-Base MLM, WMT14 Big, ViT-B/16 = DeiT-B, HVT-S-1), data parallel against fsdp 8, read from
+the train state's shardings (nothing compiled). `sequence`: each family's LRA Text training step
+(2 x 64, batch 1 per sequence) compiled at a length, split over 'sequence' or one sequence per
+chip: bytes per chip (`memory_analysis`), the collectives' bytes, the compile seconds.
+`causal_lm`: the same for the character LM (configs/enwik8.py's `small`: 2 layers of width 128;
+`--size full`: 12 of 512) at 16K, 64K and 1M tokens on 8 shards: linear attention (chunked),
+softmax (keys and values gathered) and the prefix sums chunks replaced (`linear_prefix_sums`,
+benchmarks/causal_linear.py's baseline: its memory only, it is not the sharded function).
+`--remat` / `--dtype` set config.model.remat / dtype. One JSON line per record, appended to
+--output; records already there are skipped, so a stopped run resumes.
 """
 from __future__ import annotations
 
@@ -34,7 +30,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # causal_linear, run any way
 
 import causal_linear  # noqa: E402
-import jax  # noqa: E402
 
 from poolformers_jax import config as config_lib, errors  # noqa: E402
 from poolformers_jax.trainer import accelerators, sharding, step as step_lib  # noqa: E402
@@ -58,9 +53,9 @@ CAUSAL_LM_RUNS = [(mixer, model, length)
 
 
 def _state_bytes(setup) -> dict[str, float]:
-  per = lambda tree: sum(accelerators._per_device_bytes(x) for x in jax.tree.leaves(tree))
-  return {'params_gib': per(setup.abstract_state.params) / GIB,
-          'optimizer_gib': per(setup.abstract_state.opt_state) / GIB}
+  state = setup.abstract_state
+  return {'params_gib': accelerators.per_device_bytes(state.params) / GIB,
+          'optimizer_gib': accelerators.per_device_bytes(state.opt_state) / GIB}
 
 
 def fsdp_records(topology: str = 'v5e:2x4'):

@@ -1,12 +1,10 @@
 r"""Our whole training step against the official PyTorch LRA text step of PoNet's authors, same CPU.
 
-Official side: lxchtan/PoNet `examples/LRA/code` -- its `model_wrapper.ModelForSC` built from its
-`lra_config.py` ('text' task, the `--models` attention) as its `run_tasks.py` builds it (positions
-rounded up to 4096), trained by run_tasks.py's step: zero_grad, forward with dropout, mean loss,
-backward, AdamW (0.9 / 0.999, eps 1e-6), OneCycleLR. Its code is imported from `--official_dir`
-(your checkout; nothing of it is copied here) and runs under `--torch_python`, an interpreter
-with torch and numpy. On a CPU `mixed_precision` is off (their amp is CUDA autocast and a
-GradScaler, which do nothing there): both sides run float32.
+Official side: lxchtan/PoNet `examples/LRA/code`'s `model_wrapper.ModelForSC` ('text' task, the
+`--models` attention) built and trained as its `run_tasks.py` does: positions rounded up to 4096,
+zero_grad, forward with dropout, mean loss, backward, AdamW (0.9 / 0.999, eps 1e-6), OneCycleLR;
+imported from `--official_dir` (your checkout; nothing is copied here) under `--torch_python`
+(torch and numpy). On a CPU their amp does nothing: both sides run float32.
 
 Our side: train.py's training step (built as benchmarks/efficiency.py builds it) of
 `configs/lra_text.py:ponet` / `:transformer`, with the official vocabulary size (512, so the
@@ -19,12 +17,10 @@ bytes 1..256 and the rest 0 = padding (LRA text as both codes train it: 4000 byt
 Our position table keeps their 4096 rows at any `--length`; PoNet's segments match only at 4096
 (theirs fixes segment_num 4096: one-token segments below 4096; ours scales it with the length).
 
-Processes alternate, one at a time: per round, per model, the official step, then each variant
-of ours (A B C A B C ...). Each process takes `--warmup` steps, then times `--steps` steps by wall
-clock and by the CPU time of the process (all threads). Reported: medians over all timed steps of
-all rounds, per side; the per-round medians are in the JSON. Threads: torch gets
-`torch.set_num_threads(cores this process may use)`; XLA uses the cores it is given. Pin the whole
-run with taskset on a shared machine; CPU time is then the load-robust clock.
+Processes alternate, one at a time (per round and model: the official step, then each variant of
+ours), each `--warmup` steps, then `--steps` timed by wall clock and by the process's CPU time
+(all threads; torch gets as many as the process may use); reported: medians over every timed
+step, per side (per round in the JSON). Pin the run with taskset on a shared machine.
 
   taskset -c 0 python benchmarks/official_torch.py --official_dir /path/PoNet/examples/LRA/code \
       --torch_python /path/torchvenv/bin/python --output_dir /tmp/official_torch
@@ -33,15 +29,12 @@ Writes official_torch.json (every step time, versions, XLA_FLAGS, parameter coun
 model dims) and official_torch.md (the table); a later run with other --models keeps the earlier
 models' results.
 
-`--device cuda` (benchmarks/gpu_run.sh peer): the step as run_tasks.py runs it on a GPU -- the
-model in nn.DataParallel, `mixed_precision` on (forward under torch.cuda.amp.autocast, fp16;
-their attention cores run float32) and the loss scaled by a GradScaler -- against our step in
-each `--our_precisions` dtype and, for softmax, each `--our_impls` attention implementation
-(cudnn: bf16 only). Step times are wall clock after torch.cuda.synchronize() /
-jax.block_until_ready; each process records its own peak device memory. `--device cpu` runs the
-same scaler calls with autocast and the scaler disabled, so a CPU test covers the GPU path.
-`--budget_s`: rounds go round every model, a process that cannot finish in the time left is not
-started ('not run: budget spent'), and the files are rewritten after every model of every round.
+`--device cuda` (benchmarks/gpu_run.sh peer): run_tasks.py's GPU step (nn.DataParallel, fp16
+autocast, GradScaler; `--device cpu` makes the same calls disabled, so a CPU test covers them)
+against ours in each `--our_precisions` dtype and, for softmax, each `--our_impls` implementation
+(cudnn: bf16 only); each process records its peak device memory. `--budget_s`: a process that
+cannot finish in the time left is 'not run: budget spent'; the files are rewritten after every
+model of every round.
 """
 import argparse
 import json
@@ -236,7 +229,7 @@ def run_ours(args) -> dict:
   ids, labels = example_batch(args.batch, args.length, args.real_tokens)
   data = {'inputs': jnp.asarray(ids, jnp.int32), 'targets': jnp.asarray(labels, jnp.int32)}
   build_s = time.perf_counter() - build
-  result = time_steps(lambda: run(None, data)[1], args.warmup, args.steps,
+  result = time_steps(lambda: run(data), args.warmup, args.steps,
                       sync=jax.block_until_ready)
   stats = jax.devices()[0].memory_stats() or {}   # None on a CPU
   return dict(result, side='ours', jax=jax.__version__, xla_flags=os.environ.get('XLA_FLAGS'),
@@ -252,13 +245,11 @@ def run_ours(args) -> dict:
 
 def child_argv(args, python: str, side: str, model: str, dtype: str = 'float32',
                impl=None) -> list[str]:
-  argv = [python, os.path.abspath(__file__), f'--child={side}', f'--model={model}',
-          f'--official_dir={args.official_dir}', f'--batch={args.batch}',
-          f'--length={args.length}', f'--real_tokens={args.real_tokens}',
-          f'--warmup={args.warmup}', f'--steps={args.steps}',
-          f'--our_vocab_size={args.our_vocab_size}', f'--device={args.device}',
-          f'--official_precision={args.official_precision}', f'--dtype={dtype}']
-  return argv + ([f'--impl={impl}'] if impl else [])
+  forwarded = ('official_dir', 'batch', 'length', 'real_tokens', 'warmup', 'steps',
+               'our_vocab_size', 'device', 'official_precision')
+  return [python, os.path.abspath(__file__), f'--child={side}', f'--model={model}',
+          f'--dtype={dtype}', *[f'--{k}={getattr(args, k)}' for k in forwarded],
+          *([f'--impl={impl}'] if impl else [])]
 
 
 def variant_env(value: str) -> dict:
@@ -503,15 +494,13 @@ def check_args(args) -> None:
     raise ValueError(f'--torch_python {args.torch_python} cannot import torch and numpy' + (
         ' or sees no CUDA device' if args.device == 'cuda' else '') +
         '; install them in that environment (pip install torch numpy)')
-  unknown = [m for m in args.models if m not in MODELS]
-  if unknown:
-    raise ValueError(f'--models {unknown} unknown; choose from {sorted(MODELS)}')
-  bad = [i for i in args.our_impls if i not in ('explicit', 'xla', 'cudnn', 'auto')]
-  if bad:
-    raise ValueError(f'--our_impls {bad} unknown; choose from explicit, xla, cudnn, auto')
-  bad = [d for d in args.our_precisions if d not in ('float32', 'bfloat16')]
-  if bad:
-    raise ValueError(f'--our_precisions {bad} unknown; choose from float32, bfloat16')
+  for flag, given, allowed in (('--models', args.models, sorted(MODELS)),
+                               ('--our_impls', args.our_impls, ['explicit', 'xla', 'cudnn',
+                                                                'auto']),
+                               ('--our_precisions', args.our_precisions, ['float32', 'bfloat16'])):
+    if set(given) - set(allowed):
+      raise ValueError(f'{flag} {sorted(set(given) - set(allowed))} unknown; choose from '
+                       f'{", ".join(allowed)}')
   if not 0 < args.real_tokens <= args.length:
     raise ValueError(f'--real_tokens {args.real_tokens} must be in 1..--length ({args.length})')
   if min(args.rounds, args.steps, args.batch) < 1 or args.warmup < 0:

@@ -15,17 +15,15 @@ PoNet-Base is 12 x 768, vocab 30522):
 import dataclasses
 import json
 import os
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from poolformers_jax import cli, config as config_lib, data, errors
-from poolformers_jax.trainer import setup as setup_lib, step as step_lib
+from poolformers_jax import config as config_lib, data, errors
+from poolformers_jax.trainer import setup as setup_lib
 from poolformers_jax.trainer.setup import make_setup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
@@ -72,20 +70,12 @@ def compile_step(family: str, length: int):
   info = dataclasses.replace(data.DATASETS['text_pretraining'].shapes(data.settings(config.data)),
                              vocab_size=FLAGS.vocab_size)
   setup = make_setup(config, info=info)
-  compiled = step_lib.compile_train_step(setup)
-  state = setup_lib.create_train_state(setup, jax.random.PRNGKey(0))
-  run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
+  compiled, state, run = step_runner.trainer_step(setup)
   batch = batch_of(length, FLAGS.batch, FLAGS.vocab_size)
   result = {'step_temp_bytes': compiled.memory['temp'],
             'params': setup_lib.param_count(state.params)}
   jax.block_until_ready(run(batch))   # warm-up
   return run, batch, result
-
-
-def timed(run, batch) -> float:
-  start = time.perf_counter()
-  jax.block_until_ready(run(batch))
-  return time.perf_counter() - start
 
 
 @errors.one_line_errors
@@ -94,12 +84,11 @@ def main(argv):
   results = {family: {} for family in FAMILIES}
   for length in (int(n) for n in FLAGS.lengths):
     steps = {family: compile_step(family, length) for family in FAMILIES}
-    times = {family: [] for family in FAMILIES}
-    for _ in range(FLAGS.repeats):        # interleaved, so both see the same machine load
-      for family, (run, batch, _) in steps.items():
-        times[family].append(timed(run, batch))
+    seconds = step_runner.interleaved_medians(
+        {family: lambda run=run, batch=batch: run(batch) for family, (run, batch, _) in
+         steps.items()}, FLAGS.repeats)
     for family, (_, _, point) in steps.items():
-      point['steps_per_second'] = 1.0 / statistics.median(times[family])
+      point['steps_per_second'] = 1.0 / seconds[family]
       results[family][str(length)] = point
       print(f'{family:6s} L={length:5d} {point}', flush=True)
     ponet, bert = results['ponet'][str(length)], results['bert'][str(length)]
@@ -121,7 +110,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)

@@ -15,8 +15,6 @@ several: SMP's own growth, not the step's peak, which depends on what else is li
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -43,7 +41,7 @@ def temporaries(tokens: int, form: str, args) -> int:
   return int(compiled.memory_analysis().temp_size_in_bytes)
 
 
-def main(argv: list[str]) -> None:
+def main() -> None:
   parser = errors.ArgumentParser(description=__doc__.split('\n')[0])
   parser.add_argument('--tokens', default='4194304,16777216')
   parser.add_argument('--forms', default='scan,reshape')
@@ -51,7 +49,7 @@ def main(argv: list[str]) -> None:
   parser.add_argument('--sequence', type=int, default=16)
   parser.add_argument('--dim', type=int, default=64)
   parser.add_argument('--segment_num', type=int, default=4096)
-  args = parser.parse_args(argv)
+  args = parser.parse_args()
   unknown = set(args.forms.split(',')) - {'scan', 'reshape'}
   if unknown:
     parser.error(f'--forms {args.forms}: unknown {sorted(unknown)}; use scan, reshape or both.')
@@ -63,5 +61,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == '__main__':
-  os.environ.setdefault('ALLOW_MULTIPLE_LIBTPU_LOAD', '1')
-  main(sys.argv[1:])
+  main()

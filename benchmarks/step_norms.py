@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
-import time
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -20,16 +21,14 @@ import optax
 
 from poolformers_jax import config as config_lib
 from poolformers_jax.trainer import step as step_lib
-from poolformers_jax.trainer.setup import create_train_state, make_setup, param_count
+from poolformers_jax.trainer.setup import make_setup, param_count
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchmarks/
+import step_runner  # noqa: E402  (benchmarks/step_runner.py)
 
 
 def _median_ms(run, steps: int) -> float:
-  times = []
-  for _ in range(steps):
-    started = time.perf_counter()
-    jax.block_until_ready(run())
-    times.append(1e3 * (time.perf_counter() - started))
-  return statistics.median(times)
+  return 1e3 * step_runner.interleaved_medians({'run': run}, steps)['run']
 
 
 def main() -> None:
@@ -40,19 +39,13 @@ def main() -> None:
   args = parser.parse_args()
   config = config_lib.load(args.config, {'num_devices': 1})
   setup = make_setup(config, need_files=False)
-  compiled = step_lib.compile_train_step(setup)
-  state = create_train_state(setup, jax.random.PRNGKey(0))
+  compiled, state, run = step_runner.trainer_step(setup)
   batch = compiled.put(jax.tree.map(lambda s: jnp.ones(s.shape, s.dtype),
                                     step_lib.batch_spec(setup)))
-  rng, carried = jax.random.PRNGKey(1), [state, compiled.new_accumulator(setup.mesh)]
-
-  def step():
-    carried[:] = compiled.run(*carried, batch, rng)
-    return carried[1]['steps']
-
+  step = lambda: run(batch)
   norms = jax.jit(lambda new, old: (optax.global_norm(new), optax.global_norm(
       jax.tree.map(jnp.subtract, new, old))))
-  params = jax.tree.map(jnp.array, carried[0].params)
+  params = jax.tree.map(jnp.array, state.params)   # a copy: the step donates the state
   shifted = jax.tree.map(lambda x: x + 1e-3, params)
   norms_compiled = norms.lower(params, shifted).compile()
   step(), norms_compiled(params, shifted)   # warm

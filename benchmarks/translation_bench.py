@@ -27,16 +27,14 @@ Base size on an accelerator.
 import json
 import os
 import re
-import statistics
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from poolformers_jax import cli, config as config_lib, errors
+from poolformers_jax import config as config_lib, errors
 from poolformers_jax.models import seq2seq_decode
 from poolformers_jax.models.seq2seq import EOS_ID, TransformerSeq2Seq
 from poolformers_jax.tasks.translation import length_batches
@@ -99,21 +97,6 @@ def _packed_batch(rng: np.random.Generator) -> dict:
   return {k: jnp.asarray(v) for k, v in out.items()}
 
 
-def _interleaved_medians(calls: dict, warmed=()) -> dict:
-  """Median seconds of each `name -> (fn, args)`, the runs of all names interleaved (a changing
-  load hits every model alike); every call but those `warmed` runs once first."""
-  for name, (fn, args) in calls.items():
-    if name not in warmed:
-      jax.block_until_ready(fn(*args))
-  times = {name: [] for name in calls}
-  for _ in range(FLAGS.repeats):
-    for name, (fn, args) in calls.items():
-      start = time.perf_counter()
-      jax.block_until_ready(fn(*args))
-      times[name].append(time.perf_counter() - start)
-  return {name: statistics.median(t) for name, t in times.items()}
-
-
 class EndsAtSourceLength(TransformerSeq2Seq):
   """The model with its EOS logit raised by 30 from target position `source length - 1` on:
   each output ends after as many tokens as its source has (EOS included), in both regimes."""
@@ -143,7 +126,7 @@ def _output_tokens(tokens: np.ndarray) -> int:
 
 
 def decoders(model, params, sources: list, batch_tokens: int) -> dict:
-  """name -> (fn, args): each translates every source and returns its output token count."""
+  """name -> call: each translates every source and returns its output token count."""
   model = EndsAtSourceLength(**{f: getattr(model, f)
                                 for f in TransformerSeq2Seq.__dataclass_fields__
                                 if f not in ('parent', 'name')})
@@ -161,7 +144,7 @@ def decoders(model, params, sources: list, batch_tokens: int) -> dict:
   def regime(fn, batches):
     def run():   # the real sentences of each batch are its first rows
       return sum(_output_tokens(np.asarray(fn(params, ids))[:n]) for n, ids in batches)
-    return run, ()
+    return run
 
   calls = {}
   for name, beam in (('greedy', 1), ('beam4', 4)):
@@ -199,8 +182,8 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
           before, params, np.zeros((FLAGS.decode_batch, FLAGS.decode_pad_length), np.int32))}
   if not FLAGS.decode_only:
     compiled = step_lib.compile_train_step(setup)
-    calls['train'] = (step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1)),
-                      (batch,))
+    run = step_runner.runner(compiled, state, setup.mesh, jax.random.PRNGKey(1))
+    calls['train'] = lambda: run(batch)
     out.update(train_temp_bytes=compiled.memory['temp'],
                train_argument_bytes=compiled.memory['argument'])
   return out
@@ -209,8 +192,11 @@ def build(cp: bool, batch: dict, sources: list) -> dict:
 def measure(models: dict) -> dict:
   calls = {(m, c): call for m, built in models.items() for c, call in built['calls'].items()}
   # First runs: compile every bucket shape, count the output tokens.
-  tokens = {key: fn(*args) for key, (fn, args) in calls.items() if key[1] != 'train'}
-  seconds = _interleaved_medians(calls, warmed=tokens)
+  tokens = {key: call() for key, call in calls.items() if key[1] != 'train'}
+  for key, call in calls.items():
+    if key not in tokens:   # the training step's first run
+      jax.block_until_ready(call())
+  seconds = step_runner.interleaved_medians(calls, FLAGS.repeats)
   out = {}
   for m, built in models.items():
     out[m] = {k: v for k, v in built.items() if k != 'calls'}
@@ -259,7 +245,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  from poolformers_jax import runtime  # before the first compile
-  runtime.configure_program()
-  cli.define_flags()   # --verbose_errors (and the multi-process flags, unused here)
-  app.run(main, flags_parser=cli.parse_flags)
+  step_runner.run_absl(main)

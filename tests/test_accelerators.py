@@ -210,11 +210,7 @@ def test_benchmark_compiles_the_next_suggestion_when_an_accumulation_is_refused(
 def test_table_says_whether_a_refused_step_was_compiled_again(tmp_path, capsys):
   """docs/accelerators.md's rows: a refusal points at the next row only when that row is its
   accumulation's compile."""
-  sys.path.insert(0, os.path.join(ROOT, 'benchmarks'))
-  try:
-    import accelerators_table  # pylint: disable=g-import-not-at-top
-  finally:
-    sys.path.pop(0)
+  benchmark = load_benchmark('accelerators_bench')
   refusal = ('error: v5e:2x2: the training step needs 40.1 GiB per chip, the chip has 15.8 GiB: '
              'try --config.batch_size=256 --config.optimizer.grad_accum_steps=4 (the same updates)')
   for name, config in (('a__v5e_2x2', 'a.py:x'), ('b__v5e_2x2', 'b.py:y')):
@@ -223,7 +219,7 @@ def test_table_says_whether_a_refused_step_was_compiled_again(tmp_path, capsys):
   with open(tmp_path / 'a__v5e_2x2__fit.json', 'w') as f:
     json.dump({'config': 'a.py:x', 'topology': 'v5e:2x2', 'overrides': ['--config.batch_size=256'],
                'error': 'error: v5e:2x2: use a slice with more chips'}, f)
-  accelerators_table.print_tables(str(tmp_path))
+  benchmark.print_tables(str(tmp_path))
   lines = capsys.readouterr().out.splitlines()[2:]
   assert [line.split(' | ')[0] for line in lines] == [
       '| `a.py:x`', '| `a.py:x --config.batch_size=256`', '| `b.py:y`']

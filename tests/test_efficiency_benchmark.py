@@ -92,7 +92,7 @@ def test_flop_rates_take_xla_count_for_cudnn_and_the_peak_by_device_kind():
   """FLOP/s = XLA's flops of the step (or 3 x the forward's, where XLA:GPU's compiled count
   misses the cuBLAS calls) / step time; XLA counts nothing inside cuDNN's custom call, so
   softmax/cudnn takes softmax/xla's count at the same length where there is one."""
-  rates = load_benchmark('flop_rates')   # efficiency.py's FLOP/s part, without its flags
+  rates = load_benchmark('step_runner')   # efficiency.py's FLOP/s part, without its flags
   assert rates.peak_bf16_flops('NVIDIA H200') == 989e12
   assert rates.peak_bf16_flops('NVIDIA H100 80GB HBM3') == 989e12
   assert rates.peak_bf16_flops('NVIDIA H100 PCIe') == 756e12

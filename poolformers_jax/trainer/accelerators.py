@@ -212,16 +212,16 @@ def _compile_or_advise(config, setup: Setup, topology: str):
     found = re.search(r'HLO temporaries \(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)', str(e))
     if not found:
       raise
-    fixed = sum(_per_device_bytes(x)
-                for x in jax.tree.leaves(step_lib.abstract_step_args(setup)))
+    fixed = per_device_bytes(step_lib.abstract_step_args(setup))
     temp, hbm = (float(g) * 2 ** 30 for g in found.groups())
     raise ValueError(fit_advice(topology, config, devices=setup.mesh.devices.size,
                                  temp=temp, fixed=fixed, hbm=hbm)) from None
 
 
-def _per_device_bytes(x: jax.ShapeDtypeStruct) -> int:
-  shape = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
-  return math.prod(shape) * np.dtype(x.dtype).itemsize
+def per_device_bytes(tree: Any) -> int:
+  """Bytes per device of the sharded abstract arrays of `tree`."""
+  return sum(math.prod(x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape)
+             * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
 # ------------------------------------------------------------------ the reports
@@ -244,12 +244,11 @@ def topology_report(config, topology: str) -> dict[str, Any]:
   train_report = program_report(train, chip, n)
   steps = setup.num_train_steps
   state = setup.abstract_state
-  per_device = lambda tree: sum(_per_device_bytes(x) for x in jax.tree.leaves(tree))
   return {
       'topology': topology, 'device_kind': chip.device_kind, 'devices': n,
       'mesh': dict(setup.mesh.shape),
-      'state_bytes_per_device': {'params': per_device(state.params),
-                                 'optimizer': per_device(state.opt_state)},
+      'state_bytes_per_device': {'params': per_device_bytes(state.params),
+                                 'optimizer': per_device_bytes(state.opt_state)},
       'devices_per_chip': chip.devices_per_chip, 'chip_source': chip.source,
       'batch_size': setup.batch_size,
       'per_device_batch': setup.batch_size // sharding.batch_devices(setup.mesh),

@@ -1,16 +1,8 @@
 """Checkpoint policy: which steps to keep, confirm, reject, resume from and call best, as pure
 functions of lists of steps and metric values (no jax, no orbax, no files); and the error texts.
-
-  keep        the newest `keep` latest checkpoints (`kept` / `pruned`), one best, one averaged;
-              orbax's managers enforce these counts (`Retention`)
-  best        the best metric value, ties to the newest step (orbax's own order; `best_step`);
-              a checkpoint that would not become the best is not saved at all (`saves_best`)
-  confirm     a checkpoint is good once the step after it was finite: a non-finite step N leaves
-              the checkpoints from N - 1 on `unconfirmed`, moved to DIR/rejected/diverged-*
-  resume      newest first (`resume_order`); a damaged one is rejected (moved to DIR/rejected/,
-              never chosen again) and the next older one tried (`fallback`); when none verifies,
-              `when_none_verifies` says whether to start fresh or stop
-  read        'best' | 'latest' | 'averaged' | a step -> which kept checkpoint (`resolve`)
+The sections below: keep, best, confirm (a checkpoint is good once the step after it was
+finite), resume (newest first; a damaged one is moved to DIR/rejected/ and the next older tried),
+read ('best' | 'latest' | 'averaged' | a step).
 """
 from __future__ import annotations
 
@@ -58,15 +50,11 @@ def pruned(steps: Iterable[int], keep: int | None) -> list[int]:
 
 
 # -- best -------------------------------------------------------------------------------------
-def _check_mode(mode: str) -> None:
-  if mode not in ('min', 'max'):
-    raise ValueError(f"best_mode={mode!r}: use 'min' or 'max'")
-
-
 def improves(value: float, best: float | None, mode: str) -> bool:
   """Whether a checkpoint with metric `value` becomes the best over a kept best of `best` (None:
   none kept). A tie improves (the newer step wins, as in `best_step`); a NaN never does."""
-  _check_mode(mode)
+  if mode not in ('min', 'max'):
+    raise ValueError(f"best_mode={mode!r}: use 'min' or 'max'")
   if math.isnan(value):
     return False
   if best is None or math.isnan(best):

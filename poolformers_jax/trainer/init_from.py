@@ -203,10 +203,8 @@ def load_init_params(source: Any, target_params: Any,
     raise TypeError(f'load_init_params takes the checkpoint\'s tree, not the path {source!r}: '
                     'pass read_variables(path)["params"]')
   rules = RESIZE_RULES if resize_rules is None else resize_rules
-  old = {'/'.join(k): v for k, v in flax.traverse_util.flatten_dict(
-      flax.core.unfreeze(source)).items()}
-  new = {'/'.join(k): v for k, v in flax.traverse_util.flatten_dict(
-      flax.core.unfreeze(target_params)).items()}
+  old = flax.traverse_util.flatten_dict(flax.core.unfreeze(source), sep='/')
+  new = flax.traverse_util.flatten_dict(flax.core.unfreeze(target_params), sep='/')
   merged, kept_fresh, resized, mismatched, missing = {}, [], [], [], []
   for name, like in new.items():
     if name not in old and not (allow_missing and re.search(allow_missing, name)) and not (
@@ -245,7 +243,7 @@ def load_init_params(source: Any, target_params: Any,
   if unused:
     logging.info('init_from: %d checkpoint %s unused by this model: %s', len(unused), what,
                  ', '.join(unused))
-  out = flax.traverse_util.unflatten_dict({tuple(k.split('/')): v for k, v in merged.items()})
+  out = flax.traverse_util.unflatten_dict(merged, sep='/')
   return type(target_params)(out) if isinstance(target_params, flax.core.FrozenDict) else out
 
 

@@ -33,15 +33,8 @@ class CheckpointMismatch(ValueError):
 
 
 def leaf_name(path) -> str:
-  parts = []
-  for key in path:
-    for attr in ('key', 'name', 'idx'):
-      if hasattr(key, attr):
-        parts.append(str(getattr(key, attr)))
-        break
-    else:
-      parts.append(str(key))
-  return '/'.join(parts)
+  """'params/encoder/block_0/.../kernel': the name a leaf has in the record."""
+  return jax.tree_util.keystr(path, simple=True, separator='/')
 
 
 def _bits(x: jax.Array) -> jax.Array:

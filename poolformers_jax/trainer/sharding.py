@@ -32,16 +32,11 @@ BATCH_AXES = (DATA_AXIS, FSDP_AXIS)                 # the axes that split the ex
 POSITION_TABLE = 'pos_embedding'   # a learned position table's parameter
 
 DISTRIBUTED_MODES = ('auto', 'on', 'off')
-# jax.distributed.initialize's timeouts (jax's defaults: 100 and 300 s). The coordination service
-# declares a process lost once its heartbeats, sent by a thread of their own (a busy or compiling
-# process keeps sending them), have been silent for HEARTBEAT_TIMEOUT_S, and jax then ends every
-# other process: the bound on how long a process that froze with its connections open (a stopped
-# or unreachable host) keeps the others waiting in a collective. A process that dies closes its
-# connections, and the others' next collective fails at once (trainer/faults.py names it). A
-# minute tolerates a host that stalls for tens of seconds under load, and leaves the others the
-# time to name the lost process first (faults.NAMING_WAIT_S). SHUTDOWN_TIMEOUT_S bounds the
-# barrier of jax.distributed.shutdown, which every process reaches within seconds of the others
-# (the programs call it right after the run's last collective: `shutdown_distributed`).
+# jax.distributed.initialize's timeouts (jax's: 100 and 300 s). A process whose heartbeats (sent
+# by a thread of their own, even while compiling) are silent this long is declared lost and jax
+# ends the others: the bound on a frozen host's hold on a collective. A minute tolerates a host
+# stalled under load and leaves the others time to name the lost one (faults.NAMING_WAIT_S).
+# SHUTDOWN_TIMEOUT_S bounds jax.distributed.shutdown's barrier (`shutdown_distributed`).
 HEARTBEAT_TIMEOUT_S = 60
 SHUTDOWN_TIMEOUT_S = 60
 
@@ -86,10 +81,8 @@ def maybe_initialize_distributed(mode: str = 'auto', coordinator_address: str | 
 
 
 def shutdown_distributed() -> None:
-  """Leaves a multi-process run right after its last collective, while every process is at the
-  same point. Left to interpreter exit, the shutdown barrier (SHUTDOWN_TIMEOUT_S) can time out
-  when one process is slow to exit (joining library threads), which aborts the other
-  processes."""
+  """Leaves a multi-process run right after its last collective, with every process at the same
+  point (at interpreter exit one slow process can time the barrier out and abort the others)."""
   if jax.distributed.is_initialized():
     jax.distributed.shutdown()
 
@@ -135,7 +128,7 @@ def make_mesh(num_devices: int = -1, sizes: Mapping[str, int] | None = None,
 
 
 def axis_size(mesh: Mesh, axis: str) -> int:
-  """The size of `axis` on `mesh` (1 when the mesh has no such axis: a 1-D 'data' mesh)."""
+  """The size of `axis` on `mesh` (1 when the mesh has no such axis)."""
   return int(mesh.shape.get(axis, 1))
 
 
@@ -160,12 +153,6 @@ def batch_sharded(mesh: Mesh, ndim: int = 1) -> NamedSharding:
   if ndim >= 2 and axis_size(mesh, SEQUENCE_AXIS) > 1:
     return NamedSharding(mesh, P(batch_axes(mesh), SEQUENCE_AXIS))
   return NamedSharding(mesh, P(batch_axes(mesh)))
-
-
-def batch_shardings(mesh: Mesh, tree: Any) -> Any:
-  """`batch_sharded` for every leaf of a batch (arrays or ShapeDtypeStructs)."""
-  return jax.tree.map(lambda v: batch_sharded(mesh, np.ndim(v) if not hasattr(v, 'ndim')
-                                              else v.ndim), tree)
 
 
 def global_batch(local_batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str, jax.Array]:
@@ -227,17 +214,6 @@ class FsdpRules:
     return P(*spec) if any(spec) else P()
 
 
-def leaf_path(path: Sequence[Any]) -> str:
-  """A pytree path as 'params/encoder/block_0/PoNet_0/query/kernel'."""
-  names = []
-  for key in path:
-    for attr in ('key', 'name', 'idx'):
-      if hasattr(key, attr):
-        names.append(str(getattr(key, attr)))
-        break
-  return '/'.join(names)
-
-
 def state_shardings(mesh: Mesh, abstract_state: Any, rules: FsdpRules = FsdpRules()) -> Any:
   """The NamedSharding of every leaf of a train state: scalars (step, counts) replicated, every
   other leaf as `rules` says (replicated on a mesh without 'fsdp')."""
@@ -245,8 +221,8 @@ def state_shardings(mesh: Mesh, abstract_state: Any, rules: FsdpRules = FsdpRule
 
   def one(path, leaf):
     shape = tuple(getattr(leaf, 'shape', ()))
-    return NamedSharding(mesh, rules.spec(leaf_path(path), shape, fsdp, sequence) if shape
-                         else P())
+    name = jax.tree_util.keystr(path, simple=True, separator='/')   # 'params/.../kernel'
+    return NamedSharding(mesh, rules.spec(name, shape, fsdp, sequence) if shape else P())
   return jax.tree_util.tree_map_with_path(one, abstract_state)
 
 

@@ -1,20 +1,14 @@
 """The training step and the eval step, built from a `Setup` (trainer/setup.py): what the trainer
-runs, `summary` measures and the benchmarks time.
-
-`compile_train_step(setup)` compiles the step from abstract shapes only: the state from
-`abstract_state`, the batch from the dataset's training example (tasks.train_example) at
-config.batch_size, the accumulator from the task's sums. No data is read, so
-`python -m poolformers_jax.summary` reports the `memory_analysis()` of exactly the program
-`train.py` runs, and benchmarks/* time it.
+runs, `summary` measures and the benchmarks time. `compile_train_step` compiles from abstract
+shapes only (no data read), so `summary` reports the memory of exactly the program train.py runs.
 
 One step: dropout rng folded with the step, DeiT mixup / cutmix when config.mixup asks, forward
-(inside the platform's program transforms, trainer/transforms.py: the same values, other
-programs), the task's objective, backward, the optimizer update (gradient accumulation inside
-optax), train metrics summed on device. With config.length_buckets the same step takes the batch
-as length-grouped micro-batches (`BucketedStep`): the gradient and sums are added over them on
-device, then the same update runs once. The guard: if the objective or any updated array
-(parameters, optimizer state) is not finite, the step returns the state it was given (so no
-non-finite state ever exists to be saved) and records the step in acc['first_bad_step'].
+(inside the platform's program transforms, trainer/transforms.py), the task's objective,
+backward, the optimizer update (gradient accumulation inside optax), train metrics summed on
+device. With config.length_buckets the batch comes as length-grouped micro-batches
+(`BucketedStep`), whose gradients and sums are added on device before the same update. The
+guard: if the objective or any updated array is not finite, the step returns the state it was
+given (no non-finite state is ever saved) and records the step in acc['first_bad_step'].
 """
 from __future__ import annotations
 
@@ -305,9 +299,8 @@ def abstract_step_args(setup: Setup, sums_shapes: Any = None) -> tuple[Any, Any,
 
 
 def compile_train_step(setup: Setup) -> CompiledStep:
-  """The training step of `setup`, compiled from abstract shapes
-  (nothing is read or run). Bucketed: the micro step at the full length now, the shorter buckets
-  on first use."""
+  """The training step of `setup`, compiled from abstract shapes. Bucketed: the micro step at the
+  full length now, the shorter buckets on first use."""
   sums_shapes = accumulator_shapes(setup)
   state, _, _, rng = args = abstract_step_args(setup, sums_shapes)
   step = make_train_step(setup)
@@ -322,13 +315,9 @@ def compile_train_step(setup: Setup) -> CompiledStep:
 
 
 def make_eval_step(setup: Setup):
-  """The jitted eval step of `setup` (eval_step_of its model, task, shardings and mesh)."""
-  return eval_step_of(setup.model, setup.task, setup.state_shardings, setup.mesh)
-
-
-def eval_step_of(model, task: tasks.Task, state_shardings: Any, mesh):
   """`(state, batch) -> (sums, rows)` jitted: the model's forward pass (deterministic) on a
   batch with 'mask', the task's sums weighted by it (and its rows, if the task has them)."""
+  model, task, mesh = setup.model, setup.task, setup.mesh
 
   def eval_step(state, batch):
     with sequence_parallel.sharded_sequences(mesh):
@@ -343,14 +332,13 @@ def eval_step_of(model, task: tasks.Task, state_shardings: Any, mesh):
     return sums, {**task.rows(logits, batch['targets']), 'weight': weights}
 
   # The batch: None = as its arrays are sharded (sharding.global_batch).
-  return jax.jit(eval_step, in_shardings=(state_shardings, None),
+  return jax.jit(eval_step, in_shardings=(setup.state_shardings, None),
                  out_shardings=sharding.replicated(mesh))
 
 
 def eval_batch_spec(setup: Setup, batch_size: int | None = None) -> Any:
-  """The abstract global eval batch (sharded as the training batch): the training example's
-  arrays and the `mask` of real examples, `batch_size` (default: the setup's eval batch size) of
-  them."""
+  """The abstract global eval batch: the training batch's arrays and the `mask` of real
+  examples, `batch_size` (default: the setup's eval batch size) of them."""
   size = int(setup.eval_batch_size if batch_size is None else batch_size)
   batch = batch_spec(setup, size)
   return {**batch, 'mask': jax.ShapeDtypeStruct((size,), jnp.bool_,

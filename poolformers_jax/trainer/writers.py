@@ -1,17 +1,8 @@
-"""Where a run's metrics go, behind one interface (clu's MetricWriter shape, without clu, which
-brings TensorFlow): `write_scalars(step, {'<split>/<name>': value})`, `write_hparams(config)`
-once, `flush()`, `close()`.
-
-- `JsonlWriter`: DIR/metrics.jsonl, one JSON object a split and step (`step`, `split`, `time`
-  and the values; strings too), always written: the run's record, which resuming and the
-  experiments read. Its hyperparameters are DIR/config.json.
-- `TensorBoardWriter`: tensorboardX events in DIR/tensorboard (numbers only), the config in
-  TensorBoard's HParams tab.
-- `WandbWriter`: a Weights & Biases run (numbers only, the config as the run's config), when
-  `wandb` is installed; WANDB_PROJECT, WANDB_ENTITY, WANDB_MODE (e.g. offline) are wandb's own.
-
-config.writers names the writers besides metrics.jsonl: 'tensorboard' (the default), 'wandb',
-comma-separated, '' for none.
+"""Where a run's metrics go, behind clu's MetricWriter interface (without clu, which brings
+TensorFlow): DIR/metrics.jsonl always (`JsonlWriter`, one JSON object a split and step, strings
+too: the record resuming and the experiments read), and as config.writers names them
+(comma-separated, '' for none) TensorBoard (`TensorBoardWriter`, the default) and Weights &
+Biases (`WandbWriter`, when installed; WANDB_PROJECT, WANDB_MODE, ... are wandb's own).
 
 A full disk ends the run (errors.DiskFull) and leaves no half record: a record the disk cannot
 take is cut off metrics.jsonl again. TensorBoard's events are written to disk at every record
