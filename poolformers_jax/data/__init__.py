@@ -8,22 +8,7 @@
 
 `config.data.name` picks the dataset from `DATASETS` (each dataset file registers itself and
 declares its family's settings class, e.g. listops.ListOpsSettings).
-Nothing is downloaded at run time. Where each dataset's files must be:
-  listops         nothing (generated into data_dir on first use), or source='tsv':
-                  {tsv_dir}/basic_{train,val,test}.tsv of the LRA release
-  lra_text        TFDS imdb_reviews as array_record in data_dir (docs/data.md: how to build it)
-  lra_image       TFDS cifar10 as array_record in data_dir
-  cifar10/100     TFDS cifar10 / cifar100 as array_record in data_dir (cifar10_pairs: cifar10)
-  imagenet2012    TFDS imagenet2012 as array_record in data_dir (manual download)
-  lra_retrieval   {tsv_dir}/new_aan_pairs.{train,eval,test}.tsv of the LRA release
-  lra_pathfinder  {pathfinder_dir}/{train,validation,test}.npz, or the LRA release folder
-  enwik8 / text8  {data_dir}/enwik8.zip / text8.zip (mattmahoney.net/dc)
-  wmt14           TFDS wmt14_translate/{de-en,fr-en} as array_record in data_dir (or source='tsv':
-                  {tsv_dir}/{train,validation,test}.tsv); SentencePiece model trained beside it
-  text_pretraining   {data_dir}/corpus/{train,validation}/*.txt (documents separated by blank
-                  lines) or TFDS wikipedia; a BERT vocab.txt (config.data.vocab_file)
-  glue            TFDS glue/<task> as array_record in data_dir; vocab.txt
-  text_classification  TFDS imdb_reviews, or JSONL / CSV files (HND, Yelp-5, Arxiv-11); vocab.txt
+Nothing is downloaded at run time; where each dataset's files must be: docs/data.md.
 Missing files raise DataNotFoundError naming the path and what to do; a damaged or truncated
 one, errors.DataFault naming the file and the record (config.data.skip_bad_records skips bad
 records instead, counted: bad_records.py).
