@@ -8,22 +8,7 @@ for augmentation and None at eval time); the pipeline does the rest, identically
 dataset. Whatever else is known by the dataset's name is declared there too (`record`,
 `run_files`, `generated`). The dataset files fill `DATASETS` with `register_dataset(name, spec)`.
 
-Fields every dataset has (`DataSettings`; each family adds its own, documented there):
-  name          the dataset (a key of data.DATASETS)
-  data_dir      where TFDS array_record files live / are generated (env POOLFORMERS_DATA_DIR,
-                else ./data_cache, which git ignores); for enwik8/text8 the folder of the zip file
-  max_length    sequence length examples are padded (with id 0) or cut to; 0 for images
-  skip_bad_records  False: a damaged record of a data file ends the run naming it; True: it is
-                skipped, counted and reported (data/bad_records.py)
-  too_long      'truncate' (keep the first max_length tokens, as the LRA pipelines do) or
-                'error' (raise on any longer input)
-  repeated_augmentation  each train example shown this many times in a row (DeiT: 3), 1 = off
-  worker_count  grain worker processes; 0 = in-process (no start-up cost for the workers)
-  read_threads  grain threads reading records ahead in the main process
-  mask_rate     > 0: self-pretraining on the inputs alone, that share of real tokens masked and
-                predicted; 0 = the dataset's own task
-  next_tokens   True: self-pretraining on the inputs alone, each real token predicted from the
-                ones before it (a causal model); False = the dataset's own task
+`DataSettings` holds the fields every dataset has; each family's subclass adds its own.
 `get_data_config(name)`, the defaults as a ConfigDict, is not locked; the experiment config that
 embeds one locks it.
 """
@@ -82,15 +67,22 @@ def mapping(**entries: Any) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class DataSettings:
-  """The settings every dataset has (the module docstring); each family's subclass adds its own."""
-  name: str = ''
+  """The settings every dataset has; each family's subclass adds its own."""
+  name: str = ''                 # the dataset (a key of data.DATASETS)
+  # where TFDS array_record files live / are generated (env POOLFORMERS_DATA_DIR, else
+  # ./data_cache, which git ignores); for enwik8/text8 the folder of the zip file
   data_dir: str = dataclasses.field(default_factory=default_data_dir)
-  max_length: int = 0
-  too_long: str = 'truncate'
+  max_length: int = 0            # tokens examples are padded (with id 0) or cut to; 0 for images
+  too_long: str = 'truncate'     # keep the first max_length tokens (LRA) | 'error': raise
+  # False: a damaged record of a data file ends the run naming it; True: it is skipped, counted
+  # and reported (data/bad_records.py)
   skip_bad_records: bool = False
-  repeated_augmentation: int = 1
-  worker_count: int = 0
-  read_threads: int = 4
+  repeated_augmentation: int = 1  # each train example shown this many times in a row (DeiT: 3)
+  worker_count: int = 0          # grain worker processes; 0 = in-process (no start-up cost)
+  read_threads: int = 4          # grain threads reading records ahead in the main process
+  # Self-pretraining on the inputs alone (0 / False = the dataset's own task): mask_rate > 0,
+  # that share of real tokens masked and predicted; next_tokens, each real token predicted from
+  # the ones before it (a causal model).
   mask_rate: float = 0.0
   next_tokens: bool = False
 
