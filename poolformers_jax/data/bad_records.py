@@ -1,21 +1,10 @@
 """A damaged or truncated data file: each fault is an errors.DataFault (exit code 3) whose line
 names the file and the record and says where a good copy comes from, raised at the first read
-where the format lets it be checked cheaply:
-
-- a TSV line (ListOps, LRA Retrieval) with the wrong number of fields or a label that is not a
-  class, checked line by line as base.LineFile indexes the file: `FILE:LINE: what; what to do`;
-- an enwik8 / text8 zip whose member's CRC fails, or cut short (text_lm.py);
-- a TFDS array_record shard cut short or swapped: each shard's footer and record count against
-  the split's dataset_info as the split is opened (`checked_shards`);
-- what only reading finds, when the record is read: a damaged chunk of a shard or a feature
-  that does not decode (`ShardRecords`: the shard, the record), a Pathfinder PNG that does not
-  decode.
-
-With `config.data.skip_bad_records=True` the bad TSV lines and records are skipped instead: a
-bad line is left out of the index, a bad record read mid-stream is replaced by the next good one
-(`guarded`); each is counted (`skipped`), logged, and the trainer reports the count in its train
-metrics (`skipped_records`). A zip or a shard that fails its check at open is a whole file:
-refused either way.
+where the format lets it be checked cheaply (each format's check and line: docs/data.md): TSV
+lines as base.LineFile indexes them, array_record shards at open (`checked_shards`), records
+that do not read when read (`ShardRecords`). With `config.data.skip_bad_records=True` bad lines
+and records are skipped instead (`guarded`), each counted (`skipped`) and logged; a zip or a
+shard that fails its check at open is refused either way.
 """
 from __future__ import annotations
 

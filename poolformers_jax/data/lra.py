@@ -28,15 +28,10 @@ def byte_tokens(text, settings, what: str) -> np.ndarray:
 
 
 def to_gray(image: np.ndarray) -> np.ndarray:
-  """[H, W, 3] uint8 -> [H, W] uint8 gray levels exactly as LRA's pipeline makes them.
-
-  LRA casts `tf.image.rgb_to_grayscale(x['image'])` to int32. On uint8 that op runs
-  `convert_image_dtype` to float32 (x * float32(1/255)), a dot product with the float32 weights,
-  and `convert_image_dtype` back (* 255.5, then a truncating cast), so, in float32:
-      gray = floor((0.2989 r/255 + 0.5870 g/255 + 0.1140 b/255) * 255.5) = floor(luma * 511/510).
-  Not luma rounded half up: that is one level brighter on 25 % of all RGB triples (pure green
-  (0, 255, 0): luma 149.685, TF 149, rounded 150). Summing the three products in float32 in
-  another order (or with FMA) changes 48 of the 2^24 triples.
+  """[H, W, 3] uint8 -> [H, W] uint8 gray levels exactly as LRA's int32 cast of
+  `tf.image.rgb_to_grayscale` makes them: floor(luma * 511/510) in float32, not luma rounded
+  (one level brighter on 25 % of all RGB triples), the three products summed in this order
+  (another order, or FMA, changes 48 of the 2^24 triples): docs/results/pathfinder_generator.md.
   """
   if image.shape[-1] == 1:
     return image[..., 0]

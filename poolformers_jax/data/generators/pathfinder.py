@@ -2,54 +2,19 @@ r"""Pathfinder, made offline the way the official generator draws it, in the LRA
 
 After Linsley et al. (2018) / Kim et al. (2020), as the Long Range Arena uses it: are the two
 marker discs on one contour? Our own code for the algorithm of the official generator
-(`drewlinsley/pathfinder`, snakes2.py / snakes.py; names of its parameters in brackets):
+(`drewlinsley/pathfinder`, snakes2.py): two target contours of paddles grown alternately from
+seeds `seed_distance` apart, continuity-weighted turns, the origin marker on one target's first
+tail, the terminal marker on the same target's last head (label 1) or the other's (label 0),
+distractor contours of a third of the length, everything drawn at `antialias` times the size and
+Lanczos-resampled, at the parameters LRA's builders state per resolution (`LRA_SETTINGS`).
 
-- A contour is a chain of paddles [paddle_length, paddle_thickness]. Paddle k spans
-  pivot_k + margin * u(theta_k) .. pivot_k + (margin + paddle_length) * u(theta_k), and
-  pivot_{k+1} = pivot_k + (paddle_length + 2 margin) * u(theta_k): consecutive paddles leave a gap
-  of 2 margin [paddle_margin]. Each turn delta = theta_{k+1} - theta_k is drawn with weight
-  cos^2(min(continuity * |delta|, 90 deg)) [continuity] among the directions that keep the
-  paddle clear of the others.
-- Two target contours of `contour_length` paddles (6 / 9 / 14: curv_baseline /
-  curv_contour_length_9 / _14) grow one paddle at a time, alternately, from seeds placed exactly
-  `seed_distance` apart; the first seed lies at least 2 seed_distance from every border.
-- The origin marker sits on the origin tip (the first paddle's tail) of one target, the terminal
-  marker on the terminal tip (the last paddle's head) of the same target (label 1) or of the other
-  (label 0) [marker_radius]. So both labels put the markers one contour's end-to-end distance
-  apart, the negatives from seeds `seed_distance` apart: the markers' distance alone says little.
-- Then `distractor_paddles // distractor_length` distractor contours of contour_length // 3
-  paddles [num_distractor_snakes, distractor_length], each tried 5 times, skipped if it finds no
-  room. No single-paddle distractors [use_single_paddles=False].
-- Every paddle and disc is drawn at `antialias` times the resolution and resampled down with
-  Lanczos [antialias_scale; scipy.misc.imresize(interp='lanczos')], times its contrast
-  [snake_contrast_list * paddle_contrast_list for targets, snake_contrast_list for distractors];
-  the image is the pixel-wise maximum, scaled so that its maximum is 255 [scipy.misc.imsave].
-
-The parameters per resolution are those LRA's builders state (lra_benchmarks/data/pathfinder.py,
-`Pathfinder32` / `Pathfinder128`: the official script with these settings changed); the official
-script's own geometry (300 px: paddles 5, margin 3, thickness 2, markers 5, seeds 27 apart, 22 px
-border, continuity 1.8, 30 distractor paddles) is not scaled linearly, it is replaced:
-  32  (Pathfinder): paddle 2, thickness 0.5, margin 1, continuity 1.0, marker 1.5, seeds 7 apart,
-      border 1, 20 distractor paddles, contrast 2 x 0.75 = 1.5 (targets) and 2 (distractors);
-  128 (Path-X):     paddle 5 (the default), thickness 1.5, margin 2 or 3 (drawn per image),
-      continuity 1.8, marker 3, seeds 20 apart, border 1, 35 distractor paddles, contrast 0.9.
-One release metadata line (`imgs/0 sample_0.png 0 0 1.0 6 2 2 0.5 1 1`: continuity 1.0, length 6,
-distractor length 2, paddle 2, thickness 0.5, margin 1) agrees with the 32-pixel settings.
-
-Where we differ, for a label that is exact in the pixels: a pixel >= INK (of 255) is ink, and
-ink pixels within Chebyshev distance 2 margin of each other are linked (the gap between
-consecutive paddles). Every paddle links to its predecessor, and ink of different contours
-(markers included) stays more than 2 margin apart, where the official mask only keeps the
-paddles' margin rings from overlapping (at 32 px: 3 px between contours instead of about 2.5).
-A flood fill over linked ink from one marker so reaches the other exactly when the label is 1
-(a test checks it on every image); a finished image whose targets
-would not pass it is drawn again, a test that does not look at the label. The markers are placed
-before the distractors, which keep clear of them (the official draws the markers last, over
-whatever is there). And the official design alone leaves the markers' distance a clue (a
-distance-only classifier: 56-60 % at 32 px): within each file, samples are kept with a
-probability that depends on their label and distance, so that both labels share one
-distribution of distances (`batch_samples`; benchmarks/pathfinder_report.py measures it, with
---no_balance the design alone).
+Where we differ, for a label that is exact in the pixels: a pixel >= INK (of 255) is ink, ink
+pixels within Chebyshev distance 2 margin are linked, and ink of different contours stays more
+than 2 margin apart, so a flood fill from one marker reaches the other exactly when the label
+is 1; the markers are placed before the distractors; and within each file samples are kept by
+label and markers' distance so that distance alone predicts nothing (`batch_samples`). Every
+fact of the official script, each parameter's source and each departure's measurement:
+docs/results/pathfinder_generator.md.
 
 Output (what `config.data.format='lra_release'` reads):
   {out_dir}/pathfinder{R}/{difficulty}/imgs/{b}/sample_{k}.png      (8-bit grayscale)
@@ -84,7 +49,7 @@ INK = 32           # pixels >= INK are ink; below: background and the Lanczos fi
 PADDLE_TRIES = 8   # directions tried per paddle before the contour gives up
 DISTRACTOR_TRIES = 5   # [max_distractor_contour_retrial = 4] + 1
 
-# LRA's builder settings (see the module docstring); other fields keep the Style defaults.
+# LRA's builder settings (module docstring); other fields keep the Style defaults.
 LRA_SETTINGS: dict[int, dict[str, Any]] = {
     32: dict(paddle_length=2, paddle_thickness=0.5, margins=(1,), continuity=1.0,
              marker_radius=1.5, seed_distance=7, padding=1, distractor_paddles=20,
