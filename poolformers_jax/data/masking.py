@@ -27,11 +27,9 @@ import numpy as np
 
 from poolformers_jax.data import base
 
-TASK = 'masked_tokens'   # the registered task that scores it
-NOT_CHOSEN = -1          # a target that is not scored
-
-
+TASK = 'masked_tokens'      # the registered task that scores it
 NEXT_TASK = 'next_tokens'   # the same token sums
+NOT_CHOSEN = -1             # a target that is not scored
 
 
 def objective(mask_rate: float = 0.0, next_tokens: bool = False) -> str | None:

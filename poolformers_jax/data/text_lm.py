@@ -29,10 +29,6 @@ from poolformers_jax import errors
 from poolformers_jax.data import base
 
 
-def _enwik8_table():
-  return np.arange(256, dtype=np.int32) + 1
-
-
 def _text8_table():
   table = np.full(256, -1, np.int32)
   table[ord(' ')] = 1
@@ -40,7 +36,7 @@ def _text8_table():
   return table
 
 
-VOCABS = {'enwik8': (257, _enwik8_table()), 'text8': (28, _text8_table())}
+VOCABS = {'enwik8': (257, np.arange(256, dtype=np.int32) + 1), 'text8': (28, _text8_table())}
 
 
 def download_todo(name: str) -> str:
@@ -110,15 +106,11 @@ class SlidingWindowSource:
 EVAL_PROTOCOLS = ('windows', 'sliding')
 
 
-def _symbols(settings) -> np.ndarray:
+def source(settings: CharSettings, split):
   name = settings.name
   path = os.path.join(base.expand_path(settings.data_dir), f'{name}.zip')
   base.require_file(path, f'{download_todo(name)} or set config.data.data_dir to its folder.')
-  return load_symbols(path, name)
-
-
-def source(settings: CharSettings, split):
-  symbols = _symbols(settings)
+  symbols = load_symbols(path, name)
   train, validation, test = settings.split_sizes
   if train + validation + test > len(symbols):
     raise ValueError(f'{settings.name}: split_sizes {tuple(settings.split_sizes)} need '

@@ -33,8 +33,6 @@ from poolformers_jax.data import base
 # The model learns EOS_ID from the info (model_defaults: config.model.eos_id).
 PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 PAIRS = ('de-en', 'fr-en')
-PACKED_KEYS = ('inputs_segment_ids', 'inputs_positions', 'targets_segment_ids',
-               'targets_positions')
 
 
 def _languages(settings) -> tuple[str, str]:
