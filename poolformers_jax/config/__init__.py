@@ -23,8 +23,7 @@ Its modules:
                  from the data); the trainer builds its `Setup` from it
   validate.py    `check_config`: every check of a completed config, up front
   run_file.py    a run's config.json (`save_config`, `load_saved_config`), its `config_hash`,
-                 `with_run_model` and
-                 `run_config` (a run directory's imports run only when trusted)
+                 `with_run_model` and `run_config` (its imports run only when trusted)
 Configs are numbers and names: nothing here imports flax, optax, orbax, grain or the trainer
 (tests/test_layering.py); the package builds on data/'s defaults only.
 """
@@ -59,10 +58,8 @@ from poolformers_jax.config.words import Numbered, parse_words
 __all__ = [
     'CONFIGS_DIR', 'ConfigError', 'ConfigKeyError', 'ModelMismatch', 'Numbered', 'SIZES',
     'SIZE_SLOT', 'UntrustedImports', 'base_config', 'check_config', 'check_keys', 'complete',
-    'config_hash',
-    'flat_keys', 'is_open_key', 'load', 'load_file', 'load_saved_config', 'model_differences',
-    'override', 'override_keys_from_argv', 'parse_words', 'record_run', 'resolve', 'resolved',
-    'run_config',
-    'save_config', 'shrink_run', 'to_json', 'with_run_model',
+    'config_hash', 'flat_keys', 'is_open_key', 'load', 'load_file', 'load_saved_config',
+    'model_differences', 'override', 'override_keys_from_argv', 'parse_words', 'record_run',
+    'resolve', 'resolved', 'run_config', 'save_config', 'shrink_run', 'to_json', 'with_run_model',
 ]
 

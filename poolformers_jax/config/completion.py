@@ -1,13 +1,7 @@
-"""Completing a config: where a run's config becomes the config it runs.
-
-`complete` takes the config a run was given and returns a locked copy with the model sizes its
-dataset decides filled in (vocab_size, num_classes, max_length, special-token ids, from the
-dataset's DatasetInfo), after the user's modules named in `config.imports` are imported (their
-mixers and models registered); with `run_dir` (a run being resumed, or read by eval.py) the
-model is the run's own first (config/run_file.py, `with_run_model`). The trainer's
-`setup_with_config` completes through `complete_with_info`, which also returns the DatasetInfo it
-read and the dataset's typed settings (`data.settings(config.data)`, made here once), builds its
-typed `Setup` from the result and hands the result to the programs.
+"""Completing a config: where a run's config becomes the config it runs (`complete`). The
+modules `config.imports` names are imported first (their mixers and models registered). The
+trainer's `setup_with_config` completes through `complete_with_info`, which also returns the
+dataset's typed settings (`data.settings(config.data)`, made here once) and the DatasetInfo read.
 """
 from __future__ import annotations
 

@@ -30,9 +30,7 @@ def flat_keys(config: ml_collections.ConfigDict, prefix: str = '') -> list[str]:
 def _has_key(config: ml_collections.ConfigDict, dotted: str) -> bool:
   node: Any = config
   for part in dotted.split('.'):
-    if isinstance(node, ml_collections.ConfigDict) and part in node:
-      node = node[part]
-    elif isinstance(node, dict) and part in node:
+    if isinstance(node, (ml_collections.ConfigDict, dict)) and part in node:
       node = node[part]
     else:
       return False

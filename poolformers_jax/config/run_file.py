@@ -120,10 +120,9 @@ def model_differences(given: Any, run: Any) -> list[str]:
       continue
     if saved is absent and '.' not in key:
       built = _built_fields(run) if built is None else built
-      if key in built and built[key] == mine:
-        continue
       if key in built:
-        out.append(f'model.{key} {text(mine)} (run: absent, i.e. {text(built[key])})')
+        if built[key] != mine:
+          out.append(f'model.{key} {text(mine)} (run: absent, i.e. {text(built[key])})')
         continue
     out.append(f'model.{key} {text(mine)} (run: {text(saved)})')
   return out
