@@ -141,18 +141,16 @@ def preprocess(record, settings: CharSettings, rng: np.random.Generator | None =
   return example
 
 
-def _info(name, from_files: bool = True):
-  def info(settings: CharSettings):
-    vocab_size, _ = VOCABS[name]
-    if from_files:
-      sizes = {split: len(source(settings, split)) for split in base.SPLITS}
-    else:   # the windows WindowSource makes of config.data.split_sizes symbols
-      sizes = {split: max(0, (n - 1) // settings.max_length)
-               for split, n in zip(base.SPLITS, settings.split_sizes)}
-    return base.DatasetInfo(
-        name=name, task='lm', num_classes=vocab_size, vocab_size=vocab_size,
-        input_shape=(settings.max_length,), split_sizes=sizes)
-  return info
+def info(settings: CharSettings, *, from_files: bool = True) -> base.DatasetInfo:
+  vocab_size, _ = VOCABS[settings.name]
+  if from_files:
+    sizes = {split: len(source(settings, split)) for split in base.SPLITS}
+  else:   # the windows WindowSource makes of config.data.split_sizes symbols
+    sizes = {split: max(0, (n - 1) // settings.max_length)
+             for split, n in zip(base.SPLITS, settings.split_sizes)}
+  return base.DatasetInfo(
+      name=settings.name, task='lm', num_classes=vocab_size, vocab_size=vocab_size,
+      input_shape=(settings.max_length,), split_sizes=sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +188,6 @@ def text(ids, settings) -> str:
 
 
 for _name in VOCABS:
-  base.register_dataset(_name, base.DatasetSpec(_info(_name), source, preprocess, _defaults(_name),
-                                                shapes=_info(_name, from_files=False),
+  base.register_dataset(_name, base.DatasetSpec(info, source, preprocess, _defaults(_name),
+                                                shapes=functools.partial(info, from_files=False),
                                                 record=record, text=text))

@@ -35,10 +35,6 @@ PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
 PAIRS = ('de-en', 'fr-en')
 
 
-def _languages(settings) -> tuple[str, str]:
-  return settings.source_language, settings.target_language
-
-
 def _tfds_name(settings) -> str:
   if settings.pair not in PAIRS:
     raise ValueError(f'config.data.pair={settings.pair!r}; choose one of {PAIRS}.')
@@ -69,7 +65,7 @@ def record_texts(record, settings) -> tuple[str, str]:
   """(source text, target text) of one raw record (TFDS: keyed by language; tsv: src/tgt)."""
   if 'src' in record:
     return record['src'], record['tgt']
-  src_lang, tgt_lang = _languages(settings)
+  src_lang, tgt_lang = settings.source_language, settings.target_language
   decode = lambda t: t.decode('utf-8') if isinstance(t, bytes) else str(t)
   return decode(record[src_lang]), decode(record[tgt_lang])
 
@@ -82,7 +78,7 @@ def vocab_path(settings) -> str:
     return base.expand_path(settings.spm_model)
   folder = (base.expand_path(settings.tsv_dir) if settings.source == 'tsv' else
             os.path.join(base.expand_path(settings.data_dir), _tfds_name(settings)))
-  langs = ''.join(sorted(_languages(settings)))
+  langs = ''.join(sorted((settings.source_language, settings.target_language)))
   return os.path.join(folder, f'spm_{settings.vocab_size}_{langs}.model')
 
 

@@ -80,12 +80,6 @@ _TRAIN_CROPS = {
 }
 
 
-def normalize(image: np.ndarray, settings) -> np.ndarray:
-  mean = np.asarray(settings.mean, np.float32)
-  std = np.asarray(settings.std, np.float32)
-  return (image.astype(np.float32) / 255.0 - mean) / std
-
-
 def random_erase(image: np.ndarray, probability: float, rng: np.random.Generator,
                  area_range=(0.02, 1 / 3), aspect_range=(0.3, 1 / 0.3),
                  attempts: int = 10) -> np.ndarray:
@@ -127,11 +121,12 @@ def preprocess(record, settings: VisionSettings, rng: np.random.Generator | None
       fill = tuple(min(255, round(255 * m)) for m in settings.mean)
       from poolformers_jax.data import randaugment  # PIL: when images are read
       image = randaugment.parse(policy)(np.ascontiguousarray(image), rng, fill)
-  image = normalize(image, settings)
+  mean, std = np.asarray(settings.mean, np.float32), np.asarray(settings.std, np.float32)
+  inputs = (image.astype(np.float32) / 255.0 - mean) / std
   erasing = settings.random_erasing
   if rng is not None and erasing > 0:   # after normalisation, as in timm (noise is N(0, 1))
-    image = random_erase(image, erasing, rng)
-  return {'inputs': image, 'targets': np.int32(record['label'])}
+    inputs = random_erase(inputs, erasing, rng)
+  return {'inputs': inputs, 'targets': np.int32(record['label'])}
 
 
 def info(settings: VisionSettings, *, from_files: bool = True):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Optional
 
 
 def parallel_map(fn: Callable, tasks: Sequence, workers: int | None = None,
