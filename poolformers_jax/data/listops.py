@@ -24,13 +24,10 @@ from poolformers_jax.data.listops_tokens import (
 
 
 class InMemoryRecords:
-  """A split's records ({'tokens': uint8 ids, 'label'}) read once into one flat array.
-
-  A ListOps record is ~3 KB with its parentheses, so the paper's 96 000 training trees take
-  ~300 MB. Read one at a time from array_record, each record pays a random read and TFDS's proto
-  decoding, which capped the training input below the rate a ListOps step consumes (the figures:
-  docs/data.md). Here the split is read in large batched reads at start, then a record is two
-  slices. The records, and so every batch, are the same."""
+  """A split's records ({'tokens': uint8 ids, 'label'}) read once, in large batched reads, into
+  one flat array (~300 MB for the paper's 96 000 trees); a record is then two slices. Read one
+  at a time from array_record, the records capped the training input (docs/data.md). The
+  records, and so every batch, are the same."""
 
   CHUNK = 4096
 
@@ -80,7 +77,6 @@ def _in_memory(builder, split: str) -> InMemoryRecords:
   return InMemoryRecords(records, f'{builder.info.full_name} {split}')
 
 
-# --------------------------------------------------------------------------------------------
 # Official LRA TSV files (header `Source\tTarget`), read lazily from byte offsets.
 
 RELEASE_TODO = 'download the LRA release again (lra_release.gz, listops-1000/)'
@@ -152,9 +148,6 @@ def tsv_source(settings, split: str):
 def _cached_tsv(path: str, skip: bool) -> InMemoryRecords:
   return InMemoryRecords(TsvSource(path, skip), path)
 
-
-# --------------------------------------------------------------------------------------------
-# The settings and the dataset spec.
 
 GENERATOR_DEFAULTS = dict(seed=0, min_tokens=500, max_tokens=2000, max_depth=10, max_args=10,
                           num_train=96000, num_validation=2000, num_test=2000)

@@ -9,13 +9,10 @@ Decisions where the official code is loose:
   changed between runs): pad=0, digits, '[MIN', '[MAX', '[MED', '[SM', ']', '(', ')'.
 - Parentheses carry no information beyond ']' and the official length budget (2000) ignores
   them, so by default they are dropped when tokenising (config.data.keep_parentheses=False).
-- config.data.tokenizer: 'brackets' (the default) keeps '[MAX' ... ']'. 'alphanumeric' is the
-  LRA input pipeline as first released (docs/data.md names the change), which the Nystromformer
-  LRA code that PoNet and AdaMRA ran calls: `tfds.deprecated.text.Tokenizer()` keeps the runs of
-  word characters only, so `[MAX 2 9 [MIN 4 7 ] 0 ]` becomes `MAX 2 9 MIN 4 7 0` (no brackets: the
-  tree's shape is not in the input). The LRA baseline and Nystromformer numbers (papers.json) were
-  trained on that; the later pipeline keeps ']'. Here the run 'MAX' takes the id of
-  '[MAX' (same vocabulary, same model shapes), and '(' ')' ']' are dropped.
+- config.data.tokenizer: 'brackets' (the default) keeps '[MAX' ... ']'; 'alphanumeric' keeps
+  the runs of word characters only, as the first LRA input pipeline did (docs/data.md: which
+  numbers were trained so). Here the run 'MAX' takes the id of '[MAX' (same vocabulary, same
+  model shapes), and '(' ')' ']' are dropped.
 """
 from __future__ import annotations
 

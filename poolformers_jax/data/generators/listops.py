@@ -54,7 +54,6 @@ FIELDS = ('seed', 'min_tokens', 'max_tokens', 'max_depth', 'max_args', 'num_trai
           'num_validation', 'num_test')
 
 
-# --------------------------------------------------------------------------------------------
 # Trees: a digit is an int, an operator node is (op, [children]).
 
 class _TooLong(Exception):
@@ -177,7 +176,6 @@ def generate_splits(seed: int, sizes: Sequence[int], min_tokens: int, max_tokens
   return out
 
 
-# --------------------------------------------------------------------------------------------
 # TFDS builder: one builder config per set of generation parameters.
 
 @functools.lru_cache(maxsize=1)
@@ -261,7 +259,6 @@ def _prepared_builder(data_dir: str, params: tuple[int, ...]):
   return builder
 
 
-# --------------------------------------------------------------------------------------------
 # The LRA release's TSV files, for a seed a training run never saw.
 
 def write_tsv(out_dir: str, seed: int, sizes: dict[str, int], min_tokens: int = 500,
