@@ -3,15 +3,10 @@ WordPiece tokens and SMP segments: wordpiece.py.
 
 Records are documents, each a list of sentences, from plain text files (documents =
 blank-line-separated blocks; a sentence per line, or `sentence_split='regex'`) or TFDS
-`wikipedia` (paragraphs split into sentences by the regex). Every chunk of every document,
-`dupe_factor` times (5, the official run_pretrained.py's; each copy draws its own pair and masks;
-evaluation splits once): a document's sentences are grouped greedily into chunks reaching
-max_length - 3 tokens, each chunk is one example, cut at a random sentence boundary into A and B;
-10 % of the time (short_seq_prob) a random shorter target keeps only the chunk's first sentences
-reaching it (decided here: the official code then re-chunks the rest of the document with the
-shorter target; here the chunks are fixed so that an epoch has a known size). TFDS documents are
-tokenized on read, so their chunks cannot be counted up front: there each record is one document
-(times dupe_factor for training) and draws one of its chunks at random.
+`wikipedia` (paragraphs split into sentences by the regex). An example is a chunk of sentences
+reaching max_length - 3 tokens, cut at a random sentence boundary into A and B; which chunks, how
+often (`dupe_factor`) and with which shorter targets (`short_seq_prob`): docs/papers/ponet.md
+('Pre-training sampling'), where the official run_pretrained.py differs.
   objective 'sso': 1/3 keep (label 0, B follows A), 1/3 swap (1, B precedes A), 1/3 replace B by
                    a chunk of another document (2);
   objective 'nsp': 1/2 keep (0), 1/2 random B (1)  (BERT);   objective 'mlm': keep, no label.
