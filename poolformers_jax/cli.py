@@ -199,24 +199,25 @@ def quiet_library_logs() -> None:
     handler.addFilter(quiet)
 
 
-def _run_program(work: Callable[[Sequence[str]], None], argv: Sequence[str]) -> None:
-  """`work(argv)` between the multi-process start and end, under the error contract
-  (stray arguments were refused by parse_flags)."""
+def _run_program(work: Callable[[], None], argv: Sequence[str]) -> None:
+  """`work()` between the multi-process start and end, under the error contract (parse_flags
+  refused stray arguments: `argv` is the program's name only)."""
+  del argv
   with errors.reported_in_one_line():
     quiet_library_logs()
     host_memory.keep_freed_memory()   # before XLA and the data threads allocate (its docstring)
     sharding.maybe_initialize_distributed(flags.FLAGS.distributed,
                                           flags.FLAGS.coordinator_address,
                                           flags.FLAGS.num_processes, flags.FLAGS.process_id)
-    work(argv)
+    work()
     sharding.shutdown_distributed()
 
 
-def start(module_name: str, work: Callable[[Sequence[str]], None], argv: Sequence[str] | None,
+def start(module_name: str, work: Callable[[], None], argv: Sequence[str] | None,
           required: Sequence[str]) -> None:
-  """The end of every program's `main`, after it defined its flags: `required` flags, the
-  program's key flags, the process settings (runtime.configure_program), then `work(argv)`
-  inside `_run_program`."""
+  """The end of every program's `main`, after it defined its flags (in `main`, so importing a
+  program defines none): `required` flags, the program's key flags, the process settings
+  (runtime.configure_program), then `work()` inside `_run_program`."""
   flags.mark_flags_as_required(list(required))
   key_flags_of(module_name)
   runtime.configure_program()

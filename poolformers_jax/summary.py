@@ -90,8 +90,7 @@ def summarize(config, batch_size: int | None = None) -> dict[str, Any]:
   }
 
 
-def _summary(argv: Sequence[str]) -> None:
-  del argv   # stray arguments were refused by cli.parse_flags
+def _summary() -> None:
   config = cli.config_value(flags.FLAGS['config'])
   if flags.FLAGS.batch_size:
     config = config_lib.override(config, batch_size=int(flags.FLAGS.batch_size))
@@ -118,7 +117,6 @@ def _summary(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   cli.define_config_flag(argv)
   flags.DEFINE_integer('batch_size', None, 'global batch size of the measured training step '
