@@ -111,22 +111,19 @@ def command(argv: Sequence[str]) -> dict[str, Any] | None:
   args = parser.parse_args(argv)
   seeds = _numbers(args.seeds, int, 'seeds')
   lra = args.benchmark == 'lra'
+  settings: dict[str, Any] = dict(size=args.size, overrides=args.set, configs_dir=args.configs_dir)
   if lra:
     tasks = _names(args.task, TASKS, 'task')
     families = _names(args.families or 'all', FAMILIES, 'families')
+    settings.update(seeds=seeds, spt=args.spt, pretrain_steps=args.spt_steps,
+                    finetune_steps=args.finetune_steps, objective=args.spt_objective)
   else:
     tasks = _names(args.task, GLUE_TASKS, 'task')
     families = _names(args.families or 'ponet', GLUE_FAMILIES, 'families')
+    settings.update(batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
+                    learning_rates=_numbers(args.learning_rates, float, 'learning_rates'))
   if args.dry_run:
-    lines = (plan(tasks, families, args.workdir, seeds=seeds, size=args.size, overrides=args.set,
-                  configs_dir=args.configs_dir, spt=args.spt, pretrain_steps=args.spt_steps,
-                  finetune_steps=args.finetune_steps, objective=args.spt_objective)
-             if lra else
-             glue_plan(tasks, families, args.workdir,
-                       batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
-                       learning_rates=_numbers(args.learning_rates, float, 'learning_rates'),
-                       size=args.size, overrides=args.set, configs_dir=args.configs_dir))
-    print('\n'.join(lines))
+    print('\n'.join((plan if lra else glue_plan)(tasks, families, args.workdir, **settings)))
     return None
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
   from poolformers_jax import cli
@@ -137,18 +134,10 @@ def command(argv: Sequence[str]) -> dict[str, Any] | None:
   command_line = 'python -m poolformers_jax.reproduce ' + ' '.join(argv)
   try:
     if not lra:
-      results = reproduce_glue(tasks, families, args.workdir,
-                               batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
-                               learning_rates=_numbers(args.learning_rates, float,
-                                                       'learning_rates'),
-                               size=args.size, overrides=args.set, configs_dir=args.configs_dir,
-                               command=command_line)
+      results = reproduce_glue(tasks, families, args.workdir, command=command_line, **settings)
       print(tables.glue_markdown(results))
       return results
-    results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
-                            overrides=args.set, configs_dir=args.configs_dir, command=command_line,
-                            spt=args.spt, pretrain_steps=args.spt_steps,
-                            finetune_steps=args.finetune_steps, objective=args.spt_objective)
+    results = reproduce_lra(tasks, families, args.workdir, command=command_line, **settings)
   except RunStopped as stopped:   # not a traceback: nothing went wrong
     raise SystemExit(f'stopped: {stopped}') from None
   print(tables.markdown(results))
