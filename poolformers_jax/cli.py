@@ -20,9 +20,10 @@ from poolformers_jax.trainer import host_memory, sharding
 
 def define_flags() -> None:
   """The flags every absl program shares: --verbose_errors and the multi-process ones."""
-  errors.define_flags()
   if 'distributed' in flags.FLAGS:
     return
+  flags.DEFINE_bool('verbose_errors', False,
+                    'Show the traceback of an error instead of its one line.')
   flags.DEFINE_enum(
       'distributed', 'auto', list(sharding.DISTRIBUTED_MODES),
       'Multi-process run: auto = when the flags below / JAX_* variables are set or jax detects a '
@@ -45,7 +46,8 @@ def define_trust_imports_flag() -> None:
 _OPEN_OVERRIDES: dict[str, dict[str, object]] = {}
 
 
-def _literal(text: str) -> object:
+def literal(text: str) -> object:
+  """A flag's or --set's value: a Python literal, else the text itself."""
   try:
     return ast.literal_eval(text)
   except (ValueError, SyntaxError):
@@ -60,7 +62,7 @@ def _take_open_overrides(argv: Sequence[str], flag_name: str = 'config'):
     if argv[i].startswith(prefix) and config_lib.is_open_key(key) and (eq or i + 1 < len(argv)):
       if not eq:
         i, value = i + 1, argv[i + 1]
-      taken[key] = _literal(value)
+      taken[key] = literal(value)
     else:
       rest.append(argv[i])
     i += 1
