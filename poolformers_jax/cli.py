@@ -69,14 +69,6 @@ def _take_open_overrides(argv: Sequence[str], flag_name: str = 'config'):
   return rest, taken
 
 
-def key_flags_of(module_name: str) -> None:
-  """The flags `module_name` (a program) defined are its key flags in --help / --helpshort
-  (absl lists the key flags of sys.argv[0], the script run, e.g. train.py), --config with them."""
-  own = flags.FLAGS.get_key_flags_for_module(module_name)
-  for flag in own + ([flags.FLAGS['config']] if 'config' in flags.FLAGS else []):
-    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
-
-
 def define_config_flag(argv: Sequence[str] | None) -> None:
   """The programs' --config (ml_collections' config_flags, locked). config_flags defines a flag
   for every --config.<key> of argv it is given: not for the *_kwargs ones (config_value adds
@@ -163,10 +155,9 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
 
 
 def _stray_arguments(argv: Sequence[str], stray: Sequence[str]) -> str:
-  spec = _config_spec(argv)
-  after_config = spec is not None and list(argv).index(spec) + 1 < len(argv) and (
-      argv[list(argv).index(spec) + 1] == stray[0])
-  if spec is not None and after_config and ':' not in spec:
+  spec, argv = _config_spec(argv), list(argv)
+  follows = spec in argv and argv[argv.index(spec) + 1:][:1] == [stray[0]]   # --config FILE WORD
+  if spec is not None and follows and ':' not in spec:
     return (f'unexpected argument {stray[0]!r} after --config {spec}: the words go after a colon, '
             f'without a space: --config {spec}:{stray[0]}')
   return (f'unexpected arguments {list(stray)}: every option is a flag (--name=value); '
@@ -221,7 +212,11 @@ def start(module_name: str, work: Callable[[], None], argv: Sequence[str] | None
   program defines none): `required` flags, the program's key flags, the process settings
   (runtime.configure_program), then `work()` inside `_run_program`."""
   flags.mark_flags_as_required(list(required))
-  key_flags_of(module_name)
+  # --help lists the key flags of sys.argv[0], the script run (e.g. train.py): the program's own
+  # and --config.
+  own = flags.FLAGS.get_key_flags_for_module(module_name)
+  for flag in own + ([flags.FLAGS['config']] if 'config' in flags.FLAGS else []):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
   runtime.configure_program()
   app.run(functools.partial(_run_program, work), argv=None if argv is None else list(argv),
           flags_parser=parse_flags)
