@@ -220,17 +220,15 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   config_sha256 = config_lib.record_run(config, workdir, write=jax.process_index() == 0)
   train_iter = data.make_train_iterator(setup.data, batch_size=setup.batch_size,
                                         seed=int(config.seed), **process_slice())
-  validation_stream = None
-  if config.eval_num_batches > 0:
-    validation_stream = data.make_eval_stream(setup.data, 'validation', setup.eval_batch_size,
+  validation_stream = (data.make_eval_stream(setup.data, 'validation', setup.eval_batch_size,
                                               seed=config.seed + 1, **process_slice())
+                       if config.eval_num_batches > 0 else None)
   data_position = data.Streams(train=train_iter, validation=validation_stream)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.keep_checkpoints,
                                              best_metric=config.best_metric,
                                              best_mode=config.best_mode,
                                              config_sha256=config_sha256)
-  rng = jax.random.PRNGKey(config.seed)
-  init_rng, dropout_rng = jax.random.split(rng)
+  init_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   try:
     resumed = checkpointer.restore_for_resume(setup.abstract_state, data_position,
                                               start_over=start_over)
