@@ -92,8 +92,7 @@ def config_value(holder):
   except OSError as error:
     cause = error.__cause__ or error.__context__ or error
     raise ValueError(f'cannot load the --config file: {errors.one_line(str(cause))}; check its '
-                     'path '
-                     '(e.g. configs/lra_listops.py)') from None
+                     'path (e.g. configs/lra_listops.py)') from None
 
 
 def _config_spec(argv: Sequence[str]) -> str | None:
