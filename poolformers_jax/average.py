@@ -57,14 +57,12 @@ def average_checkpoints(workdir: str, last: int | None = None, config=None, *,
   return {'step': int(steps[-1]), 'averaged_steps': [int(s) for s in steps]}
 
 
-def _average(argv: Sequence[str]) -> None:
-  del argv   # stray arguments were refused by cli.parse_flags
+def _average() -> None:
   print(json.dumps(average_checkpoints(flags.FLAGS.workdir, flags.FLAGS.last,
                                       trust_imports=flags.FLAGS.trust_imports)), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_integer('last', None, 'Average the last N checkpoints (default: all kept).')

@@ -20,9 +20,10 @@ from poolformers_jax.trainer import host_memory, sharding
 
 def define_flags() -> None:
   """The flags every absl program shares: --verbose_errors and the multi-process ones."""
-  errors.define_flags()
   if 'distributed' in flags.FLAGS:
     return
+  flags.DEFINE_bool('verbose_errors', False,
+                    'Show the traceback of an error instead of its one line.')
   flags.DEFINE_enum(
       'distributed', 'auto', list(sharding.DISTRIBUTED_MODES),
       'Multi-process run: auto = when the flags below / JAX_* variables are set or jax detects a '
@@ -45,7 +46,8 @@ def define_trust_imports_flag() -> None:
 _OPEN_OVERRIDES: dict[str, dict[str, object]] = {}
 
 
-def _literal(text: str) -> object:
+def literal(text: str) -> object:
+  """A flag's or --set's value: a Python literal, else the text itself."""
   try:
     return ast.literal_eval(text)
   except (ValueError, SyntaxError):
@@ -60,19 +62,11 @@ def _take_open_overrides(argv: Sequence[str], flag_name: str = 'config'):
     if argv[i].startswith(prefix) and config_lib.is_open_key(key) and (eq or i + 1 < len(argv)):
       if not eq:
         i, value = i + 1, argv[i + 1]
-      taken[key] = _literal(value)
+      taken[key] = literal(value)
     else:
       rest.append(argv[i])
     i += 1
   return rest, taken
-
-
-def key_flags_of(module_name: str) -> None:
-  """The flags `module_name` (a program) defined are its key flags in --help / --helpshort
-  (absl lists the key flags of sys.argv[0], the script run, e.g. train.py), --config with them."""
-  own = flags.FLAGS.get_key_flags_for_module(module_name)
-  for flag in own + ([flags.FLAGS['config']] if 'config' in flags.FLAGS else []):
-    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
 
 
 def define_config_flag(argv: Sequence[str] | None) -> None:
@@ -98,8 +92,7 @@ def config_value(holder):
   except OSError as error:
     cause = error.__cause__ or error.__context__ or error
     raise ValueError(f'cannot load the --config file: {errors.one_line(str(cause))}; check its '
-                     'path '
-                     '(e.g. configs/lra_listops.py)') from None
+                     'path (e.g. configs/lra_listops.py)') from None
 
 
 def _config_spec(argv: Sequence[str]) -> str | None:
@@ -161,10 +154,9 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
 
 
 def _stray_arguments(argv: Sequence[str], stray: Sequence[str]) -> str:
-  spec = _config_spec(argv)
-  after_config = spec is not None and list(argv).index(spec) + 1 < len(argv) and (
-      argv[list(argv).index(spec) + 1] == stray[0])
-  if spec is not None and after_config and ':' not in spec:
+  spec, argv = _config_spec(argv), list(argv)
+  follows = spec in argv and argv[argv.index(spec) + 1:][:1] == [stray[0]]   # --config FILE WORD
+  if spec is not None and follows and ':' not in spec:
     return (f'unexpected argument {stray[0]!r} after --config {spec}: the words go after a colon, '
             f'without a space: --config {spec}:{stray[0]}')
   return (f'unexpected arguments {list(stray)}: every option is a flag (--name=value); '
@@ -199,26 +191,31 @@ def quiet_library_logs() -> None:
     handler.addFilter(quiet)
 
 
-def _run_program(work: Callable[[Sequence[str]], None], argv: Sequence[str]) -> None:
-  """`work(argv)` between the multi-process start and end, under the error contract
-  (stray arguments were refused by parse_flags)."""
+def _run_program(work: Callable[[], None], argv: Sequence[str]) -> None:
+  """`work()` between the multi-process start and end, under the error contract (parse_flags
+  refused stray arguments: `argv` is the program's name only)."""
+  del argv
   with errors.reported_in_one_line():
     quiet_library_logs()
     host_memory.keep_freed_memory()   # before XLA and the data threads allocate (its docstring)
     sharding.maybe_initialize_distributed(flags.FLAGS.distributed,
                                           flags.FLAGS.coordinator_address,
                                           flags.FLAGS.num_processes, flags.FLAGS.process_id)
-    work(argv)
+    work()
     sharding.shutdown_distributed()
 
 
-def start(module_name: str, work: Callable[[Sequence[str]], None], argv: Sequence[str] | None,
+def start(module_name: str, work: Callable[[], None], argv: Sequence[str] | None,
           required: Sequence[str]) -> None:
-  """The end of every program's `main`, after it defined its flags: `required` flags, the
-  program's key flags, the process settings (runtime.configure_program), then `work(argv)`
-  inside `_run_program`."""
+  """The end of every program's `main`, after it defined its flags (in `main`, so importing a
+  program defines none): `required` flags, the program's key flags, the process settings
+  (runtime.configure_program), then `work()` inside `_run_program`."""
   flags.mark_flags_as_required(list(required))
-  key_flags_of(module_name)
+  # --help lists the key flags of sys.argv[0], the script run (e.g. train.py): the program's own
+  # and --config.
+  own = flags.FLAGS.get_key_flags_for_module(module_name)
+  for flag in own + ([flags.FLAGS['config']] if 'config' in flags.FLAGS else []):
+    flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)
   runtime.configure_program()
   app.run(functools.partial(_run_program, work), argv=None if argv is None else list(argv),
           flags_parser=parse_flags)

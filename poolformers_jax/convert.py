@@ -14,21 +14,16 @@ Sources (the format is read from the names):
 - HVT release checkpoints (MonashAI/HVT, `{'model': state_dict, 'args': ...}` `.pth`, or the same
   state dict as `.safetensors`): a block that pools carries its stage's `blocks.<i>.pos_embed`.
 
-PoNet back to Hugging Face (model.safetensors + config.json + README.md, the official names,
-loaded by the official `PoNetForPreTraining` / `PoNetForSequenceClassification` and by
-`config.init_from`):
+PoNet back to Hugging Face (model.safetensors + config.json + README.md, the official names;
+docs/results/ponet_transfer.md):
     python -m poolformers_jax.convert --to hf --source runs/ponet_pretrain \
         --workdir runs/ponet_pretrain_hf
 The architecture is the run's own (DIR/config.json); a run directory exports its best checkpoint,
-else its latest. An NSP sentence head (2 classes) is refused (the official class has a 3-class
-one); --drop_sentence_head exports the rest. The folder records the run, checkpoint, step and
-commit. Call the exported model with `token_type_ids` (ours derives them from [SEP], the official
-code defaults to zeros): docs/results/ponet_transfer.md.
+else its latest; an NSP sentence head (2 classes) is refused unless --drop_sentence_head.
 
 Every tensor must land on a parameter of the same shape and every parameter must be filled, else
-the error names what differs. The checkpoint is a train state at step 0 (a fresh optimizer
-state) in DIR/checkpoints/0, the layout training writes, so eval.py, `config.init_from=DIR` and a
-training run in DIR all read it. The name mappings and the reader live in `poolformers_jax.weights`.
+the error names what differs. The checkpoint is a train state at step 0 in DIR/checkpoints/0, the
+layout training writes. The name mappings and the reader live in `poolformers_jax.weights`.
 """
 from __future__ import annotations
 
@@ -41,7 +36,6 @@ from poolformers_jax.weights import ponet as ponet_conversion
 from poolformers_jax.weights.state_dict import ConversionError, read_state_dict
 from poolformers_jax.weights.timm import model_params_of
 
-# ---------------------------------------------------------------- writing our checkpoint
 
 def write_checkpoint(config, params: dict[str, Any], workdir: str) -> str:
   """A train state at step 0 with `params` into DIR/checkpoints/0 (+ DIR/config.json)."""
@@ -145,9 +139,8 @@ with `token_type_ids`: poolformers_jax derives them from [SEP] (0 up to and incl
 def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = False,
               trust_imports: bool = False) -> dict[str, Any]:
   """Our PoNet checkpoint (a workdir or DIR/checkpoints/<step>) -> a Hugging Face folder that the
-  official modeling code loads; the model is the run's (config.with_run_model; the run's
-  `config.imports` only with `trust_imports`). Returns what was written: folder, run,
-  checkpoint, step, commit, heads (also in config.json and README.md)."""
+  official modeling code loads; the model is the run's. Returns what was written (also in the
+  folder's config.json and README.md)."""
   from poolformers_jax import config as config_lib
   from poolformers_jax.experiments.runs import git_commit
   from poolformers_jax.trainer import init_from
@@ -171,11 +164,10 @@ def export_hf(config, source: str, folder: str, *, drop_sentence_head: bool = Fa
   return {'hf_folder': os.path.abspath(folder), **record}
 
 
-def _convert(argv: Sequence[str]) -> None:
+def _convert() -> None:
   from absl import flags  # pylint: disable=g-import-not-at-top
 
   from poolformers_jax import cli  # pylint: disable=g-import-not-at-top
-  del argv   # stray arguments were refused by cli.parse_flags
   config = cli.config_value(flags.FLAGS['config']) if flags.FLAGS['config'].present else None
   if flags.FLAGS.to == 'hf':
     print(json.dumps(export_hf(config, flags.FLAGS.source, flags.FLAGS.workdir,
@@ -190,7 +182,6 @@ def _convert(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   from absl import flags  # pylint: disable=g-import-not-at-top
 
   from poolformers_jax import cli  # pylint: disable=g-import-not-at-top

@@ -4,13 +4,11 @@ benchmarks): bad input ends as one stderr line, before anything is compiled, wit
     error: <what is wrong>; <what to do>
 
 and a diverged run (non-finite loss) likewise with exit code 1; a fault of the machine
-(`MachineFault`: a full disk, a lost process, a step larger than the memory; docs/training.md,
-"When the machine fails") likewise, naming the fault and the way out, with exit code 3 (a
-damaged or truncated data file, `DataFault`, too);
-`--verbose_errors` shows the traceback instead. The standard library only (absl when a program
-runs), so a tool fails before it imports jax; importing it defines no absl flag (the programs call
-`define_flags`). absl mains run inside `reported_in_one_line` (`cli.start`); argparse mains use
-`ArgumentParser` and `one_line_errors`.
+(`MachineFault`: a full disk, a lost process, a step larger than the memory, a damaged data file;
+docs/training.md, "When the machine fails") likewise, naming the fault and the way out, with exit
+code 3; `--verbose_errors` shows the traceback instead. The standard library only, so a tool fails
+before it imports jax. absl mains run inside `reported_in_one_line` (`cli.start`); argparse mains
+use `ArgumentParser` and `one_line_errors`.
 """
 from __future__ import annotations
 
@@ -113,19 +111,6 @@ def writing(what: str, directory: str, todo: str | None = None) -> Iterator[None
     raise DiskFull(what, directory, **({'todo': todo} if todo else {})) from error
 
 
-def _absl_flags():
-  """absl's flags module when absl is imported (a program runs), else None."""
-  return sys.modules.get('absl.flags')
-
-
-def define_flags() -> None:
-  """Defines --verbose_errors for an absl program (once per process)."""
-  from absl import flags  # pylint: disable=g-import-not-at-top
-  if 'verbose_errors' not in flags.FLAGS:
-    flags.DEFINE_bool('verbose_errors', False,
-                      'Show the traceback of an error instead of its one line.')
-
-
 def one_line(message: str) -> str:
   """A message as one line; one that embeds a traceback (config_flags does) -> its last line."""
   lines = [line.strip() for line in str(message).splitlines() if line.strip()]
@@ -148,7 +133,7 @@ def fail(message: str, code: int = 2, at_once: bool = False) -> NoReturn:
 
 def verbose() -> bool:
   """Whether --verbose_errors was given (absl flag, or an argparse tool's argument)."""
-  flags = _absl_flags()
+  flags = sys.modules.get('absl.flags')   # imported when an absl program runs
   if (flags is not None and flags.FLAGS.is_parsed() and 'verbose_errors' in flags.FLAGS
       and flags.FLAGS.verbose_errors):
     return True
@@ -159,7 +144,7 @@ def verbose() -> bool:
 def reported_in_one_line() -> Iterator[None]:
   """Input errors raised inside -> one stderr line + exit 2; a diverged run -> exit 1; a fault
   of the machine (a full disk anywhere: `is_disk_full`) -> exit 3."""
-  flags = _absl_flags()
+  flags = sys.modules.get('absl.flags')
   flag_errors = (flags.Error,) if flags is not None else ()
   try:
     yield

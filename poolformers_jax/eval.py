@@ -4,30 +4,18 @@ r"""Evaluate a run's checkpoint: `evaluate(config, workdir)`, and the program th
         [--checkpoint best|latest|averaged|STEP] [--split validation|test] [--batch_size N]
         [--config.k=v ...] [--trust_imports] (or `python eval.py ...`, `poolformers-jax eval ...`)
 
-prints one JSON line of metrics (and logs them rounded, `format_metrics`) and writes
-DIR/eval/<split>.json (DIR/eval/<split>.data-<hash>.json when the data settings differ from the
-run's; on a full disk the metrics are printed all the same, then `error: disk full: ...`, exit
-code 3). The model is always the run's
-(DIR/config.json): without --config the run's whole config is used (the modules its
-config.imports names are imported only with --trust_imports: a run directory runs no code
-unasked), and a --config whose model differs is refused naming the differing keys (data settings
-may differ: another test file, say). The checkpoint is verified against its integrity record; a
-damaged or mismatched one, or any other bad input, ends as `error: ...` with exit code
-2 (--verbose_errors: traceback). Multi-process flags as train (--distributed,
---coordinator_address, ...).
+prints one JSON line of metrics and writes DIR/eval/<split>.json (DIR/eval/<split>.data-<hash>.json
+when the data settings differ from the run's). The model is always the run's (DIR/config.json):
+without --config the run's whole config is used (its config.imports imported only with
+--trust_imports), and a --config whose model differs is refused naming the differing keys (data
+settings may differ: another test file, say). Errors and multi-process flags as train's.
 
-Evaluation is exact: the data layer pads the last batch with examples whose `mask` is False; the
-task sums weight them by 0, and the sums are divided once at the end. So the counts and the
-accuracy depend neither on the batch size nor on the number of devices or processes; the batch
-sums are added in float64 on the host, so the loss is exact up to the float32 rounding of each
-batch's sum (~1e-7 relative between batch sizes).
-
-Two settings of the LRA reference protocol (docs/papers/lra.md) change what is evaluated, not how:
-`config.test_drop_last` evaluates test on the first N - N % (eval batch size) examples only (a
-DataLoader's drop_last), and the training loop may pass `batches` (config.eval_num_batches
-batches of the endless validation stream) instead of one pass over the split.
-With config.length_buckets the same examples are evaluated length-sorted, each batch cut to its
-longest example's bucket (trainer/length_buckets.py): the sums are the same to float rounding.
+Evaluation is exact: the last batch is padded with examples whose `mask` is False, weighted 0 in
+the task's sums, and the sums (float64 on the host) are divided once at the end, so the metrics
+depend neither on the batch size nor on the number of devices or processes (the loss to the
+float32 rounding of each batch's sum). `config.test_drop_last` evaluates test on the first
+N - N % (eval batch size) examples only (the LRA reference protocol's DataLoader); with
+config.length_buckets the examples are evaluated length-sorted (trainer/length_buckets.py).
 """
 from __future__ import annotations
 
@@ -144,15 +132,9 @@ def evaluate(config: ml_collections.ConfigDict | None, workdir: str, *,
              checkpoint: str | int = 'best', split: str = 'test',
              batch_size: int | None = None, trust_imports: bool = False) -> dict[str, Any]:
   """Restores `checkpoint` ('best' | 'latest' | 'averaged' | step) from `workdir` and evaluates
-  on `split`. The model is the run's (config.with_run_model): `config` None evaluates
-  with the run's own config.json (whose `config.imports` are imported only with
-  `trust_imports`: config.run_config); a `config` whose model differs is refused.
-
-  Returns the metrics (plus 'step', 'checkpoint' and 'split') and writes them to
-  DIR/eval/<split>.json (translation: the hypotheses to DIR/eval/<split>.hyp.txt). With data
-  settings other than the run's (another test file, say), the record is
-  DIR/eval/<split>.data-<hash>.json with those settings in 'data_changes'.
-  """
+  on `split` as the module docstring says (`config` None: the run's own). Returns the metrics
+  (plus 'step', 'checkpoint', 'split', and 'data_changes' for other data settings), written to
+  DIR/eval/<split>.json (translation: the hypotheses to DIR/eval/<split>.hyp.txt)."""
   if config is None:
     config = config_lib.run_config(workdir, trust_imports=trust_imports)
   config, setup = setup_with_config(config, run_dir=workdir)
@@ -177,8 +159,7 @@ def evaluate(config: ml_collections.ConfigDict | None, workdir: str, *,
   return metrics
 
 
-def _evaluate(argv: Sequence[str]) -> None:
-  del argv   # stray arguments were refused by cli.parse_flags
+def _evaluate() -> None:
   given = flags.FLAGS['config'].present
   config = cli.config_value(flags.FLAGS['config']) if given else None
   try:
@@ -194,7 +175,6 @@ def _evaluate(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   cli.define_config_flag(argv)
   flags.DEFINE_string('workdir', None, 'The training run directory.')

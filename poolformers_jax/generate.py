@@ -18,8 +18,7 @@ from poolformers_jax import cli
 from poolformers_jax.run import load_run
 
 
-def _generate(argv: Sequence[str]) -> None:
-  del argv   # stray arguments were refused by cli.parse_flags
+def _generate() -> None:
   run = load_run(flags.FLAGS.workdir, flags.FLAGS.checkpoint,
                  trust_imports=flags.FLAGS.trust_imports)
   text = run.generate(flags.FLAGS.prompt, flags.FLAGS.num_tokens,
@@ -30,7 +29,6 @@ def _generate(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory (a character LM).')
   flags.DEFINE_string('checkpoint', 'best', "'best', 'latest' or a step number.")

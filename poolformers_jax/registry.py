@@ -1,21 +1,14 @@
 """The registration pattern: a `Registry` per kind, filled by decoration alone.
 
-    @register_model('vit')                           # register_model = MODELS.register
-    def build_vit(cfg): ...
     @register_mixer('ponet')                         # register_mixer = MIXERS.register
     class PoNet(nn.Module): ...
     register_dataset('listops', DatasetSpec(...))    # a value that is not a def/class
     MODELS['vit'], 'ponet' in MIXERS, sorted(DATASETS)
 
 The first read of a registry imports every module of its kind's subpackage (`PACKAGES`) whose
-text calls `register_<kind>(`, so a new paper's mixer, model or dataset is its own file and nothing
-else. The walk is installed by poolformers_jax/__init__.py, above every kind, so no import cycle
-runs through the registry. From outside the package: `config.imports` names the user's modules
-('my_mixers,lab.models'), and an installed distribution declares entry points (each names a
-module):
-
-    [project.entry-points."poolformers_jax.mixers"]
-    my_mixer = "my_package.my_mixer"
+text calls `register_<kind>(` (docs/design.md, "Registries"); from outside the package,
+`config.imports` names the user's modules and installed distributions declare entry points
+(`ENTRY_POINT_GROUPS`, docs/install.md).
 """
 from __future__ import annotations
 

@@ -12,12 +12,9 @@ time over every invocation, peak memory, device, seeds, git commit) and curves.p
 (validation accuracy against step). A task whose data is missing is reported with what to do.
 
 `--spt` adds self-pretraining (Amos et al. 2024, data/masking.py) beside every run: the `spt`
-config (masked tokens of the task's own training inputs) in WORKDIR/<task>/<family>/spt_seed<s>/
-pretrain, then the task's config fine-tuned from its best checkpoint (init_from; the classifier
-head new) in .../finetune; results.md then has a second table, scratch and self-pretrained side
-by side. --spt_steps / --finetune_steps set each stage's steps (e.g. half the task's each, for
-the same total as scratch). `--spt_objective causal` pre-trains by next-token prediction instead
-(the `spt_causal` config: the same encoder with causal mixers), in .../spt_causal_seed<s>/.
+config (masked tokens of the task's own inputs; `--spt_objective causal`: next tokens, the
+`spt_causal` config) in WORKDIR/<task>/<family>/spt_seed<s>/pretrain, then the task's config
+fine-tuned from its best checkpoint in .../finetune; results.md then has a second table.
 
 The GLUE table of PoNet's slides: the paper's grid per task, the best run on dev.
 
@@ -25,11 +22,10 @@ The GLUE table of PoNet's slides: the paper's grid per task, the best run on dev
       --set init_from=runs/ponet_pretrain [--families ponet|bert] [--batch_sizes 8,16,32,64,128] \
       [--learning_rates 3e-5,5e-5,1e-4,3e-4] [--size full|small|tiny]
 
-Every (batch size, learning rate) of the grid trains configs/glue.py:<task>,<family> in
-WORKDIR/glue/<family>/<task>/b<batch>_lr<lr> (4 epochs). A run's dev score is its best validation
-evaluation of the task's metric; the task's result is the run with the highest. MNLI's mismatched
-accuracy is the test split (validation mismatched) of the same best checkpoint. Written:
-WORKDIR/glue_results.md (ours beside the slides' PoNet-Base and BERT-Base) and glue_results.json.
+Every (batch size, learning rate) trains configs/glue.py:<task>,<family> in
+WORKDIR/glue/<family>/<task>/b<batch>_lr<lr>; the task's result is the run with the best dev score
+(MNLI's mismatched accuracy: the test split of the same checkpoint), in WORKDIR/glue_results.md
+(beside the slides' PoNet-Base and BERT-Base) and glue_results.json.
 
 The work is done in poolformers_jax/experiments/; this module is the program's arguments.
 """
@@ -111,22 +107,19 @@ def command(argv: Sequence[str]) -> dict[str, Any] | None:
   args = parser.parse_args(argv)
   seeds = _numbers(args.seeds, int, 'seeds')
   lra = args.benchmark == 'lra'
+  settings: dict[str, Any] = dict(size=args.size, overrides=args.set, configs_dir=args.configs_dir)
   if lra:
     tasks = _names(args.task, TASKS, 'task')
     families = _names(args.families or 'all', FAMILIES, 'families')
+    settings.update(seeds=seeds, spt=args.spt, pretrain_steps=args.spt_steps,
+                    finetune_steps=args.finetune_steps, objective=args.spt_objective)
   else:
     tasks = _names(args.task, GLUE_TASKS, 'task')
     families = _names(args.families or 'ponet', GLUE_FAMILIES, 'families')
+    settings.update(batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
+                    learning_rates=_numbers(args.learning_rates, float, 'learning_rates'))
   if args.dry_run:
-    lines = (plan(tasks, families, args.workdir, seeds=seeds, size=args.size, overrides=args.set,
-                  configs_dir=args.configs_dir, spt=args.spt, pretrain_steps=args.spt_steps,
-                  finetune_steps=args.finetune_steps, objective=args.spt_objective)
-             if lra else
-             glue_plan(tasks, families, args.workdir,
-                       batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
-                       learning_rates=_numbers(args.learning_rates, float, 'learning_rates'),
-                       size=args.size, overrides=args.set, configs_dir=args.configs_dir))
-    print('\n'.join(lines))
+    print('\n'.join((plan if lra else glue_plan)(tasks, families, args.workdir, **settings)))
     return None
   logging.basicConfig(level=logging.INFO, format='%(asctime)s %(name)s %(message)s')
   from poolformers_jax import cli
@@ -137,18 +130,10 @@ def command(argv: Sequence[str]) -> dict[str, Any] | None:
   command_line = 'python -m poolformers_jax.reproduce ' + ' '.join(argv)
   try:
     if not lra:
-      results = reproduce_glue(tasks, families, args.workdir,
-                               batch_sizes=_numbers(args.batch_sizes, int, 'batch_sizes'),
-                               learning_rates=_numbers(args.learning_rates, float,
-                                                       'learning_rates'),
-                               size=args.size, overrides=args.set, configs_dir=args.configs_dir,
-                               command=command_line)
+      results = reproduce_glue(tasks, families, args.workdir, command=command_line, **settings)
       print(tables.glue_markdown(results))
       return results
-    results = reproduce_lra(tasks, families, args.workdir, seeds=seeds, size=args.size,
-                            overrides=args.set, configs_dir=args.configs_dir, command=command_line,
-                            spt=args.spt, pretrain_steps=args.spt_steps,
-                            finetune_steps=args.finetune_steps, objective=args.spt_objective)
+    results = reproduce_lra(tasks, families, args.workdir, command=command_line, **settings)
   except RunStopped as stopped:   # not a traceback: nothing went wrong
     raise SystemExit(f'stopped: {stopped}') from None
   print(tables.markdown(results))

@@ -88,16 +88,14 @@ def router_load(run, split: str = 'test', num_batches: int | None = None,
   return {'layers': layers, 'split': split, 'step': run.step, 'checkpoint': run.checkpoint}
 
 
-def _print_load(argv: Sequence[str]) -> None:
+def _print_load() -> None:
   from poolformers_jax.run import load_run  # pylint: disable=g-import-not-at-top
-  del argv   # stray arguments were refused by cli.parse_flags
   f = flags.FLAGS
   run = load_run(f.workdir, f.checkpoint, trust_imports=f.trust_imports)
   print(json.dumps(router_load(run, f.split, f.num_batches, f.batch_size)), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory (an AdaMRA run).')
   flags.DEFINE_string('checkpoint', 'best', "'best', 'latest', 'averaged' or a step number.")

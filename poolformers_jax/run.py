@@ -62,10 +62,8 @@ def _mesh_for(config):
 def load_run(workdir: str, checkpoint: str | int = 'best', *,
              trust_imports: bool = False) -> Run:
   """The run trained in `workdir` at `checkpoint` ('best' | 'latest' | 'averaged' | a step),
-  restored onto the devices at hand. A run directory runs no code on load: a run whose config
-  names modules (`config.imports`) loads only when they are imported already, or with
-  `trust_imports=True` (then they are imported: config.run_config, as every program that reads a
-  run does with --trust_imports)."""
+  restored onto the devices at hand. A run directory runs no code on load: the modules its config
+  names (`config.imports`) must be imported already, or are imported with `trust_imports=True`."""
   from poolformers_jax import config as config_lib
   from poolformers_jax.trainer import checkpoint as checkpoint_lib
   from poolformers_jax.trainer.setup import setup_with_config
@@ -156,9 +154,8 @@ class Run:
     """The model's input arrays of `raw_inputs`, stacked (e.g. {'inputs': [N, max_length]}), made
     by the dataset's preprocessing as evaluation makes them (no augmentation)."""
     examples = self._examples(raw_inputs, too_long)
-    batch = {k: np.stack([e[k] for e in examples]) for k in examples[0]
-             if k not in ('targets', 'weights', 'last')}
-    return batch
+    return {k: np.stack([e[k] for e in examples]) for k in examples[0]
+            if k not in ('targets', 'weights', 'last')}
 
   # -- outputs ----------------------------------------------------------------------------------
   def _refuse(self, what: str) -> None:
@@ -205,8 +202,8 @@ class Run:
   def predict(self, raw_inputs: Sequence[Any], *, batch_size: int | None = None,
               too_long: str = 'error', **decode: Any):
     """classification / retrieval: class ids [N]; regression: scores [N]; lm: the probabilities
-    of the symbol after each text [N, vocab]; seq2seq: the translations (a list of str, through
-    the run's beam-search decoder; `decode`: beam_size, alpha, batch_tokens)."""
+    of the symbol after each text [N, vocab]; seq2seq: the translations (`decode`: beam_size,
+    alpha, batch_tokens)."""
     self._refuse('predictions')
     if self.setup.decoder is not None:   # a task that generates (translation) decodes
       if isinstance(raw_inputs, str):
@@ -219,8 +216,7 @@ class Run:
 
   def generate(self, prompt: str | bytes, num_tokens: int, *, temperature: float = 1.0,
                top_k: int | None = None, seed: int = 0) -> str:
-    """The `num_tokens` symbols a character LM writes after `prompt`, as text (enwik8: the
-    prompt's UTF-8 bytes, one token each; text8: ' ' and 'a'..'z'; data/text_lm.py).
+    """The `num_tokens` symbols a character LM writes after `prompt`, as text (data/text_lm.py).
     temperature 0: the most likely symbol each step; else a sample of softmax(logits /
     temperature) among the `top_k` most likely (None: all), the same for the same `seed`. The
     prompt may be longer than the run's max_length but for learned positions (their table)."""

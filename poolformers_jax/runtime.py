@@ -23,11 +23,9 @@ THREEFRY_RULES = {'unrolled': '_threefry2x32_lowering_rule',   # GPU / TPU's: on
 
 
 def use_cpu_when_no_tpu_chip() -> bool:
-  """Sets jax_platforms='cpu' when libtpu is installed but no TPU chip is attached; True if set.
-
-  libtpu is installed on CPU machines only to compile for TPU slices (`summary --topology`);
-  left alone, jax starts the TPU runtime there, which looks for TPU hosts and prints warnings.
-  Nothing is set when the user chose platforms, a GPU plugin is installed or jax has started."""
+  """Sets jax_platforms='cpu' when libtpu is installed (to compile for TPU slices: `summary
+  --topology`) but no TPU chip is attached, where jax would start the TPU runtime and warn; True if
+  set. Nothing is set when the user chose platforms, a GPU plugin is installed or jax started."""
   chosen = jax.config.jax_platforms  # type: ignore[attr-defined]  # jax's Config types no flags
   if os.environ.get('JAX_PLATFORMS') or chosen or importlib.util.find_spec('libtpu') is None:
     return False
@@ -52,11 +50,9 @@ def install_cpu_threefry_lowering(form: str = 'unrolled') -> bool:
   """Lowers jax's threefry hash for the CPU in `form` ('unrolled' or 'rolled'); True if installed.
 
   Dropout masks are threefry bits. For the CPU, jax lowers the hash's 20 rounds as a loop of 5
-  iterations over whole arrays, which XLA:CPU runs as 5 memory-bound passes per mask, unfused
-  with the mask's select (docs/results/ponet_speed.md). Unrolled (as for GPU and TPU), the hash is
-  one elementwise expression that fuses into its consumer: cheaper to run, slower to compile.
-  Every random bit is unchanged (tested). Applies to every program compiled afterwards in this
-  process; 'rolled' restores jax's own CPU lowering."""
+  passes over whole arrays, unfused with the mask's select (docs/results/ponet_speed.md);
+  unrolled (as for GPU and TPU) it is one expression that fuses into its consumer. Every random
+  bit is unchanged (tested). Applies to every program compiled afterwards in this process."""
   rule_name = THREEFRY_RULES[form]
   try:   # private API: no public one chooses a primitive's lowering
     from jax._src.interpreters import mlir  # pylint: disable=g-import-not-at-top

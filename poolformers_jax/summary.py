@@ -18,14 +18,9 @@ Fields:
   input length or H * W).
 The dataset's files are not needed (sizes from `DatasetSpec.shapes`).
 
-On accelerators this machine does not have (docs/accelerators.md):
-
-    python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --topology v5e:2x2
-    python -m poolformers_jax.summary --config configs/lra_listops.py:ponet --export_cuda step.mlir
-
---topology compiles the training and eval steps for that TPU slice (needs libtpu) and reports,
-per chip, memory against HBM, flops, bytes, collectives, step time and time to train.
---export_cuda writes the training step lowered for CUDA by `jax.export` (StableHLO text).
+On accelerators this machine does not have (docs/accelerators.md): --topology v5e:2x2 compiles
+the steps for that TPU slice (needs libtpu) and reports them per chip; --export_cuda FILE writes
+the training step lowered for CUDA by `jax.export` (StableHLO text).
 """
 from __future__ import annotations
 
@@ -47,7 +42,6 @@ from poolformers_jax.trainer.flops import (  # noqa: F401  (count_macs: this mod
 )
 from poolformers_jax.trainer.setup import make_setup, param_count, variables_of
 
-# ---------------------------------------------------------------- the summary
 
 def xla_forward_flops(model, variables, inputs) -> float:
   """XLA's cost_analysis() flops of one forward (lowered, not compiled)."""
@@ -90,8 +84,7 @@ def summarize(config, batch_size: int | None = None) -> dict[str, Any]:
   }
 
 
-def _summary(argv: Sequence[str]) -> None:
-  del argv   # stray arguments were refused by cli.parse_flags
+def _summary() -> None:
   config = cli.config_value(flags.FLAGS['config'])
   if flags.FLAGS.batch_size:
     config = config_lib.override(config, batch_size=int(flags.FLAGS.batch_size))
@@ -118,7 +111,6 @@ def _summary(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   cli.define_config_flag(argv)
   flags.DEFINE_integer('batch_size', None, 'global batch size of the measured training step '

@@ -1,34 +1,27 @@
 r"""Training: `train_and_evaluate(config, workdir)`, the training loop, and the program that runs
-it.
+it (docs/training.md says every setting and file).
 
     python -m poolformers_jax.train --config configs/<task>.py[:words] --workdir DIR [--config.k=v]
                                       (or `python train.py ...`, `poolformers-jax train ...`)
 
 --config is a config file, or a shipped one by name (`lra_listops:ponet,tiny`:
-`poolformers_jax.config.resolve`). A bad config, dataset or checkpoint ends as
-`error: ...` and exit code 2 (--verbose_errors for the traceback); a diverged run (non-finite
-loss) with exit code 1. Multi-process (--distributed=auto, the default): under SLURM, Open MPI, a
-Cloud TPU pod or Kubernetes jax finds the processes itself; elsewhere set JAX_COORDINATOR_ADDRESS,
-JAX_NUM_PROCESSES, JAX_PROCESS_ID (or --coordinator_address, --num_processes, --process_id) on
-every process. --distributed=off forces one process.
+`poolformers_jax.config.resolve`). Exit codes: 2 for bad input (one `error: ...` line;
+--verbose_errors for the traceback), 1 for a diverged run (non-finite loss), 3 for a fault of the
+machine (a full disk, a lost process, a step larger than the memory: trainer/faults.py).
+Multi-process (--distributed=auto, the default): under SLURM, Open MPI, a Cloud TPU pod or
+Kubernetes jax finds the processes itself; elsewhere set JAX_COORDINATOR_ADDRESS,
+JAX_NUM_PROCESSES, JAX_PROCESS_ID (or the flags of those names) on every process.
 
 The loop, per step: this process's slice of the batch -> global sharded arrays
 (config.length_buckets: length-grouped micro-batches) -> the training step (trainer/step.py,
 compiled before the first batch is read) with state and metric accumulator donated.
-Validation every `eval_every_steps` (the best checkpoint is kept) on the whole split, or with
-`eval_num_batches` > 0 on that many batches of an endless reshuffled validation stream whose
-position is checkpointed with the train iterator's (the LRA reference protocol); checkpoints every
-`checkpoint_every_steps` and at the end; resume from the newest checkpoint of DIR that verifies
-(damaged ones are moved to DIR/rejected); SIGTERM -> save and stop cleanly; a non-finite loss ->
-stop naming the step without saving (a checkpoint counts as good once the step after it was
-finite: Checkpointer.reject_unconfirmed); at the end the best checkpoint is evaluated on test.
-Every train record also says how the run uses the machine (FLOP/s, MFU, the wait for data,
-memory: trainer/utilisation.py); the writers are trainer/writers.py's.
-`num_train_steps=0` (a fresh run, e.g. from `init_from`): the initial state is evaluated on
-validation, saved as step 0 and tested. The progress bar moves at the steps that sync (log,
-validation, checkpoint): it counts finished steps, not dispatched ones. What the machine does
-wrong (a full disk, a lost process, a step larger than the memory) stops the run naming the
-fault, the checkpoint that stands and how to go on (exit code 3): trainer/faults.py.
+Validation every `eval_every_steps` (the best checkpoint is kept) on the whole split, or on
+`eval_num_batches` batches of an endless validation stream checkpointed with the train iterator
+(the LRA reference protocol); checkpoints every `checkpoint_every_steps` and at the end; resume
+from the newest checkpoint that verifies; SIGTERM saves and stops; a non-finite loss stops naming
+the step, saving nothing after it; at the end the best checkpoint is tested. The train records
+say how the run uses the machine (trainer/utilisation.py). `num_train_steps=0` (a fresh run, e.g.
+from `init_from`): the initial state is validated, saved as step 0 and tested.
 """
 from __future__ import annotations
 
@@ -147,8 +140,8 @@ def _summarize_train(setup: Setup, acc: dict[str, Any], seconds: float,
 def _non_finite_error(step: int, loss: float, *, unconfirmed: list[int],
                       last_good: int | None, latest_dir: str, rejected_dir: str,
                       resumed_from: int | None) -> NonFiniteLossError:
-  """The error of a non-finite step `step` (the unconfirmed checkpoints were moved aside before:
-  Checkpointer.reject_unconfirmed)."""
+  """The error of a non-finite step `step`, after its unconfirmed checkpoints were moved aside
+  (Checkpointer.reject_unconfirmed)."""
   what = (f'training loss is {loss} at step {step}' if not np.isfinite(loss) else
           f'the update of step {step} is not finite (loss {loss:.4g})')
   good = (f'the last good checkpoint is step {last_good} in {latest_dir}'
@@ -164,18 +157,6 @@ def _non_finite_error(step: int, loss: float, *, unconfirmed: list[int],
       f'{what}: stopped without saving anything after step {step - 1}; {good}. Causes to check: '
       f'the examples of step {step} (the data){resumed}, or a learning rate too high for this '
       'model without clipping (config.optimizer.grad_clip_norm).')
-
-
-def _stop_non_finite(acc: dict[str, Any], checkpointer: checkpoint_lib.Checkpointer,
-                     resumed_from: int | None) -> NonFiniteLossError:
-  """A non-finite step: moves the checkpoints it leaves unconfirmed aside ,
-  then returns the error that says so."""
-  step, loss = int(acc['first_bad_step']), float(acc['bad_loss'])
-  unconfirmed = checkpointer.reject_unconfirmed(step)
-  return _non_finite_error(step, loss, unconfirmed=unconfirmed,
-                           last_good=checkpointer.latest_step(),
-                           latest_dir=checkpointer.latest.directory,
-                           rejected_dir=checkpointer.rejected_dir, resumed_from=resumed_from)
 
 
 class _Profiler:
@@ -205,14 +186,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   evaluates.
 
   `start_over`: when every checkpoint of `workdir` is damaged, train from step 0 instead of
-  stopping with CheckpointError.
-  A workdir another live process trains is refused (run_lock.RunInProgressError)
-  before anything is read or compiled; process 0 holds the lock for the run.
-  `distributed`: None (the default) trains in the process(es) as they are, changing nothing
-  process-wide (the programs start a multi-process run from --distributed first); 'auto', 'on'
-  or 'off' starts one here first (sharding.maybe_initialize_distributed).
-  A full disk, a lost process or a step larger than the memory raises errors.MachineFault, one
-  line naming the fault, the checkpoint that stands and the way out (trainer/faults.py).
+  stopping with CheckpointError. A workdir another live process trains is refused
+  (run_lock.RunInProgressError) before anything is read or compiled. `distributed`: None trains
+  in the process(es) as they are; 'auto', 'on' or 'off' first starts a multi-process run
+  (sharding.maybe_initialize_distributed), as the programs do from --distributed. The machine's
+  faults raise errors.MachineFault (trainer/faults.py).
   """
   if distributed is not None:
     sharding.maybe_initialize_distributed(distributed)
@@ -242,17 +220,15 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
   config_sha256 = config_lib.record_run(config, workdir, write=jax.process_index() == 0)
   train_iter = data.make_train_iterator(setup.data, batch_size=setup.batch_size,
                                         seed=int(config.seed), **process_slice())
-  validation_stream = None
-  if config.eval_num_batches > 0:
-    validation_stream = data.make_eval_stream(setup.data, 'validation', setup.eval_batch_size,
+  validation_stream = (data.make_eval_stream(setup.data, 'validation', setup.eval_batch_size,
                                               seed=config.seed + 1, **process_slice())
+                       if config.eval_num_batches > 0 else None)
   data_position = data.Streams(train=train_iter, validation=validation_stream)
   checkpointer = checkpoint_lib.Checkpointer(workdir, keep=config.keep_checkpoints,
                                              best_metric=config.best_metric,
                                              best_mode=config.best_mode,
                                              config_sha256=config_sha256)
-  rng = jax.random.PRNGKey(config.seed)
-  init_rng, dropout_rng = jax.random.split(rng)
+  init_rng, dropout_rng = jax.random.split(jax.random.PRNGKey(config.seed))
   try:
     resumed = checkpointer.restore_for_resume(setup.abstract_state, data_position,
                                               start_over=start_over)
@@ -300,9 +276,15 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
     writer.start_clock()
 
     def check_finite(fetched=None):
+      """A non-finite step stops the run, the checkpoints it leaves unconfirmed moved aside."""
       fetched = fetched or {'first_bad_step': jax.device_get(acc['first_bad_step'])}
       if int(fetched['first_bad_step']):
-        raise _stop_non_finite(jax.device_get(acc), checkpointer, resumed_from)
+        bad = jax.device_get(acc)
+        bad_step = int(bad['first_bad_step'])
+        raise _non_finite_error(
+            bad_step, float(bad['bad_loss']), unconfirmed=checkpointer.reject_unconfirmed(bad_step),
+            last_good=checkpointer.latest_step(), latest_dir=checkpointer.latest.directory,
+            rejected_dir=checkpointer.rejected_dir, resumed_from=resumed_from)
 
     with _Preemption() as preemption:
       while step < total_steps:
@@ -378,8 +360,7 @@ def _train_and_evaluate(given: ml_collections.ConfigDict, workdir: str, *,
                      data_state=train_iter.get_state(), train_step_memory=memory)
 
 
-def _train(argv: Sequence[str]) -> None:
-  del argv   # stray arguments were refused by cli.parse_flags
+def _train() -> None:
   result = train_and_evaluate(cli.config_value(flags.FLAGS['config']), flags.FLAGS.workdir,
                               start_over=flags.FLAGS.start_over)
   logging.info('%s at step %d; validation: %s; test: %s', result.status, result.step,
@@ -387,7 +368,6 @@ def _train(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   cli.define_config_flag(argv)
   flags.DEFINE_string('workdir', None, 'Directory for checkpoints, metrics and config.json.')

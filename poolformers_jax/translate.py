@@ -32,8 +32,7 @@ def translate_file(workdir: str, lines: list[str], *, checkpoint: str = 'best',
   return load_run(workdir, checkpoint, trust_imports=trust_imports).predict(lines, **decode)
 
 
-def _translate(argv: Sequence[str]) -> None:
-  del argv   # stray arguments were refused by cli.parse_flags
+def _translate() -> None:
   source = sys.stdin if flags.FLAGS.input == '-' else open(flags.FLAGS.input, encoding='utf-8')
   with source:
     lines = [line.rstrip('\n') for line in source]
@@ -58,7 +57,6 @@ def _translate(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  """The program; its flags are defined here, so importing this module defines none."""
   cli.define_flags()
   flags.DEFINE_string('workdir', None, 'The training run directory.')
   flags.DEFINE_string('checkpoint', 'best',

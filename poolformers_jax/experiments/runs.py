@@ -2,7 +2,6 @@
 commit, device, peak memory, steps/s, wall time over every invocation)."""
 from __future__ import annotations
 
-import ast
 import json
 import logging
 import os
@@ -21,22 +20,16 @@ log = logging.getLogger('poolformers_jax.reproduce')
 SPT_OBJECTIVES = {'masked': ('spt', 'masked tokens'), 'causal': ('spt_causal', 'next tokens')}
 
 
-def _parse_value(text: str) -> Any:
-  try:
-    return ast.literal_eval(text)
-  except (ValueError, SyntaxError):
-    return text   # a bare word: a string
-
-
 def config_with(spec: str, updates: dict[str, Any], overrides: Sequence[str]):
   """The config file `spec` with `updates`, then the `--set key=value` overrides."""
   from poolformers_jax import config as config_lib
+  from poolformers_jax.cli import literal  # as --config.key=value reads a value
   updates = dict(updates)
   for item in overrides:
     key, sep, value = item.partition('=')
     if not sep:
       raise ValueError(f'--set {item!r}: expected key=value, e.g. --set num_train_steps=100.')
-    updates[key] = _parse_value(value)
+    updates[key] = literal(value)
   try:
     config = config_lib.override(config_lib.load_file(spec), **updates)
     if 'mixer' in config.model and config.model.get('mixer_kwargs'):   # open: any key passes

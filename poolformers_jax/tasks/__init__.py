@@ -63,9 +63,8 @@ class Task:
   rows: Callable[[Any, Any], dict[str, Array]] | None = None   # (outputs, targets) -> [B] each
   model_inputs: Callable[[dict[str, Array]], Any] = _inputs_only   # batch -> the model's input
   train_example: Callable[[Any], Any] = class_example      # DatasetInfo -> one training example
-  # Generated outputs scored at evaluation (BLEU): (model=, decode=config.decode, data=the
-  # dataset's settings, devices=, params_sharding=, batch_sharding=, out_sharding=) -> an object
-  # whose `metrics(params, split, output_path)` decodes `split`.
+  # Generated outputs scored at evaluation (BLEU): built as tasks.translation.Translator is, an
+  # object whose `metrics(params, split, output_path)` decodes `split`.
   decoder: Callable[..., Any] | None = None
   # Run.predict: what it returns (None: pre-training has none) and (outputs [N, ...] as numpy,
   # the N examples) -> predictions; `predict_example` (example, the dataset's settings) -> the
