@@ -155,7 +155,8 @@ def parse_flags(argv: Sequence[str]) -> list[str]:
 
 def _stray_arguments(argv: Sequence[str], stray: Sequence[str]) -> str:
   spec, argv = _config_spec(argv), list(argv)
-  follows = spec in argv and argv[argv.index(spec) + 1:][:1] == [stray[0]]   # --config FILE WORD
+  at = next((i for i, arg in enumerate(argv) if arg in (spec, f'--config={spec}')), len(argv))
+  follows = argv[at + 1:at + 2] == [stray[0]]   # --config FILE WORD, or --config=FILE WORD
   if spec is not None and follows and ':' not in spec:
     return (f'unexpected argument {stray[0]!r} after --config {spec}: the words go after a colon, '
             f'without a space: --config {spec}:{stray[0]}')

@@ -120,7 +120,10 @@ def test_the_wrapper_prints_one_line_and_exits_2(capsys):
     (['eval.py', '--config.data.source=tsv'],   # an override of the run's data, no --config
      'error: --config.data.source overrides a config file: give --config too'),
     (['train.py', '--config=configs/lra_listops.py', 'ponet,small'],   # words after --config=
-     "error: unexpected arguments ['ponet,small']: every option is a flag"),
+     "error: unexpected argument 'ponet,small' after --config configs/lra_listops.py: the words "
+     'go after a colon, without a space: --config configs/lra_listops.py:ponet,small'),
+    (['train.py', '--config=configs/lra_listops.py:ponet', 'tiny'],   
+     "error: unexpected arguments ['tiny']: every option is a flag"),
 ])
 def test_command_lines_end_in_one_stderr_line_with_exit_code_2(argv, message, tmp_path):
   proc = subprocess.run([sys.executable, *argv, '--workdir', str(tmp_path)], cwd=REPO,
