@@ -122,7 +122,7 @@ def test_the_wrapper_prints_one_line_and_exits_2(capsys):
     (['train.py', '--config=configs/lra_listops.py', 'ponet,small'],   # words after --config=
      "error: unexpected argument 'ponet,small' after --config configs/lra_listops.py: the words "
      'go after a colon, without a space: --config configs/lra_listops.py:ponet,small'),
-    (['train.py', '--config=configs/lra_listops.py:ponet', 'tiny'],   
+    (['train.py', '--config=configs/lra_listops.py:ponet', 'tiny'],   # after the words: no hint
      "error: unexpected arguments ['tiny']: every option is a flag"),
 ])
 def test_command_lines_end_in_one_stderr_line_with_exit_code_2(argv, message, tmp_path):
