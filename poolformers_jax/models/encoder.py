@@ -58,11 +58,11 @@ def last_token_pool(x: Array, mask: Array, length: int | None = None) -> Array:
 # (features [B, L, D], mask [B, L], padded length or None) -> [B, D]; 'none': every position's
 # features [B, L, D] (the masked-token model predicts each position).
 POOLINGS: dict[str, Callable[..., Array]] = {
-    'mean': lambda x, mask, length: masked_mean(x, mask, axis=1),
+    'mean': lambda x, mask, length=None: masked_mean(x, mask, axis=1),
     'mean_padded': mean_padded_pool,
-    'cls': lambda x, mask, length: x[:, 0],
+    'cls': lambda x, mask, length=None: x[:, 0],
     'last': last_token_pool,
-    'none': lambda x, mask, length: x,
+    'none': lambda x, mask, length=None: x,
 }
 
 
